@@ -1,0 +1,151 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync/atomic"
+)
+
+// Do waits for key, runs fn while holding it, and releases it.
+//
+// fn's ctx is derived from ctx and is cancelled, with a cause matching
+// [ErrLost], the moment the lock is lost: fn should stop touching the shared
+// state then. After fn returns the lock is released with a fresh context
+// bounded by [DefaultReleaseTimeout], even when ctx was cancelled.
+//
+// Inside fn's ctx, Lock, TryLock, Do and TryDo on the same key through the
+// same Locker return a nested hold at once; only Do's own release releases
+// the lock.
+//
+// Do returns fn's error; when the lock was lost while fn ran it also matches
+// ErrLost (fn's work may not have been exclusive). When the key could not be
+// acquired it returns Lock's error and fn is not run.
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error) error {
+	return do(ctx, "do", l, key, fn, true)
+}
+
+// TryDo is Do without waiting: when key is held elsewhere it returns an error
+// matching [ErrNotAcquired] and fn is not run. This is the "skip this tick"
+// policy for jobs that run on many replicas but must run on one.
+func TryDo(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error) error {
+	return do(ctx, "trydo", l, key, fn, false)
+}
+
+func do(ctx context.Context, op string, l Locker, key string, fn func(ctx context.Context) error, wait bool) error {
+	switch {
+	case l == nil:
+		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errors.New("nil Locker")}
+	case fn == nil:
+		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errors.New("nil function")}
+	}
+	if outer := heldIn(ctx, l, key); outer != nil {
+		// Reentrant: ctx is already cancelled when the outer lock is lost.
+		if err := outer.Err(); err != nil {
+			return &Error{Op: op, Key: key, Err: ErrNotAcquired, Cause: err}
+		}
+		return fn(ctx)
+	}
+	var lk Lock
+	var err error
+	if wait {
+		lk, err = l.Lock(ctx, key)
+	} else {
+		lk, err = l.TryLock(ctx, key)
+	}
+	if err != nil {
+		return err
+	}
+
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, &heldEntry{
+		locker: l, key: key, lock: lk, next: heldList(ctx),
+	}))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lk.Done():
+			if err := lk.Err(); err != nil {
+				cancel(err)
+			}
+		case <-fctx.Done():
+		}
+	}()
+	fnErr := fn(fctx)
+	cancel(context.Canceled)
+	<-watched
+
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+	defer ucancel()
+	uerr := lk.Unlock(uctx)
+	if lost := lk.Err(); lost != nil {
+		return errors.Join(fnErr, lost)
+	}
+	if uerr != nil {
+		return errors.Join(fnErr, uerr)
+	}
+	return fnErr
+}
+
+// heldKey is the context key under which Do records the locks it holds.
+type heldKey struct{}
+
+// heldEntry is one lock held by a Do up the call chain.
+type heldEntry struct {
+	locker Locker
+	key    string
+	lock   Lock
+	next   *heldEntry
+}
+
+func heldList(ctx context.Context) *heldEntry {
+	if ctx == nil {
+		return nil
+	}
+	e, _ := ctx.Value(heldKey{}).(*heldEntry)
+	return e
+}
+
+// heldIn returns the lock on key that a Do up ctx's call chain holds through
+// l, or nil.
+func heldIn(ctx context.Context, l Locker, key string) Lock {
+	for e := heldList(ctx); e != nil; e = e.next {
+		if e.key == key && sameLocker(e.locker, l) {
+			return e.lock
+		}
+	}
+	return nil
+}
+
+// sameLocker compares two Lockers without panicking on uncomparable types.
+func sameLocker(a, b Locker) bool {
+	ta := reflect.TypeOf(a)
+	if ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	return a == b
+}
+
+// nestedLock is a reentrant hold: it shares the outer lock's key, token and
+// Done, and its Unlock only ends the nested hold.
+type nestedLock struct {
+	outer    Lock
+	released atomic.Bool
+}
+
+func (n *nestedLock) Key() string           { return n.outer.Key() }
+func (n *nestedLock) Token() uint64         { return n.outer.Token() }
+func (n *nestedLock) Done() <-chan struct{} { return n.outer.Done() }
+func (n *nestedLock) Err() error            { return n.outer.Err() }
+
+func (n *nestedLock) Unlock(context.Context) error {
+	if !n.released.CompareAndSwap(false, true) {
+		return &Error{Op: "unlock", Key: n.Key(), Err: ErrNotHeld, Cause: errors.New("nested hold already released")}
+	}
+	select {
+	case <-n.outer.Done():
+		return &Error{Op: "unlock", Key: n.Key(), Err: ErrNotHeld, Cause: n.outer.Err()}
+	default:
+		return nil
+	}
+}

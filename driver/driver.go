@@ -1,0 +1,214 @@
+// Package driver defines the small interfaces a lock backend implements so that
+// the portable lock engine in package locker can turn it into a locker.Locker.
+//
+// Users never import this package: they call a backend's constructor (for
+// example redis.New) and get a locker.Locker. Backend authors implement
+// [Driver] and, when their store can do better than polling, the optional
+// interfaces [Notifier], [Acquirer] and [BatchRenewer]; the engine finds them
+// by type assertion, as database/sql finds driver.Pinger.
+//
+// # What the engine does, so drivers do not
+//
+// Key validation (empty keys, the driver's [Info.MaxKeyBytes]), the namespace
+// prefix, the owner token, the wait loop with backoff and jitter, the renewal
+// watchdog (one goroutine per Locker, every TTL/3), the local deadline after
+// which a lock counts as lost, Done/Err, reentrancy, Close bookkeeping, error
+// wrapping and logging. A driver only speaks to its store.
+//
+// # Contract
+//
+// Every method may be called concurrently from several goroutines. Methods
+// must not retry: the engine decides when to try again. Methods must honour
+// ctx and return promptly when it ends. A method must never report success
+// for an operation that did not happen; when the outcome is unknown (a
+// network error after the request was sent) it returns an error that is not
+// [ErrHeld] or [ErrNotHeld], and, for TryAcquire, first makes a best-effort
+// attempt to undo a possible acquisition (compare-and-delete with the
+// request's owner token) so that no phantom holder is left until expiry.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// ErrHeld is returned (wrapped) by [Driver.TryAcquire] when the key is held by
+// another owner. Use [Held] to also report how long the holder's claim still
+// runs, so that waiters never sleep past it.
+var ErrHeld = errors.New("driver: key held by another owner")
+
+// ErrNotHeld is returned (wrapped) by [Driver.Renew], [BatchRenewer.RenewBatch]
+// and [Driver.Release] when the store says for certain that the lock is no
+// longer this owner's (the key is gone, expired or owned by someone else).
+// The engine then treats the lock as lost at once. Any other error is taken
+// as transient: the engine retries renewals until the local deadline.
+var ErrNotHeld = errors.New("driver: lock not held by this owner")
+
+// HeldError is the error [Held] builds: the key is held by another owner whose
+// claim lasts at most Remaining more (0 when unknown).
+type HeldError struct {
+	// Remaining is the longest the current holder's claim can last without
+	// a renewal, as the store reports it; 0 means unknown.
+	Remaining time.Duration
+}
+
+// Held returns an error matching [ErrHeld] that carries the holder's remaining
+// time to live.
+func Held(remaining time.Duration) error { return &HeldError{Remaining: remaining} }
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	if e.Remaining > 0 {
+		return fmt.Sprintf("%v (expires in at most %v)", ErrHeld, e.Remaining)
+	}
+	return ErrHeld.Error()
+}
+
+// Is reports whether target is [ErrHeld].
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// Remaining returns how long the holder's claim still runs according to err,
+// or 0 when err does not say.
+func Remaining(err error) time.Duration {
+	var he *HeldError
+	if errors.As(err, &he) {
+		return he.Remaining
+	}
+	return 0
+}
+
+// Config is what the engine resolved from the user's options. It is handed to
+// drivers implementing [Configurer] before any other call.
+type Config struct {
+	// TTL is the time to live of every lock: the store must forget a lock
+	// that has not been renewed for TTL.
+	TTL time.Duration
+	// Label names this Locker for humans (default host:pid). It is not used
+	// for ownership checks.
+	Label string
+	// Logger receives the driver's diagnostics; never nil.
+	Logger *slog.Logger
+}
+
+// Info describes a driver to the engine.
+type Info struct {
+	// Name is the backend name used in errors, e.g. "redis".
+	Name string
+	// MaxKeyBytes is the longest store key (namespace prefix included, in
+	// bytes) the driver accepts; 0 means no limit. Longer keys are rejected
+	// by the engine with locker.ErrInvalidKey naming this limit.
+	MaxKeyBytes int
+}
+
+// Request describes one acquisition attempt.
+type Request struct {
+	// Key is the store key: the user's key with the namespace prefix.
+	Key string
+	// Owner is an unguessable random token (from crypto/rand) unique to this
+	// acquisition. The driver stores it and checks it on renew and release.
+	Owner string
+	// Label is the human-readable owner label, for stores that record it.
+	Label string
+	// TTL is how long the store must keep the lock without a renewal.
+	TTL time.Duration
+	// Lost may be called by the driver, at any time and any number of times,
+	// once it learns asynchronously that this acquisition's lock is gone
+	// (a watch saw the key deleted, the session expired). It never blocks.
+	Lost func(cause error)
+}
+
+// Grant is a successful acquisition.
+type Grant struct {
+	// Token is the fencing token: strictly greater than every token the
+	// store handed out earlier for the same key.
+	Token uint64
+	// Validity is how long after the request was sent the store guarantees
+	// the lock, at least (0 means Request.TTL). The engine's local deadline
+	// is computed from it.
+	Validity time.Duration
+	// State is the driver's own per-lock state (a node path, a version),
+	// handed back in [Lease.State].
+	State any
+}
+
+// Lease identifies a held lock in Renew and Release.
+type Lease struct {
+	Key   string
+	Owner string
+	Token uint64
+	TTL   time.Duration
+	State any
+}
+
+// Driver is the interface every backend implements.
+type Driver interface {
+	// Info describes the driver. It is called once, by the engine's
+	// constructor.
+	Info() Info
+
+	// TryAcquire makes one attempt to take req.Key for req.Owner. It returns
+	// an error matching ErrHeld (preferably built with Held) when another
+	// owner holds the key, and any other error when the store failed.
+	TryAcquire(ctx context.Context, req Request) (Grant, error)
+
+	// Renew extends the lock's life to TTL from now, if it is still owned by
+	// l.Owner. It returns the new validity (0 means l.TTL), an error matching
+	// ErrNotHeld when the store says the lock is no longer ours, or another
+	// error when the outcome is unknown.
+	Renew(ctx context.Context, l Lease) (time.Duration, error)
+
+	// Release gives the lock up if it is still owned by l.Owner; it must
+	// never release another owner's lock. It returns an error matching
+	// ErrNotHeld when the lock was no longer ours.
+	Release(ctx context.Context, l Lease) error
+
+	// Close releases the driver's own resources (subscriptions, goroutines).
+	// It does not close the user's client. The engine calls it once, after
+	// every other call has returned.
+	Close() error
+}
+
+// Configurer is implemented by drivers that need the resolved options (for
+// example to size a lease) or want to reject values the store cannot honour.
+// The engine calls Configure once, before any other method but Info; an error
+// makes the constructor fail with it.
+type Configurer interface {
+	Configure(ctx context.Context, cfg Config) error
+}
+
+// Notifier is implemented by drivers that can tell waiters that a key may have
+// become free, so waiting needs no polling. Subscribe must be called before
+// the TryAcquire whose failure it guards, so no release is missed.
+type Notifier interface {
+	// Subscribe starts watching key. The returned channel receives a value
+	// (it is never closed) whenever the key may have become free. cancel
+	// stops the subscription; it must be called exactly once and must not
+	// block for long.
+	Subscribe(ctx context.Context, key string) (ch <-chan struct{}, cancel func(), err error)
+}
+
+// Acquirer is implemented by queue-based drivers (etcd, ZooKeeper) whose
+// waiters line up in the store and are granted the key in order. When present,
+// the engine's Lock calls Acquire instead of its own wait loop.
+//
+// Acquire blocks until the key is granted, ctx ends, or the store fails. On
+// any return without a grant it must remove every trace of the waiter from
+// the store (using a fresh, bounded context), so that a cancelled or failed
+// wait never blocks the waiters behind it.
+type Acquirer interface {
+	Acquire(ctx context.Context, req Request) (Grant, error)
+}
+
+// BatchRenewer is implemented by drivers that can renew many locks in one
+// round trip (a pipeline, one UPDATE). The engine then renews every lock due
+// in a tick with one call.
+type BatchRenewer interface {
+	// RenewBatch renews every lease and returns one result per lease, in
+	// order, with the same meaning as Renew's results. errs[i] applies to
+	// ls[i]. A non-nil err means the whole batch failed with an unknown
+	// outcome.
+	RenewBatch(ctx context.Context, ls []Lease) (validity []time.Duration, errs []error, err error)
+}

@@ -1,0 +1,533 @@
+package locker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/golocker/locker/driver"
+)
+
+// configureTimeout bounds a driver's Configure call during New.
+const configureTimeout = 30 * time.Second
+
+// renewWorkers bounds the concurrent Renew calls of one tick for drivers that
+// cannot renew in batches, and the concurrent releases of Close.
+const renewWorkers = 8
+
+// New turns a driver into a Locker. Backends call it from their constructors;
+// users call the backends' constructors (redis.New, memory.New, …).
+//
+// New validates the options, hands the resolved configuration to the driver
+// when it implements [driver.Configurer], and starts the Locker's single
+// renewal goroutine. It returns an error matching [ErrInvalidOption] for a
+// bad option, or wrapping the driver's Configure error.
+func New(d driver.Driver, opts ...Option) (Locker, error) {
+	if d == nil {
+		return nil, &Error{Op: "new", Err: ErrInvalidOption, Cause: errors.New("nil driver")}
+	}
+	info := d.Info()
+	cfg, err := resolve(opts)
+	if err != nil {
+		return nil, &Error{Op: "new", Backend: info.Name, Cause: err}
+	}
+	if c, ok := d.(driver.Configurer); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
+		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger})
+		cancel()
+		if err != nil {
+			return nil, &Error{Op: "new", Backend: info.Name, Cause: err}
+		}
+	}
+	e := &engine{
+		drv:   d,
+		name:  info.Name,
+		max:   info.MaxKeyBytes,
+		cfg:   cfg,
+		holds: make(map[*hold]struct{}),
+		gates: make(map[string]*gate),
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		next:  farFuture(),
+	}
+	e.notifier, _ = d.(driver.Notifier)
+	e.acquirer, _ = d.(driver.Acquirer)
+	e.batcher, _ = d.(driver.BatchRenewer)
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.wg.Add(1)
+	go e.watchdog()
+	return e, nil
+}
+
+// DriverState returns the driver's own state for a lock handed out by a
+// Locker built with [New] (a node path, a row version, …), for backends that
+// offer guards such as a conditional transaction on still holding the lock.
+// It reports false for other Locks.
+func DriverState(l Lock) (any, bool) {
+	switch v := l.(type) {
+	case *handle:
+		return v.h.lease.State, true
+	case *nestedLock:
+		return DriverState(v.outer)
+	}
+	return nil, false
+}
+
+// engine is the one lock engine: it turns a driver into a Locker.
+type engine struct {
+	drv      driver.Driver
+	notifier driver.Notifier
+	acquirer driver.Acquirer
+	batcher  driver.BatchRenewer
+	name     string
+	max      int
+	cfg      config
+
+	ctx    context.Context // cancelled by Close: ends waits and store calls
+	cancel context.CancelCauseFunc
+
+	mu     sync.Mutex
+	closed bool
+	holds  map[*hold]struct{} // held locks, renewed by the watchdog
+	gates  map[string]*gate   // local per-key queues
+	next   time.Time          // when the watchdog plans to wake up next
+	calls  sync.WaitGroup     // Lock, TryLock and Unlock calls in progress
+
+	wake chan struct{} // pokes the watchdog
+	stop chan struct{} // closed by Close to stop the watchdog
+	wg   sync.WaitGroup
+}
+
+func farFuture() time.Time { return time.Now().Add(100 * 365 * 24 * time.Hour) }
+
+func (e *engine) err(op, key string, sentinel, cause error) error {
+	return &Error{Op: op, Backend: e.name, Key: key, Err: sentinel, Cause: cause}
+}
+
+// enter registers a call so that Close waits for it; it fails once closed.
+func (e *engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.calls.Add(1)
+	return true
+}
+
+// storeKey validates key and returns the store key.
+func (e *engine) storeKey(op, key string) (string, error) {
+	if key == "" {
+		return "", e.err(op, key, ErrInvalidKey, errors.New("empty key"))
+	}
+	if !utf8.ValidString(key) {
+		return "", e.err(op, key, ErrInvalidKey, errors.New("key is not valid UTF-8"))
+	}
+	skey := e.cfg.prefix + key
+	if e.max > 0 && len(skey) > e.max {
+		return "", e.err(op, key, ErrInvalidKey, fmt.Errorf("key is %d bytes with its prefix; the %s backend allows at most %d", len(skey), e.name, e.max))
+	}
+	return skey, nil
+}
+
+// Lock implements Locker.
+func (e *engine) Lock(ctx context.Context, key string) (Lock, error) {
+	return e.lock(ctx, "lock", key, true)
+}
+
+// TryLock implements Locker.
+func (e *engine) TryLock(ctx context.Context, key string) (Lock, error) {
+	return e.lock(ctx, "trylock", key, false)
+}
+
+func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, error) {
+	skey, err := e.storeKey(op, key)
+	if err != nil {
+		return nil, err
+	}
+	if outer := heldIn(ctx, e, key); outer != nil {
+		if err := outer.Err(); err != nil {
+			return nil, e.err(op, key, ErrNotAcquired, err)
+		}
+		return &nestedLock{outer: outer}, nil
+	}
+	if !e.enter() {
+		return nil, e.err(op, key, ErrClosed, nil)
+	}
+	defer e.calls.Done()
+
+	// Every driver call of this acquisition ends when ctx ends or the Locker
+	// is closed.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
+	defer stop()
+
+	g, err := e.enterGate(cctx, skey, wait)
+	if err != nil {
+		return nil, e.waitErr(op, key, ctx, err)
+	}
+	h := &hold{e: e, key: key, gate: g, done: make(chan struct{})}
+	h.lease = driver.Lease{Key: skey, Owner: rand.Text(), TTL: e.cfg.ttl}
+	req := driver.Request{Key: skey, Owner: h.lease.Owner, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: h.lost}
+
+	var grant driver.Grant
+	var sent time.Time
+	switch {
+	case !wait:
+		sent = time.Now()
+		grant, err = e.drv.TryAcquire(cctx, req)
+	case e.acquirer != nil:
+		// The driver's queue decides; the last request it sent is not
+		// visible here, so the validity counts from before the call.
+		sent = time.Now()
+		grant, err = e.acquirer.Acquire(cctx, req)
+	default:
+		grant, sent, err = e.poll(cctx, req)
+	}
+	if err != nil {
+		h.gate.leave()
+		if errors.Is(err, driver.ErrHeld) {
+			return nil, e.err(op, key, ErrNotAcquired, err)
+		}
+		return nil, e.waitErr(op, key, ctx, err)
+	}
+	if err := e.register(h, grant, sent); err != nil {
+		return nil, err
+	}
+	return &handle{h: h}, nil
+}
+
+// waitErr maps the error of an interrupted wait: the Locker closed, the
+// caller's ctx ended, or the store failed.
+func (e *engine) waitErr(op, key string, ctx context.Context, err error) error {
+	switch {
+	case e.ctx.Err() != nil:
+		return e.err(op, key, ErrClosed, nil)
+	case ctx.Err() != nil:
+		cause := ctx.Err()
+		if c := context.Cause(ctx); c != nil && c != cause {
+			cause = errors.Join(cause, c)
+		}
+		return e.err(op, key, ErrNotAcquired, cause)
+	}
+	return e.err(op, key, nil, err)
+}
+
+// poll is the wait loop for drivers without a queue: try, and when the key is
+// held wait for a release notification (when the driver has them), the
+// holder's remaining TTL, or a backoff with jitter, whichever comes first.
+func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, time.Time, error) {
+	var notify <-chan struct{}
+	if e.notifier != nil {
+		ch, cancel, err := e.notifier.Subscribe(ctx, req.Key)
+		if err != nil {
+			if ctx.Err() != nil {
+				return driver.Grant{}, time.Time{}, err
+			}
+			e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", req.Key, "err", err)
+		} else {
+			defer cancel()
+			notify = ch
+		}
+	}
+	var timer *time.Timer
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		g, err := e.drv.TryAcquire(ctx, req)
+		if err == nil || !errors.Is(err, driver.ErrHeld) {
+			if timer != nil {
+				timer.Stop()
+			}
+			return g, sent, err
+		}
+		d := waitDelay(e.cfg.backoff(attempt), driver.Remaining(err), notify != nil)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-notify:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return driver.Grant{}, sent, ctx.Err()
+		}
+	}
+}
+
+// waitDelay decides how long a waiter sleeps before its next attempt. With
+// notifications it waits for the holder's claim to run out (a crashed holder
+// never announces its release); otherwise it backs off, never past the
+// holder's remaining TTL. Jitter keeps waiters of one key from herding.
+func waitDelay(backoff, remaining time.Duration, notified bool) time.Duration {
+	switch {
+	case remaining > 0 && (notified || remaining < backoff):
+		return remaining + jitter(remaining/10+time.Millisecond)
+	case notified:
+		return jitter(max(backoff, time.Second))
+	}
+	return jitter(backoff)
+}
+
+// register records a granted lock so that the watchdog renews it.
+func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
+	h.lease.Token = g.Token
+	h.lease.State = g.State
+	validity := g.Validity
+	if validity <= 0 {
+		validity = e.cfg.ttl
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		ctx, cancel := e.releaseContext()
+		defer cancel()
+		if err := h.release(ctx); err != nil {
+			e.cfg.logger.Warn("locker: release after close failed", "backend", e.name, "key", h.key, "err", err)
+		}
+		h.end(nil)
+		return e.err("lock", h.key, ErrClosed, nil)
+	}
+	h.deadline = sent.Add(safeValidity(validity))
+	h.nextRenew = sent.Add(e.cfg.ttl / 3)
+	if !h.ended.Load() {
+		e.holds[h] = struct{}{}
+	}
+	poke := h.nextRenew.Before(e.next)
+	e.mu.Unlock()
+	if poke {
+		e.poke()
+	}
+	return nil
+}
+
+// safeValidity is how long after sending a request the engine still counts on
+// it: a tenth less than the store promised, so that Done closes before the
+// store's own expiry even with some clock drift and scheduling delay.
+func safeValidity(v time.Duration) time.Duration { return v - v/10 - time.Millisecond }
+
+func (e *engine) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *engine) releaseContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.cfg.releaseTimeout)
+}
+
+// Close implements Locker.
+func (e *engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+
+	e.cancel(ErrClosed)
+	e.calls.Wait()
+	close(e.stop)
+	e.wg.Wait()
+
+	e.mu.Lock()
+	held := make([]*hold, 0, len(e.holds))
+	for h := range e.holds {
+		held = append(held, h)
+	}
+	e.mu.Unlock()
+
+	ctx, cancel := e.releaseContext()
+	defer cancel()
+	forEach(held, renewWorkers, func(h *hold) {
+		if h.claim() {
+			if err := h.release(ctx); err != nil {
+				e.cfg.logger.Warn("locker: release on close failed", "backend", e.name, "key", h.key, "err", err)
+			}
+		}
+		h.end(e.err("close", h.key, ErrLost, ErrClosed))
+	})
+	if err := e.drv.Close(); err != nil {
+		return e.err("close", "", nil, err)
+	}
+	return nil
+}
+
+// forEach calls fn for every item with at most n calls at once, and returns
+// when all have returned.
+func forEach[T any](items []T, n int, fn func(T)) {
+	if len(items) <= 1 {
+		for _, it := range items {
+			fn(it)
+		}
+		return
+	}
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for _, it := range items {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(it)
+		}()
+	}
+	wg.Wait()
+}
+
+// hold is the engine's state for one held lock.
+type hold struct {
+	e     *engine
+	key   string
+	lease driver.Lease
+	gate  *gateTicket
+	done  chan struct{}
+
+	claimed atomic.Bool // set by the one Unlock or Close that releases it
+	ended   atomic.Bool // set once, just before done is closed
+	err     atomic.Pointer[error]
+
+	// guarded by e.mu
+	deadline  time.Time
+	nextRenew time.Time
+	renewing  bool
+}
+
+func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }
+
+func (h *hold) release(ctx context.Context) error { return h.e.drv.Release(ctx, h.lease) }
+
+// end marks the lock as no longer held: err is nil after a release, and an
+// error matching ErrLost otherwise. Only the first call has an effect.
+func (h *hold) end(err error) bool {
+	if !h.ended.CompareAndSwap(false, true) {
+		return false
+	}
+	if err != nil {
+		h.err.Store(&err)
+	}
+	h.e.mu.Lock()
+	delete(h.e.holds, h)
+	h.e.mu.Unlock()
+	h.gate.leave()
+	close(h.done)
+	return true
+}
+
+// lost is the driver.Request.Lost callback.
+func (h *hold) lost(cause error) {
+	if h.end(h.e.err("hold", h.key, ErrLost, cause)) {
+		h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.lease.Token, "err", cause)
+	}
+}
+
+// handle is the Lock the engine hands out.
+type handle struct{ h *hold }
+
+func (l *handle) Key() string           { return l.h.key }
+func (l *handle) Token() uint64         { return l.h.lease.Token }
+func (l *handle) Done() <-chan struct{} { return l.h.done }
+
+func (l *handle) Err() error {
+	if p := l.h.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *handle) Unlock(ctx context.Context) error {
+	h, e := l.h, l.h.e
+	if !e.enter() {
+		return e.err("unlock", h.key, ErrNotHeld, ErrClosed)
+	}
+	defer e.calls.Done()
+	if !h.claim() || h.ended.Load() {
+		return e.err("unlock", h.key, ErrNotHeld, l.Err())
+	}
+	err := h.release(ctx)
+	if err == nil {
+		h.end(nil)
+		return nil
+	}
+	if errors.Is(err, driver.ErrNotHeld) {
+		h.end(e.err("unlock", h.key, ErrLost, err))
+		return e.err("unlock", h.key, ErrNotHeld, err)
+	}
+	// Unknown outcome: stop renewing; the store forgets the lock within
+	// its TTL if the release did not land.
+	h.end(nil)
+	return e.err("unlock", h.key, nil, err)
+}
+
+// errHeldLocally is the cause of ErrNotAcquired when another goroutine of the
+// same Locker holds or is acquiring the key.
+var errHeldLocally = fmt.Errorf("%w: held or being acquired by another caller of this Locker", driver.ErrHeld)
+
+// gate is a local queue for one store key: at most one goroutine of a Locker
+// contends for (or holds) a key at a time, so a release wakes one waiter per
+// Locker instead of all of them.
+type gate struct {
+	ch   chan struct{}
+	refs int
+}
+
+// gateTicket is a place in a gate, given back exactly once.
+type gateTicket struct {
+	e    *engine
+	key  string
+	g    *gate
+	once sync.Once
+}
+
+func (e *engine) enterGate(ctx context.Context, key string, wait bool) (*gateTicket, error) {
+	e.mu.Lock()
+	g := e.gates[key]
+	if g == nil {
+		g = &gate{ch: make(chan struct{}, 1)}
+		e.gates[key] = g
+	}
+	g.refs++
+	e.mu.Unlock()
+	t := &gateTicket{e: e, key: key, g: g}
+	select {
+	case g.ch <- struct{}{}:
+		return t, nil
+	default:
+	}
+	if !wait {
+		e.dropGate(key, g)
+		return nil, errHeldLocally
+	}
+	select {
+	case g.ch <- struct{}{}:
+		return t, nil
+	case <-ctx.Done():
+		e.dropGate(key, g)
+		return nil, ctx.Err()
+	}
+}
+
+func (t *gateTicket) leave() {
+	t.once.Do(func() {
+		<-t.g.ch
+		t.e.dropGate(t.key, t.g)
+	})
+}
+
+func (e *engine) dropGate(key string, g *gate) {
+	e.mu.Lock()
+	g.refs--
+	if g.refs == 0 {
+		delete(e.gates, key)
+	}
+	e.mu.Unlock()
+}

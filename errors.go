@@ -1,0 +1,104 @@
+package locker
+
+import (
+	"errors"
+	"strings"
+)
+
+var (
+	// ErrNotAcquired is returned by TryLock and TryDo when the key is held
+	// elsewhere, and by Lock and Do when their ctx ended before the key was
+	// acquired (the error then also matches ctx.Err()).
+	ErrNotAcquired = errors.New("locker: not acquired")
+
+	// ErrNotHeld is returned by Unlock when the lock was already released or
+	// lost. The store is left untouched: it never releases another owner's
+	// lock.
+	ErrNotHeld = errors.New("locker: not held")
+
+	// ErrLost is what Lock.Err returns (wrapping the cause) once a held lock
+	// was lost: its state vanished from the store, another owner took it,
+	// renewals failed until the local deadline, or its Locker was closed. Do
+	// cancels its function's ctx with this cause.
+	ErrLost = errors.New("locker: lock lost")
+
+	// ErrClosed is returned by Lock and TryLock on a closed Locker, and ends
+	// the waits that were in progress when it was closed.
+	ErrClosed = errors.New("locker: locker closed")
+
+	// ErrInvalidKey is returned for a key the backend cannot store: empty,
+	// not valid UTF-8, or longer than the backend's limit (the message names
+	// the limit).
+	ErrInvalidKey = errors.New("locker: invalid key")
+
+	// ErrInvalidOption is returned by constructors for an option value they
+	// cannot honour; the message names the option.
+	ErrInvalidOption = errors.New("locker: invalid option")
+)
+
+// Error records a failed operation: which operation, on which backend and key,
+// the sentinel it matches (Err) and the underlying cause (a ctx error, the
+// backend's own error). errors.Is and errors.As see both Err and Cause.
+type Error struct {
+	// Op is the operation: "lock", "trylock", "unlock", "renew", "new", "close".
+	Op string
+	// Backend names the backend, e.g. "redis".
+	Backend string
+	// Key is the caller's key, without prefix; empty for Locker-wide errors.
+	Key string
+	// Err is one of the package's sentinels, or nil.
+	Err error
+	// Cause is the underlying error, or nil.
+	Cause error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("locker: ")
+	b.WriteString(e.Op)
+	if e.Backend != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Backend)
+	}
+	if e.Key != "" {
+		b.WriteString(" ")
+		b.WriteString(quoteKey(e.Key))
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(e.Err.Error(), "locker: "))
+	}
+	if e.Cause != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Cause.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the sentinel and the cause.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	return errs
+}
+
+// quoteKey shortens very long keys so that error messages stay readable.
+func quoteKey(k string) string {
+	const max = 64
+	if len(k) > max {
+		cut := max
+		for cut > 0 && !utf8RuneStart(k[cut]) {
+			cut--
+		}
+		return `"` + k[:cut] + `…"`
+	}
+	return `"` + k + `"`
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,114 @@
+// Package locker is a distributed lock with pluggable backends: one small
+// [Locker] interface, one lock engine shared by every backend, and an exported
+// conformance suite (package conformance) that every backend must pass.
+//
+// A backend is chosen by one constructor call on the user's own client, for
+// example redis.New(rdb), etcd.New(cli), mysql.New(db), zookeeper.New(conn,
+// events) or memory.New(store); all return a [Locker]. Job code only sees
+// [Locker], [Lock], [Do] and [TryDo], so dev and prod can use different stores.
+//
+// # Guarantees
+//
+//   - Mutual exclusion, as strong as the store: a key is never granted to two
+//     holders at once by one store while its clocks behave.
+//   - Every [Lock] carries a fencing token ([Lock.Token]) that is strictly
+//     greater than every token handed out earlier for the same key by the same
+//     store, across Lockers and processes.
+//   - [Lock.Done] closes before the store could give the key to anyone else:
+//     the engine keeps a local deadline on the monotonic clock, counted from
+//     the moment the last successful acquire or renew request was sent, and
+//     declares the lock lost when renewals have not succeeded by then.
+//   - A cancelled or failed wait never leaves a waiter entry behind.
+//   - Locks are renewed automatically (every TTL/3, all of a Locker's locks
+//     together) until unlocked, lost, or the Locker is closed.
+//
+// # What is not guaranteed
+//
+// It is NOT safe to assume that a lock is held until Unlock: a process pause
+// (GC, swap, a stopped VM) longer than the TTL, or a store failover that loses
+// writes, can let another holder in while the old one still runs. Watch
+// [Lock.Done] (or the ctx that [Do] passes) and, for writes that must never
+// land twice, send [Lock.Token] to the protected store and have it reject
+// tokens lower than the highest it has seen.
+//
+// # Fencing
+//
+// Tokens are numbers, compared by the resource you protect:
+//
+//	UPDATE stock SET n = n - 1, fence = :token WHERE id = :id AND fence < :token
+//
+// A stale holder whose lock expired carries a lower token than the new holder,
+// so its late write affects no row.
+//
+// # Errors
+//
+// Errors are sentinels wrapped in an [*Error] that records the operation, the
+// backend and the key; test them with [errors.Is] and [errors.As]:
+// [ErrNotAcquired], [ErrNotHeld], [ErrLost], [ErrClosed], [ErrInvalidKey].
+// When a ctx ends while Lock waits, the error matches both ErrNotAcquired and
+// ctx.Err().
+//
+// # Choosing a backend
+//
+// memory: one process only (tests, single-instance deployments). redis: the
+// fastest; not consensus-backed, a failover can lose a lock. etcd and
+// zookeeper: consensus-backed, FIFO waiters. mysql: when the database is the
+// only shared store you have; it also keeps a record of each task's last run.
+package locker
+
+import (
+	"context"
+)
+
+// Locker hands out locks on string keys. It is safe for concurrent use by
+// multiple goroutines.
+type Locker interface {
+	// Lock blocks until key is held by the caller, ctx ends, the Locker is
+	// closed, or the backend fails. ctx bounds only the wait: cancelling it
+	// after Lock returned neither releases nor loses the lock.
+	//
+	// Inside the ctx that [Do] or [TryDo] passes to its function, Lock on the
+	// same key through the same Locker returns a nested hold at once.
+	//
+	// Errors match [ErrNotAcquired] (and ctx.Err()) when ctx ended first,
+	// [ErrClosed] after Close, [ErrInvalidKey] for a key the backend cannot
+	// store, or wrap the backend's error.
+	Lock(ctx context.Context, key string) (Lock, error)
+
+	// TryLock makes one attempt and returns an error matching
+	// [ErrNotAcquired] when the key is held elsewhere. Other errors are as for
+	// Lock.
+	TryLock(ctx context.Context, key string) (Lock, error)
+
+	// Close stops every goroutine of the Locker and waits for them, ends
+	// every wait with [ErrClosed], releases the held locks best-effort under
+	// a bounded timeout and closes their Done channels. It does not close the
+	// user's client. Calls after the first return nil.
+	Close() error
+}
+
+// Lock is a held lock. Its methods are safe for concurrent use.
+type Lock interface {
+	// Key returns the key as the caller gave it (without prefix).
+	Key() string
+
+	// Token returns the fencing token: strictly greater than every token
+	// handed out earlier for the same key by the same store.
+	Token() uint64
+
+	// Done returns a channel that is closed once the lock is no longer held:
+	// unlocked, lost, or its Locker closed. When the lock is lost, Done
+	// closes before the store could give the key to anyone else.
+	Done() <-chan struct{}
+
+	// Err returns nil while the lock is held or after a successful Unlock,
+	// and an error matching [ErrLost] (wrapping the cause) once it was lost
+	// or its Locker closed.
+	Err() error
+
+	// Unlock releases the lock. It returns an error matching [ErrNotHeld]
+	// when the lock was already released or lost; it never releases someone
+	// else's lock. ctx bounds the store call; after Unlock returns, Done is
+	// closed whatever the outcome.
+	Unlock(ctx context.Context) error
+}

@@ -1,0 +1,233 @@
+// Package memory is the in-process locker backend: the reference
+// implementation of the driver contract, and what single-instance deployments
+// and users' own unit tests use.
+//
+// Lockers created on the same [Store] contend with each other exactly as
+// replicas contend on a shared server:
+//
+//	store := memory.NewStore()
+//	a, _ := memory.New(store)
+//	b, _ := memory.New(store)
+//
+// # Guarantees
+//
+// Mutual exclusion within the process; fencing tokens strictly increasing per
+// Store; waiters are woken at once by releases (no polling) and by the
+// holder's expiry; expiry uses the monotonic clock.
+//
+// # Limits
+//
+// One process only: it is not a distributed lock. State is lost with the
+// process. [NewFaulty] injects store failures for tests.
+package memory
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+)
+
+// ErrUnreachable is returned by every store call of a Locker whose [Fault]
+// is cut, standing for a network partition.
+var ErrUnreachable = errors.New("memory: store unreachable (fault injected)")
+
+// Store is the shared lock table. It is safe for concurrent use. The zero
+// value is not usable: call [NewStore].
+type Store struct {
+	mu    sync.Mutex
+	locks map[string]*entry
+	subs  map[string]*subSet
+	seq   uint64 // last fencing token handed out, for every key
+}
+
+// subSet is the set of waiters subscribed to one key.
+type subSet struct{ chans map[chan struct{}]struct{} }
+
+type entry struct {
+	owner   string
+	label   string
+	token   uint64
+	expires time.Time // monotonic
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{
+		locks: make(map[string]*entry),
+		subs:  make(map[string]*subSet),
+	}
+}
+
+// New returns a Locker on store. The options are the shared locker options.
+func New(store *Store, opts ...locker.Option) (locker.Locker, error) {
+	if store == nil {
+		return nil, &locker.Error{Op: "new", Backend: "memory", Err: locker.ErrInvalidOption, Cause: errors.New("nil *memory.Store")}
+	}
+	return locker.New(&memDriver{store: store}, opts...)
+}
+
+// Fault controls injected failures of one Locker made by [NewFaulty].
+type Fault struct{ cut atomic.Bool }
+
+// Cut makes every store call of the Locker fail with [ErrUnreachable], as a
+// network partition would; the store keeps its locks until they expire.
+func (f *Fault) Cut() { f.cut.Store(true) }
+
+// Heal undoes Cut.
+func (f *Fault) Heal() { f.cut.Store(false) }
+
+// NewFaulty is New with a [Fault] to cut this Locker off from the store and
+// heal it, for tests of lost-lock handling.
+func NewFaulty(store *Store, opts ...locker.Option) (locker.Locker, *Fault, error) {
+	if store == nil {
+		return nil, nil, &locker.Error{Op: "new", Backend: "memory", Err: locker.ErrInvalidOption, Cause: errors.New("nil *memory.Store")}
+	}
+	f := &Fault{}
+	l, err := locker.New(&memDriver{store: store, fault: f}, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, f, nil
+}
+
+// DeleteKey removes the lock on a store key (the caller's key with the
+// Locker's prefix), as an operator deleting it behind the holder's back
+// would. The holder notices at its next renewal.
+func (s *Store) DeleteKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.locks[key]; ok {
+		delete(s.locks, key)
+		s.notifyLocked(key)
+	}
+}
+
+// Holder reports the owner label and fencing token of the current holder of
+// a store key, and whether it is held.
+func (s *Store) Holder(key string) (label string, token uint64, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.live(key, time.Now())
+	if e == nil {
+		return "", 0, false
+	}
+	return e.label, e.token, true
+}
+
+// live returns the unexpired entry for key, dropping an expired one.
+func (s *Store) live(key string, now time.Time) *entry {
+	e := s.locks[key]
+	if e != nil && !now.Before(e.expires) {
+		delete(s.locks, key)
+		return nil
+	}
+	return e
+}
+
+func (s *Store) notifyLocked(key string) {
+	set := s.subs[key]
+	if set == nil {
+		return
+	}
+	for ch := range set.chans {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// memDriver speaks to a Store.
+type memDriver struct {
+	store *Store
+	fault *Fault
+}
+
+func (d *memDriver) check(ctx context.Context) error {
+	if d.fault != nil && d.fault.cut.Load() {
+		return ErrUnreachable
+	}
+	return ctx.Err()
+}
+
+func (d *memDriver) Info() driver.Info { return driver.Info{Name: "memory"} }
+
+func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if e := s.live(req.Key, now); e != nil {
+		return driver.Grant{}, driver.Held(e.expires.Sub(now))
+	}
+	s.seq++
+	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, token: s.seq, expires: now.Add(req.TTL)}
+	return driver.Grant{Token: s.seq, Validity: req.TTL}, nil
+}
+
+func (d *memDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	if err := d.check(ctx); err != nil {
+		return 0, err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	e := s.live(l.Key, now)
+	if e == nil || e.owner != l.Owner {
+		return 0, driver.ErrNotHeld
+	}
+	e.expires = now.Add(l.TTL)
+	return l.TTL, nil
+}
+
+func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.live(l.Key, time.Now())
+	if e == nil || e.owner != l.Owner {
+		return driver.ErrNotHeld
+	}
+	delete(s.locks, l.Key)
+	s.notifyLocked(l.Key)
+	return nil
+}
+
+// Subscribe implements driver.Notifier: releases wake waiters at once.
+func (d *memDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := d.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	s := d.store
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	set := s.subs[key]
+	if set == nil {
+		set = &subSet{chans: make(map[chan struct{}]struct{})}
+		s.subs[key] = set
+	}
+	set.chans[ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(set.chans, ch)
+		if len(set.chans) == 0 && s.subs[key] == set {
+			delete(s.subs, key)
+		}
+		s.mu.Unlock()
+	}, nil
+}
+
+func (d *memDriver) Close() error { return nil }

@@ -1,0 +1,178 @@
+package locker
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+)
+
+const (
+	// DefaultTTL is how long the store keeps a lock that is not renewed.
+	DefaultTTL = 15 * time.Second
+	// MinTTL is the shortest TTL accepted: renewals run every TTL/3 and must
+	// have time to complete.
+	MinTTL = 100 * time.Millisecond
+	// DefaultBackoffMin and DefaultBackoffMax bound [DefaultBackoff].
+	DefaultBackoffMin = 5 * time.Millisecond
+	DefaultBackoffMax = 500 * time.Millisecond
+	// DefaultReleaseTimeout bounds the best-effort releases done by Close
+	// and the unlock done by Do and TryDo after their function returned.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// Backoff returns how long to wait before retry number attempt (0 for the
+// first retry). It must be a pure function of attempt: it keeps no state
+// between calls, so one Backoff serves every wait of every Locker. The engine
+// adds jitter and never waits past the holder's remaining TTL.
+type Backoff func(attempt int) time.Duration
+
+// ExponentialBackoff doubles from minDelay up to maxDelay.
+func ExponentialBackoff(minDelay, maxDelay time.Duration) Backoff {
+	return func(attempt int) time.Duration {
+		d := minDelay
+		for i := 0; i < attempt && d < maxDelay; i++ {
+			d *= 2
+		}
+		return min(d, maxDelay)
+	}
+}
+
+// ConstantBackoff always waits d.
+func ConstantBackoff(d time.Duration) Backoff {
+	return func(int) time.Duration { return d }
+}
+
+// DefaultBackoff is ExponentialBackoff(DefaultBackoffMin, DefaultBackoffMax).
+func DefaultBackoff() Backoff { return ExponentialBackoff(DefaultBackoffMin, DefaultBackoffMax) }
+
+// Option configures a Locker. Options are shared by every backend; later
+// options win. A bad value makes the constructor return an error matching
+// [ErrInvalidOption] that names the option.
+type Option func(*config) error
+
+// config is the resolved set of options.
+type config struct {
+	ttl            time.Duration
+	prefix         string
+	label          string
+	backoff        Backoff
+	logger         *slog.Logger
+	releaseTimeout time.Duration
+}
+
+func defaultConfig() config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return config{
+		ttl:            DefaultTTL,
+		label:          host + ":" + strconv.Itoa(os.Getpid()),
+		backoff:        DefaultBackoff(),
+		logger:         slog.New(slog.DiscardHandler),
+		releaseTimeout: DefaultReleaseTimeout,
+	}
+}
+
+func invalidOption(name string, format string, args ...any) error {
+	return fmt.Errorf("%w %s: %s", ErrInvalidOption, name, fmt.Sprintf(format, args...))
+}
+
+// WithTTL sets how long the store keeps a lock that is not renewed (default
+// [DefaultTTL]). Renewal runs every TTL/3. A holder that cannot reach the store
+// loses the lock (Done closes) shortly before TTL has passed since its last
+// successful renewal was sent. Backends may require more (etcd: whole seconds,
+// at least its minimum lease TTL).
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < MinTTL {
+			return invalidOption("WithTTL", "%v is below the minimum %v", d, MinTTL)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithPrefix puts every key of this Locker in a namespace: the store key is
+// prefix+key. Lockers with different prefixes never contend.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithOwnerLabel sets the human-readable name of this Locker that backends
+// record beside each lock (default host:pid). Ownership checks never use it:
+// each acquisition has its own unguessable random token.
+func WithOwnerLabel(label string) Option {
+	return func(c *config) error {
+		if label == "" {
+			return invalidOption("WithOwnerLabel", "empty label")
+		}
+		c.label = label
+		return nil
+	}
+}
+
+// WithBackoff sets the delay between attempts of a waiting Lock on backends
+// that poll (default [DefaultBackoff]). Backends that are notified of releases
+// use it only as a fallback.
+func WithBackoff(b Backoff) Option {
+	return func(c *config) error {
+		if b == nil {
+			return invalidOption("WithBackoff", "nil Backoff")
+		}
+		c.backoff = b
+		return nil
+	}
+}
+
+// WithLogger sends the Locker's diagnostics (failed renewals, lost locks) to
+// l. The default discards them.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return invalidOption("WithLogger", "nil *slog.Logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithReleaseTimeout bounds the best-effort releases that Close performs and
+// the unlock that Do and TryDo perform after their function returned (default
+// [DefaultReleaseTimeout]).
+func WithReleaseTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalidOption("WithReleaseTimeout", "%v is not positive", d)
+		}
+		c.releaseTimeout = d
+		return nil
+	}
+}
+
+func resolve(opts []Option) (config, error) {
+	c := defaultConfig()
+	for i, o := range opts {
+		if o == nil {
+			return c, invalidOption("option", "option %d is nil", i)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// jitter returns a duration in [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}

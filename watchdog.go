@@ -1,0 +1,175 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// renewResult is what one renewal round brings back to the watchdog.
+type renewResult struct {
+	holds    []*hold
+	sent     time.Time
+	validity []time.Duration
+	errs     []error
+}
+
+// watchdog is the Locker's one renewal goroutine. It renews every held lock
+// every TTL/3 (all locks due in the same window together, in one call when the
+// driver renews in batches) and ends the locks whose local deadline passed
+// without a successful renewal. Store calls run in a second goroutine, at most
+// one round at a time, so that a slow store never delays a deadline.
+func (e *engine) watchdog() {
+	defer e.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	results := make(chan renewResult, 1)
+	inflight := false
+	// A round picks up every lock due within this window, so that locks
+	// taken at different moments fall into the same batches.
+	window := e.cfg.ttl / 6
+	for {
+		now := time.Now()
+		next := farFuture()
+		var due, expired []*hold
+		e.mu.Lock()
+		for h := range e.holds {
+			if !now.Before(h.deadline) {
+				expired = append(expired, h)
+				continue
+			}
+			next = minTime(next, h.deadline)
+			if h.renewing {
+				continue
+			}
+			if !inflight && !now.Before(h.nextRenew.Add(-window)) {
+				h.renewing = true
+				due = append(due, h)
+				continue
+			}
+			if !inflight {
+				next = minTime(next, h.nextRenew.Add(-window))
+			}
+		}
+		e.next = next
+		e.mu.Unlock()
+
+		for _, h := range expired {
+			h.lost(errors.New("no successful renewal before the local deadline"))
+		}
+		if len(due) > 0 {
+			inflight = true
+			e.wg.Add(1)
+			go func() {
+				defer e.wg.Done()
+				results <- e.renew(due)
+			}()
+		}
+
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-e.wake:
+		case r := <-results:
+			inflight = false
+			e.applyRenewals(r)
+		case <-e.stop:
+			if inflight {
+				<-results
+			}
+			return
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// renew sends one renewal round for holds.
+func (e *engine) renew(holds []*hold) renewResult {
+	r := renewResult{
+		holds:    holds,
+		sent:     time.Now(),
+		validity: make([]time.Duration, len(holds)),
+		errs:     make([]error, len(holds)),
+	}
+	// No round may outlive the earliest deadline it serves.
+	deadline := holds[0].deadlineLocked(e)
+	for _, h := range holds[1:] {
+		deadline = minTime(deadline, h.deadlineLocked(e))
+	}
+	ctx, cancel := context.WithDeadline(e.ctx, deadline)
+	defer cancel()
+
+	if e.batcher != nil {
+		leases := make([]driver.Lease, len(holds))
+		for i, h := range holds {
+			leases[i] = h.lease
+		}
+		v, errs, err := e.batcher.RenewBatch(ctx, leases)
+		if err == nil && (len(v) != len(holds) || len(errs) != len(holds)) {
+			err = errors.New("driver returned a batch result of the wrong length")
+		}
+		if err != nil {
+			for i := range r.errs {
+				r.errs[i] = err
+			}
+			return r
+		}
+		copy(r.validity, v)
+		copy(r.errs, errs)
+		return r
+	}
+	idx := make([]int, len(holds))
+	for i := range idx {
+		idx[i] = i
+	}
+	forEach(idx, renewWorkers, func(i int) {
+		r.validity[i], r.errs[i] = e.drv.Renew(ctx, holds[i].lease)
+	})
+	return r
+}
+
+func (h *hold) deadlineLocked(e *engine) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return h.deadline
+}
+
+// applyRenewals moves deadlines forward for renewed locks, ends the locks the
+// store no longer has, and schedules retries for unknown outcomes.
+func (e *engine) applyRenewals(r renewResult) {
+	retry := time.Now().Add(max(e.cfg.ttl/10, 10*time.Millisecond))
+	var lost []*hold
+	var lostErr []error
+	e.mu.Lock()
+	for i, h := range r.holds {
+		h.renewing = false
+		err := r.errs[i]
+		switch {
+		case err == nil:
+			v := r.validity[i]
+			if v <= 0 {
+				v = e.cfg.ttl
+			}
+			h.deadline = r.sent.Add(safeValidity(v))
+			h.nextRenew = r.sent.Add(e.cfg.ttl / 3)
+		case errors.Is(err, driver.ErrNotHeld):
+			lost = append(lost, h)
+			lostErr = append(lostErr, err)
+		default:
+			h.nextRenew = retry
+			e.cfg.logger.Warn("locker: renewal failed, retrying", "backend", e.name, "key", h.key, "err", err)
+		}
+	}
+	e.mu.Unlock()
+	for i, h := range lost {
+		h.lost(lostErr[i])
+	}
+}
