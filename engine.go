@@ -183,8 +183,8 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 		sent = time.Now()
 		grant, err = e.drv.TryAcquire(cctx, req)
 	case e.acquirer != nil:
-		// The driver's queue decides; the last request it sent is not
-		// visible here, so the validity counts from before the call.
+		// The driver's queue decides; it reports in Grant.Since when the
+		// request behind the validity was sent.
 		sent = time.Now()
 		grant, err = e.acquirer.Acquire(cctx, req)
 	default:
@@ -280,6 +280,9 @@ func waitDelay(backoff, remaining time.Duration, notified bool) time.Duration {
 func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	h.lease.Token = g.Token
 	h.lease.State = g.State
+	if !g.Since.IsZero() {
+		sent = g.Since
+	}
 	validity := g.Validity
 	if validity <= 0 {
 		validity = e.cfg.ttl

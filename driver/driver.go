@@ -129,6 +129,12 @@ type Grant struct {
 	// the lock, at least (0 means Request.TTL). The engine's local deadline
 	// is computed from it.
 	Validity time.Duration
+	// Since is the moment (read with time.Now, so it carries the monotonic
+	// clock) the request that established Validity was sent. Zero means the
+	// moment the engine called TryAcquire or Acquire; queue-based drivers
+	// whose Acquire waits must set it (for example to the send time of the
+	// last lease keep-alive).
+	Since time.Time
 	// State is the driver's own per-lock state (a node path, a version),
 	// handed back in [Lease.State].
 	State any
