@@ -169,6 +169,9 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	defer stop()
 
 	g, err := e.enterGate(cctx, skey, wait)
+	if err == errHeldLocally {
+		return nil, e.err(op, key, ErrNotAcquired, err)
+	}
 	if err != nil {
 		return nil, e.waitErr(op, key, ctx, err)
 	}
@@ -473,7 +476,7 @@ func (l *handle) Unlock(ctx context.Context) error {
 
 // errHeldLocally is the cause of ErrNotAcquired when another goroutine of the
 // same Locker holds or is acquiring the key.
-var errHeldLocally = fmt.Errorf("%w: held or being acquired by another caller of this Locker", driver.ErrHeld)
+var errHeldLocally = errors.New("held or being acquired by another caller of this Locker")
 
 // gate is a local queue for one store key: at most one goroutine of a Locker
 // contends for (or holds) a key at a time, so a release wakes one waiter per

@@ -27,31 +27,44 @@ func (e *engine) watchdog() {
 	defer timer.Stop()
 	results := make(chan renewResult, 1)
 	inflight := false
-	// A round picks up every lock due within this window, so that locks
-	// taken at different moments fall into the same batches.
+	// How far ahead of its renewal time a lock joins a round.
 	window := e.cfg.ttl / 6
 	for {
 		now := time.Now()
 		next := farFuture()
 		var due, expired []*hold
 		e.mu.Lock()
+		// A round starts when some lock is due and takes along every lock
+		// due within the window, so that locks taken at different moments
+		// fall into the same batches from then on.
+		trigger := false
 		for h := range e.holds {
 			if !now.Before(h.deadline) {
 				expired = append(expired, h)
 				continue
 			}
 			next = minTime(next, h.deadline)
-			if h.renewing {
+			if h.renewing || inflight {
 				continue
 			}
-			if !inflight && !now.Before(h.nextRenew.Add(-window)) {
+			if !now.Before(h.nextRenew) {
+				trigger = true
+			}
+			if now.Add(window).Before(h.nextRenew) {
+				next = minTime(next, h.nextRenew)
+				continue
+			}
+			due = append(due, h)
+		}
+		if trigger {
+			for _, h := range due {
 				h.renewing = true
-				due = append(due, h)
-				continue
 			}
-			if !inflight {
-				next = minTime(next, h.nextRenew.Add(-window))
+		} else {
+			for _, h := range due {
+				next = minTime(next, h.nextRenew)
 			}
+			due = nil
 		}
 		e.next = next
 		e.mu.Unlock()
@@ -145,6 +158,7 @@ func (h *hold) deadlineLocked(e *engine) time.Time {
 // applyRenewals moves deadlines forward for renewed locks, ends the locks the
 // store no longer has, and schedules retries for unknown outcomes.
 func (e *engine) applyRenewals(r renewResult) {
+	// Retry an unknown outcome after TTL/10.
 	retry := time.Now().Add(max(e.cfg.ttl/10, 10*time.Millisecond))
 	var lost []*hold
 	var lostErr []error

@@ -1,0 +1,195 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// tableDriver is a minimal in-process driver for testing the engine's own
+// bookkeeping (batching, deadlines, gates) independently of any backend. The
+// backends themselves are tested against real servers.
+type tableDriver struct {
+	mu      sync.Mutex
+	owners  map[string]string
+	seq     uint64
+	batches atomic.Int64 // RenewBatch calls
+	renewed atomic.Int64 // leases renewed
+	hang    atomic.Bool  // renewals block until ctx ends
+}
+
+func newTableDriver() *tableDriver { return &tableDriver{owners: make(map[string]string)} }
+
+func (d *tableDriver) Info() driver.Info { return driver.Info{Name: "table", MaxKeyBytes: 16} }
+
+func (d *tableDriver) TryAcquire(_ context.Context, r driver.Request) (driver.Grant, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.owners[r.Key]; ok {
+		return driver.Grant{}, driver.Held(r.TTL)
+	}
+	d.seq++
+	d.owners[r.Key] = r.Owner
+	return driver.Grant{Token: d.seq}, nil
+}
+
+func (d *tableDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
+	if err != nil {
+		return 0, err
+	}
+	return v[0], errs[0]
+}
+
+func (d *tableDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	d.batches.Add(1)
+	if d.hang.Load() {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		if d.owners[l.Key] != l.Owner {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	d.renewed.Add(int64(len(ls)))
+	return v, errs, nil
+}
+
+func (d *tableDriver) Release(_ context.Context, l driver.Lease) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.owners[l.Key] != l.Owner {
+		return driver.ErrNotHeld
+	}
+	delete(d.owners, l.Key)
+	return nil
+}
+
+func (d *tableDriver) Close() error { return nil }
+
+func newTestEngine(t *testing.T, d driver.Driver, opts ...Option) *engine {
+	t.Helper()
+	l, err := New(d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.(*engine)
+}
+
+func TestRenewalIsBatched(t *testing.T) {
+	d := newTableDriver()
+	e := newTestEngine(t, d, WithTTL(300*time.Millisecond))
+	const n = 500
+	locks := make([]Lock, n)
+	for i := range locks {
+		lk, err := e.TryLock(t.Context(), string(rune('a'+i%26))+time.Duration(i).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = lk
+	}
+	time.Sleep(time.Second) // about 3 TTLs: every lock is renewed ~9 times
+	batches, renewed := d.batches.Load(), d.renewed.Load()
+	if renewed < 5*n {
+		t.Fatalf("locks were not renewed: %d renewals for %d locks", renewed, n)
+	}
+	if perBatch := renewed / batches; perBatch < n/4 {
+		t.Fatalf("renewals must be batched: %d calls for %d renewals", batches, renewed)
+	}
+	for _, lk := range locks {
+		if lk.Err() != nil {
+			t.Fatalf("lock lost: %v", lk.Err())
+		}
+	}
+}
+
+func TestDoneClosesAtLocalDeadlineWhenRenewalHangs(t *testing.T) {
+	d := newTableDriver()
+	ttl := 300 * time.Millisecond
+	e := newTestEngine(t, d, WithTTL(ttl))
+	start := time.Now()
+	lk, err := e.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.hang.Store(true)
+	select {
+	case <-lk.Done():
+	case <-time.After(10 * ttl):
+		t.Fatal("Done must close when renewals hang past the local deadline")
+	}
+	// Not a timing assertion on speed: the contract is an upper bound.
+	if time.Since(start) < ttl/3 {
+		t.Fatal("Done closed before any renewal was due")
+	}
+	if !errors.Is(lk.Err(), ErrLost) {
+		t.Fatalf("Err: want ErrLost, got %v", lk.Err())
+	}
+}
+
+func TestCancelledWaitsLeaveNoGates(t *testing.T) {
+	d := newTableDriver()
+	e := newTestEngine(t, d, WithTTL(time.Second))
+	lk, err := e.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+			defer cancel()
+			if _, err := e.Lock(ctx, "k"); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("want ErrNotAcquired and DeadlineExceeded, got %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	gates := len(e.gates)
+	e.mu.Unlock()
+	if gates != 0 {
+		t.Fatalf("cancelled waits left %d local waiter entries", gates)
+	}
+}
+
+func TestKeyLimitIsNamed(t *testing.T) {
+	e := newTestEngine(t, newTableDriver(), WithPrefix("pre:"))
+	_, err := e.TryLock(t.Context(), "0123456789abc") // 17 bytes with prefix
+	if !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("want ErrInvalidKey, got %v", err)
+	}
+	if want := "allows at most 16"; !contains(err.Error(), want) {
+		t.Fatalf("error must name the limit (%q): %v", want, err)
+	}
+	lk, err := e.TryLock(t.Context(), "0123456789ab") // exactly 16
+	if err != nil {
+		t.Fatalf("a key at the limit must work: %v", err)
+	}
+	lk.Unlock(t.Context())
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,131 @@
+package locker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/memory"
+)
+
+// Five replicas run the same cron tick; TryDo lets exactly one of them run
+// the job for a plan and the others skip it.
+func ExampleTryDo() {
+	store := memory.NewStore() // in production: redis.New(rdb), etcd.New(cli), …
+	ctx := context.Background()
+
+	var mu sync.Mutex
+	ran, skipped := 0, 0
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for replica := 0; replica < 5; replica++ {
+		l, err := memory.New(store, locker.WithPrefix("PlanCron:"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer l.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := locker.TryDo(ctx, l, "plan-42", func(ctx context.Context) error {
+				mu.Lock()
+				ran++
+				mu.Unlock()
+				<-release // the job runs while the others try
+				return nil
+			})
+			if errors.Is(err, locker.ErrNotAcquired) {
+				mu.Lock()
+				skipped++
+				if skipped == 4 {
+					close(release)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("ran:", ran, "skipped:", skipped)
+	// Output: ran: 1 skipped: 4
+}
+
+// Do waits for the lock; the function's ctx ends if the lock is lost.
+// Inside it, taking the same key again through the same Locker is reentrant.
+func ExampleDo() {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+
+	stock := 3
+	sell := func(ctx context.Context) error {
+		return locker.Do(ctx, l, "stock:sku-1", func(ctx context.Context) error {
+			if stock == 0 {
+				return errors.New("sold out")
+			}
+			stock--
+			return nil
+		})
+	}
+	err = locker.Do(ctx, l, "stock:sku-1", func(ctx context.Context) error {
+		// Reentrant: this ctx already holds "stock:sku-1".
+		for i := 0; i < 2; i++ {
+			if err := sell(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	fmt.Println("err:", err, "stock left:", stock)
+	// Output: err: <nil> stock left: 1
+}
+
+// Fencing tokens let the protected resource reject a stale holder: it
+// remembers the highest token it has seen and refuses lower ones.
+func ExampleLock_Token() {
+	store := memory.NewStore()
+	a, err := memory.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := memory.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+
+	var highest uint64
+	write := func(token uint64, v string) {
+		if token < highest {
+			fmt.Println("rejected stale write", v)
+			return
+		}
+		highest = token
+		fmt.Println("stored", v)
+	}
+
+	first, err := a.Lock(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	t1 := first.Token()
+	first.Unlock(ctx) // imagine instead: a paused past its TTL and lost it
+
+	second, err := b.Lock(ctx, "report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	write(second.Token(), "from b")
+	write(t1, "from a") // a wakes up late with its old token
+	second.Unlock(ctx)
+	// Output:
+	// stored from b
+	// rejected stale write from a
+}
