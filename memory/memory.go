@@ -119,6 +119,17 @@ func (s *Store) Holder(key string) (label string, token uint64, held bool) {
 	return e.label, e.token, true
 }
 
+// Subscribers reports how many waiters are subscribed to releases of a store
+// key; tests use it to check that cancelled waits leave nothing behind.
+func (s *Store) Subscribers(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if set := s.subs[key]; set != nil {
+		return len(set.chans)
+	}
+	return 0
+}
+
 // live returns the unexpired entry for key, dropping an expired one.
 func (s *Store) live(key string, now time.Time) *entry {
 	e := s.locks[key]
