@@ -1,0 +1,69 @@
+// Package testenv finds a real server for a backend test: Redis (single node
+// and Cluster), MariaDB/MySQL, ZooKeeper, and the endpoints of an etcd
+// cluster. It is our own test policy and is imported only by _test files;
+// the exported conformance suite never depends on it.
+//
+// Backend tests run against real servers, never mocks. Faults are injected
+// with [Proxy], a loopback TCP proxy that can partition one client from the
+// server while others keep talking to it directly.
+//
+// # Where a server comes from
+//
+// Every provisioner tries, in this order:
+//
+//  1. An endpoint named by an environment variable:
+//     LOCKER_REDIS_ADDR (host:port), LOCKER_REDIS_CLUSTER_ADDRS (comma list),
+//     LOCKER_MYSQL_DSN (go-sql-driver DSN), LOCKER_ZK_SERVERS (comma list of
+//     host:port), LOCKER_ETCD_ENDPOINTS (comma list). An endpoint that does
+//     not answer fails the test: it was asked for explicitly.
+//  2. A container started with testcontainers-go, when a Docker engine
+//     answers a /_ping within one second ([DockerAvailable]). Images:
+//     redis:7, mariadb:10.11, zookeeper:3.8, ports published on 127.0.0.1
+//     only. Set LOCKER_NO_DOCKER=1 to skip this step.
+//  3. A server binary found on PATH (redis-server; mariadbd with
+//     mariadb-install-db; java with the ZooKeeper jars), started on a free
+//     127.0.0.1 port in a fresh temporary directory.
+//
+// When none is available the test is skipped, or fails when the environment
+// variable CI is true ([Unavailable]); the message names the reason and the
+// command that installs the server. A server that is found but fails to start
+// always fails the test, with the tail of its log: a broken installation must
+// not turn into silently skipped tests. Set the environment variable instead
+// if a local installation cannot be fixed.
+//
+// # Shared and dedicated servers
+//
+// [Redis], [RedisCluster], [MySQL] and [ZooKeeper] return a server shared by
+// every test of the test binary: it is started on first use and stays up
+// until [Shutdown]. Tests that share it must use their own keys (or their own
+// database, see [NewDatabase]). [NewRedis] and [NewZooKeeper] start a server
+// for one test only, stopped by t.Cleanup; use them for tests that restart
+// the server, so that tests running in parallel are not disturbed.
+//
+// Shared servers outlive single tests, so every package that uses them stops
+// them from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// which is short for
+//
+//	func TestMain(m *testing.M) {
+//		code := m.Run()
+//		testenv.Shutdown()
+//		os.Exit(code)
+//	}
+//
+// On Linux the server processes also receive SIGKILL when the test binary
+// dies (PR_SET_PDEATHSIG), so a crashed or killed test binary does not leave
+// servers behind; their temporary directories are then left in os.TempDir
+// under names starting with "locker-testenv-".
+//
+// # Timing
+//
+// Startup waits are bounded: 30 s for a binary server to answer (MariaDB's
+// datadir initialisation adds its own 60 s bound), 3 minutes for a container
+// including the image pull. Measured from binaries on a small VM:
+// redis-server about 60 ms, a three-node Redis Cluster 2 to 3 s (mostly
+// redis-cli waiting for the nodes to join), MariaDB about 1 s including
+// mariadb-install-db, ZooKeeper about 0.4 s.
+package testenv

@@ -1,0 +1,209 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Environment variables read by this package.
+const (
+	// EnvRedisAddr names a Redis server (host:port) to use instead of
+	// starting one.
+	EnvRedisAddr = "LOCKER_REDIS_ADDR"
+	// EnvRedisClusterAddrs names the nodes (comma-separated host:port) of a
+	// Redis Cluster to use instead of starting one.
+	EnvRedisClusterAddrs = "LOCKER_REDIS_CLUSTER_ADDRS"
+	// EnvMySQLDSN is a go-sql-driver DSN of a MySQL or MariaDB server to use
+	// instead of starting one.
+	EnvMySQLDSN = "LOCKER_MYSQL_DSN"
+	// EnvEtcdEndpoints names the endpoints (comma-separated) of an etcd
+	// cluster.
+	EnvEtcdEndpoints = "LOCKER_ETCD_ENDPOINTS"
+	// EnvZooKeeperServers names the servers (comma-separated host:port) of a
+	// ZooKeeper ensemble to use instead of starting one.
+	EnvZooKeeperServers = "LOCKER_ZK_SERVERS"
+	// EnvNoDocker, when true, skips the Docker step.
+	EnvNoDocker = "LOCKER_NO_DOCKER"
+)
+
+// Bounds of the startup waits.
+const (
+	readyTimeout     = 30 * time.Second
+	containerTimeout = 3 * time.Minute
+	stopTimeout      = 10 * time.Second
+)
+
+// CI reports whether the tests run under continuous integration, that is
+// whether the environment variable CI is true ("true", "1", ...). Under CI an
+// unavailable server fails the test instead of skipping it.
+func CI() bool {
+	ok, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ok
+}
+
+// Unavailable ends the test because the server what cannot be had: it fails
+// the test (t.Fatalf) under [CI] and skips it (t.Skipf) elsewhere. The
+// message states err and installCmd, the command that installs the server.
+func Unavailable(t testing.TB, what, installCmd string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("testenv: %s unavailable: %v\n\tinstall it with: %s", what, err, installCmd)
+	if CI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another
+// process may take it before the caller binds it; provisioners that use it
+// retry with another port when a server fails to start.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("testenv: find a free port: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, fmt.Errorf("testenv: find a free port: %w", err)
+	}
+	return port, nil
+}
+
+// freePorts returns n distinct free ports.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	seen := make(map[int]bool, n)
+	for len(ports) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// EtcdEndpoints returns the endpoints listed in LOCKER_ETCD_ENDPOINTS and
+// whether the variable named any. This package does not start etcd: without
+// the variable, etcd tests run an embedded server.
+func EtcdEndpoints() ([]string, bool) {
+	eps := envList(EnvEtcdEndpoints)
+	return eps, len(eps) > 0
+}
+
+// envList splits the comma-separated value of the environment variable name,
+// dropping blanks.
+func envList(name string) []string {
+	var out []string
+	for _, s := range strings.Split(os.Getenv(name), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// unavailableError means a server cannot be had on this machine (nothing
+// configured, no Docker, no binary); it skips the test outside CI. Every other
+// provisioning error fails the test.
+type unavailableError struct {
+	what    string
+	install string
+	err     error
+}
+
+func (e *unavailableError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// report ends the test because of a provisioning error.
+func report(t testing.TB, err error) {
+	t.Helper()
+	var ue *unavailableError
+	if errors.As(err, &ue) {
+		Unavailable(t, ue.what, ue.install, ue.err)
+		return
+	}
+	t.Fatalf("testenv: %v", err)
+}
+
+// registry holds the servers started once per test binary. It is the only
+// package-level state: a test binary has one set of shared servers, stopped
+// by Shutdown.
+var registry = struct {
+	mu      sync.Mutex
+	entries map[string]*sharedEntry
+}{entries: map[string]*sharedEntry{}}
+
+// sharedEntry is one shared server: started once, its outcome (value or
+// error) remembered until Shutdown, so a failing server is not retried by
+// every test.
+type sharedEntry struct {
+	once sync.Once
+	val  any
+	stop func()
+	err  error
+}
+
+// shared returns the server registered under key, starting it with start on
+// first use. start runs outside the registry lock, so different servers start
+// in parallel; callers of the same key wait for the first.
+func shared[T any](key string, start func() (T, func(), error)) (T, error) {
+	registry.mu.Lock()
+	e := registry.entries[key]
+	if e == nil {
+		e = &sharedEntry{}
+		registry.entries[key] = e
+	}
+	registry.mu.Unlock()
+
+	e.once.Do(func() {
+		v, stop, err := start()
+		e.val, e.stop, e.err = v, stop, err
+	})
+	if e.err != nil {
+		var zero T
+		return zero, e.err
+	}
+	return e.val.(T), nil
+}
+
+// Shutdown stops every shared server started by this test binary and removes
+// its temporary directory. Call it from TestMain after m.Run (or use [Main]).
+// It is safe to call more than once; a later provisioner call starts a new
+// server.
+func Shutdown() {
+	registry.mu.Lock()
+	entries := registry.entries
+	registry.entries = map[string]*sharedEntry{}
+	registry.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, e := range entries {
+		wg.Go(func() {
+			e.once.Do(func() {}) // wait for a start in progress
+			if e.stop != nil {
+				e.stop()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Main runs the tests, stops the shared servers and exits with the tests'
+// exit code:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	Shutdown()
+	os.Exit(code)
+}

@@ -1,0 +1,295 @@
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+const (
+	mysqlInstall = "apt-get install -y mariadb-server"
+	mysqlImage   = "mariadb:10.11"
+	// mysqlDatabase is the database every MySQL server gets.
+	mysqlDatabase = "locker_test"
+	// mysqlInitTimeout bounds mariadb-install-db and the container's first
+	// start, which initialises its datadir.
+	mysqlInitTimeout = 60 * time.Second
+)
+
+// mysqlServerArgs are server options shared by the binary and the container:
+// many connections (tests open many Lockers), utf8mb4, and no fsync per
+// commit (durability does not matter in tests).
+var mysqlServerArgs = []string{
+	"--max-connections=1000",
+	"--character-set-server=utf8mb4",
+	"--collation-server=utf8mb4_unicode_ci",
+	"--innodb-flush-log-at-trx-commit=2",
+	"--skip-name-resolve",
+}
+
+// MySQLServer is a MariaDB (or MySQL) server for tests.
+type MySQLServer struct {
+	cfg *mysql.Config // connects to the locker_test database
+}
+
+// DSN returns a go-sql-driver DSN of the server's locker_test database (or
+// of the DSN given in LOCKER_MYSQL_DSN), for example
+// "root@tcp(127.0.0.1:PORT)/locker_test?parseTime=true". Tests sharing the
+// server share that database; [NewDatabase] gives a test its own.
+func (s *MySQLServer) DSN() string { return s.cfg.FormatDSN() }
+
+// Addr returns the server's host:port. To route one client through a
+// [Proxy], parse DSN with mysql.ParseDSN and replace its Addr.
+func (s *MySQLServer) Addr() string { return s.cfg.Addr }
+
+// MySQL returns the MariaDB server shared by the tests of this test binary,
+// starting it on first use (see the package doc for where it comes from).
+// It skips or fails the test when no server can be had.
+func MySQL(t testing.TB) *MySQLServer {
+	t.Helper()
+	s, err := shared("mysql", startMySQL)
+	if err != nil {
+		report(t, err)
+	}
+	return s
+}
+
+// NewDatabase creates an empty database on the shared server ([MySQL]) for
+// this test only, dropped when the test ends, and returns its DSN.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	s := MySQL(t)
+	name := databaseName(t.Name())
+
+	admin := s.cfg.Clone()
+	admin.DBName = ""
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := mysqlExec(ctx, admin, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := mysqlExec(ctx, admin, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	cfg := s.cfg.Clone()
+	cfg.DBName = name
+	return cfg.FormatDSN()
+}
+
+// databaseName turns a test name into a unique database name: lower-case
+// letters, digits and underscores, at most 64 characters.
+func databaseName(testName string) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(testName) {
+		if b.Len() >= 40 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	b.WriteByte('_')
+	b.WriteString(hex.EncodeToString(suffix[:]))
+	return b.String()
+}
+
+// mysqlExec runs one statement on a new connection pool for cfg.
+func mysqlExec(ctx context.Context, cfg *mysql.Config, stmt string) error {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, stmt)
+	return err
+}
+
+// mysqlPing checks that the server of cfg accepts a connection.
+func mysqlPing(ctx context.Context, cfg *mysql.Config) error {
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	return db.PingContext(ctx)
+}
+
+// startMySQL finds a MariaDB server: from the environment, Docker or a
+// binary.
+func startMySQL() (*MySQLServer, func(), error) {
+	if dsn := os.Getenv(EnvMySQLDSN); dsn != "" {
+		return mysqlFromEnv(dsn)
+	}
+	var reasons []string
+	if ok, why := dockerStatus(); ok {
+		s, stop, err := mysqlContainer()
+		if err == nil {
+			return s, stop, nil
+		}
+		reasons = append(reasons, "docker: "+err.Error())
+	} else {
+		reasons = append(reasons, "docker: "+why.Error())
+	}
+	mysqld, err1 := exec.LookPath("mariadbd")
+	installDB, err2 := exec.LookPath("mariadb-install-db")
+	if err := errors.Join(err1, err2); err != nil {
+		reasons = append(reasons, err.Error())
+		return nil, nil, &unavailableError{
+			what:    "mysql (mariadb)",
+			install: mysqlInstall + " (or set " + EnvMySQLDSN + ")",
+			err:     errors.New(strings.Join(reasons, "; ")),
+		}
+	}
+	return mysqlBinary(mysqld, installDB)
+}
+
+// mysqlFromEnv uses the server named by LOCKER_MYSQL_DSN. Without a database
+// name in the DSN, it creates and uses locker_test.
+func mysqlFromEnv(dsn string) (*MySQLServer, func(), error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s: %w", EnvMySQLDSN, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if cfg.DBName == "" {
+		if err := mysqlExec(ctx, cfg, "CREATE DATABASE IF NOT EXISTS "+mysqlDatabase); err != nil {
+			return nil, nil, fmt.Errorf("mysql from %s: %w", EnvMySQLDSN, err)
+		}
+		cfg.DBName = mysqlDatabase
+	}
+	if err := mysqlPing(ctx, cfg); err != nil {
+		return nil, nil, fmt.Errorf("mysql from %s: %w", EnvMySQLDSN, err)
+	}
+	return &MySQLServer{cfg: cfg}, func() {}, nil
+}
+
+// rootConfig is the configuration of root without a password at addr.
+func rootConfig(addr, dbName string) *mysql.Config {
+	cfg := mysql.NewConfig()
+	cfg.User = "root"
+	cfg.Net = "tcp"
+	cfg.Addr = addr
+	cfg.DBName = dbName
+	cfg.ParseTime = true
+	return cfg
+}
+
+// mysqlBinary initialises a datadir with mariadb-install-db and runs mariadbd
+// on it, on a free port, with root without a password.
+func mysqlBinary(mysqld, installDB string) (*MySQLServer, func(), error) {
+	dir, err := tempDir("mysql")
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*MySQLServer, func(), error) {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	datadir := filepath.Join(dir, "data")
+	var asRoot []string
+	if os.Geteuid() == 0 {
+		asRoot = []string{"--user=root"} // mariadbd refuses to run as root otherwise
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), mysqlInitTimeout)
+	defer cancel()
+	initArgs := append([]string{
+		"--no-defaults",
+		"--datadir=" + datadir,
+		"--auth-root-authentication-method=normal",
+		"--skip-test-db",
+	}, asRoot...)
+	if err := runTool(ctx, dir, installDB, initArgs...); err != nil {
+		return fail(fmt.Errorf("initialise mariadb datadir: %w", err))
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var (
+		p   *process
+		cfg *mysql.Config
+	)
+	err = retryPorts(1, func(ports []int) error {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		args := append([]string{
+			"--no-defaults", // must come first
+			"--datadir=" + datadir,
+			"--bind-address=127.0.0.1",
+			"--port=" + strconv.Itoa(ports[0]),
+			"--socket=" + filepath.Join(dir, "sock"),
+			"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+			"--tmpdir=" + dir,
+		}, mysqlServerArgs...)
+		args = append(args, asRoot...)
+		p = newProcess("mariadbd", mysqld, dir, args...)
+		cfg = rootConfig(addr, "")
+		return startReady(ctx, p, func(ctx context.Context) error { return mysqlPing(ctx, cfg) })
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := mysqlExec(ctx, cfg, "CREATE DATABASE IF NOT EXISTS "+mysqlDatabase); err != nil {
+		p.stop()
+		return fail(fmt.Errorf("create database %s: %w", mysqlDatabase, err))
+	}
+	cfg.DBName = mysqlDatabase
+	return &MySQLServer{cfg: cfg}, func() {
+		p.stop()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// mysqlContainer runs mariadb:10.11 in Docker with root without a password.
+func mysqlContainer() (*MySQLServer, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	c, addrs, err := runContainer(ctx, containerSpec{
+		image: mysqlImage,
+		ports: []string{"3306/tcp"},
+		opts: []testcontainers.ContainerCustomizer{
+			testcontainers.WithEnv(map[string]string{
+				"MARIADB_ALLOW_EMPTY_ROOT_PASSWORD": "1",
+				"MARIADB_DATABASE":                  mysqlDatabase,
+			}),
+			testcontainers.WithCmd(mysqlServerArgs...),
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := rootConfig(addrs[0], mysqlDatabase)
+	// The image initialises its datadir with networking off, so a TCP
+	// connection that works is the final server.
+	if err := pollReady(ctx, mysqlInitTimeout, func(ctx context.Context) error { return mysqlPing(ctx, cfg) }); err != nil {
+		err = fmt.Errorf("mariadb container: %w; log:\n%s", err, containerLogTail(c))
+		terminateContainer(c)
+		return nil, nil, err
+	}
+	return &MySQLServer{cfg: cfg}, func() { terminateContainer(c) }, nil
+}

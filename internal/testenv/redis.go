@@ -1,0 +1,354 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/testcontainers/testcontainers-go"
+)
+
+const (
+	redisInstall        = "apt-get install -y redis-server"
+	redisClusterInstall = "apt-get install -y redis-server redis-tools"
+	redisImage          = "redis:7"
+	// clusterNodes is the number of masters in a test cluster.
+	clusterNodes = 3
+)
+
+// RedisServer is a Redis server for tests. Its methods are safe for
+// concurrent use.
+type RedisServer struct {
+	addr   string
+	origin string // where the server came from, for messages
+
+	mu   sync.Mutex // serialises Restart
+	proc *process   // nil unless started from a binary
+}
+
+// Addr returns the server's address, host:port.
+func (s *RedisServer) Addr() string { return s.addr }
+
+// Restart stops the server and starts it again on the same address with an
+// empty dataset; it returns when the server answers again. Clients see their
+// connections closed and, while it restarts, connections refused. Only a
+// server started from a binary can be restarted: otherwise Restart skips the
+// test.
+//
+// Restarting a shared server ([Redis]) disturbs every test using it; tests
+// that restart should use [NewRedis] instead.
+func (s *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	if s.proc == nil {
+		t.Skipf("testenv: cannot restart the redis server at %s from %s", s.addr, s.origin)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return redisPing(ctx, s.addr) }); err != nil {
+		t.Fatalf("testenv: restart redis at %s: %v", s.addr, err)
+	}
+}
+
+// Redis returns the Redis server shared by the tests of this test binary,
+// starting it on first use (see the package doc for where it comes from).
+// It skips or fails the test when no server can be had.
+func Redis(t testing.TB) *RedisServer {
+	t.Helper()
+	s, err := shared("redis", startRedis)
+	if err != nil {
+		report(t, err)
+	}
+	return s
+}
+
+// NewRedis returns a Redis server for this test only, stopped when the test
+// ends. A server named by LOCKER_REDIS_ADDR is returned as is (and cannot be
+// restarted).
+func NewRedis(t testing.TB) *RedisServer {
+	t.Helper()
+	s, stop, err := startRedis()
+	if err != nil {
+		report(t, err)
+	}
+	t.Cleanup(stop)
+	return s
+}
+
+// startRedis finds a Redis server: from the environment, Docker or a binary.
+func startRedis() (*RedisServer, func(), error) {
+	if addr := os.Getenv(EnvRedisAddr); addr != "" {
+		if err := dialCheck(addr); err != nil {
+			return nil, nil, fmt.Errorf("redis from %s: %w", EnvRedisAddr, err)
+		}
+		return &RedisServer{addr: addr, origin: EnvRedisAddr}, func() {}, nil
+	}
+	var reasons []string
+	if ok, why := dockerStatus(); ok {
+		s, stop, err := redisContainer()
+		if err == nil {
+			return s, stop, nil
+		}
+		reasons = append(reasons, "docker: "+err.Error())
+	} else {
+		reasons = append(reasons, "docker: "+why.Error())
+	}
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		reasons = append(reasons, err.Error())
+		return nil, nil, &unavailableError{
+			what:    "redis",
+			install: redisInstall + " (or set " + EnvRedisAddr + ")",
+			err:     errors.New(strings.Join(reasons, "; ")),
+		}
+	}
+	return redisBinary(path)
+}
+
+// redisArgs are the arguments of a throw-away redis-server on port in dir.
+func redisArgs(port int, dir string, extra ...string) []string {
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--maxclients", "10000",
+	}
+	return append(args, extra...)
+}
+
+// redisBinary starts redis-server on a free port in a temporary directory.
+func redisBinary(path string) (*RedisServer, func(), error) {
+	dir, err := tempDir("redis")
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var s *RedisServer
+	err = retryPorts(1, func(ports []int) error {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		p := newProcess("redis-server", path, dir, redisArgs(ports[0], dir)...)
+		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
+			return err
+		}
+		s = &RedisServer{addr: addr, origin: path, proc: p}
+		return nil
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	stop := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.proc.stop()
+		_ = os.RemoveAll(dir)
+	}
+	return s, stop, nil
+}
+
+// redisContainer runs redis:7 in Docker.
+func redisContainer() (*RedisServer, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	c, addrs, err := runContainer(ctx, containerSpec{
+		image: redisImage,
+		ports: []string{"6379/tcp"},
+		opts: []testcontainers.ContainerCustomizer{
+			testcontainers.WithCmd("redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"),
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return redisPing(ctx, addrs[0]) }); err != nil {
+		err = fmt.Errorf("redis container: %w; log:\n%s", err, containerLogTail(c))
+		terminateContainer(c)
+		return nil, nil, err
+	}
+	return &RedisServer{addr: addrs[0], origin: "docker " + redisImage}, func() { terminateContainer(c) }, nil
+}
+
+// RedisClusterServer is a Redis Cluster of three masters (no replicas) for
+// tests.
+type RedisClusterServer struct {
+	addrs []string
+}
+
+// Addrs returns the addresses (host:port) of the cluster's nodes; any of
+// them is a valid seed for a cluster client. The caller may modify the
+// returned slice.
+func (s *RedisClusterServer) Addrs() []string { return append([]string(nil), s.addrs...) }
+
+// RedisCluster returns the Redis Cluster shared by the tests of this test
+// binary, starting it on first use: from LOCKER_REDIS_CLUSTER_ADDRS, else one
+// redis:7 container running three nodes, else three redis-server processes
+// joined with redis-cli --cluster create. It returns once every node reports
+// cluster_state:ok with all slots assigned. It skips or fails the test when
+// no cluster can be had.
+func RedisCluster(t testing.TB) *RedisClusterServer {
+	t.Helper()
+	s, err := shared("redis-cluster", startRedisCluster)
+	if err != nil {
+		report(t, err)
+	}
+	return s
+}
+
+// startRedisCluster finds a Redis Cluster: from the environment, Docker or
+// binaries.
+func startRedisCluster() (*RedisClusterServer, func(), error) {
+	if addrs := envList(EnvRedisClusterAddrs); len(addrs) > 0 {
+		if err := dialCheck(addrs...); err != nil {
+			return nil, nil, fmt.Errorf("redis cluster from %s: %w", EnvRedisClusterAddrs, err)
+		}
+		return &RedisClusterServer{addrs: addrs}, func() {}, nil
+	}
+	var reasons []string
+	if ok, why := dockerStatus(); ok {
+		s, stop, err := redisClusterContainer()
+		if err == nil {
+			return s, stop, nil
+		}
+		reasons = append(reasons, "docker: "+err.Error())
+	} else {
+		reasons = append(reasons, "docker: "+why.Error())
+	}
+	server, err1 := exec.LookPath("redis-server")
+	cli, err2 := exec.LookPath("redis-cli")
+	if err := errors.Join(err1, err2); err != nil {
+		reasons = append(reasons, err.Error())
+		return nil, nil, &unavailableError{
+			what:    "redis cluster",
+			install: redisClusterInstall + " (or set " + EnvRedisClusterAddrs + ")",
+			err:     errors.New(strings.Join(reasons, "; ")),
+		}
+	}
+	return redisClusterBinary(server, cli)
+}
+
+// redisClusterBinary starts three cluster-enabled redis-server processes,
+// each with its own cluster bus port, and joins them.
+func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error) {
+	dir, err := tempDir("redis-cluster")
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+
+	var procs []*process
+	stopAll := func() {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Go(p.stop)
+		}
+		wg.Wait()
+	}
+	fail := func(err error) (*RedisClusterServer, func(), error) {
+		stopAll()
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+
+	addrs := make([]string, clusterNodes)
+	for i := range clusterNodes {
+		err := retryPorts(2, func(ports []int) error {
+			port, bus := ports[0], ports[1]
+			nodeDir := filepath.Join(dir, strconv.Itoa(port))
+			if err := os.MkdirAll(nodeDir, 0o755); err != nil {
+				return err
+			}
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			p := newProcess("redis-server-"+strconv.Itoa(port), server, nodeDir, redisArgs(port, nodeDir,
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
+				"--cluster-port", strconv.Itoa(bus),
+				"--cluster-node-timeout", "5000",
+			)...)
+			if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
+				return err
+			}
+			procs = append(procs, p)
+			addrs[i] = addr
+			return nil
+		})
+		if err != nil {
+			return fail(fmt.Errorf("redis cluster node %d: %w", i, err))
+		}
+	}
+
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if err := runTool(ctx, dir, cli, args...); err != nil {
+		return fail(fmt.Errorf("redis cluster: %w", err))
+	}
+	for i, addr := range addrs {
+		if err := waitReady(ctx, procs[i], func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) }); err != nil {
+			return fail(fmt.Errorf("redis cluster: %w", err))
+		}
+	}
+	return &RedisClusterServer{addrs: addrs}, func() {
+		stopAll()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// redisClusterContainer runs the three nodes in one redis:7 container. Each
+// node listens on the same port inside the container as on the host, and
+// announces 127.0.0.1, so the addresses the nodes give clients (in MOVED
+// replies and CLUSTER SLOTS) work from the host.
+func redisClusterContainer() (*RedisClusterServer, func(), error) {
+	ports, err := freePorts(clusterNodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	var script strings.Builder
+	specs := make([]string, clusterNodes)
+	var nodes []string
+	for i, p := range ports {
+		specs[i] = strconv.Itoa(p) + "/tcp"
+		nodes = append(nodes, "127.0.0.1:"+strconv.Itoa(p))
+		fmt.Fprintf(&script, "redis-server --port %d --protected-mode no --save '' --appendonly no "+
+			"--cluster-enabled yes --cluster-config-file /tmp/nodes-%d.conf --cluster-node-timeout 5000 "+
+			"--cluster-announce-ip 127.0.0.1 --dir /tmp --daemonize yes\n", p, p)
+		fmt.Fprintf(&script, "until redis-cli -p %d ping >/dev/null 2>&1; do sleep 0.1; done\n", p)
+	}
+	fmt.Fprintf(&script, "redis-cli --cluster create %s --cluster-replicas 0 --cluster-yes\n", strings.Join(nodes, " "))
+	script.WriteString("exec sleep infinity\n")
+
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	c, addrs, err := runContainer(ctx, containerSpec{
+		image:     redisImage,
+		ports:     specs,
+		hostPorts: ports,
+		opts: []testcontainers.ContainerCustomizer{
+			testcontainers.WithEntrypoint("sh", "-c", script.String()),
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, addr := range addrs {
+		if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) }); err != nil {
+			err = fmt.Errorf("redis cluster container: %w; log:\n%s", err, containerLogTail(c))
+			terminateContainer(c)
+			return nil, nil, err
+		}
+	}
+	return &RedisClusterServer{addrs: addrs}, func() { terminateContainer(c) }, nil
+}

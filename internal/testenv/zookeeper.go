@@ -1,0 +1,270 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+)
+
+const (
+	zkInstall = "apt-get install -y zookeeper default-jre-headless"
+	zkImage   = "zookeeper:3.8"
+	// zkTickTime is the ZooKeeper tick in milliseconds. Sessions may be as
+	// short as two ticks (400 ms), so session expiry tests take about a
+	// second.
+	zkTickTime = 200
+	// zkMaxSessionTimeout lifts the default cap of 20 ticks (4 s), so clients
+	// get the session timeout they ask for.
+	zkMaxSessionTimeout = 60000
+)
+
+// ZooKeeperServer is a standalone ZooKeeper server for tests, with a tick of
+// 200 ms: the session timeouts it grants range from 400 ms to 60 s. Its
+// methods are safe for concurrent use.
+type ZooKeeperServer struct {
+	servers []string
+	origin  string
+
+	mu   sync.Mutex // serialises Restart
+	proc *process   // nil unless started from the ZooKeeper jars
+}
+
+// Servers returns the server addresses (host:port) for a ZooKeeper client.
+// The caller may modify the returned slice.
+func (s *ZooKeeperServer) Servers() []string { return append([]string(nil), s.servers...) }
+
+// Restart stops the server and starts it again on the same address with the
+// same data directory, like a real server restart: znodes and sessions
+// survive, and a client that reconnects within its session timeout keeps its
+// session and ephemeral nodes. It returns when the server serves requests
+// again. Only a server started from the jars can be restarted: otherwise
+// Restart skips the test.
+//
+// Restarting a shared server ([ZooKeeper]) disturbs every test using it;
+// tests that restart should use [NewZooKeeper] instead.
+func (s *ZooKeeperServer) Restart(t testing.TB) {
+	t.Helper()
+	if s.proc == nil {
+		t.Skipf("testenv: cannot restart the zookeeper server at %v from %s", s.servers, s.origin)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return zkServing(ctx, s.servers[0]) }); err != nil {
+		t.Fatalf("testenv: restart zookeeper at %s: %v", s.servers[0], err)
+	}
+}
+
+// ZooKeeper returns the ZooKeeper server shared by the tests of this test
+// binary, starting it on first use (see the package doc for where it comes
+// from). It skips or fails the test when no server can be had.
+func ZooKeeper(t testing.TB) *ZooKeeperServer {
+	t.Helper()
+	s, err := shared("zookeeper", startZooKeeper)
+	if err != nil {
+		report(t, err)
+	}
+	return s
+}
+
+// NewZooKeeper returns a ZooKeeper server for this test only, stopped when
+// the test ends. Servers named by LOCKER_ZK_SERVERS are returned as is (and
+// cannot be restarted).
+func NewZooKeeper(t testing.TB) *ZooKeeperServer {
+	t.Helper()
+	s, stop, err := startZooKeeper()
+	if err != nil {
+		report(t, err)
+	}
+	t.Cleanup(stop)
+	return s
+}
+
+// startZooKeeper finds a ZooKeeper server: from the environment, Docker or
+// the jars.
+func startZooKeeper() (*ZooKeeperServer, func(), error) {
+	if servers := envList(EnvZooKeeperServers); len(servers) > 0 {
+		if err := dialCheck(servers...); err != nil {
+			return nil, nil, fmt.Errorf("zookeeper from %s: %w", EnvZooKeeperServers, err)
+		}
+		return &ZooKeeperServer{servers: servers, origin: EnvZooKeeperServers}, func() {}, nil
+	}
+	var reasons []string
+	if ok, why := dockerStatus(); ok {
+		s, stop, err := zkContainer()
+		if err == nil {
+			return s, stop, nil
+		}
+		reasons = append(reasons, "docker: "+err.Error())
+	} else {
+		reasons = append(reasons, "docker: "+why.Error())
+	}
+	java, err1 := exec.LookPath("java")
+	cp, err2 := zkClasspath()
+	if err := errors.Join(err1, err2); err != nil {
+		reasons = append(reasons, err.Error())
+		return nil, nil, &unavailableError{
+			what:    "zookeeper",
+			install: zkInstall + " (or set " + EnvZooKeeperServers + ")",
+			err:     errors.New(strings.Join(reasons, "; ")),
+		}
+	}
+	return zkBinary(java, cp)
+}
+
+// zkClasspath finds the ZooKeeper jars: a distribution directory
+// ($ZOOKEEPER_HOME, /opt/zookeeper, Homebrew) whose lib holds the server and
+// its dependencies, else the Debian package's /usr/share/java/zookeeper.jar,
+// whose manifest names its dependencies, plus slf4j-simple for logs.
+func zkClasspath() (string, error) {
+	homes := []string{
+		os.Getenv("ZOOKEEPER_HOME"),
+		"/opt/zookeeper",
+		"/usr/local/zookeeper",
+		"/usr/share/zookeeper",
+		"/opt/homebrew/opt/zookeeper/libexec",
+		"/usr/local/opt/zookeeper/libexec",
+	}
+	for _, home := range homes {
+		if home == "" {
+			continue
+		}
+		if jars, _ := filepath.Glob(filepath.Join(home, "lib", "zookeeper-*.jar")); len(jars) > 0 {
+			return filepath.Join(home, "lib", "*") + string(os.PathListSeparator) + filepath.Join(home, "*"), nil
+		}
+	}
+	const debianJar = "/usr/share/java/zookeeper.jar"
+	if _, err := os.Stat(debianJar); err == nil {
+		cp := []string{debianJar}
+		if _, err := os.Stat("/usr/share/java/slf4j-simple.jar"); err == nil {
+			cp = append(cp, "/usr/share/java/slf4j-simple.jar")
+		}
+		return strings.Join(cp, string(os.PathListSeparator)), nil
+	}
+	return "", errors.New("zookeeper jars not found (set ZOOKEEPER_HOME to a ZooKeeper distribution)")
+}
+
+// zkBinary runs ZooKeeperServerMain in a JVM on a free port with a temporary
+// data directory.
+func zkBinary(java, classpath string) (*ZooKeeperServer, func(), error) {
+	dir, err := tempDir("zookeeper")
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var s *ZooKeeperServer
+	err = retryPorts(1, func(ports []int) error {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		cfgPath := filepath.Join(dir, "zoo.cfg")
+		cfg := fmt.Sprintf(`tickTime=%d
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+maxSessionTimeout=%d
+admin.enableServer=false
+4lw.commands.whitelist=*
+`, zkTickTime, filepath.Join(dir, "data"), ports[0], zkMaxSessionTimeout)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			return err
+		}
+		p := newProcess("zookeeper", java, dir,
+			"-Xmx256m",
+			"-XX:+UseSerialGC",
+			"-XX:TieredStopAtLevel=1", // faster start, plenty for tests
+			"-XX:-UsePerfData",        // no /tmp/hsperfdata_* files
+			"-Djava.net.preferIPv4Stack=true",
+			"-Dzookeeper.admin.enableServer=false",
+			"-Dzookeeper.jmx.log4j.disable=true",
+			"-cp", classpath,
+			"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath,
+		)
+		if err := startReady(ctx, p, func(ctx context.Context) error { return zkServing(ctx, addr) }); err != nil {
+			return err
+		}
+		s = &ZooKeeperServer{servers: []string{addr}, origin: java, proc: p}
+		return nil
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return s, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.proc.stop()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// zkContainer runs zookeeper:3.8 in Docker with the same settings as
+// zkBinary.
+func zkContainer() (*ZooKeeperServer, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	c, addrs, err := runContainer(ctx, containerSpec{
+		image: zkImage,
+		ports: []string{"2181/tcp"},
+		opts: []testcontainers.ContainerCustomizer{
+			testcontainers.WithEnv(map[string]string{
+				"ZOO_TICK_TIME":              strconv.Itoa(zkTickTime),
+				"ZOO_MAX_CLIENT_CNXNS":       "0",
+				"ZOO_4LW_COMMANDS_WHITELIST": "*",
+				"ZOO_ADMINSERVER_ENABLED":    "false",
+				"ZOO_CFG_EXTRA":              "maxSessionTimeout=" + strconv.Itoa(zkMaxSessionTimeout),
+			}),
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return zkServing(ctx, addrs[0]) }); err != nil {
+		err = fmt.Errorf("zookeeper container: %w; log:\n%s", err, containerLogTail(c))
+		terminateContainer(c)
+		return nil, nil, err
+	}
+	return &ZooKeeperServer{servers: addrs, origin: "docker " + zkImage}, func() { terminateContainer(c) }, nil
+}
+
+// zkServing checks with the "srvr" four-letter word that the server at addr
+// serves requests (a server that is up but not serving answers without a
+// Mode line).
+func zkServing(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	_ = conn.SetDeadline(deadline)
+	if _, err := io.WriteString(conn, "srvr"); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(io.LimitReader(conn, 4<<10))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "Mode:") {
+		return fmt.Errorf("srvr answered %q", strings.TrimSpace(string(b)))
+	}
+	return nil
+}
