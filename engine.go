@@ -150,7 +150,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	if err != nil {
 		return nil, err
 	}
-	if outer := heldIn(ctx, e, key); outer != nil {
+	if outer := e.heldIn(ctx, key); outer != nil {
 		if err := outer.Err(); err != nil {
 			return nil, e.err(op, key, ErrNotAcquired, err)
 		}
@@ -204,6 +204,21 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 		return nil, err
 	}
 	return &handle{h: h}, nil
+}
+
+// heldIn returns the lock on key that a Do up ctx's call chain holds through
+// this engine: passed to Do as this Locker itself or behind a wrapper that
+// hands out the engine's own Locks.
+func (e *engine) heldIn(ctx context.Context, key string) Lock {
+	for en := heldList(ctx); en != nil; en = en.next {
+		if h, ok := en.lock.(*handle); ok && h.h.e == e && h.h.key == key {
+			return en.lock
+		}
+		if en.key == key && sameLocker(en.locker, e) {
+			return en.lock
+		}
+	}
+	return nil
 }
 
 // waitErr maps the error of an interrupted wait: the Locker closed, the

@@ -2,7 +2,9 @@ package locker
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 var (
@@ -88,17 +90,16 @@ func (e *Error) Unwrap() []error {
 	return errs
 }
 
-// quoteKey shortens very long keys so that error messages stay readable.
+// quoteKey quotes a key for an error message, escaping control characters
+// and invalid UTF-8 and shortening very long keys.
 func quoteKey(k string) string {
 	const max = 64
-	if len(k) > max {
-		cut := max
-		for cut > 0 && !utf8RuneStart(k[cut]) {
-			cut--
-		}
-		return `"` + k[:cut] + `…"`
+	if len(k) <= max {
+		return strconv.Quote(k)
 	}
-	return `"` + k + `"`
+	cut := max
+	for cut > 0 && !utf8.RuneStart(k[cut]) {
+		cut--
+	}
+	return strconv.Quote(k[:cut]) + "…"
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -19,7 +19,8 @@ const (
 	DefaultBackoffMin = 5 * time.Millisecond
 	DefaultBackoffMax = 500 * time.Millisecond
 	// DefaultReleaseTimeout bounds the best-effort releases done by Close
-	// and the unlock done by Do and TryDo after their function returned.
+	// (see WithReleaseTimeout) and the unlock done by Do and TryDo after
+	// their function returned.
 	DefaultReleaseTimeout = 5 * time.Second
 )
 
@@ -143,9 +144,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithReleaseTimeout bounds the best-effort releases that Close performs and
-// the unlock that Do and TryDo perform after their function returned (default
-// [DefaultReleaseTimeout]).
+// WithReleaseTimeout bounds the best-effort releases that Close performs
+// (default [DefaultReleaseTimeout]). Do and TryDo, which work with any Locker,
+// always use DefaultReleaseTimeout.
 func WithReleaseTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -1,0 +1,409 @@
+// Package conformance is the test suite every locker backend must pass, in
+// the manner of testing/fstest.TestFS and golang.org/x/net/nettest.TestConn:
+// a backend's own test builds a [Harness] and calls [Run]; its benchmarks
+// call [RunBenchmarks].
+//
+//	func TestConformance(t *testing.T) {
+//		store := memory.NewStore()
+//		conformance.Run(t, conformance.Harness{
+//			TTL: time.Second,
+//			NewLocker: func(t testing.TB) locker.Locker {
+//				l, err := memory.New(store, locker.WithTTL(time.Second))
+//				if err != nil {
+//					t.Error(err)
+//					return nil
+//				}
+//				return l
+//			},
+//		})
+//	}
+//
+// The package imports only the standard library and package locker, so that
+// third-party backends can use it without pulling in anyone's test servers.
+//
+// # Cases
+//
+// Every case runs as a subtest of Run, on its own keys (derived from the
+// subtest's name plus a random suffix), under its own deadline sized from
+// Harness.TTL, and states the contract it checks in its failure messages.
+//
+//   - TryLock: a free key is granted, refused to another Locker with
+//     ErrNotAcquired, and free again for it after Unlock; Key and Token.
+//   - MutualExclusion: many Lockers and goroutines Lock one key hundreds of
+//     times; a non-atomic counter and an occupancy counter prove that no two
+//     holders ever overlapped, and tokens increase from holder to holder.
+//   - LockWaits: Lock waits for a release; the ctx given to Lock or TryLock
+//     bounds only the wait, cancelling it later does not release the lock.
+//   - Cancellation: Lock calls whose ctx ends fail with ErrNotAcquired and
+//     ctx.Err(), and leave nothing behind: once the holder unlocks, the key
+//     is free at once and stays free.
+//   - Ownership: a second Unlock, or the Unlock of a stale handle, fails with
+//     ErrNotHeld and never releases the current holder.
+//   - OwnershipAfterCrash (Crash): the same after the holder crashed and
+//     another Locker took the key; the crashed holder's Done is closed.
+//   - Expiry (Crash): a crashed holder's key becomes free after its TTL.
+//   - Renewal: a holder keeps its key for several TTLs.
+//   - LossDeleteBehind (DeleteBehind): when the lock vanishes from the store,
+//     Done closes, Err matches ErrLost, Unlock fails with ErrNotHeld, and
+//     Do cancels its function's ctx with cause ErrLost.
+//   - LossIsolate (Isolate): a holder cut off from the store has its Done
+//     closed before anyone else can get the key.
+//   - Fencing: tokens strictly increase over a hundred successive holders.
+//   - FencingAfterCrash (Crash), FencingAfterRestart (Restart): and across a
+//     crash and takeover, and across a store restart.
+//   - Scale: one Locker holds a thousand keys past several TTLs.
+//   - Reentrancy: inside Do's ctx, Lock, TryLock and Do on the same key
+//     return nested holds whose release does not release; outside it the
+//     same Locker waits like any other contender.
+//   - Keys: the empty key fails with ErrInvalidKey everywhere; odd keys
+//     (slashes, spaces, unicode, control characters, 4 KiB) either work as
+//     distinct, exclusive keys or fail with ErrInvalidKey; nothing panics.
+//   - Close: ends waits with ErrClosed, refuses further calls, closes every
+//     held lock's Done and releases the keys; a second Close returns nil.
+//   - Do: TryDo does not run its function on a held key; Do returns its
+//     function's error and releases the key.
+//
+// # Timing
+//
+// Cases make no wall-clock assertions ("took less than 10 ms"): they poll
+// until a deadline of a few TTLs plus a few seconds of slack, so a slow CI
+// machine makes them slower, not flaky. Timing belongs in [RunBenchmarks].
+//
+// # The suite's own test
+//
+// The suite is proven able to fail: its internal test runs the cases against
+// deliberately broken Lockers (one that grants every request, one whose Done
+// never closes, one that reuses tokens, one whose stale Unlock releases the
+// current holder, …) and requires each to be caught.
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// defaultSlack is added to every TTL-based deadline of Run: time for a busy
+// machine, a store behind a network, and the race detector.
+const defaultSlack = 5 * time.Second
+
+// Run runs every case against the backend h describes, each as a subtest.
+// Cases that need a nil hook skip and say which. Cases run in parallel with
+// each other (t.Parallel), except FencingAfterRestart, which runs alone.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.NewLocker == nil {
+		t.Fatal("conformance: Harness.NewLocker is nil")
+	}
+	if h.TTL <= 0 {
+		t.Fatalf("conformance: Harness.TTL is %v; set it to the TTL the harness's Lockers use", h.TTL)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.serial {
+				t.Parallel()
+			}
+			tc.run(&caseT{reporter: t, t: t, h: h, name: t.Name(), slack: defaultSlack})
+		})
+	}
+}
+
+// testCase is one case of the suite.
+type testCase struct {
+	name string
+	// serial cases disturb the whole store (Restart) and must not overlap
+	// other cases.
+	serial bool
+	run    func(c *caseT)
+}
+
+// cases is every case, in the order Run runs them.
+var cases = []testCase{
+	{name: "TryLock", run: testTryLock},
+	{name: "MutualExclusion", run: testMutualExclusion},
+	{name: "LockWaits", run: testLockWaits},
+	{name: "Cancellation", run: testCancellation},
+	{name: "Ownership", run: testOwnership},
+	{name: "OwnershipAfterCrash", run: testOwnershipAfterCrash},
+	{name: "Expiry", run: testExpiry},
+	{name: "Renewal", run: testRenewal},
+	{name: "LossDeleteBehind", run: testLossDeleteBehind},
+	{name: "LossIsolate", run: testLossIsolate},
+	{name: "Fencing", run: testFencing},
+	{name: "FencingAfterCrash", run: testFencingAfterCrash},
+	{name: "FencingAfterRestart", serial: true, run: testFencingAfterRestart},
+	{name: "Scale", run: testScale},
+	{name: "Reentrancy", run: testReentrancy},
+	{name: "Keys", run: testKeys},
+	{name: "Close", run: testClose},
+	{name: "Do", run: testDo},
+}
+
+// reporter is the part of *testing.T a case reports through. Run passes the
+// real *testing.T; the suite's own test passes a recorder, so that it can run
+// a case against a broken Locker and check that the case fails without
+// failing itself. Fatalf and Skipf must not return (they end the goroutine).
+type reporter interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
+
+// caseT is what a case runs with. Failures go through the embedded reporter
+// only; t provides the context, cleanups and the testing.TB given to hooks.
+type caseT struct {
+	reporter
+	t     *testing.T
+	h     Harness
+	name  string        // source of the case's keys
+	slack time.Duration // added to TTL-based deadlines
+}
+
+// ctx returns a context that ends after d (or when the test ends).
+func (c *caseT) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(c.t.Context(), d)
+	c.t.Cleanup(cancel)
+	return ctx
+}
+
+// within is n TTLs plus the slack: the deadline for something that the
+// contract says happens within n TTLs.
+func (c *caseT) within(n int) time.Duration { return time.Duration(n)*c.h.TTL + c.slack }
+
+// every is the polling interval of the cases that poll.
+func (c *caseT) every() time.Duration {
+	return clamp(c.h.TTL/20, 5*time.Millisecond, 100*time.Millisecond)
+}
+
+// pause is how long a case gives a goroutine to start waiting in Lock before
+// it acts. Nothing is measured: a slower start only makes the check weaker.
+func (c *caseT) pause() time.Duration {
+	return clamp(c.h.TTL/4, 20*time.Millisecond, 250*time.Millisecond)
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+
+// need skips the case when a hook it needs is missing.
+func (c *caseT) need(hook string, present bool, why string) {
+	c.Helper()
+	if !present {
+		c.Skipf("Harness.%s is nil: the harness cannot %s", hook, why)
+	}
+}
+
+// key returns a fresh key for this case: its name, sanitized, plus a random
+// suffix, so that parallel cases, reruns and other test binaries on the same
+// store never share keys.
+func (c *caseT) key() string {
+	limit := 48
+	if m := c.h.MaxKeyBytes; m > 0 {
+		// Leave room for the suffix and for the few bytes some cases append.
+		limit = min(limit, m-13-8)
+	}
+	return keyFrom(c.name, limit)
+}
+
+// keyFrom builds a key from a test name: letters, digits, '-', '_' and '.'
+// are kept, anything else becomes '_'; at most limit bytes of the name (its
+// end, where the case name is) are kept, then "-" and 12 random hex digits.
+func keyFrom(name string, limit int) string {
+	var b strings.Builder
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	s := b.String()
+	if limit < 0 {
+		limit = 0
+	}
+	if len(s) > limit {
+		s = s[len(s)-limit:]
+	}
+	return fmt.Sprintf("%s-%012x", s, rand.Uint64()&(1<<48-1))
+}
+
+// newLocker returns a fresh Locker from the harness and closes it when the
+// test ends.
+func (c *caseT) newLocker() locker.Locker {
+	c.Helper()
+	l := c.h.NewLocker(c.t)
+	if l == nil {
+		c.Fatalf("Harness.NewLocker returned nil")
+	}
+	c.t.Cleanup(func() {
+		// A crashed or isolated Locker may fail to release on Close; the
+		// Close case checks Close itself.
+		if err := l.Close(); err != nil {
+			c.t.Logf("closing a Locker at the end of the case: %v", err)
+		}
+	})
+	return l
+}
+
+// mustTryLock takes a key that the case knows to be free.
+func (c *caseT) mustTryLock(ctx context.Context, l locker.Locker, key, contract string) locker.Lock {
+	c.Helper()
+	lk, err := l.TryLock(ctx, key)
+	if err != nil {
+		c.Fatalf("%s: TryLock(%s) on a free key: %v", contract, short(key), err)
+	}
+	return lk
+}
+
+// refused checks that other cannot take key now: TryLock must fail with an
+// error matching ErrNotAcquired. A lock granted by mistake is released.
+func (c *caseT) refused(ctx context.Context, other locker.Locker, key, contract string) bool {
+	c.Helper()
+	lk, err := other.TryLock(ctx, key)
+	switch {
+	case err == nil:
+		c.Errorf("%s: TryLock(%s) from another Locker succeeded (token %d) while the key was held", contract, short(key), lk.Token())
+		_ = lk.Unlock(context.WithoutCancel(ctx))
+		return false
+	case !errors.Is(err, locker.ErrNotAcquired):
+		c.Errorf("%s: TryLock(%s) from another Locker: got %v, want an error matching ErrNotAcquired", contract, short(key), err)
+		return false
+	}
+	return true
+}
+
+// held checks that lk is still held as far as its holder can tell: Done open
+// and Err nil.
+func (c *caseT) held(lk locker.Lock, contract string) bool {
+	c.Helper()
+	select {
+	case <-lk.Done():
+		c.Errorf("%s: Done of the lock on %s is closed (Err: %v), want it open while the lock is held", contract, short(lk.Key()), lk.Err())
+		return false
+	default:
+	}
+	if err := lk.Err(); err != nil {
+		c.Errorf("%s: Err of the lock on %s = %v, want nil while the lock is held", contract, short(lk.Key()), err)
+		return false
+	}
+	return true
+}
+
+// doneClosed checks that lk's Done is closed.
+func (c *caseT) doneClosed(lk locker.Lock, contract string) bool {
+	c.Helper()
+	select {
+	case <-lk.Done():
+		return true
+	default:
+		c.Errorf("%s: Done of the lock on %s is still open", contract, short(lk.Key()))
+		return false
+	}
+}
+
+// unlock releases lk and requires success.
+func (c *caseT) unlock(ctx context.Context, lk locker.Lock, contract string) {
+	c.Helper()
+	if err := lk.Unlock(ctx); err != nil {
+		c.Errorf("%s: Unlock of the held lock on %s: %v", contract, short(lk.Key()), err)
+	}
+}
+
+// keepsHeld checks, every TTL/4 for at least d, that every lock in locks is
+// still held and refused to other.
+func (c *caseT) keepsHeld(ctx context.Context, d time.Duration, other locker.Locker, locks []locker.Lock, contract string) bool {
+	c.Helper()
+	start := time.Now()
+	for {
+		for _, lk := range locks {
+			if !c.held(lk, contract) || !c.refused(ctx, other, lk.Key(), contract) {
+				return false
+			}
+		}
+		if time.Since(start) >= d {
+			return true
+		}
+		if !sleep(ctx, max(c.h.TTL/4, time.Millisecond)) {
+			c.Errorf("%s: the case ran out of time: %v", contract, ctx.Err())
+			return false
+		}
+	}
+}
+
+// pollTryLock calls TryLock every interval until it succeeds, fails with an
+// error other than ErrNotAcquired, or ctx ends.
+func pollTryLock(ctx context.Context, l locker.Locker, key string, every time.Duration) (locker.Lock, error) {
+	for {
+		lk, err := l.TryLock(ctx, key)
+		if err == nil {
+			return lk, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("still not acquired when the case's deadline passed: %w", err)
+		}
+		if !errors.Is(err, locker.ErrNotAcquired) {
+			return nil, err
+		}
+		if !sleep(ctx, every) {
+			return nil, fmt.Errorf("still not acquired when the case's deadline passed: %w", err)
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// short quotes a key for messages, shortening long ones.
+func short(key string) string {
+	const max = 48
+	if len(key) <= max {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q…(%d bytes)", key[:max], len(key))
+}
+
+// errList collects errors from a case's goroutines, which must not report
+// themselves (only the case's own goroutine may call Fatalf).
+type errList struct {
+	mu    sync.Mutex
+	n     int
+	first []error
+}
+
+func (e *errList) add(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	if len(e.first) < 5 {
+		e.first = append(e.first, err)
+	}
+}
+
+// report fails the case when errors were collected.
+func (e *errList) report(c *caseT, contract string) bool {
+	c.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		return true
+	}
+	c.Errorf("%s: %d failures, the first ones: %v", contract, e.n, errors.Join(e.first...))
+	return false
+}

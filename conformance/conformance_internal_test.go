@@ -1,0 +1,543 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/memory"
+)
+
+// testTTL is the TTL of the memory Lockers of these tests.
+const testTTL = time.Second
+
+// memEnv is one memory store and the Lockers made on it, with their faults.
+type memEnv struct {
+	store  *memory.Store
+	prefix string
+	ttl    time.Duration
+
+	mu      sync.Mutex
+	faults  map[locker.Locker]*memory.Fault
+	crashed map[*memory.Fault]bool
+
+	// For the broken Lockers.
+	tokens  atomic.Uint64          // grantsAll's fake tokens
+	holders map[string]locker.Lock // unlockAnyone's back door: key → current inner lock
+}
+
+func newMemEnv(ttl time.Duration) *memEnv {
+	return &memEnv{
+		store:   memory.NewStore(),
+		prefix:  "conformance/",
+		ttl:     ttl,
+		faults:  make(map[locker.Locker]*memory.Fault),
+		crashed: make(map[*memory.Fault]bool),
+		holders: make(map[string]locker.Lock),
+	}
+}
+
+func (e *memEnv) newInner(t testing.TB) locker.Locker {
+	l, f, err := memory.NewFaulty(e.store, locker.WithTTL(e.ttl), locker.WithPrefix(e.prefix))
+	if err != nil {
+		t.Errorf("memory.NewFaulty: %v", err)
+		return nil
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	e.mu.Lock()
+	e.faults[l] = f
+	e.mu.Unlock()
+	return l
+}
+
+func (e *memEnv) fault(l locker.Locker) *memory.Fault {
+	if b, ok := l.(*brokenLocker); ok {
+		l = b.inner
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.faults[l]
+}
+
+// harness is the memory backend's harness. A memory store cannot restart or
+// lose its data, so Restart only cuts every Locker that has not crashed off
+// the store for a moment, as a restart does to connections.
+func (e *memEnv) harness() Harness {
+	return Harness{
+		NewLocker: e.newInner,
+		TTL:       e.ttl,
+		Crash: func(t testing.TB, l locker.Locker) {
+			if f := e.fault(l); f != nil {
+				e.mu.Lock()
+				e.crashed[f] = true
+				e.mu.Unlock()
+				f.Cut()
+			}
+		},
+		Restart: func(t testing.TB) {
+			e.mu.Lock()
+			var fs []*memory.Fault
+			for _, f := range e.faults {
+				if !e.crashed[f] {
+					fs = append(fs, f)
+				}
+			}
+			e.mu.Unlock()
+			for _, f := range fs {
+				f.Cut()
+			}
+			time.Sleep(100 * time.Millisecond)
+			for _, f := range fs {
+				f.Heal()
+			}
+		},
+		Isolate: func(t testing.TB, l locker.Locker) func() {
+			f := e.fault(l)
+			if f == nil {
+				return func() {}
+			}
+			f.Cut()
+			return f.Heal
+		},
+		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
+	}
+}
+
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	Run(t, newMemEnv(testTTL).harness())
+	t.Cleanup(func() {
+		t.Logf("Run on memory with TTL %v took %v", testTTL, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+func BenchmarkMemory(b *testing.B) {
+	RunBenchmarks(b, newMemEnv(testTTL).harness())
+}
+
+// The broken Lockers, each wrong in one way, and the cases that must catch
+// them.
+const (
+	grantsAll       = "grantsAll"       // grants every request without asking the store
+	neverDone       = "neverDone"       // Done never closes, Err is always nil
+	reusesTokens    = "reusesTokens"    // every token is 1
+	unlockAnyone    = "unlockAnyone"    // a stale Unlock releases whoever holds the key now
+	lockCtxReleases = "lockCtxReleases" // cancelling Lock's ctx later releases the lock
+	leavesResidue   = "leavesResidue"   // a Lock whose ctx ended leaves a waiter that takes the key later
+	neverExpires    = "neverExpires"    // a crashed holder keeps renewing
+	noRenewal       = "noRenewal"       // the lock silently expires after one TTL
+	noReentrancy    = "noReentrancy"    // Lock and TryLock drop the ctx's values
+	collidingKeys   = "collidingKeys"   // keys are cut at their first "/"
+	closeNoop       = "closeNoop"       // Close does nothing
+	ignoresKeyLimit = "ignoresKeyLimit" // claims MaxKeyBytes 100 but accepts longer keys
+
+	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
+	// harness claims, so that the Keys case's limit checks run on memory.
+	keyLimit = "keyLimit"
+	// testKeyLimit is the MaxKeyBytes of keyLimit and ignoresKeyLimit.
+	testKeyLimit = 100
+)
+
+// mustCatch lists, for each broken Locker, the cases that must fail against
+// it: first the case written to catch it, then the others that catch it as
+// a side effect of their own contract. (Reentrancy is left out for every
+// wrapper but noReentrancy: Do records the wrapper as the Locker while the
+// inner engine looks itself up, so no wrapper can be reentrant.)
+var mustCatch = map[string][]string{
+	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
+		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash"},
+	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits"},
+	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
+	lockCtxReleases: {"LockWaits"},
+	leavesResidue:   {"Cancellation", "Do"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash"},
+	noRenewal:       {"Renewal", "Scale", "LockWaits", "Cancellation", "LossDeleteBehind", "LossIsolate"},
+	noReentrancy:    {"Reentrancy", "Cancellation"},
+	collidingKeys:   {"Keys"},
+	closeNoop:       {"Close"},
+	ignoresKeyLimit: {"Keys"},
+}
+
+// mustPass lists the cases that must pass against Lockers that are wrapped
+// but not broken, besides the unbroken memory Locker, which must pass them
+// all.
+var mustPass = map[string][]string{
+	keyLimit: {"Keys"},
+}
+
+// recorder is the reporter of a case run by these tests: it records instead
+// of failing the test.
+type recorder struct {
+	mu      sync.Mutex
+	failed  bool
+	skipped bool
+	log     []string
+}
+
+func (r *recorder) Helper() {}
+
+func (r *recorder) add(kind, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch kind {
+	case "error":
+		r.failed = true
+	case "skip":
+		r.skipped = true
+	}
+	r.log = append(r.log, kind+": "+fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) Logf(format string, args ...any)   { r.add("log", format, args...) }
+func (r *recorder) Errorf(format string, args ...any) { r.add("error", format, args...) }
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.add("error", format, args...)
+	runtime.Goexit()
+}
+func (r *recorder) Skipf(format string, args ...any) {
+	r.add("skip", format, args...)
+	runtime.Goexit()
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.log, "\n")
+}
+
+func (r *recorder) firstError() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.log {
+		if strings.HasPrefix(l, "error: ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// selfSlack is the slack of recorded runs: it only shortens how long a case
+// waits before it reports a broken Locker.
+const selfSlack = 3 * time.Second
+
+// runRecorded runs tc in its own goroutine with a recorder, and reports
+// whether it finished within limit.
+func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
+	rec := &recorder{}
+	c := &caseT{reporter: rec, t: t, h: h, name: name, slack: selfSlack}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				rec.Errorf("panic: %v", p)
+			}
+		}()
+		tc.run(c)
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return rec, true
+	case <-timer.C:
+		return rec, false
+	}
+}
+
+func caseNamed(t *testing.T, name string) testCase {
+	for _, tc := range cases {
+		if tc.name == name {
+			return tc
+		}
+	}
+	t.Fatalf("no case named %q", name)
+	return testCase{}
+}
+
+// TestSuiteCatchesBrokenLockers runs the listed cases against each broken
+// Locker and requires a failure, and every case against the unbroken memory
+// Locker and requires none. Everything runs at once, in goroutines (not
+// t.Parallel, which would cap it at GOMAXPROCS), and is reported afterwards.
+func TestSuiteCatchesBrokenLockers(t *testing.T) {
+	t.Parallel()
+	const limit = 60 * time.Second
+	type run struct {
+		broken, name string
+		rec          *recorder
+		finished     bool
+		took         time.Duration
+	}
+	var runs []*run
+	for broken, names := range mustCatch {
+		for _, name := range names {
+			runs = append(runs, &run{broken: broken, name: name})
+		}
+	}
+	for _, tc := range cases {
+		runs = append(runs, &run{broken: "unbroken", name: tc.name})
+	}
+	passes := map[string]bool{"unbroken": true}
+	for kind, names := range mustPass {
+		passes[kind] = true
+		for _, name := range names {
+			runs = append(runs, &run{broken: kind, name: name})
+		}
+	}
+	slices.SortFunc(runs, func(a, b *run) int { return strings.Compare(a.broken+"/"+a.name, b.broken+"/"+b.name) })
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		tc := caseNamed(t, r.name)
+		// One store per run: runs are not serialized as Run serializes
+		// FencingAfterRestart, so a Restart must not disturb other runs.
+		h := brokenHarness(newMemEnv(testTTL), r.broken)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := time.Now()
+			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit)
+			r.took = time.Since(s)
+		}()
+	}
+	wg.Wait()
+	t.Logf("the self-test's %d recorded runs took %v", len(runs), time.Since(start).Round(time.Millisecond))
+
+	for _, r := range runs {
+		t.Run(r.broken+"/"+r.name, func(t *testing.T) {
+			switch {
+			case !r.finished:
+				t.Errorf("the case did not finish within %v; its log so far:\n%s", limit, r.rec)
+			case passes[r.broken] && r.rec.failed:
+				t.Errorf("the case fails against the %s memory Locker, which is not broken:\n%s", r.broken, r.rec)
+			case passes[r.broken] && r.rec.skipped:
+				t.Logf("skipped (took %v):\n%s", r.took.Round(time.Millisecond), r.rec)
+			case passes[r.broken]:
+				t.Logf("passed (took %v)", r.took.Round(time.Millisecond))
+			case r.rec.skipped && !r.rec.failed:
+				t.Errorf("the case skipped instead of catching the %s Locker:\n%s", r.broken, r.rec)
+			case !r.rec.failed:
+				t.Errorf("the case did not catch the %s Locker; its log:\n%s", r.broken, r.rec)
+			default:
+				t.Logf("caught (took %v): %s", r.took.Round(time.Millisecond), r.rec.firstError())
+			}
+		})
+	}
+}
+
+// brokenHarness is the memory harness with every Locker broken one way
+// ("unbroken": not at all).
+func brokenHarness(e *memEnv, kind string) Harness {
+	h := e.harness()
+	if kind == "unbroken" {
+		return h
+	}
+	h.NewLocker = func(t testing.TB) locker.Locker {
+		b := &brokenLocker{kind: kind, env: e}
+		if kind != grantsAll {
+			b.inner = e.newInner(t)
+			if b.inner == nil {
+				return nil
+			}
+		}
+		return b
+	}
+	if kind == keyLimit || kind == ignoresKeyLimit {
+		h.MaxKeyBytes = testKeyLimit
+	}
+	if kind == neverExpires {
+		// The "crashed" Locker goes on renewing.
+		h.Crash = func(testing.TB, locker.Locker) {}
+	}
+	return h
+}
+
+// brokenLocker wraps a memory Locker (or nothing, for grantsAll) and breaks
+// it the way kind says.
+type brokenLocker struct {
+	kind  string
+	env   *memEnv
+	inner locker.Locker
+}
+
+func (b *brokenLocker) Lock(ctx context.Context, key string) (locker.Lock, error) {
+	return b.acquire(ctx, key, true)
+}
+
+func (b *brokenLocker) TryLock(ctx context.Context, key string) (locker.Lock, error) {
+	return b.acquire(ctx, key, false)
+}
+
+func (b *brokenLocker) Close() error {
+	if b.inner == nil || b.kind == closeNoop {
+		return nil // closeNoop's inner Locker is closed by the test's cleanup
+	}
+	return b.inner.Close()
+}
+
+func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (locker.Lock, error) {
+	call := func(ctx context.Context, key string) (locker.Lock, error) {
+		if wait {
+			return b.inner.Lock(ctx, key)
+		}
+		return b.inner.TryLock(ctx, key)
+	}
+	switch b.kind {
+	case keyLimit:
+		if len(key) > testKeyLimit {
+			return nil, &locker.Error{Op: "lock", Backend: "memory", Key: key, Err: locker.ErrInvalidKey,
+				Cause: fmt.Errorf("longer than %d bytes", testKeyLimit)}
+		}
+	case grantsAll:
+		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
+	case noReentrancy:
+		fresh := context.Background()
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			fresh, cancel = context.WithDeadline(fresh, dl)
+			defer cancel()
+		}
+		return call(fresh, key)
+	case collidingKeys:
+		k, _, _ := strings.Cut(key, "/")
+		lk, err := call(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		return &renamedLock{Lock: lk, key: key}, nil
+	}
+	lk, err := call(ctx, key)
+	if err != nil {
+		if b.kind == leavesResidue && wait && ctx.Err() != nil {
+			// An orphaned waiter: it takes the key later and keeps it
+			// until the Locker is closed.
+			go func() { _, _ = b.inner.Lock(context.Background(), key) }()
+		}
+		return nil, err
+	}
+	switch b.kind {
+	case neverDone:
+		return &neverDoneLock{Lock: lk}, nil
+	case reusesTokens:
+		return &tokenOneLock{Lock: lk}, nil
+	case unlockAnyone:
+		b.env.mu.Lock()
+		b.env.holders[key] = lk
+		b.env.mu.Unlock()
+		return &anyoneLock{Lock: lk, env: b.env}, nil
+	case lockCtxReleases:
+		go func() {
+			select {
+			case <-ctx.Done():
+				_ = lk.Unlock(context.Background())
+			case <-lk.Done():
+			}
+		}()
+	case noRenewal:
+		return newExpiringLock(lk, b.env.ttl), nil
+	}
+	return lk, nil
+}
+
+// fakeLock is grantsAll's lock: nothing in any store.
+type fakeLock struct {
+	key   string
+	token uint64
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (f *fakeLock) Key() string           { return f.key }
+func (f *fakeLock) Token() uint64         { return f.token }
+func (f *fakeLock) Done() <-chan struct{} { return f.done }
+func (f *fakeLock) Err() error            { return nil }
+func (f *fakeLock) Unlock(context.Context) error {
+	released := false
+	f.once.Do(func() { close(f.done); released = true })
+	if !released {
+		return locker.ErrNotHeld
+	}
+	return nil
+}
+
+// never is a channel that is never closed.
+var never = make(chan struct{})
+
+type neverDoneLock struct{ locker.Lock }
+
+func (neverDoneLock) Done() <-chan struct{} { return never }
+func (neverDoneLock) Err() error            { return nil }
+
+type tokenOneLock struct{ locker.Lock }
+
+func (tokenOneLock) Token() uint64 { return 1 }
+
+type renamedLock struct {
+	locker.Lock
+	key string
+}
+
+func (r *renamedLock) Key() string { return r.key }
+
+// anyoneLock's Unlock, when its own lock is gone, releases the key's current
+// holder through a back door.
+type anyoneLock struct {
+	locker.Lock
+	env *memEnv
+}
+
+func (a *anyoneLock) Unlock(ctx context.Context) error {
+	err := a.Lock.Unlock(ctx)
+	key := a.Key()
+	a.env.mu.Lock()
+	cur := a.env.holders[key]
+	if cur == a.Lock {
+		delete(a.env.holders, key)
+	}
+	a.env.mu.Unlock()
+	if errors.Is(err, locker.ErrNotHeld) {
+		if cur != nil && cur != a.Lock {
+			_ = cur.Unlock(ctx)
+		}
+		return nil
+	}
+	return err
+}
+
+// expiringLock is released behind its holder's back after one TTL, and says
+// nothing.
+type expiringLock struct {
+	locker.Lock
+	done  chan struct{}
+	once  sync.Once
+	timer *time.Timer
+}
+
+func newExpiringLock(lk locker.Lock, ttl time.Duration) *expiringLock {
+	e := &expiringLock{Lock: lk, done: make(chan struct{})}
+	e.timer = time.AfterFunc(ttl, func() { _ = lk.Unlock(context.Background()) })
+	return e
+}
+
+func (e *expiringLock) Done() <-chan struct{} { return e.done }
+func (e *expiringLock) Err() error            { return nil }
+func (e *expiringLock) Unlock(ctx context.Context) error {
+	expired := !e.timer.Stop()
+	err := e.Lock.Unlock(ctx)
+	e.once.Do(func() { close(e.done) })
+	if expired {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,59 @@
+package conformance
+
+import (
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// Harness tells the suite how to reach a backend. Required fields are
+// NewLocker and TTL; every other field is an optional fault hook, and a nil
+// hook makes the cases that need it skip with a message saying which hook is
+// missing. New hooks are only ever added as optional fields, so a harness
+// written today keeps compiling and passing.
+//
+// Every hook receives the testing.TB of the case (or benchmark) that calls
+// it, on that case's goroutine: it may use t.Helper, t.Cleanup, t.Context and
+// t.Fatal.
+//
+// Cases run in parallel (except those that use Restart), each on its own keys,
+// so every hook must be safe for concurrent use.
+type Harness struct {
+	// NewLocker returns a fresh Locker with its own client or connection,
+	// standing for another replica. It must use the TTL below. The suite
+	// closes every Locker it creates; the harness may register its own
+	// cleanup with t.Cleanup. Returning nil fails the case.
+	NewLocker func(t testing.TB) locker.Locker
+
+	// TTL is the lock time to live the Lockers use. Short TTLs (1–3 s) keep
+	// the suite fast: the longest cases wait a few TTLs.
+	TTL time.Duration
+
+	// Crash makes l vanish as a crashed process would: it stops talking to
+	// the store, never releases and never renews (for example: close its
+	// client without unlocking). l is not used by the suite afterwards except
+	// through locks it handed out earlier and its Close.
+	Crash func(t testing.TB, l locker.Locker)
+
+	// Isolate cuts l off from the store while other Lockers still reach it
+	// (for example through a TCP proxy), and returns a function that heals
+	// the cut.
+	Isolate func(t testing.TB, l locker.Locker) (heal func())
+
+	// DeleteBehind deletes the lock state of key (the caller's key, before
+	// any prefix) directly in the store, behind the holder's back.
+	DeleteBehind func(t testing.TB, key string)
+
+	// Restart stops the store and starts it again (data may be lost, as with
+	// a Redis without persistence). It returns when the store accepts
+	// connections again. The case that uses it runs alone, never alongside
+	// the other cases of the same Run.
+	Restart func(t testing.TB)
+
+	// MaxKeyBytes, when positive, is the documented key length limit, in
+	// bytes of the caller's key (any prefix the harness's Lockers use
+	// already subtracted): keys up to it must work, longer keys must fail
+	// with ErrInvalidKey.
+	MaxKeyBytes int
+}
