@@ -377,7 +377,11 @@ func (e *engine) Close() error {
 		}
 		h.end(e.err("close", h.key, ErrLost, ErrClosed))
 	})
-	if err := e.drv.Close(); err != nil {
+	errs := []error{e.drv.Close()}
+	for _, fn := range e.cfg.onClose {
+		errs = append(errs, fn())
+	}
+	if err := errors.Join(errs...); err != nil {
 		return e.err("close", "", nil, err)
 	}
 	return nil

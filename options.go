@@ -62,6 +62,7 @@ type config struct {
 	backoff        Backoff
 	logger         *slog.Logger
 	releaseTimeout time.Duration
+	onClose        []func() error
 }
 
 func defaultConfig() config {
@@ -153,6 +154,20 @@ func WithReleaseTimeout(d time.Duration) Option {
 			return invalidOption("WithReleaseTimeout", "%v is not positive", d)
 		}
 		c.releaseTimeout = d
+		return nil
+	}
+}
+
+// WithOnClose makes Close call fn after the Locker has stopped and released
+// its locks: for a client the Locker owns, such as one opened from a URL by
+// [Open]. Functions run in the order given; their errors are returned by
+// Close.
+func WithOnClose(fn func() error) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return invalidOption("WithOnClose", "nil function")
+		}
+		c.onClose = append(c.onClose, fn)
 		return nil
 	}
 }
