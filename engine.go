@@ -98,6 +98,9 @@ type engine struct {
 	next   time.Time          // when the watchdog plans to wake up next
 	calls  sync.WaitGroup     // Lock, TryLock and Unlock calls in progress
 
+	abandoned  []driver.Lease // given up on, still to release in the store
+	cleanAfter time.Time      // when abandoned leases are next tried
+
 	wake chan struct{} // pokes the watchdog
 	stop chan struct{} // closed by Close to stop the watchdog
 	wg   sync.WaitGroup
@@ -177,7 +180,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	}
 	h := &hold{e: e, key: key, gate: g, done: make(chan struct{})}
 	h.lease = driver.Lease{Key: skey, Owner: rand.Text(), TTL: e.cfg.ttl}
-	req := driver.Request{Key: skey, Owner: h.lease.Owner, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: h.lost}
+	req := driver.Request{Key: skey, Owner: h.lease.Owner, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: func(cause error) { h.lost(cause) }}
 
 	var grant driver.Grant
 	var sent time.Time
@@ -369,6 +372,11 @@ func (e *engine) Close() error {
 
 	ctx, cancel := e.releaseContext()
 	defer cancel()
+	e.mu.Lock()
+	abandoned := e.abandoned
+	e.abandoned = nil
+	e.mu.Unlock()
+	forEach(abandoned, renewWorkers, func(l driver.Lease) { _ = e.drv.Release(ctx, l) })
 	forEach(held, renewWorkers, func(h *hold) {
 		if h.claim() {
 			if err := h.release(ctx); err != nil {
@@ -448,11 +456,14 @@ func (h *hold) end(err error) bool {
 	return true
 }
 
-// lost is the driver.Request.Lost callback.
-func (h *hold) lost(cause error) {
-	if h.end(h.e.err("hold", h.key, ErrLost, cause)) {
-		h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.lease.Token, "err", cause)
+// lost ends the hold as lost (it is also the driver.Request.Lost callback)
+// and reports whether this call ended it.
+func (h *hold) lost(cause error) bool {
+	if !h.end(h.e.err("hold", h.key, ErrLost, cause)) {
+		return false
 	}
+	h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.lease.Token, "err", cause)
+	return true
 }
 
 // handle is the Lock the engine hands out.
@@ -487,9 +498,10 @@ func (l *handle) Unlock(ctx context.Context) error {
 		h.end(e.err("unlock", h.key, ErrLost, err))
 		return e.err("unlock", h.key, ErrNotHeld, err)
 	}
-	// Unknown outcome: stop renewing; the store forgets the lock within
-	// its TTL if the release did not land.
+	// Unknown outcome: stop renewing, and let the watchdog retry the
+	// release in the background.
 	h.end(nil)
+	e.abandon(h.lease)
 	return e.err("unlock", h.key, nil, err)
 }
 

@@ -193,3 +193,31 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+func TestAbandonedLockIsReleased(t *testing.T) {
+	d := newTableDriver()
+	ttl := 300 * time.Millisecond
+	e := newTestEngine(t, d, WithTTL(ttl))
+	lk, err := e.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.hang.Store(true)
+	<-lk.Done()
+	d.hang.Store(false)
+	// The store still has the lock (stores like etcd and ZooKeeper keep it
+	// while the Locker's lease or session lives): the engine must give it back.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.mu.Lock()
+		_, held := d.owners["k"]
+		d.mu.Unlock()
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a lock lost at the local deadline must be released in the store once it answers again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

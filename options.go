@@ -172,6 +172,25 @@ func WithOnClose(fn func() error) Option {
 	}
 }
 
+// Settings are the effective values of a list of shared options.
+type Settings struct {
+	TTL        time.Duration
+	Prefix     string
+	OwnerLabel string
+}
+
+// Resolve applies opts to the defaults and returns the effective settings,
+// or the error New would return for them. Backends use it when they need a
+// value before New, for example to request a ZooKeeper session as long as
+// the TTL.
+func Resolve(opts ...Option) (Settings, error) {
+	c, err := resolve(opts)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{TTL: c.ttl, Prefix: c.prefix, OwnerLabel: c.label}, nil
+}
+
 func resolve(opts []Option) (config, error) {
 	c := defaultConfig()
 	for i, o := range opts {

@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/golocker/locker/driver"
@@ -27,6 +28,8 @@ func (e *engine) watchdog() {
 	defer timer.Stop()
 	results := make(chan renewResult, 1)
 	inflight := false
+	cleaned := make(chan []driver.Lease, 1)
+	cleaning := false
 	// How far ahead of its renewal time a lock joins a round.
 	window := e.cfg.ttl / 6
 	for {
@@ -70,7 +73,11 @@ func (e *engine) watchdog() {
 		e.mu.Unlock()
 
 		for _, h := range expired {
-			h.lost(errors.New("no successful renewal before the local deadline"))
+			if h.lost(errors.New("no successful renewal before the local deadline")) {
+				// The store may still hold it (etcd and ZooKeeper keep it
+				// while the lease or session lives): give it back.
+				e.abandon(h.lease)
+			}
 		}
 		if len(due) > 0 {
 			inflight = true
@@ -81,16 +88,33 @@ func (e *engine) watchdog() {
 			}()
 		}
 
-		timer.Reset(time.Until(next))
+		if !cleaning {
+			if leases := e.takeAbandoned(now); len(leases) > 0 {
+				cleaning = true
+				e.wg.Add(1)
+				go func() {
+					defer e.wg.Done()
+					cleaned <- e.releaseAll(leases)
+				}()
+			}
+		}
+
+		timer.Reset(time.Until(minTime(next, e.nextCleanup())))
 		select {
 		case <-timer.C:
 		case <-e.wake:
 		case r := <-results:
 			inflight = false
 			e.applyRenewals(r)
+		case left := <-cleaned:
+			cleaning = false
+			e.retryAbandoned(left)
 		case <-e.stop:
 			if inflight {
 				<-results
+			}
+			if cleaning {
+				e.retryAbandoned(<-cleaned)
 			}
 			return
 		}
@@ -186,4 +210,68 @@ func (e *engine) applyRenewals(r renewResult) {
 	for i, h := range lost {
 		h.lost(lostErr[i])
 	}
+}
+
+// abandon queues the lease of a lock the engine gave up on (its renewals
+// failed until the local deadline, or its release had an unknown outcome), so
+// that the watchdog releases it in the store: stores whose locks live as long
+// as a lease or session that the Locker keeps alive never forget them.
+func (e *engine) abandon(l driver.Lease) {
+	e.mu.Lock()
+	e.abandoned = append(e.abandoned, l)
+	e.mu.Unlock()
+	e.poke()
+}
+
+// takeAbandoned returns the abandoned leases due for a release attempt.
+func (e *engine) takeAbandoned(now time.Time) []driver.Lease {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.abandoned) == 0 || now.Before(e.cleanAfter) {
+		return nil
+	}
+	ls := e.abandoned
+	e.abandoned = nil
+	return ls
+}
+
+// nextCleanup is when abandoned leases are next due.
+func (e *engine) nextCleanup() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.abandoned) == 0 {
+		return farFuture()
+	}
+	return e.cleanAfter
+}
+
+// retryAbandoned puts back the leases whose release failed, for another
+// attempt after TTL/3.
+func (e *engine) retryAbandoned(left []driver.Lease) {
+	if len(left) == 0 {
+		return
+	}
+	e.mu.Lock()
+	e.abandoned = append(e.abandoned, left...)
+	e.cleanAfter = time.Now().Add(e.cfg.ttl / 3)
+	e.mu.Unlock()
+}
+
+// releaseAll releases leases, each bounded by the release timeout, and
+// returns those whose outcome is unknown.
+func (e *engine) releaseAll(leases []driver.Lease) []driver.Lease {
+	var mu sync.Mutex
+	var left []driver.Lease
+	forEach(leases, renewWorkers, func(l driver.Lease) {
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
+		defer cancel()
+		err := e.drv.Release(ctx, l)
+		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			e.cfg.logger.Warn("locker: release of an abandoned lock failed, retrying", "backend", e.name, "key", l.Key, "err", err)
+			mu.Lock()
+			left = append(left, l)
+			mu.Unlock()
+		}
+	})
+	return left
 }
