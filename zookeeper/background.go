@@ -1,0 +1,173 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// watchEvents follows the session through the connection's events: when the
+// session expires or a new one begins, the locks of the old one are lost;
+// when the channel closes (the connection was closed), all are.
+func (d *zkDriver) watchEvents() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case ev, ok := <-d.events:
+			if !ok {
+				d.connClosed.Store(true)
+				d.loseWhere(func(*hold) bool { return true }, errConnClosed)
+				return
+			}
+			if ev.Type == zk.EventSession && (ev.State == zk.StateExpired || ev.State == zk.StateHasSession) {
+				cur := d.conn.SessionID()
+				d.loseWhere(func(h *hold) bool { return h.session != cur }, zk.ErrSessionExpired)
+			}
+		}
+	}
+}
+
+// loseWhere ends the holds for which match is true and reports them lost.
+func (d *zkDriver) loseWhere(match func(*hold) bool, cause error) {
+	var lost []*hold
+	d.mu.Lock()
+	for h := range d.holds {
+		if match(h) && h.end() {
+			delete(d.holds, h)
+			lost = append(lost, h)
+		}
+	}
+	d.mu.Unlock()
+	for _, h := range lost {
+		h.lost(fmt.Errorf("session %#x: %w", h.session, cause))
+	}
+}
+
+// janitor deletes orphaned nodes and the nodes of locks whose holder gave up
+// on them (no successful renewal for a TTL: the engine's local deadline has
+// passed), every TTL/3 until Close.
+func (d *zkDriver) janitor() {
+	defer d.wg.Done()
+	t := time.NewTicker(max(d.ttl/3, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			d.sweep(d.ctx)
+		}
+	}
+}
+
+// sweep makes one pass of the janitor, bounded by the cleanup timeout.
+func (d *zkDriver) sweep(ctx context.Context) {
+	now := time.Now()
+	var stale []*hold
+	d.mu.Lock()
+	for h := range d.holds {
+		if now.Sub(h.lastOK) > d.ttl && h.end() {
+			delete(d.holds, h)
+			stale = append(stale, h)
+		}
+	}
+	for _, h := range stale {
+		d.orphans = append(d.orphans, &orphan{path: h.path})
+	}
+	todo := d.orphans
+	d.orphans = nil
+	d.mu.Unlock()
+	for _, h := range stale {
+		h.lost(errors.New("zookeeper: no successful renewal for a TTL; deleting the lock node"))
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if d.connClosed.Load() {
+		d.logger.Warn("locker: zookeeper connection closed; its session's nodes go with it", "nodes", len(todo))
+		return
+	}
+	// Creates still in flight are settled first.
+	var ready, waiting []*orphan
+	for _, o := range todo {
+		if o.create == nil {
+			ready = append(ready, o)
+			continue
+		}
+		select {
+		case r := <-o.create:
+			if so := settleCreate(o.parent, o.guid, r); so != nil {
+				ready = append(ready, so)
+			}
+		default:
+			waiting = append(waiting, o)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cleanupTimeout())
+	defer cancel()
+	var mu sync.Mutex
+	failed := waiting
+	sem := make(chan struct{}, sweepWorkers)
+	var wg sync.WaitGroup
+	for _, o := range ready {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := d.deleteOrphan(ctx, o); err != nil {
+				mu.Lock()
+				failed = append(failed, o)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		d.mu.Lock()
+		d.orphans = append(d.orphans, failed...)
+		d.mu.Unlock()
+	}
+}
+
+// Close implements driver.Driver: it stops the goroutines, makes a last
+// attempt at deleting orphaned nodes when the session is up, and waits a
+// bounded time for go-zookeeper calls still running in the background.
+func (d *zkDriver) Close() error {
+	d.cancel()
+	close(d.stop)
+	d.wg.Wait()
+
+	d.mu.Lock()
+	left := len(d.orphans)
+	d.mu.Unlock()
+	if left > 0 && !d.connClosed.Load() && d.conn.State() == zk.StateHasSession {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cleanupTimeout())
+		d.sweep(ctx)
+		cancel()
+		d.mu.Lock()
+		left = len(d.orphans)
+		d.mu.Unlock()
+	}
+	if left > 0 {
+		d.logger.Warn("locker: zookeeper nodes left for the session's end", "nodes", left)
+	}
+
+	done := make(chan struct{})
+	go func() {
+		d.calls.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d.cleanupTimeout())
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		d.logger.Warn("locker: zookeeper calls still running after Close; they end when the connection answers or gives up")
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+// Package zookeeper is the ZooKeeper backend of locker: consensus-backed locks
+// with FIFO waiters, on the user's own github.com/go-zookeeper/zk connection.
+//
+//	conn, events, err := zk.Connect([]string{"zk1:2181", "zk2:2181", "zk3:2181"}, 10*time.Second)
+//	...
+//	l, err := zookeeper.New(conn, events, locker.WithTTL(10*time.Second))
+//
+// # How it works
+//
+// The lock on a key is a queue of ephemeral sequential znodes under a parent
+// of its own, Root/<escaped key>, a container node that ZooKeeper deletes by
+// itself once it is empty. A Lock creates its node with Curator's
+// "protection" (the name carries a random GUID: _c_<guid>-lock-<sequence>),
+// in one multi-operation that also touches the parent, so the reply says how
+// many nodes the queue holds: when ours is alone, the lock is held after one
+// round trip. Otherwise the waiter lists the queue and watches only the node
+// just before its own (no thundering herd); when that node goes, it syncs
+// with the leader, lists the queue again, and holds the lock when it is first
+// in line. TryLock refuses at once when the queue is not empty (and deletes
+// its node).
+//
+// A node lives as long as the ZooKeeper session of the connection, which the
+// client keeps alive with pings. The engine renews every lock (every TTL/3,
+// all locks of the Locker together) with one multi-operation of version
+// checks, which goes through the leader: a success proves that the session
+// was alive, and the node still there, after the renewal was sent.
+//
+// # Guarantees
+//
+//   - Mutual exclusion backed by ZooKeeper's atomic broadcast: a lock
+//     survives the loss of a minority of servers, and of the leader.
+//   - Fencing tokens are the czxid of the holder's node (the zxid of the
+//     transaction that created it): strictly increasing across every key of
+//     the ensemble, across server restarts and when a parent node is
+//     deleted and created again. Sequence numbers are never used as tokens.
+//   - Waiters are served in the order they arrived (FIFO by sequence). A
+//     waiter whose session expires or whose node is deleted returns at once
+//     with an error.
+//   - A cancelled or failed Lock or TryLock deletes its own node with a
+//     fresh, bounded context; when the reply to the create was lost, the
+//     node is found by its GUID. A node whose deletion fails (the server is
+//     unreachable) is deleted in the background as soon as the session
+//     answers again, for as long as the session lives.
+//   - Lock.Done closes before ZooKeeper could expire the session: the
+//     validity of a lock is counted from the moment the last successful
+//     renewal was sent. A session that expires (reported on the events
+//     channel given to [New]) or a connection that is closed ends every
+//     lock taken in it at once; later locks use the new session the client
+//     establishes. A node deleted behind its holder's back ends that lock at
+//     the next renewal round (within TTL/3).
+//   - A lock whose holder gave up on it (its renewals failed until the local
+//     deadline, or its Unlock's outcome was unknown) while the session lives
+//     on is deleted in the background, so that it never blocks the key.
+//   - [Guard] makes the caller's own ZooKeeper multi-operations conditional on
+//     still holding the lock: fencing enforced by ZooKeeper itself.
+//
+// # Limits
+//
+//   - The TTL (locker.WithTTL) is the session timeout: connect with the same
+//     duration, zk.Connect(servers, ttl). A lock is counted valid for the TTL
+//     after each successful renewal, so the session timeout the server
+//     grants must be at least the TTL. ZooKeeper grants what is asked within
+//     [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks (4 s
+//     to 40 s with the default tickTime of 2 s), and lowers a longer request
+//     to the maximum without telling go-zookeeper's users: keep the TTL
+//     within the server's bounds. A crashed holder's lock is freed when its
+//     session expires, after the granted session timeout.
+//   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
+//   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
+//     exactly one znode name: '%', '/', control characters and the runes
+//     ZooKeeper refuses in names (among them everything beyond U+FFFF, such
+//     as emoji) are percent-encoded byte by byte, and the names "." and ".."
+//     become %2E and %2E%2E; so a key takes up to three times its length on
+//     the wire.
+//   - The events channel returned by zk.Connect is consumed by the Locker;
+//     a connection serves one Locker with events. More Lockers may share a
+//     connection when given a nil channel: they notice an expired session at
+//     their next renewal round instead of at once.
+//   - go-zookeeper calls cannot be cancelled: when a ctx ends during a call,
+//     the Locker returns at once and the call finishes in the background
+//     (at the latest when the connection gives up on the request); Close
+//     waits a bounded time for such calls.
+//   - Every identity that locks a key needs READ on the others' lock nodes
+//     (see [Config].ACL): ZooKeeper sends no watch event of a node its
+//     watcher may not read, so a waiter behind such a node fails.
+//   - Nodes other than the Locker's own must not be created under the root:
+//     a foreign child of a key's parent makes TryLock on that key fail.
+//   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
+//     FIFO order breaks after 2^31 waiters on one key without the key's
+//     parent ever becoming empty.
+package zookeeper
+
+import (
+	"errors"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/golocker/locker"
+)
+
+const (
+	// DefaultRoot is the znode under which locks live unless Config.Root
+	// says otherwise.
+	DefaultRoot = "/locker"
+
+	// MaxKeyBytes is the longest store key (prefix included, in bytes) the
+	// ZooKeeper backend accepts. Escaping can triple it in the znode name;
+	// every renewal sends the names of all held locks, so a lock key is a
+	// name, not data: hash longer natural keys before locking them.
+	MaxKeyBytes = 4096
+
+	backendName = "zookeeper"
+)
+
+// Config holds the ZooKeeper-specific settings of a Locker. The zero Config
+// is the default: [New] is Config{}.New.
+type Config struct {
+	// Root is the absolute path of the znode under which every key gets a
+	// node of its own (default [DefaultRoot]). Missing nodes on the way are
+	// created as container nodes. It must not be "/" nor inside /zookeeper,
+	// and its names must be valid znode names without '%'.
+	Root string
+
+	// ACL is set on every znode the Locker creates (default
+	// zk.WorldACL(zk.PermAll)). The connection's identity needs read,
+	// create and delete permissions on the nodes it creates and on Root,
+	// and every identity that locks a key needs READ on the nodes of the
+	// others: ZooKeeper sends no watch event of a node the watcher may not
+	// read, so a waiter behind such a node fails instead of waiting.
+	ACL []zk.ACL
+}
+
+// New returns a Locker that keeps its locks in ZooKeeper through conn, with
+// the default [Config]. It is short for Config{}.New(conn, events, opts...);
+// see [Config.New].
+func New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option) (locker.Locker, error) {
+	return Config{}.New(conn, events, opts...)
+}
+
+// New returns a Locker that keeps its locks in ZooKeeper through conn, under
+// c.Root with c.ACL.
+//
+// events is the channel zk.Connect returned with conn: the Locker reads it
+// from now on (it must not be read by anyone else) to learn at once that the
+// session expired or the connection was closed. It may be nil, for example to
+// share conn between Lockers; expiry is then noticed at the next renewal.
+//
+// The TTL of the shared options (locker.WithTTL) must not exceed the session
+// timeout the server grants conn: see the package doc, Limits. New does not
+// talk to the server. Closing the Locker does not close conn.
+//
+// It returns an error matching locker.ErrInvalidOption for a nil conn, an
+// invalid c.Root or an invalid shared option.
+func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option) (locker.Locker, error) {
+	if conn == nil {
+		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New("nil *zk.Conn")}
+	}
+	root := c.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if err := validateRoot(root); err != nil {
+		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	acl := c.ACL
+	if len(acl) == 0 {
+		acl = zk.WorldACL(zk.PermAll)
+	}
+	return locker.New(newDriver(conn, events, root, acl), opts...)
+}
+
+// Guard returns a ZooKeeper operation that succeeds only while lk, a lock
+// handed out by a Locker of this package, is still held: a version check of
+// the holder's node. Put it first in a zk.Conn.Multi with the writes that
+// the lock protects; the multi then fails as a whole (with zk.ErrNoNode for
+// the check) once the lock was released, lost or its session expired.
+//
+//	check, ok := zookeeper.Guard(lk)
+//	_, err := conn.Multi(check, &zk.SetDataRequest{Path: "/config", Data: data, Version: -1})
+//
+// It reports false for a Lock of another backend. Nested holds (inside Do)
+// give the outer lock's check.
+func Guard(lk locker.Lock) (*zk.CheckVersionRequest, bool) {
+	if lk == nil {
+		return nil, false
+	}
+	st, ok := locker.DriverState(lk)
+	if !ok {
+		return nil, false
+	}
+	h, ok := st.(*hold)
+	if !ok {
+		return nil, false
+	}
+	return &zk.CheckVersionRequest{Path: h.path, Version: -1}, true
+}
