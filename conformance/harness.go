@@ -32,7 +32,9 @@ type Harness struct {
 
 	// Crash makes l vanish as a crashed process would: it stops talking to
 	// the store, never releases and never renews (for example: close its
-	// client without unlocking). l is not used by the suite afterwards except
+	// client without unlocking, or, where closing the client ends its
+	// session cleanly as with ZooKeeper, cut its proxy for good). l is not
+	// used by the suite afterwards except
 	// through locks it handed out earlier and its Close.
 	Crash func(t testing.TB, l locker.Locker)
 
