@@ -243,31 +243,41 @@ func (e *engine) waitErr(op, key string, ctx context.Context, err error) error {
 // poll is the wait loop for drivers without a queue: try, and when the key is
 // held wait for a release notification (when the driver has them), the
 // holder's remaining TTL, or a backoff with jitter, whichever comes first.
+//
+// The uncontended path is one TryAcquire: the subscription is only made once
+// the key was found held, followed at once by another attempt, so that a
+// release between the first attempt and the subscription is not missed.
 func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, time.Time, error) {
 	var notify <-chan struct{}
-	if e.notifier != nil {
-		ch, cancel, err := e.notifier.Subscribe(ctx, req.Key)
-		if err != nil {
-			if ctx.Err() != nil {
-				return driver.Grant{}, time.Time{}, err
-			}
-			e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", req.Key, "err", err)
-		} else {
-			defer cancel()
-			notify = ch
-		}
-	}
+	subscribed := e.notifier == nil
 	var timer *time.Timer
-	for attempt := 0; ; attempt++ {
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 0; ; {
 		sent := time.Now()
 		g, err := e.drv.TryAcquire(ctx, req)
 		if err == nil || !errors.Is(err, driver.ErrHeld) {
-			if timer != nil {
-				timer.Stop()
-			}
 			return g, sent, err
 		}
+		if !subscribed {
+			subscribed = true
+			ch, cancel, err := e.notifier.Subscribe(ctx, req.Key)
+			switch {
+			case err == nil:
+				defer cancel()
+				notify = ch
+				continue // try again now that no release can be missed
+			case ctx.Err() != nil:
+				return driver.Grant{}, sent, ctx.Err()
+			default:
+				e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", req.Key, "err", err)
+			}
+		}
 		d := waitDelay(e.cfg.backoff(attempt), driver.Remaining(err), notify != nil)
+		attempt++
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
@@ -277,7 +287,6 @@ func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, ti
 		case <-notify:
 		case <-timer.C:
 		case <-ctx.Done():
-			timer.Stop()
 			return driver.Grant{}, sent, ctx.Err()
 		}
 	}

@@ -186,8 +186,9 @@ type Configurer interface {
 }
 
 // Notifier is implemented by drivers that can tell waiters that a key may have
-// become free, so waiting needs no polling. Subscribe must be called before
-// the TryAcquire whose failure it guards, so no release is missed.
+// become free, so waiting needs no polling. The engine subscribes only after
+// a TryAcquire found the key held, then tries once more before it waits, so
+// no release is missed and the uncontended path never subscribes.
 type Notifier interface {
 	// Subscribe starts watching key. The returned channel receives a value
 	// (it is never closed) whenever the key may have become free. cancel
