@@ -1,0 +1,172 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/mysql"
+)
+
+// testTTL is the TTL of the conformance harness: renewals every 0.5 s, and
+// room for the race detector on a busy machine.
+const testTTL = 1500 * time.Millisecond
+
+// ioTimeout is the DSN's timeout, readTimeout and writeTimeout: a connection
+// cut by a proxy errors instead of hanging forever.
+const ioTimeout = 2 * time.Second
+
+// dsnConfig parses dsn and sets the test timeouts; addr, when not empty,
+// replaces the server address (a proxy's).
+func dsnConfig(t testing.TB, dsn, addr string) *gomysql.Config {
+	t.Helper()
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("parse DSN: %v", err)
+	}
+	if addr != "" {
+		cfg.Addr = addr
+	}
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = ioTimeout, ioTimeout, ioTimeout
+	return cfg
+}
+
+// openGorm opens a GORM handle on cfg, closed when the test ends.
+func openGorm(t testing.TB, cfg *gomysql.Config) (*gorm.DB, *sql.DB) {
+	t.Helper()
+	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{DSNConfig: cfg}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("gorm.Open: %v", err)
+	}
+	sqlDB, err := gdb.DB()
+	if err != nil {
+		t.Fatalf("gorm DB: %v", err)
+	}
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	return gdb, sqlDB
+}
+
+// fleet makes Lockers on one database for a harness: each Locker has its own
+// GORM handle and pool, dialling through its own proxy, so that it can crash
+// or be cut off alone.
+type fleet struct {
+	dsn    string
+	addr   string
+	direct bool // no proxies (benchmarks): Isolate is not available
+	prefix string
+	ttl    time.Duration
+	cfg    mysql.Config
+	admin  *sql.DB
+
+	mu       sync.Mutex
+	replicas map[locker.Locker]replica
+}
+
+type replica struct {
+	db    *sql.DB
+	proxy *testenv.Proxy
+}
+
+func newFleet(t testing.TB, dsn string, cfg mysql.Config) *fleet {
+	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
+	return &fleet{
+		dsn:      dsn,
+		addr:     testenv.MySQL(t).Addr(),
+		prefix:   "conf/",
+		ttl:      testTTL,
+		cfg:      cfg,
+		admin:    admin,
+		replicas: map[locker.Locker]replica{},
+	}
+}
+
+// newLocker is Harness.NewLocker.
+func (f *fleet) newLocker(t testing.TB) locker.Locker {
+	t.Helper()
+	var p *testenv.Proxy
+	addr := ""
+	if !f.direct {
+		p = testenv.NewProxy(t, f.addr)
+		addr = p.Addr()
+	}
+	gdb, sqlDB := openGorm(t, dsnConfig(t, f.dsn, addr))
+	l, err := mysql.NewWithConfig(gdb, f.cfg, locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix))
+	if err != nil {
+		t.Errorf("mysql.New: %v", err)
+		return nil
+	}
+	f.mu.Lock()
+	f.replicas[l] = replica{db: sqlDB, proxy: p}
+	f.mu.Unlock()
+	return l
+}
+
+func (f *fleet) get(t testing.TB, l locker.Locker) (replica, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.replicas[l]
+	if !ok {
+		t.Errorf("the Locker was not made by this harness")
+	}
+	return r, ok
+}
+
+func (f *fleet) harness() conformance.Harness {
+	return conformance.Harness{
+		NewLocker: f.newLocker,
+		TTL:       f.ttl,
+		// A crashed process: its pool closes, nothing is released.
+		Crash: func(t testing.TB, l locker.Locker) {
+			if r, ok := f.get(t, l); ok {
+				_ = r.db.Close()
+			}
+		},
+		Isolate: func(t testing.TB, l locker.Locker) func() {
+			r, ok := f.get(t, l)
+			if !ok || r.proxy == nil {
+				t.Errorf("Isolate needs a proxied Locker")
+				return func() {}
+			}
+			r.proxy.Cut()
+			return r.proxy.Heal
+		},
+		DeleteBehind: func(t testing.TB, key string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := f.admin.ExecContext(ctx, "DELETE FROM `"+f.table()+"` WHERE task_name = ?", f.prefix+key); err != nil {
+				t.Errorf("delete behind: %v", err)
+			}
+		},
+		MaxKeyBytes: mysql.MaxKeyBytes - len(f.prefix),
+	}
+}
+
+func (f *fleet) table() string {
+	if f.cfg.Table != "" {
+		return f.cfg.Table
+	}
+	return mysql.DefaultTable
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newFleet(t, testenv.NewDatabase(t), mysql.Config{}).harness())
+}
+
+// TestConformancePollOnly runs the suite without wake-ups: the polling floor
+// must be just as correct.
+func TestConformancePollOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	conformance.Run(t, newFleet(t, testenv.NewDatabase(t), mysql.Config{PollOnly: true, Table: "poll_locks"}).harness())
+}

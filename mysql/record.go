@@ -1,0 +1,105 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/golocker/locker"
+)
+
+// Status is a lock row's task_status.
+type Status string
+
+const (
+	// StatusRunning: the row was acquired and not released. The holder
+	// still has it only while Record.Held; a RUNNING row that is not held
+	// is a run whose holder crashed or lost the lock before releasing.
+	StatusRunning Status = "RUNNING"
+	// StatusFinish: the last holder released the row.
+	StatusFinish Status = "FINISH"
+)
+
+// ErrNoRecord is returned by [Inspect] for a key that was never locked (or
+// whose row was deleted).
+var ErrNoRecord = errors.New("mysql: no run record")
+
+// Record is the run record kept in a key's row: the latest run's status,
+// holder label and times. All times are the database clock's, in UTC.
+type Record struct {
+	// Key is the row's task_name: the Locker's prefix plus the key.
+	Key string
+	// Status is RUNNING or FINISH.
+	Status Status
+	// Held reports whether the row is RUNNING and its lock_until is still
+	// ahead of the database clock.
+	Held bool
+	// Version is the fencing token of the latest acquisition.
+	Version uint64
+	// OwnerLabel is the latest holder's label (locker.WithOwnerLabel,
+	// host:pid by default).
+	OwnerLabel string
+	// StartTime is when the latest run acquired the row.
+	StartTime time.Time
+	// FinishTime is when the latest run released it; zero while it runs,
+	// and for a run that never released (crashed, lost).
+	FinishTime time.Time
+	// UpdateTime is the latest acquisition, renewal or release.
+	UpdateTime time.Time
+	// LockUntil is when the latest holder's claim ends (or ended) unless
+	// renewed.
+	LockUntil time.Time
+}
+
+// Inspect reads the run record of one key, for operators and dashboards. It
+// only reads (no row lock) and may run on any handle of the database,
+// including a transaction or a read replica. table "" means [DefaultTable];
+// key is the row's task_name, that is the Locker's prefix plus the key. It
+// returns an error matching [ErrNoRecord] when the key has no row.
+func Inspect(ctx context.Context, db *gorm.DB, table, key string) (Record, error) {
+	if db == nil {
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: errors.New("nil *gorm.DB")}
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := validTable(table); err != nil {
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	rows, err := db.Session(&gorm.Session{NewDB: true}).WithContext(ctx).Raw(newStatements(table).inspect, key).Rows()
+	if err != nil {
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+		}
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: ErrNoRecord}
+	}
+	var (
+		r                            Record
+		status, label                []byte
+		start, finish, update, until sql.NullInt64
+		held                         sql.NullBool
+	)
+	if err := rows.Scan(&status, &r.Version, &label, &start, &finish, &update, &until, &held); err != nil {
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: fmt.Errorf("scan: %w", err)}
+	}
+	r.Key, r.Status, r.OwnerLabel = key, Status(status), string(label)
+	r.StartTime, r.FinishTime, r.UpdateTime, r.LockUntil = utc(start), utc(finish), utc(update), utc(until)
+	r.Held = r.Status == StatusRunning && held.Valid && held.Bool
+	return r, nil
+}
+
+// utc converts microseconds since the epoch to a UTC time; NULL is zero.
+func utc(us sql.NullInt64) time.Time {
+	if !us.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(us.Int64).UTC()
+}

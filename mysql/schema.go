@@ -1,0 +1,93 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// createTableSQL returns the DDL of the lock table; the package doc shows it
+// for the default name.
+func createTableSQL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS `" + table + "` (\n" +
+		"  `task_name`   VARBINARY(255)  NOT NULL COMMENT 'lock key, Locker prefix included; compared byte by byte',\n" +
+		"  `task_status` VARCHAR(16)     NOT NULL COMMENT 'RUNNING while held, FINISH once released',\n" +
+		"  `version`     BIGINT UNSIGNED NOT NULL COMMENT 'fencing token of the latest acquisition',\n" +
+		"  `owner_token` VARBINARY(64)   NOT NULL COMMENT 'random token of the holder (per acquisition)',\n" +
+		"  `owner_label` VARCHAR(255)    NOT NULL COMMENT 'human-readable holder, e.g. host:pid',\n" +
+		"  `lock_until`  DATETIME(6)     NOT NULL COMMENT 'UTC; the claim ends then unless renewed',\n" +
+		"  `start_time`  DATETIME(6)     NULL     COMMENT 'UTC; start of the latest run',\n" +
+		"  `finish_time` DATETIME(6)     NULL     COMMENT 'UTC; release of the latest run, NULL while running or if it never released',\n" +
+		"  `update_time` DATETIME(6)     NOT NULL COMMENT 'UTC; last acquisition, renewal or release',\n" +
+		"  PRIMARY KEY (`task_name`)\n" +
+		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='github.com/golocker/locker/mysql'"
+}
+
+// requiredColumns are the columns the driver reads and writes.
+var requiredColumns = []string{
+	"task_name", "task_status", "version", "owner_token", "owner_label",
+	"lock_until", "start_time", "finish_time", "update_time",
+}
+
+// migrate creates the table unless it exists. CREATE TABLE IF NOT EXISTS is
+// atomic in MySQL and MariaDB: replicas starting at once all succeed and
+// exactly one creates the table.
+func migrate(ctx context.Context, db *sql.DB, table string) error {
+	if _, err := db.ExecContext(ctx, createTableSQL(table)); err != nil {
+		return fmt.Errorf("create table %s: %w", table, err)
+	}
+	return nil
+}
+
+// checkTable verifies that the table exists in the current database with the
+// columns the driver needs, so that a missing table or one of another shape
+// (for example an older hand-made distribute_task_lock) fails New with a
+// clear message instead of failing every Lock.
+func checkTable(ctx context.Context, db *sql.DB, table string) error {
+	rows, err := db.QueryContext(ctx,
+		"SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", table)
+	if err != nil {
+		return fmt.Errorf("check table %s: %w", table, err)
+	}
+	defer rows.Close()
+	var have []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return fmt.Errorf("check table %s: %w", table, err)
+		}
+		have = append(have, strings.ToLower(c))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check table %s: %w", table, err)
+	}
+	if len(have) == 0 {
+		return fmt.Errorf("table %s does not exist in the current database (Config.SkipMigration is set: create it with the DDL in the package doc)", table)
+	}
+	var missing []string
+	for _, c := range requiredColumns {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("table %s lacks the columns %s: it was not created by this package; migrate it to the DDL in the package doc or choose another Config.Table",
+			table, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// databaseName returns the current database, which named-lock names include:
+// those are server-wide.
+func databaseName(ctx context.Context, db *sql.DB) (string, error) {
+	var name sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
+		return "", fmt.Errorf("select database: %w", err)
+	}
+	if !name.Valid || name.String == "" {
+		return "", fmt.Errorf("no database selected: name one in the DSN")
+	}
+	return name.String, nil
+}

@@ -1,0 +1,117 @@
+package mysql
+
+import (
+	"strings"
+)
+
+// The SQL of the driver. Every instant comes from the database's clock
+// through UTC_TIMESTAMP(6) (never a replica's clock, never NOW(6), which
+// follows the session's time_zone: two sessions with different time zones
+// would disagree about whether a lock expired). Statements are built once
+// per table name, which New validated ([A-Za-z0-9_] only), and prepared.
+
+// dbNow is the database clock, in UTC, with microseconds.
+const dbNow = "UTC_TIMESTAMP(6)"
+
+// epochMicros is the database clock in microseconds since the Unix epoch,
+// independent of the session's time zone. A new row starts its version
+// there, so that a deleted and recreated row never hands out a lower
+// fencing token (see the package doc, Fencing).
+const epochMicros = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + dbNow + ")"
+
+// micros renders a DATETIME(6) column as microseconds since the epoch (NULL
+// stays NULL), so that reading it depends neither on the DSN's parseTime and
+// loc nor on the session's time zone.
+func micros(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
+// untilExpr is the lock-until instant of a lock taken or renewed now for a
+// TTL given in microseconds by the placeholder.
+const untilExpr = "TIMESTAMPADD(MICROSECOND, ?, " + dbNow + ")"
+
+// statements holds the SQL texts for one table.
+type statements struct {
+	table string // quoted
+	// acquire takes an existing row that is free or expired.
+	// Args: owner, label, ttl µs, key.
+	acquire string
+	// insert creates a missing row, already taken.
+	// Args: key, owner, label, ttl µs.
+	insert string
+	// remaining reads how long the holder's claim still runs (µs; NULL or
+	// negative when the row is free or missing). Args: key.
+	remaining string
+	// release gives the row up. Args: key, owner, version.
+	release string
+	// undo gives up a row this owner may hold after an acquisition whose
+	// outcome is unknown. Args: key, owner.
+	undo string
+	// inspect reads the run record. Args: key.
+	inspect string
+	// guard reads and row-locks the lock row. Args: key.
+	guard string
+}
+
+func newStatements(table string) statements {
+	t := "`" + table + "`"
+	return statements{
+		table: t,
+		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
+			" owner_token = ?, owner_label = ?, start_time = " + dbNow + ", finish_time = NULL," +
+			" lock_until = " + untilExpr + ", update_time = " + dbNow +
+			" WHERE task_name = ? AND (task_status <> 'RUNNING' OR lock_until <= " + dbNow + ")",
+		insert: "INSERT IGNORE INTO " + t +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
+			" VALUES (?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow + ")",
+		remaining: "SELECT IF(task_status = 'RUNNING', TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1)" +
+			" FROM " + t + " WHERE task_name = ?",
+		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+			", update_time = " + dbNow +
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
+		undo: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+			", update_time = " + dbNow +
+			" WHERE task_name = ? AND owner_token = ? AND task_status = 'RUNNING'",
+		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
+			", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
+			" FROM " + t + " WHERE task_name = ?",
+		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
+			" FROM " + t + " WHERE task_name = ? FOR UPDATE",
+	}
+}
+
+// renewSQL renews n leases in one statement. The task_name IN list lets the
+// optimizer read the rows by primary key; the row constructor list checks
+// owner and version. Args: ttl µs, n keys, then n (key, owner, version).
+func (s statements) renewSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("UPDATE ")
+	b.WriteString(s.table)
+	b.WriteString(" SET lock_until = " + untilExpr + ", update_time = " + dbNow + " WHERE task_name IN (")
+	placeholders(&b, n, "?")
+	b.WriteString(") AND (task_name, owner_token, version) IN (")
+	placeholders(&b, n, "(?, ?, ?)")
+	b.WriteString(") AND task_status = 'RUNNING' AND lock_until > " + dbNow)
+	return b.String()
+}
+
+// liveSQL lists which of n rows are held (RUNNING, unexpired), with their
+// owner and version. Args: n keys.
+func (s statements) liveSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("SELECT task_name, owner_token, version FROM ")
+	b.WriteString(s.table)
+	b.WriteString(" WHERE task_name IN (")
+	placeholders(&b, n, "?")
+	b.WriteString(") AND task_status = 'RUNNING' AND lock_until > " + dbNow)
+	return b.String()
+}
+
+func placeholders(b *strings.Builder, n int, p string) {
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p)
+	}
+}
