@@ -1,0 +1,613 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+)
+
+// errWaiterDeleted is the cause when a waiter's own key vanished while its
+// lease still lives (deleted by hand).
+var errWaiterDeleted = errors.New("etcd: the waiter's key was deleted")
+
+const (
+	// cleanupTimeout bounds the deletion of a waiter key after a failed or
+	// cancelled wait, and the lease revocation of Close.
+	cleanupTimeout = 5 * time.Second
+	// settleTimeout is how long the transaction that queues a waiter may
+	// outlive the caller's ctx, so that its outcome is known and the key
+	// it created can be deleted for sure.
+	settleTimeout = 2 * time.Second
+	// batchOps is the number of operations per transaction, below etcd's
+	// default limit of 128.
+	batchOps = 100
+)
+
+// session is one etcd lease of the Locker. Fields are guarded by
+// etcdDriver.mu.
+type session struct {
+	id    clientv3.LeaseID
+	hex   string        // id in hex: the last part of its waiter keys
+	ttl   time.Duration // as granted by the server
+	sent  time.Time     // send time of the last successful grant or keep-alive
+	dead  error         // set once the lease is gone
+	locks map[*lockState]struct{}
+	// orphans are waiter keys left by failed releases and waits, and by
+	// locks past their deadline. They are deleted before the lease is kept
+	// alive again: a live lease must not keep a forgotten key alive.
+	orphans []orphan
+}
+
+// expiry is the earliest moment etcd may expire the lease.
+func (s *session) expiry() time.Time { return s.sent.Add(s.ttl) }
+
+// orphan is a waiter key to delete if it still has its value.
+type orphan struct{ key, value string }
+
+// lockState is the driver's state of one acquisition (Grant.State).
+//
+// Its waiter key is named after the lease, so that a Locker reuses one name
+// per lock key (etcd keeps every deleted key until it compacts, and a prefix
+// read visits them all: fresh names per acquisition would make every lock
+// slower the more often it was taken). Its value holds the acquisition's
+// owner token, and every delete compares it: a delete, however late it
+// lands, never removes a later acquisition's key of the same name.
+type lockState struct {
+	key   string // the waiter key
+	value string // owner token, then the owner label
+	dir   string
+	rev   int64 // create revision: the fencing token
+	sess  *session
+	lost  func(error)
+	// validUntil is no earlier than the engine's local deadline for this
+	// lock; guarded by etcdDriver.mu.
+	validUntil time.Time
+}
+
+// deleteOp deletes st's key if it is still st's.
+func (st *lockState) deleteOp() clientv3.Op {
+	return deleteIfValue(st.key, st.value)
+}
+
+func deleteIfValue(key, value string) clientv3.Op {
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", value)},
+		[]clientv3.Op{clientv3.OpDelete(key)},
+		nil,
+	)
+}
+
+// etcdDriver implements driver.Driver, Acquirer, Configurer and
+// BatchRenewer.
+type etcdDriver struct {
+	cli    *clientv3.Client
+	ttl    time.Duration
+	ttlSec int64
+	seq    atomic.Uint64
+	sem    chan struct{} // serialises grants and keep-alives
+
+	mu   sync.Mutex
+	sess *session // the live lease, or nil
+}
+
+func (d *etcdDriver) Info() driver.Info { return driver.Info{Name: "etcd", MaxKeyBytes: MaxKeyBytes} }
+
+// Configure checks the TTL against the server by granting the first lease.
+func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
+	if cfg.TTL%time.Second != 0 {
+		return fmt.Errorf("%w WithTTL: etcd leases count whole seconds; %v is not", locker.ErrInvalidOption, cfg.TTL)
+	}
+	d.ttl = cfg.TTL
+	d.ttlSec = int64(cfg.TTL / time.Second)
+	if err := d.acquireSem(ctx); err != nil {
+		return err
+	}
+	defer d.releaseSem()
+	s, err := d.grantLocked(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd: grant lease: %w", err)
+	}
+	if s.ttl > d.ttl {
+		d.revoke(s)
+		return fmt.Errorf("%w WithTTL: %v is below this etcd server's minimum lease TTL of %v", locker.ErrInvalidOption, d.ttl, s.ttl)
+	}
+	return nil
+}
+
+func (d *etcdDriver) acquireSem(ctx context.Context) error {
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *etcdDriver) releaseSem() { <-d.sem }
+
+// grantLocked grants a new lease and makes it the live one. The caller
+// holds sem.
+func (d *etcdDriver) grantLocked(ctx context.Context) (*session, error) {
+	sent := time.Now()
+	resp, err := d.cli.Grant(ctx, d.ttlSec)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		id:    resp.ID,
+		hex:   strconv.FormatInt(int64(resp.ID), 16),
+		ttl:   time.Duration(resp.TTL) * time.Second,
+		sent:  sent,
+		locks: map[*lockState]struct{}{},
+	}
+	d.mu.Lock()
+	old := d.sess
+	d.sess = s
+	d.mu.Unlock()
+	if old != nil {
+		// Not reached in practice: a lease is replaced only once lost.
+		d.kill(old, ErrLeaseLost)
+	}
+	return s, nil
+}
+
+// session returns the live lease, kept alive within the last TTL/3,
+// granting a new one when there is none or it was lost.
+func (d *etcdDriver) session(ctx context.Context) (*session, error) {
+	if s := d.fresh(); s != nil {
+		return s, nil
+	}
+	if err := d.acquireSem(ctx); err != nil {
+		return nil, err
+	}
+	defer d.releaseSem()
+	if s := d.fresh(); s != nil {
+		return s, nil
+	}
+	d.mu.Lock()
+	s := d.sess
+	d.mu.Unlock()
+	if s != nil {
+		err := d.keepAliveLocked(ctx, s)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, ErrLeaseLost) {
+			return nil, err
+		}
+	}
+	return d.grantLocked(ctx)
+}
+
+// fresh returns the live lease if it was kept alive within the last TTL/3.
+func (d *etcdDriver) fresh() *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.sess; s != nil && time.Since(s.sent) < d.ttl/3 {
+		return s
+	}
+	return nil
+}
+
+// refresh keeps s alive unless that was done within the last maxAge. It
+// returns an error matching ErrLeaseLost when the lease is gone.
+func (d *etcdDriver) refresh(ctx context.Context, s *session, maxAge time.Duration) error {
+	check := func() (bool, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return time.Since(s.sent) < maxAge, s.dead
+	}
+	if ok, dead := check(); dead != nil || ok {
+		return dead
+	}
+	if err := d.acquireSem(ctx); err != nil {
+		return err
+	}
+	defer d.releaseSem()
+	if ok, dead := check(); dead != nil || ok {
+		return dead
+	}
+	return d.keepAliveLocked(ctx, s)
+}
+
+// keepAliveLocked sends one keep-alive for s, after deleting its orphans.
+// The caller holds sem.
+func (d *etcdDriver) keepAliveLocked(ctx context.Context, s *session) error {
+	if err := d.flushOrphans(ctx, s); err != nil {
+		return err
+	}
+	sent := time.Now()
+	resp, err := d.cli.KeepAliveOnce(ctx, s.id)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			cause := fmt.Errorf("%w: %w", ErrLeaseLost, err)
+			d.kill(s, cause)
+			return cause
+		}
+		return err
+	}
+	d.mu.Lock()
+	if s.dead == nil {
+		s.sent = sent
+		s.ttl = time.Duration(resp.TTL) * time.Second
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// flushOrphans deletes s's orphans, after adding to them the locks past
+// their deadline: the engine counts those as lost and will not release them.
+// The caller holds sem.
+func (d *etcdDriver) flushOrphans(ctx context.Context, s *session) error {
+	now := time.Now()
+	var lost []*lockState
+	d.mu.Lock()
+	for st := range s.locks {
+		if now.After(st.validUntil) {
+			delete(s.locks, st)
+			lost = append(lost, st)
+			s.orphans = append(s.orphans, orphan{st.key, st.value})
+		}
+	}
+	todo := s.orphans
+	d.mu.Unlock()
+	for _, st := range lost {
+		st.lost(errors.New("etcd: no successful renewal before the lock's deadline"))
+	}
+	for len(todo) > 0 {
+		n := min(len(todo), batchOps)
+		// One key may be listed twice (a wait whose outcome was unknown);
+		// a transaction must not name it twice.
+		seen := make(map[orphan]bool, n)
+		ops := make([]clientv3.Op, 0, n)
+		for _, o := range todo[:n] {
+			if !seen[o] {
+				seen[o] = true
+				ops = append(ops, deleteIfValue(o.key, o.value))
+			}
+		}
+		if _, err := d.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("etcd: delete abandoned waiter keys: %w", err)
+		}
+		d.mu.Lock()
+		if s.dead == nil {
+			s.orphans = s.orphans[n:]
+		}
+		d.mu.Unlock()
+		todo = todo[n:]
+	}
+	return nil
+}
+
+// orphan hands st's key to the next keep-alive for deletion.
+func (d *etcdDriver) orphan(st *lockState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st.sess.dead == nil {
+		st.sess.orphans = append(st.sess.orphans, orphan{st.key, st.value})
+	}
+}
+
+// kill marks s as lost and reports every lock on it as lost.
+func (d *etcdDriver) kill(s *session, cause error) {
+	d.mu.Lock()
+	if s.dead != nil {
+		d.mu.Unlock()
+		return
+	}
+	s.dead = cause
+	if d.sess == s {
+		d.sess = nil
+	}
+	locks := s.locks
+	s.locks, s.orphans = nil, nil // the keys went with the lease
+	d.mu.Unlock()
+	for st := range locks {
+		st.lost(cause)
+	}
+}
+
+// newState prepares an acquisition of req.Key on s. Its waiter key is the
+// key's directory followed by the lease ID; when suffix is true (that name
+// is taken), by the lease ID and a sequence number.
+func (d *etcdDriver) newState(s *session, req driver.Request, suffix bool) *lockState {
+	dir := Dir(req.Key)
+	key := dir + s.hex
+	if suffix {
+		key += "-" + strconv.FormatUint(d.seq.Add(1), 10)
+	}
+	return &lockState{key: key, value: req.Owner + " " + req.Label, dir: dir, sess: s, lost: req.Lost}
+}
+
+// detached returns a context for a write whose outcome must be known: it
+// ends settleTimeout after ctx does, or when the returned cancel is called.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(settleTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-dctx.Done():
+		}
+	})
+	return dctx, func() { stop(); cancel() }
+}
+
+// TryAcquire creates the waiter key only when the key's directory is empty:
+// one transaction.
+func (d *etcdDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	for attempt := 0; ; attempt++ {
+		s, err := d.session(ctx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		st := d.newState(s, req, false)
+		tctx, cancel := detached(ctx)
+		resp, err := d.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(st.dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(st.key, st.value, clientv3.WithLease(s.id))).
+			Commit()
+		cancel()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+				d.kill(s, fmt.Errorf("%w: %w", ErrLeaseLost, err))
+				continue
+			}
+			d.cleanup(ctx, st, false)
+			return driver.Grant{}, err
+		}
+		if !resp.Succeeded {
+			return driver.Grant{}, driver.Held(0)
+		}
+		st.rev = resp.Header.Revision
+		return d.grant(ctx, st)
+	}
+}
+
+// Acquire queues a waiter key and waits for its turn. The uncontended path
+// is one transaction, which creates the key and reads its predecessor.
+func (d *etcdDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	suffix := false
+	for attempt := 0; ; {
+		s, err := d.session(ctx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		st := d.newState(s, req, suffix)
+		// The predecessor is read before our key exists: the last waiter.
+		tctx, cancel := detached(ctx)
+		resp, err := d.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", 0)).
+			Then(
+				clientv3.OpGet(st.dir, clientv3.WithLastCreate()...),
+				clientv3.OpPut(st.key, st.value, clientv3.WithLease(s.id)),
+			).
+			Else(clientv3.OpGet(st.key)).
+			Commit()
+		cancel()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+				attempt++
+				d.kill(s, fmt.Errorf("%w: %w", ErrLeaseLost, err))
+				continue
+			}
+			d.cleanup(ctx, st, false)
+			return driver.Grant{}, err
+		}
+		if !resp.Succeeded {
+			// The name is taken by a key of ours that nothing tracks any
+			// more: delete it at the next keep-alive, and queue under
+			// another name.
+			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+				d.orphan(&lockState{key: st.key, value: string(kv.Value), sess: s})
+			}
+			suffix = true
+			continue
+		}
+		st.rev = resp.Header.Revision
+		if err := ctx.Err(); err != nil {
+			d.cleanup(ctx, st, true)
+			return driver.Grant{}, err
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			if err := d.wait(ctx, st, string(kvs[0].Key), resp.Header.Revision); err != nil {
+				d.cleanup(ctx, st, true)
+				return driver.Grant{}, err
+			}
+		}
+		return d.grant(ctx, st)
+	}
+}
+
+// grant registers a lock whose key is first in its directory. Its validity
+// runs from the lease's last keep-alive.
+func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, error) {
+	s := st.sess
+	// A lease renewed long ago would leave the engine little time: renew it
+	// first.
+	if err := d.refresh(ctx, s, d.ttl/2); err != nil {
+		d.cleanup(ctx, st, true)
+		return driver.Grant{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.dead != nil {
+		return driver.Grant{}, s.dead
+	}
+	st.validUntil = s.expiry()
+	s.locks[st] = struct{}{}
+	return driver.Grant{Token: uint64(st.rev), Validity: s.ttl, Since: s.sent, State: st}, nil
+}
+
+// cleanup deletes the waiter key of a failed or cancelled acquisition with a
+// fresh bounded context. When that fails, or when the transaction that would
+// have created the key had an unknown outcome (created is false: it may
+// still land), the key is also deleted before the lease is next kept alive.
+func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool) {
+	d.mu.Lock()
+	dead := st.sess.dead != nil
+	d.mu.Unlock()
+	if dead {
+		return // etcd deleted the key with the lease
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := d.cli.Txn(cctx).Then(st.deleteOp()).Commit(); err != nil || !created {
+		d.orphan(st)
+	}
+}
+
+// Renew implements driver.Driver with a batch of one.
+func (d *etcdDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
+	if err != nil {
+		return 0, err
+	}
+	return v[0], errs[0]
+}
+
+// RenewBatch keeps the lease alive (one KeepAliveOnce, skipped when another
+// call did it within the last TTL/6) and checks in one transaction that every
+// key still exists with its create revision.
+func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	start := time.Now()
+	validity := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	states := make([]*lockState, len(ls))
+	var live *session
+	d.mu.Lock()
+	for i, l := range ls {
+		st := l.State.(*lockState)
+		if dead := st.sess.dead; dead != nil {
+			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
+			continue
+		}
+		states[i] = st
+		live = st.sess
+	}
+	d.mu.Unlock()
+	if live == nil {
+		return validity, errs, nil
+	}
+	if err := d.refresh(ctx, live, d.ttl/6); err != nil {
+		if !errors.Is(err, ErrLeaseLost) {
+			return nil, nil, err
+		}
+		for i, st := range states {
+			if st != nil {
+				errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
+			}
+		}
+		return validity, errs, nil
+	}
+	d.mu.Lock()
+	until := live.expiry()
+	d.mu.Unlock()
+	idx := make([]int, 0, len(ls))
+	for i, st := range states {
+		if st != nil {
+			idx = append(idx, i)
+		}
+	}
+	for len(idx) > 0 {
+		n := min(len(idx), batchOps)
+		ops := make([]clientv3.Op, n)
+		for j, i := range idx[:n] {
+			ops[j] = clientv3.OpGet(states[i].key) // keys-only would drop the lease
+		}
+		resp, err := d.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, nil, err
+		}
+		for j, i := range idx[:n] {
+			st := states[i]
+			kvs := resp.Responses[j].GetResponseRange().Kvs
+			if len(kvs) == 0 || kvs[0].CreateRevision != st.rev || clientv3.LeaseID(kvs[0].Lease) != st.sess.id {
+				errs[i] = fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
+				d.forget(st)
+				continue
+			}
+			validity[i] = until.Sub(start)
+			d.mu.Lock()
+			if until.After(st.validUntil) {
+				st.validUntil = until
+			}
+			d.mu.Unlock()
+		}
+		idx = idx[n:]
+	}
+	return validity, errs, nil
+}
+
+// forget stops tracking st and reports whether it was tracked: a lock past
+// its deadline no longer is, its key is among the orphans.
+func (d *etcdDriver) forget(st *lockState) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := st.sess.locks[st]; ok {
+		delete(st.sess.locks, st)
+		return true
+	}
+	return false
+}
+
+// Release deletes the lock's key if it is still the lock's.
+func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
+	st := l.State.(*lockState)
+	if !d.forget(st) {
+		d.mu.Lock()
+		dead := st.sess.dead
+		d.mu.Unlock()
+		if dead != nil {
+			return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
+		}
+		return fmt.Errorf("%w: the lock passed its deadline", driver.ErrNotHeld)
+	}
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(st.key), "=", st.value)).
+		Then(clientv3.OpDelete(st.key)).
+		Commit()
+	if err != nil {
+		// Unknown outcome: the key goes before the lease is kept alive
+		// again.
+		d.orphan(st)
+		return err
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
+	}
+	return nil
+}
+
+// Close revokes the lease, which deletes every key left on it.
+func (d *etcdDriver) Close() error {
+	d.mu.Lock()
+	s := d.sess
+	d.sess = nil
+	d.mu.Unlock()
+	if s != nil {
+		d.revoke(s)
+	}
+	return nil
+}
+
+// revoke revokes s best-effort: when it fails the lease expires by itself.
+func (d *etcdDriver) revoke(s *session) {
+	// Past the TTL the lease is gone anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), min(max(d.ttl, time.Second), cleanupTimeout))
+	defer cancel()
+	_, _ = d.cli.Revoke(ctx, s.id)
+	d.kill(s, ErrLeaseLost)
+}

@@ -1,0 +1,553 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/etcd"
+	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/memory"
+)
+
+// newLocker returns a Locker on its own client of eps, closed (Locker, then
+// client) when the test ends.
+func newLocker(t testing.TB, eps []string, opts ...locker.Option) locker.Locker {
+	t.Helper()
+	cli := newClient(t, eps)
+	l, err := etcd.New(cli, append([]locker.Option{locker.WithTTL(testTTL), locker.WithPrefix(testPrefix)}, opts...)...)
+	if err != nil {
+		t.Fatalf("etcd.New: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// uniqueKey returns a key of its own for the test.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("%s-%012x", strings.ReplaceAll(t.Name(), "/", "_"), rand.Uint64()&(1<<48-1))
+}
+
+// waiters lists the waiter keys of key (without the Locker's prefix), oldest
+// first.
+func waiters(t testing.TB, cli *clientv3.Client, key string) []*waiterKV {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, etcd.Dir(testPrefix+key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatalf("list waiters: %v", err)
+	}
+	out := make([]*waiterKV, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		out[i] = &waiterKV{key: string(kv.Key), rev: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease)}
+	}
+	return out
+}
+
+type waiterKV struct {
+	key   string
+	rev   int64
+	lease clientv3.LeaseID
+}
+
+// waitFor polls cond every 10 ms until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after %v for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type lockResult struct {
+	lk  locker.Lock
+	err error
+}
+
+func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		lk, err := l.Lock(ctx, key)
+		ch <- lockResult{lk, err}
+	}()
+	return ch
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := etcd.New(nil); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "nil *clientv3.Client") {
+		t.Errorf("New(nil) = %v, want ErrInvalidOption naming the client", err)
+	}
+	cli := newClient(t, sharedEtcd(t))
+	if _, err := etcd.New(cli, locker.WithTTL(1500*time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTTL") {
+		t.Errorf("New with a TTL of 1.5 s = %v, want ErrInvalidOption naming WithTTL", err)
+	}
+	// etcd's default timing: a minimum lease TTL of 2 s.
+	srv := startEtcd(t, etcdserver.Config{Tick: 100 * time.Millisecond, Election: time.Second})
+	cli2 := newClient(t, srv.Endpoints())
+	_, err := etcd.New(cli2, locker.WithTTL(time.Second))
+	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTTL") || !strings.Contains(err.Error(), "minimum") {
+		t.Errorf("New with a TTL below the server's minimum = %v, want ErrInvalidOption naming WithTTL and the minimum", err)
+	}
+	l, err := etcd.New(cli2, locker.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatalf("New with the server's minimum TTL: %v", err)
+	}
+	l.Close()
+}
+
+func TestDir(t *testing.T) {
+	for key, want := range map[string]string{
+		"a":      "a\x00",
+		"a/b":    "a/b\x00",
+		"a%b":    "a%25b\x00",
+		"a\x00b": "a%00b\x00",
+		"%00":    "%2500\x00",
+	} {
+		if got := etcd.Dir(key); got != want {
+			t.Errorf("Dir(%q) = %q, want %q", key, got, want)
+		}
+	}
+	keys := []string{"a", "a/", "a/b", "ab", "a\x00", "a\x00b", "a%00", "a%00b", "a%", "a%2", "a%25", "%", ""}
+	for _, k1 := range keys {
+		for _, k2 := range keys {
+			if k1 != k2 && strings.HasPrefix(etcd.Dir(k2), etcd.Dir(k1)) {
+				t.Errorf("Dir(%q) = %q is a prefix of Dir(%q) = %q: their waiters would mix", k1, etcd.Dir(k1), k2, etcd.Dir(k2))
+			}
+		}
+	}
+}
+
+// TestKeysPrefixesOfEachOther: keys that are prefixes of each other, or that
+// encode alike, are distinct locks with distinct waiter directories.
+func TestKeysPrefixesOfEachOther(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	a, b := newLocker(t, eps), newLocker(t, eps)
+	admin := newClient(t, eps)
+	base := uniqueKey(t)
+	keys := []string{base, base + "/b", base + "\x00", base + "%00", base + "%", base + "/"}
+	var held []locker.Lock
+	for _, k := range keys {
+		lk, err := a.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock(%q) while the other keys are held: %v", k, err)
+		}
+		held = append(held, lk)
+		if _, err := b.TryLock(ctx, k); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryLock(%q) from another Locker while held: %v, want ErrNotAcquired", k, err)
+		}
+	}
+	for _, k := range keys {
+		if n := len(waiters(t, admin, k)); n != 1 {
+			t.Errorf("%d keys under the directory of %q, want its holder's only", n, k)
+		}
+	}
+	for _, lk := range held {
+		if err := lk.Unlock(ctx); err != nil {
+			t.Errorf("Unlock(%q): %v", lk.Key(), err)
+		}
+	}
+}
+
+func TestTokenIsCreateRevision(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l := newLocker(t, eps)
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	for _, lock := range []func(context.Context, string) (locker.Lock, error){l.TryLock, l.Lock} {
+		lk, err := lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := waiters(t, admin, key)
+		if len(ws) != 1 || uint64(ws[0].rev) != lk.Token() {
+			t.Errorf("token %d, want the create revision of the holder's key (keys: %v)", lk.Token(), ws)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestWaiterCleanupOnCancel: cancelled waits delete their waiter keys.
+func TestWaiterCleanupOnCancel(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	holder := newLocker(t, eps)
+	lk, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	const n = 4
+	var results []<-chan lockResult
+	for i := range n {
+		results = append(results, lockAsync(wctx, newLocker(t, eps), key))
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool { return len(waiters(t, admin, key)) == i+2 })
+	}
+	wcancel()
+	for _, ch := range results {
+		r := <-ch
+		if !errors.Is(r.err, locker.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("cancelled Lock: %v, want ErrNotAcquired and context.Canceled", r.err)
+		}
+	}
+	if ws := waiters(t, admin, key); len(ws) != 1 || uint64(ws[0].rev) != lk.Token() {
+		t.Errorf("after the waits were cancelled: %d keys under the lock's directory, want the holder's only", len(ws))
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws := waiters(t, admin, key); len(ws) != 0 {
+		t.Errorf("after Unlock: %d keys left under the lock's directory", len(ws))
+	}
+	other, err := newLocker(t, eps).TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after the holder unlocked and every waiter gave up: %v", err)
+	}
+	other.Unlock(ctx)
+}
+
+// TestWaiterReturnsOnLeaseLoss: a waiter whose lease is revoked, or whose key
+// is deleted, returns at once instead of when its turn comes.
+func TestWaiterReturnsOnLeaseLoss(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	holder := newLocker(t, eps)
+	lk, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock(ctx)
+
+	t.Run("revoked", func(t *testing.T) {
+		w := newLocker(t, eps)
+		// A lock w holds on another key shares the lease: it is lost too.
+		other, err := w.TryLock(ctx, uniqueKey(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := lockAsync(ctx, w, key)
+		waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
+		if _, err := admin.Revoke(ctx, waiters(t, admin, key)[1].lease); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if !errors.Is(r.err, etcd.ErrLeaseLost) || ctx.Err() != nil {
+			t.Fatalf("Lock whose lease was revoked: %v, want ErrLeaseLost before its ctx ended", r.err)
+		}
+		select {
+		case <-other.Done():
+		case <-time.After(2*testTTL + 5*time.Second):
+			t.Fatal("a lock on the revoked lease is still held")
+		}
+		if err := other.Err(); !errors.Is(err, locker.ErrLost) || !errors.Is(err, etcd.ErrLeaseLost) {
+			t.Errorf("Err of a lock on the revoked lease: %v, want ErrLost and ErrLeaseLost", err)
+		}
+		// The Locker takes a new lease for later locks.
+		again, err := w.TryLock(ctx, uniqueKey(t))
+		if err != nil {
+			t.Fatalf("TryLock after the lease was revoked: %v", err)
+		}
+		again.Unlock(ctx)
+	})
+
+	t.Run("deleted", func(t *testing.T) {
+		w := newLocker(t, eps)
+		res := lockAsync(ctx, w, key)
+		waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
+		if _, err := admin.Delete(ctx, waiters(t, admin, key)[1].key); err != nil {
+			t.Fatal(err)
+		}
+		r := <-res
+		if r.err == nil || errors.Is(r.err, locker.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("Lock whose waiter key was deleted: %v, want an error before its ctx ended", r.err)
+		}
+		if ws := waiters(t, admin, key); len(ws) != 1 {
+			t.Errorf("%d keys under the lock's directory, want the holder's only", len(ws))
+		}
+	})
+}
+
+// TestHolderLeaseRevoked: revoking a holder's lease loses its lock.
+func TestHolderLeaseRevoked(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	l := newLocker(t, eps)
+	lk, err := l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Revoke(ctx, waiters(t, admin, key)[0].lease); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+	case <-ctx.Done():
+		t.Fatal("Done still open after the holder's lease was revoked")
+	}
+	if err := lk.Err(); !errors.Is(err, locker.ErrLost) {
+		t.Errorf("Err = %v, want ErrLost", err)
+	}
+	if err := lk.Unlock(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("Unlock of the lost lock = %v, want ErrNotHeld", err)
+	}
+	lk2, err := l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock with a new lease: %v", err)
+	}
+	if lk2.Token() <= lk.Token() {
+		t.Errorf("token %d after token %d", lk2.Token(), lk.Token())
+	}
+	lk2.Unlock(ctx)
+}
+
+// TestFIFO: waiters get the key in the order they queued.
+func TestFIFO(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	lk, err := newLocker(t, eps).TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		l := newLocker(t, eps)
+		wg.Go(func() {
+			wl, err := l.Lock(ctx, key)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			wl.Unlock(ctx)
+		})
+		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool { return len(waiters(t, admin, key)) == i+2 })
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+		t.Errorf("waiters got the key in the order %v, want the order they queued in, %v", order, want)
+	}
+}
+
+// TestFailedReleaseIsCleaned: a release whose outcome is unknown must not
+// leave the key held while the Locker keeps its shared lease alive for other
+// locks.
+func TestFailedReleaseIsCleaned(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f := newFleet(t, eps, testTTL)
+	a := f.newLocker(t)
+	defer a.Close()
+	proxies := f.proxies[a]
+	key, keep := uniqueKey(t), uniqueKey(t)+"-keep"
+	lk, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release is sent into a cut connection, which is then reset: it
+	// never reaches etcd, and the client cannot tell.
+	for _, p := range proxies {
+		p.Cut()
+	}
+	uctx, ucancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = lk.Unlock(uctx)
+	ucancel()
+	for _, p := range proxies {
+		p.Reset()
+		p.Heal()
+	}
+	if err == nil {
+		t.Fatal("Unlock through a cut connection succeeded")
+	}
+	// a keeps its lease alive for this lock. The first calls after the reset
+	// may fail while the client reconnects.
+	var kl locker.Lock
+	waitFor(t, 10*time.Second, "a to lock another key", func() bool {
+		kl, err = a.Lock(ctx, keep)
+		return err == nil
+	})
+	defer kl.Unlock(ctx)
+	b := newLocker(t, eps)
+	bctx, bcancel := context.WithTimeout(ctx, 4*testTTL+5*time.Second)
+	defer bcancel()
+	bl, err := b.Lock(bctx, key)
+	if err != nil {
+		t.Fatalf("the key of a failed release stays held while its Locker keeps its lease alive: %v", err)
+	}
+	bl.Unlock(ctx)
+	select {
+	case <-kl.Done():
+		t.Errorf("the other lock of the Locker was lost: %v", kl.Err())
+	default:
+	}
+}
+
+func TestIsOwner(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli := newClient(t, eps)
+	l := newLocker(t, eps)
+	key := uniqueKey(t)
+	lk, err := l.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp, err := etcd.IsOwner(lk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := testPrefix + "data/" + key
+	put := func() bool {
+		resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(data, "x")).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Succeeded
+	}
+	if !put() {
+		t.Error("a transaction guarded by IsOwner failed while the lock is held")
+	}
+	lk.Unlock(ctx)
+	if put() {
+		t.Error("a transaction guarded by IsOwner succeeded after Unlock")
+	}
+	mem, err := memory.New(memory.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	ml, err := mem.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.IsOwner(ml); err == nil {
+		t.Error("IsOwner of a memory lock succeeded")
+	}
+	// Nested holds inside Do share the outer lock's guard.
+	err = locker.Do(ctx, l, key, func(ctx context.Context) error {
+		inner, err := l.Lock(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer inner.Unlock(ctx)
+		c, err := etcd.IsOwner(inner)
+		if err != nil {
+			return err
+		}
+		if resp, err := cli.Txn(ctx).If(c).Commit(); err != nil || !resp.Succeeded {
+			return fmt.Errorf("guard of a nested hold: %v, %v", resp, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCloseRevokes: Close leaves no key of the Locker behind, waiters
+// included.
+func TestCloseRevokes(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	holder := newLocker(t, eps)
+	lk, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock(ctx)
+	w := newLocker(t, eps)
+	res := lockAsync(ctx, w, key)
+	waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-res; !errors.Is(r.err, locker.ErrClosed) {
+		t.Errorf("wait ended by Close: %v, want ErrClosed", r.err)
+	}
+	if ws := waiters(t, admin, key); len(ws) != 1 {
+		t.Errorf("%d keys under the lock's directory after the waiter's Locker closed, want the holder's only", len(ws))
+	}
+}
+
+// TestWaiterKeyReused: a Locker reuses one waiter key name per lock key, so
+// that the key's directory does not fill up with deleted keys, which etcd
+// keeps until it compacts and every read of the directory visits.
+func TestWaiterKeyReused(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, eps)
+	l := newLocker(t, eps, locker.WithOwnerLabel("worker-7"))
+	key := uniqueKey(t)
+	var names []string
+	var last uint64
+	for _, lock := range []func(context.Context, string) (locker.Lock, error){l.Lock, l.TryLock, l.Lock} {
+		lk, err := lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Errorf("token %d after %d", lk.Token(), last)
+		}
+		last = lk.Token()
+		names = append(names, waiters(t, admin, key)[0].key)
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if names[0] != names[1] || names[1] != names[2] {
+		t.Errorf("waiter keys %q, want one name reused", names)
+	}
+	resp, err := admin.Get(ctx, etcd.Dir(testPrefix+key), clientv3.WithPrefix(), clientv3.WithRev(int64(last)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The value names the owner for operators: token, space, label.
+	if len(resp.Kvs) != 1 || !strings.HasSuffix(string(resp.Kvs[0].Value), " worker-7") {
+		t.Errorf("the holder's key at its create revision: %v, want one key whose value ends with the owner label", resp.Kvs)
+	}
+}

@@ -1,0 +1,160 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// wait blocks until st's key is first in its directory. pred is the key
+// created just before st's, read at revision rev.
+//
+// The predecessor's watch has no start revision: etcd then puts it among its
+// synced watchers, which get events at once. A watch from a past revision,
+// like concurrency.Mutex's, is served by a catch-up loop that runs every
+// 100 ms, and on a busy cluster even a watch from the next revision is in the
+// past once it reaches the server. So the watch is created first, and a read
+// made after its creation checks that the predecessor is still there: its
+// deletion then comes after the watch's start, and is seen at once.
+func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev int64) error {
+	s := st.sess
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	// The waiter's own key, which goes with the lease: its deletion ends the
+	// wait at once.
+	own := d.cli.Watch(wctx, st.key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	tick := time.NewTicker(max(d.ttl/6, 100*time.Millisecond))
+	defer tick.Stop()
+	var (
+		pw      clientv3.WatchChan // watches pred; nil while none
+		pcancel context.CancelFunc = func() {}
+		retry   <-chan time.Time
+		backoff = 10 * time.Millisecond
+	)
+	defer func() { pcancel() }()
+	// check reads who comes before st now: "" when no one (the lock is
+	// ours); errWaiterDeleted-like errors when st's key is gone.
+	check := func() (string, error) {
+		resp, err := d.cli.Txn(ctx).Then(
+			clientv3.OpGet(st.key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(st.dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(st.rev-1), clientv3.WithKeysOnly())...),
+		).Commit()
+		if err != nil {
+			return "", err
+		}
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return "", d.ownDeleted(ctx, s)
+		}
+		if own == nil {
+			own = d.cli.Watch(wctx, st.key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		}
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			return string(kvs[0].Key), nil
+		}
+		return "", nil
+	}
+	// next acts on a check: done, same predecessor (keep watching), a new
+	// one (watch it), or an error (retry after a pause).
+	next := func() (done bool, err error) {
+		p, err := check()
+		switch {
+		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, errWaiterDeleted)):
+			return true, err
+		case err != nil:
+			pcancel()
+			pw = nil
+			retry = time.After(backoff)
+			backoff = min(2*backoff, time.Second)
+			return false, nil
+		case p == "":
+			return true, nil
+		}
+		backoff = 10 * time.Millisecond
+		if p != pred {
+			pcancel()
+			pw, pred = nil, p
+		}
+		return false, nil
+	}
+	for {
+		if pw == nil && retry == nil {
+			pctx, c := context.WithCancel(wctx)
+			pcancel = c
+			pw = d.cli.Watch(pctx, pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-own:
+			if ok && wr.Err() == nil && len(wr.Events) > 0 {
+				return d.ownDeleted(ctx, s)
+			}
+			if !ok || wr.Err() != nil {
+				own = nil // broken: the next check watches again
+				if done, err := next(); done {
+					return err
+				}
+			}
+		case wr, ok := <-pw:
+			if !ok || wr.Err() != nil {
+				pcancel()
+				pw = nil
+				retry = time.After(backoff)
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			if wr.Created || len(wr.Events) > 0 {
+				if done, err := next(); done {
+					return err
+				}
+			}
+		case <-retry:
+			retry = nil
+			if done, err := next(); done {
+				return err
+			}
+		case <-tick.C:
+			if err := d.keepWaiting(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// keepWaiting keeps the lease alive during a wait, and fails once it may have
+// expired.
+func (d *etcdDriver) keepWaiting(ctx context.Context, s *session) error {
+	kctx, cancel := context.WithTimeout(ctx, max(d.ttl/3, time.Second))
+	err := d.refresh(kctx, s, d.ttl/3)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		return err
+	}
+	d.mu.Lock()
+	expired := !time.Now().Before(s.expiry())
+	d.mu.Unlock()
+	if expired {
+		return fmt.Errorf("%w: not renewed for its TTL: %w", ErrLeaseLost, err)
+	}
+	return nil
+}
+
+// ownDeleted says why a waiter's key vanished: its lease ended, or someone
+// deleted it.
+func (d *etcdDriver) ownDeleted(ctx context.Context, s *session) error {
+	cctx, cancel := context.WithTimeout(ctx, max(d.ttl/3, time.Second))
+	defer cancel()
+	resp, err := d.cli.TimeToLive(cctx, s.id)
+	if err == nil && resp.TTL <= 0 {
+		cause := fmt.Errorf("%w (waiter key deleted with it)", ErrLeaseLost)
+		d.kill(s, cause)
+		return cause
+	}
+	return errWaiterDeleted
+}
