@@ -2,15 +2,12 @@ package etcd_test
 
 import (
 	"context"
-	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/golocker/locker/internal/etcdserver"
@@ -19,18 +16,7 @@ import (
 
 // TestMain stops the shared embedded etcd and checks that no goroutine of
 // ours outlives the tests.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	embedded.close()
-	testenv.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWith(m, nil, embedded.close) }
 
 // embedded is the single-member etcd shared by the backend tests and the
 // examples of this test binary, started on first use.

@@ -1,12 +1,7 @@
 package zookeeper_test
 
 import (
-	"flag"
-	"fmt"
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/golocker/locker/internal/testenv"
 )
@@ -14,25 +9,15 @@ import (
 // zkServers are the addresses of the shared test server, for the examples.
 var zkServers []string
 
-// TestMain provides the examples' server (examples cannot skip themselves:
-// without a server they are skipped here, or fail under CI), stops the shared
-// servers after the run, and then checks that no goroutine outlived its test:
-// every Locker, connection and proxy is closed by cleanups.
+// TestMain provides the examples' server (without one they are skipped, or
+// fail under CI), stops the shared servers after the run and checks that no
+// goroutine outlived its test.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	srv, err := testenv.SharedZooKeeper()
-	if skip := testenv.ExamplesUnavailable(err); skip != "" {
-		_ = flag.Set("test.skip", skip)
-	} else {
-		zkServers = srv.Servers()
-	}
-	code := m.Run()
-	testenv.Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
+	testenv.MainWith(m, func() error {
+		srv, err := testenv.SharedZooKeeper()
+		if err == nil {
+			zkServers = srv.Servers()
 		}
-	}
-	os.Exit(code)
+		return err
+	}, nil)
 }

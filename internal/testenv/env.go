@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Environment variables read by this package.
@@ -198,12 +201,36 @@ func Shutdown() {
 	wg.Wait()
 }
 
-// Main runs the tests, stops the shared servers and exits with the tests'
-// exit code:
+// Main runs the tests, stops the shared servers, fails the run when
+// goroutines outlived the tests (every Locker, client and proxy must be
+// closed by then), and exits with the tests' exit code:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainWith(m, nil, nil) }
+
+// MainWith is [Main] for packages whose Example functions need a server or
+// that run servers of their own. Before the run, examples (when not nil)
+// starts the examples' shared server, for instance with [SharedRedis], and
+// records its address; its error goes to [ExamplesUnavailable], which skips
+// the examples or fails the run. After the run, stop (when not nil) stops
+// the package's own servers, before the leak check.
+func MainWith(m *testing.M, examples func() error, stop func()) {
+	if examples != nil {
+		flag.Parse()
+		if skip := ExamplesUnavailable(examples()); skip != "" {
+			_ = flag.Set("test.skip", skip)
+		}
+	}
 	code := m.Run()
+	if stop != nil {
+		stop()
+	}
 	Shutdown()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
