@@ -164,12 +164,16 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	}
 	defer e.calls.Done()
 
-	// Every driver call of this acquisition ends when ctx ends or the Locker
-	// is closed.
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
-	defer stop()
+	// A wait ends when ctx ends or the Locker is closed. A single attempt
+	// needs no such link: Close waits for it, and ctx bounds it.
+	cctx := ctx
+	if wait {
+		c, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
+		defer stop()
+		cctx = c
+	}
 
 	g, err := e.enterGate(cctx, skey, wait)
 	if err == errHeldLocally {
