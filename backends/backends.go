@@ -1,0 +1,91 @@
+// Package backends registers locker's built-in backends with a [locker.Mux],
+// so that the backend is chosen by a URL from configuration:
+//
+//	var mux locker.Mux
+//	if err := backends.Register(&mux); err != nil { … }
+//	l, err := locker.Open(ctx, &mux, os.Getenv("LOCK_URL"))
+//
+// | scheme      | example                                              | client                              |
+// |-------------|------------------------------------------------------|-------------------------------------|
+// | redis       | redis://:pass@127.0.0.1:6379/0                       | go-redis Client (ParseURL options)  |
+// | redis       | redis://h1:6379,h2:6379,h3:6379                      | go-redis ClusterClient              |
+// | rediss      | rediss://h:6380                                      | the same with TLS                   |
+// | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
+// | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
+// | zk          | zk://127.0.0.1:2181,127.0.0.1:2182?session=4s        | go-zookeeper                        |
+//
+// Every scheme also takes ttl=<duration> and prefix=<string>. The Locker
+// owns the client it opened: its Close closes it. Nothing registers itself:
+// the application calls Register (or registers only the schemes it wants).
+package backends
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/golocker/locker"
+)
+
+// Register registers every built-in scheme with m: redis, rediss, mysql,
+// etcd and zk.
+func Register(m *locker.Mux) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil *locker.Mux", locker.ErrInvalidOption)
+	}
+	return errors.Join(
+		m.Register("redis", OpenRedis),
+		m.Register("rediss", OpenRedis),
+		m.Register("mysql", OpenMySQL),
+		m.Register("etcd", OpenEtcd),
+		m.Register("zk", OpenZooKeeper),
+	)
+}
+
+// shared are the query parameters locker.Open handles for every scheme.
+var shared = []string{"ttl", "prefix"}
+
+// backendQuery returns u's query without the shared parameters.
+func backendQuery(u *url.URL) url.Values {
+	q := u.Query()
+	for _, k := range shared {
+		q.Del(k)
+	}
+	return q
+}
+
+// hosts splits a comma-separated host list.
+func hosts(u *url.URL) ([]string, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: %s has no host", locker.ErrBadURL, u.Redacted())
+	}
+	var hs []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("%w: %s has an empty host in its list", locker.ErrBadURL, u.Redacted())
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+// closeOnError closes c when *err is set: for openers whose New failed
+// after they created a client.
+func closeOnError(err *error, c func() error) {
+	if *err != nil {
+		_ = c()
+	}
+}
+
+// unknownParams reports backend parameters nobody understood.
+func unknownParams(u *url.URL, q url.Values) error {
+	if len(q) == 0 {
+		return nil
+	}
+	var names []string
+	for k := range q {
+		names = append(names, k)
+	}
+	return fmt.Errorf("%w: %s: unknown parameters %s", locker.ErrBadURL, u.Redacted(), strings.Join(names, ", "))
+}

@@ -1,0 +1,123 @@
+package backends_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/backends"
+	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func newMux(t *testing.T) *locker.Mux {
+	t.Helper()
+	var m locker.Mux
+	if err := backends.Register(&m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+// exercise opens url, checks that the Locker excludes a second Locker opened
+// from the same URL, and closes both.
+func exercise(t *testing.T, m *locker.Mux, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	a, err := locker.Open(ctx, m, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	defer a.Close()
+	b, err := locker.Open(ctx, m, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	defer b.Close()
+	key := "url-" + strings.ReplaceAll(t.Name(), "/", "-")
+	lk, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock through %s: %v", url, err)
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("a second Locker from the same URL must be refused: %v", err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEverySchemeOpens(t *testing.T) {
+	m := newMux(t)
+	if got := strings.Join(m.Schemes(), ","); got != "etcd,mysql,redis,rediss,zk" {
+		t.Fatalf("Register must add the built-in schemes, got %s", got)
+	}
+	t.Run("redis", func(t *testing.T) {
+		exercise(t, m, "redis://"+testenv.Redis(t).Addr()+"/0?ttl=3s&prefix=url-test/")
+	})
+	t.Run("redis-cluster", func(t *testing.T) {
+		exercise(t, m, "redis://"+strings.Join(testenv.RedisCluster(t).Addrs(), ",")+"?ttl=3s")
+	})
+	t.Run("mysql", func(t *testing.T) {
+		cfg, err := gomysql.ParseDSN(testenv.NewDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_locks&ttl=3s")
+	})
+	t.Run("etcd", func(t *testing.T) {
+		eps, ok := testenv.EtcdEndpoints()
+		if !ok {
+			srv, err := etcdserver.Start(t.Context(), etcdserver.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Close() })
+			eps = srv.Endpoints()
+		}
+		for i, ep := range eps {
+			eps[i] = strings.TrimPrefix(ep, "http://")
+		}
+		exercise(t, m, "etcd://"+strings.Join(eps, ",")+"?ttl=3s&dial_timeout=10s")
+	})
+	t.Run("zk", func(t *testing.T) {
+		exercise(t, m, "zk://"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks?ttl=3s")
+	})
+}
+
+func TestBadBackendURLs(t *testing.T) {
+	m := newMux(t)
+	cases := []struct{ url, says string }{
+		{"redis://", "has no host"},
+		{"redis://127.0.0.1:1/0?bogus=1", "bogus"},
+		{"mysql://a:1,b:2/db", "one host"},
+		{"mysql://127.0.0.1:1/db?table=bad-name", "table"},
+		{"mysql://127.0.0.1:1/db?nosuchparam=1", "nosuchparam"},
+		{"etcd://127.0.0.1:1?dial_timeout=forever", "dial_timeout"},
+		{"etcd://127.0.0.1:1?what=1", "what"},
+		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
+		{"zk://,127.0.0.1:1", "empty host"},
+		{"memcached://127.0.0.1:11211", "known schemes: etcd, mysql, redis, rediss, zk"},
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		l, err := locker.Open(ctx, m, c.url)
+		cancel()
+		if err == nil {
+			l.Close()
+			t.Errorf("Open(%q) must fail", c.url)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) {
+			t.Errorf("Open(%q) = %v; the error must say %q", c.url, err, c.says)
+		}
+	}
+}

@@ -1,0 +1,45 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/etcd"
+)
+
+// OpenEtcd opens an etcd Locker for an etcd:// URL: a comma-separated list of
+// endpoints (plain HTTP; user and password, when given, authenticate).
+// Parameter dial_timeout (default 5s) bounds the first connection.
+func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
+	hs, err := hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	q := backendQuery(u)
+	dial := 5 * time.Second
+	if v := q.Get("dial_timeout"); v != "" {
+		if dial, err = time.ParseDuration(v); err != nil || dial <= 0 {
+			return nil, fmt.Errorf("%w: %s: parameter dial_timeout=%q is not a positive duration", locker.ErrBadURL, u.Redacted(), v)
+		}
+		q.Del("dial_timeout")
+	}
+	if err := unknownParams(u, q); err != nil {
+		return nil, err
+	}
+	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx)}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", u.Redacted(), err)
+	}
+	defer closeOnError(&err, cli.Close)
+	return etcd.New(cli, append(opts, locker.WithOnClose(cli.Close))...)
+}

@@ -1,0 +1,63 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/mysql"
+)
+
+// OpenMySQL opens a MySQL/MariaDB Locker for a mysql:// URL of the form
+// mysql://user:password@host:port/database?param=value. Parameter table names
+// the lock table (default mysql.DefaultTable); the other parameters are
+// go-sql-driver/mysql DSN parameters (parseTime=true is always set).
+func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
+	hs, err := hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	if len(hs) != 1 {
+		return nil, fmt.Errorf("%w: %s: mysql takes one host", locker.ErrBadURL, u.Redacted())
+	}
+	q := backendQuery(u)
+	cfg := mysql.Config{Table: q.Get("table")}
+	q.Del("table")
+	dsn := gomysql.NewConfig()
+	dsn.Net = "tcp"
+	dsn.Addr = hs[0]
+	dsn.DBName = strings.TrimPrefix(u.Path, "/")
+	if u.User != nil {
+		dsn.User = u.User.Username()
+		dsn.Passwd, _ = u.User.Password()
+	}
+	dsn.ParseTime = true
+	if len(q) > 0 {
+		// Let the driver parse and validate its own parameters.
+		parsed, err := gomysql.ParseDSN(dsn.FormatDSN() + "&" + q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+		}
+		dsn = parsed
+	}
+	db, err := gorm.Open(gormmysql.Open(dsn.FormatDSN()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	defer closeOnError(&err, sqlDB.Close)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
+	}
+	return mysql.NewWithConfig(db, cfg, append(opts, locker.WithOnClose(sqlDB.Close))...)
+}

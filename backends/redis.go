@@ -1,0 +1,51 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/redis"
+)
+
+// OpenRedis opens a Redis Locker for a redis:// or rediss:// URL. One host
+// gives a single-node client configured by go-redis's ParseURL (user,
+// password, database number and its query options); a comma-separated host
+// list gives a Cluster client.
+func OpenRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
+	hs, err := hosts(u)
+	if err != nil {
+		return nil, err
+	}
+	v := *u
+	v.RawQuery = backendQuery(u).Encode()
+	var client goredis.UniversalClient
+	if len(hs) == 1 {
+		o, err := goredis.ParseURL(v.String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+		}
+		client = goredis.NewClient(o)
+	} else {
+		// go-redis spells extra cluster nodes as addr parameters.
+		v.Host = hs[0]
+		q := v.Query()
+		for _, h := range hs[1:] {
+			q.Add("addr", h)
+		}
+		v.RawQuery = q.Encode()
+		o, err := goredis.ParseClusterURL(v.String())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+		}
+		client = goredis.NewClusterClient(o)
+	}
+	defer closeOnError(&err, client.Close)
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis %s: %w", u.Redacted(), err)
+	}
+	return redis.New(client, append(opts, locker.WithOnClose(client.Close))...)
+}

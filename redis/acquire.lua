@@ -1,0 +1,86 @@
+-- acquire.lua: one attempt to take the lock.
+--
+-- KEYS     lock, fence, queue, waiters (see lib.lua)
+-- ARGV[1]  owner      random, unique to this acquisition, without spaces
+-- ARGV[2]  ttl        milliseconds
+-- ARGV[3]  label      human-readable holder name, recorded only
+-- ARGV[4]  retention  milliseconds the fence key outlives the last acquisition
+-- ARGV[5]  seq        "0" for a single attempt (TryLock); otherwise the
+--                     number of this attempt of a waiting Lock, which then
+--                     queues for the lock when it is held
+-- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
+--                     counts as gone
+-- ARGV[7]  channel    the lock's pub/sub channel
+--
+-- Returns one integer r:
+--   r > 0   the lock is ARGV[1]'s, with fencing token r: newly taken, or
+--           already ARGV[1]'s (handed over by the previous holder, or a
+--           retried call), in which case its expiry is renewed to ARGV[2]
+--           from now;
+--   r <= 0  another owner holds it, for -r-1 more milliseconds; r = 0 when
+--           that is unknown: the key has no expiry, or the attempt is a
+--           single one (ARGV[5] = "0"), which has no use for it.
+--
+-- A free lock goes to the first live waiter of the queue: the caller takes
+-- it when it is that waiter or nobody waits, and otherwise hands it over to
+-- that waiter (and queues if it waits itself).
+local owner, ttl = ARGV[1], ARGV[2]
+local waiting = ARGV[5] ~= '0'
+
+-- Fast paths: the lock is held and the caller does not wait; the lock is
+-- the caller's; the lock is free and nobody waits (take, as in lib.lua).
+local v = redis.call('GET', KEYS[1])
+if v then
+  local n = #owner
+  if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return tonumber(string.match(v, '^%S+ (%d+)'))
+  end
+  if not waiting then
+    return 0
+  end
+elseif redis.call('EXISTS', KEYS[3]) == 0 then
+  local t = redis.call('TIME')
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', KEYS[2]))
+  if last and last >= token then
+    token = last + 1
+  end
+  local s = string.format('%d', token)
+  redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. ARGV[3], 'PX', ttl)
+  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  return token
+end
+
+-- #include lib.lua
+
+local function enqueue(now)
+  local stale = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], 'NX', now, owner)
+  redis.call('HSET', KEYS[4], owner,
+    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[3])
+  for i = 3, 4 do
+    if redis.call('PTTL', KEYS[i]) < stale then
+      redis.call('PEXPIRE', KEYS[i], 2 * stale)
+    end
+  end
+end
+
+if v then
+  enqueue(now_us())
+  return -1 - redis.call('PTTL', KEYS[1])
+end
+-- The lock is free and the queue exists.
+local now = now_us()
+local h, seq, httl, label = head(now)
+if h and h ~= owner then
+  hand_over(now, h, seq, httl, label, ARGV[7], ARGV[4])
+  if waiting then
+    enqueue(now)
+  end
+  return -1 - tonumber(httl)
+end
+if h then
+  dequeue(owner)
+end
+return (take(now, owner, ttl, ARGV[3], ARGV[4]))

@@ -1,0 +1,387 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+// The benchmarks measure, in the same run and on the same server, the raw
+// floor (what a hand-written SET NX PX lock costs on one go-redis client) and
+// this package, and report the ratio. Each iteration of LockUnlock and
+// TryLockHeld times one floor operation and one of ours back to back, so that
+// load from other processes on the machine hits both alike: x-floor is the
+// ratio of the means, x-floor-p50 the median of the per-iteration ratios.
+// BenchmarkContended alternates rounds of the floor and of ours for the same
+// reason.
+
+// floorUnlockLua is the floor's compare-and-delete.
+const floorUnlockLua = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+
+// benchTTL is the TTL of the benchmarks' locks.
+const benchTTL = 10 * time.Second
+
+// floor is the hand-written lock of the raw floor.
+type floor struct {
+	c      *goredis.Client
+	unlock *goredis.Script
+}
+
+func newFloor(b *testing.B, addr string) *floor {
+	f := &floor{c: newClient(b, addr), unlock: goredis.NewScript(floorUnlockLua)}
+	if err := f.unlock.Load(b.Context(), f.c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// tryLock is SET key owner NX PX ttl.
+func (f *floor) tryLock(ctx context.Context, key, owner string) (bool, error) {
+	return f.c.SetNX(ctx, key, owner, benchTTL).Result()
+}
+
+// release is EVALSHA compare-and-delete.
+func (f *floor) release(ctx context.Context, key, owner string) (int64, error) {
+	return f.unlock.EvalSha(ctx, f.c, []string{key}, owner).Int64()
+}
+
+// pair accumulates the paired timings of a benchmark.
+type pair struct{ floor, ours []time.Duration }
+
+func (p *pair) report(b *testing.B) {
+	mean := func(ds []time.Duration) float64 {
+		var s time.Duration
+		for _, d := range ds {
+			s += d
+		}
+		return float64(s) / float64(len(ds))
+	}
+	p50 := func(ds []time.Duration) float64 {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return float64(s[len(s)/2])
+	}
+	if len(p.ours) == 0 {
+		return
+	}
+	ratios := make([]time.Duration, len(p.ours))
+	for i := range p.ours {
+		// Fixed point: ratio * 1e6, so that p50 can sort durations.
+		ratios[i] = time.Duration(float64(p.ours[i]) / float64(max(p.floor[i], 1)) * 1e6)
+	}
+	b.ReportMetric(mean(p.ours), "ns/op")
+	b.ReportMetric(mean(p.floor), "floor-ns/op")
+	b.ReportMetric(mean(p.ours)/mean(p.floor), "x-floor")
+	b.ReportMetric(p50(ratios)/1e6, "x-floor-p50")
+}
+
+func benchServer(b *testing.B) *testenv.RedisServer { return testenv.Redis(b) }
+
+// BenchmarkLockUnlock: uncontended Lock+Unlock against the floor's SET NX PX
+// plus EVALSHA compare-and-delete. Target: x-floor <= 1.2.
+func BenchmarkLockUnlock(b *testing.B) {
+	srv := benchServer(b)
+	f := newFloor(b, srv.Addr())
+	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	ctx := b.Context()
+	key, fkey := uniqueKey(b), uniqueKey(b)+"-floor"
+	var p pair
+	for b.Loop() {
+		t0 := time.Now()
+		ok, err := f.tryLock(ctx, fkey, "owner")
+		if err != nil || !ok {
+			b.Fatalf("floor SET NX: %v %v", ok, err)
+		}
+		if n, err := f.release(ctx, fkey, "owner"); err != nil || n != 1 {
+			b.Fatalf("floor release: %v %v", n, err)
+		}
+		t1 := time.Now()
+		lk, err := l.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		p.floor = append(p.floor, t1.Sub(t0))
+		p.ours = append(p.ours, t2.Sub(t1))
+	}
+	p.report(b)
+}
+
+// BenchmarkTryLockHeld: TryLock refused on a key another Locker holds, against
+// one EVALSHA round trip (the floor's compare-and-delete, refused). Target:
+// x-floor <= 1.1.
+func BenchmarkTryLockHeld(b *testing.B) {
+	srv := benchServer(b)
+	f := newFloor(b, srv.Addr())
+	holder, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	ctx := b.Context()
+	key := uniqueKey(b)
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = lk.Unlock(context.WithoutCancel(ctx)) }()
+	fkey := lockKey(key)
+	var p pair
+	for b.Loop() {
+		t0 := time.Now()
+		if n, err := f.release(ctx, fkey, "not the owner"); err != nil || n != 0 {
+			b.Fatalf("floor EVALSHA: %v %v", n, err)
+		}
+		t1 := time.Now()
+		if _, err := l.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			b.Fatalf("TryLock on a held key: %v", err)
+		}
+		t2 := time.Now()
+		p.floor = append(p.floor, t1.Sub(t0))
+		p.ours = append(p.ours, t2.Sub(t1))
+	}
+	p.report(b)
+}
+
+// BenchmarkHandoff: from the holder's Unlock to the return of the Lock that
+// another Locker has been waiting in. Target: p50 <= 1 ms.
+func BenchmarkHandoff(b *testing.B) {
+	srv := benchServer(b)
+	admin := newClient(b, srv.Addr())
+	holder, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	waiter, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	ctx := b.Context()
+	key := uniqueKey(b)
+	type got struct {
+		at  time.Time
+		err error
+	}
+	var lats []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		lk, err := holder.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res := make(chan got, 1)
+		release := make(chan struct{})
+		go func() {
+			wl, err := waiter.Lock(ctx, key)
+			res <- got{time.Now(), err}
+			if err == nil {
+				<-release
+				_ = wl.Unlock(ctx)
+			}
+			close(res)
+		}()
+		waitQueued(b, ctx, admin, key, 1)
+		b.StartTimer()
+		start := time.Now()
+		if err := lk.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		r := <-res
+		b.StopTimer()
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		lats = append(lats, r.at.Sub(start))
+		close(release)
+		<-res
+		b.StartTimer()
+	}
+	slices.Sort(lats)
+	ms := func(p float64) float64 {
+		return float64(lats[int(p*float64(len(lats)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(ms(0.5), "handoff-p50-ms")
+	b.ReportMetric(ms(0.9), "handoff-p90-ms")
+	b.ReportMetric(ms(0.99), "handoff-p99-ms")
+}
+
+// contenders is the number of Lockers of BenchmarkContended.
+const contenders = 16
+
+// BenchmarkContended: 16 Lockers (each with its own client, as 16 processes
+// would have) Lock and Unlock one key in a loop; the floor is 16 clients
+// spinning on SET NX PX and releasing with EVALSHA. Rounds of the floor and of
+// ours alternate (b.N hand-offs for each in all). Reports hand-offs per second for
+// both, their ratio (x-floor-rate, target >= 1), the fewest and most
+// acquisitions a Locker got (every Locker must be served), and the Redis
+// commands per hand-off.
+func BenchmarkContended(b *testing.B) {
+	srv := benchServer(b)
+	floorKey, key := uniqueKey(b)+"-floor", uniqueKey(b)
+	floors := make([]*floor, contenders)
+	lockers := make([]locker.Locker, contenders)
+	fcount, lcount := &countingHook{}, &countingHook{}
+	for i := range contenders {
+		floors[i] = newFloor(b, srv.Addr())
+		floors[i].c.AddHook(fcount)
+		c := newClient(b, srv.Addr())
+		c.AddHook(lcount)
+		lockers[i], _ = newTestLocker(b, c, locker.WithTTL(benchTTL))
+	}
+	floorRound := func(ctx context.Context, i int) error {
+		owner := fmt.Sprint(i)
+		for {
+			ok, err := floors[i].tryLock(ctx, floorKey, owner)
+			if err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+		}
+		_, err := floors[i].release(ctx, floorKey, owner)
+		return err
+	}
+	lockerRound := func(ctx context.Context, i int) error {
+		lk, err := lockers[i].Lock(ctx, key)
+		if err != nil {
+			return err
+		}
+		return lk.Unlock(ctx)
+	}
+	const rounds = 8
+	var floorTime, ourTime time.Duration
+	var floorN, ourN int
+	fcounts, lcounts := make([]int, contenders), make([]int, contenders)
+	b.ResetTimer()
+	for r := range rounds {
+		n := b.N / rounds
+		if r < b.N%rounds {
+			n++
+		}
+		floorTime += contend(b, n, fcounts, floorRound)
+		floorN += n
+		ourTime += contend(b, n, lcounts, lockerRound)
+		ourN += n
+	}
+	b.StopTimer()
+	if ourN == 0 || floorN == 0 {
+		return
+	}
+	floorRate := float64(floorN) / floorTime.Seconds()
+	rate := float64(ourN) / ourTime.Seconds()
+	b.ReportMetric(float64(ourTime)/float64(ourN), "ns/op")
+	b.ReportMetric(rate, "handoffs/s")
+	b.ReportMetric(floorRate, "floor-handoffs/s")
+	b.ReportMetric(rate/floorRate, "x-floor-rate")
+	b.ReportMetric(float64(slices.Min(lcounts)), "min-per-locker")
+	b.ReportMetric(float64(slices.Max(lcounts)), "max-per-locker")
+	b.ReportMetric(float64(slices.Min(fcounts)), "floor-min-per-client")
+	b.ReportMetric(float64(slices.Max(fcounts)), "floor-max-per-client")
+	b.ReportMetric(float64(lcount.commands.Load())/float64(ourN), "cmds/handoff")
+	b.ReportMetric(float64(fcount.commands.Load())/float64(floorN), "floor-cmds/handoff")
+}
+
+// contend runs n acquisitions spread over the contenders, each calling
+// acquire in a loop, adds each contender's acquisitions to counts, and
+// returns how long it took.
+func contend(b *testing.B, n int, counts []int, acquire func(ctx context.Context, i int) error) time.Duration {
+	ctx := b.Context()
+	var left atomic.Int64
+	left.Store(int64(n))
+	got := make([]int, contenders)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for i := range contenders {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				if err := acquire(ctx, i); err != nil {
+					failed.Store(err)
+					return
+				}
+				got[i]++
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	for i := range counts {
+		counts[i] += got[i]
+	}
+	return elapsed
+}
+
+// BenchmarkHold10k: one Locker holds 10,000 locks through a few renewal
+// ticks. Reports the round trips (pipelines) per tick, the renewals per
+// round trip, the duration of one renewal round trip, and the heap bytes per
+// held lock. The experiment runs once whatever b.N (it takes a few seconds).
+func BenchmarkHold10k(b *testing.B) {
+	const n = 10_000
+	srv := benchServer(b)
+	ttl := 3 * time.Second
+	c := newClient(b, srv.Addr())
+	hook := &countingHook{}
+	c.AddHook(hook)
+	l, _ := newTestLocker(b, c, locker.WithTTL(ttl))
+	ctx := b.Context()
+	base := uniqueKey(b)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", base, i)
+	}
+	locks := make([]locker.Lock, 0, n)
+	var perLock, perTick, perTrip, tripTime float64
+	{
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for _, k := range keys {
+			lk, err := l.TryLock(ctx, k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			locks = append(locks, lk)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perLock = float64(after.HeapAlloc-before.HeapAlloc) / n
+
+		// Count from the first renewal round on, over two TTLs.
+		p0 := hook.pipelines.Load()
+		for hook.pipelines.Load() == p0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		start := time.Now()
+		p1, c1, t1 := hook.pipelines.Load(), hook.piped.Load(), hook.pipeTime.Load()
+		time.Sleep(2 * ttl)
+		p2, c2, t2 := hook.pipelines.Load(), hook.piped.Load(), hook.pipeTime.Load()
+		ticks := float64(time.Since(start)) / float64(ttl/3)
+		for _, lk := range locks {
+			if err := lk.Err(); err != nil {
+				b.Fatalf("lock lost: %v", err)
+			}
+		}
+		trips := float64(max(p2-p1, 1))
+		perTick = float64(p2-p1) / ticks
+		perTrip = float64(c2-c1) / trips
+		tripTime = float64(t2-t1) / trips / float64(time.Millisecond)
+		for _, lk := range locks {
+			_ = lk.Unlock(ctx)
+		}
+	}
+	for b.Loop() { // the experiment above does not depend on b.N
+	}
+	b.ReportMetric(perTick, "round-trips/tick")
+	b.ReportMetric(perTrip, "renewals/round-trip")
+	b.ReportMetric(tripTime, "ms/round-trip")
+	b.ReportMetric(perLock, "bytes/lock")
+}

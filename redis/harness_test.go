@@ -1,0 +1,200 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+// testTTL is the TTL of the conformance harnesses.
+const testTTL = 1500 * time.Millisecond
+
+// clientOptions are the go-redis options of every test client: ctx deadlines
+// bound every call (as the package doc recommends), and reads time out well
+// within a renewal interval.
+func clientOptions(addr string) *goredis.Options {
+	return &goredis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+		Protocol:              testProtocol,
+	}
+}
+
+var testProtocol = 3
+
+// newClient returns a client of addr closed when the test ends.
+func newClient(t testing.TB, addr string) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(clientOptions(addr))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newCluster returns a cluster client, closed when the test ends, whose
+// connections to node addr go through dial (nil: directly).
+func newCluster(t testing.TB, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.ClusterClient {
+	t.Helper()
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:                 addrs,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+		Dialer:                dial,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// closer is a go-redis client that can be closed (Crash).
+type closer interface{ Close() error }
+
+// replicas records, for every Locker a harness made, the client to close on
+// Crash and the proxies to cut on Isolate.
+type replicas struct {
+	mu sync.Mutex
+	m  map[locker.Locker]replica
+}
+
+type replica struct {
+	client  closer
+	proxies []*testenv.Proxy
+}
+
+func (r *replicas) add(l locker.Locker, rep replica) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[locker.Locker]replica)
+	}
+	r.m[l] = rep
+}
+
+func (r *replicas) get(t testing.TB, l locker.Locker) (replica, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.m[l]
+	if !ok {
+		t.Errorf("the Locker was not made by this harness")
+	}
+	return rep, ok
+}
+
+func (r *replicas) crash(t testing.TB, l locker.Locker) {
+	if rep, ok := r.get(t, l); ok {
+		_ = rep.client.Close()
+	}
+}
+
+func (r *replicas) isolate(t testing.TB, l locker.Locker) func() {
+	rep, ok := r.get(t, l)
+	if !ok {
+		return func() {}
+	}
+	for _, p := range rep.proxies {
+		p.Cut()
+	}
+	return func() {
+		for _, p := range rep.proxies {
+			p.Heal()
+		}
+	}
+}
+
+// singleHarness is the conformance harness on one redis-server that the
+// harness may restart: every Locker has its own client, dialling through its
+// own proxy.
+func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
+	admin := newClient(t, srv.Addr())
+	var reps replicas
+	return conformance.Harness{
+		TTL: testTTL,
+		NewLocker: func(t testing.TB) locker.Locker {
+			p := testenv.NewProxy(t, srv.Addr())
+			c := newClient(t, p.Addr())
+			l, err := New(c, locker.WithTTL(testTTL))
+			if err != nil {
+				t.Errorf("New: %v", err)
+				return nil
+			}
+			reps.add(l, replica{client: c, proxies: []*testenv.Proxy{p}})
+			return l
+		},
+		Crash:   reps.crash,
+		Isolate: reps.isolate,
+		DeleteBehind: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), lockKey(key)).Err(); err != nil {
+				t.Errorf("DEL %s: %v", lockKey(key), err)
+			}
+		},
+		Restart:     srv.Restart,
+		MaxKeyBytes: MaxKeyBytes,
+	}
+}
+
+// clusterHarness is the conformance harness on the shared three-master
+// Cluster: every Locker has its own cluster client whose connections to each
+// node go through a proxy of its own. The shared Cluster is not restarted.
+func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Harness {
+	admin := newCluster(t, cl.Addrs(), nil)
+	var reps replicas
+	return conformance.Harness{
+		TTL: testTTL,
+		NewLocker: func(t testing.TB) locker.Locker {
+			var mu sync.Mutex
+			proxies := map[string]*testenv.Proxy{}
+			var all []*testenv.Proxy
+			for _, a := range cl.Addrs() {
+				p := testenv.NewProxy(t, a)
+				proxies[a] = p
+				all = append(all, p)
+			}
+			var d net.Dialer
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				mu.Lock()
+				p := proxies[addr]
+				mu.Unlock()
+				if p == nil {
+					return nil, fmt.Errorf("test dialer: no proxy for node %s", addr)
+				}
+				return d.DialContext(ctx, network, p.Addr())
+			}
+			c := newCluster(t, cl.Addrs(), dial)
+			l, err := New(c, locker.WithTTL(testTTL))
+			if err != nil {
+				t.Errorf("New: %v", err)
+				return nil
+			}
+			reps.add(l, replica{client: c, proxies: all})
+			return l
+		},
+		Crash:   reps.crash,
+		Isolate: reps.isolate,
+		DeleteBehind: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), lockKey(key)).Err(); err != nil {
+				t.Errorf("DEL %s: %v", lockKey(key), err)
+			}
+		},
+		MaxKeyBytes: MaxKeyBytes,
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, singleHarness(t, testenv.NewRedis(t)))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	conformance.Run(t, clusterHarness(t, testenv.RedisCluster(t)))
+}

@@ -1,0 +1,74 @@
+package redis
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// The Redis names of one lock. All of them carry the same Cluster hash tag,
+// so that every script touches one slot, and the release channel is named
+// after the same slot.
+//
+// For a store key s (the caller's key with the Locker's prefix) that contains
+// no '}':
+//
+//	lock     locker:{s}        string "<owner> <token> <label>", PX = TTL
+//	fence    locker:{s}:fence  string, the last fencing token
+//	queue    locker:{s}:q      sorted set of waiting owners, by arrival
+//	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <label>"
+//	channel  locker:{s}:rel    pub/sub channel of releases and hand-overs
+//
+// Redis hashes the text between the first '{' and the first '}' after it, so
+// these share the slot of s. A '}' inside s would end the tag early (and one
+// at its start would leave the tag empty, so that each name hashed whole and
+// the names landed on different slots). Such keys use a tag made of the
+// 64-bit FNV-1a hash of s instead, followed by the kind and s itself:
+//
+//	lock     locker:#{<16 hex digits>}:lock:s
+//	fence    locker:#{<16 hex digits>}:fence:s   (and so on)
+//
+// Both forms keep s verbatim, so distinct store keys never share a name,
+// whatever their hash, and the two forms never meet ("locker:{" versus
+// "locker:#").
+const namespace = "locker:"
+
+// Kinds of names.
+const (
+	kindLock    = "lock"
+	kindFence   = "fence"
+	kindQueue   = "q"
+	kindWaiters = "w"
+	kindChannel = "rel"
+)
+
+// name returns the Redis name of the given kind for store key s.
+func name(kind, s string) string {
+	if strings.IndexByte(s, '}') < 0 {
+		if kind == kindLock {
+			return namespace + "{" + s + "}"
+		}
+		return namespace + "{" + s + "}:" + kind
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	var buf [16]byte
+	hex := strconv.AppendUint(buf[:0], h.Sum64(), 16)
+	return namespace + "#{" + strings.Repeat("0", 16-len(hex)) + string(hex) + "}:" + kind + ":" + s
+}
+
+// lockKey returns the Redis key of the lock on store key s.
+func lockKey(s string) string { return name(kindLock, s) }
+
+// fenceKey returns the Redis key of the fencing counter of store key s.
+func fenceKey(s string) string { return name(kindFence, s) }
+
+// channelName returns the pub/sub channel on which releases of store key s
+// are announced.
+func channelName(s string) string { return name(kindChannel, s) }
+
+// scriptKeys returns KEYS of acquire.lua and release.lua for store key s:
+// lock, fence, queue, waiters.
+func scriptKeys(s string) []string {
+	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s)}
+}

@@ -1,0 +1,72 @@
+-- lib.lua: functions shared by acquire.lua and release.lua, inserted where
+-- they say "-- #include lib.lua" (after their fast paths, so that those do
+-- not pay for defining the functions). Both take the same KEYS:
+--
+-- KEYS[1]  lock     string "<owner> <token> <label>", expires after the
+--                   holder's TTL
+-- KEYS[2]  fence    string: the last fencing token handed out; expires
+--                   after the retention
+-- KEYS[3]  queue    sorted set: the owners waiting, scored by arrival time
+--                   (server microseconds)
+-- KEYS[4]  waiters  hash owner -> "<deadline> <seq> <ttl> <label>": the
+--                   waiter counts as gone after deadline (server ms); seq
+--                   numbers its last attempt; ttl (ms) and label are those
+--                   of its lock once it is handed over
+--
+-- Every name carries the same Cluster hash tag.
+
+-- now_us returns the server clock in microseconds.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- take gives the lock to owner and returns its fencing token, as a number
+-- and as a string: max(last token + 1, server clock in microseconds).
+local function take(now, owner, ttl, label, retention)
+  local token = now
+  local last = tonumber(redis.call('GET', KEYS[2]))
+  if last and last >= token then
+    token = last + 1
+  end
+  local s = string.format('%d', token)
+  redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. label, 'PX', ttl)
+  redis.call('SET', KEYS[2], s, 'PX', retention)
+  return token, s
+end
+
+-- dequeue removes owner from the waiters.
+local function dequeue(owner)
+  redis.call('ZREM', KEYS[3], owner)
+  redis.call('HDEL', KEYS[4], owner)
+end
+
+-- head returns the first waiter still alive (owner, seq, ttl, label),
+-- dropping the ones whose deadline passed, or nil.
+local function head(now)
+  local ms = math.floor(now / 1000)
+  for _ = 1, 100 do
+    local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not h then
+      return nil
+    end
+    local rec = redis.call('HGET', KEYS[4], h)
+    if rec then
+      local deadline, seq, ttl, label = string.match(rec, '^(%d+) (%d+) (%d+) (.*)$')
+      if deadline and tonumber(deadline) > ms then
+        return h, seq, ttl, label
+      end
+    end
+    dequeue(h)
+  end
+  return nil
+end
+
+-- hand_over gives the free lock to waiter h and tells it on channel:
+-- "grant <owner> <seq> <token> <ttl>".
+local function hand_over(now, h, seq, ttl, label, channel, retention)
+  local _, s = take(now, h, ttl, label, retention)
+  dequeue(h)
+  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. ttl)
+end
+

@@ -1,0 +1,330 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+)
+
+const (
+	// MaxKeyBytes is the longest key accepted, in bytes, counting the
+	// Locker's prefix (locker.WithPrefix). Redis itself takes keys of up to
+	// 512 MB, but a lock key is a name, not data: every renewal and release
+	// sends it, and each held lock keeps its Redis names in memory. Hash
+	// longer natural keys (a URL, a file path) before locking them.
+	MaxKeyBytes = 1024
+
+	// FenceRetention is how long the fence key of a lock (the last fencing
+	// token handed out for it) outlives the lock's last acquisition. Keys
+	// locked once are forgotten after it, so that locking ever new keys
+	// (one per job or order) does not fill Redis. Tokens stay increasing
+	// without it: a new token is at least the server's clock in
+	// microseconds, and the retention only has to cover a server clock that
+	// steps back (see the package doc, Fencing).
+	FenceRetention = time.Hour
+
+	// cleanupTimeout bounds the compare-and-delete that undoes an
+	// acquisition whose outcome is unknown.
+	cleanupTimeout = 2 * time.Second
+)
+
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed renew.lua
+	renewLua string
+)
+
+// Client is the part of a go-redis v9 client the Locker uses: scripts,
+// pipelines and pub/sub. *redis.Client (a single node, or a Sentinel-managed
+// primary from redis.NewFailoverClient), *redis.ClusterClient and every
+// redis.UniversalClient satisfy it, as do wrappers of them.
+type Client interface {
+	goredis.Scripter
+	Pipeline() goredis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
+}
+
+// New returns a Locker that keeps its locks in Redis through client, the
+// caller's own go-redis v9 client, which the Locker never closes. The options
+// are the shared locker options (locker.WithTTL, locker.WithPrefix, …).
+//
+// New does not contact Redis. It returns an error matching
+// locker.ErrInvalidOption when client is nil or an option is invalid.
+func New(client Client, opts ...locker.Option) (locker.Locker, error) {
+	if isNil(client) {
+		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: errors.New("nil redis client")}
+	}
+	return locker.New(newDriver(client), opts...)
+}
+
+// isNil reports whether c is nil or a typed nil pointer.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// redisDriver implements driver.Driver, driver.Acquirer,
+// driver.BatchRenewer and driver.Configurer on a go-redis client.
+type redisDriver struct {
+	client  Client
+	acquire *goredis.Script
+	release *goredis.Script
+	renew   *goredis.Script
+	logger  *slog.Logger
+	notify  *notifier
+
+	// Script arguments of this Locker, boxed once (Configure) so that a
+	// call does not allocate them again.
+	ttl          time.Duration
+	ttlArg       any // ttl in milliseconds, as a string
+	labelArg     any
+	retentionArg any // FenceRetention in milliseconds, as a string
+	staleMs      any // staleArg(ttl)
+}
+
+// include inserts lib.lua where a script says "-- #include lib.lua".
+func include(script string) string {
+	return strings.Replace(script, "-- #include lib.lua\n", libLua, 1)
+}
+
+func newDriver(client Client) *redisDriver {
+	logger := slog.New(slog.DiscardHandler)
+	return &redisDriver{
+		client:  client,
+		acquire: goredis.NewScript(include(acquireLua)),
+		release: goredis.NewScript(include(releaseLua)),
+		renew:   goredis.NewScript(renewLua),
+		logger:  logger,
+		notify:  newNotifier(client, logger),
+
+		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
+	}
+}
+
+// Info implements driver.Driver.
+func (d *redisDriver) Info() driver.Info {
+	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes}
+}
+
+// Configure implements driver.Configurer: it takes the logger and prepares
+// the script arguments that are the same for every lock.
+func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
+	if cfg.Logger != nil {
+		d.logger = cfg.Logger
+		d.notify.logger = cfg.Logger
+	}
+	d.ttl = cfg.TTL
+	d.ttlArg = strconv.FormatInt(millis(cfg.TTL), 10)
+	d.labelArg = cfg.Label
+	d.staleMs = strconv.FormatInt(millis(3*refreshInterval(cfg.TTL)), 10)
+	return nil
+}
+
+// ttlArgs returns the PX argument for ttl, and its value in milliseconds.
+func (d *redisDriver) ttlArgs(ttl time.Duration) (any, int64) {
+	ms := millis(ttl)
+	if ttl == d.ttl && d.ttlArg != nil {
+		return d.ttlArg, ms
+	}
+	return ms, ms
+}
+
+// labelArgOf returns the label argument.
+func (d *redisDriver) labelArgOf(label string) any {
+	if l, ok := d.labelArg.(string); ok && l == label {
+		return d.labelArg
+	}
+	return label
+}
+
+// millis converts a TTL to whole milliseconds (PX), at least 1.
+func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// TryAcquire implements driver.Driver: one round trip (two the first time a
+// server sees the script). It never queues: a free lock that has waiters
+// goes to the first of them.
+func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	ttlArg, ttl := d.ttlArgs(req.TTL)
+	keys := scriptKeys(req.Key)
+	r, err := d.attempt(ctx, req, keys, ttlArg, "0")
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if r <= 0 {
+		return driver.Grant{}, driver.Held(time.Duration(max(-1-r, 0)) * time.Millisecond)
+	}
+	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: keys[0]}, nil
+}
+
+// attempt runs acquire.lua once: r > 0 is the token of a lock now held, r <=
+// 0 means held by another owner for -r-1 more milliseconds (r = 0: unknown).
+// seq is "0" for TryLock, else the attempt's number in a waiting Lock, which
+// queues. On an error after which the lock may be ours, or the owner may be
+// queued, it cleans up (see leave) before returning.
+func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []string, ttlArg any, seq string) (int64, error) {
+	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
+		return 0, fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner)
+	}
+	r, err := d.acquire.Run(ctx, d.client, keys,
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), channelName(req.Key)).Int64()
+	if err != nil {
+		if seq != "0" || maybeExecuted(err) {
+			d.leave(ctx, req)
+		}
+		return 0, fmt.Errorf("acquire: %w", err)
+	}
+	return r, nil
+}
+
+// leave removes every trace of req.Owner: its place in the queue, and the
+// lock if it holds it (passed on to the next waiter, as by Unlock). It runs
+// after an attempt whose outcome is unknown and when a waiting Lock gives
+// up, so that no phantom holder or waiter is left until expiry. It uses a
+// fresh context: ctx may be the reason the attempt failed.
+func (d *redisDriver) leave(ctx context.Context, req driver.Request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
+	defer cancel()
+	err := d.release.Run(ctx, d.client, scriptKeys(req.Key), req.Owner, channelName(req.Key), d.retentionArg, "1").Err()
+	if err != nil {
+		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; the key stays held or queued until it expires",
+			"key", req.Key, "err", err)
+	}
+}
+
+// staleArg is how long (ms) a waiter may go without an attempt before it
+// counts as gone: three of its refresh intervals.
+func (d *redisDriver) staleArg(ttl time.Duration) any {
+	if ttl == d.ttl && d.staleMs != nil {
+		return d.staleMs
+	}
+	return millis(3 * refreshInterval(ttl))
+}
+
+// maybeExecuted reports whether a failed call may nevertheless have run on the
+// server. It is false for a reply from Redis (an error reply is a definite
+// answer), for a closed client and for errors raised before the command could
+// be written (dial failures, an exhausted connection pool); true otherwise:
+// a connection that broke or timed out after the command was written, or a
+// ctx that ended while the reply was awaited.
+func maybeExecuted(err error) bool {
+	var rerr goredis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &rerr),
+		errors.Is(err, goredis.ErrClosed),
+		errors.Is(err, goredis.ErrPoolTimeout),
+		errors.Is(err, goredis.ErrPoolExhausted),
+		errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}
+
+// leaseKey returns the Redis key of a held lock.
+func leaseKey(l driver.Lease) string {
+	if k, ok := l.State.(string); ok {
+		return k
+	}
+	return lockKey(l.Key)
+}
+
+// Release implements driver.Driver: compare-and-delete, or hand-over to the
+// first waiter, with a message on the key's channel, in one script.
+func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
+	n, err := d.release.Run(ctx, d.client, scriptKeys(l.Key), l.Owner, channelName(l.Key), d.retentionArg, "0").Int64()
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("release: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Renew implements driver.Driver: compare-and-PEXPIRE.
+func (d *redisDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	ttlArg, ttl := d.ttlArgs(l.TTL)
+	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, ttlArg).Int64()
+	return renewResult(ttl, n, err)
+}
+
+func renewResult(ttl, n int64, err error) (time.Duration, error) {
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("renew: %w", err)
+	case n == 0:
+		return 0, fmt.Errorf("renew: %w", driver.ErrNotHeld)
+	}
+	return time.Duration(ttl) * time.Millisecond, nil
+}
+
+// RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
+// leases (on a Cluster, go-redis sends one pipeline per node, in parallel).
+// Leases whose EVALSHA finds the script missing from the server's cache are
+// sent again with EVAL in a second pipeline.
+func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	ttls := make([]int64, len(ls))
+	args := make([]any, len(ls))
+	cmds := make([]*goredis.Cmd, len(ls))
+	pipe := d.client.Pipeline()
+	for i, l := range ls {
+		args[i], ttls[i] = d.ttlArgs(l.TTL)
+		cmds[i] = d.renew.EvalSha(ctx, pipe, []string{leaseKey(l)}, l.Owner, args[i])
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	var again []int
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := d.client.Pipeline()
+		for _, i := range again {
+			cmds[i] = d.renew.Eval(ctx, pipe, []string{leaseKey(ls[i])}, ls[i].Owner, args[i])
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	validity := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	for i, c := range cmds {
+		n, err := c.Int64()
+		validity[i], errs[i] = renewResult(ttls[i], n, err)
+	}
+	return validity, errs, nil
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, goredis.ErrNoScript) || goredis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// Close implements driver.Driver: it closes the pub/sub connection and stops
+// its goroutines. The client stays open.
+func (d *redisDriver) Close() error {
+	d.notify.close()
+	return nil
+}

@@ -1,0 +1,1016 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+// uniqueKey returns a store key of its own for the test.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+}
+
+// ctxFor returns a context that ends after d or with the test.
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newTestLocker builds a Locker on client from a driver the test can inspect.
+func newTestLocker(t testing.TB, client Client, opts ...locker.Option) (locker.Locker, *redisDriver) {
+	t.Helper()
+	d := newDriver(client)
+	l, err := locker.New(d, opts...)
+	if err != nil {
+		t.Fatalf("locker.New: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, d
+}
+
+func TestNewRejectsNilClient(t *testing.T) {
+	var typed *goredis.Client
+	for name, c := range map[string]Client{"nil": nil, "typed nil *redis.Client": typed} {
+		l, err := New(c)
+		if l != nil || !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "nil redis client") {
+			t.Errorf("New(%s) = %v, %v; want nil and an error matching ErrInvalidOption naming the client", name, l, err)
+		}
+	}
+	srv := testenv.Redis(t)
+	if _, err := New(newClient(t, srv.Addr()), locker.WithTTL(time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("New with a bad option: %v, want an error matching ErrInvalidOption", err)
+	}
+}
+
+// TestKeyNames checks the naming rules: the three names of a lock carry one
+// hash tag, keys with braces included, and distinct keys never share names.
+func TestKeyNames(t *testing.T) {
+	keys := []string{"a", "orders:42", "{a}", "a{b", "a}b", "}", "}a", "{}", "}{", "{{}}", "x}y{z}", "a:fence", "a}:fence", "lock:a}", "ü}"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		names := []string{lockKey(k), fenceKey(k), channelName(k)}
+		tag := hashTag(names[0])
+		if tag == "" {
+			t.Errorf("lockKey(%q) = %q has an empty hash tag", k, names[0])
+		}
+		for _, n := range names {
+			if hashTag(n) != tag {
+				t.Errorf("key %q: %q has hash tag %q, %q has %q; all names of a lock must share one", k, names[0], tag, n, hashTag(n))
+			}
+			if !strings.Contains(n, k) {
+				t.Errorf("key %q: name %q does not contain the key", k, n)
+			}
+			if prev, dup := seen[n]; dup {
+				t.Errorf("name %q is used by keys %q and %q", n, prev, k)
+			}
+			seen[n] = k
+		}
+	}
+}
+
+// hashTag returns what Redis Cluster hashes: the text between the first '{'
+// and the first '}' after it when not empty, else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// scriptRunner runs the scripts of d on one key, failing the test on errors.
+type scriptRunner struct {
+	t   *testing.T
+	ctx context.Context
+	c   *goredis.Client
+	d   *redisDriver
+	key string
+}
+
+// acquire runs acquire.lua for owner: seq "0" is a single attempt, another
+// seq an attempt of a waiting Lock.
+func (r scriptRunner) acquire(owner, seq string) int64 {
+	r.t.Helper()
+	n, err := r.d.acquire.Run(r.ctx, r.c, scriptKeys(r.key), owner, 10000, "label "+owner, 60000, seq, 5000, channelName(r.key)).Int64()
+	if err != nil {
+		r.t.Fatalf("acquire script: %v", err)
+	}
+	return n
+}
+
+// release runs release.lua for owner; leave "1" also leaves the queue.
+func (r scriptRunner) release(owner, leave string) int64 {
+	r.t.Helper()
+	n, err := r.d.release.Run(r.ctx, r.c, scriptKeys(r.key), owner, channelName(r.key), 60000, leave).Int64()
+	if err != nil {
+		r.t.Fatalf("release script: %v", err)
+	}
+	return n
+}
+
+func (r scriptRunner) renew(owner string, ttl int64) int64 {
+	r.t.Helper()
+	n, err := r.d.renew.Run(r.ctx, r.c, []string{lockKey(r.key)}, owner, ttl).Int64()
+	if err != nil {
+		r.t.Fatalf("renew script: %v", err)
+	}
+	return n
+}
+
+// holder returns the owner in the lock value, "" when free.
+func (r scriptRunner) holder() string {
+	v, _ := r.c.Get(r.ctx, lockKey(r.key)).Result()
+	owner, _, _ := strings.Cut(v, " ")
+	return owner
+}
+
+// queued returns the owners in the queue, in order.
+func (r scriptRunner) queued() []string {
+	return r.c.ZRange(r.ctx, name(kindQueue, r.key), 0, -1).Val()
+}
+
+// TestScripts runs every branch of the scripts against a real server.
+func TestScripts(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	for _, key := range []string{uniqueKey(t), "}" + uniqueKey(t)} { // both name forms
+		t.Run("", func(t *testing.T) {
+			t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+			testScripts(t, scriptRunner{t: t, ctx: ctx, c: c, d: newDriver(c), key: key})
+		})
+	}
+}
+
+func testScripts(t *testing.T, r scriptRunner) {
+	ctx, c, key := r.ctx, r.c, r.key
+	lk, fk := lockKey(key), fenceKey(key)
+	ps := c.Subscribe(ctx, channelName(key))
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription confirmation
+		t.Fatal(err)
+	}
+	message := func() string {
+		t.Helper()
+		m, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatalf("no message on the channel: %v", err)
+		}
+		return m.Payload
+	}
+	noMessage := func(what string) {
+		t.Helper()
+		m, err := ps.ReceiveTimeout(ctx, 50*time.Millisecond)
+		if err == nil {
+			t.Errorf("%s published %v; want no message", what, m)
+		}
+	}
+
+	// Free key: taken, token about the server's clock in microseconds.
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokA := r.acquire("A", "0")
+	if tokA < now.UnixMicro() {
+		t.Fatalf("acquire on a free key = %d; want a token >= %d", tokA, now.UnixMicro())
+	}
+	if v := c.Get(ctx, lk).Val(); v != fmt.Sprintf("A %d label A", tokA) {
+		t.Errorf("lock value = %q; want owner, token and label", v)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 0 || pttl > 10*time.Second {
+		t.Errorf("lock PTTL = %v; want (0, 10s]", pttl)
+	}
+	if v := c.Get(ctx, fk).Val(); v != fmt.Sprint(tokA) {
+		t.Errorf("fence key = %q; want the token %d", v, tokA)
+	}
+	if pttl := c.PTTL(ctx, fk).Val(); pttl <= 0 || pttl > time.Minute {
+		t.Errorf("fence key PTTL = %v; want the retention (0, 60s]", pttl)
+	}
+
+	// The holder again (a retried call, or a hand-over being confirmed):
+	// same token, expiry renewed.
+	c.PExpire(ctx, lk, time.Second)
+	if got := r.acquire("A", "0"); got != tokA {
+		t.Errorf("acquire by the holder again = %d; want its token %d", got, tokA)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= time.Second {
+		t.Errorf("acquire by the holder did not renew the expiry (PTTL %v)", pttl)
+	}
+	// An owner whose token is a prefix of the holder's is another owner.
+	c.Set(ctx, lk, fmt.Sprintf("AB %d label", tokA), 10*time.Second)
+	if got := r.acquire("A", "0"); got > 0 {
+		t.Errorf("acquire by A while AB holds = %d; want refused", got)
+	}
+	c.Set(ctx, lk, fmt.Sprintf("A %d label A", tokA), 10*time.Second)
+	// Another owner, single attempt: refused (remaining time not asked),
+	// not queued.
+	if got := r.acquire("B", "0"); got != 0 {
+		t.Errorf("single attempt by another owner = %d; want 0", got)
+	}
+	if q := r.queued(); len(q) != 0 {
+		t.Errorf("a single attempt queued: %v", q)
+	}
+
+	// Waiting attempts are refused with -1-PTTL and queue in arrival order;
+	// a later attempt refreshes the record but keeps the place.
+	if got := r.acquire("B", "1"); got >= -1 || got < -10001 {
+		t.Errorf("waiting attempt by another owner = %d; want -1-pttl with pttl in (0, 10000]", got)
+	}
+	r.acquire("C", "1")
+	r.acquire("B", "2")
+	if q := r.queued(); !slices.Equal(q, []string{"B", "C"}) {
+		t.Fatalf("queue = %v; want [B C]", q)
+	}
+	rec := c.HGet(ctx, name(kindWaiters, key), "B").Val()
+	if f := strings.Fields(rec); len(f) != 5 || f[1] != "2" || f[2] != "10000" || f[3]+" "+f[4] != "label B" {
+		t.Errorf("waiter record of B = %q; want <deadline> 2 10000 label B", rec)
+	}
+	for _, k := range []string{name(kindQueue, key), name(kindWaiters, key)} {
+		if pttl := c.PTTL(ctx, k).Val(); pttl <= 0 || pttl > 10*time.Second {
+			t.Errorf("%s PTTL = %v; want (0, 10s]: a queue nobody refreshes must vanish", k, pttl)
+		}
+	}
+
+	// Renew: by another owner refused, by the holder extends.
+	if n := r.renew("B", 50000); n != 0 {
+		t.Errorf("renew by another owner = %d; want 0", n)
+	}
+	if n := r.renew("A", 50000); n != 1 {
+		t.Errorf("renew by the holder = %d; want 1", n)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 10*time.Second {
+		t.Errorf("PTTL after renew = %v; want > 10s", pttl)
+	}
+
+	// Release by another owner: refused, nothing changes.
+	if n := r.release("B", "0"); n != 0 || r.holder() != "A" {
+		t.Errorf("release by another owner = %d, holder %q; want 0 and A", n, r.holder())
+	}
+	// Release by the holder: handed over to the first waiter, B, with a new
+	// token and B's TTL, and a grant naming B's last attempt.
+	if n := r.release("A", "0"); n != 1 {
+		t.Fatalf("release by the holder = %d; want 1", n)
+	}
+	g, ok := parseGrant(message())
+	tokB, _ := strconv.ParseInt(strings.Fields(c.Get(ctx, lk).Val())[1], 10, 64)
+	if !ok || g.owner != "B" || g.seq != 2 || g.ttl != 10*time.Second || int64(g.token) != tokB || tokB <= tokA {
+		t.Errorf("hand-over: grant %+v (ok %v), lock token %d; want owner B, seq 2, ttl 10s, the lock's token > %d", g, ok, tokB, tokA)
+	}
+	if r.holder() != "B" || !slices.Equal(r.queued(), []string{"C"}) {
+		t.Errorf("after hand-over: holder %q, queue %v; want B and [C]", r.holder(), r.queued())
+	}
+	if got := r.acquire("B", "3"); got != tokB {
+		t.Errorf("B confirming the hand-over = %d; want its token %d", got, tokB)
+	}
+
+	// A waiter whose deadline passed is skipped and dropped.
+	c.HSet(ctx, name(kindWaiters, key), "C", "1 1 10000 label C")
+	r.acquire("D", "1")
+	if n := r.release("B", "0"); n != 1 || r.holder() != "D" {
+		t.Errorf("release with a dead waiter first: %d, holder %q; want the next live waiter D", n, r.holder())
+	}
+	if g, _ := parseGrant(message()); g.owner != "D" {
+		t.Errorf("grant to %q; want D", g.owner)
+	}
+	if q := r.queued(); len(q) != 0 {
+		t.Errorf("queue = %v; want the dead waiter dropped", q)
+	}
+
+	// A waiter that gives up leaves the queue, and passes on a lock handed
+	// over to it meanwhile.
+	r.acquire("E", "1")
+	r.acquire("F", "1")
+	if n := r.release("E", "1"); n != 0 || !slices.Equal(r.queued(), []string{"F"}) {
+		t.Errorf("E leaving = %d, queue %v; want 0 and [F]", n, r.queued())
+	}
+	noMessage("a waiter leaving")
+	if n := r.release("D", "0"); n != 1 || r.holder() != "F" {
+		t.Fatalf("release to F: %d, holder %q", n, r.holder())
+	}
+	message()
+	r.acquire("G", "1")
+	if n := r.release("F", "1"); n != 1 || r.holder() != "G" {
+		t.Errorf("F leaving while handed the lock = %d, holder %q; want 1 and the lock passed on to G", n, r.holder())
+	}
+	message()
+
+	// Last waiter gone: release deletes the lock. A queue that existed gets
+	// a "free" message (a waiter might be between two attempts); otherwise
+	// nothing is published.
+	c.HSet(ctx, name(kindWaiters, key), "H", "1 1 10000 label H")
+	c.ZAdd(ctx, name(kindQueue, key), goredis.Z{Score: 1, Member: "H"})
+	if n := r.release("G", "0"); n != 1 || r.holder() != "" {
+		t.Errorf("release with only a dead waiter = %d, holder %q; want the lock deleted", n, r.holder())
+	}
+	if m := message(); m != "free" {
+		t.Errorf("message = %q; want free", m)
+	}
+	tok := r.acquire("I", "0")
+	if n := r.release("I", "0"); n != 1 || r.holder() != "" {
+		t.Errorf("release without waiters = %d, holder %q", n, r.holder())
+	}
+	noMessage("a release nobody waits for")
+	// Gone: release and renew refused, nothing created.
+	if n := r.release("I", "0"); n != 0 {
+		t.Errorf("release of a deleted lock = %d; want 0", n)
+	}
+	if n := r.renew("I", 1000); n != 0 || c.Exists(ctx, lk).Val() != 0 {
+		t.Errorf("renew of a deleted lock = %d; want 0 and no key created", n)
+	}
+
+	// A free lock with a live waiter goes to that waiter, even on another
+	// owner's attempt (after the holder expired without releasing).
+	r.acquire("J", "0")
+	r.acquire("K", "1")
+	c.Del(ctx, lk) // expired
+	if got := r.acquire("L", "0"); got > 0 || r.holder() != "K" {
+		t.Errorf("TryLock of a free lock with K waiting = %d, holder %q; want refused and K holding", got, r.holder())
+	}
+	if g, _ := parseGrant(message()); g.owner != "K" || g.seq != 1 {
+		t.Errorf("grant %+v; want K, seq 1", g)
+	}
+	r.release("K", "0")
+
+	// The next token follows the last one even when the clock says less.
+	const high = 8_000_000_000_000_000
+	c.Set(ctx, fk, high, 0)
+	if got := r.acquire("M", "0"); got != high+1 || tok >= high {
+		t.Errorf("acquire after fence %d = %d; want %d", int64(high), got, int64(high+1))
+	}
+	r.release("M", "0")
+
+	// A key without expiry (set by someone else): refused with 0, which the
+	// driver reports as an unknown remaining time.
+	c.Set(ctx, lk, "someone", 0)
+	if got := r.acquire("N", "1"); got != 0 {
+		t.Errorf("waiting attempt on a key without expiry = %d; want 0", got)
+	}
+	r.release("N", "1")
+	_, err = r.d.TryAcquire(ctx, driver.Request{Key: key, Owner: "N", TTL: time.Second})
+	if !errors.Is(err, driver.ErrHeld) || driver.Remaining(err) != 0 {
+		t.Errorf("TryAcquire on a key without expiry: %v (remaining %v); want ErrHeld with no remaining time", err, driver.Remaining(err))
+	}
+}
+
+// countingHook counts commands and pipelines.
+type countingHook struct {
+	commands  atomic.Int64 // commands sent alone
+	evals     atomic.Int64 // EVAL (not EVALSHA) calls, single or pipelined
+	pipelines atomic.Int64 // pipeline round trips
+	piped     atomic.Int64 // commands sent in pipelines
+	pipeTime  atomic.Int64 // nanoseconds spent in pipelines
+}
+
+func (h *countingHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.commands.Add(1)
+		if cmd.Name() == "eval" {
+			h.evals.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.pipelines.Add(1)
+		h.piped.Add(int64(len(cmds)))
+		for _, c := range cmds {
+			if c.Name() == "eval" {
+				h.evals.Add(1)
+			}
+		}
+		start := time.Now()
+		defer func() { h.pipeTime.Add(int64(time.Since(start))) }()
+		return next(ctx, cmds)
+	}
+}
+
+// TestNoScriptFallback flushes the server's script cache under a Locker:
+// acquire, renew (pipelined) and release fall back to EVAL and keep working.
+func TestNoScriptFallback(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedis(t) // SCRIPT FLUSH would disturb other tests
+	c := newClient(t, srv.Addr())
+	hook := &countingHook{}
+	c.AddHook(hook)
+	admin := newClient(t, srv.Addr())
+	ttl := 600 * time.Millisecond
+	l, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+	ctx := ctxFor(t, 30*time.Second)
+
+	first, err := l.TryLock(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	flush := func() {
+		t.Helper()
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	before := hook.evals.Load()
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("TryLock after SCRIPT FLUSH: %v", err)
+	}
+	if hook.evals.Load() == before {
+		t.Errorf("no EVAL was sent after SCRIPT FLUSH; the fallback was not exercised")
+	}
+
+	flush()
+	before = hook.evals.Load()
+	time.Sleep(3 * ttl) // several renewals
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lock lost across renewals after SCRIPT FLUSH: %v", err)
+	}
+	if hook.evals.Load() == before {
+		t.Errorf("no EVAL was sent by the renewals after SCRIPT FLUSH")
+	}
+
+	flush()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
+	}
+	if n := admin.Exists(ctx, lockKey("k")).Val(); n != 0 {
+		t.Errorf("the lock key survived Unlock")
+	}
+}
+
+// TestTokensAcrossRestart restarts the server (no persistence) between two
+// acquisitions of a key: the fence key is gone, the token still increases.
+func TestTokensAcrossRestart(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedis(t)
+	c := newClient(t, srv.Addr())
+	admin := newClient(t, srv.Addr())
+	l, _ := newTestLocker(t, c, locker.WithTTL(2*time.Second))
+	ctx := ctxFor(t, 60*time.Second)
+
+	var last uint64
+	for i := range 3 {
+		lk, err := l.TryLock(ctx, "k")
+		if err != nil {
+			t.Fatalf("TryLock %d: %v", i, err)
+		}
+		if tok := lk.Token(); tok <= last {
+			t.Errorf("token %d after restart %d is not above the previous %d", tok, i, last)
+		} else {
+			last = tok
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+		srv.Restart(t)
+		if n := admin.Exists(ctx, fenceKey("k")).Val(); n != 0 {
+			t.Fatalf("fence key survived the restart; the test would not prove anything")
+		}
+	}
+}
+
+// TestWakeByPublish holds a key with a 30 s TTL and checks that a waiter
+// gets it soon after Unlock: only the release message can wake it that
+// early.
+func TestWakeByPublish(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
+	waiter, wd := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
+	ctx := ctxFor(t, 60*time.Second)
+	key := uniqueKey(t)
+
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitSubscribers(t, ctx, admin, channelName(key), 1)
+	released := time.Now()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		t.Logf("waiter got the key %v after Unlock", time.Since(released))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the waiter did not get the key within 10s of Unlock (holder TTL 30s): the release did not wake it")
+	}
+	// The waiter's subscription goes once it stopped waiting.
+	waitSubscribers(t, ctx, admin, channelName(key), 0)
+	_ = wd
+}
+
+// waitSubscribers polls PUBSUB NUMSUB until channel has n subscribers.
+func waitSubscribers(t testing.TB, ctx context.Context, c *goredis.Client, channel string, n int64) {
+	t.Helper()
+	for {
+		m, err := c.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatalf("PUBSUB NUMSUB: %v", err)
+		}
+		if m[channel] == n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("channel %s has %d subscribers, want %d", channel, m[channel], n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitQueued polls until n Locks wait in the queue of store key.
+func waitQueued(t testing.TB, ctx context.Context, c *goredis.Client, key string, n int64) {
+	t.Helper()
+	for c.ZCard(ctx, name(kindQueue, key)).Val() != n {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the queue of %s never had %d waiters", key, n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// slowAttemptHook delays the reply of every refused acquire attempt, after
+// signalling it on refused: the holder can release while the waiter has
+// queued but not yet seen the reply to its attempt.
+type slowAttemptHook struct {
+	script  *goredis.Script
+	refused chan struct{}
+}
+
+func (h *slowAttemptHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *slowAttemptHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		isAcquire := len(args) > 1 && (args[1] == h.script.Hash() || args[1] == include(acquireLua))
+		if c, ok := cmd.(*goredis.Cmd); ok && isAcquire && err == nil {
+			if n, _ := c.Int64(); n <= 0 {
+				select {
+				case h.refused <- struct{}{}:
+				default:
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return err
+	}
+}
+
+func (h *slowAttemptHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestHandOverRace releases a key while the waiter's first attempt, which
+// queued it, is still on its way back: the hand-over is published before
+// the waiter knows it waits, and must not be missed, whether the waiter's
+// Locker already has the key's channel subscribed (a wait shortly before) or
+// not. A missed one would leave the waiter until its next refresh, TTL/3 =
+// 10 s here.
+func TestHandOverRace(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	ctx := ctxFor(t, 60*time.Second)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
+	wc := newClient(t, srv.Addr())
+	waiter, wd := newTestLocker(t, wc, locker.WithTTL(30*time.Second))
+	hook := &slowAttemptHook{script: wd.acquire, refused: make(chan struct{}, 1)}
+	wc.AddHook(hook)
+	key := uniqueKey(t)
+	for i := range 3 {
+		lk, err := holder.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wl, err := waiter.Lock(ctx, key)
+			if err == nil {
+				err = wl.Unlock(ctx)
+			}
+			got <- err
+		}()
+		<-hook.refused
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the waiter did not get the key within 5s of Unlock: the hand-over was missed", i)
+		}
+	}
+}
+
+// TestPubSubLifecycle checks that uncontended locking never opens the pub/sub
+// connection, that contended waiting uses one subscription per key whatever
+// the number of waiting goroutines, and that Close leaves no subscription.
+func TestPubSubLifecycle(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 60*time.Second)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(20*time.Second))
+	l, d := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(20*time.Second))
+	key := uniqueKey(t)
+
+	for range 10 {
+		lk, err := l.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.notify.mu.Lock()
+	started := d.notify.started
+	d.notify.mu.Unlock()
+	if started {
+		t.Errorf("uncontended Lock/Unlock opened the pub/sub connection")
+	}
+
+	keys := []string{key + "-a", key + "-b"}
+	var held []locker.Lock
+	for _, k := range keys {
+		lk, err := holder.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, lk)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		for range 3 {
+			wg.Go(func() {
+				if _, err := l.Lock(wctx, k); !errors.Is(err, context.Canceled) {
+					t.Errorf("waiting Lock: %v; want it cancelled", err)
+				}
+			})
+		}
+	}
+	for _, k := range keys {
+		waitSubscribers(t, ctx, admin, channelName(k), 1)
+	}
+	cancel()
+	wg.Wait()
+	for _, k := range keys {
+		waitSubscribers(t, ctx, admin, channelName(k), 0)
+	}
+
+	// Wait again, then Close while waiting.
+	errs := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, keys[0])
+		errs <- err
+	}()
+	waitSubscribers(t, ctx, admin, channelName(keys[0]), 1)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Lock waiting during Close: %v; want ErrClosed", err)
+	}
+	waitSubscribers(t, ctx, admin, channelName(keys[0]), 0)
+	for _, lk := range held {
+		_ = lk.Unlock(ctx)
+	}
+}
+
+// faultHook makes the first successful acquire script call (EVALSHA, or
+// EVAL after NOSCRIPT) fail with a broken connection after the server ran it:
+// the outcome the caller sees is unknown.
+type faultHook struct {
+	script  *goredis.Script
+	tripped atomic.Bool
+}
+
+func (h *faultHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *faultHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		isAcquire := len(args) > 1 && (args[1] == h.script.Hash() || args[1] == include(acquireLua))
+		if err == nil && isAcquire && h.tripped.CompareAndSwap(false, true) {
+			err = fmt.Errorf("read tcp: %w", io.ErrUnexpectedEOF)
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestUnknownOutcomeCleansUp: an acquisition that ran on the server but whose
+// reply was lost is reported as an error, not as "not acquired", and leaves no
+// phantom holder.
+func TestUnknownOutcomeCleansUp(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	l, d := newTestLocker(t, c, locker.WithTTL(20*time.Second))
+	c.AddHook(&faultHook{script: d.acquire})
+	key := uniqueKey(t)
+
+	_, err := l.TryLock(ctx, key)
+	if err == nil || errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("TryLock with a lost reply: %v; want the connection error, not ErrNotAcquired", err)
+	}
+	if n := admin.Exists(ctx, lockKey(key)).Val(); n != 0 {
+		t.Fatalf("the acquisition with an unknown outcome left the key held (phantom holder until TTL)")
+	}
+	lk, err := l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after the cleanup: %v", err)
+	}
+	_ = lk.Unlock(ctx)
+}
+
+func TestMaybeExecuted(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{goredis.ErrClosed, false},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, false},
+		{goredis.ErrPoolTimeout, false},
+		{fmt.Errorf("wrapped: %w", errors.New("x")), true},
+		{io.EOF, true},
+		{&net.OpError{Op: "read", Err: errors.New("reset")}, true},
+		{context.Canceled, true},
+		{context.DeadlineExceeded, true},
+	} {
+		if got := maybeExecuted(tc.err); got != tc.want {
+			t.Errorf("maybeExecuted(%v) = %v; want %v", tc.err, got, tc.want)
+		}
+	}
+	// A real error reply from the server.
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	err := c.Do(t.Context(), "NOSUCHCOMMAND").Err()
+	if err == nil || maybeExecuted(err) {
+		t.Errorf("maybeExecuted(%v) = true; want false for an error reply", err)
+	}
+}
+
+// TestRenewalRoundTrips holds many locks and checks that each renewal tick
+// is one pipeline, not one round trip per lock.
+func TestRenewalRoundTrips(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	hook := &countingHook{}
+	c.AddHook(hook)
+	ttl := 900 * time.Millisecond
+	l, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+	ctx := ctxFor(t, 60*time.Second)
+	base := uniqueKey(t)
+	const n = 500
+	var locks []locker.Lock
+	for i := range n {
+		lk, err := l.TryLock(ctx, fmt.Sprintf("%s-%d", base, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	time.Sleep(3 * ttl)
+	for _, lk := range locks {
+		if err := lk.Err(); err != nil {
+			t.Fatalf("lock lost: %v", err)
+		}
+	}
+	p, cmds := hook.pipelines.Load(), hook.piped.Load()
+	t.Logf("%d renewals in %d pipelines", cmds, p)
+	if cmds < n {
+		t.Fatalf("only %d renewals of %d locks over 3 TTLs", cmds, n)
+	}
+	if p*20 > cmds {
+		t.Errorf("%d renewals took %d pipelines; want them batched (one pipeline per tick)", cmds, p)
+	}
+	for _, lk := range locks {
+		_ = lk.Unlock(ctx)
+	}
+}
+
+// TestClusterKeys locks keys with braces on the real Cluster (a name on
+// another slot would fail with CROSSSLOT), checks with CLUSTER KEYSLOT that
+// the three names of a lock share a slot, and that keys spread over every
+// master.
+func TestClusterKeys(t *testing.T) {
+	t.Parallel()
+	cl := testenv.RedisCluster(t)
+	admin := newCluster(t, cl.Addrs(), nil)
+	ctx := ctxFor(t, 60*time.Second)
+	a, _ := newTestLocker(t, newCluster(t, cl.Addrs(), nil), locker.WithTTL(2*time.Second))
+	b, _ := newTestLocker(t, newCluster(t, cl.Addrs(), nil), locker.WithTTL(2*time.Second))
+	base := uniqueKey(t)
+	odd := []string{"}", "}x", "{a}", "a{b", "a}b{", "{}", "}{", "{{}}", "x}y{z}"}
+	for _, o := range odd {
+		key := o + base + o
+		slots := map[int64]bool{}
+		for _, n := range []string{lockKey(key), fenceKey(key), channelName(key)} {
+			s, err := admin.ClusterKeySlot(ctx, n).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots[s] = true
+		}
+		if len(slots) != 1 {
+			t.Errorf("key %q: its names hash to slots %v; want one", key, slots)
+		}
+		lk, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Errorf("TryLock(%q): %v", key, err)
+			continue
+		}
+		if _, err := b.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Errorf("TryLock(%q) from another Locker while held: %v; want ErrNotAcquired", key, err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wl, err := b.Lock(ctx, key)
+			if err == nil {
+				err = wl.Unlock(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := lk.Unlock(ctx); err != nil {
+			t.Errorf("Unlock(%q): %v", key, err)
+		}
+		if err := <-got; err != nil {
+			t.Errorf("waiting Lock(%q): %v", key, err)
+		}
+	}
+
+	masters := map[string]bool{}
+	for i := range 64 {
+		m, err := admin.MasterForKey(ctx, lockKey(fmt.Sprintf("%s-%d", base, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+	}
+	if len(masters) != len(cl.Addrs()) {
+		t.Errorf("64 keys landed on %d masters; want all %d", len(masters), len(cl.Addrs()))
+	}
+}
+
+// TestFIFO: waiters get a released key in the order they started waiting,
+// each handed the key by the release before it.
+func TestFIFO(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 60*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(20*time.Second))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		w, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(20*time.Second))
+		wg.Go(func() {
+			wl, err := w.Lock(ctx, key)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			if err := wl.Unlock(ctx); err != nil {
+				t.Errorf("waiter %d: Unlock: %v", i, err)
+			}
+		})
+		// The next waiter starts once this one is queued.
+		for admin.ZCard(ctx, name(kindQueue, key)).Val() != int64(i+1) {
+			if ctx.Err() != nil {
+				t.Fatalf("waiter %d never queued", i)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	if !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Errorf("waiters got the key in order %v; want arrival order", got)
+	}
+}
+
+// TestCrashedWaiter: a waiter that vanishes while queued (its client closed)
+// delays the key by at most about a TTL: the lock handed over to it expires
+// and its queue entry is dropped once stale.
+func TestCrashedWaiter(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 60*time.Second)
+	key := uniqueKey(t)
+	ttl := time.Second
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	crashClient := newClient(t, srv.Addr())
+	crashed, _ := newTestLocker(t, crashClient, locker.WithTTL(ttl))
+	crashedDone := make(chan error, 1)
+	go func() {
+		_, err := crashed.Lock(ctx, key)
+		crashedDone <- err
+	}()
+	for admin.ZCard(ctx, name(kindQueue, key)).Val() != 1 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	_ = crashClient.Close()
+	if err := <-crashedDone; err == nil {
+		t.Fatal("Lock on a closed client succeeded")
+	}
+
+	survivor, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	got := make(chan error, 1)
+	go func() {
+		wl, err := survivor.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for admin.ZCard(ctx, name(kindQueue, key)).Val() < 1 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	released := time.Now()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the surviving waiter got the key %v after Unlock", time.Since(released).Round(time.Millisecond))
+	case <-time.After(10 * ttl):
+		t.Fatal("the surviving waiter did not get the key within 10 TTLs: a crashed waiter blocks the queue")
+	}
+}

@@ -1,0 +1,42 @@
+-- release.lua: release the lock if it is the owner's, handing it over to
+-- the first live waiter if there is one. Also what a
+-- waiter that gives up runs, to leave the queue (and pass on a lock that
+-- was handed over to it meanwhile).
+--
+-- KEYS     lock, fence, queue, waiters (see lib.lua)
+-- ARGV[1]  owner
+-- ARGV[2]  channel    the lock's pub/sub channel
+-- ARGV[3]  retention  milliseconds the fence key outlives the last acquisition
+-- ARGV[4]  leave      "1": remove the owner from the queue first
+--
+-- Returns 1 when the lock was the owner's and is released (deleted, or
+-- handed over with a "grant" message on the channel), 0 when it was not the
+-- owner's (gone, expired, or another owner's): the lock is left alone then.
+local owner = ARGV[1]
+if ARGV[4] == '1' then
+  redis.call('ZREM', KEYS[3], owner)
+  redis.call('HDEL', KEYS[4], owner)
+end
+local v = redis.call('GET', KEYS[1])
+local n = #owner
+if not (v and string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+  return 0
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+
+-- #include lib.lua
+
+do
+  local now = now_us()
+  local h, seq, ttl, label = head(now)
+  if h then
+    hand_over(now, h, seq, ttl, label, ARGV[2], ARGV[3])
+    return 1
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'free')
+  return 1
+end
