@@ -5,11 +5,9 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -61,11 +59,7 @@ func (s *MySQLServer) Addr() string { return s.cfg.Addr }
 // It skips or fails the test when no server can be had.
 func MySQL(t testing.TB) *MySQLServer {
 	t.Helper()
-	s, err := shared("mysql", startMySQL)
-	if err != nil {
-		report(t, err)
-	}
-	return s
+	return sharedServer(t, "mysql", startMySQL)
 }
 
 // NewDatabase creates an empty database on the shared server ([MySQL]) for
@@ -142,30 +136,13 @@ func mysqlPing(ctx context.Context, cfg *mysql.Config) error {
 // startMySQL finds a MariaDB server: from the environment, Docker or a
 // binary.
 func startMySQL() (*MySQLServer, func(), error) {
-	if dsn := os.Getenv(EnvMySQLDSN); dsn != "" {
-		return mysqlFromEnv(dsn)
-	}
-	var reasons []string
-	if ok, why := dockerStatus(); ok {
-		s, stop, err := mysqlContainer()
-		if err == nil {
-			return s, stop, nil
-		}
-		reasons = append(reasons, "docker: "+err.Error())
-	} else {
-		reasons = append(reasons, "docker: "+why.Error())
-	}
-	mysqld, err1 := exec.LookPath("mariadbd")
-	installDB, err2 := exec.LookPath("mariadb-install-db")
-	if err := errors.Join(err1, err2); err != nil {
-		reasons = append(reasons, err.Error())
-		return nil, nil, &unavailableError{
-			what:    "mysql (mariadb)",
-			install: mysqlInstall + " (or set " + EnvMySQLDSN + ")",
-			err:     errors.New(strings.Join(reasons, "; ")),
-		}
-	}
-	return mysqlBinary(mysqld, installDB)
+	return source[*MySQLServer]{
+		what: "mysql (mariadb)", env: EnvMySQLDSN, install: mysqlInstall,
+		fromEnv:   mysqlFromEnv,
+		container: mysqlContainer,
+		binaries:  func() ([]string, error) { return lookPaths("mariadbd", "mariadb-install-db") },
+		start:     func(p []string) (*MySQLServer, func(), error) { return mysqlBinary(p[0], p[1]) },
+	}.provision()
 }
 
 // mysqlFromEnv uses the server named by LOCKER_MYSQL_DSN. Without a database

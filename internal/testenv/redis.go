@@ -2,11 +2,9 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,11 +63,7 @@ func (s *RedisServer) Restart(t testing.TB) {
 // It skips or fails the test when no server can be had.
 func Redis(t testing.TB) *RedisServer {
 	t.Helper()
-	s, err := shared("redis", startRedis)
-	if err != nil {
-		report(t, err)
-	}
-	return s
+	return sharedServer(t, "redis", startRedis)
 }
 
 // NewRedis returns a Redis server for this test only, stopped when the test
@@ -77,42 +71,23 @@ func Redis(t testing.TB) *RedisServer {
 // restarted).
 func NewRedis(t testing.TB) *RedisServer {
 	t.Helper()
-	s, stop, err := startRedis()
-	if err != nil {
-		report(t, err)
-	}
-	t.Cleanup(stop)
-	return s
+	return dedicatedServer(t, startRedis)
 }
 
 // startRedis finds a Redis server: from the environment, Docker or a binary.
 func startRedis() (*RedisServer, func(), error) {
-	if addr := os.Getenv(EnvRedisAddr); addr != "" {
-		if err := dialCheck(addr); err != nil {
-			return nil, nil, fmt.Errorf("redis from %s: %w", EnvRedisAddr, err)
-		}
-		return &RedisServer{addr: addr, origin: EnvRedisAddr}, func() {}, nil
-	}
-	var reasons []string
-	if ok, why := dockerStatus(); ok {
-		s, stop, err := redisContainer()
-		if err == nil {
-			return s, stop, nil
-		}
-		reasons = append(reasons, "docker: "+err.Error())
-	} else {
-		reasons = append(reasons, "docker: "+why.Error())
-	}
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		reasons = append(reasons, err.Error())
-		return nil, nil, &unavailableError{
-			what:    "redis",
-			install: redisInstall + " (or set " + EnvRedisAddr + ")",
-			err:     errors.New(strings.Join(reasons, "; ")),
-		}
-	}
-	return redisBinary(path)
+	return source[*RedisServer]{
+		what: "redis", env: EnvRedisAddr, install: redisInstall,
+		fromEnv: func(addr string) (*RedisServer, func(), error) {
+			if err := dialCheck(addr); err != nil {
+				return nil, nil, fmt.Errorf("redis from %s: %w", EnvRedisAddr, err)
+			}
+			return &RedisServer{addr: addr, origin: EnvRedisAddr}, func() {}, nil
+		},
+		container: redisContainer,
+		binaries:  func() ([]string, error) { return lookPaths("redis-server") },
+		start:     func(p []string) (*RedisServer, func(), error) { return redisBinary(p[0]) },
+	}.provision()
 }
 
 // redisArgs are the arguments of a throw-away redis-server on port in dir.
@@ -201,43 +176,27 @@ func (s *RedisClusterServer) Addrs() []string { return append([]string(nil), s.a
 // no cluster can be had.
 func RedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
-	s, err := shared("redis-cluster", startRedisCluster)
-	if err != nil {
-		report(t, err)
-	}
-	return s
+	return sharedServer(t, "redis-cluster", startRedisCluster)
 }
 
 // startRedisCluster finds a Redis Cluster: from the environment, Docker or
 // binaries.
 func startRedisCluster() (*RedisClusterServer, func(), error) {
-	if addrs := envList(EnvRedisClusterAddrs); len(addrs) > 0 {
-		if err := dialCheck(addrs...); err != nil {
-			return nil, nil, fmt.Errorf("redis cluster from %s: %w", EnvRedisClusterAddrs, err)
-		}
-		return &RedisClusterServer{addrs: addrs}, func() {}, nil
-	}
-	var reasons []string
-	if ok, why := dockerStatus(); ok {
-		s, stop, err := redisClusterContainer()
-		if err == nil {
-			return s, stop, nil
-		}
-		reasons = append(reasons, "docker: "+err.Error())
-	} else {
-		reasons = append(reasons, "docker: "+why.Error())
-	}
-	server, err1 := exec.LookPath("redis-server")
-	cli, err2 := exec.LookPath("redis-cli")
-	if err := errors.Join(err1, err2); err != nil {
-		reasons = append(reasons, err.Error())
-		return nil, nil, &unavailableError{
-			what:    "redis cluster",
-			install: redisClusterInstall + " (or set " + EnvRedisClusterAddrs + ")",
-			err:     errors.New(strings.Join(reasons, "; ")),
-		}
-	}
-	return redisClusterBinary(server, cli)
+	return source[*RedisClusterServer]{
+		what: "redis cluster", env: EnvRedisClusterAddrs, install: redisClusterInstall,
+		fromEnv: func(v string) (*RedisClusterServer, func(), error) {
+			addrs := envList(EnvRedisClusterAddrs)
+			if err := dialCheck(addrs...); err != nil {
+				return nil, nil, fmt.Errorf("redis cluster from %s: %w", EnvRedisClusterAddrs, err)
+			}
+			return &RedisClusterServer{addrs: addrs}, func() {}, nil
+		},
+		container: redisClusterContainer,
+		binaries:  func() ([]string, error) { return lookPaths("redis-server", "redis-cli") },
+		start: func(p []string) (*RedisClusterServer, func(), error) {
+			return redisClusterBinary(p[0], p[1])
+		},
+	}.provision()
 }
 
 // redisClusterBinary starts three cluster-enabled redis-server processes,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,11 +73,7 @@ func (s *ZooKeeperServer) Restart(t testing.TB) {
 // from). It skips or fails the test when no server can be had.
 func ZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
-	s, err := shared("zookeeper", startZooKeeper)
-	if err != nil {
-		report(t, err)
-	}
-	return s
+	return sharedServer(t, "zookeeper", startZooKeeper)
 }
 
 // NewZooKeeper returns a ZooKeeper server for this test only, stopped when
@@ -86,44 +81,31 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 // cannot be restarted).
 func NewZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
-	s, stop, err := startZooKeeper()
-	if err != nil {
-		report(t, err)
-	}
-	t.Cleanup(stop)
-	return s
+	return dedicatedServer(t, startZooKeeper)
 }
 
 // startZooKeeper finds a ZooKeeper server: from the environment, Docker or
 // the jars.
 func startZooKeeper() (*ZooKeeperServer, func(), error) {
-	if servers := envList(EnvZooKeeperServers); len(servers) > 0 {
-		if err := dialCheck(servers...); err != nil {
-			return nil, nil, fmt.Errorf("zookeeper from %s: %w", EnvZooKeeperServers, err)
-		}
-		return &ZooKeeperServer{servers: servers, origin: EnvZooKeeperServers}, func() {}, nil
-	}
-	var reasons []string
-	if ok, why := dockerStatus(); ok {
-		s, stop, err := zkContainer()
-		if err == nil {
-			return s, stop, nil
-		}
-		reasons = append(reasons, "docker: "+err.Error())
-	} else {
-		reasons = append(reasons, "docker: "+why.Error())
-	}
-	java, err1 := exec.LookPath("java")
-	cp, err2 := zkClasspath()
-	if err := errors.Join(err1, err2); err != nil {
-		reasons = append(reasons, err.Error())
-		return nil, nil, &unavailableError{
-			what:    "zookeeper",
-			install: zkInstall + " (or set " + EnvZooKeeperServers + ")",
-			err:     errors.New(strings.Join(reasons, "; ")),
-		}
-	}
-	return zkBinary(java, cp)
+	var cp string
+	return source[*ZooKeeperServer]{
+		what: "zookeeper", env: EnvZooKeeperServers, install: zkInstall,
+		fromEnv: func(string) (*ZooKeeperServer, func(), error) {
+			servers := envList(EnvZooKeeperServers)
+			if err := dialCheck(servers...); err != nil {
+				return nil, nil, fmt.Errorf("zookeeper from %s: %w", EnvZooKeeperServers, err)
+			}
+			return &ZooKeeperServer{servers: servers, origin: EnvZooKeeperServers}, func() {}, nil
+		},
+		container: zkContainer,
+		binaries: func() ([]string, error) {
+			paths, err1 := lookPaths("java")
+			var err2 error
+			cp, err2 = zkClasspath()
+			return paths, errors.Join(err1, err2)
+		},
+		start: func(p []string) (*ZooKeeperServer, func(), error) { return zkBinary(p[0], cp) },
+	}.provision()
 }
 
 // zkClasspath finds the ZooKeeper jars: a distribution directory
