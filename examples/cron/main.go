@@ -490,27 +490,35 @@ func summarize(events []event, cfg config, killed int, killedAt int64, killedHel
 }
 
 func (res result) print(w io.Writer, cfg config) {
-	fmt.Fprintf(w, "\n%-6s", "tick")
-	for _, job := range res.jobs {
-		fmt.Fprintf(w, " %-10s", shortJob(job))
-	}
-	fmt.Fprintln(w)
 	first := int64(0)
 	if len(res.ticks) > 0 {
 		first = res.ticks[0]
 	}
+	cell := func(job string, t int64) string {
+		var parts []string
+		for _, r := range res.runs[job][t] {
+			parts = append(parts, fmt.Sprintf("r%d#%d", r.replica, r.token))
+		}
+		if len(parts) == 0 {
+			return "-"
+		}
+		return strings.Join(parts, ",")
+	}
+	width := 10
+	for _, job := range res.jobs {
+		for _, t := range res.ticks {
+			width = max(width, len(cell(job, t)))
+		}
+	}
+	fmt.Fprintf(w, "\n%-6s", "tick")
+	for _, job := range res.jobs {
+		fmt.Fprintf(w, " %-*s", width, shortJob(job))
+	}
+	fmt.Fprintln(w)
 	for _, t := range res.ticks {
 		fmt.Fprintf(w, "%-6s", fmt.Sprintf("+%ds", t-first))
 		for _, job := range res.jobs {
-			cell := "-"
-			var parts []string
-			for _, r := range res.runs[job][t] {
-				parts = append(parts, fmt.Sprintf("r%d#%d", r.replica, r.token))
-			}
-			if len(parts) > 0 {
-				cell = strings.Join(parts, ",")
-			}
-			fmt.Fprintf(w, " %-10s", cell)
+			fmt.Fprintf(w, " %-*s", width, cell(job, t))
 		}
 		fmt.Fprintln(w)
 	}
