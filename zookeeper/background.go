@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,9 +48,9 @@ func (d *zkDriver) loseWhere(match func(*hold) bool, cause error) {
 	}
 }
 
-// janitor deletes orphaned nodes and the nodes of locks whose holder gave up
-// on them (no successful renewal for a TTL: the engine's local deadline has
-// passed), every TTL/3 until Close.
+// janitor deletes orphaned nodes (waiters whose cleanup failed, releases
+// whose outcome was unknown) every TTL/3 until Close. Locks the engine gave
+// up on reach it through Release, which the engine retries for them.
 func (d *zkDriver) janitor() {
 	defer d.wg.Done()
 	t := time.NewTicker(max(d.ttl/3, 10*time.Millisecond))
@@ -68,24 +67,10 @@ func (d *zkDriver) janitor() {
 
 // sweep makes one pass of the janitor, bounded by the cleanup timeout.
 func (d *zkDriver) sweep(ctx context.Context) {
-	now := time.Now()
-	var stale []*hold
 	d.mu.Lock()
-	for h := range d.holds {
-		if now.Sub(h.lastOK) > d.ttl && h.end() {
-			delete(d.holds, h)
-			stale = append(stale, h)
-		}
-	}
-	for _, h := range stale {
-		d.orphans = append(d.orphans, &orphan{path: h.path})
-	}
 	todo := d.orphans
 	d.orphans = nil
 	d.mu.Unlock()
-	for _, h := range stale {
-		h.lost(errors.New("zookeeper: no successful renewal for a TTL; deleting the lock node"))
-	}
 	if len(todo) == 0 {
 		return
 	}

@@ -61,8 +61,6 @@ type hold struct {
 	session int64  // the session the node belongs to
 	lost    func(error)
 	state   atomic.Int32
-
-	lastOK time.Time // send time of the last successful grant or renewal; guarded by zkDriver.mu
 }
 
 // end moves h from held to ended; only the first call reports true.
@@ -505,7 +503,7 @@ func predecessor(children []string, name string, seq int64) (pred string, found 
 
 // grant records a held lock for renewals and session tracking.
 func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, node string, session, zxid int64, since time.Time) (driver.Grant, error) {
-	h := &hold{path: node, session: session, lost: req.Lost, lastOK: since}
+	h := &hold{path: node, session: session, lost: req.Lost}
 	d.mu.Lock()
 	d.holds[h] = struct{}{}
 	d.mu.Unlock()
@@ -594,7 +592,6 @@ func (d *zkDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, er
 // check that fails with "no node" makes ZooKeeper skip the rest of its
 // multi-operation, which is sent again without it.
 func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
-	sent := time.Now()
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	holds := make([]*hold, len(ls))
@@ -659,16 +656,6 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 		pending = slices.Concat(again, pending[n:])
 	}
-	d.mu.Lock()
-	for i, h := range holds {
-		if h == nil {
-			continue
-		}
-		if errs[i] == nil && h.held() {
-			h.lastOK = sent
-		}
-	}
-	d.mu.Unlock()
 	for i, h := range holds {
 		if h != nil && errors.Is(errs[i], driver.ErrNotHeld) {
 			d.forget(h)
