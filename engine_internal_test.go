@@ -104,6 +104,7 @@ func TestRenewalIsBatched(t *testing.T) {
 	if renewed < 5*n {
 		t.Fatalf("locks were not renewed: %d renewals for %d locks", renewed, n)
 	}
+	t.Logf("%d locks: %d renewals in %d RenewBatch calls", n, renewed, batches)
 	if perBatch := renewed / batches; perBatch < n/4 {
 		t.Fatalf("renewals must be batched: %d calls for %d renewals", batches, renewed)
 	}

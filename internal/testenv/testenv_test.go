@@ -562,7 +562,7 @@ func TestDatabaseName(t *testing.T) {
 			t.Errorf("databaseName %q contains %q", name, r)
 		}
 	}
-	if databaseName("T") == databaseName("T") {
+	if a, b := databaseName("T"), databaseName("T"); a == b {
 		t.Error("databaseName is not unique")
 	}
 }
