@@ -34,16 +34,16 @@ func TryDo(ctx context.Context, l Locker, key string, fn func(ctx context.Contex
 
 func do(ctx context.Context, op string, l Locker, key string, fn func(ctx context.Context) error, wait bool) error {
 	switch {
+	case ctx == nil:
+		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errNilContext}
 	case l == nil:
 		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errors.New("nil Locker")}
 	case fn == nil:
 		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errors.New("nil function")}
 	}
-	if outer := heldIn(ctx, l, key); outer != nil {
-		// Reentrant: ctx is already cancelled when the outer lock is lost.
-		if err := outer.Err(); err != nil {
-			return &Error{Op: op, Key: key, Err: ErrNotAcquired, Cause: err}
-		}
+	if outer, err := nestedIn(ctx, l, key); err != nil {
+		return &Error{Op: op, Key: key, Err: ErrNotAcquired, Cause: err}
+	} else if outer != nil {
 		return fn(ctx)
 	}
 	var lk Lock
@@ -57,9 +57,9 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 		return err
 	}
 
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, &heldEntry{
-		locker: l, key: key, lock: lk, next: heldList(ctx),
-	}))
+	entry := &heldEntry{locker: l, key: key, lock: lk, next: heldList(ctx)}
+	entry.running.Store(true)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, entry))
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -72,6 +72,9 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 		}
 	}()
 	fnErr := fn(fctx)
+	// From here on fctx, and every ctx derived from it that fn handed out,
+	// confers nothing: it is cancelled, and no longer counts as a hold.
+	entry.running.Store(false)
 	cancel(context.Canceled)
 	<-watched
 
@@ -79,13 +82,13 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 	defer ucancel()
 	uerr := lk.Unlock(uctx)
 	if lost := lk.Err(); lost != nil {
-		return errors.Join(fnErr, lost)
+		return join(fnErr, lost)
 	}
-	if uerr != nil {
-		return errors.Join(fnErr, uerr)
-	}
-	return fnErr
+	return join(fnErr, uerr)
 }
+
+// errNilContext is the cause of the ErrInvalidOption returned for a nil ctx.
+var errNilContext = errors.New("nil context.Context")
 
 // heldKey is the context key under which Do records the locks it holds.
 type heldKey struct{}
@@ -96,6 +99,9 @@ type heldEntry struct {
 	key    string
 	lock   Lock
 	next   *heldEntry
+	// running is true while Do's function runs: a ctx kept past Do's
+	// return must not confer the hold.
+	running atomic.Bool
 }
 
 func heldList(ctx context.Context) *heldEntry {
@@ -106,15 +112,43 @@ func heldList(ctx context.Context) *heldEntry {
 	return e
 }
 
-// heldIn returns the lock on key that a Do up ctx's call chain holds through
-// l, or nil.
-func heldIn(ctx context.Context, l Locker, key string) Lock {
+// nestedIn returns the lock on key that a Do up ctx's call chain holds
+// through l while its function runs, or nil. It returns an error (the
+// cause of an ErrNotAcquired) when that lock was lost.
+func nestedIn(ctx context.Context, l Locker, key string) (Lock, error) {
+	return liveHold(ctx, func(e *heldEntry) bool { return e.key == key && sameLocker(e.locker, l) })
+}
+
+// liveHold returns the lock of the first entry up ctx's chain that match
+// accepts and whose Do still runs its function, or the error that ended it.
+func liveHold(ctx context.Context, match func(*heldEntry) bool) (Lock, error) {
 	for e := heldList(ctx); e != nil; e = e.next {
-		if e.key == key && sameLocker(e.locker, l) {
-			return e.lock
+		if !e.running.Load() || !match(e) {
+			continue
 		}
+		select {
+		case <-e.lock.Done():
+			if err := e.lock.Err(); err != nil {
+				return nil, err
+			}
+			return nil, errors.New("the enclosing Do's lock is no longer held")
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil, ctxCause(ctx)
+		}
+		return e.lock, nil
 	}
-	return nil
+	return nil, nil
+}
+
+// ctxCause is ctx's error joined with its cause when that says more.
+func ctxCause(ctx context.Context) error {
+	err := ctx.Err()
+	if c := context.Cause(ctx); c != nil && c != err {
+		return join(err, c)
+	}
+	return err
 }
 
 // sameLocker compares two Lockers without panicking on uncomparable types.

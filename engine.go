@@ -33,6 +33,10 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	}
 	info := d.Info()
 	cfg, err := resolve(opts)
+	if err == nil && info.MaxKeyBytes > 0 && len(cfg.prefix) >= info.MaxKeyBytes {
+		err = cfg.invalid("WithPrefix", "the prefix is %d bytes and leaves no room for a key: the %s backend allows at most %d bytes, prefix included",
+			len(cfg.prefix), info.Name, info.MaxKeyBytes)
+	}
 	if err != nil {
 		return nil, &Error{Op: "new", Backend: info.Name, Cause: err}
 	}
@@ -41,7 +45,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger})
 		cancel()
 		if err != nil {
-			return nil, &Error{Op: "new", Backend: info.Name, Cause: err}
+			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}
 		}
 	}
 	e := &engine{
@@ -149,14 +153,21 @@ func (e *engine) TryLock(ctx context.Context, key string) (Lock, error) {
 }
 
 func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, error) {
+	// The ctx first: a nil one is a programming error, and an ended one
+	// (for example the ctx of a Do that has returned) confers nothing.
+	if ctx == nil {
+		return nil, e.err(op, key, ErrInvalidOption, errNilContext)
+	}
+	if ctx.Err() != nil {
+		return nil, e.err(op, key, ErrNotAcquired, ctxCause(ctx))
+	}
 	skey, err := e.storeKey(op, key)
 	if err != nil {
 		return nil, err
 	}
-	if outer := e.heldIn(ctx, key); outer != nil {
-		if err := outer.Err(); err != nil {
-			return nil, e.err(op, key, ErrNotAcquired, err)
-		}
+	if outer, err := e.heldIn(ctx, key); err != nil {
+		return nil, e.err(op, key, ErrNotAcquired, err)
+	} else if outer != nil {
 		return &nestedLock{outer: outer}, nil
 	}
 	if !e.enter() {
@@ -164,16 +175,10 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	}
 	defer e.calls.Done()
 
-	// A wait ends when ctx ends or the Locker is closed. A single attempt
-	// needs no such link: Close waits for it, and ctx bounds it.
-	cctx := ctx
-	if wait {
-		c, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
-		defer stop()
-		cctx = c
-	}
+	// Waits and store calls end when ctx ends or the Locker is closed, so
+	// that Close never waits for a store that does not answer.
+	cctx, cancel := e.callContext(ctx)
+	defer cancel()
 
 	g, err := e.enterGate(cctx, skey, wait)
 	if err == errHeldLocally {
@@ -213,19 +218,28 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	return &handle{h: h}, nil
 }
 
-// heldIn returns the lock on key that a Do up ctx's call chain holds through
-// this engine: passed to Do as this Locker itself or behind a wrapper that
-// hands out the engine's own Locks.
-func (e *engine) heldIn(ctx context.Context, key string) Lock {
-	for en := heldList(ctx); en != nil; en = en.next {
-		if h, ok := en.lock.(*handle); ok && h.h.e == e && h.h.key == key {
-			return en.lock
-		}
-		if en.key == key && sameLocker(en.locker, e) {
-			return en.lock
-		}
+// callContext returns ctx, also cancelled (with cause ErrClosed) when the
+// Locker closes, for the store calls of one Lock, TryLock or Unlock.
+func (e *engine) callContext(ctx context.Context) (context.Context, func()) {
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
+	return c, func() {
+		stop()
+		cancel(nil)
 	}
-	return nil
+}
+
+// heldIn returns the lock on key that a Do up ctx's call chain holds through
+// this engine, passed to Do as this Locker itself or behind a wrapper that
+// hands out the engine's own Locks, while that Do's function runs. It
+// returns an error when that lock was lost.
+func (e *engine) heldIn(ctx context.Context, key string) (Lock, error) {
+	return liveHold(ctx, func(en *heldEntry) bool {
+		if h, ok := en.lock.(*handle); ok && h.h.e == e && h.h.key == key {
+			return true
+		}
+		return en.key == key && sameLocker(en.locker, e)
+	})
 }
 
 // waitErr maps the error of an interrupted wait: the Locker closed, the
@@ -235,11 +249,7 @@ func (e *engine) waitErr(op, key string, ctx context.Context, err error) error {
 	case e.ctx.Err() != nil:
 		return e.err(op, key, ErrClosed, nil)
 	case ctx.Err() != nil:
-		cause := ctx.Err()
-		if c := context.Cause(ctx); c != nil && c != cause {
-			cause = errors.Join(cause, c)
-		}
-		return e.err(op, key, ErrNotAcquired, cause)
+		return e.err(op, key, ErrNotAcquired, ctxCause(ctx))
 	}
 	return e.err(op, key, nil, err)
 }
@@ -323,12 +333,10 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	}
 	e.mu.Lock()
 	if e.closed {
+		// Granted as the Locker closed: Close, which waits for this call,
+		// releases it with the others.
+		e.abandoned = append(e.abandoned, h.lease)
 		e.mu.Unlock()
-		ctx, cancel := e.releaseContext()
-		defer cancel()
-		if err := h.release(ctx); err != nil {
-			e.cfg.logger.Warn("locker: release after close failed", "backend", e.name, "key", h.key, "err", err)
-		}
 		h.end(nil)
 		return e.err("lock", h.key, ErrClosed, nil)
 	}
@@ -357,11 +365,13 @@ func (e *engine) poke() {
 	}
 }
 
-func (e *engine) releaseContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.cfg.releaseTimeout)
-}
-
 // Close implements Locker.
+//
+// It ends every hold first (their Done channels close at once, whatever the
+// store does), cancels the waits and the store calls in progress, stops the
+// watchdog, and only then releases the locks in the store, best-effort: all
+// of this within one release timeout counted from the call (the driver's
+// own Close and the WithOnClose functions come after).
 func (e *engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -369,34 +379,36 @@ func (e *engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	e.mu.Unlock()
-
-	e.cancel(ErrClosed)
-	e.calls.Wait()
-	close(e.stop)
-	e.wg.Wait()
-
-	e.mu.Lock()
 	held := make([]*hold, 0, len(e.holds))
 	for h := range e.holds {
 		held = append(held, h)
 	}
 	e.mu.Unlock()
+	deadline := time.Now().Add(e.cfg.releaseTimeout)
 
-	ctx, cancel := e.releaseContext()
-	defer cancel()
+	e.cancel(ErrClosed)
+	var release []driver.Lease
+	for _, h := range held {
+		// A hold claimed by an Unlock in progress is ended by that Unlock,
+		// whose store call was just cancelled.
+		if h.claim() && h.end(e.err("close", h.key, ErrLost, ErrClosed)) {
+			release = append(release, h.lease)
+		}
+	}
+	e.calls.Wait()
+	close(e.stop)
+	e.wg.Wait()
+
 	e.mu.Lock()
-	abandoned := e.abandoned
+	release = append(release, e.abandoned...)
 	e.abandoned = nil
 	e.mu.Unlock()
-	forEach(abandoned, renewWorkers, func(l driver.Lease) { _ = e.drv.Release(ctx, l) })
-	forEach(held, renewWorkers, func(h *hold) {
-		if h.claim() {
-			if err := h.release(ctx); err != nil {
-				e.cfg.logger.Warn("locker: release on close failed", "backend", e.name, "key", h.key, "err", err)
-			}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	forEach(release, renewWorkers, func(l driver.Lease) {
+		if err := e.drv.Release(ctx, l); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			e.cfg.logger.Warn("locker: release on close failed", "backend", e.name, "key", l.Key, "err", err)
 		}
-		h.end(e.err("close", h.key, ErrLost, ErrClosed))
 	})
 	errs := []error{e.drv.Close()}
 	for _, fn := range e.cfg.onClose {
@@ -470,8 +482,14 @@ func (h *hold) end(err error) bool {
 }
 
 // lost ends the hold as lost (it is also the driver.Request.Lost callback)
-// and reports whether this call ended it.
+// and reports whether this call ended it. A hold that an Unlock or Close
+// has claimed is ended without a loss: the store losing a lock that is
+// being released is no loss, and the release's outcome says the rest.
 func (h *hold) lost(cause error) bool {
+	if h.claimed.Load() {
+		h.end(nil)
+		return false
+	}
 	if !h.end(h.e.err("hold", h.key, ErrLost, cause)) {
 		return false
 	}
@@ -493,6 +511,9 @@ func (l *handle) Err() error {
 	return nil
 }
 
+// Unlock implements Lock. With a nil or ended ctx it still releases: in the
+// background, at once (gocron, for one, unlocks with its job's ctx at
+// shutdown), and its error says so.
 func (l *handle) Unlock(ctx context.Context) error {
 	h, e := l.h, l.h.e
 	if !e.enter() {
@@ -502,7 +523,17 @@ func (l *handle) Unlock(ctx context.Context) error {
 	if !h.claim() || h.ended.Load() {
 		return e.err("unlock", h.key, ErrNotHeld, l.Err())
 	}
-	err := h.release(ctx)
+	if ctx == nil || ctx.Err() != nil {
+		h.end(nil)
+		e.abandon(h.lease)
+		if ctx == nil {
+			return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
+		}
+		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
+	}
+	cctx, cancel := e.callContext(ctx)
+	defer cancel()
+	err := h.release(cctx)
 	if err == nil {
 		h.end(nil)
 		return nil

@@ -54,12 +54,20 @@ type Error struct {
 	Cause error
 }
 
-// Error implements error.
+// Error implements error. The text is one line with one "locker: " prefix,
+// however deeply errors of this package are wrapped in each other.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("locker: ")
+	e.write(&b, "")
+	return b.String()
+}
+
+// write appends e's text without the package prefix, leaving out the backend
+// when an enclosing Error already named it.
+func (e *Error) write(b *strings.Builder, outerBackend string) {
 	b.WriteString(e.Op)
-	if e.Backend != "" {
+	if e.Backend != "" && e.Backend != outerBackend {
 		b.WriteString(" ")
 		b.WriteString(e.Backend)
 	}
@@ -69,14 +77,77 @@ func (e *Error) Error() string {
 	}
 	if e.Err != nil {
 		b.WriteString(": ")
-		b.WriteString(strings.TrimPrefix(e.Err.Error(), "locker: "))
+		b.WriteString(errText(e.Err))
 	}
 	if e.Cause != nil {
 		b.WriteString(": ")
-		b.WriteString(e.Cause.Error())
+		backend := e.Backend
+		if backend == "" {
+			backend = outerBackend
+		}
+		b.WriteString(causeText(e.Cause, backend))
 	}
-	return b.String()
 }
+
+// causeText is the text of an Error's cause: nested Errors of this package
+// without their prefix and without the backend already named.
+func causeText(cause error, backend string) string {
+	switch c := cause.(type) {
+	case *Error:
+		var b strings.Builder
+		c.write(&b, backend)
+		return b.String()
+	case scrubbed:
+		return c.scrub(causeText(c.err, backend))
+	}
+	return errText(cause)
+}
+
+// errText is err's text on one line, without this package's prefix.
+func errText(err error) string {
+	return oneLine(strings.TrimPrefix(err.Error(), "locker: "))
+}
+
+// oneLine joins the lines of a multi-line error text (errors.Join makes
+// them) with "; ", so that every error of this package fits one log record.
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	parts := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	return strings.Join(parts, "; ")
+}
+
+// joined is several errors as one: errors.Is and errors.As see each of them,
+// and, unlike errors.Join, its text is one line.
+type joined []error
+
+// join returns nil, the one non-nil error, or a joined of the non-nil errors.
+func join(errs ...error) error {
+	var j joined
+	for _, err := range errs {
+		if err != nil {
+			j = append(j, err)
+		}
+	}
+	switch len(j) {
+	case 0:
+		return nil
+	case 1:
+		return j[0]
+	}
+	return j
+}
+
+func (j joined) Error() string {
+	parts := make([]string, len(j))
+	for i, err := range j {
+		parts[i] = oneLine(err.Error())
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }
 
 // Unwrap returns the sentinel and the cause.
 func (e *Error) Unwrap() []error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,15 +74,23 @@ func (m *Mux) Schemes() []string {
 // The query parameters ttl (a Go duration, "10s") and prefix are understood
 // for every scheme and applied after opts, so configuration overrides code
 // defaults; other parameters belong to the backend. A malformed URL or
-// parameter gives an error matching [ErrBadURL] that names it; an unknown
+// parameter gives an error matching [ErrBadURL] that names it (a parameter
+// whose option is refused matches [ErrInvalidOption] too); an unknown
 // scheme gives [ErrUnknownScheme] listing the known ones.
+//
+// No error text contains the URL's password or the value of a secret query
+// parameter (password, secret, token, …), whatever the backend's client
+// puts in its own errors.
 func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, error) {
 	if m == nil {
 		return nil, &Error{Op: "open", Err: ErrInvalidOption, Cause: errors.New("nil *Mux")}
 	}
+	if ctx == nil {
+		return nil, &Error{Op: "open", Err: ErrInvalidOption, Cause: errNilContext}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: err}
+		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s: %s", redactRaw(rawURL), parseProblem(err))}
 	}
 	if u.Scheme == "" {
 		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s has no scheme; known schemes: %s", redact(u), strings.Join(m.Schemes(), ", "))}
@@ -99,17 +108,127 @@ func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, e
 		if err != nil {
 			return nil, &Error{Op: "open", Backend: u.Scheme, Err: ErrBadURL, Cause: fmt.Errorf("parameter ttl=%q: %v", v, err)}
 		}
-		opts = append(opts, WithTTL(d))
+		opts = append(opts, fromURL(fmt.Sprintf("ttl=%q", v), "WithTTL", WithTTL(d)))
 	}
 	if q.Has("prefix") {
-		opts = append(opts, WithPrefix(q.Get("prefix")))
+		v := q.Get("prefix")
+		opts = append(opts, fromURL(fmt.Sprintf("prefix=%s", quoteKey(v)), "WithPrefix", WithPrefix(v)))
 	}
 	l, err := fn(ctx, u, opts...)
 	if err != nil {
-		return nil, &Error{Op: "open", Backend: u.Scheme, Cause: err}
+		return nil, &Error{Op: "open", Backend: u.Scheme, Cause: scrubbed{err, secretsOf(u)}}
 	}
 	return l, nil
 }
 
+// fromURL marks option o (named name) as set by the URL parameter param:
+// its errors, and those of the later checks of its value, match ErrBadURL.
+func fromURL(param, name string, o Option) Option {
+	return func(c *config) error {
+		if err := o(c); err != nil {
+			return badParam(param, err)
+		}
+		if c.fromURL == nil {
+			c.fromURL = make(map[string]string)
+		}
+		c.fromURL[name] = param
+		return nil
+	}
+}
+
 // redact returns u as a string without its password, for error messages.
 func redact(u *url.URL) string { return u.Redacted() }
+
+// redactRaw hides the password of a URL that does not parse: everything
+// between the scheme's "//" and the last "@" after it, but for the user
+// name, is replaced. It errs on hiding too much.
+func redactRaw(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		if ok {
+			return strconv.Quote(scheme + "://" + rest)
+		}
+		return strconv.Quote(rest)
+	}
+	user, _, _ := strings.Cut(rest[:at], ":")
+	if ok {
+		scheme += "://"
+	}
+	return strconv.Quote(scheme + user + ":xxxxx@" + rest[at+1:])
+}
+
+// parseProblem describes a url.Parse error without the pieces of the URL it
+// quotes, which may come from the password ("invalid URL escape \"%t\"").
+func parseProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := strings.TrimPrefix(err.Error(), "net/url: ")
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			b.WriteString(msg)
+			break
+		}
+		b.WriteString(msg[:i])
+		b.WriteString("(hidden)")
+		q, qerr := strconv.QuotedPrefix(msg[i:])
+		if qerr != nil {
+			break
+		}
+		msg = msg[i+len(q):]
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// secretQueryParams are the query parameter names whose values are secrets.
+var secretQueryParams = []string{"password", "passwd", "pass", "pwd", "secret", "token", "auth", "key", "tls_key", "credentials"}
+
+// secretsOf returns the secrets a URL carries: its password and the values
+// of secret query parameters, each as written and as escaped in URLs.
+func secretsOf(u *url.URL) []string {
+	var vals []string
+	if p, ok := u.User.Password(); ok {
+		vals = append(vals, p)
+	}
+	for k, vs := range u.Query() {
+		if slices.Contains(secretQueryParams, strings.ToLower(k)) {
+			vals = append(vals, vs...)
+		}
+	}
+	var out []string
+	for _, v := range vals {
+		if v == "" {
+			continue
+		}
+		out = append(out, v, url.QueryEscape(v), url.PathEscape(v), url.UserPassword("", v).String()[1:])
+	}
+	// Longest first, so that a secret is hidden whole before a shorter
+	// form of it is looked for.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(out)
+}
+
+// scrubbed is an error whose text has the given secrets replaced; errors.Is
+// and errors.As see the original.
+type scrubbed struct {
+	err     error
+	secrets []string
+}
+
+func (s scrubbed) Error() string { return s.scrub(s.err.Error()) }
+
+func (s scrubbed) scrub(msg string) string {
+	for _, v := range s.secrets {
+		msg = strings.ReplaceAll(msg, v, "xxxxx")
+	}
+	return msg
+}
+
+func (s scrubbed) Unwrap() error { return s.err }

@@ -1,12 +1,15 @@
 package locker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 const (
@@ -63,6 +66,9 @@ type config struct {
 	logger         *slog.Logger
 	releaseTimeout time.Duration
 	onClose        []func() error
+	// fromURL names the options whose current value came from a URL
+	// parameter (see Open): their errors also match ErrBadURL.
+	fromURL map[string]string
 }
 
 func defaultConfig() config {
@@ -83,6 +89,38 @@ func invalidOption(name string, format string, args ...any) error {
 	return fmt.Errorf("%w %s: %s", ErrInvalidOption, name, fmt.Sprintf(format, args...))
 }
 
+// invalid is invalidOption for a check made after the options were applied
+// (it needs the backend): when the value came from a URL parameter, the
+// error names it and also matches ErrBadURL.
+func (c *config) invalid(name string, format string, args ...any) error {
+	err := invalidOption(name, format, args...)
+	if param, ok := c.fromURL[name]; ok {
+		return badParam(param, err)
+	}
+	return err
+}
+
+// refusedParam makes a driver's refusal of an option (an error matching
+// ErrInvalidOption that names it) also match ErrBadURL when the option's
+// value came from a URL parameter.
+func (c *config) refusedParam(err error) error {
+	if !errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrBadURL) {
+		return err
+	}
+	for name, param := range c.fromURL {
+		if strings.Contains(err.Error(), name) {
+			return badParam(param, err)
+		}
+	}
+	return err
+}
+
+// badParam is the error of a URL parameter whose option was refused: it
+// matches ErrBadURL and the option's own error.
+func badParam(param string, err error) error {
+	return fmt.Errorf("%w: parameter %s: %w", ErrBadURL, param, err)
+}
+
 // WithTTL sets how long the store keeps a lock that is not renewed (default
 // [DefaultTTL]). Renewal runs every TTL/3. A holder that cannot reach the store
 // loses the lock (Done closes) shortly before TTL has passed since its last
@@ -100,9 +138,16 @@ func WithTTL(d time.Duration) Option {
 
 // WithPrefix puts every key of this Locker in a namespace: the store key is
 // prefix+key. Lockers with different prefixes never contend.
+//
+// The prefix must be valid UTF-8, and leave room for keys within the
+// backend's key limit: New names both numbers when it does not.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
+		if !utf8.ValidString(prefix) {
+			return invalidOption("WithPrefix", "the prefix %s is not valid UTF-8", quoteKey(prefix))
+		}
 		c.prefix = prefix
+		delete(c.fromURL, "WithPrefix")
 		return nil
 	}
 }

@@ -47,7 +47,9 @@ func (e *engine) watchdog() {
 				continue
 			}
 			next = minTime(next, h.deadline)
-			if h.renewing || inflight {
+			if h.renewing || inflight || h.claimed.Load() {
+				// A claimed hold is being released: its deadline still
+				// holds, but it is renewed no more.
 				continue
 			}
 			if !now.Before(h.nextRenew) {
@@ -73,7 +75,7 @@ func (e *engine) watchdog() {
 		e.mu.Unlock()
 
 		for _, h := range expired {
-			if h.lost(errors.New("no successful renewal before the local deadline")) {
+			if h.lost(errNoRenewal) {
 				// The store may still hold it (etcd and ZooKeeper keep it
 				// while the lease or session lives): give it back.
 				e.abandon(h.lease)
@@ -120,6 +122,9 @@ func (e *engine) watchdog() {
 		}
 	}
 }
+
+// errNoRenewal is the cause of a loss at the local deadline.
+var errNoRenewal = errors.New("no successful renewal before the local deadline")
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
@@ -189,6 +194,11 @@ func (e *engine) applyRenewals(r renewResult) {
 	e.mu.Lock()
 	for i, h := range r.holds {
 		h.renewing = false
+		if h.claimed.Load() {
+			// Unlock or Close is releasing it: a renewal that found it
+			// gone says nothing about a loss.
+			continue
+		}
 		err := r.errs[i]
 		switch {
 		case err == nil:

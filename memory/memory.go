@@ -64,11 +64,28 @@ func NewStore() *Store {
 }
 
 // New returns a Locker on store. The options are the shared locker options.
+//
+// It returns an error matching locker.ErrInvalidOption for a nil Store or a
+// zero Store not made by [NewStore], and for a bad option.
 func New(store *Store, opts ...locker.Option) (locker.Locker, error) {
-	if store == nil {
-		return nil, &locker.Error{Op: "new", Backend: "memory", Err: locker.ErrInvalidOption, Cause: errors.New("nil *memory.Store")}
+	if err := usable(store); err != nil {
+		return nil, err
 	}
 	return locker.New(&memDriver{store: store}, opts...)
+}
+
+// usable checks that store was made by NewStore.
+func usable(store *Store) error {
+	var cause error
+	switch {
+	case store == nil:
+		cause = errors.New("nil *memory.Store")
+	case store.locks == nil:
+		cause = errors.New("zero memory.Store: make it with memory.NewStore")
+	default:
+		return nil
+	}
+	return &locker.Error{Op: "new", Backend: "memory", Err: locker.ErrInvalidOption, Cause: cause}
 }
 
 // Fault controls injected failures of one Locker made by [NewFaulty].
@@ -84,8 +101,8 @@ func (f *Fault) Heal() { f.cut.Store(false) }
 // NewFaulty is New with a [Fault] to cut this Locker off from the store and
 // heal it, for tests of lost-lock handling.
 func NewFaulty(store *Store, opts ...locker.Option) (locker.Locker, *Fault, error) {
-	if store == nil {
-		return nil, nil, &locker.Error{Op: "new", Backend: "memory", Err: locker.ErrInvalidOption, Cause: errors.New("nil *memory.Store")}
+	if err := usable(store); err != nil {
+		return nil, nil, err
 	}
 	f := &Fault{}
 	l, err := locker.New(&memDriver{store: store, fault: f}, opts...)
