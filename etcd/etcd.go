@@ -108,6 +108,9 @@ func New(client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) 
 	if client == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("nil *clientv3.Client")}
 	}
+	if client.KV == nil || client.Lease == nil || client.Watcher == nil || client.Ctx() == nil {
+		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("zero clientv3.Client: make it with clientv3.New")}
+	}
 	return locker.New(&etcdDriver{cli: client, sem: make(chan struct{}, 1)}, opts...)
 }
 

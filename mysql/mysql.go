@@ -116,6 +116,9 @@ func sqlHandle(db *gorm.DB) (*sql.DB, error) {
 	if db == nil {
 		return nil, errors.New("nil *gorm.DB")
 	}
+	if db.Config == nil || db.Statement == nil {
+		return nil, errors.New("zero gorm.DB: open it with gorm.Open")
+	}
 	if db.Dialector == nil || db.Dialector.Name() != "mysql" {
 		name := "none"
 		if db.Dialector != nil {

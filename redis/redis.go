@@ -71,6 +71,10 @@ func New(client Client, opts ...locker.Option) (locker.Locker, error) {
 	if isNil(client) {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: errors.New("nil redis client")}
 	}
+	if what, zero := zeroClient(client); zero {
+		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
+			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
+	}
 	return locker.New(newDriver(client), opts...)
 }
 
@@ -85,6 +89,32 @@ func isNil(c Client) bool {
 		return v.IsNil()
 	}
 	return false
+}
+
+// zeroClient reports whether c is a go-redis client that was not made by its
+// constructor (a zero value, whose every call would panic), and names its
+// type.
+func zeroClient(c Client) (what string, zero bool) {
+	switch v := c.(type) {
+	case *goredis.Client:
+		return "*redis.Client", noOptions(func() bool { return v.Options() == nil })
+	case *goredis.ClusterClient:
+		return "*redis.ClusterClient", noOptions(func() bool { return v.Options() == nil })
+	case *goredis.Ring:
+		return "*redis.Ring", noOptions(func() bool { return v.Options() == nil })
+	}
+	return "", false
+}
+
+// noOptions runs a client's Options check; a zero *redis.Client panics in
+// Options (its embedded base client is nil), which also means zero.
+func noOptions(f func() bool) (zero bool) {
+	defer func() {
+		if recover() != nil {
+			zero = true
+		}
+	}()
+	return f()
 }
 
 // redisDriver implements driver.Driver, driver.Acquirer,

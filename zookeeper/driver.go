@@ -671,11 +671,13 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	if !ok {
 		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
 	}
-	if !h.end() {
+	if !h.held() {
 		return driver.ErrNotHeld
 	}
-	d.forget(h)
+	// The hold stays held until the node is gone: ending it first would
+	// make a renewal round overlapping the Delete report a loss.
 	err := call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
+	d.forget(h)
 	switch {
 	case err == nil:
 		return nil

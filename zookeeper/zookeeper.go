@@ -92,6 +92,7 @@ package zookeeper
 
 import (
 	"errors"
+	"reflect"
 
 	"github.com/go-zookeeper/zk"
 
@@ -155,6 +156,9 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 	if conn == nil {
 		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New("nil *zk.Conn")}
 	}
+	if zeroConn(conn) {
+		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New("zero zk.Conn: make it with zk.Connect")}
+	}
 	root := c.Root
 	if root == "" {
 		root = DefaultRoot
@@ -193,4 +197,13 @@ func Guard(lk locker.Lock) (*zk.CheckVersionRequest, bool) {
 		return nil, false
 	}
 	return &zk.CheckVersionRequest{Path: h.path, Version: -1}, true
+}
+
+// zeroConn reports whether conn was not made by zk.Connect: a zero zk.Conn
+// has no request queue, and its every call would block forever. The check
+// reads go-zookeeper's unexported request channel (TestNewRefusesZeroClients
+// fails if that field ever goes away).
+func zeroConn(conn *zk.Conn) bool {
+	f := reflect.ValueOf(conn).Elem().FieldByName("sendChan")
+	return f.IsValid() && f.Kind() == reflect.Chan && f.IsNil()
 }
