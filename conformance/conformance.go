@@ -62,6 +62,19 @@
 //     held lock's Done and releases the keys; a second Close returns nil.
 //   - Do: TryDo does not run its function on a held key; Do returns its
 //     function's error and releases the key.
+//   - StaleDoContext: a ctx kept past Do's return (or derived from it)
+//     confers nothing while another Locker holds the key.
+//   - CloseWhileIsolated (Isolate): Close of a holder cut off from the store
+//     closes its locks' Done before another Locker gets the key (both sides
+//     timed on the monotonic clock), and returns.
+//   - UnlockRacingRenewal: Lock→Unlock and Do cycles whose releases land on
+//     renewal rounds never report a loss after a successful release.
+//   - UnlockEndedContext: Unlock with a cancelled, expired or nil ctx still
+//     releases, well within one TTL.
+//   - NilContext: Lock, TryLock, Do and TryDo with a nil ctx fail with
+//     ErrInvalidOption, never panic, and grant nothing.
+//   - BadPrefix (NewLockerWith): a prefix that is not UTF-8 or leaves no room
+//     for a key is refused by the constructor, naming the problem.
 //
 // # Timing
 //
@@ -144,6 +157,12 @@ var cases = []testCase{
 	{name: "Keys", run: testKeys},
 	{name: "Close", run: testClose},
 	{name: "Do", run: testDo},
+	{name: "StaleDoContext", run: testStaleDoContext},
+	{name: "CloseWhileIsolated", run: testCloseWhileIsolated},
+	{name: "UnlockRacingRenewal", run: testUnlockRacingRenewal},
+	{name: "UnlockEndedContext", run: testUnlockEndedContext},
+	{name: "NilContext", run: testNilContext},
+	{name: "BadPrefix", run: testBadPrefix},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

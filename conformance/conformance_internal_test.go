@@ -46,16 +46,27 @@ func newMemEnv(ttl time.Duration) *memEnv {
 }
 
 func (e *memEnv) newInner(t testing.TB) locker.Locker {
-	l, f, err := memory.NewFaulty(e.store, locker.WithTTL(e.ttl), locker.WithPrefix(e.prefix))
+	l, err := e.newInnerWith(t)
 	if err != nil {
 		t.Errorf("memory.NewFaulty: %v", err)
 		return nil
+	}
+	return l
+}
+
+// newInnerWith is the harness's NewLockerWith: a memory Locker with the
+// harness's options and then opts.
+func (e *memEnv) newInnerWith(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+	all := append([]locker.Option{locker.WithTTL(e.ttl), locker.WithPrefix(e.prefix)}, opts...)
+	l, f, err := memory.NewFaulty(e.store, all...)
+	if err != nil {
+		return nil, err
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	e.mu.Lock()
 	e.faults[l] = f
 	e.mu.Unlock()
-	return l
+	return l, nil
 }
 
 func (e *memEnv) fault(l locker.Locker) *memory.Fault {
@@ -72,8 +83,9 @@ func (e *memEnv) fault(l locker.Locker) *memory.Fault {
 // the store for a moment, as a restart does to connections.
 func (e *memEnv) harness() Harness {
 	return Harness{
-		NewLocker: e.newInner,
-		TTL:       e.ttl,
+		NewLocker:     e.newInner,
+		NewLockerWith: e.newInnerWith,
+		TTL:           e.ttl,
 		Crash: func(t testing.TB, l locker.Locker) {
 			if f := e.fault(l); f != nil {
 				e.mu.Lock()
@@ -139,6 +151,12 @@ const (
 	collidingKeys   = "collidingKeys"   // keys are cut at their first "/"
 	closeNoop       = "closeNoop"       // Close does nothing
 	ignoresKeyLimit = "ignoresKeyLimit" // claims MaxKeyBytes 100 but accepts longer keys
+	staleGrants     = "staleGrants"     // Lock and TryLock with an ended ctx hand back the key's last lock
+	closeLate       = "closeLate"       // Close keeps Done open until its releases gave up (two TTLs)
+	lostOnUnlock    = "lostOnUnlock"    // after a successful Unlock, Err reports a loss
+	unlockNeedsCtx  = "unlockNeedsCtx"  // Unlock with an ended or nil ctx leaves the key to expire
+	nilCtxPanics    = "nilCtxPanics"    // a nil ctx panics
+	acceptsPrefix   = "acceptsPrefix"   // the constructor accepts any prefix
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -166,6 +184,12 @@ var mustCatch = map[string][]string{
 	collidingKeys:   {"Keys"},
 	closeNoop:       {"Close"},
 	ignoresKeyLimit: {"Keys"},
+	staleGrants:     {"StaleDoContext"},
+	closeLate:       {"CloseWhileIsolated"},
+	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
+	unlockNeedsCtx:  {"UnlockEndedContext"},
+	nilCtxPanics:    {"NilContext"},
+	acceptsPrefix:   {"BadPrefix"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -353,8 +377,14 @@ func brokenHarness(e *memEnv, kind string) Harness {
 		}
 		return b
 	}
-	if kind == keyLimit || kind == ignoresKeyLimit {
+	if kind == keyLimit || kind == ignoresKeyLimit || kind == acceptsPrefix {
 		h.MaxKeyBytes = testKeyLimit
+	}
+	if kind == acceptsPrefix {
+		// Whatever the options, a Locker without a prefix.
+		h.NewLockerWith = func(t testing.TB, _ ...locker.Option) (locker.Locker, error) {
+			return e.newInnerWith(t)
+		}
 	}
 	if kind == neverExpires {
 		// The "crashed" Locker goes on renewing.
@@ -369,6 +399,11 @@ type brokenLocker struct {
 	kind  string
 	env   *memEnv
 	inner locker.Locker
+
+	mu   sync.Mutex
+	last map[string]locker.Lock // staleGrants: the last lock of each key
+	late []*lateLock            // closeLate: the locks whose Done Close closes late
+	shut bool                   // closeLate: Close has begun
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string) (locker.Lock, error) {
@@ -383,6 +418,20 @@ func (b *brokenLocker) Close() error {
 	if b.inner == nil || b.kind == closeNoop {
 		return nil // closeNoop's inner Locker is closed by the test's cleanup
 	}
+	if b.kind == closeLate {
+		// As if its releases hung until they gave up: Done stays open.
+		b.mu.Lock()
+		first := !b.shut
+		b.shut = true
+		late := b.late
+		b.mu.Unlock()
+		if first {
+			time.Sleep(2 * b.env.ttl)
+			for _, l := range late {
+				l.end()
+			}
+		}
+	}
 	return b.inner.Close()
 }
 
@@ -394,6 +443,19 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (lock
 		return b.inner.TryLock(ctx, key)
 	}
 	switch b.kind {
+	case nilCtxPanics:
+		if ctx == nil {
+			panic("conformance: nilCtxPanics: nil ctx")
+		}
+	case staleGrants:
+		if ctx != nil && ctx.Err() != nil {
+			b.mu.Lock()
+			lk := b.last[key]
+			b.mu.Unlock()
+			if lk != nil {
+				return lk, nil
+			}
+		}
 	case keyLimit:
 		if len(key) > testKeyLimit {
 			return nil, &locker.Error{Op: "lock", Backend: "memory", Key: key, Err: locker.ErrInvalidKey,
@@ -427,6 +489,23 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (lock
 		return nil, err
 	}
 	switch b.kind {
+	case staleGrants:
+		b.mu.Lock()
+		if b.last == nil {
+			b.last = make(map[string]locker.Lock)
+		}
+		b.last[key] = lk
+		b.mu.Unlock()
+	case closeLate:
+		l := &lateLock{Lock: lk, done: make(chan struct{})}
+		b.mu.Lock()
+		b.late = append(b.late, l)
+		b.mu.Unlock()
+		return l, nil
+	case lostOnUnlock:
+		return &lostOnUnlockLock{Lock: lk}, nil
+	case unlockNeedsCtx:
+		return &unlockNeedsCtxLock{Lock: lk, ttl: b.env.ttl, done: make(chan struct{})}, nil
 	case neverDone:
 		return &neverDoneLock{Lock: lk}, nil
 	case reusesTokens:
@@ -540,4 +619,76 @@ func (e *expiringLock) Unlock(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// lateLock's Done closes only when its Locker's Close has given up on the
+// release, and on Unlock.
+type lateLock struct {
+	locker.Lock
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *lateLock) end()                  { l.once.Do(func() { close(l.done) }) }
+func (l *lateLock) Done() <-chan struct{} { return l.done }
+func (l *lateLock) Err() error {
+	select {
+	case <-l.done:
+		return l.Lock.Err()
+	default:
+		return nil
+	}
+}
+func (l *lateLock) Unlock(ctx context.Context) error {
+	defer l.end()
+	return l.Lock.Unlock(ctx)
+}
+
+// lostOnUnlockLock reports a loss after its successful Unlock, as a renewal
+// racing the release would.
+type lostOnUnlockLock struct {
+	locker.Lock
+	unlocked atomic.Bool
+}
+
+func (l *lostOnUnlockLock) Unlock(ctx context.Context) error {
+	err := l.Lock.Unlock(ctx)
+	if err == nil {
+		l.unlocked.Store(true)
+	}
+	return err
+}
+
+func (l *lostOnUnlockLock) Err() error {
+	if l.unlocked.Load() {
+		return &locker.Error{Op: "hold", Backend: "memory", Key: l.Key(), Err: locker.ErrLost, Cause: errors.New("renewal found the key gone")}
+	}
+	return l.Lock.Err()
+}
+
+// unlockNeedsCtxLock's Unlock with an ended or nil ctx gives up at once and
+// leaves the key to expire after a TTL.
+type unlockNeedsCtxLock struct {
+	locker.Lock
+	ttl    time.Duration
+	gaveUp atomic.Bool
+	done   chan struct{} // closed when Unlock gave up
+	once   sync.Once
+}
+
+func (l *unlockNeedsCtxLock) Unlock(ctx context.Context) error {
+	if ctx == nil || ctx.Err() != nil {
+		l.gaveUp.Store(true)
+		l.once.Do(func() { close(l.done) })
+		time.AfterFunc(l.ttl, func() { _ = l.Lock.Unlock(context.Background()) })
+		return errors.New("conformance: unlockNeedsCtx: ctx ended")
+	}
+	return l.Lock.Unlock(ctx)
+}
+
+func (l *unlockNeedsCtxLock) Done() <-chan struct{} {
+	if l.gaveUp.Load() {
+		return l.done
+	}
+	return l.Lock.Done()
 }

@@ -53,6 +53,12 @@ type Harness struct {
 	// the other cases of the same Run.
 	Restart func(t testing.TB)
 
+	// NewLockerWith, when set, returns what the backend's constructor
+	// returns for the harness's configuration plus opts (applied last, so
+	// they win): a Locker, or the constructor's error. The suite closes a
+	// Locker it gets. Cases use it to check that bad options are refused.
+	NewLockerWith func(t testing.TB, opts ...locker.Option) (locker.Locker, error)
+
 	// MaxKeyBytes, when positive, is the documented key length limit, in
 	// bytes of the caller's key (any prefix the harness's Lockers use
 	// already subtracted): keys up to it must work, longer keys must fail
