@@ -93,7 +93,7 @@ func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, e
 		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s: %s", redactRaw(rawURL), parseProblem(err))}
 	}
 	if u.Scheme == "" {
-		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s has no scheme; known schemes: %s", redact(u), strings.Join(m.Schemes(), ", "))}
+		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s has no scheme; known schemes: %s", redactRaw(rawURL), strings.Join(m.Schemes(), ", "))}
 	}
 	m.mu.RLock()
 	fn := m.schemes[u.Scheme]

@@ -117,9 +117,19 @@ func (c *config) refusedParam(err error) error {
 
 // badParam is the error of a URL parameter whose option was refused: it
 // matches ErrBadURL and the option's own error.
-func badParam(param string, err error) error {
-	return fmt.Errorf("%w: parameter %s: %w", ErrBadURL, param, err)
+func badParam(param string, err error) error { return &paramError{param: param, err: err} }
+
+// paramError is a URL parameter whose option was refused.
+type paramError struct {
+	param string
+	err   error
 }
+
+func (p *paramError) Error() string {
+	return ErrBadURL.Error() + ": parameter " + p.param + ": " + errText(p.err)
+}
+
+func (p *paramError) Unwrap() []error { return []error{ErrBadURL, p.err} }
 
 // WithTTL sets how long the store keeps a lock that is not renewed (default
 // [DefaultTTL]). Renewal runs every TTL/3. A holder that cannot reach the store
