@@ -105,7 +105,12 @@ func testCloseWhileIsolated(c *caseT) {
 	c.t.Cleanup(healOnce)
 
 	closed := make(chan error, 1)
-	go func() { closed <- a.Close() }()
+	closeStart := time.Now()
+	go func() {
+		err := a.Close()
+		c.Logf("Close of the cut-off holder returned after %v: %v", time.Since(closeStart).Round(time.Millisecond), err)
+		closed <- err
+	}()
 
 	var bAt time.Time
 	for bAt.IsZero() {
@@ -281,7 +286,7 @@ func testBadPrefix(c *caseT) {
 	}
 	cases := []bad{{"a prefix that is not valid UTF-8", "jobs/\xff/", []string{"UTF-8"}}}
 	if m := c.h.MaxKeyBytes; m > 0 {
-		p := strings.Repeat("p", m+64<<10)
+		p := strings.Repeat("p", m+4096)
 		cases = append(cases, bad{"a prefix longer than the key limit", p, []string{strconv.Itoa(len(p))}})
 	}
 	for _, bc := range cases {

@@ -73,10 +73,21 @@ func (f *fleet) newLocker(t testing.TB) locker.Locker {
 	return l
 }
 
+// newLockerWith is the harness's NewLockerWith.
+func (f *fleet) newLockerWith(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+	cli, err := clientv3.New(clientConfig(f.eps))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { cli.Close() })
+	return etcd.New(cli, append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(testPrefix)}, opts...)...)
+}
+
 func (f *fleet) harness() conformance.Harness {
 	return conformance.Harness{
-		NewLocker: f.newLocker,
-		TTL:       f.ttl,
+		NewLocker:     f.newLocker,
+		NewLockerWith: f.newLockerWith,
+		TTL:           f.ttl,
 		// A crashed process: its client closes, nothing is released, the
 		// lease expires.
 		Crash: func(t testing.TB, l locker.Locker) {

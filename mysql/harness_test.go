@@ -121,10 +121,17 @@ func (f *fleet) get(t testing.TB, l locker.Locker) (replica, bool) {
 	return r, ok
 }
 
+// newLockerWith is the harness's NewLockerWith.
+func (f *fleet) newLockerWith(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+	gdb, _ := openGorm(t, dsnConfig(t, f.dsn, ""))
+	return mysql.NewWithConfig(gdb, f.cfg, append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix)}, opts...)...)
+}
+
 func (f *fleet) harness() conformance.Harness {
 	return conformance.Harness{
-		NewLocker: f.newLocker,
-		TTL:       f.ttl,
+		NewLocker:     f.newLocker,
+		NewLockerWith: f.newLockerWith,
+		TTL:           f.ttl,
 		// A crashed process: its pool closes, nothing is released.
 		Crash: func(t testing.TB, l locker.Locker) {
 			if r, ok := f.get(t, l); ok {

@@ -132,6 +132,9 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 			reps.add(l, replica{client: c, proxies: []*testenv.Proxy{p}})
 			return l
 		},
+		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			return New(newClient(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,
 		DeleteBehind: func(t testing.TB, key string) {
@@ -179,6 +182,9 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 			}
 			reps.add(l, replica{client: c, proxies: all})
 			return l
+		},
+		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			return New(newCluster(t, cl.Addrs(), nil), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,

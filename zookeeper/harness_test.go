@@ -150,6 +150,10 @@ func (e *env) harness() conformance.Harness {
 	return conformance.Harness{
 		TTL:       testTTL,
 		NewLocker: func(tb testing.TB) locker.Locker { return e.newLocker(tb) },
+		NewLockerWith: func(tb testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			conn, events := connect(tb, e.srv.Servers()[0])
+			return zookeeper.New(conn, events, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+		},
 		// A crashed process stops talking: its connection goes silent (no
 		// close, which would end the session at once) and the session
 		// expires after the session timeout.
