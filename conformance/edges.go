@@ -104,12 +104,15 @@ func testCloseWhileIsolated(c *caseT) {
 	}
 	c.t.Cleanup(healOnce)
 
-	closed := make(chan error, 1)
-	closeStart := time.Now()
+	type closeResult struct {
+		err  error
+		took time.Duration
+	}
+	closed := make(chan closeResult, 1)
 	go func() {
+		start := time.Now()
 		err := a.Close()
-		c.Logf("Close of the cut-off holder returned after %v: %v", time.Since(closeStart).Round(time.Millisecond), err)
-		closed <- err
+		closed <- closeResult{err, time.Since(start)}
 	}()
 
 	var bAt time.Time
@@ -141,7 +144,8 @@ func testCloseWhileIsolated(c *caseT) {
 	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
-	case <-closed:
+	case r := <-closed:
+		c.Logf("Close of the cut-off holder returned after %v: %v", r.took.Round(time.Millisecond), r.err)
 	case <-t.C:
 		c.Errorf("%s: Close still running %v after another Locker got the key", closeIsolate, bound)
 	}
