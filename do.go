@@ -16,11 +16,15 @@ import (
 //
 // Inside fn's ctx, Lock, TryLock, Do and TryDo on the same key through the
 // same Locker return a nested hold at once; only Do's own release releases
-// the lock.
+// the lock. That holds only while fn runs: once Do returns, fn's ctx (kept
+// by a goroutine fn started, or by a retry helper) is cancelled and
+// confers nothing.
 //
 // Do returns fn's error; when the lock was lost while fn ran it also matches
-// ErrLost (fn's work may not have been exclusive). When the key could not be
-// acquired it returns Lock's error and fn is not run.
+// ErrLost (fn's work may not have been exclusive): one error, on one line,
+// that errors.Is matches with either. When the key could not be acquired it
+// returns Lock's error and fn is not run. A nil ctx, Locker or fn gives an
+// error matching [ErrInvalidOption].
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error) error {
 	return do(ctx, "do", l, key, fn, true)
 }

@@ -68,11 +68,15 @@ type Locker interface {
 	// after Lock returned neither releases nor loses the lock.
 	//
 	// Inside the ctx that [Do] or [TryDo] passes to its function, Lock on the
-	// same key through the same Locker returns a nested hold at once.
+	// same key through the same Locker returns a nested hold at once, while
+	// that function runs and its lock is held. A ctx kept past Do's return
+	// confers nothing: it is cancelled, and a ctx derived from it with
+	// context.WithoutCancel contends like any other.
 	//
-	// Errors match [ErrNotAcquired] (and ctx.Err()) when ctx ended first,
-	// [ErrClosed] after Close, [ErrInvalidKey] for a key the backend cannot
-	// store, or wrap the backend's error.
+	// Errors match [ErrNotAcquired] (and ctx.Err()) when ctx ended first or
+	// had ended already, [ErrInvalidOption] for a nil ctx, [ErrClosed] after
+	// Close, [ErrInvalidKey] for a key the backend cannot store, or wrap the
+	// backend's error.
 	Lock(ctx context.Context, key string) (Lock, error)
 
 	// TryLock makes one attempt and returns an error matching
@@ -80,10 +84,13 @@ type Locker interface {
 	// Lock.
 	TryLock(ctx context.Context, key string) (Lock, error)
 
-	// Close stops every goroutine of the Locker and waits for them, ends
-	// every wait with [ErrClosed], releases the held locks best-effort under
-	// a bounded timeout and closes their Done channels. It does not close the
-	// user's client. Calls after the first return nil.
+	// Close ends every held lock at once (its Done closes, its Err matches
+	// [ErrLost] and [ErrClosed]) whatever the store is doing, ends every
+	// wait with [ErrClosed], cuts short the store calls in progress, stops
+	// every goroutine of the Locker and waits for them, then releases the
+	// locks in the store best-effort: all within one release timeout (see
+	// WithReleaseTimeout), even when the store does not answer. It does not
+	// close the user's client. Calls after the first return nil.
 	Close() error
 }
 
@@ -101,14 +108,19 @@ type Lock interface {
 	// closes before the store could give the key to anyone else.
 	Done() <-chan struct{}
 
-	// Err returns nil while the lock is held or after a successful Unlock,
-	// and an error matching [ErrLost] (wrapping the cause) once it was lost
-	// or its Locker closed.
+	// Err returns nil while the lock is held or after Unlock (a store that
+	// drops a lock while it is being released is no loss), and an error
+	// matching [ErrLost] (wrapping the cause) once it was lost or its Locker
+	// closed.
 	Err() error
 
 	// Unlock releases the lock. It returns an error matching [ErrNotHeld]
 	// when the lock was already released or lost; it never releases someone
 	// else's lock. ctx bounds the store call; after Unlock returns, Done is
-	// closed whatever the outcome.
+	// closed whatever the outcome. With a nil or ended ctx (a job's ctx at
+	// shutdown) the lock is still released, in the background at once, and
+	// the error says so (matching ctx.Err(), or [ErrInvalidOption] for nil).
+	// When the outcome is unknown the Locker goes on releasing in the
+	// background until Close.
 	Unlock(ctx context.Context) error
 }
