@@ -410,7 +410,13 @@ func (e *engine) Close() error {
 			e.cfg.logger.Warn("locker: release on close failed", "backend", e.name, "key", l.Key, "err", err)
 		}
 	})
-	errs := []error{e.drv.Close()}
+	var derr error
+	if cc, ok := e.drv.(driver.ContextCloser); ok {
+		derr = cc.CloseContext(ctx)
+	} else {
+		derr = e.drv.Close()
+	}
+	errs := []error{derr}
 	for _, fn := range e.cfg.onClose {
 		errs = append(errs, fn())
 	}

@@ -209,6 +209,16 @@ type Acquirer interface {
 	Acquire(ctx context.Context, req Request) (Grant, error)
 }
 
+// ContextCloser is implemented by drivers whose Close does store work, such
+// as revoking a lease. The engine then calls CloseContext instead of
+// [Driver.Close], once, after every other call has returned, with a ctx
+// that ends when the Locker's Close must return (one release timeout after
+// it was called): the driver must return promptly once ctx ends, leaving
+// what it could not do to the store's own expiry.
+type ContextCloser interface {
+	CloseContext(ctx context.Context) error
+}
+
 // BatchRenewer is implemented by drivers that can renew many locks in one
 // round trip (a pipeline, one UPDATE). The engine then renews every lock due
 // in a tick with one call.

@@ -118,7 +118,7 @@ func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		return fmt.Errorf("etcd: grant lease: %w", err)
 	}
 	if s.ttl > d.ttl {
-		d.revoke(s)
+		d.revoke(ctx, s)
 		return fmt.Errorf("%w WithTTL: %v is below this etcd server's minimum lease TTL of %v", locker.ErrInvalidOption, d.ttl, s.ttl)
 	}
 	return nil
@@ -592,21 +592,26 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 }
 
 // Close revokes the lease, which deletes every key left on it.
-func (d *etcdDriver) Close() error {
+func (d *etcdDriver) Close() error { return d.CloseContext(context.Background()) }
+
+// CloseContext implements driver.ContextCloser: it revokes the Locker's
+// lease, giving up when ctx ends.
+func (d *etcdDriver) CloseContext(ctx context.Context) error {
 	d.mu.Lock()
 	s := d.sess
 	d.sess = nil
 	d.mu.Unlock()
 	if s != nil {
-		d.revoke(s)
+		d.revoke(ctx, s)
 	}
 	return nil
 }
 
-// revoke revokes s best-effort: when it fails the lease expires by itself.
-func (d *etcdDriver) revoke(s *session) {
+// revoke revokes s best-effort, bounded by ctx: when it fails the lease
+// expires by itself.
+func (d *etcdDriver) revoke(ctx context.Context, s *session) {
 	// Past the TTL the lease is gone anyway.
-	ctx, cancel := context.WithTimeout(context.Background(), min(max(d.ttl, time.Second), cleanupTimeout))
+	ctx, cancel := context.WithTimeout(ctx, min(max(d.ttl, time.Second), cleanupTimeout))
 	defer cancel()
 	_, _ = d.cli.Revoke(ctx, s.id)
 	d.kill(s, ErrLeaseLost)
