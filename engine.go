@@ -49,15 +49,16 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		}
 	}
 	e := &engine{
-		drv:   d,
-		name:  info.Name,
-		max:   info.MaxKeyBytes,
-		cfg:   cfg,
-		holds: make(map[*hold]struct{}),
-		gates: make(map[string]*gate),
-		wake:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		next:  farFuture(),
+		drv:      d,
+		name:     info.Name,
+		max:      info.MaxKeyBytes,
+		cfg:      cfg,
+		holds:    make(map[*hold]struct{}),
+		gates:    make(map[string]*gate),
+		inflight: make(map[uint64]context.CancelCauseFunc),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		next:     farFuture(),
 	}
 	e.notifier, _ = d.(driver.Notifier)
 	e.acquirer, _ = d.(driver.Acquirer)
@@ -101,6 +102,10 @@ type engine struct {
 	gates  map[string]*gate   // local per-key queues
 	next   time.Time          // when the watchdog plans to wake up next
 	calls  sync.WaitGroup     // Lock, TryLock and Unlock calls in progress
+	// inflight cancels the waits and store calls of the calls in
+	// progress, for Close.
+	inflight map[uint64]context.CancelCauseFunc
+	callSeq  uint64
 
 	abandoned  []driver.Lease // given up on, still to release in the store
 	cleanAfter time.Time      // when abandoned leases are next tried
@@ -177,8 +182,8 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 
 	// Waits and store calls end when ctx ends or the Locker is closed, so
 	// that Close never waits for a store that does not answer.
-	cctx, cancel := e.callContext(ctx)
-	defer cancel()
+	cctx, scope := e.callContext(ctx)
+	defer scope.end()
 
 	g, err := e.enterGate(cctx, skey, wait)
 	if err == errHeldLocally {
@@ -219,14 +224,37 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 }
 
 // callContext returns ctx, also cancelled (with cause ErrClosed) when the
-// Locker closes, for the store calls of one Lock, TryLock or Unlock.
-func (e *engine) callContext(ctx context.Context) (context.Context, func()) {
+// Locker closes, for the waits and store calls of one Lock, TryLock or
+// Unlock that entered; the caller ends the returned scope when done.
+func (e *engine) callContext(ctx context.Context) (context.Context, callScope) {
 	c, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })
-	return c, func() {
-		stop()
-		cancel(nil)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		cancel(ErrClosed)
+		return c, callScope{cancel: cancel}
 	}
+	e.callSeq++
+	s := callScope{e: e, id: e.callSeq, cancel: cancel}
+	e.inflight[s.id] = cancel
+	e.mu.Unlock()
+	return c, s
+}
+
+// callScope is a call's registration with Close: Close cancels it.
+type callScope struct {
+	e      *engine
+	id     uint64
+	cancel context.CancelCauseFunc
+}
+
+func (s callScope) end() {
+	if s.e != nil {
+		s.e.mu.Lock()
+		delete(s.e.inflight, s.id)
+		s.e.mu.Unlock()
+	}
+	s.cancel(nil)
 }
 
 // heldIn returns the lock on key that a Do up ctx's call chain holds through
@@ -383,6 +411,9 @@ func (e *engine) Close() error {
 	for h := range e.holds {
 		held = append(held, h)
 	}
+	for _, cancel := range e.inflight {
+		cancel(ErrClosed)
+	}
 	e.mu.Unlock()
 	deadline := time.Now().Add(e.cfg.releaseTimeout)
 
@@ -537,8 +568,8 @@ func (l *handle) Unlock(ctx context.Context) error {
 		}
 		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
 	}
-	cctx, cancel := e.callContext(ctx)
-	defer cancel()
+	cctx, scope := e.callContext(ctx)
+	defer scope.end()
 	err := h.release(cctx)
 	if err == nil {
 		h.end(nil)
