@@ -122,7 +122,11 @@ func (d *zkDriver) sweep(ctx context.Context) {
 // Close implements driver.Driver: it stops the goroutines, makes a last
 // attempt at deleting orphaned nodes when the session is up, and waits a
 // bounded time for go-zookeeper calls still running in the background.
-func (d *zkDriver) Close() error {
+func (d *zkDriver) Close() error { return d.CloseContext(context.Background()) }
+
+// CloseContext implements driver.ContextCloser: Close, giving up on the
+// orphans and on the calls still running when ctx ends.
+func (d *zkDriver) CloseContext(ctx context.Context) error {
 	d.cancel()
 	close(d.stop)
 	d.wg.Wait()
@@ -131,8 +135,8 @@ func (d *zkDriver) Close() error {
 	left := len(d.orphans)
 	d.mu.Unlock()
 	if left > 0 && !d.connClosed.Load() && d.conn.State() == zk.StateHasSession {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cleanupTimeout())
-		d.sweep(ctx)
+		sctx, cancel := context.WithTimeout(ctx, d.cleanupTimeout())
+		d.sweep(sctx)
 		cancel()
 		d.mu.Lock()
 		left = len(d.orphans)
@@ -153,6 +157,8 @@ func (d *zkDriver) Close() error {
 	case <-done:
 	case <-t.C:
 		d.logger.Warn("locker: zookeeper calls still running after Close; they end when the connection answers or gives up")
+	case <-ctx.Done():
+		d.logger.Warn("locker: zookeeper calls still running when Close had to return; they end when the connection answers or gives up")
 	}
 	return nil
 }
