@@ -411,13 +411,17 @@ func (e *engine) Close() error {
 	for h := range e.holds {
 		held = append(held, h)
 	}
+	e.mu.Unlock()
+	deadline := time.Now().Add(e.cfg.releaseTimeout)
+
+	// e.ctx first: a call cut short below finds it cancelled and says
+	// ErrClosed.
+	e.cancel(ErrClosed)
+	e.mu.Lock()
 	for _, cancel := range e.inflight {
 		cancel(ErrClosed)
 	}
 	e.mu.Unlock()
-	deadline := time.Now().Add(e.cfg.releaseTimeout)
-
-	e.cancel(ErrClosed)
 	var release []driver.Lease
 	for _, h := range held {
 		// A hold claimed by an Unlock in progress is ended by that Unlock,
