@@ -107,8 +107,9 @@ type engine struct {
 	inflight map[uint64]context.CancelCauseFunc
 	callSeq  uint64
 
-	abandoned  []driver.Lease // given up on, still to release in the store
-	cleanAfter time.Time      // when abandoned leases are next tried
+	cleanups   []cleanup // store state to remove in the background
+	cleanAfter time.Time // when the cleanups are next tried
+	cleanFails int       // rounds of cleanups that failed in a row
 
 	wake chan struct{} // pokes the watchdog
 	stop chan struct{} // closed by Close to stop the watchdog
@@ -190,33 +191,53 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 		return nil, e.err(op, key, ErrNotAcquired, err)
 	}
 	if err != nil {
-		return nil, e.waitErr(op, key, ctx, err)
+		return nil, e.waitErr(op, key, ctx, err, nil)
 	}
 	h := &hold{e: e, key: key, gate: g, done: make(chan struct{})}
-	h.lease = driver.Lease{Key: skey, Owner: rand.Text(), TTL: e.cfg.ttl}
-	req := driver.Request{Key: skey, Owner: h.lease.Owner, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: func(cause error) { h.lost(cause) }}
+	req := driver.Request{Key: skey, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: func(cause error) { h.lost(cause) }}
 
-	var grant driver.Grant
-	var sent time.Time
-	switch {
-	case !wait:
-		sent = time.Now()
-		grant, err = e.drv.TryAcquire(cctx, req)
-	case e.acquirer != nil:
-		// The driver's queue decides; it reports in Grant.Since when the
-		// request behind the validity was sent.
-		sent = time.Now()
-		grant, err = e.acquirer.Acquire(cctx, req)
-	default:
-		grant, sent, err = e.poll(cctx, req)
-	}
-	if err != nil {
-		h.gate.leave()
+	var (
+		grant   driver.Grant
+		sent    time.Time
+		lastErr error // the last store error a wait rode out
+	)
+	for attempt := 0; ; attempt++ {
+		// Each attempt has its own owner token: what a failed one left in
+		// the store is cleaned up with its token, never with this one's.
+		req.Owner = rand.Text()
+		switch {
+		case !wait:
+			sent = time.Now()
+			grant, err = e.drv.TryAcquire(cctx, req)
+		case e.acquirer != nil:
+			// The driver's queue decides; it reports in Grant.Since when
+			// the request behind the validity was sent.
+			sent = time.Now()
+			grant, err = e.acquirer.Acquire(cctx, req)
+		default:
+			grant, sent, err = e.poll(cctx, req)
+		}
+		if err == nil {
+			break
+		}
+		e.keepResidue(skey, err)
 		if errors.Is(err, driver.ErrHeld) {
+			h.gate.leave()
 			return nil, e.err(op, key, ErrNotAcquired, err)
 		}
-		return nil, e.waitErr(op, key, ctx, err)
+		if !wait || cctx.Err() != nil || permanent(err) {
+			h.gate.leave()
+			return nil, e.waitErr(op, key, ctx, err, lastErr)
+		}
+		// A waiting Lock rides out store errors until its ctx ends.
+		lastErr = err
+		e.cfg.logger.Warn("locker: store error while waiting, retrying", "backend", e.name, "key", key, "attempt", attempt+1, "err", err)
+		if !sleepCtx(cctx, e.retryDelay(attempt)) {
+			h.gate.leave()
+			return nil, e.waitErr(op, key, ctx, cctx.Err(), lastErr)
+		}
 	}
+	h.lease = driver.Lease{Key: skey, Owner: req.Owner, TTL: e.cfg.ttl}
 	if err := e.register(h, grant, sent); err != nil {
 		return nil, err
 	}
@@ -271,15 +292,44 @@ func (e *engine) heldIn(ctx context.Context, key string) (Lock, error) {
 }
 
 // waitErr maps the error of an interrupted wait: the Locker closed, the
-// caller's ctx ended, or the store failed.
-func (e *engine) waitErr(op, key string, ctx context.Context, err error) error {
+// caller's ctx ended (the error then also wraps the last store error the
+// wait rode out), or the store failed.
+func (e *engine) waitErr(op, key string, ctx context.Context, err, last error) error {
 	switch {
 	case e.ctx.Err() != nil:
 		return e.err(op, key, ErrClosed, nil)
 	case ctx.Err() != nil:
+		if last != nil {
+			return e.err(op, key, ErrNotAcquired, join(ctxCause(ctx), fmt.Errorf("last store error: %w", last)))
+		}
 		return e.err(op, key, ErrNotAcquired, ctxCause(ctx))
 	}
 	return e.err(op, key, nil, err)
+}
+
+// permanent reports whether a failed attempt is not worth repeating.
+func permanent(err error) bool {
+	return errors.Is(err, driver.ErrPermanent) || errors.Is(err, ErrInvalidKey) ||
+		errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrClosed)
+}
+
+// retryDelay is the pause of a waiting Lock after its attempt number
+// attempt failed with a store error: the Locker's backoff, kept between
+// 10 ms and 2 s, with jitter.
+func (e *engine) retryDelay(attempt int) time.Duration {
+	return jitter(min(max(e.cfg.backoff(attempt), 10*time.Millisecond), 2*time.Second))
+}
+
+// sleepCtx waits for d or until ctx ends, and reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // poll is the wait loop for drivers without a queue: try, and when the key is
@@ -363,7 +413,7 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	if e.closed {
 		// Granted as the Locker closed: Close, which waits for this call,
 		// releases it with the others.
-		e.abandoned = append(e.abandoned, h.lease)
+		e.cleanups = append(e.cleanups, cleanup{key: h.lease.Key, lease: &h.lease})
 		e.mu.Unlock()
 		h.end(nil)
 		return e.err("lock", h.key, ErrClosed, nil)
@@ -422,12 +472,12 @@ func (e *engine) Close() error {
 		cancel(ErrClosed)
 	}
 	e.mu.Unlock()
-	var release []driver.Lease
+	var release []cleanup
 	for _, h := range held {
 		// A hold claimed by an Unlock in progress is ended by that Unlock,
 		// whose store call was just cancelled.
 		if h.claim() && h.end(e.err("close", h.key, ErrLost, ErrClosed)) {
-			release = append(release, h.lease)
+			release = append(release, cleanup{key: h.key, lease: &h.lease})
 		}
 	}
 	e.calls.Wait()
@@ -435,16 +485,14 @@ func (e *engine) Close() error {
 	e.wg.Wait()
 
 	e.mu.Lock()
-	release = append(release, e.abandoned...)
-	e.abandoned = nil
+	release = append(release, e.cleanups...)
+	e.cleanups = nil
 	e.mu.Unlock()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	forEach(release, renewWorkers, func(l driver.Lease) {
-		if err := e.drv.Release(ctx, l); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			e.cfg.logger.Warn("locker: release on close failed", "backend", e.name, "key", l.Key, "err", err)
-		}
-	})
+	if left := e.runCleanups(ctx, release); len(left) > 0 {
+		e.cfg.logger.Warn("locker: Close could not clean up everything; the store expires the rest", "backend", e.name, "left", len(left))
+	}
 	var derr error
 	if cc, ok := e.drv.(driver.ContextCloser); ok {
 		derr = cc.CloseContext(ctx)

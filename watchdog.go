@@ -28,7 +28,7 @@ func (e *engine) watchdog() {
 	defer timer.Stop()
 	results := make(chan renewResult, 1)
 	inflight := false
-	cleaned := make(chan []driver.Lease, 1)
+	cleaned := make(chan []cleanup, 1)
 	cleaning := false
 	// How far ahead of its renewal time a lock joins a round.
 	window := e.cfg.ttl / 6
@@ -91,12 +91,12 @@ func (e *engine) watchdog() {
 		}
 
 		if !cleaning {
-			if leases := e.takeAbandoned(now); len(leases) > 0 {
+			if cs := e.takeCleanups(now); len(cs) > 0 {
 				cleaning = true
 				e.wg.Add(1)
 				go func() {
 					defer e.wg.Done()
-					cleaned <- e.releaseAll(leases)
+					cleaned <- e.runCleanups(nil, cs)
 				}()
 			}
 		}
@@ -110,13 +110,13 @@ func (e *engine) watchdog() {
 			e.applyRenewals(r)
 		case left := <-cleaned:
 			cleaning = false
-			e.retryAbandoned(left)
+			e.retryCleanups(left)
 		case <-e.stop:
 			if inflight {
 				<-results
 			}
 			if cleaning {
-				e.retryAbandoned(<-cleaned)
+				e.retryCleanups(<-cleaned)
 			}
 			return
 		}
@@ -222,64 +222,111 @@ func (e *engine) applyRenewals(r renewResult) {
 	}
 }
 
+// cleanup is store state the engine removes in the background: the lease of
+// a lock it gave up on, or what a failed acquisition left (a Residue).
+type cleanup struct {
+	key     string
+	lease   *driver.Lease
+	residue func(context.Context) error
+}
+
+// run makes one attempt; nil means nothing is left to do.
+func (c cleanup) run(ctx context.Context, d driver.Driver) error {
+	var err error
+	if c.lease != nil {
+		err = d.Release(ctx, *c.lease)
+	} else {
+		err = c.residue(ctx)
+	}
+	if errors.Is(err, driver.ErrNotHeld) {
+		return nil
+	}
+	return err
+}
+
 // abandon queues the lease of a lock the engine gave up on (its renewals
-// failed until the local deadline, or its release had an unknown outcome), so
-// that the watchdog releases it in the store: stores whose locks live as long
-// as a lease or session that the Locker keeps alive never forget them.
+// failed until the local deadline, its release had an unknown outcome, or
+// its Unlock came with an ended ctx), so that the watchdog releases it in
+// the store at once: stores whose locks live as long as a lease or session
+// that the Locker keeps alive never forget them.
 func (e *engine) abandon(l driver.Lease) {
+	e.addCleanup(cleanup{key: l.Key, lease: &l})
+}
+
+// keepResidue queues what a failed acquisition left in the store, when its
+// error carries a driver.Residue.
+func (e *engine) keepResidue(key string, err error) {
+	var r *driver.Residue
+	if errors.As(err, &r) && r.Cleanup != nil {
+		e.addCleanup(cleanup{key: key, residue: r.Cleanup})
+	}
+}
+
+func (e *engine) addCleanup(c cleanup) {
 	e.mu.Lock()
-	e.abandoned = append(e.abandoned, l)
+	e.cleanups = append(e.cleanups, c)
 	e.mu.Unlock()
 	e.poke()
 }
 
-// takeAbandoned returns the abandoned leases due for a release attempt.
-func (e *engine) takeAbandoned(now time.Time) []driver.Lease {
+// takeCleanups returns the cleanups due for an attempt.
+func (e *engine) takeCleanups(now time.Time) []cleanup {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.abandoned) == 0 || now.Before(e.cleanAfter) {
+	if len(e.cleanups) == 0 || now.Before(e.cleanAfter) {
 		return nil
 	}
-	ls := e.abandoned
-	e.abandoned = nil
-	return ls
+	cs := e.cleanups
+	e.cleanups = nil
+	return cs
 }
 
-// nextCleanup is when abandoned leases are next due.
+// nextCleanup is when the cleanups are next due.
 func (e *engine) nextCleanup() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.abandoned) == 0 {
+	if len(e.cleanups) == 0 {
 		return farFuture()
 	}
 	return e.cleanAfter
 }
 
-// retryAbandoned puts back the leases whose release failed, for another
-// attempt after TTL/3.
-func (e *engine) retryAbandoned(left []driver.Lease) {
+// maxCleanupDelay caps the pause between two rounds of failed cleanups, so
+// that what is left goes soon after the store answers again.
+const maxCleanupDelay = time.Second
+
+// retryCleanups puts back the cleanups that failed, for another attempt
+// after a pause that doubles from 25 ms up to maxCleanupDelay while rounds
+// keep failing; a round without failures resets it.
+func (e *engine) retryCleanups(left []cleanup) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if len(left) == 0 {
+		e.cleanFails = 0
 		return
 	}
-	e.mu.Lock()
-	e.abandoned = append(e.abandoned, left...)
-	e.cleanAfter = time.Now().Add(e.cfg.ttl / 3)
-	e.mu.Unlock()
+	e.cleanups = append(e.cleanups, left...)
+	delay := min(25*time.Millisecond<<min(e.cleanFails, 16), maxCleanupDelay, max(e.cfg.ttl/3, 10*time.Millisecond))
+	e.cleanFails++
+	e.cleanAfter = time.Now().Add(jitter(delay))
 }
 
-// releaseAll releases leases, each bounded by the release timeout, and
-// returns those whose outcome is unknown.
-func (e *engine) releaseAll(leases []driver.Lease) []driver.Lease {
+// runCleanups runs cs with ctx (nil: each bounded by the release timeout
+// under e.ctx), and returns those that failed.
+func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 	var mu sync.Mutex
-	var left []driver.Lease
-	forEach(leases, renewWorkers, func(l driver.Lease) {
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
-		defer cancel()
-		err := e.drv.Release(ctx, l)
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			e.cfg.logger.Warn("locker: release of an abandoned lock failed, retrying", "backend", e.name, "key", l.Key, "err", err)
+	var left []cleanup
+	forEach(cs, renewWorkers, func(c cleanup) {
+		cctx := ctx
+		if cctx == nil {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
+			defer cancel()
+		}
+		if err := c.run(cctx, e.drv); err != nil {
+			e.cfg.logger.Warn("locker: background cleanup failed, retrying", "backend", e.name, "key", c.key, "err", err)
 			mu.Lock()
-			left = append(left, l)
+			left = append(left, c)
 			mu.Unlock()
 		}
 	})

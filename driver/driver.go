@@ -47,6 +47,47 @@ var ErrHeld = errors.New("driver: key held by another owner")
 // as transient: the engine retries renewals until the local deadline.
 var ErrNotHeld = errors.New("driver: lock not held by this owner")
 
+// ErrPermanent is wrapped by a driver's errors that no retry can cure: bad
+// credentials, missing permissions, a store that refuses a command the
+// driver needs. A waiting Lock returns such an error at once; it rides out
+// every other store error (connection refused or reset, timeouts, no leader,
+// a server restarting) until its ctx ends.
+var ErrPermanent = errors.New("driver: permanent store failure")
+
+// Permanent wraps err so that it matches [ErrPermanent] (nil stays nil).
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string   { return p.err.Error() }
+func (p *permanentError) Unwrap() []error { return []error{ErrPermanent, p.err} }
+
+// Residue is returned (wrapped, with errors.As finding it) by TryAcquire and
+// Acquire when an attempt failed and left state in the store that the
+// driver could not remove at once: a queue entry, a waiter key. The engine
+// then calls Cleanup in the background, with backoff, until it returns nil
+// or an error matching [ErrNotHeld] (nothing left to remove), and a last
+// time on Close, so that a waiter whose Lock call returned never holds up
+// the waiters behind it for longer than the store is unreachable.
+// Cleanup must be idempotent and must never remove another owner's state.
+type Residue struct {
+	// Err is the attempt's own error.
+	Err error
+	// Cleanup removes what the attempt left; ctx bounds one try.
+	Cleanup func(ctx context.Context) error
+}
+
+// Error implements error.
+func (r *Residue) Error() string { return r.Err.Error() }
+
+// Unwrap returns the attempt's error.
+func (r *Residue) Unwrap() error { return r.Err }
+
 // HeldError is the error [Held] builds: the key is held by another owner whose
 // claim lasts at most Remaining more (0 when unknown).
 type HeldError struct {

@@ -348,6 +348,11 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 // TryAcquire creates the waiter key only when the key's directory is empty:
 // one transaction.
 func (d *etcdDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.tryAcquire(ctx, req)
+	return g, d.classify(err)
+}
+
+func (d *etcdDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := d.session(ctx)
 		if err != nil {
@@ -365,8 +370,7 @@ func (d *etcdDriver) TryAcquire(ctx context.Context, req driver.Request) (driver
 				d.kill(s, fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				continue
 			}
-			d.cleanup(ctx, st, false)
-			return driver.Grant{}, err
+			return driver.Grant{}, d.cleanup(ctx, st, false, err)
 		}
 		if !resp.Succeeded {
 			return driver.Grant{}, driver.Held(0)
@@ -379,6 +383,11 @@ func (d *etcdDriver) TryAcquire(ctx context.Context, req driver.Request) (driver
 // Acquire queues a waiter key and waits for its turn. The uncontended path
 // is one transaction, which creates the key and reads its predecessor.
 func (d *etcdDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.acquire(ctx, req)
+	return g, d.classify(err)
+}
+
+func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	suffix := false
 	for attempt := 0; ; {
 		s, err := d.session(ctx)
@@ -403,8 +412,7 @@ func (d *etcdDriver) Acquire(ctx context.Context, req driver.Request) (driver.Gr
 				d.kill(s, fmt.Errorf("%w: %w", ErrLeaseLost, err))
 				continue
 			}
-			d.cleanup(ctx, st, false)
-			return driver.Grant{}, err
+			return driver.Grant{}, d.cleanup(ctx, st, false, err)
 		}
 		if !resp.Succeeded {
 			// The name is taken by a key of ours that nothing tracks any
@@ -418,13 +426,11 @@ func (d *etcdDriver) Acquire(ctx context.Context, req driver.Request) (driver.Gr
 		}
 		st.rev = resp.Header.Revision
 		if err := ctx.Err(); err != nil {
-			d.cleanup(ctx, st, true)
-			return driver.Grant{}, err
+			return driver.Grant{}, d.cleanup(ctx, st, true, err)
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			if err := d.wait(ctx, st, string(kvs[0].Key), resp.Header.Revision); err != nil {
-				d.cleanup(ctx, st, true)
-				return driver.Grant{}, err
+				return driver.Grant{}, d.cleanup(ctx, st, true, err)
 			}
 		}
 		return d.grant(ctx, st)
@@ -438,8 +444,7 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 	// A lease renewed long ago would leave the engine little time: renew it
 	// first.
 	if err := d.refresh(ctx, s, d.ttl/2); err != nil {
-		d.cleanup(ctx, st, true)
-		return driver.Grant{}, err
+		return driver.Grant{}, d.cleanup(ctx, st, true, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -452,21 +457,31 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 }
 
 // cleanup deletes the waiter key of a failed or cancelled acquisition with a
-// fresh bounded context. When that fails, or when the transaction that would
-// have created the key had an unknown outcome (created is false: it may
-// still land), the key is also deleted before the lease is next kept alive.
-func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool) {
+// fresh bounded context, and returns cause. When the deletion fails, cause
+// comes wrapped in a driver.Residue: the engine retries the deletion in the
+// background until etcd answers. When the transaction that would have
+// created the key had an unknown outcome (created is false: it may still
+// land), the key is also deleted before the lease is next kept alive.
+func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, cause error) error {
 	d.mu.Lock()
 	dead := st.sess.dead != nil
 	d.mu.Unlock()
 	if dead {
-		return // etcd deleted the key with the lease
+		return cause // etcd deleted the key with the lease
+	}
+	if !created {
+		d.orphan(st)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := d.cli.Txn(cctx).Then(st.deleteOp()).Commit(); err != nil || !created {
-		d.orphan(st)
+	del := func(ctx context.Context) error {
+		_, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
+		return err
 	}
+	if err := del(cctx); err != nil {
+		return &driver.Residue{Err: cause, Cleanup: del}
+	}
+	return cause
 }
 
 // Renew implements driver.Driver with a batch of one.
@@ -615,4 +630,19 @@ func (d *etcdDriver) revoke(ctx context.Context, s *session) {
 	defer cancel()
 	_, _ = d.cli.Revoke(ctx, s.id)
 	d.kill(s, ErrLeaseLost)
+}
+
+// classify marks the etcd errors no retry can cure: a closed client, and
+// authentication and permission refusals.
+func (d *etcdDriver) classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case d.cli.Ctx().Err() != nil:
+		return driver.Permanent(fmt.Errorf("etcd client closed: %w", err))
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+		errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrAuthNotEnabled):
+		return driver.Permanent(err)
+	}
+	return err
 }

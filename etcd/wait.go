@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker/driver"
 )
 
 // wait blocks until st's key is first in its directory. pred is the key
@@ -151,10 +153,12 @@ func (d *etcdDriver) ownDeleted(ctx context.Context, s *session) error {
 	cctx, cancel := context.WithTimeout(ctx, max(d.ttl/3, time.Second))
 	defer cancel()
 	resp, err := d.cli.TimeToLive(cctx, s.id)
+	// Either is the store's own answer (an operator revoked the lease or
+	// deleted the key): the wait ends, it is not ridden out.
 	if err == nil && resp.TTL <= 0 {
 		cause := fmt.Errorf("%w (waiter key deleted with it)", ErrLeaseLost)
 		d.kill(s, cause)
-		return cause
+		return driver.Permanent(cause)
 	}
-	return errWaiterDeleted
+	return driver.Permanent(errWaiterDeleted)
 }

@@ -116,7 +116,7 @@ func sqlHandle(db *gorm.DB) (*sql.DB, error) {
 	if db == nil {
 		return nil, errors.New("nil *gorm.DB")
 	}
-	if db.Config == nil || db.Statement == nil {
+	if db.Config == nil {
 		return nil, errors.New("zero gorm.DB: open it with gorm.Open")
 	}
 	if db.Dialector == nil || db.Dialector.Name() != "mysql" {
@@ -277,8 +277,29 @@ func ttlMicros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // is created already taken by INSERT IGNORE (two round trips). Only when both
 // affect no row does a third statement read the holder's remaining time.
 func (d *sqlDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.tryAcquire(ctx, req)
+	return g, classify(err)
+}
+
+// classify marks the database errors no retry can cure: access denied to
+// the database, the table or a command, and a table that does not exist.
+func classify(err error) error {
+	if err != nil && strings.Contains(err.Error(), "sql: database is closed") {
+		return driver.Permanent(err) // database/sql does not export it
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1044, 1045, 1142, 1143, 1146, 1227, 1370:
+			return driver.Permanent(err)
+		}
+	}
+	return err
+}
+
+func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
-		return driver.Grant{}, fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes)
+		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
 	}
 	ttl := ttlMicros(req.TTL)
 	label := d.label

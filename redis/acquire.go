@@ -90,8 +90,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		if w == nil {
 			w, unregister, err = d.notify.register(req.Key, req.Owner, false)
 			if err != nil {
-				d.leave(ctx, req)
-				return driver.Grant{}, err
+				return driver.Grant{}, d.leave(ctx, req, err)
 			}
 		}
 		// Subscribe if not yet done: its confirmation wakes the waiter, so
@@ -116,8 +115,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			d.leave(ctx, req)
-			return driver.Grant{}, ctx.Err()
+			return driver.Grant{}, d.leave(ctx, req, ctx.Err())
 		}
 	}
 }

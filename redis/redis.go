@@ -217,15 +217,16 @@ func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (drive
 // queued, it cleans up (see leave) before returning.
 func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []string, ttlArg any, seq string) (int64, error) {
 	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
-		return 0, fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner)
+		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
 	}
 	r, err := d.acquire.Run(ctx, d.client, keys,
 		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), channelName(req.Key)).Int64()
 	if err != nil {
+		err = fmt.Errorf("acquire: %w", classify(err))
 		if seq != "0" || maybeExecuted(err) {
-			d.leave(ctx, req)
+			return 0, d.leave(ctx, req, err)
 		}
-		return 0, fmt.Errorf("acquire: %w", err)
+		return 0, err
 	}
 	return r, nil
 }
@@ -234,15 +235,45 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 // lock if it holds it (passed on to the next waiter, as by Unlock). It runs
 // after an attempt whose outcome is unknown and when a waiting Lock gives
 // up, so that no phantom holder or waiter is left until expiry. It uses a
-// fresh context: ctx may be the reason the attempt failed.
-func (d *redisDriver) leave(ctx context.Context, req driver.Request) {
+// fresh context: ctx may be the reason the attempt failed. It returns
+// cause, wrapped in a driver.Residue when the store could not be reached:
+// the engine then retries until it can.
+func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	err := d.release.Run(ctx, d.client, scriptKeys(req.Key), req.Owner, channelName(req.Key), d.retentionArg, "1").Err()
-	if err != nil {
-		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; the key stays held or queued until it expires",
+	if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil {
+		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
 			"key", req.Key, "err", err)
+		key, owner := req.Key, req.Owner
+		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return d.leaveQueue(ctx, key, owner) }}
 	}
+	return cause
+}
+
+// leaveQueue runs release.lua for owner with "leave": out of the queue, and
+// the lock passed on if it was handed over to owner.
+func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
+	return d.release.Run(ctx, d.client, scriptKeys(key), owner, channelName(key), d.retentionArg, "1").Err()
+}
+
+// classify marks the Redis errors no retry can cure: a closed client,
+// authentication and ACL refusals, and commands the server does not know or
+// allow.
+func classify(err error) error {
+	if errors.Is(err, goredis.ErrClosed) {
+		return driver.Permanent(err)
+	}
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return err
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command", "ERR unknown subcommand"} {
+		if strings.HasPrefix(msg, p) {
+			return driver.Permanent(err)
+		}
+	}
+	return err
 }
 
 // staleArg is how long (ms) a waiter may go without an attempt before it

@@ -206,13 +206,29 @@ func newGUID() string {
 
 // TryAcquire implements driver.Driver.
 func (d *zkDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, false)
+	g, err := d.acquire(ctx, req, false)
+	return g, classify(err)
+}
+
+// classify marks the ZooKeeper errors no retry can cure: authentication and
+// ACL refusals, and bad arguments.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrBadArguments),
+		errors.Is(err, zk.ErrInvalidACL), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrClosing),
+		errors.Is(err, errConnClosed):
+		return driver.Permanent(err)
+	}
+	return err
 }
 
 // Acquire implements driver.Acquirer: it queues behind the current holder
 // and earlier waiters, and waits for its turn.
 func (d *zkDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	return d.acquire(ctx, req, true)
+	g, err := d.acquire(ctx, req, true)
+	return g, classify(err)
 }
 
 func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Grant, error) {
