@@ -291,8 +291,9 @@ func (e *engine) nextCleanup() time.Time {
 	return e.cleanAfter
 }
 
-// maxCleanupDelay caps the pause between two rounds of failed cleanups, so
-// that what is left goes soon after the store answers again.
+// maxCleanupDelay caps the pause between two rounds of failed cleanups (and
+// so does TTL/10), so that what is left goes soon after the store answers
+// again.
 const maxCleanupDelay = time.Second
 
 // retryCleanups puts back the cleanups that failed, for another attempt
@@ -306,7 +307,7 @@ func (e *engine) retryCleanups(left []cleanup) {
 		return
 	}
 	e.cleanups = append(e.cleanups, left...)
-	delay := min(25*time.Millisecond<<min(e.cleanFails, 16), maxCleanupDelay, max(e.cfg.ttl/3, 10*time.Millisecond))
+	delay := min(25*time.Millisecond<<min(e.cleanFails, 16), maxCleanupDelay, max(e.cfg.ttl/10, 10*time.Millisecond))
 	e.cleanFails++
 	e.cleanAfter = time.Now().Add(jitter(delay))
 }
@@ -324,6 +325,10 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			defer cancel()
 		}
 		if err := c.run(cctx, e.drv); err != nil {
+			if errors.Is(err, driver.ErrPermanent) {
+				e.cfg.logger.Warn("locker: background cleanup failed for good; the store expires what is left", "backend", e.name, "key", c.key, "err", err)
+				return
+			}
 			e.cfg.logger.Warn("locker: background cleanup failed, retrying", "backend", e.name, "key", c.key, "err", err)
 			mu.Lock()
 			left = append(left, c)

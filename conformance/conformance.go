@@ -75,6 +75,13 @@
 //     ErrInvalidOption, never panic, and grant nothing.
 //   - BadPrefix (NewLockerWith): a prefix that is not UTF-8 or leaves no room
 //     for a key is refused by the constructor, naming the problem.
+//   - CancelWhileIsolated (Isolate): waits cancelled while their Locker is
+//     cut off from the store leave nothing behind: once it answers again,
+//     the key is free within TTL/2 of the holder's Unlock, and stays free.
+//   - LockRidesOutRestart (Restart): a waiting Lock gets the key after a
+//     store restart, within its ctx.
+//   - WaiterCrash (Crash): a waiter that crashed while queued holds up the
+//     key for at most its TTL after the holder's Unlock.
 //
 // # Timing
 //
@@ -109,7 +116,8 @@ const defaultSlack = 5 * time.Second
 
 // Run runs every case against the backend h describes, each as a subtest.
 // Cases that need a nil hook skip and say which. Cases run in parallel with
-// each other (t.Parallel), except FencingAfterRestart, which runs alone.
+// each other (t.Parallel), except FencingAfterRestart and
+// LockRidesOutRestart, which run alone.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.NewLocker == nil {
@@ -163,6 +171,9 @@ var cases = []testCase{
 	{name: "UnlockEndedContext", run: testUnlockEndedContext},
 	{name: "NilContext", run: testNilContext},
 	{name: "BadPrefix", run: testBadPrefix},
+	{name: "CancelWhileIsolated", run: testCancelWhileIsolated},
+	{name: "LockRidesOutRestart", serial: true, run: testLockRidesOutRestart},
+	{name: "WaiterCrash", run: testWaiterCrash},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

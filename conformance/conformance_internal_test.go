@@ -25,9 +25,13 @@ type memEnv struct {
 	prefix string
 	ttl    time.Duration
 
-	mu      sync.Mutex
-	faults  map[locker.Locker]*memory.Fault
-	crashed map[*memory.Fault]bool
+	mu       sync.Mutex
+	faults   map[locker.Locker]*memory.Fault
+	crashed  map[*memory.Fault]bool
+	isolated map[*memory.Fault]bool
+	restarts chan struct{} // closed, and replaced, by every Restart
+	// deadWaiter: key → the Locker of a waiter that crashed
+	dead map[string]locker.Locker
 
 	// For the broken Lockers.
 	tokens  atomic.Uint64          // grantsAll's fake tokens
@@ -36,12 +40,15 @@ type memEnv struct {
 
 func newMemEnv(ttl time.Duration) *memEnv {
 	return &memEnv{
-		store:   memory.NewStore(),
-		prefix:  "conformance/",
-		ttl:     ttl,
-		faults:  make(map[locker.Locker]*memory.Fault),
-		crashed: make(map[*memory.Fault]bool),
-		holders: make(map[string]locker.Lock),
+		store:    memory.NewStore(),
+		prefix:   "conformance/",
+		ttl:      ttl,
+		faults:   make(map[locker.Locker]*memory.Fault),
+		crashed:  make(map[*memory.Fault]bool),
+		isolated: make(map[*memory.Fault]bool),
+		restarts: make(chan struct{}),
+		dead:     make(map[string]locker.Locker),
+		holders:  make(map[string]locker.Lock),
 	}
 }
 
@@ -106,6 +113,10 @@ func (e *memEnv) harness() Harness {
 			for _, f := range fs {
 				f.Cut()
 			}
+			e.mu.Lock()
+			close(e.restarts)
+			e.restarts = make(chan struct{})
+			e.mu.Unlock()
 			time.Sleep(100 * time.Millisecond)
 			for _, f := range fs {
 				f.Heal()
@@ -116,8 +127,16 @@ func (e *memEnv) harness() Harness {
 			if f == nil {
 				return func() {}
 			}
+			e.mu.Lock()
+			e.isolated[f] = true
+			e.mu.Unlock()
 			f.Cut()
-			return f.Heal
+			return func() {
+				e.mu.Lock()
+				delete(e.isolated, f)
+				e.mu.Unlock()
+				f.Heal()
+			}
 		},
 		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
 	}
@@ -157,6 +176,9 @@ const (
 	unlockNeedsCtx  = "unlockNeedsCtx"  // Unlock with an ended or nil ctx leaves the key to expire
 	nilCtxPanics    = "nilCtxPanics"    // a nil ctx panics
 	acceptsPrefix   = "acceptsPrefix"   // the constructor accepts any prefix
+	residueWhenCut  = "residueWhenCut"  // a wait that ends while cut off leaves a waiter that takes the key later
+	failsOnRestart  = "failsOnRestart"  // a waiting Lock fails when the store restarts
+	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -177,7 +199,7 @@ var mustCatch = map[string][]string{
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated"},
 	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "Cancellation", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
@@ -190,6 +212,9 @@ var mustCatch = map[string][]string{
 	unlockNeedsCtx:  {"UnlockEndedContext"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
+	residueWhenCut:  {"CancelWhileIsolated"},
+	failsOnRestart:  {"LockRidesOutRestart"},
+	deadWaiter:      {"WaiterCrash"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -390,6 +415,26 @@ func brokenHarness(e *memEnv, kind string) Harness {
 		// The "crashed" Locker goes on renewing.
 		h.Crash = func(testing.TB, locker.Locker) {}
 	}
+	if kind == deadWaiter {
+		// The crashed Locker's waits stay queued: the next Unlock of
+		// their keys hands the key to them, and nobody ever releases it.
+		h.Crash = func(t testing.TB, l locker.Locker) {
+			b, ok := l.(*brokenLocker)
+			if !ok {
+				return
+			}
+			b.mu.Lock()
+			waits := b.waits
+			b.waits = nil
+			b.mu.Unlock()
+			e.mu.Lock()
+			for key, cancel := range waits {
+				e.dead[key] = b.inner
+				cancel()
+			}
+			e.mu.Unlock()
+		}
+	}
 	return h
 }
 
@@ -404,6 +449,8 @@ type brokenLocker struct {
 	last map[string]locker.Lock // staleGrants: the last lock of each key
 	late []*lateLock            // closeLate: the locks whose Done Close closes late
 	shut bool                   // closeLate: Close has begun
+	// deadWaiter: the waits in progress
+	waits map[string]context.CancelFunc
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string) (locker.Lock, error) {
@@ -479,8 +526,58 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (lock
 		}
 		return &renamedLock{Lock: lk, key: key}, nil
 	}
+	if b.kind == deadWaiter {
+		if wait {
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			b.mu.Lock()
+			if b.waits == nil {
+				b.waits = make(map[string]context.CancelFunc)
+			}
+			b.waits[key] = cancel
+			b.mu.Unlock()
+			defer func() {
+				b.mu.Lock()
+				delete(b.waits, key)
+				b.mu.Unlock()
+			}()
+			ctx = wctx
+		}
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &handsToDeadLock{Lock: lk, env: b.env}, nil
+	}
+	if b.kind == failsOnRestart && wait {
+		b.env.mu.Lock()
+		restarts := b.env.restarts
+		b.env.mu.Unlock()
+		rctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			select {
+			case <-restarts:
+				cancel(errors.New("conformance: failsOnRestart: the store restarted"))
+			case <-rctx.Done():
+			}
+		}()
+		lk, err := call(rctx, key)
+		if err != nil && context.Cause(rctx) != nil && ctx.Err() == nil {
+			return nil, context.Cause(rctx)
+		}
+		return lk, err
+	}
 	lk, err := call(ctx, key)
 	if err != nil {
+		if b.kind == residueWhenCut && wait && ctx.Err() != nil {
+			b.env.mu.Lock()
+			cut := b.env.isolated[b.env.faults[b.inner]]
+			b.env.mu.Unlock()
+			if cut {
+				go func() { _, _ = b.inner.Lock(context.Background(), key) }()
+			}
+		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it
 			// until the Locker is closed.
@@ -691,4 +788,24 @@ func (l *unlockNeedsCtxLock) Done() <-chan struct{} {
 		return l.done
 	}
 	return l.Lock.Done()
+}
+
+// handsToDeadLock's Unlock hands the key over to a crashed waiter, which
+// never releases it, as a store queue without a liveness check would.
+type handsToDeadLock struct {
+	locker.Lock
+	env *memEnv
+}
+
+func (l *handsToDeadLock) Unlock(ctx context.Context) error {
+	if err := l.Lock.Unlock(ctx); err != nil {
+		return err
+	}
+	l.env.mu.Lock()
+	dead := l.env.dead[l.Key()]
+	l.env.mu.Unlock()
+	if dead != nil {
+		_, _ = dead.TryLock(context.Background(), l.Key())
+	}
+	return nil
 }

@@ -476,7 +476,7 @@ func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, c
 	defer cancel()
 	del := func(ctx context.Context) error {
 		_, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
-		return err
+		return d.classify(err)
 	}
 	if err := del(cctx); err != nil {
 		return &driver.Residue{Err: cause, Cleanup: del}

@@ -253,7 +253,7 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 // leaveQueue runs release.lua for owner with "leave": out of the queue, and
 // the lock passed on if it was handed over to owner.
 func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
-	return d.release.Run(ctx, d.client, scriptKeys(key), owner, channelName(key), d.retentionArg, "1").Err()
+	return classify(d.release.Run(ctx, d.client, scriptKeys(key), owner, channelName(key), d.retentionArg, "1").Err())
 }
 
 // classify marks the Redis errors no retry can cure: a closed client,

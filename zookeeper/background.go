@@ -49,11 +49,11 @@ func (d *zkDriver) loseWhere(match func(*hold) bool, cause error) {
 }
 
 // janitor deletes orphaned nodes (waiters whose cleanup failed, releases
-// whose outcome was unknown) every TTL/3 until Close. Locks the engine gave
+// whose outcome was unknown) every TTL/10 until Close. Locks the engine gave
 // up on reach it through Release, which the engine retries for them.
 func (d *zkDriver) janitor() {
 	defer d.wg.Done()
-	t := time.NewTicker(max(d.ttl/3, 10*time.Millisecond))
+	t := time.NewTicker(max(d.ttl/10, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
