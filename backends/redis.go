@@ -28,6 +28,9 @@ func OpenRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
 		}
+		// ctx deadlines must bound every call (see the redis package doc):
+		// an Unlock or a cancelled Lock must not wait for the read timeout.
+		o.ContextTimeoutEnabled = true
 		client = goredis.NewClient(o)
 	} else {
 		// go-redis spells extra cluster nodes as addr parameters.
@@ -41,6 +44,7 @@ func OpenRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
 		}
+		o.ContextTimeoutEnabled = true
 		client = goredis.NewClusterClient(o)
 	}
 	defer closeOnError(&err, client.Close)
