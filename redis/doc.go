@@ -97,9 +97,19 @@
 // a closed client, a failed dial, an exhausted connection pool. In the
 // doubtful case the Locker runs the release script for the attempt's owner
 // with a fresh context (bounded by the TTL and 2 s) before returning the
-// error, so the key is not left to a phantom holder until its TTL; only if
-// that cleanup fails too does the key stay held (by nobody) until it
-// expires. A waiting Lock's queue entry is cleaned up the same way.
+// error, so the key is not left to a phantom holder until its TTL; when that
+// cleanup fails too, the Locker retries it in the background (every TTL/10
+// at most, 1 s at the least) until Redis answers, and a last time on Close.
+// A waiting Lock's queue entry is cleaned up the same way: a wait cancelled
+// during an outage holds up nobody once Redis is back (measured: the key
+// free for another Locker 5–11 ms after the holder's Unlock).
+//
+// A waiting Lock rides out store errors (refused or reset connections,
+// timeouts, a restarting server) with the Locker's backoff, kept between
+// 10 ms and 2 s, until its ctx ends; the error then matches
+// locker.ErrNotAcquired and ctx.Err() and wraps the last store error. A
+// closed client and refusals no retry can cure (NOAUTH, WRONGPASS, NOPERM,
+// unknown commands) return at once.
 //
 // go-redis retries commands after some network errors (Options.MaxRetries).
 // The acquire script is idempotent for one owner: a retry of an attempt
@@ -116,7 +126,14 @@
 // holds Unlock and Close for that long, times the retries). Keep ReadTimeout
 // below TTL/3, so that a renewal stuck on a dead connection fails and is
 // retried before the lock's deadline. Redis 5.0 or later (TIME inside a
-// script that writes); tested with 7.0. Pipelines, EVAL/EVALSHA and
+// script that writes); tested with 7.0. Opened by URL (package backends),
+// the client has ContextTimeoutEnabled set.
+//
+// Set maxmemory-policy to noeviction (or leave maxmemory at 0): with an
+// evicting policy a lock key can vanish under memory pressure, and another
+// Locker get the key before the holder's next renewal notices (measured
+// elsewhere: 50–222 ms of overlap). A new Locker checks with CONFIG GET, in
+// the background, and logs a warning when lock keys can be evicted. Pipelines, EVAL/EVALSHA and
 // PUBLISH/SUBSCRIBE must be allowed (proxies that refuse scripts or pub/sub
 // will not do).
 //
@@ -144,7 +161,8 @@
 //     exclusion, and fencing tokens in any case.
 //   - A waiter that vanishes while queued (a crashed process) can be handed
 //     the key before it counts as gone; the key then stays unavailable until
-//     that hand-over's TTL runs out, as with a crashed holder.
+//     that hand-over's TTL runs out, as with a crashed holder (measured by
+//     the conformance case WaiterCrash: 1.5 s at TTL 1.5 s).
 //   - A fence key stays [FenceRetention] after the last acquisition of its
 //     key; queue keys vanish once no waiter refreshes them.
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.

@@ -134,6 +134,10 @@ type redisDriver struct {
 	labelArg     any
 	retentionArg any // FenceRetention in milliseconds, as a string
 	staleMs      any // staleArg(ttl)
+
+	// The eviction check started by Configure; Close stops and waits.
+	stopCheck context.CancelFunc
+	checked   chan struct{}
 }
 
 // include inserts lib.lua where a script says "-- #include lib.lua".
@@ -171,7 +175,45 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	d.ttlArg = strconv.FormatInt(millis(cfg.TTL), 10)
 	d.labelArg = cfg.Label
 	d.staleMs = strconv.FormatInt(millis(3*refreshInterval(cfg.TTL)), 10)
+	// New does not wait for Redis: the check runs in the background.
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	d.stopCheck, d.checked = cancel, make(chan struct{})
+	go func() {
+		defer close(d.checked)
+		defer cancel()
+		d.checkEviction(ctx)
+	}()
 	return nil
+}
+
+// evictionCheckTimeout bounds the eviction check of a new Locker.
+const evictionCheckTimeout = 10 * time.Second
+
+// checkEviction warns when Redis may evict lock keys: with maxmemory set and
+// a maxmemory-policy other than noeviction, a key under memory pressure can
+// vanish before its TTL and be granted to a second holder before the first
+// one's renewal notices. A server that refuses CONFIG GET (ACLs, a renamed
+// command, a proxy) is not checked.
+func (d *redisDriver) checkEviction(ctx context.Context) {
+	pipe := d.client.Pipeline()
+	policy := pipe.ConfigGet(ctx, "maxmemory-policy")
+	limit := pipe.ConfigGet(ctx, "maxmemory")
+	if _, err := pipe.Exec(ctx); err != nil {
+		d.logger.Debug("locker: redis: could not check maxmemory-policy", "err", err)
+		return
+	}
+	if msg, bad := evictionRisk(policy.Val()["maxmemory-policy"], limit.Val()["maxmemory"]); bad {
+		d.logger.Warn("locker: redis: "+msg, "maxmemory-policy", policy.Val()["maxmemory-policy"], "maxmemory", limit.Val()["maxmemory"])
+	}
+}
+
+// evictionRisk says whether a server's eviction settings put lock keys at
+// risk, and why.
+func evictionRisk(policy, maxmemory string) (string, bool) {
+	if policy == "" || policy == "noeviction" || maxmemory == "" || maxmemory == "0" {
+		return "", false
+	}
+	return "lock keys can be evicted under memory pressure, letting a second holder in before the first one's renewal notices; set maxmemory-policy noeviction", true
 }
 
 // ttlArgs returns the PX argument for ttl, and its value in milliseconds.
@@ -386,6 +428,10 @@ func isNoScript(err error) bool {
 // Close implements driver.Driver: it closes the pub/sub connection and stops
 // its goroutines. The client stays open.
 func (d *redisDriver) Close() error {
+	if d.stopCheck != nil {
+		d.stopCheck()
+		<-d.checked
+	}
 	d.notify.close()
 	return nil
 }
