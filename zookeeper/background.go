@@ -24,6 +24,9 @@ func (d *zkDriver) watchEvents() {
 				d.loseWhere(func(*hold) bool { return true }, errConnClosed)
 				return
 			}
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				d.sessionGranted()
+			}
 			if ev.Type == zk.EventSession && (ev.State == zk.StateExpired || ev.State == zk.StateHasSession) {
 				cur := d.conn.SessionID()
 				d.loseWhere(func(h *hold) bool { return h.session != cur }, zk.ErrSessionExpired)

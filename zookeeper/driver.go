@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
 )
 
@@ -98,6 +100,11 @@ type zkDriver struct {
 	ttl    time.Duration
 	logger *slog.Logger
 
+	// validity is how long a lock is counted on after a request that
+	// proved its session alive: the TTL, or the session timeout the server
+	// granted when that is shorter (in nanoseconds).
+	validity atomic.Int64
+
 	ctx    context.Context // cancelled by Close: ends janitor sweeps
 	cancel context.CancelFunc
 	stop   chan struct{}  // closed by Close
@@ -133,10 +140,22 @@ func (d *zkDriver) Info() driver.Info {
 
 // Configure implements driver.Configurer: it records the TTL and starts the
 // goroutines that follow the session and clean up orphaned nodes.
+//
+// When the connection has a session already, the session timeout the server
+// granted must be at least the TTL: the server forgets a silent session's
+// nodes after that timeout, so a shorter one would let another process in
+// while the holder still counts on its lock.
 func (d *zkDriver) Configure(_ context.Context, cfg driver.Config) error {
 	d.ttl = cfg.TTL
+	d.validity.Store(int64(cfg.TTL))
 	if cfg.Logger != nil {
 		d.logger = cfg.Logger
+	}
+	if d.conn.State() == zk.StateHasSession {
+		if granted, ok := grantedTimeout(d.conn); ok && granted < cfg.TTL {
+			return fmt.Errorf("%w WithTTL: %v is longer than the session timeout of %v the ZooKeeper server granted this connection; connect with a session timeout of at least the TTL (the server's maxSessionTimeout caps it), or lower the TTL",
+				locker.ErrInvalidOption, cfg.TTL, granted)
+		}
 	}
 	if d.events != nil {
 		d.wg.Add(1)
@@ -145,6 +164,34 @@ func (d *zkDriver) Configure(_ context.Context, cfg driver.Config) error {
 	d.wg.Add(1)
 	go d.janitor()
 	return nil
+}
+
+// grantedTimeout returns the session timeout the server granted conn in its
+// last handshake. go-zookeeper does not export it: this reads its field,
+// which it writes before it reports StateHasSession (so reading it after
+// seeing that state, or that event, is ordered after the write).
+// TestGrantedSessionTimeout fails if the field ever goes away.
+func grantedTimeout(conn *zk.Conn) (time.Duration, bool) {
+	f := reflect.ValueOf(conn).Elem().FieldByName("sessionTimeoutMs")
+	if !f.IsValid() || f.Kind() != reflect.Int32 || f.Int() <= 0 {
+		return 0, false
+	}
+	return time.Duration(f.Int()) * time.Millisecond, true
+}
+
+// sessionGranted takes in the timeout of a new session: the validity of the
+// locks on it is the TTL, or the granted timeout when that is shorter (the
+// server forgets a silent session's nodes after it).
+func (d *zkDriver) sessionGranted() {
+	granted, ok := grantedTimeout(d.conn)
+	if !ok {
+		return
+	}
+	v := min(granted, d.ttl)
+	if old := time.Duration(d.validity.Swap(int64(v))); v < d.ttl && old != v {
+		d.logger.Warn("locker: zookeeper granted a session timeout shorter than the TTL; locks count on the shorter one",
+			"granted", granted, "ttl", d.ttl)
+	}
 }
 
 // cleanupTimeout bounds a cleanup done with a fresh context.
@@ -530,7 +577,7 @@ func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, 
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, fmt.Errorf("session %#x ended while acquiring: %w", session, zk.ErrSessionExpired)
 	}
-	return driver.Grant{Token: uint64(zxid), Validity: d.ttl, Since: since, State: h}, nil
+	return driver.Grant{Token: uint64(zxid), Validity: time.Duration(d.validity.Load()), Since: since, State: h}, nil
 }
 
 // forget drops h from the holds tracked for renewals and session changes.
@@ -658,7 +705,7 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 			}
 		}
 		for _, i := range chunk[:failed] {
-			validity[i] = d.ttl
+			validity[i] = time.Duration(d.validity.Load())
 		}
 		var again []int
 		if failed < n {

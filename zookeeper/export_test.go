@@ -7,3 +7,6 @@ func ParentPath(root, key string) string { return root + "/" + escapeKey(key) }
 
 // ErrConnClosed is the cause of the locks lost when the connection closes.
 var ErrConnClosed = errConnClosed
+
+// GrantedTimeout is grantedTimeout, for TestGrantedSessionTimeout.
+var GrantedTimeout = grantedTimeout

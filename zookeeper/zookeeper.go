@@ -62,9 +62,18 @@
 //     grants must be at least the TTL. ZooKeeper grants what is asked within
 //     [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks (4 s
 //     to 40 s with the default tickTime of 2 s), and lowers a longer request
-//     to the maximum without telling go-zookeeper's users: keep the TTL
-//     within the server's bounds. A crashed holder's lock is freed when its
-//     session expires, after the granted session timeout.
+//     to the maximum without telling go-zookeeper's users. The Locker reads
+//     the timeout the server granted: New refuses a connection whose session
+//     was granted less than the TTL (it names both), and when a later
+//     session (after a reconnect) is granted less, its locks count on the
+//     granted timeout and a warning is logged. A session granted more than
+//     the TTL (a server whose minimum is above it) works, but a crashed
+//     holder's lock is freed only when its session expires, after the
+//     granted timeout.
+//   - A waiting Lock rides out connection errors until its ctx ends; a
+//     closed connection and authentication or ACL refusals return at once.
+//     Waiter nodes a failed wait could not delete are retried every TTL/10
+//     until the session ends or the Locker closes.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
