@@ -41,5 +41,5 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 		return nil, fmt.Errorf("etcd %s: %w", u.Redacted(), err)
 	}
 	defer closeOnError(&err, cli.Close)
-	return etcd.New(cli, append(opts, locker.WithOnClose(cli.Close))...)
+	return etcd.NewContext(ctx, cli, append(opts, locker.WithOnClose(cli.Close))...)
 }

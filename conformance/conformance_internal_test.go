@@ -424,6 +424,7 @@ func brokenHarness(e *memEnv, kind string) Harness {
 				return
 			}
 			b.mu.Lock()
+			b.crashed = true
 			waits := b.waits
 			b.waits = nil
 			b.mu.Unlock()
@@ -433,6 +434,7 @@ func brokenHarness(e *memEnv, kind string) Harness {
 				cancel()
 			}
 			e.mu.Unlock()
+			b.waiting.Wait() // their Lock calls have returned
 		}
 	}
 	return h
@@ -449,8 +451,10 @@ type brokenLocker struct {
 	last map[string]locker.Lock // staleGrants: the last lock of each key
 	late []*lateLock            // closeLate: the locks whose Done Close closes late
 	shut bool                   // closeLate: Close has begun
-	// deadWaiter: the waits in progress
-	waits map[string]context.CancelFunc
+	// deadWaiter: the waits in progress, and whether the Locker crashed
+	waits   map[string]context.CancelFunc
+	waiting sync.WaitGroup
+	crashed bool
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string) (locker.Lock, error) {
@@ -531,15 +535,25 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (lock
 			wctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			b.mu.Lock()
+			if b.crashed {
+				// A wait that starts after the crash queues dead at once.
+				b.mu.Unlock()
+				b.env.mu.Lock()
+				b.env.dead[key] = b.inner
+				b.env.mu.Unlock()
+				return nil, errors.New("conformance: deadWaiter: crashed")
+			}
 			if b.waits == nil {
 				b.waits = make(map[string]context.CancelFunc)
 			}
 			b.waits[key] = cancel
+			b.waiting.Add(1)
 			b.mu.Unlock()
 			defer func() {
 				b.mu.Lock()
 				delete(b.waits, key)
 				b.mu.Unlock()
+				b.waiting.Done()
 			}()
 			ctx = wctx
 		}

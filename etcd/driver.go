@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,8 @@ type etcdDriver struct {
 	ttlSec int64
 	seq    atomic.Uint64
 	sem    chan struct{} // serialises grants and keep-alives
+	// newCtx, when set (NewContext), also bounds Configure's first grant.
+	newCtx context.Context
 
 	mu   sync.Mutex
 	sess *session // the live lease, or nil
@@ -109,13 +112,19 @@ func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 	}
 	d.ttl = cfg.TTL
 	d.ttlSec = int64(cfg.TTL / time.Second)
+	if d.newCtx != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(d.newCtx, cancel)()
+	}
 	if err := d.acquireSem(ctx); err != nil {
 		return err
 	}
 	defer d.releaseSem()
 	s, err := d.grantLocked(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd: grant lease: %w", err)
+		return fmt.Errorf("etcd %s: grant lease: %w", strings.Join(d.cli.Endpoints(), ","), err)
 	}
 	if s.ttl > d.ttl {
 		d.revoke(ctx, s)

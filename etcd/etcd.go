@@ -78,6 +78,7 @@
 package etcd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,13 +106,23 @@ var ErrLeaseLost = errors.New("etcd: the Locker's lease expired or was revoked")
 // It returns an error matching locker.ErrInvalidOption for a nil client or a
 // TTL the server cannot honour.
 func New(client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+	return NewContext(context.Background(), client, opts...)
+}
+
+// NewContext is [New] with ctx bounding its first lease grant (New itself
+// gives it 30 seconds): for a service that must start, or fail naming the
+// endpoints, within its own deadline.
+func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+	if ctx == nil {
+		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("nil context.Context")}
+	}
 	if client == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("nil *clientv3.Client")}
 	}
 	if client.KV == nil || client.Lease == nil || client.Watcher == nil || client.Ctx() == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("zero clientv3.Client: make it with clientv3.New")}
 	}
-	return locker.New(&etcdDriver{cli: client, sem: make(chan struct{}, 1)}, opts...)
+	return locker.New(&etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}, opts...)
 }
 
 // IsOwner returns a comparison that holds while lk is still held: the
