@@ -14,38 +14,19 @@ import (
 // intervals counts as gone) and catches a hand-over whose message it missed.
 func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*time.Millisecond) }
 
-// sentRing remembers when the last attempts of a waiting Lock were sent, by
-// attempt number: a hand-over names the last attempt the server had seen, and
-// the lock's validity counts from the moment that attempt was sent.
-type sentRing struct {
-	seq   uint64
-	times [8]time.Time
-}
-
-func (r *sentRing) next(now time.Time) uint64 {
-	r.seq++
-	r.times[r.seq%uint64(len(r.times))] = now
-	return r.seq
-}
-
-func (r *sentRing) at(seq uint64) (time.Time, bool) {
-	if seq == 0 || seq > r.seq || r.seq-seq >= uint64(len(r.times)) {
-		return time.Time{}, false
-	}
-	return r.times[seq%uint64(len(r.times))], true
-}
-
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
 // Each attempt either takes the key or (held) records the waiter in the key's
 // queue, in arrival order. Unlock of the holder hands the key over to the
-// first live waiter in the same script (a new fencing token, the waiter's
-// TTL) and publishes "grant <owner> <seq> <token> <ttl>" on the key's
-// channel; only that waiter's Locker acts on it, so a release wakes one
-// waiter, not all of them. The validity of a handed-over lock counts from
-// the moment attempt <seq> was sent: that attempt was processed before the
-// hand-over, which set the lock's expiry to ttl from then.
+// first live waiter in the same script (a new fencing token, and a claim
+// window of at most 500 ms) and publishes "grant <owner> <seq> <token>
+// <claim>" on the key's channel. The waiter it names confirms with an
+// attempt at once, which renews the lock to its TTL; the validity counts
+// from that attempt. A waiter that died while queued never confirms: the
+// claim runs out, and the other waiters, told by the same message how long
+// the claim lasts, try again then. So a release wakes one waiter, and a
+// dead waiter holds up the key for the claim window, not for a TTL.
 //
 // Between messages the waiter makes an attempt every refreshInterval, or when
 // the holder's remaining time runs out if that comes first (a crashed holder
@@ -70,8 +51,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	keys := scriptKeys(req.Key)
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
-	var sent sentRing
+	var seq uint64
 	var timer *time.Timer
+	var wakeAt time.Time // when timer fires
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -79,7 +61,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	}()
 	for {
 		now := time.Now()
-		seq := sent.next(now)
+		seq++
 		r, err := d.attempt(ctx, req, keys, ttlArg, strconv.FormatUint(seq, 10))
 		if err != nil {
 			return driver.Grant{}, err
@@ -106,16 +88,26 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		} else {
 			timer.Reset(wait) // Go 1.23+: drops a pending tick
 		}
-		select {
-		case g := <-w.grant:
-			if since, ok := sent.at(g.seq); ok && g.token > 0 {
-				return driver.Grant{Token: g.token, Validity: g.ttl, Since: since, State: keys[0]}, nil
+		wakeAt = time.Now().Add(wait)
+		for sleeping := true; sleeping; {
+			sleeping = false
+			select {
+			case <-w.grant:
+				// Handed over: the next attempt confirms the claim and
+				// renews it to the TTL.
+			case claim := <-w.claimed:
+				// Handed over to another waiter: if it does not
+				// confirm, the key is free once its claim runs out.
+				if d := claim + time.Millisecond + rand.N(claim/8+1); time.Until(wakeAt) > d {
+					timer.Reset(d)
+					wakeAt = time.Now().Add(d)
+				}
+				sleeping = true
+			case <-w.wake:
+			case <-timer.C:
+			case <-ctx.Done():
+				return driver.Grant{}, d.leave(ctx, req, ctx.Err())
 			}
-			// An attempt the ring forgot: the next attempt confirms it.
-		case <-w.wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return driver.Grant{}, d.leave(ctx, req, ctx.Err())
 		}
 	}
 }

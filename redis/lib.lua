@@ -62,11 +62,18 @@ local function head(now)
   return nil
 end
 
--- hand_over gives the free lock to waiter h and tells it on channel:
--- "grant <owner> <seq> <token> <ttl>".
+-- claim_ms is how long a waiter that was handed the lock has to confirm
+-- it (its next attempt renews it to its TTL): a waiter that died while
+-- queued holds the key up for this long, not for a whole TTL.
+local claim_ms = 500
+
+-- hand_over gives the free lock to waiter h for its claim window and tells
+-- it, and the other waiters, on channel: "grant <owner> <seq> <token>
+-- <claim>", claim in milliseconds.
 local function hand_over(now, h, seq, ttl, label, channel, retention)
-  local _, s = take(now, h, ttl, label, retention)
+  local claim = math.min(tonumber(ttl), claim_ms)
+  local _, s = take(now, h, claim, label, retention)
   dequeue(h)
-  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. ttl)
+  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
 end
 

@@ -75,9 +75,10 @@ type notifier struct {
 
 // waiter is one waiting Lock, as the notifier sees it.
 type waiter struct {
-	owner string
-	wake  chan struct{} // the key may be free: try again
-	grant chan grant    // the key was handed over to owner
+	owner   string
+	wake    chan struct{}      // the key may be free: try again
+	grant   chan grant         // the key was handed over to owner
+	claimed chan time.Duration // handed over to another waiter, for a claim window this long
 }
 
 // grant is a hand-over announced on a lock's channel: "grant <owner> <seq>
@@ -86,7 +87,7 @@ type grant struct {
 	owner string
 	seq   uint64        // the waiter's last attempt the server had seen
 	token uint64        // the fencing token
-	ttl   time.Duration // the lock's time to live from the hand-over
+	ttl   time.Duration // the claim window: the lock's time to live from the hand-over
 }
 
 // parseGrant parses a hand-over message.
@@ -154,7 +155,7 @@ func (n *notifier) register(key, owner string, early bool) (*waiter, func(), err
 		s.idle = time.Time{}
 		delete(n.idle, key)
 	}
-	w := &waiter{owner: owner, wake: make(chan struct{}, 1), grant: make(chan grant, 1)}
+	w := &waiter{owner: owner, wake: make(chan struct{}, 1), grant: make(chan grant, 1), claimed: make(chan time.Duration, 1)}
 	if !early && s.issued {
 		w.wake <- struct{}{}
 	}
@@ -246,6 +247,11 @@ func (n *notifier) deliver(channel, payload string) {
 		case w.owner == g.owner:
 			select {
 			case w.grant <- g:
+			default:
+			}
+		default:
+			select {
+			case w.claimed <- g.ttl:
 			default:
 			}
 		}

@@ -273,14 +273,20 @@ func testScripts(t *testing.T, r scriptRunner) {
 	}
 	g, ok := parseGrant(message())
 	tokB, _ := strconv.ParseInt(strings.Fields(c.Get(ctx, lk).Val())[1], 10, 64)
-	if !ok || g.owner != "B" || g.seq != 2 || g.ttl != 10*time.Second || int64(g.token) != tokB || tokB <= tokA {
-		t.Errorf("hand-over: grant %+v (ok %v), lock token %d; want owner B, seq 2, ttl 10s, the lock's token > %d", g, ok, tokB, tokA)
+	if !ok || g.owner != "B" || g.seq != 2 || g.ttl != 500*time.Millisecond || int64(g.token) != tokB || tokB <= tokA {
+		t.Errorf("hand-over: grant %+v (ok %v), lock token %d; want owner B, seq 2, the claim window of 500ms, the lock's token > %d", g, ok, tokB, tokA)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl > 500*time.Millisecond {
+		t.Errorf("PTTL after the hand-over = %v; want the claim window, at most 500ms", pttl)
 	}
 	if r.holder() != "B" || !slices.Equal(r.queued(), []string{"C"}) {
 		t.Errorf("after hand-over: holder %q, queue %v; want B and [C]", r.holder(), r.queued())
 	}
 	if got := r.acquire("B", "3"); got != tokB {
 		t.Errorf("B confirming the hand-over = %d; want its token %d", got, tokB)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 500*time.Millisecond {
+		t.Errorf("PTTL after B confirmed = %v; want B's TTL", pttl)
 	}
 
 	// A waiter whose deadline passed is skipped and dropped.
