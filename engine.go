@@ -419,7 +419,7 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 		return e.err("lock", h.key, ErrClosed, nil)
 	}
 	h.deadline = sent.Add(safeValidity(validity))
-	h.nextRenew = sent.Add(e.cfg.ttl / 3)
+	h.nextRenew = sent.Add(renewAfter(e.cfg.ttl, validity))
 	if !h.ended.Load() {
 		e.holds[h] = struct{}{}
 	}

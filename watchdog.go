@@ -123,6 +123,11 @@ func (e *engine) watchdog() {
 	}
 }
 
+// renewAfter is when a lock is renewed after the request that gave it
+// validity v: every TTL/3, or halfway through a shorter validity (a Redis
+// hand-over's claim window).
+func renewAfter(ttl, v time.Duration) time.Duration { return min(ttl/3, v/2) }
+
 // errNoRenewal is the cause of a loss at the local deadline.
 var errNoRenewal = errors.New("no successful renewal before the local deadline")
 
@@ -207,7 +212,7 @@ func (e *engine) applyRenewals(r renewResult) {
 				v = e.cfg.ttl
 			}
 			h.deadline = r.sent.Add(safeValidity(v))
-			h.nextRenew = r.sent.Add(e.cfg.ttl / 3)
+			h.nextRenew = r.sent.Add(renewAfter(e.cfg.ttl, v))
 		case errors.Is(err, driver.ErrNotHeld):
 			lost = append(lost, h)
 			lostErr = append(lostErr, err)

@@ -164,6 +164,10 @@ func testLockWaits(c *caseT) {
 	if r.lk.Token() <= la.Token() {
 		c.Errorf("%s: the waiter got token %d after token %d", fencing, r.lk.Token(), la.Token())
 	}
+	// A lock handed over to a waiter is renewed like any other.
+	if !c.keepsHeld(ctx, c.h.TTL+c.h.TTL/2, other, []locker.Lock{r.lk}, heldUntil+" (a lock a waiting Lock got when its holder unlocked)") {
+		return
+	}
 	c.unlock(ctx, r.lk, heldUntil)
 
 	// The ctx given to Lock or TryLock bounds only the wait.
