@@ -232,6 +232,9 @@ type Settings struct {
 	TTL        time.Duration
 	Prefix     string
 	OwnerLabel string
+	// Logger is the WithLogger logger (one that discards, by default), for
+	// the clients a backend creates itself, as when opening a URL.
+	Logger *slog.Logger
 }
 
 // Resolve applies opts to the defaults and returns the effective settings,
@@ -243,7 +246,7 @@ func Resolve(opts ...Option) (Settings, error) {
 	if err != nil {
 		return Settings{}, err
 	}
-	return Settings{TTL: c.ttl, Prefix: c.prefix, OwnerLabel: c.label}, nil
+	return Settings{TTL: c.ttl, Prefix: c.prefix, OwnerLabel: c.label, Logger: c.logger}, nil
 }
 
 func resolve(opts []Option) (config, error) {

@@ -31,7 +31,12 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 	if err := unknownParams(u, q); err != nil {
 		return nil, err
 	}
-	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx)}
+	set, err := locker.Resolve(opts...)
+	if err != nil {
+		return nil, err
+	}
+	// The client logs where the Locker does, not to stderr.
+	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx), Logger: etcd.SlogLogger(set.Logger)}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
