@@ -78,10 +78,11 @@ type replica struct {
 }
 
 func newFleet(t testing.TB, dsn string, cfg mysql.Config) *fleet {
-	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
+	dc := dsnConfig(t, dsn, "")
+	_, admin := openGorm(t, dc)
 	return &fleet{
 		dsn:      dsn,
-		addr:     testenv.MySQL(t).Addr(),
+		addr:     dc.Addr,
 		prefix:   "conf/",
 		ttl:      testTTL,
 		cfg:      cfg,
@@ -165,8 +166,13 @@ func (f *fleet) table() string {
 	return mysql.DefaultTable
 }
 
+// TestConformance runs the suite on a server of its own, which its Restart
+// hook restarts.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, newFleet(t, testenv.NewDatabase(t), mysql.Config{}).harness())
+	srv := testenv.NewMySQL(t)
+	h := newFleet(t, srv.DSN(), mysql.Config{}).harness()
+	h.Restart = srv.Restart
+	conformance.Run(t, h)
 }
 
 // TestConformancePollOnly runs the suite without wake-ups: the polling floor

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,9 +40,45 @@ var mysqlServerArgs = []string{
 	"--skip-name-resolve",
 }
 
-// MySQLServer is a MariaDB (or MySQL) server for tests.
+// MySQLServer is a MariaDB (or MySQL) server for tests. Its methods are safe
+// for concurrent use.
 type MySQLServer struct {
-	cfg *mysql.Config // connects to the locker_test database
+	cfg    *mysql.Config // connects to the locker_test database
+	origin string        // where the server came from, for messages
+
+	mu   sync.Mutex // serialises Restart
+	proc *process   // nil unless started from a binary
+}
+
+// Restart stops the server and starts it again on the same address with the
+// same data directory, as a database restart does: tables and rows survive,
+// connections are closed and, while it restarts, refused. It returns when
+// the server answers again. Only a server started from a binary can be
+// restarted: otherwise Restart skips the test.
+//
+// Restarting the shared server ([MySQL]) disturbs every test using it; tests
+// that restart should use [NewMySQL] instead.
+func (s *MySQLServer) Restart(t testing.TB) {
+	t.Helper()
+	if s.proc == nil {
+		t.Skipf("testenv: cannot restart the mysql server at %s from %s", s.cfg.Addr, s.origin)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return mysqlPing(ctx, s.cfg) }); err != nil {
+		t.Fatalf("testenv: restart mysql at %s: %v", s.cfg.Addr, err)
+	}
+}
+
+// NewMySQL returns a MariaDB server for this test only, stopped when the
+// test ends. A server named by LOCKER_MYSQL_DSN is returned as is (and
+// cannot be restarted).
+func NewMySQL(t testing.TB) *MySQLServer {
+	t.Helper()
+	return dedicatedServer(t, startMySQL)
 }
 
 // DSN returns a go-sql-driver DSN of the server's locker_test database (or
@@ -163,7 +200,7 @@ func mysqlFromEnv(dsn string) (*MySQLServer, func(), error) {
 	if err := mysqlPing(ctx, cfg); err != nil {
 		return nil, nil, fmt.Errorf("mysql from %s: %w", EnvMySQLDSN, err)
 	}
-	return &MySQLServer{cfg: cfg}, func() {}, nil
+	return &MySQLServer{cfg: cfg, origin: EnvMySQLDSN}, func() {}, nil
 }
 
 // rootConfig is the configuration of root without a password at addr.
@@ -236,8 +273,11 @@ func mysqlBinary(mysqld, installDB string) (*MySQLServer, func(), error) {
 		return fail(fmt.Errorf("create database %s: %w", mysqlDatabase, err))
 	}
 	cfg.DBName = mysqlDatabase
-	return &MySQLServer{cfg: cfg}, func() {
-		p.stop()
+	s := &MySQLServer{cfg: cfg, origin: mysqld, proc: p}
+	return s, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.proc.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
 }
@@ -268,5 +308,5 @@ func mysqlContainer() (*MySQLServer, func(), error) {
 		terminateContainer(c)
 		return nil, nil, err
 	}
-	return &MySQLServer{cfg: cfg}, func() { terminateContainer(c) }, nil
+	return &MySQLServer{cfg: cfg, origin: mysqlImage}, func() { terminateContainer(c) }, nil
 }
