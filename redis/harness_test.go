@@ -147,9 +147,9 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 	}
 }
 
-// clusterHarness is the conformance harness on the shared three-master
-// Cluster: every Locker has its own cluster client whose connections to each
-// node go through a proxy of its own. The shared Cluster is not restarted.
+// clusterHarness is the conformance harness on a three-master Cluster: every
+// Locker has its own cluster client whose connections to each node go
+// through a proxy of its own.
 func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Harness {
 	admin := newCluster(t, cl.Addrs(), nil)
 	var reps replicas
@@ -201,6 +201,11 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, singleHarness(t, testenv.NewRedis(t)))
 }
 
+// TestConformanceCluster runs the suite on a Cluster of its own, which its
+// Restart hook restarts.
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, clusterHarness(t, testenv.RedisCluster(t)))
+	cl := testenv.NewRedisCluster(t)
+	h := clusterHarness(t, cl)
+	h.Restart = cl.Restart
+	conformance.Run(t, h)
 }

@@ -158,9 +158,55 @@ func redisContainer() (*RedisServer, func(), error) {
 }
 
 // RedisClusterServer is a Redis Cluster of three masters (no replicas) for
-// tests.
+// tests. Its methods are safe for concurrent use.
 type RedisClusterServer struct {
-	addrs []string
+	addrs  []string
+	origin string
+
+	mu    sync.Mutex // serialises Restart
+	procs []*process // nil unless started from binaries
+}
+
+// Restart stops every node and starts them again on the same addresses with
+// their cluster configuration and empty datasets, like a cluster-wide
+// restart without persistence; it returns once every node reports
+// cluster_state:ok again. Only a cluster started from binaries can be
+// restarted: otherwise Restart skips the test.
+//
+// Restarting the shared cluster ([RedisCluster]) disturbs every test using
+// it; tests that restart should use [NewRedisCluster] instead.
+func (s *RedisClusterServer) Restart(t testing.TB) {
+	t.Helper()
+	if s.procs == nil {
+		t.Skipf("testenv: cannot restart the redis cluster at %v from %s", s.addrs, s.origin)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range s.procs {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for i, p := range s.procs {
+		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, s.addrs[i]) }); err != nil {
+			t.Fatalf("testenv: restart redis cluster node %s: %v", s.addrs[i], err)
+		}
+	}
+	for i, addr := range s.addrs {
+		if err := waitReady(ctx, s.procs[i], func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) }); err != nil {
+			t.Fatalf("testenv: restart redis cluster: %v", err)
+		}
+	}
+}
+
+// NewRedisCluster returns a Redis Cluster for this test only, stopped when
+// the test ends. A cluster named by LOCKER_REDIS_CLUSTER_ADDRS is returned as
+// is (and cannot be restarted).
+func NewRedisCluster(t testing.TB) *RedisClusterServer {
+	t.Helper()
+	return dedicatedServer(t, startRedisCluster)
 }
 
 // Addrs returns the addresses (host:port) of the cluster's nodes; any of
@@ -189,7 +235,7 @@ func startRedisCluster() (*RedisClusterServer, func(), error) {
 			if err := dialCheck(addrs...); err != nil {
 				return nil, nil, fmt.Errorf("redis cluster from %s: %w", EnvRedisClusterAddrs, err)
 			}
-			return &RedisClusterServer{addrs: addrs}, func() {}, nil
+			return &RedisClusterServer{addrs: addrs, origin: EnvRedisClusterAddrs}, func() {}, nil
 		},
 		container: redisClusterContainer,
 		binaries:  func() ([]string, error) { return lookPaths("redis-server", "redis-cli") },
@@ -260,7 +306,10 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 			return fail(fmt.Errorf("redis cluster: %w", err))
 		}
 	}
-	return &RedisClusterServer{addrs: addrs}, func() {
+	s := &RedisClusterServer{addrs: addrs, origin: server, procs: procs}
+	return s, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		stopAll()
 		_ = os.RemoveAll(dir)
 	}, nil
@@ -309,5 +358,5 @@ func redisClusterContainer() (*RedisClusterServer, func(), error) {
 			return nil, nil, err
 		}
 	}
-	return &RedisClusterServer{addrs: addrs}, func() { terminateContainer(c) }, nil
+	return &RedisClusterServer{addrs: addrs, origin: "docker " + redisImage}, func() { terminateContainer(c) }, nil
 }
