@@ -84,6 +84,11 @@
 //
 // # Limits
 //
+//   - A waiting Lock rides out database errors (refused or reset
+//     connections, timeouts, a restarting server) until its ctx ends; access
+//     refusals, a missing table and a closed pool end it at once. Waiters
+//     poll and leave nothing in the table: a waiter that crashed holds up
+//     nobody.
 //   - Keys longer than [MaxKeyBytes] (255 bytes, prefix included) are
 //     rejected with locker.ErrInvalidKey naming the limit; hash longer
 //     natural keys. Keys are compared byte by byte: "a", "A" and "a " are

@@ -73,7 +73,9 @@
 //   - A waiting Lock rides out connection errors until its ctx ends; a
 //     closed connection and authentication or ACL refusals return at once.
 //     Waiter nodes a failed wait could not delete are retried every TTL/10
-//     until the session ends or the Locker closes.
+//     until the session ends or the Locker closes. A waiter that crashed
+//     while queued holds up the key until its session expires: the granted
+//     session timeout (1.9 s at 1.5 s in the conformance run).
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
