@@ -416,14 +416,7 @@ func testLossIsolate(c *caseT) {
 	a, b, other := c.newLocker(), c.newLocker(), c.newLocker()
 
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
-	heal := c.h.Isolate(c.t, a)
-	var once sync.Once
-	healOnce := func() {
-		if heal != nil {
-			once.Do(heal)
-		}
-	}
-	c.t.Cleanup(healOnce)
+	healOnce := c.isolate(a)
 
 	var lb locker.Lock
 	for lb == nil {

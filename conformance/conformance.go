@@ -265,6 +265,20 @@ func keyFrom(name string, limit int) string {
 	return fmt.Sprintf("%s-%012x", s, rand.Uint64()&(1<<48-1))
 }
 
+// isolate cuts l off from the store with the Isolate hook and returns the
+// heal, which runs once: when called, or when the test ends.
+func (c *caseT) isolate(l locker.Locker) (heal func()) {
+	h := c.h.Isolate(c.t, l)
+	var once sync.Once
+	heal = func() {
+		if h != nil {
+			once.Do(h)
+		}
+	}
+	c.t.Cleanup(heal)
+	return heal
+}
+
 // newLocker returns a fresh Locker from the harness and closes it when the
 // test ends.
 func (c *caseT) newLocker() locker.Locker {

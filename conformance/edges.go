@@ -95,14 +95,7 @@ func testCloseWhileIsolated(c *caseT) {
 		case <-ctx.Done():
 		}
 	}()
-	heal := c.h.Isolate(c.t, a)
-	var once sync.Once
-	healOnce := func() {
-		if heal != nil {
-			once.Do(heal)
-		}
-	}
-	c.t.Cleanup(healOnce)
+	healOnce := c.isolate(a)
 
 	type closeResult struct {
 		err  error

@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/golocker/locker"
@@ -39,14 +38,7 @@ func testCancelWhileIsolated(c *caseT) {
 		}()
 	}
 	sleep(ctx, c.pause())
-	heal := c.h.Isolate(c.t, w)
-	var once sync.Once
-	healOnce := func() {
-		if heal != nil {
-			once.Do(heal)
-		}
-	}
-	c.t.Cleanup(healOnce)
+	healOnce := c.isolate(w)
 	cancel()
 	for range waits {
 		select {
