@@ -124,9 +124,15 @@ func (e *engine) watchdog() {
 }
 
 // renewAfter is when a lock is renewed after the request that gave it
-// validity v: every TTL/3, or halfway through a shorter validity (a Redis
-// hand-over's claim window).
-func renewAfter(ttl, v time.Duration) time.Duration { return min(ttl/3, v/2) }
+// validity v: every TTL/3, or a quarter into a validity shorter than the
+// TTL (a Redis hand-over's claim window), which leaves most of it for the
+// renewal to land.
+func renewAfter(ttl, v time.Duration) time.Duration {
+	if v >= ttl {
+		return ttl / 3
+	}
+	return min(ttl/3, v/4)
+}
 
 // errNoRenewal is the cause of a loss at the local deadline.
 var errNoRenewal = errors.New("no successful renewal before the local deadline")

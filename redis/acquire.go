@@ -45,7 +45,7 @@ func (r *sentRing) at(seq uint64) (time.Time, bool) {
 // <claim>" on the key's channel. The waiter it names takes the lock with
 // the claim as its validity, counted from the moment attempt <seq> was sent
 // (that attempt was processed before the hand-over, which set the expiry to
-// the claim from then); its first renewal, due halfway through the claim,
+// the claim from then); its first renewal, due a quarter into the claim,
 // renews it to the TTL. When that attempt is too old to leave a useful part
 // of the claim, the waiter confirms with an attempt at once instead. A
 // waiter that died while queued never renews: the claim runs out, and the
@@ -119,7 +119,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			select {
 			case g := <-w.grant:
 				// Handed over. With most of the claim left, take it as
-				// it is (the engine renews it halfway through);
+				// it is (the engine renews it a quarter into the claim);
 				// otherwise the next attempt confirms it and renews it
 				// to the TTL.
 				if since, ok := sent.at(g.seq); ok && g.token > 0 && time.Since(since) < g.ttl/4 {
