@@ -402,6 +402,7 @@ func waitDelay(backoff, remaining time.Duration, notified bool) time.Duration {
 func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	h.lease.Token = g.Token
 	h.lease.State = g.State
+	h.token.Store(g.Token)
 	if !g.Since.IsZero() {
 		sent = g.Since
 	}
@@ -539,8 +540,9 @@ type hold struct {
 	gate  *gateTicket
 	done  chan struct{}
 
-	claimed atomic.Bool // set by the one Unlock or Close that releases it
-	ended   atomic.Bool // set once, just before done is closed
+	token   atomic.Uint64 // the fencing token, for the loss report
+	claimed atomic.Bool   // set by the one Unlock or Close that releases it
+	ended   atomic.Bool   // set once, just before done is closed
 	err     atomic.Pointer[error]
 
 	// guarded by e.mu
@@ -582,7 +584,9 @@ func (h *hold) lost(cause error) bool {
 	if !h.end(h.e.err("hold", h.key, ErrLost, cause)) {
 		return false
 	}
-	h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.lease.Token, "err", cause)
+	// The driver may report the loss before register has filled in the
+	// lease: the token is read from its own atomic.
+	h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.token.Load(), "err", cause)
 	return true
 }
 
