@@ -1,0 +1,75 @@
+package mysql_test
+
+import (
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/mysql"
+)
+
+// TestNamedLockIntruder: a USAGE-only account (no privilege on the table)
+// holding a key's named lock, whose name is predictable, must not make a
+// waiter sleep through the holder's TTL: each hand-off stays within the
+// wake-up wait (1 s) plus a round trip, where it used to take the holder's
+// whole remaining TTL.
+func TestNamedLockIntruder(t *testing.T) {
+	dsn := testenv.NewDatabase(t)
+	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
+	ctx := ctxFor(t, 60*time.Second)
+	var database string
+	if err := admin.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+		t.Fatal(err)
+	}
+	user := "intruder_" + rand.Text()[:8]
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf("CREATE USER '%s'@'%%' IDENTIFIED BY 'pw'", user)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(fmt.Sprintf("DROP USER '%s'@'%%'", user)) })
+	icfg := dsnConfig(t, dsn, "")
+	icfg.User, icfg.Passwd, icfg.DBName = user, "pw", ""
+	_, intruder := openGorm(t, icfg)
+	conn, err := intruder.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	key := "intruded"
+	var got int
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", mysql.LockName(database, mysql.DefaultTable, key)).Scan(&got); err != nil || got != 1 {
+		t.Fatalf("the USAGE-only account could not take the named lock: %d, %v", got, err)
+	}
+
+	const ttl = 6 * time.Second
+	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl))
+	waiter := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl))
+	for round := range 3 {
+		lk, err := holder.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make(chan time.Time, 1)
+		go func() {
+			wl, err := waiter.Lock(ctx, key)
+			res <- time.Now()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = wl.Unlock(ctx)
+		}()
+		time.Sleep(300 * time.Millisecond) // the waiter sleeps on the wake-up
+		released := time.Now()
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		took := (<-res).Sub(released)
+		t.Logf("round %d: hand-off took %v with the named lock held by another account", round, took.Round(time.Millisecond))
+		if took > ttl/2 {
+			t.Errorf("round %d: hand-off took %v: the waiter slept through the holder's TTL (%v)", round, took, ttl)
+		}
+	}
+}
