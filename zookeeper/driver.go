@@ -91,10 +91,11 @@ type result[T any] struct {
 // zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer and
 // driver.Configurer on one go-zookeeper connection.
 type zkDriver struct {
-	conn   *zk.Conn
-	events <-chan zk.Event // nil when the caller gave none
-	root   string
-	acl    []zk.ACL
+	conn    *zk.Conn
+	events  <-chan zk.Event // nil when the caller gave none
+	root    string
+	acl     []zk.ACL // of the container nodes: Root, its ancestors, the key nodes
+	lockACL []zk.ACL // of the lock nodes
 
 	// Set by Configure, read-only afterwards.
 	ttl    time.Duration
@@ -121,15 +122,16 @@ type zkDriver struct {
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl []zk.ACL) *zkDriver {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &zkDriver{
-		conn:   conn,
-		events: events,
-		root:   root,
-		acl:    acl,
-		logger: slog.New(slog.DiscardHandler),
-		ctx:    ctx,
-		cancel: cancel,
-		stop:   make(chan struct{}),
-		holds:  make(map[*hold]struct{}),
+		conn:    conn,
+		events:  events,
+		root:    root,
+		acl:     acl,
+		lockACL: acl,
+		logger:  slog.New(slog.DiscardHandler),
+		ctx:     ctx,
+		cancel:  cancel,
+		stop:    make(chan struct{}),
+		holds:   make(map[*hold]struct{}),
 	}
 }
 
@@ -318,7 +320,7 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 // removes what it may have created before returning.
 func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte) (string, *zk.Stat, error) {
 	ops := []any{
-		&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: d.lockACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
 		&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 	}
 	for attempt := 0; ; attempt++ {

@@ -94,6 +94,13 @@
 //   - Every identity that locks a key needs READ on the others' lock nodes
 //     (see [Config].ACL): ZooKeeper sends no watch event of a node its
 //     watcher may not read, so a waiter behind such a node fails.
+//   - Trust: by default the world gets no ADMIN on any node the Locker
+//     creates (nobody can re-ACL a key's node to block it) and lock nodes
+//     are READ-only, but without credentials anyone who reaches ZooKeeper
+//     can delete a lock node through its key's node. With [Config].Digest
+//     every node is its creator's alone ("auth" scheme): give every Locker
+//     of a root the same credentials. A key node tampered with (another
+//     ACL) makes Lock fail at once with zk.ErrNoAuth naming the node.
 //   - Nodes other than the Locker's own must not be created under the root:
 //     a foreign child of a key's parent makes TryLock on that key fail.
 //   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
@@ -103,7 +110,9 @@ package zookeeper
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 
@@ -133,13 +142,37 @@ type Config struct {
 	// and its names must be valid znode names without '%'.
 	Root string
 
-	// ACL is set on every znode the Locker creates (default
-	// zk.WorldACL(zk.PermAll)). The connection's identity needs read,
-	// create and delete permissions on the nodes it creates and on Root,
-	// and every identity that locks a key needs READ on the nodes of the
-	// others: ZooKeeper sends no watch event of a node the watcher may not
-	// read, so a waiter behind such a node fails instead of waiting.
+	// ACL, when set, is set on every znode the Locker creates. The
+	// connection's identity needs READ, WRITE, CREATE and DELETE on Root
+	// and on the key nodes (a lock is created with a write to its key's
+	// node, and deleted through it), and every identity that locks a key
+	// needs READ on the lock nodes of the others: ZooKeeper sends no watch
+	// event of a node the watcher may not read, so a waiter behind such a
+	// node fails instead of waiting.
+	//
+	// The default is [DefaultACL]: with Digest set, every node is the
+	// creator's alone (the "auth" scheme: every Locker must use the same
+	// credentials); without, the world may do what locking needs and no
+	// more: no ADMIN anywhere (nobody can re-ACL a node to block a key),
+	// and lock nodes are READ-only (they are deleted through their key's
+	// node). Without credentials anyone who reaches ZooKeeper can still
+	// delete a lock node: use Digest where that matters.
 	ACL []zk.ACL
+
+	// Digest, when set ("user:password"), is added to the connection
+	// (conn.AddAuth("digest", …)) by New, and makes the default ACL the
+	// creator's alone.
+	Digest string
+}
+
+// DefaultACL returns the ACLs a Locker sets when Config.ACL is empty: for
+// the container nodes (Root, its ancestors and the key nodes) and for the
+// lock nodes. See Config.ACL.
+func DefaultACL(withDigest bool) (containers, locks []zk.ACL) {
+	if withDigest {
+		return zk.AuthACL(zk.PermAll), zk.AuthACL(zk.PermAll)
+	}
+	return zk.WorldACL(zk.PermRead | zk.PermWrite | zk.PermCreate | zk.PermDelete), zk.WorldACL(zk.PermRead)
 }
 
 // New returns a Locker that keeps its locks in ZooKeeper through conn, with
@@ -177,11 +210,21 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 	if err := validateRoot(root); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: err}
 	}
-	acl := c.ACL
-	if len(acl) == 0 {
-		acl = zk.WorldACL(zk.PermAll)
+	containers, locks := DefaultACL(c.Digest != "")
+	if len(c.ACL) > 0 {
+		containers, locks = c.ACL, c.ACL
 	}
-	return locker.New(newDriver(conn, events, root, acl), opts...)
+	if c.Digest != "" {
+		if !strings.Contains(c.Digest, ":") {
+			return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New(`Config.Digest is not "user:password"`)}
+		}
+		if err := conn.AddAuth("digest", []byte(c.Digest)); err != nil {
+			return nil, &locker.Error{Op: "new", Backend: backendName, Cause: fmt.Errorf("add digest auth: %w", err)}
+		}
+	}
+	d := newDriver(conn, events, root, containers)
+	d.lockACL = locks
+	return locker.New(d, opts...)
 }
 
 // Guard returns a ZooKeeper operation that succeeds only while lk, a lock

@@ -396,10 +396,19 @@ func TestConnCloseEndsLocks(t *testing.T) {
 // is then deleted, so that it does not block the key for as long as the
 // session lives.
 func TestGivenUpLockIsDeleted(t *testing.T) {
-	e := newEnv(t, testenv.ZooKeeper(t))
+	srv := testenv.ZooKeeper(t)
+	e := newEnv(t, srv)
 	ctx := testCtx(t, time.Minute)
 	key := uniqueKey(t)
-	a, b := e.mustLocker(t), e.mustLocker(t)
+	// The default ACL gives nobody ADMIN: this Locker's operator chose an
+	// ACL that lets the test re-ACL the node.
+	conn, events := connectWith(t, srv, testTTL)
+	a, err := zookeeper.Config{ACL: zk.WorldACL(zk.PermAll)}.New(conn, events, locker.WithTTL(testTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := e.mustLocker(t)
 	la, err := a.TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -426,8 +435,8 @@ func TestGivenUpLockIsDeleted(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if e.conn(a).State() != zk.StateHasSession {
-		t.Errorf("the holder's session should still be up: state %v", e.conn(a).State())
+	if conn.State() != zk.StateHasSession {
+		t.Errorf("the holder's session should still be up: state %v", conn.State())
 	}
 	_ = lb.Unlock(ctx)
 }
