@@ -91,6 +91,9 @@ func TestEverySchemeOpens(t *testing.T) {
 	t.Run("zk", func(t *testing.T) {
 		exercise(t, m, "zk://"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks?ttl=3s")
 	})
+	t.Run("zk-digest", func(t *testing.T) {
+		exercise(t, m, "zk://locker:s3cret@"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks-digest?ttl=3s")
+	})
 }
 
 func TestBadBackendURLs(t *testing.T) {
@@ -105,6 +108,7 @@ func TestBadBackendURLs(t *testing.T) {
 		{"etcd://127.0.0.1:1?what=1", "what"},
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
 		{"zk://,127.0.0.1:1", "empty host"},
+		{"zk://justauser@127.0.0.1:1", "user:password"},
 		{"memcached://127.0.0.1:11211", "known schemes: etcd, mysql, redis, rediss, zk"},
 	}
 	for _, c := range cases {

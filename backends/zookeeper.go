@@ -13,7 +13,8 @@ import (
 
 // OpenZooKeeper opens a ZooKeeper Locker for a zk:// URL: a comma-separated
 // server list and an optional path, the root node of the locks (default
-// zookeeper.DefaultRoot). The session timeout requested is the TTL (see the
+// zookeeper.DefaultRoot). user:password authenticates with digest and makes
+// the Locker's nodes the creator's alone (zookeeper.Config.Digest). The session timeout requested is the TTL (see the
 // zookeeper package's Limits): keep it within the server's session bounds.
 func OpenZooKeeper(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
 	hs, err := hosts(u)
@@ -35,6 +36,15 @@ func OpenZooKeeper(ctx context.Context, u *url.URL, opts ...locker.Option) (l lo
 	cfg := zookeeper.Config{}
 	if u.Path != "" && u.Path != "/" {
 		cfg.Root = u.Path
+	}
+	// zk://user:password@… authenticates with digest, and makes the
+	// Locker's nodes the creator's alone (see zookeeper.Config.Digest).
+	if u.User != nil {
+		pw, ok := u.User.Password()
+		if !ok || u.User.Username() == "" {
+			return nil, fmt.Errorf("%w: %s: zookeeper credentials must be user:password (digest)", locker.ErrBadURL, u.Redacted())
+		}
+		cfg.Digest = u.User.Username() + ":" + pw
 	}
 	return cfg.New(conn, events, append(opts, locker.WithOnClose(func() error { conn.Close(); return nil }))...)
 }
