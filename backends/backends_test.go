@@ -72,6 +72,7 @@ func TestEverySchemeOpens(t *testing.T) {
 			t.Fatal(err)
 		}
 		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_locks&ttl=3s")
+		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_poll_locks&poll_only=true&skip_migration=false&timeout=5s&ttl=3s")
 	})
 	t.Run("etcd", func(t *testing.T) {
 		eps, ok := testenv.EtcdEndpoints()
@@ -103,7 +104,8 @@ func TestBadBackendURLs(t *testing.T) {
 		{"redis://127.0.0.1:1/0?bogus=1", "bogus"},
 		{"mysql://a:1,b:2/db", "one host"},
 		{"mysql://127.0.0.1:1/db?table=bad-name", "table"},
-		{"mysql://127.0.0.1:1/db?nosuchparam=1", "nosuchparam"},
+		{"mysql://127.0.0.1:1/db?nosuchparam=1", "unknown parameters nosuchparam"},
+		{"mysql://127.0.0.1:1/db?skip_migration=maybe", "skip_migration"},
 		{"etcd://127.0.0.1:1?dial_timeout=forever", "dial_timeout"},
 		{"etcd://127.0.0.1:1?what=1", "what"},
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},

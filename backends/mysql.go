@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -16,9 +18,13 @@ import (
 )
 
 // OpenMySQL opens a MySQL/MariaDB Locker for a mysql:// URL of the form
-// mysql://user:password@host:port/database?param=value. Parameter table names
-// the lock table (default mysql.DefaultTable); the other parameters are
-// go-sql-driver/mysql DSN parameters (parseTime=true is always set).
+// mysql://user:password@host:port/database?param=value. Parameters: table
+// names the lock table (default mysql.DefaultTable); skip_migration=true and
+// poll_only=true set mysql.Config's SkipMigration (for an account without
+// CREATE) and PollOnly; the others must be go-sql-driver/mysql DSN
+// parameters (parseTime=true is always set). Anything else is refused with
+// locker.ErrBadURL: the driver would send it to the server as a session
+// variable.
 func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
 	hs, err := hosts(u)
 	if err != nil {
@@ -30,6 +36,17 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	q := backendQuery(u)
 	cfg := mysql.Config{Table: q.Get("table")}
 	q.Del("table")
+	for name, set := range map[string]*bool{"skip_migration": &cfg.SkipMigration, "poll_only": &cfg.PollOnly} {
+		if !q.Has(name) {
+			continue
+		}
+		v, err := strconv.ParseBool(q.Get(name))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: parameter %s=%q is not a boolean", locker.ErrBadURL, u.Redacted(), name, q.Get(name))
+		}
+		*set = v
+		q.Del(name)
+	}
 	dsn := gomysql.NewConfig()
 	dsn.Net = "tcp"
 	dsn.Addr = hs[0]
@@ -44,6 +61,14 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		parsed, err := gomysql.ParseDSN(dsn.FormatDSN() + "&" + q.Encode())
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+		}
+		if len(parsed.Params) > 0 {
+			names := make([]string, 0, len(parsed.Params))
+			for name := range parsed.Params {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("%w: %s: unknown parameters %s", locker.ErrBadURL, u.Redacted(), strings.Join(names, ", "))
 		}
 		dsn = parsed
 	}
