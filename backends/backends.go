@@ -12,6 +12,7 @@
 // | rediss      | rediss://h:6380                                      | the same with TLS                   |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
+// | etcds       | etcds://h:2379?cacert=ca.pem&cert=c.pem&key=k.pem    | clientv3 over TLS (mTLS with cert)  |
 // | zk          | zk://127.0.0.1:2181,127.0.0.1:2182?session=4s        | go-zookeeper                        |
 //
 // Every scheme also takes ttl=<duration> and prefix=<string>. The Locker
@@ -29,7 +30,7 @@ import (
 )
 
 // Register registers every built-in scheme with m: redis, rediss, mysql,
-// etcd and zk.
+// etcd, etcds and zk.
 func Register(m *locker.Mux) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil *locker.Mux", locker.ErrInvalidOption)
@@ -39,6 +40,7 @@ func Register(m *locker.Mux) error {
 		m.Register("rediss", OpenRedis),
 		m.Register("mysql", OpenMySQL),
 		m.Register("etcd", OpenEtcd),
+		m.Register("etcds", OpenEtcd),
 		m.Register("zk", OpenZooKeeper),
 	)
 }

@@ -57,7 +57,7 @@ func exercise(t *testing.T, m *locker.Mux, url string) {
 
 func TestEverySchemeOpens(t *testing.T) {
 	m := newMux(t)
-	if got := strings.Join(m.Schemes(), ","); got != "etcd,mysql,redis,rediss,zk" {
+	if got := strings.Join(m.Schemes(), ","); got != "etcd,etcds,mysql,redis,rediss,zk" {
 		t.Fatalf("Register must add the built-in schemes, got %s", got)
 	}
 	t.Run("redis", func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestBadBackendURLs(t *testing.T) {
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
 		{"zk://,127.0.0.1:1", "empty host"},
 		{"zk://justauser@127.0.0.1:1", "user:password"},
-		{"memcached://127.0.0.1:11211", "known schemes: etcd, mysql, redis, rediss, zk"},
+		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, zk"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -6,15 +6,19 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/etcd"
 )
 
-// OpenEtcd opens an etcd Locker for an etcd:// URL: a comma-separated list of
-// endpoints (plain HTTP; user and password, when given, authenticate).
-// Parameter dial_timeout (default 5s) bounds the first connection.
+// OpenEtcd opens an etcd Locker for an etcd:// or etcds:// URL: a
+// comma-separated list of endpoints; user and password, when given,
+// authenticate. etcds:// speaks TLS, verified against the system roots or
+// the PEM file of parameter cacert; cert and key name a client certificate
+// and its key (PEM files). Parameter dial_timeout (default 5s) bounds the
+// first connection.
 func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
 	hs, err := hosts(u)
 	if err != nil {
@@ -28,8 +32,22 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 		}
 		q.Del("dial_timeout")
 	}
+	tlsFiles := map[string]string{}
+	for _, name := range []string{"cacert", "cert", "key"} {
+		if q.Has(name) {
+			tlsFiles[name] = q.Get(name)
+			q.Del(name)
+		}
+	}
 	if err := unknownParams(u, q); err != nil {
 		return nil, err
+	}
+	secure := u.Scheme == "etcds"
+	if len(tlsFiles) > 0 && !secure {
+		return nil, fmt.Errorf("%w: %s: cacert, cert and key need etcds://", locker.ErrBadURL, u.Redacted())
+	}
+	if (tlsFiles["cert"] == "") != (tlsFiles["key"] == "") {
+		return nil, fmt.Errorf("%w: %s: cert and key go together", locker.ErrBadURL, u.Redacted())
 	}
 	set, err := locker.Resolve(opts...)
 	if err != nil {
@@ -37,13 +55,26 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 	}
 	// The client logs where the Locker does, not to stderr.
 	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx), Logger: etcd.SlogLogger(set.Logger)}
+	how := "plain"
+	if secure {
+		info := transport.TLSInfo{TrustedCAFile: tlsFiles["cacert"], CertFile: tlsFiles["cert"], KeyFile: tlsFiles["key"]}
+		tc, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: TLS files: %v", locker.ErrBadURL, u.Redacted(), err)
+		}
+		cfg.TLS = tc
+		for i, h := range cfg.Endpoints {
+			cfg.Endpoints[i] = "https://" + h
+		}
+		how = "TLS"
+	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcd %s (%s): %w", u.Redacted(), how, err)
 	}
 	defer closeOnError(&err, cli.Close)
 	return etcd.NewContext(ctx, cli, append(opts, locker.WithOnClose(cli.Close))...)

@@ -69,6 +69,18 @@ type Config struct {
 	// (defaults DefaultTick and DefaultElection). etcd's minimum lease TTL
 	// is 1.5 × Election rounded up to whole seconds.
 	Tick, Election time.Duration
+
+	// ClientTLS, when set, makes the members serve clients over TLS
+	// (https endpoints) with these PEM files.
+	ClientTLS *TLSFiles
+}
+
+// TLSFiles names the PEM files of a TLS endpoint.
+type TLSFiles struct {
+	CertFile, KeyFile string
+	// TrustedCAFile, when set, makes the server require client
+	// certificates signed by this CA.
+	TrustedCAFile string
 }
 
 // Server is one etcd member running in this process. Its methods are safe
@@ -221,6 +233,12 @@ func (s *Server) launchLocked() error {
 	ec.ElectionMs = uint(s.cfg.Election / time.Millisecond)
 	ec.UnsafeNoFsync = !s.cfg.Fsync
 	ec.EnableGRPCGateway = false
+	if t := s.cfg.ClientTLS; t != nil {
+		ec.ClientTLSInfo.CertFile = t.CertFile
+		ec.ClientTLSInfo.KeyFile = t.KeyFile
+		ec.ClientTLSInfo.TrustedCAFile = t.TrustedCAFile
+		ec.ClientTLSInfo.ClientCertAuth = t.TrustedCAFile != ""
+	}
 	ec.Metrics = "basic"
 	// Keep a stopped member's catch-up cheap.
 	ec.SnapshotCount = 10000
@@ -320,7 +338,7 @@ func (c *Cluster) start(ctx context.Context, n int, cfg Config, dir string) erro
 	for i := range members {
 		s := &Server{
 			name:      fmt.Sprintf("m%d", i),
-			clientURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			clientURL: url.URL{Scheme: clientScheme(cfg), Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 			token:     token,
 			cfg:       cfg,
@@ -440,4 +458,12 @@ func freePorts(n int) ([]int, error) {
 
 func isAddrInUse(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "address already in use")
+}
+
+// clientScheme is the scheme of the client URLs: https with ClientTLS.
+func clientScheme(cfg Config) string {
+	if cfg.ClientTLS != nil {
+		return "https"
+	}
+	return "http"
 }
