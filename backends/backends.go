@@ -21,9 +21,12 @@
 package backends
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/golocker/locker"
@@ -90,4 +93,42 @@ func unknownParams(u *url.URL, q url.Values) error {
 		names = append(names, k)
 	}
 	return fmt.Errorf("%w: %s: unknown parameters %s", locker.ErrBadURL, u.Redacted(), strings.Join(names, ", "))
+}
+
+// tlsParams takes the TLS file parameters caName, certName and keyName out
+// of q and loads them: nil when none is given. They need the URL's scheme to
+// be tlsScheme (rediss, etcds), and the certificate and key go together.
+func tlsParams(u *url.URL, q url.Values, tlsScheme, caName, certName, keyName string) (*tls.Config, error) {
+	ca, cert, key := q.Get(caName), q.Get(certName), q.Get(keyName)
+	for _, n := range []string{caName, certName, keyName} {
+		q.Del(n)
+	}
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	if u.Scheme != tlsScheme {
+		return nil, fmt.Errorf("%w: %s: %s, %s and %s need %s://", locker.ErrBadURL, u.Redacted(), caName, certName, keyName, tlsScheme)
+	}
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("%w: %s: %s and %s go together", locker.ErrBadURL, u.Redacted(), certName, keyName)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %s: %v", locker.ErrBadURL, u.Redacted(), caName, err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: %s: %s: no PEM certificate in %s", locker.ErrBadURL, u.Redacted(), caName, ca)
+		}
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %s/%s: %v", locker.ErrBadURL, u.Redacted(), certName, keyName, err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }

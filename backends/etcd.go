@@ -2,11 +2,11 @@ package backends
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/golocker/locker"
@@ -32,22 +32,12 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 		}
 		q.Del("dial_timeout")
 	}
-	tlsFiles := map[string]string{}
-	for _, name := range []string{"cacert", "cert", "key"} {
-		if q.Has(name) {
-			tlsFiles[name] = q.Get(name)
-			q.Del(name)
-		}
+	tc, err := tlsParams(u, q, "etcds", "cacert", "cert", "key")
+	if err != nil {
+		return nil, err
 	}
 	if err := unknownParams(u, q); err != nil {
 		return nil, err
-	}
-	secure := u.Scheme == "etcds"
-	if len(tlsFiles) > 0 && !secure {
-		return nil, fmt.Errorf("%w: %s: cacert, cert and key need etcds://", locker.ErrBadURL, u.Redacted())
-	}
-	if (tlsFiles["cert"] == "") != (tlsFiles["key"] == "") {
-		return nil, fmt.Errorf("%w: %s: cert and key go together", locker.ErrBadURL, u.Redacted())
 	}
 	set, err := locker.Resolve(opts...)
 	if err != nil {
@@ -56,11 +46,9 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 	// The client logs where the Locker does, not to stderr.
 	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx), Logger: etcd.SlogLogger(set.Logger)}
 	how := "plain"
-	if secure {
-		info := transport.TLSInfo{TrustedCAFile: tlsFiles["cacert"], CertFile: tlsFiles["cert"], KeyFile: tlsFiles["key"]}
-		tc, err := info.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: TLS files: %v", locker.ErrBadURL, u.Redacted(), err)
+	if u.Scheme == "etcds" {
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12} // the system roots
 		}
 		cfg.TLS = tc
 		for i, h := range cfg.Endpoints {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/internal/testenv"
 )
 
 // testCA is a private certificate authority for TLS tests, made with
@@ -124,6 +126,39 @@ func TestEtcdTLSByURL(t *testing.T) {
 		if l, err := locker.Open(ctx, m, bad); err == nil {
 			_ = l.Close()
 			t.Errorf("Open(%q) must fail", bad)
+		}
+	}
+}
+
+// TestRedisTLSByURL: rediss:// with ca_file, cert_file and key_file reaches
+// a redis-server over TLS with a private CA; without ca_file the server's
+// certificate is not trusted and Open fails.
+func TestRedisTLSByURL(t *testing.T) {
+	ca := newTestCA(t)
+	serverCert, serverKey := ca.issue(t, "redis-server", 2)
+	clientCert, clientKey := ca.issue(t, "redis-client", 3)
+	srv := testenv.NewRedisTLS(t, testenv.TLSFiles{CertFile: serverCert, KeyFile: serverKey, CAFile: filepath.Join(ca.dir, "ca.pem")})
+	m := newMux(t)
+	base := "rediss://" + srv.TLSAddr() + "/0?ttl=3s"
+	exercise(t, m, base+"&ca_file="+filepath.Join(ca.dir, "ca.pem")+"&cert_file="+clientCert+"&key_file="+clientKey)
+	exercise(t, m, base+"&ca_file="+filepath.Join(ca.dir, "ca.pem"))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if l, err := locker.Open(ctx, m, base); err == nil {
+		_ = l.Close()
+		t.Error("rediss:// to a server whose CA is not trusted must fail")
+	}
+	for _, bad := range []string{
+		"redis://" + srv.Addr() + "?ca_file=" + filepath.Join(ca.dir, "ca.pem"),
+		base + "&cert_file=" + clientCert,
+		base + "&ca_file=" + filepath.Join(ca.dir, "missing.pem"),
+	} {
+		if l, err := locker.Open(ctx, m, bad); err == nil || !errors.Is(err, locker.ErrBadURL) {
+			if l != nil {
+				_ = l.Close()
+			}
+			t.Errorf("Open(%q) = %v; want an error matching ErrBadURL", bad, err)
 		}
 	}
 }

@@ -25,8 +25,9 @@ const (
 // RedisServer is a Redis server for tests. Its methods are safe for
 // concurrent use.
 type RedisServer struct {
-	addr   string
-	origin string // where the server came from, for messages
+	addr    string
+	tlsAddr string // "" without TLS
+	origin  string // where the server came from, for messages
 
 	mu   sync.Mutex // serialises Restart
 	proc *process   // nil unless started from a binary
@@ -34,6 +35,32 @@ type RedisServer struct {
 
 // Addr returns the server's address, host:port.
 func (s *RedisServer) Addr() string { return s.addr }
+
+// TLSAddr returns the address of the server's TLS port, or "" when it has
+// none (see [NewRedisTLS]).
+func (s *RedisServer) TLSAddr() string { return s.tlsAddr }
+
+// TLSFiles names the PEM files of a TLS endpoint: the server's certificate
+// and key, and the CA whose client certificates it accepts.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// NewRedisTLS returns a redis-server for this test only that also serves
+// TLS on [RedisServer.TLSAddr] with files (client certificates optional,
+// checked against files.CAFile when given). It needs the redis-server
+// binary (built with TLS, as Debian's is): the environment and Docker
+// cannot provide one.
+func NewRedisTLS(t testing.TB, files TLSFiles) *RedisServer {
+	t.Helper()
+	return dedicatedServer(t, func() (*RedisServer, func(), error) {
+		paths, err := lookPaths("redis-server")
+		if err != nil {
+			return nil, nil, &unavailableError{what: "redis (TLS)", install: redisInstall, err: err}
+		}
+		return redisBinary(paths[0], &files)
+	})
+}
 
 // Restart stops the server and starts it again on the same address with an
 // empty dataset; it returns when the server answers again. Clients see their
@@ -86,7 +113,7 @@ func startRedis() (*RedisServer, func(), error) {
 		},
 		container: redisContainer,
 		binaries:  func() ([]string, error) { return lookPaths("redis-server") },
-		start:     func(p []string) (*RedisServer, func(), error) { return redisBinary(p[0]) },
+		start:     func(p []string) (*RedisServer, func(), error) { return redisBinary(p[0], nil) },
 	}.provision()
 }
 
@@ -105,7 +132,7 @@ func redisArgs(port int, dir string, extra ...string) []string {
 }
 
 // redisBinary starts redis-server on a free port in a temporary directory.
-func redisBinary(path string) (*RedisServer, func(), error) {
+func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 	dir, err := tempDir("redis")
 	if err != nil {
 		return nil, nil, err
@@ -113,13 +140,21 @@ func redisBinary(path string) (*RedisServer, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	var s *RedisServer
-	err = retryPorts(1, func(ports []int) error {
+	err = retryPorts(2, func(ports []int) error {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-		p := newProcess("redis-server", path, dir, redisArgs(ports[0], dir)...)
+		var extra []string
+		tlsAddr := ""
+		if tls != nil {
+			tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+			extra = []string{"--tls-port", strconv.Itoa(ports[1]),
+				"--tls-cert-file", tls.CertFile, "--tls-key-file", tls.KeyFile, "--tls-ca-cert-file", tls.CAFile,
+				"--tls-auth-clients", "optional"}
+		}
+		p := newProcess("redis-server", path, dir, redisArgs(ports[0], dir, extra...)...)
 		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
 			return err
 		}
-		s = &RedisServer{addr: addr, origin: path, proc: p}
+		s = &RedisServer{addr: addr, tlsAddr: tlsAddr, origin: path, proc: p}
 		return nil
 	})
 	if err != nil {
