@@ -97,7 +97,8 @@ func unknownParams(u *url.URL, q url.Values) error {
 
 // tlsParams takes the TLS file parameters caName, certName and keyName out
 // of q and loads them: nil when none is given. They need the URL's scheme to
-// be tlsScheme (rediss, etcds), and the certificate and key go together.
+// be tlsScheme (rediss, etcds; "" for any), and the certificate and key go
+// together.
 func tlsParams(u *url.URL, q url.Values, tlsScheme, caName, certName, keyName string) (*tls.Config, error) {
 	ca, cert, key := q.Get(caName), q.Get(certName), q.Get(keyName)
 	for _, n := range []string{caName, certName, keyName} {
@@ -106,7 +107,7 @@ func tlsParams(u *url.URL, q url.Values, tlsScheme, caName, certName, keyName st
 	if ca == "" && cert == "" && key == "" {
 		return nil, nil
 	}
-	if u.Scheme != tlsScheme {
+	if tlsScheme != "" && u.Scheme != tlsScheme {
 		return nil, fmt.Errorf("%w: %s: %s, %s and %s need %s://", locker.ErrBadURL, u.Redacted(), caName, certName, keyName, tlsScheme)
 	}
 	if (cert == "") != (key == "") {

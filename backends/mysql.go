@@ -2,6 +2,7 @@ package backends
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"slices"
@@ -22,9 +23,10 @@ import (
 // names the lock table (default mysql.DefaultTable); skip_migration=true and
 // poll_only=true set mysql.Config's SkipMigration (for an account without
 // CREATE) and PollOnly; the others must be go-sql-driver/mysql DSN
-// parameters (parseTime=true is always set). Anything else is refused with
-// locker.ErrBadURL: the driver would send it to the server as a session
-// variable.
+// parameters (parseTime=true is always set). ca_file, cert_file and
+// key_file (PEM files) turn TLS on with a private CA and a client
+// certificate. Anything else is refused with locker.ErrBadURL: the driver
+// would send it to the server as a session variable.
 func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
 	hs, err := hosts(u)
 	if err != nil {
@@ -34,6 +36,10 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		return nil, fmt.Errorf("%w: %s: mysql takes one host", locker.ErrBadURL, u.Redacted())
 	}
 	q := backendQuery(u)
+	tc, err := tlsParams(u, q, "", "ca_file", "cert_file", "key_file")
+	if err != nil {
+		return nil, err
+	}
 	cfg := mysql.Config{Table: q.Get("table")}
 	q.Del("table")
 	for name, set := range map[string]*bool{"skip_migration": &cfg.SkipMigration, "poll_only": &cfg.PollOnly} {
@@ -72,15 +78,22 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		}
 		dsn = parsed
 	}
-	db, err := gorm.Open(gormmysql.Open(dsn.FormatDSN()), &gorm.Config{Logger: logger.Discard})
+	if tc != nil {
+		tc.ServerName, _, _ = strings.Cut(dsn.Addr, ":")
+		dsn.TLS = tc
+	}
+	// A connector keeps the TLS configuration, which a DSN string cannot
+	// carry without the driver's global registry.
+	connector, err := gomysql.NewConnector(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+	}
+	sqlDB := sql.OpenDB(connector)
+	defer closeOnError(&err, sqlDB.Close)
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, err
-	}
-	defer closeOnError(&err, sqlDB.Close)
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
 	}

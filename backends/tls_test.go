@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"database/sql"
 	"encoding/pem"
 	"errors"
 	"math/big"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/etcdserver"
@@ -160,5 +163,49 @@ func TestRedisTLSByURL(t *testing.T) {
 			}
 			t.Errorf("Open(%q) = %v; want an error matching ErrBadURL", bad, err)
 		}
+	}
+}
+
+// TestMySQLTLSByURL: mysql:// with ca_file, cert_file and key_file reaches
+// MariaDB over TLS with a private CA, as an account that may only connect
+// with a client certificate (REQUIRE X509).
+func TestMySQLTLSByURL(t *testing.T) {
+	ca := newTestCA(t)
+	serverCert, serverKey := ca.issue(t, "mariadb", 2)
+	clientCert, clientKey := ca.issue(t, "mariadb-client", 3)
+	srv := testenv.NewMySQLTLS(t, testenv.TLSFiles{CertFile: serverCert, KeyFile: serverKey, CAFile: filepath.Join(ca.dir, "ca.pem")})
+	cfg, err := gomysql.ParseDSN(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An account that may only connect over TLS with a client certificate.
+	admin, err := sql.Open("mysql", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, stmt := range []string{
+		"CREATE USER 'tlsuser'@'%' IDENTIFIED BY 'pw' REQUIRE X509",
+		"GRANT ALL ON " + cfg.DBName + ".* TO 'tlsuser'@'%'",
+	} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := newMux(t)
+	base := "mysql://tlsuser:pw@" + cfg.Addr + "/" + cfg.DBName + "?ttl=3s"
+	exercise(t, m, base+"&ca_file="+filepath.Join(ca.dir, "ca.pem")+"&cert_file="+clientCert+"&key_file="+clientKey)
+	if l, err := locker.Open(ctx, m, base+"&ca_file="+filepath.Join(ca.dir, "ca.pem")); err == nil {
+		_ = l.Close()
+		t.Error("without a client certificate the REQUIRE X509 account must be refused")
+	}
+	bad := "mysql://" + cfg.User + "@" + cfg.Addr + "/" + cfg.DBName + "?cert_file=" + clientCert
+	if l, err := locker.Open(ctx, m, bad); !errors.Is(err, locker.ErrBadURL) {
+		if l != nil {
+			_ = l.Close()
+		}
+		t.Errorf("Open(%q) = %v; want an error matching ErrBadURL", bad, err)
 	}
 }

@@ -73,6 +73,21 @@ func (s *MySQLServer) Restart(t testing.TB) {
 	}
 }
 
+// NewMySQLTLS returns a MariaDB server for this test only that also accepts
+// TLS with files (the server's certificate and key, and the CA of the
+// client certificates it accepts). It needs the mariadbd binaries: the
+// environment and Docker cannot provide one.
+func NewMySQLTLS(t testing.TB, files TLSFiles) *MySQLServer {
+	t.Helper()
+	return dedicatedServer(t, func() (*MySQLServer, func(), error) {
+		paths, err := lookPaths("mariadbd", "mariadb-install-db")
+		if err != nil {
+			return nil, nil, &unavailableError{what: "mysql (TLS)", install: mysqlInstall, err: err}
+		}
+		return mysqlBinary(paths[0], paths[1], &files)
+	})
+}
+
 // NewMySQL returns a MariaDB server for this test only, stopped when the
 // test ends. A server named by LOCKER_MYSQL_DSN is returned as is (and
 // cannot be restarted).
@@ -178,7 +193,7 @@ func startMySQL() (*MySQLServer, func(), error) {
 		fromEnv:   mysqlFromEnv,
 		container: mysqlContainer,
 		binaries:  func() ([]string, error) { return lookPaths("mariadbd", "mariadb-install-db") },
-		start:     func(p []string) (*MySQLServer, func(), error) { return mysqlBinary(p[0], p[1]) },
+		start:     func(p []string) (*MySQLServer, func(), error) { return mysqlBinary(p[0], p[1], nil) },
 	}.provision()
 }
 
@@ -216,7 +231,7 @@ func rootConfig(addr, dbName string) *mysql.Config {
 
 // mysqlBinary initialises a datadir with mariadb-install-db and runs mariadbd
 // on it, on a free port, with root without a password.
-func mysqlBinary(mysqld, installDB string) (*MySQLServer, func(), error) {
+func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(), error) {
 	dir, err := tempDir("mysql")
 	if err != nil {
 		return nil, nil, err
@@ -261,6 +276,9 @@ func mysqlBinary(mysqld, installDB string) (*MySQLServer, func(), error) {
 			"--tmpdir=" + dir,
 		}, mysqlServerArgs...)
 		args = append(args, asRoot...)
+		if tls != nil {
+			args = append(args, "--ssl-cert="+tls.CertFile, "--ssl-key="+tls.KeyFile, "--ssl-ca="+tls.CAFile)
+		}
 		p = newProcess("mariadbd", mysqld, dir, args...)
 		cfg = rootConfig(addr, "")
 		return startReady(ctx, p, func(ctx context.Context) error { return mysqlPing(ctx, cfg) })
