@@ -9,11 +9,18 @@
 // |-------------|------------------------------------------------------|-------------------------------------|
 // | redis       | redis://:pass@127.0.0.1:6379/0                       | go-redis Client (ParseURL options)  |
 // | redis       | redis://h1:6379,h2:6379,h3:6379                      | go-redis ClusterClient              |
-// | rediss      | rediss://h:6380                                      | the same with TLS                   |
+// | rediss      | rediss://h:6380?ca_file=ca.pem                       | the same with TLS                   |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
 // | etcds       | etcds://h:2379?cacert=ca.pem&cert=c.pem&key=k.pem    | clientv3 over TLS (mTLS with cert)  |
-// | zk          | zk://127.0.0.1:2181,127.0.0.1:2182?session=4s        | go-zookeeper                        |
+// | zk          | zk://user:pass@127.0.0.1:2181/locks                  | go-zookeeper (digest auth)          |
+//
+// TLS: rediss:// and mysql:// take ca_file, cert_file and key_file, etcds://
+// takes cacert, cert and key (PEM files: a private CA, a client certificate
+// and its key). A password is never sent in cleartext to a host other than
+// this machine (localhost, a loopback address) unless the URL says
+// insecure=true; ZooKeeper (no TLS in go-zookeeper) always needs it beyond
+// loopback.
 //
 // Every scheme also takes ttl=<duration> and prefix=<string>. The Locker
 // owns the client it opened: its Close closes it. Nothing registers itself:
@@ -25,8 +32,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/golocker/locker"
@@ -132,4 +141,49 @@ func tlsParams(u *url.URL, q url.Values, tlsScheme, caName, certName, keyName st
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	return tc, nil
+}
+
+// takeBool takes the boolean parameter name out of q (false when absent).
+func takeBool(u *url.URL, q url.Values, name string) (bool, error) {
+	if !q.Has(name) {
+		return false, nil
+	}
+	v, err := strconv.ParseBool(q.Get(name))
+	if err != nil {
+		return false, fmt.Errorf("%w: %s: parameter %s=%q is not a boolean", locker.ErrBadURL, u.Redacted(), name, q.Get(name))
+	}
+	q.Del(name)
+	return v, nil
+}
+
+// cleartextPassword refuses a URL that would send its password in
+// cleartext (secure says the connection uses TLS) to a host that is not
+// this machine (localhost or a literal loopback address), unless the caller
+// said insecure (parameter insecure=true).
+func cleartextPassword(u *url.URL, hs []string, secure, insecure bool) error {
+	if u.User == nil || secure || insecure {
+		return nil
+	}
+	if _, hasPassword := u.User.Password(); !hasPassword {
+		return nil
+	}
+	for _, h := range hs {
+		if !loopback(h) {
+			return fmt.Errorf("%w: %s: refusing to send the password in cleartext to %s: use TLS, or add insecure=true", locker.ErrBadURL, u.Redacted(), h)
+		}
+	}
+	return nil
+}
+
+// loopback reports whether host (host or host:port) is this machine:
+// localhost or a literal loopback address. Other names are not resolved.
+func loopback(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

@@ -111,6 +111,12 @@ func TestBadBackendURLs(t *testing.T) {
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
 		{"zk://,127.0.0.1:1", "empty host"},
 		{"zk://justauser@127.0.0.1:1", "user:password"},
+		{"redis://u:pw@192.0.2.1:6379/0", "cleartext"},
+		{"etcd://u:pw@192.0.2.1:2379", "cleartext"},
+		{"mysql://u:pw@192.0.2.1:3306/db", "cleartext"},
+		{"mysql://u:pw@192.0.2.1:3306/db?tls=preferred", "cleartext"},
+		{"zk://u:pw@192.0.2.1:2181", "cleartext"},
+		{"redis://u:pw@192.0.2.1:6379/0?insecure=maybe", "insecure"},
 		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, zk"},
 	}
 	for _, c := range cases {
@@ -124,6 +130,40 @@ func TestBadBackendURLs(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.says) {
 			t.Errorf("Open(%q) = %v; the error must say %q", c.url, err, c.says)
+		}
+	}
+}
+
+// TestCleartextPasswordNeedsConsent: a password may go in cleartext to
+// this machine, and elsewhere only with insecure=true (the open then fails
+// further on, on the unreachable test address, not on the refusal).
+func TestCleartextPasswordNeedsConsent(t *testing.T) {
+	m := newMux(t)
+	for _, u := range []string{
+		"redis://u:pw@192.0.2.1:6379/0?insecure=true&dial_timeout=100ms",
+		"mysql://u:pw@192.0.2.1:3306/db?insecure=true&timeout=100ms",
+		"etcd://u:pw@192.0.2.1:2379?insecure=true&dial_timeout=100ms",
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		l, err := locker.Open(ctx, m, u)
+		cancel()
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("Open(%q) must fail on the unreachable address", u)
+			continue
+		}
+		if strings.Contains(err.Error(), "cleartext") {
+			t.Errorf("Open(%q) refused the password although insecure=true: %v", u, err)
+		}
+	}
+	for _, h := range []string{"127.0.0.1:1", "localhost:1", "[::1]:1"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		l, err := locker.Open(ctx, m, "redis://u:pw@"+h+"/0?dial_timeout=100ms")
+		cancel()
+		if err == nil {
+			_ = l.Close()
+		} else if strings.Contains(err.Error(), "cleartext") {
+			t.Errorf("a password to %s (this machine) must be allowed: %v", h, err)
 		}
 	}
 }

@@ -36,7 +36,14 @@ func OpenEtcd(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.
 	if err != nil {
 		return nil, err
 	}
+	insecure, err := takeBool(u, q, "insecure")
+	if err != nil {
+		return nil, err
+	}
 	if err := unknownParams(u, q); err != nil {
+		return nil, err
+	}
+	if err := cleartextPassword(u, hs, u.Scheme == "etcds", insecure); err != nil {
 		return nil, err
 	}
 	set, err := locker.Resolve(opts...)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -42,16 +41,11 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	}
 	cfg := mysql.Config{Table: q.Get("table")}
 	q.Del("table")
-	for name, set := range map[string]*bool{"skip_migration": &cfg.SkipMigration, "poll_only": &cfg.PollOnly} {
-		if !q.Has(name) {
-			continue
+	var insecure bool
+	for name, set := range map[string]*bool{"skip_migration": &cfg.SkipMigration, "poll_only": &cfg.PollOnly, "insecure": &insecure} {
+		if *set, err = takeBool(u, q, name); err != nil {
+			return nil, err
 		}
-		v, err := strconv.ParseBool(q.Get(name))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: parameter %s=%q is not a boolean", locker.ErrBadURL, u.Redacted(), name, q.Get(name))
-		}
-		*set = v
-		q.Del(name)
 	}
 	dsn := gomysql.NewConfig()
 	dsn.Net = "tcp"
@@ -81,6 +75,11 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	if tc != nil {
 		tc.ServerName, _, _ = strings.Cut(dsn.Addr, ":")
 		dsn.TLS = tc
+	}
+	// tls=preferred falls back to plaintext: not secure.
+	secure := tc != nil || dsn.TLSConfig == "true" || dsn.TLSConfig == "skip-verify"
+	if err := cleartextPassword(u, hs, secure, insecure); err != nil {
+		return nil, err
 	}
 	// A connector keeps the TLS configuration, which a DSN string cannot
 	// carry without the driver's global registry.

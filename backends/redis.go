@@ -28,6 +28,13 @@ func OpenRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	if err != nil {
 		return nil, err
 	}
+	insecure, err := takeBool(u, q, "insecure")
+	if err != nil {
+		return nil, err
+	}
+	if err := cleartextPassword(u, hs, u.Scheme == "rediss", insecure); err != nil {
+		return nil, err
+	}
 	v := *u
 	v.RawQuery = q.Encode()
 	var client goredis.UniversalClient

@@ -21,7 +21,17 @@ func OpenZooKeeper(ctx context.Context, u *url.URL, opts ...locker.Option) (l lo
 	if err != nil {
 		return nil, err
 	}
-	if err := unknownParams(u, backendQuery(u)); err != nil {
+	q := backendQuery(u)
+	insecure, err := takeBool(u, q, "insecure")
+	if err != nil {
+		return nil, err
+	}
+	if err := unknownParams(u, q); err != nil {
+		return nil, err
+	}
+	// go-zookeeper has no TLS: a digest password always travels in
+	// cleartext.
+	if err := cleartextPassword(u, hs, false, insecure); err != nil {
 		return nil, err
 	}
 	set, err := locker.Resolve(opts...)
