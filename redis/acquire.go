@@ -14,27 +14,6 @@ import (
 // intervals counts as gone) and catches a hand-over whose message it missed.
 func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*time.Millisecond) }
 
-// sentRing remembers when the last attempts of a waiting Lock were sent, by
-// attempt number: a hand-over names the last attempt the server had seen, and
-// the lock's validity counts from the moment that attempt was sent.
-type sentRing struct {
-	seq   uint64
-	times [8]time.Time
-}
-
-func (r *sentRing) next(now time.Time) uint64 {
-	r.seq++
-	r.times[r.seq%uint64(len(r.times))] = now
-	return r.seq
-}
-
-func (r *sentRing) at(seq uint64) (time.Time, bool) {
-	if seq == 0 || seq > r.seq || r.seq-seq >= uint64(len(r.times)) {
-		return time.Time{}, false
-	}
-	return r.times[seq%uint64(len(r.times))], true
-}
-
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
@@ -42,16 +21,15 @@ func (r *sentRing) at(seq uint64) (time.Time, bool) {
 // queue, in arrival order. Unlock of the holder hands the key over to the
 // first live waiter in the same script (a new fencing token, and a claim
 // window of at most 500 ms) and publishes "grant <owner> <seq> <token>
-// <claim>" on the key's channel. The waiter it names takes the lock with
-// the claim as its validity, counted from the moment attempt <seq> was sent
-// (that attempt was processed before the hand-over, which set the expiry to
-// the claim from then); its first renewal, due a quarter into the claim,
-// renews it to the TTL. When that attempt is too old to leave a useful part
-// of the claim, the waiter confirms with an attempt at once instead. A
-// waiter that died while queued never renews: the claim runs out, and the
-// other waiters, told by the same message how long the claim lasts, try
-// again then. So a release wakes one waiter, costs it no extra round trip,
-// and a dead waiter holds up the key for the claim window, not for a TTL.
+// <claim>" on the key's channel. The message is only a wake-up: anyone who
+// may PUBLISH can forge one, so nothing in it is trusted. The waiter it
+// names confirms with an attempt at once, which finds the lock its own,
+// renews it to its TTL and returns the token Redis holds; the validity
+// counts from that attempt. A waiter that died while queued never confirms:
+// the claim runs out, and the other waiters, told by the same message how
+// long the claim lasts, try again then. So a release wakes one waiter, which
+// pays one round trip to confirm, and a dead waiter holds up the key for the
+// claim window, not for a TTL.
 //
 // Between messages the waiter makes an attempt every refreshInterval, or when
 // the holder's remaining time runs out if that comes first (a crashed holder
@@ -76,7 +54,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	keys := scriptKeys(req.Key)
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
-	var sent sentRing
+	var seq uint64
 	var timer *time.Timer
 	var wakeAt time.Time // when timer fires
 	defer func() {
@@ -86,7 +64,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	}()
 	for {
 		now := time.Now()
-		seq := sent.next(now)
+		seq++
 		r, err := d.attempt(ctx, req, keys, ttlArg, strconv.FormatUint(seq, 10))
 		if err != nil {
 			return driver.Grant{}, err
@@ -117,14 +95,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		for sleeping := true; sleeping; {
 			sleeping = false
 			select {
-			case g := <-w.grant:
-				// Handed over. With most of the claim left, take it as
-				// it is (the engine renews it a quarter into the claim);
-				// otherwise the next attempt confirms it and renews it
-				// to the TTL.
-				if since, ok := sent.at(g.seq); ok && g.token > 0 && time.Since(since) < g.ttl/4 {
-					return driver.Grant{Token: g.token, Validity: g.ttl, Since: since, State: keys[0]}, nil
-				}
+			case <-w.grant:
+				// Handed over, says the message: the next attempt
+				// confirms it in Redis (and finds out a forgery).
 			case claim := <-w.claimed:
 				// Handed over to another waiter: if it does not
 				// confirm, the key is free once its claim runs out.

@@ -8,17 +8,15 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 )
 
-// TestHandedOverLockIsRenewed: a waiter handed the key right after its
-// attempt takes it for the claim window (500 ms) without a confirming round
-// trip; its renewal, due halfway through the claim, must keep it held for as
-// long as it likes.
+// TestHandedOverLockIsRenewed: a waiter handed the key (for a claim window
+// of 500 ms) confirms it and keeps it, renewed, for as long as it likes.
 func TestHandedOverLockIsRenewed(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
 	key := uniqueKey(t)
-	ttl := 3 * time.Second // renewals every second: only the claim's own renewal can save it
+	ttl := 3 * time.Second // renewals every second, past the claim
 	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	waiter, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	other, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
