@@ -140,3 +140,32 @@ func TestNestedErrorsDoNotStutter(t *testing.T) {
 		t.Errorf("the nested error must still match ErrInvalidOption: %v", outer)
 	}
 }
+
+// TestPrefixesNeverShareKeys: prefixes end with a separator, so that two
+// tenants' keys never meet in the store.
+func TestPrefixesNeverShareKeys(t *testing.T) {
+	store := memory.NewStore()
+	if _, err := memory.New(store, locker.WithPrefix("tenant1")); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "must end with") {
+		t.Fatalf("a prefix without a separator must be refused: %v", err)
+	}
+	a, err := memory.New(store, locker.WithPrefix("tenant1/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := memory.New(store, locker.WithPrefix("tenant12/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	la, err := a.TryLock(t.Context(), "2:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Unlock(t.Context())
+	lb, err := b.TryLock(t.Context(), ":x")
+	if err != nil {
+		t.Fatalf("tenant12/ + \":x\" must not contend with tenant1/ + \"2:x\": %v", err)
+	}
+	_ = lb.Unlock(t.Context())
+}

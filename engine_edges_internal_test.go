@@ -119,11 +119,11 @@ func TestCloseEndsHoldsBeforeReleasing(t *testing.T) {
 // TestPrefixMustLeaveRoomForAKey: New names the prefix length and the
 // backend's limit.
 func TestPrefixMustLeaveRoomForAKey(t *testing.T) {
-	_, err := New(newTableDriver(), WithPrefix(strings.Repeat("p", 16)))
+	_, err := New(newTableDriver(), WithPrefix(strings.Repeat("p", 15)+"/"))
 	if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "16 bytes") || !strings.Contains(err.Error(), "at most 16") {
 		t.Fatalf("New with a 16-byte prefix and a 16-byte key limit = %v; want ErrInvalidOption naming both numbers", err)
 	}
-	l, err := New(newTableDriver(), WithPrefix(strings.Repeat("p", 15)))
+	l, err := New(newTableDriver(), WithPrefix(strings.Repeat("p", 14)+"/"))
 	if err != nil {
 		t.Fatalf("a 15-byte prefix leaves room for a 1-byte key: %v", err)
 	}

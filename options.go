@@ -147,14 +147,22 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithPrefix puts every key of this Locker in a namespace: the store key is
-// prefix+key. Lockers with different prefixes never contend.
+// prefix+key.
 //
-// The prefix must be valid UTF-8, and leave room for keys within the
-// backend's key limit: New names both numbers when it does not.
+// The prefix must end with a separator, "/" or ":", so that Lockers with
+// different prefixes never contend ("tenant1"+"2:x" and "tenant12"+":x"
+// would be one store key; "tenant1/"+"2:x" and "tenant12/"+":x" are not).
+// A prefix that extends another ("a/" and "a/b/") still shares keys with
+// it: keep the prefixes of different trust domains apart. It must also be
+// valid UTF-8 and leave room for keys within the backend's key limit: New
+// names the problem when it does not.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		if !utf8.ValidString(prefix) {
 			return invalidOption("WithPrefix", "the prefix %s is not valid UTF-8", quoteKey(prefix))
+		}
+		if prefix != "" && !strings.HasSuffix(prefix, "/") && !strings.HasSuffix(prefix, ":") {
+			return invalidOption("WithPrefix", "the prefix %s must end with \"/\" or \":\", so that different prefixes never share a key", quoteKey(prefix))
 		}
 		c.prefix = prefix
 		delete(c.fromURL, "WithPrefix")

@@ -73,8 +73,9 @@
 //     releases, well within one TTL.
 //   - NilContext: Lock, TryLock, Do and TryDo with a nil ctx fail with
 //     ErrInvalidOption, never panic, and grant nothing.
-//   - BadPrefix (NewLockerWith): a prefix that is not UTF-8 or leaves no room
-//     for a key is refused by the constructor, naming the problem.
+//   - BadPrefix (NewLockerWith): a prefix that is not UTF-8, does not end
+//     with a separator, or leaves no room for a key is refused by the
+//     constructor, naming the problem.
 //   - CancelWhileIsolated (Isolate): waits cancelled while their Locker is
 //     cut off from the store leave nothing behind: once it answers again,
 //     the key is free within TTL/2 of the holder's Unlock, and stays free.

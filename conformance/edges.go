@@ -23,7 +23,7 @@ const (
 	endedUnlock  = "Unlock with an ended or nil ctx must still release the lock, promptly (well within one TTL)"
 	noFalseLoss  = "a lock released by a successful Unlock (or Do) must never be reported lost: Err must stay nil"
 	nilCtx       = "a nil ctx must give an error matching ErrInvalidOption, never a panic, and grant nothing"
-	badPrefix    = "a prefix that is not valid UTF-8, or leaves no room for a key within the backend's key limit, must be refused by the constructor with an error matching ErrInvalidOption that names the problem"
+	badPrefix    = "a prefix that is not valid UTF-8, does not end with a separator (\"/\" or \":\"), or leaves no room for a key within the backend's key limit, must be refused by the constructor with an error matching ErrInvalidOption that names the problem"
 	closeIsolate = "Close of a holder cut off from the store must close its locks' Done before anyone else can get the key, and return within a bounded time"
 )
 
@@ -285,9 +285,12 @@ func testBadPrefix(c *caseT) {
 		what, prefix string
 		says         []string
 	}
-	cases := []bad{{"a prefix that is not valid UTF-8", "jobs/\xff/", []string{"UTF-8"}}}
+	cases := []bad{
+		{"a prefix that is not valid UTF-8", "jobs/\xff/", []string{"UTF-8"}},
+		{"a prefix without a separator at its end", "tenant1", []string{"tenant1"}},
+	}
 	if m := c.h.MaxKeyBytes; m > 0 {
-		p := strings.Repeat("p", m+4096)
+		p := strings.Repeat("p", m+4096) + "/"
 		cases = append(cases, bad{"a prefix longer than the key limit", p, []string{strconv.Itoa(len(p))}})
 	}
 	for _, bc := range cases {
