@@ -79,7 +79,7 @@
 // # Fencing
 //
 // A new token is max(last token + 1, server time in microseconds). The last
-// token lives in a fence key next to the lock for [FenceRetention] after the
+// token lives in a fence key next to the lock for [Config].FenceRetention after the
 // last acquisition. Tokens therefore keep increasing across a restart of a
 // Redis without persistence (or a failover that lost the fence key) as long
 // as the server clock has not gone back by more than the time since the

@@ -26,13 +26,14 @@ const (
 	// longer natural keys (a URL, a file path) before locking them.
 	MaxKeyBytes = 1024
 
-	// FenceRetention is how long the fence key of a lock (the last fencing
-	// token handed out for it) outlives the lock's last acquisition. Keys
-	// locked once are forgotten after it, so that locking ever new keys
-	// (one per job or order) does not fill Redis. Tokens stay increasing
-	// without it: a new token is at least the server's clock in
-	// microseconds, and the retention only has to cover a server clock that
-	// steps back (see the package doc, Fencing).
+	// FenceRetention is the default of Config.FenceRetention: how long the
+	// fence key of a lock (the last fencing token handed out for it)
+	// outlives the lock's last acquisition. Keys locked once are forgotten
+	// after it, so that locking ever new keys (one per job or order) does
+	// not fill Redis. Tokens stay increasing without it: a new token is at
+	// least the server's clock in microseconds, and the retention only has
+	// to cover a server clock that steps back (see the package doc,
+	// Fencing).
 	FenceRetention = time.Hour
 
 	// cleanupTimeout bounds the compare-and-delete that undoes an
@@ -68,6 +69,29 @@ type Client interface {
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.
 func New(client Client, opts ...locker.Option) (locker.Locker, error) {
+	return Config{}.New(client, opts...)
+}
+
+// Config is the Redis-specific configuration of a Locker; its zero value
+// is the default, and [New] is Config{}.New.
+type Config struct {
+	// FenceRetention is how long a fence key outlives its lock's last
+	// acquisition (default [FenceRetention]; at least a second). Shorter
+	// saves memory when ever new keys are locked (about 190 bytes per key);
+	// it only has to cover a backward step of the server's clock.
+	FenceRetention time.Duration
+}
+
+// New returns a Locker as the package-level [New] does, with c.
+func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error) {
+	retention := c.FenceRetention
+	if retention == 0 {
+		retention = FenceRetention
+	}
+	if retention < time.Second {
+		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
+			Cause: fmt.Errorf("Config.FenceRetention %v is below one second", c.FenceRetention)}
+	}
 	if isNil(client) {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: errors.New("nil redis client")}
 	}
@@ -75,7 +99,9 @@ func New(client Client, opts ...locker.Option) (locker.Locker, error) {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
 	}
-	return locker.New(newDriver(client), opts...)
+	d := newDriver(client)
+	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
+	return locker.New(d, opts...)
 }
 
 // isNil reports whether c is nil or a typed nil pointer.
