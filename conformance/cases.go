@@ -28,6 +28,17 @@ type lockResult struct {
 	err error
 }
 
+// lockAsync calls l.Lock(ctx, key) in a goroutine and returns the channel
+// that receives its outcome.
+func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResult {
+	res := make(chan lockResult, 1)
+	go func() {
+		lk, err := l.Lock(ctx, key)
+		res <- lockResult{lk, err}
+	}()
+	return res
+}
+
 func testTryLock(c *caseT) {
 	ctx := c.ctx(c.within(3))
 	key := c.key()
@@ -142,11 +153,7 @@ func testLockWaits(c *caseT) {
 
 	// A waiting Lock gets the key once its holder unlocks it.
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
-	res := make(chan lockResult, 1)
-	go func() {
-		lk, err := b.Lock(ctx, key)
-		res <- lockResult{lk, err}
-	}()
+	res := lockAsync(ctx, b, key)
 	select {
 	case r := <-res:
 		if r.err == nil {
@@ -881,11 +888,7 @@ func testClose(c *caseT) {
 	}
 	busy := c.key()
 	lb := c.mustTryLock(ctx, b, busy, "TryLock on a free key must succeed")
-	res := make(chan lockResult, 1)
-	go func() {
-		lk, err := a.Lock(ctx, busy)
-		res <- lockResult{lk, err}
-	}()
+	res := lockAsync(ctx, a, busy)
 	select {
 	case r := <-res:
 		if r.err == nil {

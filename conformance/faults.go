@@ -87,11 +87,7 @@ func testLockRidesOutRestart(c *caseT) {
 	a, b := c.newLocker(), c.newLocker()
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
 
-	res := make(chan lockResult, 1)
-	go func() {
-		lk, err := b.Lock(ctx, key)
-		res <- lockResult{lk, err}
-	}()
+	res := lockAsync(ctx, b, key)
 	sleep(ctx, c.pause())
 	c.h.Restart(c.t)
 	// The holder's lock may have gone with the restart; either way it is
@@ -118,11 +114,7 @@ func testWaiterCrash(c *caseT) {
 	a, w, b := c.newLocker(), c.newLocker(), c.newLocker()
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
 
-	res := make(chan lockResult, 1)
-	go func() {
-		lk, err := w.Lock(ctx, key)
-		res <- lockResult{lk, err}
-	}()
+	res := lockAsync(ctx, w, key)
 	sleep(ctx, c.pause())
 	c.h.Crash(c.t, w)
 	c.unlock(ctx, la, heldUntil)
