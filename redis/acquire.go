@@ -95,9 +95,6 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		for sleeping := true; sleeping; {
 			sleeping = false
 			select {
-			case <-w.grant:
-				// Handed over, says the message: the next attempt
-				// confirms it in Redis (and finds out a forgery).
 			case claim := <-w.claimed:
 				// Handed over to another waiter: if it does not
 				// confirm, the key is free once its claim runs out.

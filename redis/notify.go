@@ -34,8 +34,9 @@ const (
 var errNotifierClosed = errors.New("redis: notifier closed")
 
 // notifier tells the waiting Locks of one Locker about their keys: a
-// hand-over to one of them ("grant <owner> …" on the key's channel) goes to
-// that waiter only; a release with nobody queued ("free") wakes them all. It
+// hand-over to one of them ("grant <owner> …" on the key's channel) wakes
+// that waiter, which confirms it in Redis, and tells the others how long
+// its claim lasts; a release with nobody queued ("free") wakes them all. It
 // keeps one pub/sub connection, opened on first need and shared by every
 // waiter, with one SUBSCRIBE per key that has waiters.
 //
@@ -76,8 +77,7 @@ type notifier struct {
 // waiter is one waiting Lock, as the notifier sees it.
 type waiter struct {
 	owner   string
-	wake    chan struct{}      // the key may be free: try again
-	grant   chan grant         // the key was handed over to owner
+	wake    chan struct{}      // the key may be free, or handed over to owner: try again
 	claimed chan time.Duration // handed over to another waiter, for a claim window this long
 }
 
@@ -128,9 +128,9 @@ func newNotifier(client Client, logger *slog.Logger) *notifier {
 }
 
 // register registers a waiter of owner for store key. Its wake channel
-// receives a value whenever the key may have become free, its grant channel
-// the hand-over of the key to owner; cancel unregisters it. Neither blocks on
-// the network.
+// receives a value whenever the key may have become free or was handed over
+// to owner, its claimed channel the claim window of a hand-over to another
+// waiter; cancel unregisters it. Neither blocks on the network.
 //
 // With early set, it registers only when the key's channel is subscribed
 // already (a hand-over could then arrive before the caller's next step) and
@@ -155,7 +155,7 @@ func (n *notifier) register(key, owner string, early bool) (*waiter, func(), err
 		s.idle = time.Time{}
 		delete(n.idle, key)
 	}
-	w := &waiter{owner: owner, wake: make(chan struct{}, 1), grant: make(chan grant, 1), claimed: make(chan time.Duration, 1)}
+	w := &waiter{owner: owner, wake: make(chan struct{}, 1), claimed: make(chan time.Duration, 1)}
 	if !early && s.issued {
 		w.wake <- struct{}{}
 	}
@@ -239,14 +239,12 @@ func (n *notifier) deliver(channel, payload string) {
 	}
 	for w := range s.waiters {
 		switch {
-		case !isGrant:
+		case !isGrant, w.owner == g.owner:
+			// A hand-over to this waiter is a wake-up like any other:
+			// nothing read from a channel is trusted, its next attempt
+			// confirms the hand-over in Redis.
 			select {
 			case w.wake <- struct{}{}:
-			default:
-			}
-		case w.owner == g.owner:
-			select {
-			case w.grant <- g:
 			default:
 			}
 		default:
