@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +45,7 @@ type MySQLServer struct {
 	cfg    *mysql.Config // connects to the locker_test database
 	origin string        // where the server came from, for messages
 
-	mu   sync.Mutex // serialises Restart
-	proc *process   // nil unless started from a binary
+	ps procSet // empty unless started from a binary
 }
 
 // Restart stops the server and starts it again on the same address with the
@@ -60,17 +58,8 @@ type MySQLServer struct {
 // that restart should use [NewMySQL] instead.
 func (s *MySQLServer) Restart(t testing.TB) {
 	t.Helper()
-	if s.proc == nil {
-		t.Skipf("testenv: cannot restart the mysql server at %s from %s", s.cfg.Addr, s.origin)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.proc.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return mysqlPing(ctx, s.cfg) }); err != nil {
-		t.Fatalf("testenv: restart mysql at %s: %v", s.cfg.Addr, err)
-	}
+	s.ps.restart(t, fmt.Sprintf("the mysql server at %s from %s", s.cfg.Addr, s.origin),
+		[]func(context.Context) error{func(ctx context.Context) error { return mysqlPing(ctx, s.cfg) }}, nil)
 }
 
 // NewMySQLTLS returns a MariaDB server for this test only that also accepts
@@ -79,12 +68,8 @@ func (s *MySQLServer) Restart(t testing.TB) {
 // environment and Docker cannot provide one.
 func NewMySQLTLS(t testing.TB, files TLSFiles) *MySQLServer {
 	t.Helper()
-	return dedicatedServer(t, func() (*MySQLServer, func(), error) {
-		paths, err := lookPaths("mariadbd", "mariadb-install-db")
-		if err != nil {
-			return nil, nil, &unavailableError{what: "mysql (TLS)", install: mysqlInstall, err: err}
-		}
-		return mysqlBinary(paths[0], paths[1], &files)
+	return dedicatedBinary(t, "mysql (TLS)", mysqlInstall, []string{"mariadbd", "mariadb-install-db"}, func(p []string) (*MySQLServer, func(), error) {
+		return mysqlBinary(p[0], p[1], &files)
 	})
 }
 
@@ -291,11 +276,9 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 		return fail(fmt.Errorf("create database %s: %w", mysqlDatabase, err))
 	}
 	cfg.DBName = mysqlDatabase
-	s := &MySQLServer{cfg: cfg, origin: mysqld, proc: p}
+	s := &MySQLServer{cfg: cfg, origin: mysqld, ps: newProcSet(p)}
 	return s, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.proc.stop()
+		s.ps.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -298,4 +299,56 @@ func dialCheck(addrs ...string) error {
 		_ = conn.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// procSet is the processes of one server started by this package: none for
+// a server from the environment or Docker. It serialises restarts and the
+// final stop.
+type procSet struct {
+	mu    sync.Mutex
+	procs []*process
+}
+
+func newProcSet(procs ...*process) procSet { return procSet{procs: procs} }
+
+// stop stops every process, in parallel.
+func (ps *procSet) stop() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	stopAll(ps.procs)
+}
+
+// stopAll stops procs in parallel.
+func stopAll(procs []*process) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// restart stops every process and starts each again, until probes[i]
+// answers for process i, then waits for settle[i] (when given) as well.
+// server names the server in messages. It skips t when the set has no
+// processes, and fails it when one does not come back.
+func (ps *procSet) restart(t testing.TB, server string, probes, settle []func(context.Context) error) {
+	t.Helper()
+	if len(ps.procs) == 0 {
+		t.Skipf("testenv: cannot restart %s", server)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	stopAll(ps.procs)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for i, p := range ps.procs {
+		if err := startReady(ctx, p, probes[i]); err != nil {
+			t.Fatalf("testenv: restart %s: %v", server, err)
+		}
+	}
+	for i, ready := range settle {
+		if err := waitReady(ctx, ps.procs[i], ready); err != nil {
+			t.Fatalf("testenv: restart %s: %v", server, err)
+		}
+	}
 }

@@ -76,6 +76,21 @@ func sharedServer[S any](t testing.TB, name string, start func() (S, func(), err
 	return s
 }
 
+// dedicatedBinary is dedicatedServer for a server only binaries can provide
+// (one started with options the environment or Docker cannot give it): it
+// looks names up on PATH and starts the server with their paths.
+func dedicatedBinary[S any](t testing.TB, what, install string, names []string, start func(paths []string) (S, func(), error)) S {
+	t.Helper()
+	return dedicatedServer(t, func() (S, func(), error) {
+		paths, err := lookPaths(names...)
+		if err != nil {
+			var zero S
+			return zero, nil, &unavailableError{what: what, install: install, err: err}
+		}
+		return start(paths)
+	})
+}
+
 // dedicatedServer returns a server for t only, stopped when t ends.
 func dedicatedServer[S any](t testing.TB, start func() (S, func(), error)) S {
 	t.Helper()

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/testcontainers/testcontainers-go"
@@ -29,8 +28,7 @@ type RedisServer struct {
 	tlsAddr string // "" without TLS
 	origin  string // where the server came from, for messages
 
-	mu   sync.Mutex // serialises Restart
-	proc *process   // nil unless started from a binary
+	ps procSet // empty unless started from a binary
 }
 
 // Addr returns the server's address, host:port.
@@ -53,12 +51,8 @@ type TLSFiles struct {
 // cannot provide one.
 func NewRedisTLS(t testing.TB, files TLSFiles) *RedisServer {
 	t.Helper()
-	return dedicatedServer(t, func() (*RedisServer, func(), error) {
-		paths, err := lookPaths("redis-server")
-		if err != nil {
-			return nil, nil, &unavailableError{what: "redis (TLS)", install: redisInstall, err: err}
-		}
-		return redisBinary(paths[0], &files)
+	return dedicatedBinary(t, "redis (TLS)", redisInstall, []string{"redis-server"}, func(p []string) (*RedisServer, func(), error) {
+		return redisBinary(p[0], &files)
 	})
 }
 
@@ -72,17 +66,8 @@ func NewRedisTLS(t testing.TB, files TLSFiles) *RedisServer {
 // that restart should use [NewRedis] instead.
 func (s *RedisServer) Restart(t testing.TB) {
 	t.Helper()
-	if s.proc == nil {
-		t.Skipf("testenv: cannot restart the redis server at %s from %s", s.addr, s.origin)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.proc.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return redisPing(ctx, s.addr) }); err != nil {
-		t.Fatalf("testenv: restart redis at %s: %v", s.addr, err)
-	}
+	s.ps.restart(t, fmt.Sprintf("the redis server at %s from %s", s.addr, s.origin),
+		[]func(context.Context) error{func(ctx context.Context) error { return redisPing(ctx, s.addr) }}, nil)
 }
 
 // Redis returns the Redis server shared by the tests of this test binary,
@@ -154,7 +139,7 @@ func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
 			return err
 		}
-		s = &RedisServer{addr: addr, tlsAddr: tlsAddr, origin: path, proc: p}
+		s = &RedisServer{addr: addr, tlsAddr: tlsAddr, origin: path, ps: newProcSet(p)}
 		return nil
 	})
 	if err != nil {
@@ -162,9 +147,7 @@ func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 		return nil, nil, err
 	}
 	stop := func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.proc.stop()
+		s.ps.stop()
 		_ = os.RemoveAll(dir)
 	}
 	return s, stop, nil
@@ -198,8 +181,7 @@ type RedisClusterServer struct {
 	addrs  []string
 	origin string
 
-	mu    sync.Mutex // serialises Restart
-	procs []*process // nil unless started from binaries
+	ps procSet // empty unless started from binaries
 }
 
 // Restart stops every node and starts them again on the same addresses with
@@ -212,28 +194,12 @@ type RedisClusterServer struct {
 // it; tests that restart should use [NewRedisCluster] instead.
 func (s *RedisClusterServer) Restart(t testing.TB) {
 	t.Helper()
-	if s.procs == nil {
-		t.Skipf("testenv: cannot restart the redis cluster at %v from %s", s.addrs, s.origin)
+	var probes, settle []func(context.Context) error
+	for _, addr := range s.addrs {
+		probes = append(probes, func(ctx context.Context) error { return redisPing(ctx, addr) })
+		settle = append(settle, func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) })
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range s.procs {
-		wg.Go(p.stop)
-	}
-	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	for i, p := range s.procs {
-		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, s.addrs[i]) }); err != nil {
-			t.Fatalf("testenv: restart redis cluster node %s: %v", s.addrs[i], err)
-		}
-	}
-	for i, addr := range s.addrs {
-		if err := waitReady(ctx, s.procs[i], func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) }); err != nil {
-			t.Fatalf("testenv: restart redis cluster: %v", err)
-		}
-	}
+	s.ps.restart(t, fmt.Sprintf("the redis cluster at %v from %s", s.addrs, s.origin), probes, settle)
 }
 
 // NewRedisCluster returns a Redis Cluster for this test only, stopped when
@@ -291,15 +257,8 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 	defer cancel()
 
 	var procs []*process
-	stopAll := func() {
-		var wg sync.WaitGroup
-		for _, p := range procs {
-			wg.Go(p.stop)
-		}
-		wg.Wait()
-	}
 	fail := func(err error) (*RedisClusterServer, func(), error) {
-		stopAll()
+		stopAll(procs)
 		_ = os.RemoveAll(dir)
 		return nil, nil, err
 	}
@@ -341,11 +300,9 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 			return fail(fmt.Errorf("redis cluster: %w", err))
 		}
 	}
-	s := &RedisClusterServer{addrs: addrs, origin: server, procs: procs}
+	s := &RedisClusterServer{addrs: addrs, origin: server, ps: newProcSet(procs...)}
 	return s, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		stopAll()
+		s.ps.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
 }

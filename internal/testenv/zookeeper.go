@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,8 +35,7 @@ type ZooKeeperServer struct {
 	servers []string
 	origin  string
 
-	mu   sync.Mutex // serialises Restart
-	proc *process   // nil unless started from the ZooKeeper jars
+	ps procSet // empty unless started from the ZooKeeper jars
 }
 
 // Servers returns the server addresses (host:port) for a ZooKeeper client.
@@ -55,17 +53,8 @@ func (s *ZooKeeperServer) Servers() []string { return append([]string(nil), s.se
 // tests that restart should use [NewZooKeeper] instead.
 func (s *ZooKeeperServer) Restart(t testing.TB) {
 	t.Helper()
-	if s.proc == nil {
-		t.Skipf("testenv: cannot restart the zookeeper server at %v from %s", s.servers, s.origin)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.proc.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
-	if err := startReady(ctx, s.proc, func(ctx context.Context) error { return zkServing(ctx, s.servers[0]) }); err != nil {
-		t.Fatalf("testenv: restart zookeeper at %s: %v", s.servers[0], err)
-	}
+	s.ps.restart(t, fmt.Sprintf("the zookeeper server at %v from %s", s.servers, s.origin),
+		[]func(context.Context) error{func(ctx context.Context) error { return zkServing(ctx, s.servers[0]) }}, nil)
 }
 
 // ZooKeeper returns the ZooKeeper server shared by the tests of this test
@@ -179,7 +168,7 @@ admin.enableServer=false
 		if err := startReady(ctx, p, func(ctx context.Context) error { return zkServing(ctx, addr) }); err != nil {
 			return err
 		}
-		s = &ZooKeeperServer{servers: []string{addr}, origin: java, proc: p}
+		s = &ZooKeeperServer{servers: []string{addr}, origin: java, ps: newProcSet(p)}
 		return nil
 	})
 	if err != nil {
@@ -187,9 +176,7 @@ admin.enableServer=false
 		return nil, nil, err
 	}
 	return s, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.proc.stop()
+		s.ps.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
 }
