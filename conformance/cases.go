@@ -520,6 +520,19 @@ func testFencingAfterRestart(c *caseT) {
 	}
 }
 
+// soonTryLock takes key through l within d: for keys that must become free
+// well within a TTL. The first attempt is made whatever the time, so that a
+// slow machine does not fail the check before trying.
+func soonTryLock(ctx context.Context, l locker.Locker, key string, d, every time.Duration) (locker.Lock, error) {
+	lk, err := l.TryLock(ctx, key)
+	if err == nil {
+		return lk, nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return pollTryLock(pctx, l, key, every)
+}
+
 // pollTryLockAny is pollTryLock that also retries store errors, for a store
 // that is coming back.
 func pollTryLockAny(ctx context.Context, l locker.Locker, key string, every time.Duration) (locker.Lock, error) {

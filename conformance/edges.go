@@ -219,14 +219,8 @@ func testUnlockEndedContext(c *caseT) {
 		c.Logf("Unlock with %s returned %v", u.name, err)
 		c.doneClosed(la, "Done must be closed once Unlock returned, whatever the outcome")
 		// Well within one TTL: an Unlock that leaves the key to expire
-		// fails this. The first attempt is made whatever the time, so that
-		// a slow machine does not fail it before trying.
-		pctx, pcancel := context.WithTimeout(ctx, c.h.TTL/2)
-		lb, perr := b.TryLock(ctx, key)
-		if perr != nil {
-			lb, perr = pollTryLock(pctx, b, key, c.every())
-		}
-		pcancel()
+		// fails this.
+		lb, perr := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
 		if perr != nil {
 			c.Errorf("%s: after Unlock with %s, another Locker's TryLock: %v", endedUnlock, u.name, perr)
 			continue

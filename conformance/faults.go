@@ -56,12 +56,7 @@ func testCancelWhileIsolated(c *caseT) {
 	// free soon after the holder's Unlock, and stay free.
 	c.unlock(ctx, la, heldUntil)
 	start := time.Now()
-	pctx, pcancel := context.WithTimeout(ctx, c.h.TTL/2)
-	lb, err := b.TryLock(ctx, key)
-	if err != nil {
-		lb, err = pollTryLock(pctx, b, key, c.every())
-	}
-	pcancel()
+	lb, err := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
 	if err != nil {
 		c.Fatalf("%s: TryLock %v after Unlock: %v", noResidue, time.Since(start).Round(time.Millisecond), err)
 	}
