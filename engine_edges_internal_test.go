@@ -50,10 +50,28 @@ func (d *blackHole) Release(ctx context.Context, l driver.Lease) error {
 	return d.tableDriver.Release(ctx, l)
 }
 
+// Close stands for a driver whose own closing work (an etcd lease revoke)
+// waits for the store with a long timeout of its own; CloseContext gives up
+// when the Locker's Close must return.
+func (d *blackHole) Close() error {
+	if d.cut.Load() {
+		time.Sleep(10 * time.Second)
+	}
+	return nil
+}
+
+func (d *blackHole) CloseContext(ctx context.Context) error {
+	if d.cut.Load() {
+		<-ctx.Done() // gives up, leaving the rest to the store's expiry
+	}
+	return nil
+}
+
 // TestCloseEndsHoldsBeforeReleasing: with the store black-holed, Close
 // closes every Done before its releases even start, cancels the store calls
 // in flight (an Unlock and a TryLock with context.Background) and returns
-// within its release timeout, not one per call.
+// within its release timeout, not one per call, the driver's own closing
+// work included.
 func TestCloseEndsHoldsBeforeReleasing(t *testing.T) {
 	const releaseTimeout = 300 * time.Millisecond
 	d := newBlackHole()
@@ -113,6 +131,48 @@ func TestCloseEndsHoldsBeforeReleasing(t *testing.T) {
 	case <-locks[2].Done():
 	default:
 		t.Errorf("Done of the lock being unlocked still open after Close")
+	}
+}
+
+// shortValidity is tableDriver granting and renewing locks for a quarter of
+// their TTL, as a ZooKeeper session granted less than the TTL does.
+type shortValidity struct{ *tableDriver }
+
+func (d shortValidity) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, err := d.tableDriver.TryAcquire(ctx, r)
+	g.Validity = r.TTL / 4
+	return g, err
+}
+
+func (d shortValidity) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	v, errs, err := d.tableDriver.RenewBatch(ctx, ls)
+	for i := range v {
+		v[i] = ls[i].TTL / 4
+	}
+	return v, errs, err
+}
+
+// TestShortValidityIsRenewedInTime: a lock the store grants for less than
+// the TTL is renewed within that validity (not only every TTL/3), and stays
+// held.
+func TestShortValidityIsRenewedInTime(t *testing.T) {
+	const ttl = 2 * time.Second // validity 500 ms: TTL/3 would be too late
+	l, err := New(shortValidity{newTableDriver()}, WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lk, err := l.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+		t.Fatalf("a lock granted for a quarter of its TTL was lost: %v", lk.Err())
+	case <-time.After(ttl + ttl/4):
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -125,8 +125,8 @@ func (e *engine) watchdog() {
 
 // renewAfter is when a lock is renewed after the request that gave it
 // validity v: every TTL/3, or a quarter into a validity shorter than the
-// TTL (a Redis hand-over's claim window), which leaves most of it for the
-// renewal to land.
+// TTL (a ZooKeeper session granted less than the TTL after a reconnect),
+// which leaves most of it for the renewal to land.
 func renewAfter(ttl, v time.Duration) time.Duration {
 	if v >= ttl {
 		return ttl / 3
