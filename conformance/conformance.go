@@ -83,6 +83,8 @@
 //     store restart, within its ctx.
 //   - WaiterCrash (Crash): a waiter that crashed while queued holds up the
 //     key for at most its TTL after the holder's Unlock.
+//   - UnlockWhileIsolated (Isolate): an Unlock whose store call failed still
+//     releases the key once the store answers, within TTL/2 of the heal.
 //
 // # Timing
 //
@@ -175,6 +177,7 @@ var cases = []testCase{
 	{name: "CancelWhileIsolated", run: testCancelWhileIsolated},
 	{name: "LockRidesOutRestart", serial: true, run: testLockRidesOutRestart},
 	{name: "WaiterCrash", run: testWaiterCrash},
+	{name: "UnlockWhileIsolated", run: testUnlockWhileIsolated},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

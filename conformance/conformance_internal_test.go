@@ -174,6 +174,7 @@ const (
 	closeLate       = "closeLate"       // Close keeps Done open until its releases gave up (two TTLs)
 	lostOnUnlock    = "lostOnUnlock"    // after a successful Unlock, Err reports a loss
 	unlockNeedsCtx  = "unlockNeedsCtx"  // Unlock with an ended or nil ctx leaves the key to expire
+	unlockGivesUp   = "unlockGivesUp"   // an Unlock whose store call fails leaves the key to expire
 	nilCtxPanics    = "nilCtxPanics"    // a nil ctx panics
 	acceptsPrefix   = "acceptsPrefix"   // the constructor accepts any prefix
 	residueWhenCut  = "residueWhenCut"  // a wait that ends while cut off leaves a waiter that takes the key later
@@ -210,6 +211,7 @@ var mustCatch = map[string][]string{
 	closeLate:       {"CloseWhileIsolated"},
 	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
 	unlockNeedsCtx:  {"UnlockEndedContext"},
+	unlockGivesUp:   {"UnlockWhileIsolated"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
 	residueWhenCut:  {"CancelWhileIsolated"},
@@ -616,7 +618,15 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (lock
 	case lostOnUnlock:
 		return &lostOnUnlockLock{Lock: lk}, nil
 	case unlockNeedsCtx:
-		return &unlockNeedsCtxLock{Lock: lk, ttl: b.env.ttl, done: make(chan struct{})}, nil
+		ended := func(ctx context.Context) bool { return ctx == nil || ctx.Err() != nil }
+		return &givesUpLock{Lock: lk, ttl: b.env.ttl, givesUp: ended, done: make(chan struct{})}, nil
+	case unlockGivesUp:
+		cut := func(context.Context) bool {
+			b.env.mu.Lock()
+			defer b.env.mu.Unlock()
+			return b.env.isolated[b.env.faults[b.inner]]
+		}
+		return &givesUpLock{Lock: lk, ttl: b.env.ttl, givesUp: cut, done: make(chan struct{})}, nil
 	case neverDone:
 		return &neverDoneLock{Lock: lk}, nil
 	case reusesTokens:
@@ -777,27 +787,28 @@ func (l *lostOnUnlockLock) Err() error {
 	return l.Lock.Err()
 }
 
-// unlockNeedsCtxLock's Unlock with an ended or nil ctx gives up at once and
-// leaves the key to expire after a TTL.
-type unlockNeedsCtxLock struct {
+// givesUpLock's Unlock, when givesUp says so, gives up at once and leaves
+// the key to expire after a TTL, as a release tried once and never again.
+type givesUpLock struct {
 	locker.Lock
-	ttl    time.Duration
-	gaveUp atomic.Bool
-	done   chan struct{} // closed when Unlock gave up
-	once   sync.Once
+	ttl     time.Duration
+	givesUp func(ctx context.Context) bool
+	gaveUp  atomic.Bool
+	done    chan struct{} // closed when Unlock gave up
+	once    sync.Once
 }
 
-func (l *unlockNeedsCtxLock) Unlock(ctx context.Context) error {
-	if ctx == nil || ctx.Err() != nil {
+func (l *givesUpLock) Unlock(ctx context.Context) error {
+	if l.givesUp(ctx) {
 		l.gaveUp.Store(true)
 		l.once.Do(func() { close(l.done) })
 		time.AfterFunc(l.ttl, func() { _ = l.Lock.Unlock(context.Background()) })
-		return errors.New("conformance: unlockNeedsCtx: ctx ended")
+		return errors.New("conformance: the release failed, and is not tried again")
 	}
 	return l.Lock.Unlock(ctx)
 }
 
-func (l *unlockNeedsCtxLock) Done() <-chan struct{} {
+func (l *givesUpLock) Done() <-chan struct{} {
 	if l.gaveUp.Load() {
 		return l.done
 	}

@@ -17,7 +17,31 @@ const (
 	noResidue     = "a wait that ended while its Locker was cut off from the store must leave nothing that holds up the key once the store answers again (the key free for others within TTL/2 of the holder's Unlock)"
 	ridesOut      = "a waiting Lock must ride out a store restart and get the key within its ctx"
 	deadWaiterEnd = "a waiter that crashed while queued must not hold up the key for longer than its TTL"
+	laterRelease  = "an Unlock whose store call failed (its Locker cut off from the store) must still release the key once the store answers, well within the TTL"
 )
+
+func testUnlockWhileIsolated(c *caseT) {
+	c.need("Isolate", c.h.Isolate != nil, "cut a Locker off from the store")
+	ctx := c.ctx(c.within(6))
+	key := c.key()
+	a, b := c.newLocker(), c.newLocker()
+	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
+
+	heal := c.isolate(a)
+	uctx, cancel := context.WithTimeout(ctx, c.pause())
+	err := la.Unlock(uctx)
+	cancel()
+	c.Logf("Unlock while cut off from the store returned %v", err)
+	c.doneClosed(la, "Done must be closed once Unlock returned, whatever the outcome")
+	heal()
+	start := time.Now()
+	lb, err := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
+	if err != nil {
+		c.Fatalf("%s: TryLock %v after the store came back: %v", laterRelease, time.Since(start).Round(time.Millisecond), err)
+	}
+	c.Logf("the key was free for another Locker %v after the store came back", time.Since(start).Round(time.Millisecond))
+	c.unlock(ctx, lb, heldUntil)
+}
 
 func testCancelWhileIsolated(c *caseT) {
 	c.need("Isolate", c.h.Isolate != nil, "cut a Locker off from the store")

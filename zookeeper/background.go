@@ -51,9 +51,10 @@ func (d *zkDriver) loseWhere(match func(*hold) bool, cause error) {
 	}
 }
 
-// janitor deletes orphaned nodes (waiters whose cleanup failed, releases
-// whose outcome was unknown) every TTL/10 until Close. Locks the engine gave
-// up on reach it through Release, which the engine retries for them.
+// janitor deletes orphaned nodes (waiters whose cleanup failed, creates
+// still in flight when their caller gave up) every TTL/10 until Close.
+// Releases whose outcome was unknown, and locks the engine gave up on, reach
+// the store through Release, which the engine retries for them.
 func (d *zkDriver) janitor() {
 	defer d.wg.Done()
 	t := time.NewTicker(max(d.ttl/10, 10*time.Millisecond))

@@ -742,15 +742,17 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	// The hold stays held until the node is gone: ending it first would
 	// make a renewal round overlapping the Delete report a loss.
 	err := call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
-	d.forget(h)
 	switch {
 	case err == nil:
+		d.forget(h)
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
+		d.forget(h)
 		return fmt.Errorf("%w: %s: %w", driver.ErrNotHeld, h.path, err)
 	}
 	// Unknown outcome: ZooKeeper does not forget the node while the session
-	// lives, so keep trying in the background.
-	d.addOrphan(&orphan{path: h.path})
-	return fmt.Errorf("delete %s: %w", h.path, err)
+	// lives. The hold stays held, and the engine, which retries the release
+	// of a lock whose Unlock had an unknown outcome until it succeeds (and a
+	// last time on Close), calls Release again.
+	return fmt.Errorf("delete %s: %w", h.path, classify(err))
 }
