@@ -178,11 +178,12 @@
 //   - uncontended Lock+Unlock: 1.09–1.34× the floor, varying with the load
 //     on the machine (about 15 µs more, mostly Lua time on the server);
 //   - TryLock on a held key: 1.07–1.18× one EVALSHA round trip;
-//   - hand-off (Unlock to the return of a waiting Lock): p50 0.27–0.29 ms
-//     (0.15–0.21 ms before the waiter confirmed each hand-over in Redis,
-//     which keeps a forged grant message from granting anything);
-//   - 16 Lockers on one key: 0.61–0.65× the floor's hand-offs per second
-//     (0.95–1.03× before the confirmation), every Locker served, 3 Redis
+//   - hand-off (Unlock to the return of a waiting Lock): p50 0.26–0.40 ms
+//     depending on the load (0.15–0.23 ms in the same runs before the
+//     waiter confirmed each hand-over in Redis, which keeps a forged grant
+//     message from granting anything);
+//   - 16 Lockers on one key: 0.62–0.68× the floor's hand-offs per second
+//     (0.93–1.01× before the confirmation), every Locker served, 3 Redis
 //     commands per hand-off against the floor's 16–18;
 //   - 10,000 locks held by one Locker: 1.0–1.17 round trips per renewal
 //     tick, 648–674 heap bytes per held lock.
