@@ -575,41 +575,33 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 	return validity, errs, nil
 }
 
-// forget stops tracking st and reports whether it was tracked: a lock past
-// its deadline no longer is, its key is among the orphans.
-func (d *etcdDriver) forget(st *lockState) bool {
+// forget stops tracking st (a lock past its deadline is no longer tracked:
+// its key is among the orphans).
+func (d *etcdDriver) forget(st *lockState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := st.sess.locks[st]; ok {
-		delete(st.sess.locks, st)
-		return true
-	}
-	return false
+	delete(st.sess.locks, st)
 }
 
-// Release deletes the lock's key if it is still the lock's.
+// Release deletes the lock's key if it is still the lock's: a
+// compare-and-delete on the lock's own value, safe to repeat. A release of
+// unknown outcome is repeated by the engine until etcd answers (and a last
+// time on Close, before the lease is revoked); a lock that passed its
+// deadline is deleted before the lease is next kept alive, and again here.
 func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	st := l.State.(*lockState)
-	if !d.forget(st) {
-		d.mu.Lock()
-		dead := st.sess.dead
-		d.mu.Unlock()
-		if dead != nil {
-			return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
-		}
-		return fmt.Errorf("%w: the lock passed its deadline", driver.ErrNotHeld)
+	d.forget(st)
+	d.mu.Lock()
+	dead := st.sess.dead
+	d.mu.Unlock()
+	if dead != nil {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead) // the key went with the lease
 	}
-	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(st.key), "=", st.value)).
-		Then(clientv3.OpDelete(st.key)).
-		Commit()
+	resp, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
 	if err != nil {
-		// Unknown outcome: the key goes before the lease is kept alive
-		// again.
-		d.orphan(st)
-		return err
+		return d.classify(err)
 	}
-	if !resp.Succeeded {
+	if !resp.Responses[0].GetResponseTxn().Succeeded {
 		return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 	}
 	return nil
