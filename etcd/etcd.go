@@ -66,7 +66,7 @@
 //     etcd answers (measured: the key free 3 ms after the holder's Unlock,
 //     where an orphan used to hold it up for the rest of its lease).
 //   - A waiter that crashed while queued holds up the key until its lease
-//     expires: one TTL after its last keep-alive (2.0 s at TTL 2 s).
+//     expires: one TTL after its last keep-alive (1.8–2.0 s at TTL 2 s).
 //   - The client's own logs go where you send them: [SlogLogger] makes a
 //     zap logger for clientv3.Config.Logger (URL-opened clients use it).
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
