@@ -1,4 +1,4 @@
-package backends
+package mysql
 
 import (
 	"context"
@@ -14,36 +14,45 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/mysql"
+	"github.com/golocker/locker/lockurl"
 )
 
-// OpenMySQL opens a MySQL/MariaDB Locker for a mysql:// URL of the form
-// mysql://user:password@host:port/database?param=value. Parameters: table
-// names the lock table (default mysql.DefaultTable); skip_migration=true and
-// poll_only=true set mysql.Config's SkipMigration (for an account without
-// CREATE) and PollOnly; the others must be go-sql-driver/mysql DSN
-// parameters (parseTime=true is always set). ca_file, cert_file and
-// key_file (PEM files) turn TLS on with a private CA and a client
-// certificate. Anything else is refused with locker.ErrBadURL: the driver
-// would send it to the server as a session variable.
-func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
-	hs, err := hosts(u)
+// Open opens a MySQL/MariaDB Locker for a mysql:// URL of the form
+// mysql://user:password@host:port/database?param=value; it is the
+// [locker.OpenFunc] of that scheme:
+//
+//	var mux locker.Mux
+//	err := mux.Register("mysql", mysql.Open)
+//	l, err := locker.Open(ctx, &mux, "mysql://app:pw@127.0.0.1:3306/app?table=my_locks")
+//
+// Parameters: table names the lock table (default [DefaultTable]);
+// skip_migration=true and poll_only=true set [Config]'s SkipMigration (for
+// an account without CREATE) and PollOnly; the others must be
+// go-sql-driver/mysql DSN parameters (parseTime=true is always set).
+// ca_file, cert_file and key_file (PEM files) turn TLS on with a private CA
+// and a client certificate. Anything else is refused with
+// [locker.ErrBadURL]: the driver would send it to the server as a session
+// variable. A password goes to a host other than this machine only over TLS,
+// or with insecure=true. The Locker owns its connection pool: its Close
+// closes it.
+func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
+	p := lockurl.Parse(u)
+	hs, err := p.Hosts()
 	if err != nil {
 		return nil, err
 	}
 	if len(hs) != 1 {
-		return nil, fmt.Errorf("%w: %s: mysql takes one host", locker.ErrBadURL, u.Redacted())
+		return nil, p.Errorf("mysql takes one host")
 	}
-	q := backendQuery(u)
-	tc, err := tlsParams(u, q, "", "ca_file", "cert_file", "key_file")
+	tc, err := p.TLS("", "ca_file", "cert_file", "key_file")
 	if err != nil {
 		return nil, err
 	}
-	cfg := mysql.Config{Table: q.Get("table")}
-	q.Del("table")
+	cfg := Config{}
+	cfg.Table, _ = p.Take("table")
 	var insecure bool
 	for name, set := range map[string]*bool{"skip_migration": &cfg.SkipMigration, "poll_only": &cfg.PollOnly, "insecure": &insecure} {
-		if *set, err = takeBool(u, q, name); err != nil {
+		if *set, err = p.Bool(name); err != nil {
 			return nil, err
 		}
 	}
@@ -56,11 +65,11 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 		dsn.Passwd, _ = u.User.Password()
 	}
 	dsn.ParseTime = true
-	if len(q) > 0 {
+	if q := p.Rest(); len(q) > 0 {
 		// Let the driver parse and validate its own parameters.
 		parsed, err := gomysql.ParseDSN(dsn.FormatDSN() + "&" + q.Encode())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+			return nil, p.Errorf("%v", err)
 		}
 		if len(parsed.Params) > 0 {
 			names := make([]string, 0, len(parsed.Params))
@@ -68,7 +77,7 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 				names = append(names, name)
 			}
 			slices.Sort(names)
-			return nil, fmt.Errorf("%w: %s: unknown parameters %s", locker.ErrBadURL, u.Redacted(), strings.Join(names, ", "))
+			return nil, p.Errorf("unknown parameters %s", strings.Join(names, ", "))
 		}
 		dsn = parsed
 	}
@@ -78,17 +87,21 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	}
 	// tls=preferred falls back to plaintext: not secure.
 	secure := tc != nil || dsn.TLSConfig == "true" || dsn.TLSConfig == "skip-verify"
-	if err := cleartextPassword(u, hs, secure, insecure); err != nil {
+	if err := p.CheckPassword(hs, secure, insecure); err != nil {
 		return nil, err
 	}
 	// A connector keeps the TLS configuration, which a DSN string cannot
 	// carry without the driver's global registry.
 	connector, err := gomysql.NewConnector(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", locker.ErrBadURL, u.Redacted(), err)
+		return nil, p.Errorf("%v", err)
 	}
 	sqlDB := sql.OpenDB(connector)
-	defer closeOnError(&err, sqlDB.Close)
+	defer func() {
+		if err != nil {
+			_ = sqlDB.Close()
+		}
+	}()
 	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
@@ -96,5 +109,5 @@ func OpenMySQL(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
 	}
-	return mysql.NewWithConfig(db, cfg, append(opts, locker.WithOnClose(sqlDB.Close))...)
+	return NewWithConfig(db, cfg, append(opts, locker.WithOnClose(sqlDB.Close))...)
 }

@@ -1,0 +1,75 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/lockurl"
+)
+
+// Open opens a ZooKeeper Locker for a zk:// URL; it is the
+// [locker.OpenFunc] of that scheme:
+//
+//	var mux locker.Mux
+//	err := mux.Register("zk", zookeeper.Open)
+//	l, err := locker.Open(ctx, &mux, "zk://user:pass@127.0.0.1:2181/locks")
+//
+// The host part is a comma-separated server list, the path the root node of
+// the locks (default [DefaultRoot]). user:password authenticates with digest
+// and makes the Locker's nodes the creator's alone ([Config].Digest);
+// go-zookeeper has no TLS, so a password goes to a host other than this
+// machine only with insecure=true. The session timeout requested is the TTL
+// (see [Limits]): keep it within the server's session bounds. The Locker
+// owns the connection: its Close closes it.
+func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
+	p := lockurl.Parse(u)
+	hs, err := p.Hosts()
+	if err != nil {
+		return nil, err
+	}
+	insecure, err := p.Bool("insecure")
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Unknown(); err != nil {
+		return nil, err
+	}
+	if err := p.CheckPassword(hs, false, insecure); err != nil {
+		return nil, err
+	}
+	cfg := Config{}
+	if u.Path != "" && u.Path != "/" {
+		cfg.Root = u.Path
+	}
+	if u.User != nil {
+		pw, ok := u.User.Password()
+		if !ok || u.User.Username() == "" {
+			return nil, p.Errorf("zookeeper credentials must be user:password (digest)")
+		}
+		cfg.Digest = u.User.Username() + ":" + pw
+	}
+	set, err := locker.Resolve(opts...)
+	if err != nil {
+		return nil, err
+	}
+	conn, events, err := zk.Connect(hs, set.TTL, zk.WithLogger(discardLogger{}))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper %s: %w", u.Redacted(), err)
+	}
+	closeConn := func() error { conn.Close(); return nil }
+	defer func() {
+		if err != nil {
+			_ = closeConn()
+		}
+	}()
+	return cfg.New(conn, events, append(opts, locker.WithOnClose(closeConn))...)
+}
+
+// discardLogger keeps go-zookeeper from writing to the standard logger.
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
