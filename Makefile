@@ -1,20 +1,27 @@
-# Backend tests run against real servers (see internal/testenv). `make test`
-# installs missing server binaries when it can (.ci/install-servers), then
-# checks formatting, vets and runs the race-enabled tests.
+# The repository is a set of Go modules (go.work lists them): the core
+# (stdlib only), one per backend, backends (the URL registry), examples, and
+# the test-only ones (internal/testenv, internal/etcdserver, integration).
+# `make test` installs missing server binaries when it can
+# (.ci/install-servers), checks formatting and go.mod tidiness, vets every
+# module, and runs the race-enabled tests of every module against real
+# servers: withstores starts the servers that the tests inside the backend
+# modules read from LOCKER_* variables; the integration module starts its
+# own through the harness.
 
 GO           ?= go
-PKGS         ?= ./...
+PKGS         ?= work
 TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCHTIME    ?= 1s
+WITHSTORES   := $(GO) run ./internal/testenv/withstores --
 
 .DEFAULT_GOAL := test
 # The steps of `test` must run in order, even under make -j.
 .NOTPARALLEL:
-.PHONY: test vet fmt-check bench install-servers
+.PHONY: test vet fmt-check tidy-check bench install-servers release
 
-test: fmt-check install-servers vet
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: fmt-check tidy-check install-servers vet
+	$(WITHSTORES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
@@ -23,8 +30,19 @@ fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi
 
+# Every module's go.mod and go.sum are what `go mod tidy` makes of them,
+# outside the workspace (as a user's build reads them).
+tidy-check:
+	@fail=0; for dir in $$($(GO) list -m -f '{{.Dir}}'); do \
+		out="$$(cd "$$dir" && GOWORK=off $(GO) mod tidy -diff 2>&1)" || { echo "go mod tidy -diff in $$dir:"; echo "$$out"; fail=1; }; \
+	done; exit $$fail
+
 bench: install-servers
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) $(PKGS)
+	$(WITHSTORES) $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) $(PKGS)
 
 install-servers:
 	@./.ci/install-servers
+
+# Tags every module for a release, dry-run unless APPLY=1: make release VERSION=v0.2.0
+release:
+	@./.ci/release $(VERSION)

@@ -35,8 +35,11 @@
 package backends
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/etcd"
@@ -46,18 +49,26 @@ import (
 )
 
 // Register registers every built-in scheme with m: redis and rediss
-// ([redis.Open]), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
+// ([redis.Open] for one host, [redis.OpenCluster] for a host list), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
 // ([zookeeper.Open]).
 func Register(m *locker.Mux) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil *locker.Mux", locker.ErrInvalidOption)
 	}
 	return errors.Join(
-		m.Register("redis", redis.Open),
-		m.Register("rediss", redis.Open),
+		m.Register("redis", openRedis),
+		m.Register("rediss", openRedis),
 		m.Register("mysql", mysql.Open),
 		m.Register("etcd", etcd.Open),
 		m.Register("etcds", etcd.Open),
 		m.Register("zk", zookeeper.Open),
 	)
+}
+
+// openRedis opens a single node or, for a host list, a Cluster.
+func openRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (locker.Locker, error) {
+	if strings.Contains(u.Host, ",") {
+		return redis.OpenCluster(ctx, u, opts...)
+	}
+	return redis.Open(ctx, u, opts...)
 }

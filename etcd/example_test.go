@@ -10,17 +10,13 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/etcd"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // endpoints stands for the addresses of your etcd cluster, such as
-// []string{"localhost:2379"}. The examples run against an embedded etcd.
-func endpoints() []string {
-	srv, err := embedded.get()
-	if err != nil {
-		log.Fatalf("embedded etcd: %v", err)
-	}
-	return srv.Endpoints()
-}
+// []string{"localhost:2379"}. The examples run against the cluster of
+// LOCKER_ETCD_ENDPOINTS, which `make test` starts.
+func endpoints() []string { return storeenv.List(storeenv.EtcdEndpoints) }
 
 // The quick start: one Locker per process on your etcd client; Do runs a
 // function while holding a key.

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/leakcheck"
 	"github.com/golocker/locker/memory"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestHolderAndTokens(t *testing.T) {
 	store := memory.NewStore()

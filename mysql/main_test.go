@@ -1,23 +1,15 @@
 package mysql_test
 
 import (
+	"os"
 	"testing"
 
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
-// exampleDSN is the DSN of the shared test database, for the examples.
-var exampleDSN string
+// exampleDSN is the DSN of the test database, for the examples.
+var exampleDSN = os.Getenv(storeenv.MySQLDSN)
 
-// TestMain provides the examples' server (without one they are skipped, or
-// fail under CI), stops the shared servers after the run and checks that no
-// goroutine outlived its test.
-func TestMain(m *testing.M) {
-	testenv.MainWith(m, func() error {
-		srv, err := testenv.SharedMySQL()
-		if err == nil {
-			exampleDSN = srv.DSN()
-		}
-		return err
-	}, nil)
-}
+// TestMain skips the examples without a server (or fails under CI), and
+// checks that no goroutine outlived its test.
+func TestMain(m *testing.M) { storeenv.Main(m, storeenv.MySQLDSN) }

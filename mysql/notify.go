@@ -130,6 +130,13 @@ func newNotifier(db *sql.DB, dbName, table string, ttl, readTimeout time.Duratio
 
 func farAway() time.Time { return time.Now().Add(24 * time.Hour) }
 
+// LockName returns the name of the MySQL named lock (GET_LOCK) that wakes
+// the waiters of store key key of the lock table table in database
+// database: what a DBA sees in IS_USED_LOCK or the metadata_locks table.
+func LockName(database, table, key string) string {
+	return (&notifier{salt: database + "\x00" + table + "\x00"}).name(key)
+}
+
 // name returns the named lock of a store key: named locks are server-wide
 // and at most 64 characters, so it hashes the database, table and key.
 func (n *notifier) name(key string) string {

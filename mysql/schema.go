@@ -8,6 +8,11 @@ import (
 	"strings"
 )
 
+// CreateTableSQL returns the DDL of lock table table, the statement New
+// runs unless Config.SkipMigration is set: for a DBA who creates the table
+// for an account without CREATE. The package doc shows the same columns.
+func CreateTableSQL(table string) string { return createTableSQL(table) }
+
 // createTableSQL returns the DDL of the lock table; the package doc shows it
 // for the default name.
 func createTableSQL(table string) string {

@@ -53,6 +53,22 @@ type statements struct {
 	guard string
 }
 
+// Statements are SQL statements a Locker on a lock table runs, for DBAs who
+// review what the library sends and for benchmarks that must run the same
+// ones. Acquire takes an existing row (args: owner, label, TTL in µs, key;
+// LAST_INSERT_ID() is then the fencing token), Insert creates a missing one
+// (args: key, owner, label, TTL in µs), Release gives a row back (args: key,
+// owner, token).
+type Statements struct {
+	Acquire, Insert, Release string
+}
+
+// SQL returns the statements a Locker runs on lock table table.
+func SQL(table string) Statements {
+	s := newStatements(table)
+	return Statements{Acquire: s.acquire, Insert: s.insert, Release: s.release}
+}
+
 func newStatements(table string) statements {
 	t := "`" + table + "`"
 	return statements{

@@ -14,7 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // The benchmarks measure, in the same run and on the same server, the raw
@@ -86,7 +86,7 @@ func (p *pair) report(b *testing.B) {
 	b.ReportMetric(p50(ratios)/1e6, "x-floor-p50")
 }
 
-func benchServer(b *testing.B) *testenv.RedisServer { return testenv.Redis(b) }
+func benchServer(b *testing.B) *storeenv.Server { return storeenv.Redis(b) }
 
 // BenchmarkLockUnlock: uncontended Lock+Unlock against the floor's SET NX PX
 // plus EVALSHA compare-and-delete. Target: x-floor <= 1.2.

@@ -8,7 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // TestEvictionRisk: only a server with a memory limit and an evicting
@@ -39,7 +39,7 @@ func TestFenceRetentionIsConfigurable(t *testing.T) {
 	if _, err := (Config{FenceRetention: time.Millisecond}).New(unused); err == nil || !strings.Contains(err.Error(), "FenceRetention") {
 		t.Fatalf("a retention of 1ms must be refused naming Config.FenceRetention: %v", err)
 	}
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	l, err := (Config{FenceRetention: 90 * time.Second}).New(c, locker.WithTTL(2*time.Second))
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // TestForgedGrantIsNotTrusted: a client that may read the lock keys and
@@ -19,7 +19,7 @@ import (
 // from Redis), and the real holder keeps the key.
 func TestForgedGrantIsNotTrusted(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
 	user := "forger_" + rand.Text()[:8]

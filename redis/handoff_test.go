@@ -5,14 +5,14 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // TestHandedOverLockIsRenewed: a waiter handed the key (for a claim window
 // of 500 ms) confirms it and keeps it, renewed, for as long as it likes.
 func TestHandedOverLockIsRenewed(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
 	key := uniqueKey(t)

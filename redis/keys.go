@@ -57,6 +57,30 @@ func name(kind, s string) string {
 	return namespace + "#{" + strings.Repeat("0", 16-len(hex)) + string(hex) + "}:" + kind + ":" + s
 }
 
+// Keys are the Redis names of one lock (see the naming rules above), for
+// operators who inspect or repair the store with redis-cli, and for ACL
+// rules that must cover them.
+type Keys struct {
+	Lock    string // string "<owner> <token> <label>", PX = TTL
+	Fence   string // string, the last fencing token
+	Queue   string // sorted set of waiting owners, by arrival
+	Waiters string // hash owner -> "<deadline> <seq> <ttl> <label>"
+	Channel string // pub/sub channel of releases and hand-overs
+}
+
+// KeysOf returns the Redis names of the lock on store key s: the key a
+// caller passes to Lock with the Locker's prefix (locker.WithPrefix) before
+// it.
+func KeysOf(s string) Keys {
+	return Keys{
+		Lock:    name(kindLock, s),
+		Fence:   name(kindFence, s),
+		Queue:   name(kindQueue, s),
+		Waiters: name(kindWaiters, s),
+		Channel: name(kindChannel, s),
+	}
+}
+
 // lockKey returns the Redis key of the lock on store key s.
 func lockKey(s string) string { return name(kindLock, s) }
 

@@ -1,24 +1,16 @@
 package redis_test
 
 import (
+	"os"
 	"testing"
 
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
-// redisAddr is the address of the shared test server, for the examples.
-var redisAddr string
+// redisAddr is the address of the test server, for the examples.
+var redisAddr = os.Getenv(storeenv.RedisAddr)
 
-// TestMain provides the examples' server (without one they are skipped, or
-// fail under CI), stops the shared servers after the run and checks that no
-// goroutine outlived its test: every Locker, client and proxy is closed by
-// cleanups.
-func TestMain(m *testing.M) {
-	testenv.MainWith(m, func() error {
-		srv, err := testenv.SharedRedis()
-		if err == nil {
-			redisAddr = srv.Addr()
-		}
-		return err
-	}, nil)
-}
+// TestMain skips the examples without a server (or fails under CI), and
+// checks that no goroutine outlived its test: every Locker and client is
+// closed by cleanups.
+func TestMain(m *testing.M) { storeenv.Main(m, storeenv.RedisAddr) }

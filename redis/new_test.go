@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -30,5 +31,19 @@ func TestNewRefusesZeroClients(t *testing.T) {
 		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), strings.TrimPrefix(name, "typed ")) {
 			t.Errorf("New(%s) = %v; want an error matching ErrInvalidOption that names it", name, err)
 		}
+	}
+}
+
+// TestOpenRefusesHostList: Open is for one server; a host list names a
+// Cluster and gets an error pointing to OpenCluster, before any connection.
+func TestOpenRefusesHostList(t *testing.T) {
+	u, _ := url.Parse("redis://127.0.0.1:1,127.0.0.1:2")
+	l, err := redis.Open(t.Context(), u)
+	if err == nil {
+		_ = l.Close()
+		t.Fatal("Open with a host list must fail")
+	}
+	if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), "redis.OpenCluster") {
+		t.Errorf("Open(host list) = %v; want ErrBadURL naming redis.OpenCluster", err)
 	}
 }

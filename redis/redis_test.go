@@ -18,7 +18,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // uniqueKey returns a store key of its own for the test.
@@ -53,7 +53,7 @@ func TestNewRejectsNilClient(t *testing.T) {
 			t.Errorf("New(%s) = %v, %v; want nil and an error matching ErrInvalidOption naming the client", name, l, err)
 		}
 	}
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	if _, err := New(newClient(t, srv.Addr()), locker.WithTTL(time.Millisecond)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("New with a bad option: %v, want an error matching ErrInvalidOption", err)
 	}
@@ -150,7 +150,7 @@ func (r scriptRunner) queued() []string {
 // TestScripts runs every branch of the scripts against a real server.
 func TestScripts(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
 	for _, key := range []string{uniqueKey(t), "}" + uniqueKey(t)} { // both name forms
@@ -416,9 +416,10 @@ func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 
 // TestNoScriptFallback flushes the server's script cache under a Locker:
 // acquire, renew (pipelined) and release fall back to EVAL and keep working.
+// It is not parallel: the tests marked parallel (which count round trips)
+// run after it, so that SCRIPT FLUSH does not disturb them.
 func TestNoScriptFallback(t *testing.T) {
-	t.Parallel()
-	srv := testenv.NewRedis(t) // SCRIPT FLUSH would disturb other tests
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	hook := &countingHook{}
 	c.AddHook(hook)
@@ -470,43 +471,12 @@ func TestNoScriptFallback(t *testing.T) {
 	}
 }
 
-// TestTokensAcrossRestart restarts the server (no persistence) between two
-// acquisitions of a key: the fence key is gone, the token still increases.
-func TestTokensAcrossRestart(t *testing.T) {
-	t.Parallel()
-	srv := testenv.NewRedis(t)
-	c := newClient(t, srv.Addr())
-	admin := newClient(t, srv.Addr())
-	l, _ := newTestLocker(t, c, locker.WithTTL(2*time.Second))
-	ctx := ctxFor(t, 60*time.Second)
-
-	var last uint64
-	for i := range 3 {
-		lk, err := l.TryLock(ctx, "k")
-		if err != nil {
-			t.Fatalf("TryLock %d: %v", i, err)
-		}
-		if tok := lk.Token(); tok <= last {
-			t.Errorf("token %d after restart %d is not above the previous %d", tok, i, last)
-		} else {
-			last = tok
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			t.Fatalf("Unlock %d: %v", i, err)
-		}
-		srv.Restart(t)
-		if n := admin.Exists(ctx, fenceKey("k")).Val(); n != 0 {
-			t.Fatalf("fence key survived the restart; the test would not prove anything")
-		}
-	}
-}
-
 // TestWakeByPublish holds a key with a 30 s TTL and checks that a waiter
 // gets it soon after Unlock: only the release message can wake it that
 // early.
 func TestWakeByPublish(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
 	waiter, wd := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
@@ -615,7 +585,7 @@ func (h *slowAttemptHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) 
 // 10 s here.
 func TestHandOverRace(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	ctx := ctxFor(t, 60*time.Second)
 	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(30*time.Second))
 	wc := newClient(t, srv.Addr())
@@ -656,7 +626,7 @@ func TestHandOverRace(t *testing.T) {
 // the number of waiting goroutines, and that Close leaves no subscription.
 func TestPubSubLifecycle(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 60*time.Second)
 	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(20*time.Second))
@@ -759,7 +729,7 @@ func (h *faultHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 // phantom holder.
 func TestUnknownOutcomeCleansUp(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 30*time.Second)
@@ -800,7 +770,7 @@ func TestMaybeExecuted(t *testing.T) {
 		}
 	}
 	// A real error reply from the server.
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	err := c.Do(t.Context(), "NOSUCHCOMMAND").Err()
 	if err == nil || maybeExecuted(err) {
@@ -812,7 +782,7 @@ func TestMaybeExecuted(t *testing.T) {
 // is one pipeline, not one round trip per lock.
 func TestRenewalRoundTrips(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	c := newClient(t, srv.Addr())
 	hook := &countingHook{}
 	c.AddHook(hook)
@@ -854,7 +824,7 @@ func TestRenewalRoundTrips(t *testing.T) {
 // master.
 func TestClusterKeys(t *testing.T) {
 	t.Parallel()
-	cl := testenv.RedisCluster(t)
+	cl := storeenv.RedisCluster(t)
 	admin := newCluster(t, cl.Addrs(), nil)
 	ctx := ctxFor(t, 60*time.Second)
 	a, _ := newTestLocker(t, newCluster(t, cl.Addrs(), nil), locker.WithTTL(2*time.Second))
@@ -916,7 +886,7 @@ func TestClusterKeys(t *testing.T) {
 // each handed the key by the release before it.
 func TestFIFO(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 60*time.Second)
 	key := uniqueKey(t)
@@ -968,7 +938,7 @@ func TestFIFO(t *testing.T) {
 // and its queue entry is dropped once stale.
 func TestCrashedWaiter(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Redis(t)
+	srv := storeenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx := ctxFor(t, 60*time.Second)
 	key := uniqueKey(t)

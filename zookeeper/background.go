@@ -21,7 +21,7 @@ func (d *zkDriver) watchEvents() {
 		case ev, ok := <-d.events:
 			if !ok {
 				d.connClosed.Store(true)
-				d.loseWhere(func(*hold) bool { return true }, errConnClosed)
+				d.loseWhere(func(*hold) bool { return true }, ErrConnClosed)
 				return
 			}
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {

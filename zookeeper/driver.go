@@ -45,9 +45,10 @@ const (
 // expired or someone deleted it.
 var errNodeGone = errors.New("zookeeper: our lock node vanished (session expired or node deleted)")
 
-// errConnClosed is the cause of the locks lost when the events channel of the
-// connection is closed, that is when the connection was closed.
-var errConnClosed = errors.New("zookeeper: connection closed")
+// ErrConnClosed is the cause (with locker.ErrLost) of the locks lost when the
+// connection's event channel closes, that is when the connection was closed
+// under the Locker.
+var ErrConnClosed = errors.New("zookeeper: connection closed")
 
 // holdState is the life cycle of a hold, changed with compare-and-swap.
 type holdState int32
@@ -244,7 +245,7 @@ func call0(ctx context.Context, d *zkDriver, f func() error) error {
 }
 
 // parentOf returns the parent node of a store key's lock queue.
-func (d *zkDriver) parentOf(key string) string { return d.root + "/" + escapeKey(key) }
+func (d *zkDriver) parentOf(key string) string { return QueuePath(d.root, key) }
 
 // newGUID returns 32 random hex digits.
 func newGUID() string {
@@ -267,7 +268,7 @@ func classify(err error) error {
 		return nil
 	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrBadArguments),
 		errors.Is(err, zk.ErrInvalidACL), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrClosing),
-		errors.Is(err, errConnClosed):
+		errors.Is(err, ErrConnClosed):
 		return driver.Permanent(err)
 	}
 	return err

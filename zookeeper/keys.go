@@ -8,6 +8,12 @@ import (
 	"unicode/utf8"
 )
 
+// QueuePath returns the node under which the queue of store key key (the
+// caller's key with the Locker's prefix) lives, for a Locker whose root node
+// is root: each contender's ephemeral sequential node is a child of it. For
+// operators who inspect the queue (zkCli.sh ls).
+func QueuePath(root, key string) string { return root + "/" + escapeKey(key) }
+
 // escapeKey maps a store key (any string) to one znode name, injectively:
 // every byte sequence that ZooKeeper does not accept in a name, and '%'
 // itself, is percent-encoded byte by byte (%XX, upper-case hex), and the

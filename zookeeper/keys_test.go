@@ -8,7 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 var trickyKeys = []string{
@@ -88,8 +88,8 @@ func TestUnescapeRejectsMalformed(t *testing.T) {
 
 // The escaped names are accepted by a real server, as distinct nodes.
 func TestEscapedNamesOnServer(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	conn, _, err := zk.Connect(srv.Servers(), 2*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	srv := storeenv.ZooKeeper(t)
+	conn, _, err := zk.Connect(srv.Addrs(), 2*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,36 +2,34 @@ package testenv
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/golocker/locker/internal/leakcheck"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // Environment variables read by this package.
 const (
 	// EnvRedisAddr names a Redis server (host:port) to use instead of
 	// starting one.
-	EnvRedisAddr = "LOCKER_REDIS_ADDR"
+	EnvRedisAddr = storeenv.RedisAddr
 	// EnvRedisClusterAddrs names the nodes (comma-separated host:port) of a
 	// Redis Cluster to use instead of starting one.
-	EnvRedisClusterAddrs = "LOCKER_REDIS_CLUSTER_ADDRS"
+	EnvRedisClusterAddrs = storeenv.RedisClusterAddrs
 	// EnvMySQLDSN is a go-sql-driver DSN of a MySQL or MariaDB server to use
 	// instead of starting one.
-	EnvMySQLDSN = "LOCKER_MYSQL_DSN"
+	EnvMySQLDSN = storeenv.MySQLDSN
 	// EnvEtcdEndpoints names the endpoints (comma-separated) of an etcd
 	// cluster.
-	EnvEtcdEndpoints = "LOCKER_ETCD_ENDPOINTS"
+	EnvEtcdEndpoints = storeenv.EtcdEndpoints
 	// EnvZooKeeperServers names the servers (comma-separated host:port) of a
 	// ZooKeeper ensemble to use instead of starting one.
-	EnvZooKeeperServers = "LOCKER_ZK_SERVERS"
+	EnvZooKeeperServers = storeenv.ZooKeeperServers
 	// EnvNoDocker, when true, skips the Docker step.
 	EnvNoDocker = "LOCKER_NO_DOCKER"
 )
@@ -46,10 +44,7 @@ const (
 // CI reports whether the tests run under continuous integration, that is
 // whether the environment variable CI is true ("true", "1", ...). Under CI an
 // unavailable server fails the test instead of skipping it.
-func CI() bool {
-	ok, _ := strconv.ParseBool(os.Getenv("CI"))
-	return ok
-}
+func CI() bool { return storeenv.CI() }
 
 // Unavailable ends the test because the server what cannot be had: it fails
 // the test (t.Fatalf) under [CI] and skips it (t.Skipf) elsewhere. The
@@ -99,20 +94,8 @@ func freePorts(n int) ([]int, error) {
 // whether the variable named any. This package does not start etcd: without
 // the variable, etcd tests run an embedded server.
 func EtcdEndpoints() ([]string, bool) {
-	eps := envList(EnvEtcdEndpoints)
+	eps := storeenv.List(EnvEtcdEndpoints)
 	return eps, len(eps) > 0
-}
-
-// envList splits the comma-separated value of the environment variable name,
-// dropping blanks.
-func envList(name string) []string {
-	var out []string
-	for _, s := range strings.Split(os.Getenv(name), ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // unavailableError means a server cannot be had on this machine (nothing
@@ -206,31 +189,15 @@ func Shutdown() {
 // closed by then), and exits with the tests' exit code:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
-func Main(m *testing.M) { MainWith(m, nil, nil) }
+func Main(m *testing.M) { MainWith(m, nil) }
 
-// MainWith is [Main] for packages whose Example functions need a server or
-// that run servers of their own. Before the run, examples (when not nil)
-// starts the examples' shared server, for instance with [SharedRedis], and
-// records its address; its error goes to [ExamplesUnavailable], which skips
-// the examples or fails the run. After the run, stop (when not nil) stops
-// the package's own servers, before the leak check.
-func MainWith(m *testing.M, examples func() error, stop func()) {
-	if examples != nil {
-		flag.Parse()
-		if skip := ExamplesUnavailable(examples()); skip != "" {
-			_ = flag.Set("test.skip", skip)
-		}
-	}
+// MainWith is [Main] for packages that run servers of their own: after the
+// run, stop (when not nil) stops them, before the leak check.
+func MainWith(m *testing.M, stop func()) {
 	code := m.Run()
 	if stop != nil {
 		stop()
 	}
 	Shutdown()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: goroutines outlived the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Code(code))
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"github.com/golocker/locker/internal/storeenv"
 	"net"
 	"os"
 	"path/filepath"
@@ -232,7 +233,7 @@ func startRedisCluster() (*RedisClusterServer, func(), error) {
 	return source[*RedisClusterServer]{
 		what: "redis cluster", env: EnvRedisClusterAddrs, install: redisClusterInstall,
 		fromEnv: func(v string) (*RedisClusterServer, func(), error) {
-			addrs := envList(EnvRedisClusterAddrs)
+			addrs := storeenv.List(EnvRedisClusterAddrs)
 			if err := dialCheck(addrs...); err != nil {
 				return nil, nil, fmt.Errorf("redis cluster from %s: %w", EnvRedisClusterAddrs, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/golocker/locker/internal/storeenv"
 	"io"
 	"net"
 	"os"
@@ -80,7 +81,7 @@ func startZooKeeper() (*ZooKeeperServer, func(), error) {
 	return source[*ZooKeeperServer]{
 		what: "zookeeper", env: EnvZooKeeperServers, install: zkInstall,
 		fromEnv: func(string) (*ZooKeeperServer, func(), error) {
-			servers := envList(EnvZooKeeperServers)
+			servers := storeenv.List(EnvZooKeeperServers)
 			if err := dialCheck(servers...); err != nil {
 				return nil, nil, fmt.Errorf("zookeeper from %s: %w", EnvZooKeeperServers, err)
 			}

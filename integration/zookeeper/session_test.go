@@ -26,21 +26,6 @@ func connectWith(t *testing.T, srv *testenv.ZooKeeperServer, timeout time.Durati
 	return conn, events
 }
 
-// TestGrantedSessionTimeout: the session timeout the server granted is read
-// from the connection (go-zookeeper does not export it), and the server's
-// answer counts, not the request: the test server grants at least two ticks
-// (400 ms).
-func TestGrantedSessionTimeout(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	for asked, want := range map[time.Duration]time.Duration{3 * time.Second: 3 * time.Second, 100 * time.Millisecond: 400 * time.Millisecond} {
-		conn, _ := connectWith(t, srv, asked)
-		got, ok := zookeeper.GrantedTimeout(conn)
-		if !ok || got != want {
-			t.Errorf("asked for %v: granted timeout read as %v (%v), want %v", asked, got, ok, want)
-		}
-	}
-}
-
 // TestNewRefusesSessionShorterThanTTL: a session the server granted for
 // less than the TTL would let another process in while the holder still
 // counts on its lock: New refuses it and names both durations.

@@ -1,4 +1,4 @@
-package redis
+package redis_test
 
 import (
 	"context"
@@ -8,55 +8,14 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
 )
 
 // testTTL is the TTL of the conformance harnesses.
 const testTTL = 1500 * time.Millisecond
-
-// clientOptions are the go-redis options of every test client: ctx deadlines
-// bound every call (as the package doc recommends), and reads time out well
-// within a renewal interval.
-func clientOptions(addr string) *goredis.Options {
-	return &goredis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		DialTimeout:           time.Second,
-		Protocol:              testProtocol,
-	}
-}
-
-var testProtocol = 3
-
-// newClient returns a client of addr closed when the test ends.
-func newClient(t testing.TB, addr string) *goredis.Client {
-	t.Helper()
-	c := goredis.NewClient(clientOptions(addr))
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// newCluster returns a cluster client, closed when the test ends, whose
-// connections to node addr go through dial (nil: directly).
-func newCluster(t testing.TB, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.ClusterClient {
-	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{
-		Addrs:                 addrs,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		DialTimeout:           time.Second,
-		Dialer:                dial,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // closer is a go-redis client that can be closed (Crash).
 type closer interface{ Close() error }
@@ -124,7 +83,7 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 		NewLocker: func(t testing.TB) locker.Locker {
 			p := testenv.NewProxy(t, srv.Addr())
 			c := newClient(t, p.Addr())
-			l, err := New(c, locker.WithTTL(testTTL))
+			l, err := redis.New(c, locker.WithTTL(testTTL))
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
@@ -133,17 +92,17 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
-			return New(newClient(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			return redis.New(newClient(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,
 		DeleteBehind: func(t testing.TB, key string) {
-			if err := admin.Del(context.Background(), lockKey(key)).Err(); err != nil {
-				t.Errorf("DEL %s: %v", lockKey(key), err)
+			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
+				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
 			}
 		},
 		Restart:     srv.Restart,
-		MaxKeyBytes: MaxKeyBytes,
+		MaxKeyBytes: redis.MaxKeyBytes,
 	}
 }
 
@@ -175,7 +134,7 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 				return d.DialContext(ctx, network, p.Addr())
 			}
 			c := newCluster(t, cl.Addrs(), dial)
-			l, err := New(c, locker.WithTTL(testTTL))
+			l, err := redis.New(c, locker.WithTTL(testTTL))
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
@@ -184,16 +143,16 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
-			return New(newCluster(t, cl.Addrs(), nil), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			return redis.New(newCluster(t, cl.Addrs(), nil), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,
 		DeleteBehind: func(t testing.TB, key string) {
-			if err := admin.Del(context.Background(), lockKey(key)).Err(); err != nil {
-				t.Errorf("DEL %s: %v", lockKey(key), err)
+			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
+				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
 			}
 		},
-		MaxKeyBytes: MaxKeyBytes,
+		MaxKeyBytes: redis.MaxKeyBytes,
 	}
 }
 

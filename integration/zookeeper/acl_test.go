@@ -18,7 +18,7 @@ import (
 // lockNode returns the path of the only lock node of key under root.
 func lockNode(t *testing.T, c *zk.Conn, root, key string) (parent, node string) {
 	t.Helper()
-	parent = zookeeper.ParentPath(root, key)
+	parent = zookeeper.QueuePath(root, key)
 	children, _, err := c.Children(parent)
 	if err != nil || len(children) != 1 {
 		t.Fatalf("children of %s: %v, %v; want one lock node", parent, children, err)

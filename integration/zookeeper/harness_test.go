@@ -120,7 +120,7 @@ func (e *env) conn(l locker.Locker) *zk.Conn {
 // children lists the lock queue of key (default root, no prefix).
 func (e *env) children(tb testing.TB, key string) []string {
 	tb.Helper()
-	c, _, err := e.admin.Children(zookeeper.ParentPath(zookeeper.DefaultRoot, key))
+	c, _, err := e.admin.Children(zookeeper.QueuePath(zookeeper.DefaultRoot, key))
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -133,7 +133,7 @@ func (e *env) children(tb testing.TB, key string) []string {
 // deleteBehind deletes every node of key's queue.
 func (e *env) deleteBehind(tb testing.TB, key string) {
 	tb.Helper()
-	parent := zookeeper.ParentPath(zookeeper.DefaultRoot, key)
+	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
 	children, _, err := e.admin.Children(parent)
 	if err != nil {
 		tb.Errorf("list %s: %v", parent, err)

@@ -61,10 +61,10 @@ func TestConfigRootAndACL(t *testing.T) {
 		t.Fatalf("TryLock under a custom root and ACL: %v", err)
 	}
 	check, _ := zookeeper.Guard(lk)
-	if want := zookeeper.ParentPath(root, "k/1") + "/"; !strings.HasPrefix(check.Path, want) {
+	if want := zookeeper.QueuePath(root, "k/1") + "/"; !strings.HasPrefix(check.Path, want) {
 		t.Errorf("lock node %s, want it under %s", check.Path, want)
 	}
-	for _, p := range []string{root, zookeeper.ParentPath(root, "k/1"), check.Path} {
+	for _, p := range []string{root, zookeeper.QueuePath(root, "k/1"), check.Path} {
 		got, _, err := conn.GetACL(p)
 		if err != nil {
 			t.Fatalf("GetACL(%s): %v", p, err)
@@ -218,7 +218,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 		}
 	}
 	// Give the last waiter time to set its watch.
-	parent := zookeeper.ParentPath(zookeeper.DefaultRoot, key)
+	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
 	queue := e.children(t, key)
 	slices.SortFunc(queue, func(a, b string) int {
 		return strings.Compare(a[strings.LastIndex(a, "-"):], b[strings.LastIndex(b, "-"):])

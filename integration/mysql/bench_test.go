@@ -55,19 +55,19 @@ func benchVsFloor(b *testing.B, dsn string) {
 
 	// The floor: its own pool, the same statements, prepared.
 	_, raw := openGorm(b, dsnConfig(b, dsn, ""))
-	acquire, err := raw.PrepareContext(ctx, mysql.AcquireSQL(mysql.DefaultTable))
+	acquire, err := raw.PrepareContext(ctx, mysql.SQL(mysql.DefaultTable).Acquire)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer acquire.Close()
-	release, err := raw.PrepareContext(ctx, mysql.ReleaseSQL(mysql.DefaultTable))
+	release, err := raw.PrepareContext(ctx, mysql.SQL(mysql.DefaultTable).Release)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer release.Close()
 	const floorKey, key = "bench/floor", "bench/ours"
 	owner, ttl := rand.Text(), (10 * time.Second).Microseconds()
-	if _, err := raw.ExecContext(ctx, mysql.InsertSQL(mysql.DefaultTable), floorKey, owner, "floor", ttl); err != nil {
+	if _, err := raw.ExecContext(ctx, mysql.SQL(mysql.DefaultTable).Insert, floorKey, owner, "floor", ttl); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := raw.ExecContext(ctx, "UPDATE "+mysql.DefaultTable+" SET task_status = 'FINISH' WHERE task_name = ?", floorKey); err != nil {

@@ -1,0 +1,14 @@
+// Package redis_test holds the Redis tests that need servers of their own or
+// see the backend from outside: the conformance suite on a single node and on
+// a Cluster (restarts, partitions through proxies) and restarts without
+// persistence. The white-box store tests stay beside the code, in the redis
+// module (see internal/storeenv).
+package redis_test
+
+import (
+	"testing"
+
+	"github.com/golocker/locker/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
