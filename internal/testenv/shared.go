@@ -34,4 +34,3 @@ func Unavailability(err error) (warning string, ok bool) {
 	}
 	return "", false
 }
-
