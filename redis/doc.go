@@ -170,8 +170,9 @@
 //
 // # Performance
 //
-// Measured by the benchmarks of this package (go test -run '^$' -bench .
-// -benchtime 3000x), on loopback against redis-server 7.0 on a shared 2-core
+// Measured by the benchmarks of this package (make bench PKGS=./redis, or
+// go test -run '^$' -bench . -benchtime 3000x with LOCKER_REDIS_ADDR set), on
+// loopback against redis-server 7.0 on a shared 2-core
 // VM, each in one run with the raw floor: a hand-written SET key v NX PX ttl
 // plus an EVALSHA compare-and-delete on one go-redis client (README.md has
 // the details):
