@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"sync/atomic"
+	"time"
 )
 
 // Do waits for key, runs fn while holding it, and releases it.
@@ -25,18 +26,22 @@ import (
 // that errors.Is matches with either. When the key could not be acquired it
 // returns Lock's error and fn is not run. A nil ctx, Locker or fn gives an
 // error matching [ErrInvalidOption].
-func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error) error {
-	return do(ctx, "do", l, key, fn, true)
+//
+// opts configure the acquisition (see [LockOption]): with [MaxHold], fn's
+// ctx is cancelled with a cause matching [ErrMaxHold] when it runs out;
+// with [MinHold], the key stays claimed after fn returned early.
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	return do(ctx, "do", l, key, fn, true, opts)
 }
 
 // TryDo is Do without waiting: when key is held elsewhere it returns an error
 // matching [ErrNotAcquired] and fn is not run. This is the "skip this tick"
 // policy for jobs that run on many replicas but must run on one.
-func TryDo(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error) error {
-	return do(ctx, "trydo", l, key, fn, false)
+func TryDo(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	return do(ctx, "trydo", l, key, fn, false, opts)
 }
 
-func do(ctx context.Context, op string, l Locker, key string, fn func(ctx context.Context) error, wait bool) error {
+func do(ctx context.Context, op string, l Locker, key string, fn func(ctx context.Context) error, wait bool, opts []LockOption) error {
 	switch {
 	case ctx == nil:
 		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errNilContext}
@@ -53,9 +58,9 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 	var lk Lock
 	var err error
 	if wait {
-		lk, err = l.Lock(ctx, key)
+		lk, err = l.Lock(ctx, key, opts...)
 	} else {
-		lk, err = l.TryLock(ctx, key)
+		lk, err = l.TryLock(ctx, key, opts...)
 	}
 	if err != nil {
 		return err
@@ -174,6 +179,7 @@ type nestedLock struct {
 func (n *nestedLock) Key() string           { return n.outer.Key() }
 func (n *nestedLock) Token() uint64         { return n.outer.Token() }
 func (n *nestedLock) Done() <-chan struct{} { return n.outer.Done() }
+func (n *nestedLock) Deadline() time.Time   { return n.outer.Deadline() }
 func (n *nestedLock) Err() error            { return n.outer.Err() }
 
 func (n *nestedLock) Unlock(context.Context) error {

@@ -49,20 +49,22 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		}
 	}
 	e := &engine{
-		drv:      d,
-		name:     info.Name,
-		max:      info.MaxKeyBytes,
-		cfg:      cfg,
-		holds:    make(map[*hold]struct{}),
-		gates:    make(map[string]*gate),
-		inflight: make(map[uint64]context.CancelCauseFunc),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		next:     farFuture(),
+		drv:        d,
+		name:       info.Name,
+		max:        info.MaxKeyBytes,
+		perLockTTL: info.PerLockTTL,
+		cfg:        cfg,
+		holds:      make(map[*hold]struct{}),
+		gates:      make(map[string]*gate),
+		inflight:   make(map[uint64]context.CancelCauseFunc),
+		wake:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		next:       farFuture(),
 	}
 	e.notifier, _ = d.(driver.Notifier)
 	e.acquirer, _ = d.(driver.Acquirer)
 	e.batcher, _ = d.(driver.BatchRenewer)
+	e.keeper, _ = d.(driver.Keeper)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
 	go e.watchdog()
@@ -89,9 +91,12 @@ type engine struct {
 	notifier driver.Notifier
 	acquirer driver.Acquirer
 	batcher  driver.BatchRenewer
+	keeper   driver.Keeper
 	name     string
-	max      int
-	cfg      config
+	// perLockTTL: the driver honours a TTL per lock (driver.Info).
+	perLockTTL bool
+	max        int
+	cfg        config
 
 	ctx    context.Context // cancelled by Close: ends waits and store calls
 	cancel context.CancelCauseFunc
@@ -149,16 +154,16 @@ func (e *engine) storeKey(op, key string) (string, error) {
 }
 
 // Lock implements Locker.
-func (e *engine) Lock(ctx context.Context, key string) (Lock, error) {
-	return e.lock(ctx, "lock", key, true)
+func (e *engine) Lock(ctx context.Context, key string, opts ...LockOption) (Lock, error) {
+	return e.lock(ctx, "lock", key, true, opts)
 }
 
 // TryLock implements Locker.
-func (e *engine) TryLock(ctx context.Context, key string) (Lock, error) {
-	return e.lock(ctx, "trylock", key, false)
+func (e *engine) TryLock(ctx context.Context, key string, opts ...LockOption) (Lock, error) {
+	return e.lock(ctx, "trylock", key, false, opts)
 }
 
-func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, error) {
+func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []LockOption) (Lock, error) {
 	// The ctx first: a nil one is a programming error, and an ended one
 	// (for example the ctx of a Do that has returned) confers nothing.
 	if ctx == nil {
@@ -170,6 +175,10 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	skey, err := e.storeKey(op, key)
 	if err != nil {
 		return nil, err
+	}
+	lc, err := e.lockOptions(opts)
+	if err != nil {
+		return nil, e.err(op, key, nil, err)
 	}
 	if outer, err := e.heldIn(ctx, key); err != nil {
 		return nil, e.err(op, key, ErrNotAcquired, err)
@@ -193,8 +202,12 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 	if err != nil {
 		return nil, e.waitErr(op, key, ctx, err, nil)
 	}
-	h := &hold{e: e, key: key, gate: g, done: make(chan struct{})}
-	req := driver.Request{Key: skey, Label: e.cfg.label, TTL: e.cfg.ttl, Lost: func(cause error) { h.lost(cause) }}
+	h := &hold{e: e, key: key, gate: g, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
+	req := driver.Request{Key: skey, Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+	if e.perLockTTL {
+		// The key outlives a crash of its holder until its MinHold ends.
+		req.TTL = max(lc.ttl, lc.minHold)
+	}
 
 	var (
 		grant   driver.Grant
@@ -237,7 +250,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool) (Lock, err
 			return nil, e.waitErr(op, key, ctx, cctx.Err(), lastErr)
 		}
 	}
-	h.lease = driver.Lease{Key: skey, Owner: req.Owner, TTL: e.cfg.ttl}
+	h.lease = driver.Lease{Key: skey, Owner: req.Owner, TTL: req.TTL}
 	if err := e.register(h, grant, sent); err != nil {
 		return nil, err
 	}
@@ -408,19 +421,29 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	}
 	validity := g.Validity
 	if validity <= 0 {
-		validity = e.cfg.ttl
+		validity = h.lease.TTL
+	}
+	// MinHold and MaxHold count from the grant's arrival: never before the
+	// store's acquisition (a queue-based driver's Since may be older).
+	if now := time.Now(); h.minHold > 0 || h.maxHold > 0 {
+		if h.minHold > 0 {
+			h.minHoldEnd = now.Add(h.minHold)
+		}
+		if h.maxHold > 0 {
+			h.maxHoldEnd = now.Add(h.maxHold)
+		}
 	}
 	e.mu.Lock()
 	if e.closed {
 		// Granted as the Locker closed: Close, which waits for this call,
 		// releases it with the others.
-		e.cleanups = append(e.cleanups, cleanup{key: h.lease.Key, lease: &h.lease})
+		e.cleanups = append(e.cleanups, h.cleanup())
 		e.mu.Unlock()
 		h.end(nil)
 		return e.err("lock", h.key, ErrClosed, nil)
 	}
 	h.deadline = sent.Add(safeValidity(validity))
-	h.nextRenew = sent.Add(renewAfter(e.cfg.ttl, validity))
+	h.nextRenew = sent.Add(renewAfter(h.ttl, validity))
 	if !h.ended.Load() {
 		e.holds[h] = struct{}{}
 	}
@@ -478,7 +501,7 @@ func (e *engine) Close() error {
 		// A hold claimed by an Unlock in progress is ended by that Unlock,
 		// whose store call was just cancelled.
 		if h.claim() && h.end(e.err("close", h.key, ErrLost, ErrClosed)) {
-			release = append(release, cleanup{key: h.key, lease: &h.lease})
+			release = append(release, h.cleanup())
 		}
 	}
 	e.calls.Wait()
@@ -540,6 +563,12 @@ type hold struct {
 	gate  *gateTicket
 	done  chan struct{}
 
+	// The lock's options (see lockConfig), and the moments its MinHold and
+	// MaxHold end (zero: none); set before the hold is registered.
+	ttl                    time.Duration
+	minHold, maxHold       time.Duration
+	minHoldEnd, maxHoldEnd time.Time
+
 	token   atomic.Uint64 // the fencing token, for the loss report
 	claimed atomic.Bool   // set by the one Unlock or Close that releases it
 	ended   atomic.Bool   // set once, just before done is closed
@@ -553,7 +582,14 @@ type hold struct {
 
 func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }
 
-func (h *hold) release(ctx context.Context) error { return h.e.drv.Release(ctx, h.lease) }
+// release gives the lock up in the store, or keeps its key claimed for
+// the rest of its MinHold.
+func (h *hold) release(ctx context.Context) error { return h.e.giveUp(ctx, h.lease, h.minHoldEnd) }
+
+// cleanup is the background release of the hold's lease.
+func (h *hold) cleanup() cleanup {
+	return cleanup{key: h.lease.Key, lease: &h.lease, keepUntil: h.minHoldEnd}
+}
 
 // end marks the lock as no longer held: err is nil after a release, and an
 // error matching ErrLost otherwise. Only the first call has an effect.
@@ -597,6 +633,9 @@ func (l *handle) Key() string           { return l.h.key }
 func (l *handle) Token() uint64         { return l.h.lease.Token }
 func (l *handle) Done() <-chan struct{} { return l.h.done }
 
+// Deadline implements Lock.
+func (l *handle) Deadline() time.Time { return l.h.deadlineLocked(l.h.e) }
+
 func (l *handle) Err() error {
 	if p := l.h.err.Load(); p != nil {
 		return *p
@@ -618,7 +657,7 @@ func (l *handle) Unlock(ctx context.Context) error {
 	}
 	if ctx == nil || ctx.Err() != nil {
 		h.end(nil)
-		e.abandon(h.lease)
+		e.abandon(h)
 		if ctx == nil {
 			return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
 		}
@@ -638,7 +677,7 @@ func (l *handle) Unlock(ctx context.Context) error {
 	// Unknown outcome: stop renewing, and let the watchdog retry the
 	// release in the background.
 	h.end(nil)
-	e.abandon(h.lease)
+	e.abandon(h)
 	return e.err("unlock", h.key, nil, err)
 }
 

@@ -58,6 +58,7 @@ package locker
 
 import (
 	"context"
+	"time"
 )
 
 // Locker hands out locks on string keys. It is safe for concurrent use by
@@ -77,12 +78,15 @@ type Locker interface {
 	// had ended already, [ErrInvalidOption] for a nil ctx, [ErrClosed] after
 	// Close, [ErrInvalidKey] for a key the backend cannot store, or wrap the
 	// backend's error.
-	Lock(ctx context.Context, key string) (Lock, error)
+	//
+	// opts configure this acquisition (see [LockOption]: [MinHold],
+	// [MaxHold], [TTL]).
+	Lock(ctx context.Context, key string, opts ...LockOption) (Lock, error)
 
 	// TryLock makes one attempt and returns an error matching
 	// [ErrNotAcquired] when the key is held elsewhere. Other errors are as for
 	// Lock.
-	TryLock(ctx context.Context, key string) (Lock, error)
+	TryLock(ctx context.Context, key string, opts ...LockOption) (Lock, error)
 
 	// Close ends every held lock at once (its Done closes, its Err matches
 	// [ErrLost] and [ErrClosed]) whatever the store is doing, ends every
@@ -107,6 +111,11 @@ type Lock interface {
 	// unlocked, lost, or its Locker closed. When the lock is lost, Done
 	// closes before the store could give the key to anyone else.
 	Done() <-chan struct{}
+
+	// Deadline returns the local deadline: when Done closes unless a
+	// renewal succeeds first (at most its MaxHold end). It moves forward
+	// with every renewal.
+	Deadline() time.Time
 
 	// Err returns nil while the lock is held or after Unlock (a store that
 	// drops a lock while it is being released is no loss), and an error

@@ -12,6 +12,7 @@ import (
 // renewResult is what one renewal round brings back to the watchdog.
 type renewResult struct {
 	holds    []*hold
+	ttls     []time.Duration // the TTL each lease was renewed for
 	sent     time.Time
 	validity []time.Duration
 	errs     []error
@@ -35,7 +36,7 @@ func (e *engine) watchdog() {
 	for {
 		now := time.Now()
 		next := farFuture()
-		var due, expired []*hold
+		var due, expired, maxed []*hold
 		e.mu.Lock()
 		// A round starts when some lock is due and takes along every lock
 		// due within the window, so that locks taken at different moments
@@ -46,7 +47,14 @@ func (e *engine) watchdog() {
 				expired = append(expired, h)
 				continue
 			}
+			if !h.maxHoldEnd.IsZero() && !now.Before(h.maxHoldEnd) && !h.claimed.Load() {
+				maxed = append(maxed, h)
+				continue
+			}
 			next = minTime(next, h.deadline)
+			if !h.maxHoldEnd.IsZero() {
+				next = minTime(next, h.maxHoldEnd)
+			}
 			if h.renewing || inflight || h.claimed.Load() {
 				// A claimed hold is being released: its deadline still
 				// holds, but it is renewed no more.
@@ -78,7 +86,15 @@ func (e *engine) watchdog() {
 			if h.lost(errNoRenewal) {
 				// The store may still hold it (etcd and ZooKeeper keep it
 				// while the lease or session lives): give it back.
-				e.abandon(h.lease)
+				e.abandon(h)
+			}
+		}
+		for _, h := range maxed {
+			// Its MaxHold is over: the holder may run on, but the key is
+			// released (its MinHold, not longer, has passed).
+			if h.claim() && h.end(e.err("hold", h.key, ErrLost, maxHoldError(h.maxHold))) {
+				e.cfg.logger.Info("locker: MaxHold reached, lock released", "backend", e.name, "key", h.key, "maxhold", h.maxHold)
+				e.abandon(h)
 			}
 		}
 		if len(due) > 0 {
@@ -148,9 +164,18 @@ func minTime(a, b time.Time) time.Time {
 func (e *engine) renew(holds []*hold) renewResult {
 	r := renewResult{
 		holds:    holds,
+		ttls:     make([]time.Duration, len(holds)),
 		sent:     time.Now(),
 		validity: make([]time.Duration, len(holds)),
 		errs:     make([]error, len(holds)),
+	}
+	leases := make([]driver.Lease, len(holds))
+	for i, h := range holds {
+		leases[i] = h.lease
+		if e.perLockTTL {
+			leases[i].TTL = h.storeTTL(r.sent)
+		}
+		r.ttls[i] = leases[i].TTL
 	}
 	// No round may outlive the earliest deadline it serves.
 	deadline := holds[0].deadlineLocked(e)
@@ -161,10 +186,6 @@ func (e *engine) renew(holds []*hold) renewResult {
 	defer cancel()
 
 	if e.batcher != nil {
-		leases := make([]driver.Lease, len(holds))
-		for i, h := range holds {
-			leases[i] = h.lease
-		}
 		v, errs, err := e.batcher.RenewBatch(ctx, leases)
 		if err == nil && (len(v) != len(holds) || len(errs) != len(holds)) {
 			err = errors.New("driver returned a batch result of the wrong length")
@@ -184,7 +205,7 @@ func (e *engine) renew(holds []*hold) renewResult {
 		idx[i] = i
 	}
 	forEach(idx, renewWorkers, func(i int) {
-		r.validity[i], r.errs[i] = e.drv.Renew(ctx, holds[i].lease)
+		r.validity[i], r.errs[i] = e.drv.Renew(ctx, leases[i])
 	})
 	return r
 }
@@ -215,10 +236,10 @@ func (e *engine) applyRenewals(r renewResult) {
 		case err == nil:
 			v := r.validity[i]
 			if v <= 0 {
-				v = e.cfg.ttl
+				v = r.ttls[i]
 			}
 			h.deadline = r.sent.Add(safeValidity(v))
-			h.nextRenew = r.sent.Add(renewAfter(e.cfg.ttl, v))
+			h.nextRenew = r.sent.Add(renewAfter(h.ttl, v))
 		case errors.Is(err, driver.ErrNotHeld):
 			lost = append(lost, h)
 			lostErr = append(lostErr, err)
@@ -239,13 +260,16 @@ type cleanup struct {
 	key     string
 	lease   *driver.Lease
 	residue func(context.Context) error
+	// keepUntil, when ahead, keeps the lease's key claimed until then
+	// (its MinHold) instead of releasing it.
+	keepUntil time.Time
 }
 
 // run makes one attempt; nil means nothing is left to do.
-func (c cleanup) run(ctx context.Context, d driver.Driver) error {
+func (c cleanup) run(ctx context.Context, e *engine) error {
 	var err error
 	if c.lease != nil {
-		err = d.Release(ctx, *c.lease)
+		err = e.giveUp(ctx, *c.lease, c.keepUntil)
 	} else {
 		err = c.residue(ctx)
 	}
@@ -260,8 +284,8 @@ func (c cleanup) run(ctx context.Context, d driver.Driver) error {
 // its Unlock came with an ended ctx), so that the watchdog releases it in
 // the store at once: stores whose locks live as long as a lease or session
 // that the Locker keeps alive never forget them.
-func (e *engine) abandon(l driver.Lease) {
-	e.addCleanup(cleanup{key: l.Key, lease: &l})
+func (e *engine) abandon(h *hold) {
+	e.addCleanup(h.cleanup())
 }
 
 // keepResidue queues what a failed acquisition left in the store, when its
@@ -335,7 +359,7 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			cctx, cancel = context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
 			defer cancel()
 		}
-		if err := c.run(cctx, e.drv); err != nil {
+		if err := c.run(cctx, e); err != nil {
 			if errors.Is(err, driver.ErrPermanent) {
 				e.cfg.logger.Warn("locker: background cleanup failed for good; the store expires what is left", "backend", e.name, "key", c.key, "err", err)
 				return

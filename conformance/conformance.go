@@ -85,6 +85,17 @@
 //     key for at most its TTL after the holder's Unlock.
 //   - UnlockWhileIsolated (Isolate): an Unlock whose store call failed still
 //     releases the key once the store answers, within TTL/2 of the heal.
+//   - MinHold: a key taken with MinHold(m) stays claimed until m after the
+//     acquisition after TryDo returned early, and (Crash) after its holder
+//     crashed with m longer than the TTL; then it is free.
+//   - MaxHold: a holder running past MaxHold(d) has Do's ctx cancelled with
+//     ErrMaxHold at d, never earlier, and another Locker gets the key within
+//     a TTL.
+//   - LockTTL (Crash): a lock taken with TTL(t) outlives its crashed holder
+//     for t; Deadline reports when Done would close.
+//
+// Cases of options a backend refuses (an error matching ErrInvalidOption)
+// skip and say so.
 //
 // # Timing
 //
@@ -178,6 +189,9 @@ var cases = []testCase{
 	{name: "LockRidesOutRestart", serial: true, run: testLockRidesOutRestart},
 	{name: "WaiterCrash", run: testWaiterCrash},
 	{name: "UnlockWhileIsolated", run: testUnlockWhileIsolated},
+	{name: "MinHold", run: testMinHold},
+	{name: "MaxHold", run: testMaxHold},
+	{name: "LockTTL", run: testLockTTL},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -180,6 +180,7 @@ const (
 	residueWhenCut  = "residueWhenCut"  // a wait that ends while cut off leaves a waiter that takes the key later
 	failsOnRestart  = "failsOnRestart"  // a waiting Lock fails when the store restarts
 	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
+	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -217,6 +218,7 @@ var mustCatch = map[string][]string{
 	residueWhenCut:  {"CancelWhileIsolated"},
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
+	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -459,12 +461,12 @@ type brokenLocker struct {
 	crashed bool
 }
 
-func (b *brokenLocker) Lock(ctx context.Context, key string) (locker.Lock, error) {
-	return b.acquire(ctx, key, true)
+func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
+	return b.acquire(ctx, key, true, opts)
 }
 
-func (b *brokenLocker) TryLock(ctx context.Context, key string) (locker.Lock, error) {
-	return b.acquire(ctx, key, false)
+func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
+	return b.acquire(ctx, key, false, opts)
 }
 
 func (b *brokenLocker) Close() error {
@@ -488,14 +490,16 @@ func (b *brokenLocker) Close() error {
 	return b.inner.Close()
 }
 
-func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool) (locker.Lock, error) {
+func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts []locker.LockOption) (locker.Lock, error) {
 	call := func(ctx context.Context, key string) (locker.Lock, error) {
 		if wait {
-			return b.inner.Lock(ctx, key)
+			return b.inner.Lock(ctx, key, opts...)
 		}
-		return b.inner.TryLock(ctx, key)
+		return b.inner.TryLock(ctx, key, opts...)
 	}
 	switch b.kind {
+	case dropsOptions:
+		opts = nil
 	case nilCtxPanics:
 		if ctx == nil {
 			panic("conformance: nilCtxPanics: nil ctx")
@@ -662,6 +666,7 @@ func (f *fakeLock) Key() string           { return f.key }
 func (f *fakeLock) Token() uint64         { return f.token }
 func (f *fakeLock) Done() <-chan struct{} { return f.done }
 func (f *fakeLock) Err() error            { return nil }
+func (f *fakeLock) Deadline() time.Time   { return time.Now().Add(time.Hour) }
 func (f *fakeLock) Unlock(context.Context) error {
 	released := false
 	f.once.Do(func() { close(f.done); released = true })

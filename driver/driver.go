@@ -142,6 +142,13 @@ type Info struct {
 	// bytes) the driver accepts; 0 means no limit. Longer keys are rejected
 	// by the engine with locker.ErrInvalidKey naming this limit.
 	MaxKeyBytes int
+	// PerLockTTL reports that the driver honours [Request.TTL] and
+	// [Lease.TTL] when they differ from [Config.TTL]: a TTL per lock, which
+	// may change from one renewal to the next (the engine lengthens it so
+	// that a lock with locker.MinHold outlives a crash of its holder). When
+	// false, the engine always sends Config.TTL and refuses the options
+	// that need another.
+	PerLockTTL bool
 }
 
 // Request describes one acquisition attempt.
@@ -258,6 +265,20 @@ type Acquirer interface {
 // what it could not do to the store's own expiry.
 type ContextCloser interface {
 	CloseContext(ctx context.Context) error
+}
+
+// Keeper is implemented by drivers that can give a lock up while leaving
+// its key claimed in the store for a while longer, with no process and no
+// renewal: what locker.MinHold needs (a scheduled job's lock stays taken for
+// the rest of its tick after the job ends early, or its holder crashes).
+type Keeper interface {
+	// Keep ends l like [Driver.Release], except that the key stays claimed
+	// for remaining more on the store's clock (it may round up, never
+	// down), then is free. Nobody renews it. It must never touch another
+	// owner's lock, and returns an error matching ErrNotHeld when the lock
+	// was no longer l.Owner's. It may be called more than once for the same
+	// lease (a retry after an unknown outcome).
+	Keep(ctx context.Context, l Lease, remaining time.Duration) error
 }
 
 // BatchRenewer is implemented by drivers that can renew many locks in one

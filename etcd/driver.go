@@ -428,7 +428,9 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 			// more: delete it at the next keep-alive, and queue under
 			// another name.
 			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-				d.orphan(&lockState{key: st.key, value: string(kv.Value), sess: s})
+				if !strings.HasPrefix(string(kv.Value), keptPrefix) {
+					d.orphan(&lockState{key: st.key, value: string(kv.Value), sess: s})
+				}
 			}
 			suffix = true
 			continue
@@ -605,6 +607,46 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 		return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 	}
 	return nil
+}
+
+// keptPrefix starts the value of a key a Keep moved onto a lease of its own.
+const keptPrefix = "kept "
+
+// Keep implements driver.Keeper (locker.MinHold): the lock's key moves onto
+// a lease of its own that expires after remaining, rounded up to whole
+// seconds (and to the server's minimum lease TTL), and nobody keeps it
+// alive; its value is marked, so that nothing of this Locker takes it for
+// one of its own orphans. The key keeps its create revision: the waiters
+// queued behind it wait until etcd deletes it with its lease.
+func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	st := l.State.(*lockState)
+	d.forget(st)
+	d.mu.Lock()
+	dead := st.sess.dead
+	d.mu.Unlock()
+	if dead != nil {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
+	}
+	secs := int64((remaining + time.Second - 1) / time.Second)
+	lease, err := d.cli.Grant(ctx, max(secs, 1))
+	if err != nil {
+		return d.classify(err)
+	}
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(st.key), "=", st.value)).
+		Then(clientv3.OpPut(st.key, keptPrefix+st.value, clientv3.WithLease(lease.ID))).
+		Commit()
+	if err == nil && resp.Succeeded {
+		return nil
+	}
+	// Not moved: the lease would only wait for its expiry.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	_, _ = d.cli.Revoke(rctx, lease.ID)
+	cancel()
+	if err != nil {
+		return d.classify(err)
+	}
+	return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 }
 
 // Close revokes the lease, which deletes every key left on it.

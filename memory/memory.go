@@ -53,6 +53,7 @@ type entry struct {
 	label   string
 	token   uint64
 	expires time.Time // monotonic
+	kept    bool      // given up with a MinHold left: taken until expires
 }
 
 // NewStore returns an empty Store.
@@ -183,7 +184,7 @@ func (d *memDriver) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (d *memDriver) Info() driver.Info { return driver.Info{Name: "memory"} }
+func (d *memDriver) Info() driver.Info { return driver.Info{Name: "memory", PerLockTTL: true} }
 
 func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := d.check(ctx); err != nil {
@@ -210,11 +211,30 @@ func (d *memDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, e
 	defer s.mu.Unlock()
 	now := time.Now()
 	e := s.live(l.Key, now)
-	if e == nil || e.owner != l.Owner {
+	if e == nil || e.owner != l.Owner || e.kept {
 		return 0, driver.ErrNotHeld
 	}
 	e.expires = now.Add(l.TTL)
 	return l.TTL, nil
+}
+
+// Keep implements driver.Keeper: the key stays taken for remaining more,
+// renewed by nobody (locker.MinHold).
+func (d *memDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	e := s.live(l.Key, now)
+	if e == nil || e.owner != l.Owner {
+		return driver.ErrNotHeld
+	}
+	e.kept = true
+	e.expires = now.Add(remaining)
+	return nil
 }
 
 func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {

@@ -187,7 +187,7 @@ type sqlDriver struct {
 	label       string
 
 	// prepared in Configure
-	acquire, insert, remaining, release, undo *sql.Stmt
+	acquire, insert, remaining, release, undo, keep *sql.Stmt
 
 	mu     sync.Mutex
 	renew  map[int]*sql.Stmt // by padded batch size
@@ -211,7 +211,7 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 
 // Info implements driver.Driver.
 func (d *sqlDriver) Info() driver.Info {
-	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes}
+	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
 }
 
 // Configure implements driver.Configurer: it creates and checks the table,
@@ -247,6 +247,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		{&d.remaining, d.sql.remaining},
 		{&d.release, d.sql.release},
 		{&d.undo, d.sql.undo},
+		{&d.keep, d.sql.keep},
 	} {
 		if *p.stmt, err = d.db.PrepareContext(ctx, p.text); err != nil {
 			return fmt.Errorf("prepare: %w", err)
@@ -440,6 +441,27 @@ func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 		return fmt.Errorf("release: %w", err)
 	}
 	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// Keep implements driver.Keeper (locker.MinHold): the run is over
+// (finish_time set) but the row stays RUNNING until remaining from now on
+// the database's clock, renewed by nobody; waiters poll until then.
+func (d *sqlDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	s := leaseState(l)
+	res, err := d.keep.ExecContext(ctx, max(remaining.Microseconds(), 1), s.key, s.owner, s.version)
+	if err != nil {
+		return fmt.Errorf("keep: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("keep: %w", err)
+	}
+	if n == 0 {
+		// Not ours any more, or a retry of a Keep that took effect (same
+		// values: MySQL counts the row as not changed).
 		return driver.ErrNotHeld
 	}
 	return nil

@@ -51,6 +51,9 @@ type statements struct {
 	inspect string
 	// guard reads and row-locks the lock row. Args: key.
 	guard string
+	// keep ends a run but leaves the row RUNNING until a point (MinHold).
+	// Args: remaining µs, key, owner, version.
+	keep string
 }
 
 // Statements are SQL statements a Locker on a lock table runs, for DBAs who
@@ -84,6 +87,8 @@ func newStatements(table string) statements {
 			" FROM " + t + " WHERE task_name = ?",
 		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
+		keep: "UPDATE " + t + " SET finish_time = " + dbNow + ", lock_until = " + untilExpr + ", update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
 		undo: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +

@@ -187,7 +187,7 @@ func newDriver(client Client) *redisDriver {
 
 // Info implements driver.Driver.
 func (d *redisDriver) Info() driver.Info {
-	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes}
+	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
 }
 
 // Configure implements driver.Configurer: it takes the logger and prepares
@@ -390,6 +390,20 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("release: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
+// remaining; nobody renews the key after that, and the waiters take it when
+// it expires.
+func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, millis(remaining)).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("keep: %w", classify(err))
+	case n == 0:
+		return fmt.Errorf("keep: %w", driver.ErrNotHeld)
 	}
 	return nil
 }

@@ -170,7 +170,7 @@ func TestTokenIsCreateRevision(t *testing.T) {
 	l := newLocker(t, eps)
 	admin := newClient(t, eps)
 	key := uniqueKey(t)
-	for _, lock := range []func(context.Context, string) (locker.Lock, error){l.TryLock, l.Lock} {
+	for _, lock := range []func(context.Context, string, ...locker.LockOption) (locker.Lock, error){l.TryLock, l.Lock} {
 		lk, err := lock(ctx, key)
 		if err != nil {
 			t.Fatal(err)
@@ -525,7 +525,7 @@ func TestWaiterKeyReused(t *testing.T) {
 	key := uniqueKey(t)
 	var names []string
 	var last uint64
-	for _, lock := range []func(context.Context, string) (locker.Lock, error){l.Lock, l.TryLock, l.Lock} {
+	for _, lock := range []func(context.Context, string, ...locker.LockOption) (locker.Lock, error){l.Lock, l.TryLock, l.Lock} {
 		lk, err := lock(ctx, key)
 		if err != nil {
 			t.Fatal(err)
