@@ -101,6 +101,9 @@ type etcdDriver struct {
 
 	mu   sync.Mutex
 	sess *session // the live lease, or nil
+	// keeps are the timers that delete kept keys when their MinHold ends
+	// (Keep); Close stops them and leaves the keys to their leases.
+	keeps map[*time.Timer]struct{}
 }
 
 func (d *etcdDriver) Info() driver.Info { return driver.Info{Name: "etcd", MaxKeyBytes: MaxKeyBytes} }
@@ -613,11 +616,14 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 const keptPrefix = "kept "
 
 // Keep implements driver.Keeper (locker.MinHold): the lock's key moves onto
-// a lease of its own that expires after remaining, rounded up to whole
-// seconds (and to the server's minimum lease TTL), and nobody keeps it
-// alive; its value is marked, so that nothing of this Locker takes it for
-// one of its own orphans. The key keeps its create revision: the waiters
-// queued behind it wait until etcd deletes it with its lease.
+// a lease of its own that nobody keeps alive, and its value is marked, so
+// that nothing of this Locker takes it for one of its own orphans. The key
+// keeps its create revision: the waiters queued behind it wait until it is
+// deleted. etcd has no clock to ask and its leases count whole seconds
+// (rounded up, and to the server's minimum lease TTL): this Locker deletes
+// the key itself when remaining has passed on its monotonic clock, and the
+// lease deletes it later if this process does not live that long (or its
+// Locker is closed first).
 func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	st := l.State.(*lockState)
 	d.forget(st)
@@ -637,6 +643,7 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Then(clientv3.OpPut(st.key, keptPrefix+st.value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
+		d.deleteAfter(st.key, keptPrefix+st.value, remaining)
 		return nil
 	}
 	// Not moved: the lease would only wait for its expiry.
@@ -649,6 +656,30 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 	return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 }
 
+// deleteAfter deletes key, if its value is still value, after d.
+func (d *etcdDriver) deleteAfter(key, value string, after time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.keeps == nil {
+		d.keeps = make(map[*time.Timer]struct{})
+	}
+	var t *time.Timer
+	t = time.AfterFunc(after, func() {
+		d.mu.Lock()
+		_, live := d.keeps[t]
+		delete(d.keeps, t)
+		d.mu.Unlock()
+		if !live {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		defer cancel()
+		// On failure the key's lease deletes it, a little later.
+		_, _ = d.cli.Txn(ctx).Then(deleteIfValue(key, value)).Commit()
+	})
+	d.keeps[t] = struct{}{}
+}
+
 // Close revokes the lease, which deletes every key left on it.
 func (d *etcdDriver) Close() error { return d.CloseContext(context.Background()) }
 
@@ -658,6 +689,10 @@ func (d *etcdDriver) CloseContext(ctx context.Context) error {
 	d.mu.Lock()
 	s := d.sess
 	d.sess = nil
+	for t := range d.keeps {
+		t.Stop()
+	}
+	d.keeps = nil
 	d.mu.Unlock()
 	if s != nil {
 		d.revoke(ctx, s)

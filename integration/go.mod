@@ -3,6 +3,7 @@ module github.com/golocker/locker/integration
 go 1.26.0
 
 require (
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-sql-driver/mysql v1.8.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/golocker/locker v0.1.0
@@ -19,6 +20,8 @@ require (
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/gorm v1.31.2
 )
+
+require github.com/robfig/cron/v3 v3.0.1 // indirect
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -47,6 +50,7 @@ require (
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/golocker/locker/gocronlock v0.1.0
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
@@ -131,3 +135,5 @@ replace (
 	github.com/golocker/locker/redis => ../redis
 	github.com/golocker/locker/zookeeper => ../zookeeper
 )
+
+replace github.com/golocker/locker/gocronlock => ../gocronlock
