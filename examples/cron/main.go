@@ -50,6 +50,8 @@ type config struct {
 	workers  int
 	killAt   time.Duration
 	noKill   bool
+	minHold  time.Duration
+	skew     time.Duration
 
 	replica int // >0: run as replica number replica (internal)
 }
@@ -87,16 +89,21 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&cfg.workers, "workers", 4, "worker pool size of each replica")
 	fs.DurationVar(&cfg.killAt, "kill-after", 0, "when to SIGKILL a replica holding locks (default: a third of -duration)")
 	fs.BoolVar(&cfg.noKill, "no-kill", false, "do not kill a replica")
+	fs.DurationVar(&cfg.minHold, "minhold", 950*time.Millisecond, "locker.MinHold of every job: its key stays taken that long after it started (0: released when the job ends)")
+	fs.DurationVar(&cfg.skew, "skew", 0, "replica i's scheduler fires (i-1)×skew late each tick, as skewed clocks and schedulers do")
 	fs.IntVar(&cfg.replica, "replica", 0, "internal: run as this replica")
 	fs.Usage = func() {
 		fmt.Fprintf(out, `Usage: cron [flags]
 
 The replicated-cron demo: -replicas processes run the jobs "close-rooms" and
 "rotate-state" for -plans plans every second; locker.TryDo makes each job run
-on exactly one replica per tick. One replica is killed with SIGKILL partway
-through; its plans are taken over after -ttl with higher fencing tokens. The
-summary shows who ran what, double runs (must be 0) and skipped ticks; the
-exit status is 1 if any job ran twice at once or twice in one tick.
+on exactly one replica per tick: each job is short, and locker.MinHold keeps
+its key taken for nearly the whole tick, so that a replica whose scheduler
+fires late (-skew) does not run it again; -minhold 0 shows the double runs
+without it. One replica is killed with SIGKILL partway through; its plans
+are taken over after -ttl with higher fencing tokens. The summary shows who
+ran what, double runs (must be 0) and skipped ticks; the exit status is 1 if
+any job ran twice at once or twice in one tick.
 
 Flags:
 `)
@@ -112,6 +119,10 @@ Flags:
 		return cfg, usageErr(fs, "-duration must be at least 2s")
 	case cfg.plans < 1 || cfg.workers < 1:
 		return cfg, usageErr(fs, "-plans and -workers must be positive")
+	case cfg.minHold < 0 || cfg.minHold >= time.Second:
+		return cfg, usageErr(fs, "-minhold must be at least 0 and shorter than the 1s tick")
+	case cfg.skew < 0 || time.Duration(max(cfg.replicas-1, 0))*cfg.skew >= time.Second:
+		return cfg, usageErr(fs, "-skew times (replicas-1) must be at least 0 and shorter than the 1s tick")
 	}
 	if cfg.killAt <= 0 {
 		cfg.killAt = cfg.duration / 3
@@ -145,14 +156,13 @@ func jobs(plans int) []string {
 	return keys
 }
 
-// lateAfter is how far into a tick a replica still starts a job. Jobs hold
-// their lock until just before the tick ends, so no job can be taken twice in
-// one tick.
-const lateAfter = 500 * time.Millisecond
+// jobTime is how long a job works.
+const jobTime = 20 * time.Millisecond
 
-// runReplica is one replica: every second it tries every job with a bounded
-// worker pool; a job holds its lock until its tick ends (so that no other
-// replica runs it again in the same tick), as ShedLock's lockAtLeastFor.
+// runReplica is one replica: every second, (replica-1)×skew late, it tries
+// every job with a bounded worker pool; locker.MinHold keeps a job's key
+// taken for the rest of the tick after the job ended, so that no other
+// replica runs it again in the same tick (ShedLock's lockAtLeastFor).
 func runReplica(ctx context.Context, cfg config, stdout io.Writer) error {
 	var mux locker.Mux
 	if err := backends.Register(&mux); err != nil {
@@ -185,10 +195,9 @@ func runReplica(ctx context.Context, cfg config, stdout io.Writer) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Until(next)):
+		case <-time.After(time.Until(next.Add(time.Duration(cfg.replica-1) * cfg.skew))):
 		}
 		tick := next.Unix()
-		tickEnd := next.Add(time.Second - 50*time.Millisecond)
 		work := make(chan string)
 		var wg sync.WaitGroup
 		for w := 0; w < cfg.workers; w++ {
@@ -196,12 +205,6 @@ func runReplica(ctx context.Context, cfg config, stdout io.Writer) error {
 			go func() {
 				defer wg.Done()
 				for job := range work {
-					if time.Now().After(next.Add(lateAfter)) {
-						// Too late for this tick: a job taken now could run
-						// after another replica released it for this tick.
-						emit(event{Kind: "skip", Job: job, Tick: tick, Err: "too late in the tick"})
-						continue
-					}
 					err := locker.TryDo(ctx, l, job, func(jctx context.Context) error {
 						lk, err := l.TryLock(jctx, job) // reentrant: the hold Do took
 						if err != nil {
@@ -209,17 +212,14 @@ func runReplica(ctx context.Context, cfg config, stdout io.Writer) error {
 						}
 						defer lk.Unlock(jctx)
 						emit(event{Kind: "start", Job: job, Tick: tick, Token: lk.Token()})
-						// The job's work, then hold the lock until the tick
-						// ends (ShedLock's lockAtLeastFor), so that no other
-						// replica runs it again in this tick.
 						select {
 						case <-jctx.Done():
 							return context.Cause(jctx)
-						case <-time.After(time.Until(tickEnd)):
+						case <-time.After(jobTime):
 						}
 						emit(event{Kind: "end", Job: job, Tick: tick, Token: lk.Token()})
 						return nil
-					})
+					}, locker.MinHold(cfg.minHold))
 					switch {
 					case errors.Is(err, locker.ErrNotAcquired):
 						emit(event{Kind: "skip", Job: job, Tick: tick})
@@ -266,7 +266,8 @@ func runDemo(ctx context.Context, cfg config, stdout io.Writer) error {
 	for r := 1; r <= cfg.replicas; r++ {
 		cmd := exec.CommandContext(ctx, exe,
 			"-replica", fmt.Sprint(r), "-store", cfg.store, "-ttl", cfg.ttl.String(),
-			"-duration", cfg.duration.String(), "-plans", fmt.Sprint(cfg.plans), "-workers", fmt.Sprint(cfg.workers))
+			"-duration", cfg.duration.String(), "-plans", fmt.Sprint(cfg.plans), "-workers", fmt.Sprint(cfg.workers),
+			"-minhold", cfg.minHold.String(), "-skew", cfg.skew.String())
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
