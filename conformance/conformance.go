@@ -93,6 +93,9 @@
 //     a TTL.
 //   - LockTTL (Crash): a lock taken with TTL(t) outlives its crashed holder
 //     for t; Deadline reports when Done would close.
+//   - Inspect: a free key shows free, a held one its holder's token (and
+//     label), then free again after Unlock; skipped for a Locker that is not
+//     a locker.Inspector.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -192,6 +195,7 @@ var cases = []testCase{
 	{name: "MinHold", run: testMinHold},
 	{name: "MaxHold", run: testMaxHold},
 	{name: "LockTTL", run: testLockTTL},
+	{name: "Inspect", run: testInspect},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -181,6 +181,7 @@ const (
 	failsOnRestart  = "failsOnRestart"  // a waiting Lock fails when the store restarts
 	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
+	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -219,6 +220,7 @@ var mustCatch = map[string][]string{
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
 	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
+	inspectsStale:   {"Inspect"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -459,6 +461,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
+	seen    map[string]locker.Status // inspectsStale: the last state of each key
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -467,6 +470,23 @@ func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.Lock
 
 func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
 	return b.acquire(ctx, key, false, opts)
+}
+
+// Inspect passes the inner Locker's answer on; inspectsStale answers with
+// the key's previous state.
+func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
+	st, err := locker.Inspect(ctx, b.inner, key)
+	if b.kind != inspectsStale || err != nil {
+		return st, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil {
+		b.seen = make(map[string]locker.Status)
+	}
+	prev := b.seen[key]
+	b.seen[key] = st
+	return prev, nil
 }
 
 func (b *brokenLocker) Close() error {

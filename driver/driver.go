@@ -281,6 +281,33 @@ type Keeper interface {
 	Keep(ctx context.Context, l Lease, remaining time.Duration) error
 }
 
+// Status is what a store says of one key, for operators and for "who
+// leads" (locker.Inspect). Times are the store's clock where it has one.
+type Status struct {
+	// Held reports whether somebody holds the key (a lock kept for its
+	// MinHold counts).
+	Held bool
+	// Label is the holder's owner label (locker.WithOwnerLabel).
+	Label string
+	// Token is the holder's fencing token.
+	Token uint64
+	// Acquired is when the holder took the key; zero when the store does
+	// not record it (etcd).
+	Acquired time.Time
+	// Expires is when the store frees the key unless it is renewed; zero
+	// when unknown (ZooKeeper keeps it while the holder's session lives).
+	Expires time.Time
+	// Waiters is how many contenders are queued for the key in the store; 0
+	// for stores where waiters poll (MySQL).
+	Waiters int
+}
+
+// Inspector is implemented by drivers that can tell who holds a key
+// (locker.Inspect). It only reads.
+type Inspector interface {
+	Inspect(ctx context.Context, key string) (Status, error)
+}
+
 // BatchRenewer is implemented by drivers that can renew many locks in one
 // round trip (a pipeline, one UPDATE). The engine then renews every lock due
 // in a tick with one call.

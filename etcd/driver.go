@@ -612,6 +612,30 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Inspect implements driver.Inspector: the first key of the key's
+// directory by create revision is the holder's (value: owner token and
+// label), the others are queued waiters. etcd records no time: Acquired is
+// zero, and Expires is read from the holder's lease as seconds left.
+func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
+	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return driver.Status{}, d.classify(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return driver.Status{}, nil
+	}
+	kv := resp.Kvs[0]
+	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
+	st := driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1}
+	if kv.Lease != 0 {
+		if ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
+			st.Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
+		}
+	}
+	return st, nil
+}
+
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.
 const keptPrefix = "kept "
 

@@ -49,11 +49,12 @@ type Store struct {
 type subSet struct{ chans map[chan struct{}]struct{} }
 
 type entry struct {
-	owner   string
-	label   string
-	token   uint64
-	expires time.Time // monotonic
-	kept    bool      // given up with a MinHold left: taken until expires
+	owner    string
+	label    string
+	token    uint64
+	expires  time.Time // monotonic
+	acquired time.Time
+	kept     bool // given up with a MinHold left: taken until expires
 }
 
 // NewStore returns an empty Store.
@@ -198,7 +199,7 @@ func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.
 		return driver.Grant{}, driver.Held(e.expires.Sub(now))
 	}
 	s.seq++
-	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, token: s.seq, expires: now.Add(req.TTL)}
+	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, token: s.seq, expires: now.Add(req.TTL), acquired: now}
 	return driver.Grant{Token: s.seq, Validity: req.TTL}, nil
 }
 
@@ -251,6 +252,26 @@ func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
 	delete(s.locks, l.Key)
 	s.notifyLocked(l.Key)
 	return nil
+}
+
+// Inspect implements driver.Inspector; Waiters counts the Lockers waiting
+// for the key.
+func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
+	if err := d.check(ctx); err != nil {
+		return driver.Status{}, err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st driver.Status
+	if set := s.subs[key]; set != nil {
+		st.Waiters = len(set.chans)
+	}
+	if e := s.live(key, time.Now()); e != nil {
+		st.Held, st.Label, st.Token = true, e.label, e.token
+		st.Acquired, st.Expires = e.acquired.Round(0), e.expires.Round(0) // wall clock only
+	}
+	return st, nil
 }
 
 // Subscribe implements driver.Notifier: releases wake waiters at once.

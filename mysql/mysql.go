@@ -446,6 +446,25 @@ func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Inspect implements driver.Inspector from the key's run record (see
+// [Inspect]); waiters poll, so Waiters is 0.
+func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
+	rows, err := d.db.QueryContext(ctx, d.sql.inspect, key)
+	if err != nil {
+		return driver.Status{}, fmt.Errorf("inspect: %w", err)
+	}
+	r, err := scanRecord(rows, key)
+	switch {
+	case errors.Is(err, ErrNoRecord):
+		return driver.Status{}, nil
+	case err != nil:
+		return driver.Status{}, fmt.Errorf("inspect: %w", err)
+	case !r.Held:
+		return driver.Status{}, nil
+	}
+	return driver.Status{Held: true, Label: r.OwnerLabel, Token: r.Version, Acquired: r.StartTime, Expires: r.LockUntil}, nil
+}
+
 // Keep implements driver.Keeper (locker.MinHold): the run is over
 // (finish_time set) but the row stays RUNNING until remaining from now on
 // the database's clock, renewed by nobody; waiters poll until then.

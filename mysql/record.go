@@ -74,12 +74,22 @@ func Inspect(ctx context.Context, db *gorm.DB, table, key string) (Record, error
 	if err != nil {
 		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
 	}
+	r, err := scanRecord(rows, key)
+	if err != nil {
+		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+	}
+	return r, nil
+}
+
+// scanRecord reads the record of key from the rows of the inspect
+// statement, and closes them; ErrNoRecord when there is none.
+func scanRecord(rows *sql.Rows, key string) (Record, error) {
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+			return Record{}, err
 		}
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: ErrNoRecord}
+		return Record{}, ErrNoRecord
 	}
 	var (
 		r                            Record
@@ -88,7 +98,7 @@ func Inspect(ctx context.Context, db *gorm.DB, table, key string) (Record, error
 		held                         sql.NullBool
 	)
 	if err := rows.Scan(&status, &r.Version, &label, &start, &finish, &update, &until, &held); err != nil {
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: fmt.Errorf("scan: %w", err)}
+		return Record{}, fmt.Errorf("scan: %w", err)
 	}
 	r.Key, r.Status, r.OwnerLabel = key, Status(status), string(label)
 	r.StartTime, r.FinishTime, r.UpdateTime, r.LockUntil = utc(start), utc(finish), utc(update), utc(until)

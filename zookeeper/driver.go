@@ -524,6 +524,45 @@ func (d *zkDriver) watch(p string) (<-chan zk.Event, error) {
 	return ch, err
 }
 
+// Inspect implements driver.Inspector: the lock node with the lowest
+// sequence under the key's node is the holder's (data: its label; czxid: its
+// token; ctime: when it was taken, on the server's clock), the others are
+// queued waiters. A holder's node lives as long as its session: Expires is
+// zero.
+func (d *zkDriver) Inspect(_ context.Context, key string) (driver.Status, error) {
+	parent := d.parentOf(key)
+	children, _, err := d.conn.Children(parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.Status{}, nil
+	}
+	if err != nil {
+		return driver.Status{}, fmt.Errorf("zookeeper: list %s: %w", parent, err)
+	}
+	first, firstSeq, n := "", int64(0), 0
+	for _, c := range children {
+		seq, ok := sequenceOf(c)
+		if !ok {
+			continue
+		}
+		n++
+		if first == "" || seq < firstSeq {
+			first, firstSeq = c, seq
+		}
+	}
+	if first == "" {
+		return driver.Status{}, nil
+	}
+	data, stat, err := d.conn.Get(parent + "/" + first)
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.Status{Waiters: n - 1}, nil // released meanwhile
+	}
+	if err != nil {
+		return driver.Status{}, fmt.Errorf("zookeeper: read %s/%s: %w", parent, first, err)
+	}
+	return driver.Status{Held: true, Label: string(data), Token: uint64(stat.Czxid),
+		Acquired: time.UnixMilli(stat.Ctime).UTC(), Waiters: n - 1}, nil
+}
+
 // sequenceOf parses the sequence number ZooKeeper appended to a lock node's
 // name.
 func sequenceOf(name string) (int64, bool) {

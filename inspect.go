@@ -1,0 +1,59 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Status is who holds a key, as the store says: see [Inspect].
+type Status = driver.Status
+
+// Inspector is implemented by Lockers that can tell who holds a key: every
+// Locker [New] builds on a backend that can (all the built-in ones), and
+// wrappers that pass it on.
+type Inspector interface {
+	Inspect(ctx context.Context, key string) (Status, error)
+}
+
+// Inspect tells who holds key in l's store: the holder's owner label,
+// fencing token, when it was acquired and when it expires unless renewed
+// (on the store's clock where it has one), and how many waiters are queued;
+// Held is false when the key is free. It only reads, and works for any key,
+// whoever holds it: "who leads" for [Elect], or who runs a job. The key is
+// the caller's, without the Locker's prefix.
+//
+// It returns an error matching [errors.ErrUnsupported] for a Locker that is
+// not an [Inspector], or whose backend cannot tell.
+func Inspect(ctx context.Context, l Locker, key string) (Status, error) {
+	if ctx == nil {
+		return Status{}, &Error{Op: "inspect", Key: key, Err: ErrInvalidOption, Cause: errNilContext}
+	}
+	i, ok := l.(Inspector)
+	if !ok {
+		return Status{}, &Error{Op: "inspect", Key: key, Err: errors.ErrUnsupported, Cause: fmt.Errorf("%T cannot tell who holds a key", l)}
+	}
+	return i.Inspect(ctx, key)
+}
+
+// Inspect implements Inspector.
+func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
+	if ctx == nil {
+		return Status{}, e.err("inspect", key, ErrInvalidOption, errNilContext)
+	}
+	ins, ok := e.drv.(driver.Inspector)
+	if !ok {
+		return Status{}, e.err("inspect", key, errors.ErrUnsupported, fmt.Errorf("the %s backend cannot tell who holds a key", e.name))
+	}
+	skey, err := e.storeKey("inspect", key)
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := ins.Inspect(ctx, skey)
+	if err != nil {
+		return Status{}, e.err("inspect", key, nil, err)
+	}
+	return st, nil
+}
