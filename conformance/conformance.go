@@ -93,6 +93,9 @@
 //     a TTL.
 //   - LockTTL (Crash): a lock taken with TTL(t) outlives its crashed holder
 //     for t; Deadline reports when Done would close.
+//   - Elect (Crash): of three Lockers campaigning with locker.Elect, another
+//     leads after the leader crashed, only once the crashed leader's Done
+//     closed, with a higher token.
 //   - Inspect: a free key shows free, a held one its holder's token (and
 //     label), then free again after Unlock; skipped for a Locker that is not
 //     a locker.Inspector.
@@ -196,6 +199,7 @@ var cases = []testCase{
 	{name: "MaxHold", run: testMaxHold},
 	{name: "LockTTL", run: testLockTTL},
 	{name: "Inspect", run: testInspect},
+	{name: "Elect", run: testElect},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

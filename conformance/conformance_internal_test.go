@@ -198,7 +198,7 @@ const (
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
 		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
