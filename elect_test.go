@@ -23,10 +23,10 @@ func TestElect(t *testing.T) {
 	type term struct {
 		replica int
 		token   uint64
+		done    <-chan struct{}
 	}
 	var mu sync.Mutex
 	var terms []term
-	leading := 0
 	lockers := make([]locker.Locker, 3)
 	errs := make(chan error, len(lockers))
 	for i := range lockers {
@@ -46,16 +46,16 @@ func TestElect(t *testing.T) {
 					return err
 				}
 				mu.Lock()
-				leading++
-				if leading != 1 {
-					t.Errorf("%d leaders at once", leading)
+				if n := len(terms); n > 0 {
+					select {
+					case <-terms[n-1].done:
+					default:
+						t.Errorf("replica %d leads while replica %d's term is not over", i, terms[n-1].replica)
+					}
 				}
-				terms = append(terms, term{replica: i, token: lk.Token()})
+				terms = append(terms, term{replica: i, token: lk.Token(), done: lk.Done()})
 				mu.Unlock()
 				<-lctx.Done()
-				mu.Lock()
-				leading--
-				mu.Unlock()
 				return nil
 			})
 		}()
