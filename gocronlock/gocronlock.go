@@ -127,7 +127,7 @@ type elector struct {
 
 	start sync.Once
 	mu    sync.Mutex
-	term  context.Context // the current term's ctx, nil before the first
+	term  <-chan struct{} // closed when the current term ends; nil before the first
 }
 
 // IsLeader implements gocron.Elector: nil while this replica's term lasts.
@@ -139,18 +139,30 @@ func (e *elector) IsLeader(ctx context.Context) error {
 	e.mu.Lock()
 	term := e.term
 	e.mu.Unlock()
-	if term != nil && term.Err() == nil {
+	if term == nil {
+		return ErrNotLeader
+	}
+	select {
+	case <-term:
+		return ErrNotLeader
+	default:
 		return nil
 	}
-	return ErrNotLeader
 }
 
 // campaign runs locker.Elect until the Locker is closed; each term lasts
-// until its lock is lost.
+// until its lock is lost. The term's lock is the nested hold of Elect's
+// (locker.New's Lockers are reentrant); for other Lockers, the term's ctx.
 func (e *elector) campaign() {
 	_ = locker.Elect(context.Background(), e.l, e.key, func(ctx context.Context) error {
+		// The term ends when its lock does: the lock's Done closes before
+		// anyone else can lead (the ctx ends a moment later).
+		term := ctx.Done()
+		if lk, err := e.l.TryLock(ctx, e.key); err == nil {
+			term = lk.Done()
+		}
 		e.mu.Lock()
-		e.term = ctx
+		e.term = term
 		e.mu.Unlock()
 		<-ctx.Done()
 		return nil
