@@ -134,6 +134,12 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 	d.cancel()
 	close(d.stop)
 	d.wg.Wait()
+	d.mu.Lock()
+	for t := range d.keeps {
+		t.Stop()
+	}
+	d.keeps = nil
+	d.mu.Unlock()
 
 	d.mu.Lock()
 	left := len(d.orphans)

@@ -118,6 +118,9 @@ type zkDriver struct {
 	mu      sync.Mutex
 	holds   map[*hold]struct{}
 	orphans []*orphan
+	// keeps are the timers that delete kept lock nodes when their MinHold
+	// ends (Keep); Close stops them and leaves the nodes to the session.
+	keeps map[*time.Timer]struct{}
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl []zk.ACL) *zkDriver {
@@ -771,6 +774,42 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 
 // Release implements driver.Driver: it deletes the holder's node (its path
 // is unique, so this never touches another owner's node).
+// Keep implements driver.Keeper (locker.MinHold): the lock node stays in
+// the queue, renewed by nobody, and this Locker deletes it when remaining
+// has passed on its monotonic clock; the waiters behind it wake then. If
+// the session ends first, ZooKeeper deletes the node with it: after the
+// session timeout (at least the TTL, and so the MinHold) when the process
+// crashed, but at once when the connection is closed. A Locker's Close
+// leaves its kept nodes to the session.
+func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Duration) error {
+	h, ok := l.State.(*hold)
+	if !ok {
+		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
+	}
+	if !h.held() {
+		return driver.ErrNotHeld
+	}
+	d.forget(h)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.keeps == nil {
+		d.keeps = make(map[*time.Timer]struct{})
+	}
+	var t *time.Timer
+	t = time.AfterFunc(remaining, func() {
+		d.mu.Lock()
+		_, live := d.keeps[t]
+		delete(d.keeps, t)
+		d.mu.Unlock()
+		if live {
+			// On failure the node goes with the session.
+			_ = d.conn.Delete(h.path, -1)
+		}
+	})
+	d.keeps[t] = struct{}{}
+	return nil
+}
+
 func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	h, ok := l.State.(*hold)
 	if !ok {
