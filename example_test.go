@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"sync"
+	"time"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/memory"
@@ -128,4 +129,27 @@ func ExampleLock_Token() {
 	// Output:
 	// stored from b
 	// rejected stale write from a
+}
+
+// A job scheduled every second on several replicas: MinHold keeps its key
+// taken for most of the second after it ran, so a replica whose tick comes
+// a little later skips it instead of running it again; MaxHold releases
+// the key of a run that hangs.
+func ExampleMinHold() {
+	store := memory.NewStore()
+	early, _ := memory.New(store)
+	late, _ := memory.New(store)
+	defer early.Close()
+	defer late.Close()
+	job := func(context.Context) error { fmt.Println("sending the nightly mail"); return nil }
+	opts := []locker.LockOption{locker.MinHold(900 * time.Millisecond), locker.MaxHold(time.Minute)}
+
+	ctx := context.Background()
+	_ = locker.TryDo(ctx, early, "nightly-mail", job, opts...) // runs, returns at once
+	time.Sleep(10 * time.Millisecond)                          // the other replica's tick
+	err := locker.TryDo(ctx, late, "nightly-mail", job, opts...)
+	fmt.Println(errors.Is(err, locker.ErrNotAcquired))
+	// Output:
+	// sending the nightly mail
+	// true
 }

@@ -223,3 +223,68 @@ func TestSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestElectorRunsJobsOnTheLeader: three gocron schedulers with
+// gocronlock.NewElector on Redis run a job every 200 ms; only the leader
+// runs it. When the leader's Locker closes (its process going away), another
+// replica leads and runs the job, never two at once.
+func TestElectorRunsJobsOnTheLeader(t *testing.T) {
+	ls := lockers(t, backendsUnderTest[1], nil) // redis
+	var mu sync.Mutex
+	var runs []int // the replica of each run, in order
+	var scheds []gocron.Scheduler
+	for i, l := range ls {
+		s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronlock.NewElector(l, "elected-"+t.Name())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.NewJob(gocron.DurationJob(200*time.Millisecond), gocron.NewTask(func() {
+			mu.Lock()
+			runs = append(runs, i)
+			mu.Unlock()
+		})); err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		scheds = append(scheds, s)
+	}
+	defer func() {
+		for _, s := range scheds {
+			_ = s.Shutdown()
+		}
+	}()
+	leaderAfter := func(from int) int {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			if len(runs) > from+3 {
+				last := runs[from+1:]
+				mu.Unlock()
+				for _, r := range last[1:] {
+					if r != last[0] {
+						t.Fatalf("runs %v: more than one replica ran the job in one term", last)
+					}
+				}
+				return last[0]
+			}
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the job ran %d times in 15 s", len(runs))
+		return -1
+	}
+	first := leaderAfter(0)
+	_ = ls[first].Close()
+	mu.Lock()
+	from := len(runs)
+	mu.Unlock()
+	// Runs of the old leader in flight may still land; then only the new.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	from = max(from, len(runs)-1)
+	mu.Unlock()
+	if second := leaderAfter(from); second == first {
+		t.Fatalf("replica %d still runs the job after its Locker closed", first)
+	}
+}
