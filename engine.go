@@ -163,7 +163,18 @@ func (e *engine) TryLock(ctx context.Context, key string, opts ...LockOption) (L
 	return e.lock(ctx, "trylock", key, false, opts)
 }
 
-func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []LockOption) (Lock, error) {
+func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []LockOption) (lk Lock, err error) {
+	var queued bool
+	if e.cfg.observer != nil {
+		start := time.Now()
+		defer func() {
+			ev := Event{Kind: EventAcquire, Ctx: ctx, Key: key, Start: start, Wait: time.Since(start), Queued: queued, Try: !wait, Err: err}
+			if lk != nil {
+				ev.Token = lk.Token()
+			}
+			e.observe(ev)
+		}()
+	}
 	// The ctx first: a nil one is a programming error, and an ended one
 	// (for example the ctx of a Do that has returned) confers nothing.
 	if ctx == nil {
@@ -251,6 +262,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 		}
 	}
 	h.lease = driver.Lease{Key: skey, Owner: req.Owner, TTL: req.TTL}
+	queued = grant.Queued
 	if err := e.register(h, grant, sent); err != nil {
 		return nil, err
 	}
@@ -361,10 +373,11 @@ func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, ti
 			timer.Stop()
 		}
 	}()
-	for attempt := 0; ; {
+	for attempt, held := 0, false; ; held = true {
 		sent := time.Now()
 		g, err := e.drv.TryAcquire(ctx, req)
 		if err == nil || !errors.Is(err, driver.ErrHeld) {
+			g.Queued = held
 			return g, sent, err
 		}
 		if !subscribed {
@@ -423,9 +436,10 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	if validity <= 0 {
 		validity = h.lease.TTL
 	}
+	h.acquired = time.Now()
 	// MinHold and MaxHold count from the grant's arrival: never before the
 	// store's acquisition (a queue-based driver's Since may be older).
-	if now := time.Now(); h.minHold > 0 || h.maxHold > 0 {
+	if now := h.acquired; h.minHold > 0 || h.maxHold > 0 {
 		if h.minHold > 0 {
 			h.minHoldEnd = now.Add(h.minHold)
 		}
@@ -568,6 +582,7 @@ type hold struct {
 	ttl                    time.Duration
 	minHold, maxHold       time.Duration
 	minHoldEnd, maxHoldEnd time.Time
+	acquired               time.Time // when the grant arrived
 
 	token   atomic.Uint64 // the fencing token, for the loss report
 	claimed atomic.Bool   // set by the one Unlock or Close that releases it
@@ -605,6 +620,9 @@ func (h *hold) end(err error) bool {
 	h.e.mu.Unlock()
 	h.gate.leave()
 	close(h.done)
+	if err != nil && h.e.cfg.observer != nil {
+		h.e.observe(Event{Kind: EventLost, Key: h.key, Token: h.token.Load(), Start: h.acquired, Wait: time.Since(h.acquired), Err: err})
+	}
 	return true
 }
 
@@ -647,6 +665,14 @@ func (l *handle) Err() error {
 // background, at once (gocron, for one, unlocks with its job's ctx at
 // shutdown), and its error says so.
 func (l *handle) Unlock(ctx context.Context) error {
+	err := l.unlock(ctx)
+	if e := l.h.e; e.cfg.observer != nil {
+		e.observe(Event{Kind: EventRelease, Ctx: ctx, Key: l.h.key, Token: l.h.token.Load(), Start: l.h.acquired, Wait: time.Since(l.h.acquired), Err: err})
+	}
+	return err
+}
+
+func (l *handle) unlock(ctx context.Context) error {
 	h, e := l.h, l.h.e
 	if !e.enter() {
 		return e.err("unlock", h.key, ErrNotHeld, ErrClosed)

@@ -83,11 +83,9 @@ func MaxHold(d time.Duration) LockOption {
 // lockOptions resolves opts for the engine's backend.
 func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 	var c lockConfig
-	for _, o := range opts {
-		if o == nil {
-			return c, invalidOption("LockOption", "nil option")
-		}
-		if err := o(&c); err != nil {
+	if len(opts) > 0 { // without options nothing escapes
+		var err error
+		if c, err = applyLockOptions(opts); err != nil {
 			return c, err
 		}
 	}
@@ -109,6 +107,20 @@ func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// applyLockOptions applies opts to a zero lockConfig.
+func applyLockOptions(opts []LockOption) (lockConfig, error) {
+	c := new(lockConfig)
+	for _, o := range opts {
+		if o == nil {
+			return *c, invalidOption("LockOption", "nil option")
+		}
+		if err := o(c); err != nil {
+			return *c, err
+		}
+	}
+	return *c, nil
 }
 
 // storeTTL is the TTL to ask the store for at now: the lock's own, or more

@@ -66,6 +66,7 @@ type config struct {
 	logger         *slog.Logger
 	releaseTimeout time.Duration
 	onClose        []func() error
+	observer       Observer
 	// fromURL names the options whose current value came from a URL
 	// parameter (see Open): their errors also match ErrBadURL.
 	fromURL map[string]string

@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -252,6 +253,15 @@ func (e *engine) applyRenewals(r renewResult) {
 	for i, h := range lost {
 		h.lost(lostErr[i])
 	}
+	if e.cfg.observer != nil {
+		failures := 0
+		for _, err := range r.errs {
+			if err != nil {
+				failures++
+			}
+		}
+		e.observe(Event{Kind: EventRenewal, Start: r.sent, Wait: time.Since(r.sent), Count: len(r.holds), Failures: failures})
+	}
 }
 
 // cleanup is store state the engine removes in the background: the lease of
@@ -359,7 +369,11 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			cctx, cancel = context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
 			defer cancel()
 		}
-		if err := c.run(cctx, e); err != nil {
+		err := c.run(cctx, e)
+		if c.lease != nil && e.cfg.observer != nil {
+			e.observe(Event{Kind: EventBackgroundRelease, Key: strings.TrimPrefix(c.key, e.cfg.prefix), Token: c.lease.Token, Err: err})
+		}
+		if err != nil {
 			if errors.Is(err, driver.ErrPermanent) {
 				e.cfg.logger.Warn("locker: background cleanup failed for good; the store expires what is left", "backend", e.name, "key", c.key, "err", err)
 				return

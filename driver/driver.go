@@ -186,6 +186,10 @@ type Grant struct {
 	// State is the driver's own per-lock state (a node path, a version),
 	// handed back in [Lease.State].
 	State any
+	// Queued reports that the acquisition waited behind another holder
+	// (set by an Acquirer; the engine knows it for its own wait loop), for
+	// observers telling hand-offs from first tries.
+	Queued bool
 }
 
 // Lease identifies a held lock in Renew and Release.

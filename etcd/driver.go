@@ -442,12 +442,16 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 		if err := ctx.Err(); err != nil {
 			return driver.Grant{}, d.cleanup(ctx, st, true, err)
 		}
+		queued := false
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			queued = true
 			if err := d.wait(ctx, st, string(kvs[0].Key), resp.Header.Revision); err != nil {
 				return driver.Grant{}, d.cleanup(ctx, st, true, err)
 			}
 		}
-		return d.grant(ctx, st)
+		g, err := d.grant(ctx, st)
+		g.Queued = queued
+		return g, err
 	}
 }
 

@@ -70,7 +70,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, err
 		}
 		if r > 0 {
-			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0]}, nil
+			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0], Queued: seq > 1}, nil
 		}
 		if w == nil {
 			w, unregister, err = d.notify.register(req.Key, req.Owner, false)

@@ -314,7 +314,9 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, err
 	}
-	return d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, since)
+	g, err := d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, since)
+	g.Queued = !since.Equal(sent) // a later round of waitTurn found it first
+	return g, err
 }
 
 // create adds our node to the queue of parent, creating parent when it is
