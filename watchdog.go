@@ -84,7 +84,7 @@ func (e *engine) watchdog() {
 		e.mu.Unlock()
 
 		for _, h := range expired {
-			if h.lost(errNoRenewal) {
+			if h.lost(ErrNoRenewal) {
 				// The store may still hold it (etcd and ZooKeeper keep it
 				// while the lease or session lives): give it back.
 				e.abandon(h)
@@ -151,8 +151,10 @@ func renewAfter(ttl, v time.Duration) time.Duration {
 	return min(ttl/3, v/4)
 }
 
-// errNoRenewal is the cause of a loss at the local deadline.
-var errNoRenewal = errors.New("no successful renewal before the local deadline")
+// ErrNoRenewal is the cause (with ErrLost) of a loss at the local
+// deadline: no renewal succeeded in time, the store being unreachable or
+// slow.
+var ErrNoRenewal = errors.New("no successful renewal before the local deadline")
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

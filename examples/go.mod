@@ -8,7 +8,11 @@ require (
 	github.com/golocker/locker/etcd v0.1.0
 	github.com/golocker/locker/internal/etcdserver v0.1.0
 	go.etcd.io/etcd/client/v3 v3.7.3
+	go.opentelemetry.io/otel/exporters/prometheus v0.67.0
+	go.opentelemetry.io/otel/sdk/metric v1.45.0
 )
+
+require github.com/prometheus/otlptranslator v1.0.0 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -24,6 +28,7 @@ require (
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/golocker/locker/lockerotel v0.1.0
 	github.com/golocker/locker/mysql v0.1.0 // indirect
 	github.com/golocker/locker/redis v0.1.0 // indirect
 	github.com/golocker/locker/zookeeper v0.1.0 // indirect
@@ -37,10 +42,10 @@ require (
 	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
+	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.2 // indirect
-	github.com/prometheus/common v0.67.5 // indirect
-	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/prometheus/common v0.70.1 // indirect
+	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
@@ -65,7 +70,7 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
-	go.yaml.in/yaml/v2 v2.4.3 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -91,3 +96,5 @@ replace (
 	github.com/golocker/locker/redis => ../redis
 	github.com/golocker/locker/zookeeper => ../zookeeper
 )
+
+replace github.com/golocker/locker/lockerotel => ../lockerotel
