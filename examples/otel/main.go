@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -25,13 +26,13 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "otel:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(out io.Writer) error {
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	if err != nil {
@@ -80,7 +81,7 @@ func run() error {
 	sc := bufio.NewScanner(rec.Body)
 	for sc.Scan() {
 		if line := sc.Text(); strings.HasPrefix(line, "locker_") && !strings.Contains(line, "_bucket{") {
-			fmt.Println(line)
+			fmt.Fprintln(out, line)
 		}
 	}
 	return sc.Err()
