@@ -436,9 +436,12 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	if validity <= 0 {
 		validity = h.lease.TTL
 	}
-	h.acquired = time.Now()
 	// MinHold and MaxHold count from the grant's arrival: never before the
-	// store's acquisition (a queue-based driver's Since may be older).
+	// store's acquisition (a queue-based driver's Since may be older). The
+	// observer's events need it too.
+	if h.minHold > 0 || h.maxHold > 0 || e.cfg.observer != nil {
+		h.acquired = time.Now()
+	}
 	if now := h.acquired; h.minHold > 0 || h.maxHold > 0 {
 		if h.minHold > 0 {
 			h.minHoldEnd = now.Add(h.minHold)

@@ -150,8 +150,10 @@ func (h *hold) keep(now time.Time) time.Duration {
 // giveUp releases l, or keeps its key claimed until keepUntil when that is
 // still ahead.
 func (e *engine) giveUp(ctx context.Context, l driver.Lease, keepUntil time.Time) error {
-	if rem := time.Until(keepUntil); !keepUntil.IsZero() && rem > 0 && e.keeper != nil {
-		return e.keeper.Keep(ctx, l, rem)
+	if !keepUntil.IsZero() && e.keeper != nil {
+		if rem := time.Until(keepUntil); rem > 0 {
+			return e.keeper.Keep(ctx, l, rem)
+		}
 	}
 	return e.drv.Release(ctx, l)
 }
