@@ -5,73 +5,27 @@
 package gocron_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	gomysql "github.com/go-sql-driver/mysql"
-
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/gocronlock"
-	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/integration/internal/stores"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/memory"
 )
 
-func TestMain(m *testing.M) { testenv.MainWith(m, stopEtcd) }
+func TestMain(m *testing.M) { testenv.MainWith(m, stores.StopEtcd) }
 
-var etcdOnce struct {
-	sync.Once
-	srv *etcdserver.Server
-	err error
-}
-
-func stopEtcd() {
-	if etcdOnce.srv != nil {
-		etcdOnce.srv.Close()
-	}
-}
-
-// backend makes the Lockers of one store, one per replica.
-type backend struct {
-	name string
-	url  func(t *testing.T) string // "" for memory
-}
-
-var backendsUnderTest = []backend{
-	{name: "memory"},
-	{name: "redis", url: func(t *testing.T) string { return "redis://" + testenv.Redis(t).Addr() }},
-	{name: "mysql", url: func(t *testing.T) string {
-		cfg, err := gomysql.ParseDSN(testenv.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	}},
-	{name: "etcd", url: func(t *testing.T) string {
-		etcdOnce.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			etcdOnce.srv, etcdOnce.err = etcdserver.Start(ctx, etcdserver.Config{})
-		})
-		if etcdOnce.err != nil {
-			t.Fatalf("embedded etcd: %v", etcdOnce.err)
-		}
-		var hosts []string
-		for _, ep := range etcdOnce.srv.Endpoints() {
-			hosts = append(hosts, ep[strings.Index(ep, "://")+3:])
-		}
-		return "etcd://" + strings.Join(hosts, ",")
-	}},
-	{name: "zookeeper", url: func(t *testing.T) string { return "zk://" + strings.Join(testenv.ZooKeeper(t).Servers(), ",") }},
-}
+// backendsUnderTest are the stores the replicas share: memory (one Store
+// for the replicas of a run) and every store reachable by URL.
+var backendsUnderTest = append([]stores.Backend{{Name: "memory"}}, stores.Remote...)
 
 const (
 	interval = time.Second
@@ -81,14 +35,14 @@ const (
 )
 
 // lockers opens one Locker per replica on b.
-func lockers(t *testing.T, b backend, mem *memory.Store) []locker.Locker {
+func lockers(t *testing.T, b stores.Backend, mem *memory.Store) []locker.Locker {
 	var mux locker.Mux
 	if err := backends.Register(&mux); err != nil {
 		t.Fatal(err)
 	}
 	var u string
-	if b.url != nil {
-		u = b.url(t)
+	if b.URL != nil {
+		u = b.URL(t)
 	}
 	ls := make([]locker.Locker, replicas)
 	for i := range ls {
@@ -101,7 +55,7 @@ func lockers(t *testing.T, b backend, mem *memory.Store) []locker.Locker {
 			l, err = locker.Open(t.Context(), &mux, u, opts...)
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", b.name, err)
+			t.Fatalf("%s: %v", b.Name, err)
 		}
 		t.Cleanup(func() { _ = l.Close() })
 		ls[i] = l
@@ -174,14 +128,14 @@ func TestSkew(t *testing.T) {
 	for _, b := range backendsUnderTest {
 		for _, skew := range []time.Duration{0, 10 * time.Millisecond, 100 * time.Millisecond, 900 * time.Millisecond} {
 			for _, minHold := range []time.Duration{950 * time.Millisecond, 0} {
-				r := &run{backend: b.name, skew: skew, minHold: minHold, ls: lockers(t, b, mem)}
+				r := &run{backend: b.Name, skew: skew, minHold: minHold, ls: lockers(t, b, mem)}
 				if minHold > 0 {
 					lk, err := r.ls[0].TryLock(t.Context(), fmt.Sprintf("probe-%v", skew), locker.MinHold(time.Millisecond))
 					if errors.Is(err, locker.ErrInvalidOption) {
 						r.refused = err
 						continue
 					} else if err != nil {
-						t.Fatalf("%s: %v", b.name, err)
+						t.Fatalf("%s: %v", b.Name, err)
 					}
 					_ = lk.Unlock(t.Context())
 				}
