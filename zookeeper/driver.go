@@ -465,9 +465,14 @@ func (d *zkDriver) ownerOf(ctx context.Context, p string) (int64, error) {
 // moment after which the session was alive, and node first, for the grant's
 // validity. Each round lists the queue and watches only the node just before
 // ours. The first round's list comes after our create in the session's
-// order, so sent (the create's send time) is such a moment; every later
-// round first syncs with the leader, so that its list is as recent as the
-// sync, even from a lagging follower.
+// order, so sent (the create's send time) is such a moment. Every later
+// round also syncs with the leader, sent with the list in the same round
+// trip: a sync the leader answers proves the session (so our ephemeral node)
+// alive after since, and a list from any server, however far behind the
+// leader, that shows no node before ours shows the leader none either
+// (nodes before ours are only ever deleted; sequence numbers only grow). So
+// the list needs not wait for the sync, and a hand-off costs one round trip
+// after the watch fires, as for a recipe without the sync.
 func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (time.Time, error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
@@ -476,11 +481,10 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	}
 	since := sent
 	for round := 0; ; round++ {
+		var synced <-chan result[string]
 		if round > 0 {
 			since = time.Now()
-			if _, err := call(ctx, d, func() (string, error) { return d.conn.Sync(parent) }); err != nil {
-				return time.Time{}, fmt.Errorf("sync %s: %w", parent, err)
-			}
+			synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
 		}
 		children, err := call(ctx, d, func() ([]string, error) {
 			c, _, err := d.conn.Children(parent)
@@ -488,6 +492,16 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		})
 		if err != nil {
 			return time.Time{}, fmt.Errorf("list the queue %s: %w", parent, err)
+		}
+		if synced != nil {
+			select {
+			case r := <-synced:
+				if r.err != nil {
+					return time.Time{}, fmt.Errorf("sync %s: %w", parent, r.err)
+				}
+			case <-ctx.Done():
+				return time.Time{}, ctx.Err()
+			}
 		}
 		pred, found := predecessor(children, name, seq)
 		if !found {
