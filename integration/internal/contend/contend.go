@@ -1,0 +1,366 @@
+// Package contend runs the same lock scenarios against several lock
+// implementations on one store, in one benchmark run, and reports each
+// one's figures and its ratios to the others': this library, the raw floor
+// (the least a hand-written lock on the store costs) and the best peer
+// library for that store.
+//
+// The scenarios:
+//
+//   - OneKey: N clients (each with its own client connection or Locker) loop
+//     Lock → read-modify-write of a shared counter → Unlock on one key for a
+//     fixed time; hand-offs/s, per-client min/max acquisitions, wait
+//     p50/p99, and no lost update (the benchmark fails on one).
+//   - ManyKeys: N clients, each on a key of its own; Lock+Unlock/s.
+//   - Uncontended: one client's Lock+Unlock, the implementations
+//     interleaved so that the machine's load weighs on all alike.
+//   - Handoff: B waits 10–30 ms for a key A holds, A unlocks; the time from
+//     A's Unlock call to B's Lock returning.
+//
+// Every figure is reported with b.ReportMetric, named after the
+// implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every
+// ratio as "<name>-x-<other>". Timings are never asserted: only lost
+// updates and errors fail a benchmark.
+package contend
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Mutex is one client's lock on one key.
+type Mutex interface {
+	// Lock waits for the key and returns the function that releases it.
+	Lock(ctx context.Context) (unlock func(ctx context.Context) error, err error)
+}
+
+// Impl is one lock implementation on the store under test.
+type Impl struct {
+	// Name labels its metrics: "locker", "floor", or the peer's name.
+	Name string
+	// New returns a Mutex on key for a client of its own (its own
+	// connection, session or Locker), standing for another process.
+	New func(b *testing.B, key string) Mutex
+}
+
+// Result is what OneKey or ManyKeys measured for one implementation.
+type Result struct {
+	Acquisitions int
+	Elapsed      time.Duration
+	MinPer       int // fewest acquisitions of one client
+	MaxPer       int // most acquisitions of one client
+	WaitP50      time.Duration
+	WaitP99      time.Duration
+}
+
+// Rate is acquisitions per second.
+func (r Result) Rate() float64 { return float64(r.Acquisitions) / r.Elapsed.Seconds() }
+
+// Fairness is the fewest acquisitions of a client over the most (1 is even).
+func (r Result) Fairness() float64 { return float64(r.MinPer) / float64(max(r.MaxPer, 1)) }
+
+// Keys makes a key for a run, unique across runs and implementations.
+func Keys(b *testing.B, impl, scenario string) string {
+	return fmt.Sprintf("contend-%s-%s-%d", impl, scenario, time.Now().UnixNano())
+}
+
+// clients makes n clients of impl; key(i) is client i's key.
+func clients(b *testing.B, impl Impl, n int, key func(i int) string) []Mutex {
+	ms := make([]Mutex, n)
+	for i := range ms {
+		ms[i] = impl.New(b, key(i))
+	}
+	return ms
+}
+
+// tally accumulates the rounds of one implementation.
+type tally struct {
+	counts  []int
+	waits   []time.Duration
+	elapsed time.Duration
+}
+
+func (t *tally) result() Result {
+	total := 0
+	for _, c := range t.counts {
+		total += c
+	}
+	slices.Sort(t.waits)
+	return Result{
+		Acquisitions: total, Elapsed: t.elapsed,
+		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
+		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99),
+	}
+}
+
+// run has the clients ms of impl loop on their keys for d and adds what
+// they did to t (nil: a warm-up, not counted). With shared set, the
+// clients read-modify-write one counter under the lock and a lost update
+// fails b.
+func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *tally) {
+	b.Helper()
+	n := len(ms)
+	ctx, cancel := context.WithTimeout(b.Context(), d+time.Minute)
+	defer cancel()
+	var (
+		counter  atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	counts := make([]int, n)
+	waits := make([][]time.Duration, n)
+	start := time.Now()
+	stop := start.Add(d)
+	for i := range n {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				unlock, err := ms[i].Lock(ctx)
+				if err != nil {
+					mu.Lock()
+					firstErr = cmpOr(firstErr, fmt.Errorf("%s client %d: lock: %w", impl.Name, i, err))
+					mu.Unlock()
+					return
+				}
+				waits[i] = append(waits[i], time.Since(t0))
+				if shared {
+					v := counter.Load()
+					runtime.Gosched() // a read-yield-write that overlapping holders would lose
+					counter.Store(v + 1)
+				}
+				counts[i]++
+				if err := unlock(ctx); err != nil {
+					mu.Lock()
+					firstErr = cmpOr(firstErr, fmt.Errorf("%s client %d: unlock: %w", impl.Name, i, err))
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	if shared && counter.Load() != int64(total) {
+		b.Fatalf("%s: %d acquisitions left the counter at %d: %d updates were lost to overlapping holders", impl.Name, total, counter.Load(), int64(total)-counter.Load())
+	}
+	if t == nil {
+		return
+	}
+	if t.counts == nil {
+		t.counts = make([]int, n)
+	}
+	for i, c := range counts {
+		t.counts[i] += c
+	}
+	t.waits = append(t.waits, slices.Concat(waits...)...)
+	t.elapsed += elapsed
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// report reports each implementation's figures and the first one's ratios
+// to each other's.
+func report(b *testing.B, impls []Impl, rs []Result, unit string) {
+	for i, r := range rs {
+		n := impls[i].Name
+		b.ReportMetric(r.Rate(), n+"-"+unit)
+		b.ReportMetric(r.Fairness(), n+"-min/max")
+		b.ReportMetric(ms(r.WaitP50), n+"-wait-p50-ms")
+		b.ReportMetric(ms(r.WaitP99), n+"-wait-p99-ms")
+		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond))
+	}
+	for i := 1; i < len(rs); i++ {
+		b.ReportMetric(rs[0].Rate()/rs[i].Rate(), impls[0].Name+"-x-"+impls[i].Name)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// OneKey runs the one-key scenario for each implementation in turn, clients
+// at a time, for d each, and reports them side by side. The scenario runs
+// once whatever b.N.
+func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) []Result {
+	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+		key := Keys(b, impl.Name, "onekey")
+		return func(int) string { return key }
+	}, true)
+	report(b, impls, rs, "handoffs/s")
+	return rs
+}
+
+// ManyKeys runs n clients on a key each, for d per implementation.
+func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) []Result {
+	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+		key := Keys(b, impl.Name, "manykeys")
+		return func(c int) string { return fmt.Sprintf("%s-%d", key, c) }
+	}, false)
+	report(b, impls, rs, "ops/s")
+	return rs
+}
+
+// rounds is how many turns the implementations take: they alternate, so
+// that the machine's load and the server's warm-up (a JVM's JIT, caches)
+// weigh on all alike.
+const rounds = 3
+
+// alternate warms each implementation's n clients up, then runs them in
+// turns for d in all per implementation.
+func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool) []Result {
+	cs := make([][]Mutex, len(impls))
+	for i, impl := range impls {
+		cs[i] = clients(b, impl, n, keys(impl))
+		run(b, impl, cs[i], d/10, shared, nil)
+	}
+	ts := make([]tally, len(impls))
+	for range rounds {
+		for i, impl := range impls {
+			run(b, impl, cs[i], d/rounds, shared, &ts[i])
+		}
+	}
+	rs := make([]Result, len(impls))
+	for i := range ts {
+		rs[i] = ts[i].result()
+	}
+	return rs
+}
+
+// Uncontended times one client's Lock+Unlock of each implementation, the
+// implementations interleaved in each of b.N rounds, and reports the
+// medians and the first one's ratios to the others'.
+func Uncontended(b *testing.B, impls []Impl) {
+	ctx := b.Context()
+	ms := make([]Mutex, len(impls))
+	for i, impl := range impls {
+		ms[i] = impl.New(b, Keys(b, impl.Name, "uncontended"))
+	}
+	once := func(m Mutex) time.Duration {
+		t0 := time.Now()
+		unlock, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	for range 20 { // warm connections and script caches
+		for _, m := range ms {
+			once(m)
+		}
+	}
+	times := make([][]time.Duration, len(impls))
+	for b.Loop() {
+		for i, m := range ms {
+			times[i] = append(times[i], once(m))
+		}
+	}
+	p50 := make([]time.Duration, len(impls))
+	for i := range impls {
+		slices.Sort(times[i])
+		p50[i] = pct(times[i], 0.5)
+		b.ReportMetric(float64(p50[i].Microseconds()), impls[i].Name+"-p50-µs")
+	}
+	for i := 1; i < len(impls); i++ {
+		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
+	}
+}
+
+// Handoff measures, rounds times per implementation, the time from the
+// holder's Unlock call to the return of the Lock a second client has been
+// waiting in for 10–30 ms, and reports p50/p99 and the first one's p50
+// ratios to the others'.
+func Handoff(b *testing.B, impls []Impl, rounds int) {
+	ctx := b.Context()
+	p50 := make([]time.Duration, len(impls))
+	for i, impl := range impls {
+		key := Keys(b, impl.Name, "handoff")
+		a, w := impl.New(b, key), impl.New(b, key)
+		var lats []time.Duration
+		for range rounds {
+			unlockA, err := a.Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			type got struct {
+				unlock func(context.Context) error
+				at     time.Time
+				err    error
+			}
+			ch := make(chan got, 1)
+			go func() {
+				unlock, err := w.Lock(ctx)
+				ch <- got{unlock, time.Now(), err}
+			}()
+			time.Sleep(10*time.Millisecond + rand.N(20*time.Millisecond))
+			released := time.Now()
+			if err := unlockA(ctx); err != nil {
+				b.Fatal(err)
+			}
+			g := <-ch
+			if g.err != nil {
+				b.Fatal(g.err)
+			}
+			lats = append(lats, g.at.Sub(released))
+			if err := g.unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		slices.Sort(lats)
+		p50[i] = pct(lats, 0.5)
+		b.ReportMetric(ms(p50[i]), impl.Name+"-handoff-p50-ms")
+		b.ReportMetric(ms(pct(lats, 0.99)), impl.Name+"-handoff-p99-ms")
+	}
+	for i := 1; i < len(impls); i++ {
+		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// Scenarios runs every scenario as sub-benchmarks of b: OneKey at 4, 16 and
+// 64 clients (and the 64-over-4 throughput ratio of the first
+// implementation, the "does not fall as waiters grow" target), ManyKeys at
+// 16, Uncontended and Handoff. d is each contended run's length.
+func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
+	var by = map[int][]Result{}
+	for _, n := range []int{4, 16, 64} {
+		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
+			by[n] = OneKey(b, impls, n, d)
+		})
+	}
+	if len(by[4]) == len(impls) && len(by[64]) == len(impls) {
+		for i, impl := range impls {
+			b.Logf("%s: 64 clients %.2f× the 4-client hand-offs/s", impl.Name, by[64][i].Rate()/by[4][i].Rate())
+		}
+	}
+	b.Run("ManyKeys/clients=16", func(b *testing.B) { ManyKeys(b, impls, 16, d) })
+	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })
+	b.Run("Handoff", func(b *testing.B) { Handoff(b, impls, 50) })
+}

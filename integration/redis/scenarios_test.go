@@ -1,0 +1,75 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/contend"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
+)
+
+// BenchmarkScenarios runs the scenarios of package contend on one
+// redis-server: this library beside the raw floor (SET NX PX retried at
+// once, compare-and-delete by script) and bsm/redislock (retrying every
+// millisecond), each client on a connection of its own:
+//
+//	go test -run '^$' -bench Scenarios ./integration/redis/
+func BenchmarkScenarios(b *testing.B) {
+	addr := testenv.Redis(b).Addr()
+	const ttl = 10 * time.Second
+	impls := []contend.Impl{
+		contend.Locker(func(b *testing.B) locker.Locker {
+			l, err := redis.New(newClient(b, addr), locker.WithTTL(ttl))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = l.Close() })
+			return l
+		}),
+		{Name: "floor", New: func(b *testing.B, key string) contend.Mutex {
+			c := newClient(b, addr)
+			return contend.Func(func(ctx context.Context) (func(context.Context) error, error) {
+				owner := rand.Text()
+				for {
+					ok, err := c.SetNX(ctx, key, owner, ttl).Result()
+					if err != nil {
+						return nil, err
+					}
+					if ok {
+						return func(ctx context.Context) error {
+							return floorUnlock.Run(ctx, c, []string{key}, owner).Err()
+						}, nil
+					}
+				}
+			})
+		}},
+		{Name: "redislock", New: func(b *testing.B, key string) contend.Mutex {
+			rl := redislock.New(newClient(b, addr))
+			opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)}
+			return contend.Func(func(ctx context.Context) (func(context.Context) error, error) {
+				for {
+					lk, err := rl.Obtain(ctx, key, ttl, opts)
+					if errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
+						continue // its retries ran out of the ctx's deadline budget: wait on
+					}
+					if err != nil {
+						return nil, err
+					}
+					return lk.Release, nil
+				}
+			})
+		}},
+	}
+	contend.Scenarios(b, impls, 3*time.Second)
+}
+
+// floorUnlock is the floor's compare-and-delete.
+var floorUnlock = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
