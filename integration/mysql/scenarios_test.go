@@ -31,7 +31,11 @@ func BenchmarkScenarios(b *testing.B) {
 	}
 	stmts := mysql.SQL(mysql.DefaultTable)
 	impls := []contend.Impl{
-		contend.Locker(func(b *testing.B) locker.Locker { return f.newLocker(b) }),
+		contend.Locker(func(b *testing.B) locker.Locker {
+			l := f.newLocker(b)
+			b.Cleanup(func() { _ = l.Close() })
+			return l
+		}),
 		{Name: "floor", New: func(b *testing.B, key string) contend.Mutex {
 			_, db := openGorm(b, dsnConfig(b, dsn, ""))
 			// Every client makes sure the row exists and is free before the
