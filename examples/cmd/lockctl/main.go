@@ -4,7 +4,10 @@
 // locker URL names: it runs a command under a lock, tells who holds a key,
 // and frees a key for operators.
 //
-//	go install github.com/golocker/locker/examples/cmd/lockctl@latest
+//	go install ./examples/cmd/lockctl   # from a checkout of the repository
+//
+// (The examples module is not published: its go.mod replaces the library's
+// modules with their directories, which "go install …@version" refuses.)
 //
 // # run
 //
@@ -125,6 +128,7 @@ executable/not found; 128+N CMD ended by signal N; else CMD's exit status.
 `
 
 func main() {
+	quietClients()
 	os.Exit(lockctl(os.Args[1:], os.Stdout, os.Stderr))
 }
 
