@@ -19,7 +19,8 @@
 // key when CMD ends. A crontab line on every host then runs the job once per
 // tick, on any backend:
 //
-//   - * * * * lockctl run --url redis://10.0.0.5:6379 --try --min-hold 50s nightly-report -- ./report.sh
+//	# crontab of every host
+//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --min-hold 50s nightly-report -- ./report.sh
 //
 // CMD runs in a process group of its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 // SIGUSR1, SIGUSR2 and SIGWINCH sent to lockctl are passed on to that group.
