@@ -5,73 +5,38 @@
 package gocron_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/gocronlock"
-	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/memory"
 )
 
-func TestMain(m *testing.M) { testenv.MainWith(m, stopEtcd) }
-
-var etcdOnce struct {
-	sync.Once
-	srv *etcdserver.Server
-	err error
-}
-
-func stopEtcd() {
-	if etcdOnce.srv != nil {
-		etcdOnce.srv.Close()
-	}
-}
+func TestMain(m *testing.M) { testenv.MainWith(m, storeurl.Stop) }
 
 // backend makes the Lockers of one store, one per replica.
 type backend struct {
 	name string
-	url  func(t *testing.T) string // "" for memory
+	url  func(t *testing.T) string // nil for memory
 }
 
-var backendsUnderTest = []backend{
-	{name: "memory"},
-	{name: "redis", url: func(t *testing.T) string { return "redis://" + testenv.Redis(t).Addr() }},
-	{name: "mysql", url: func(t *testing.T) string {
-		cfg, err := gomysql.ParseDSN(testenv.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	}},
-	{name: "etcd", url: func(t *testing.T) string {
-		etcdOnce.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			etcdOnce.srv, etcdOnce.err = etcdserver.Start(ctx, etcdserver.Config{})
-		})
-		if etcdOnce.err != nil {
-			t.Fatalf("embedded etcd: %v", etcdOnce.err)
-		}
-		var hosts []string
-		for _, ep := range etcdOnce.srv.Endpoints() {
-			hosts = append(hosts, ep[strings.Index(ep, "://")+3:])
-		}
-		return "etcd://" + strings.Join(hosts, ",")
-	}},
-	{name: "zookeeper", url: func(t *testing.T) string { return "zk://" + strings.Join(testenv.ZooKeeper(t).Servers(), ",") }},
-}
+var backendsUnderTest = func() []backend {
+	bs := []backend{{name: "memory"}}
+	for _, b := range storeurl.Backends {
+		bs = append(bs, backend{name: b.Name, url: b.URL})
+	}
+	return bs
+}()
 
 const (
 	interval = time.Second

@@ -9,7 +9,6 @@ package lockctl_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,14 +17,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-
-	"github.com/golocker/locker/internal/etcdserver"
+	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/internal/testenv"
 )
 
@@ -47,50 +43,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testenv.MainWith(m, func() {
-		if etcdOnce.srv != nil {
-			etcdOnce.srv.Close()
-		}
+		storeurl.Stop()
 		_ = os.RemoveAll(dir)
 	})
-}
-
-var etcdOnce struct {
-	sync.Once
-	srv *etcdserver.Server
-	err error
-}
-
-// store is one backend and how to make its URL.
-type store struct {
-	name string
-	url  func(t *testing.T) string
-}
-
-var stores = []store{
-	{name: "redis", url: func(t *testing.T) string { return "redis://" + testenv.Redis(t).Addr() }},
-	{name: "mysql", url: func(t *testing.T) string {
-		cfg, err := gomysql.ParseDSN(testenv.NewDatabase(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprintf("mysql://%s:%s@%s/%s", cfg.User, cfg.Passwd, cfg.Addr, cfg.DBName)
-	}},
-	{name: "etcd", url: func(t *testing.T) string {
-		etcdOnce.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			etcdOnce.srv, etcdOnce.err = etcdserver.Start(ctx, etcdserver.Config{})
-		})
-		if etcdOnce.err != nil {
-			t.Fatalf("embedded etcd: %v", etcdOnce.err)
-		}
-		var hosts []string
-		for _, ep := range etcdOnce.srv.Endpoints() {
-			hosts = append(hosts, ep[strings.Index(ep, "://")+3:])
-		}
-		return "etcd://" + strings.Join(hosts, ",")
-	}},
-	{name: "zookeeper", url: func(t *testing.T) string { return "zk://" + strings.Join(testenv.ZooKeeper(t).Servers(), ",") }},
 }
 
 // ttl is the TTL of every lockctl run of these tests: a lost lock is
@@ -200,9 +155,9 @@ func key(t *testing.T) string {
 const waitGo = `echo "$LOCKER_TOKEN" >> ran; while [ ! -e go ]; do sleep 0.05; done`
 
 func TestLockctl(t *testing.T) {
-	for _, s := range stores {
-		t.Run(s.name, func(t *testing.T) {
-			url := s.url(t)
+	for _, s := range storeurl.Backends {
+		t.Run(s.Name, func(t *testing.T) {
+			url := s.URL(t)
 			t.Run("TryRunsOnce", func(t *testing.T) { testTryRunsOnce(t, url) })
 			t.Run("LostLock", func(t *testing.T) { testLostLock(t, url) })
 			t.Run("Interrupt", func(t *testing.T) { testInterrupt(t, url) })
