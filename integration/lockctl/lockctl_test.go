@@ -286,6 +286,8 @@ func testExitCodes(t *testing.T, url string) {
 		{[]string{"run", "--", "true"}, 2},   // no KEY
 		{[]string{"inspect", k, k + "x"}, 2}, // two keys
 		{[]string{"frob", k}, 2},
+		{[]string{"run", "--help"}, 0},
+		{[]string{"unlock", "--help"}, 0},
 	} {
 		if code, _, errOut := run(t, dir, url, c.args...); code != c.want {
 			t.Errorf("lockctl %s: exit %d, want %d; stderr %q", strings.Join(c.args, " "), code, c.want, errOut)

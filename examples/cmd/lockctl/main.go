@@ -204,7 +204,9 @@ func (c *cli) parse(args []string) ([]string, error) {
 // usageError reports a usage error and returns its exit code.
 func (c *cli) usageError(err error) int {
 	if errors.Is(err, errHelp) {
-		fmt.Fprint(c.stdout, usage)
+		fmt.Fprintf(c.stdout, "%s\nFlags of lockctl %s:\n", usage, c.name)
+		c.fs.SetOutput(c.stdout)
+		c.fs.PrintDefaults()
 		return exitOK
 	}
 	fmt.Fprintf(c.stderr, "lockctl %s: %v (see lockctl --help)\n", c.name, err)

@@ -30,11 +30,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 
 	i := slices.Index(args, "--")
 	if i < 0 {
-		return c.usageError(errors.New(`no "--" before CMD`))
+		i = len(args)
 	}
 	pos, err := c.parse(args[:i])
 	if err != nil {
 		return c.usageError(err)
+	}
+	if i == len(args) {
+		return c.usageError(errors.New(`no "--" before CMD`))
 	}
 	command := args[i+1:]
 	key, err := oneKey(pos)
