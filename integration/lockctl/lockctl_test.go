@@ -145,6 +145,12 @@ func waitFile(t *testing.T, p *proc, dir, name string) string {
 	}
 }
 
+// fileExists reports whether dir/name exists.
+func fileExists(dir, name string) bool {
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
+}
+
 // key returns a key of the test's own.
 func key(t *testing.T) string {
 	return strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -162,6 +168,7 @@ func TestLockctl(t *testing.T) {
 			t.Run("LostLock", func(t *testing.T) { testLostLock(t, url) })
 			t.Run("Interrupt", func(t *testing.T) { testInterrupt(t, url) })
 			t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, url) })
+			t.Run("MinHold", func(t *testing.T) { testMinHold(t, url) })
 		})
 	}
 }
@@ -267,6 +274,32 @@ func testInterrupt(t *testing.T, url string) {
 	}
 	if code, _, errOut := run(t, dir, url, "run", "--try", k, "--", "true"); code != 0 {
 		t.Errorf("after the interrupted run the key must be free: run --try exit %d, %q", code, errOut)
+	}
+}
+
+// testMinHold: a key taken with --min-hold stays taken after a command
+// that ended at once (the next run --try exits 75) until unlock --force
+// frees it.
+func testMinHold(t *testing.T, url string) {
+	dir, k := t.TempDir(), key(t)
+	first := start(t, dir, url, "run", "--try", "--ttl", "30s", "--min-hold", "20s", k, "--", "sh", "-c", "echo done > ran")
+	for !first.exited() && !fileExists(dir, "ran") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !fileExists(dir, "ran") {
+		t.Fatalf("run --try --min-hold did not run its command: exit %d, %q", first.wait(t), first.stderr.String())
+	}
+	if code, _, errOut := run(t, dir, url, "run", "--try", k, "--", "true"); code != 75 {
+		t.Errorf("a key taken with --min-hold must stay taken after its command ended: run --try exit %d, %q", code, errOut)
+	}
+	if code, out, errOut := run(t, dir, url, "unlock", "--force", k); code != 0 {
+		t.Fatalf("unlock --force of a key kept for its MinHold: exit %d: %s%s", code, out, errOut)
+	}
+	if code := first.wait(t); code != 0 {
+		t.Errorf("the run whose command ended before the key was freed: exit %d, want its command's 0; stderr %q", code, first.stderr.String())
+	}
+	if code, _, errOut := run(t, dir, url, "run", "--try", k, "--", "true"); code != 0 {
+		t.Errorf("after unlock --force the key must be free: run --try exit %d, %q", code, errOut)
 	}
 }
 

@@ -22,6 +22,10 @@
 //	# crontab of every host
 //	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --min-hold 50s nightly-report -- ./report.sh
 //
+// With --min-hold, the key stays taken until the MinHold ends, in the
+// store, after lockctl exited; on ZooKeeper, whose kept node lives with the
+// session, lockctl itself stays until then (a signal ends the stay early).
+//
 // CMD runs in a process group of its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 // SIGUSR1, SIGUSR2 and SIGWINCH sent to lockctl are passed on to that group.
 // When the lock is lost (the key expired or was freed by "lockctl unlock

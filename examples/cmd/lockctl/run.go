@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -111,7 +112,11 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.acquireFailed(ctx, err)
 	}
 
+	acquired := time.Now()
 	code := c.supervise(lk, settings.OwnerLabel, command, sigs, *grace)
+	if *minHold > 0 && !keptAfterExit(c.url) {
+		stay(lk, acquired.Add(*minHold), sigs)
+	}
 
 	rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer rcancel()
@@ -119,6 +124,26 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockctl run: release %s: %v\n", key, locker.RedactURL(err, c.url))
 	}
 	return code
+}
+
+// keptAfterExit reports whether the backend of rawURL keeps a key for its
+// MinHold after the Locker that held it closed. ZooKeeper does not: the
+// kept node lives with the session, which Close ends.
+func keptAfterExit(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err != nil || u.Scheme != "zk"
+}
+
+// stay keeps lk until, a signal, or its loss, for a backend that does not
+// keep a key for its MinHold once lockctl exits.
+func stay(lk locker.Lock, until time.Time, sigs <-chan os.Signal) {
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-lk.Done():
+	case <-sigs:
+	}
 }
 
 // signalError is the cause of the wait's ctx when a signal ended it.
