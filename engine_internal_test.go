@@ -224,11 +224,10 @@ func TestAbandonedLockIsReleased(t *testing.T) {
 }
 
 // BenchmarkEngineOverhead measures what the engine adds to a TryLock+Unlock
-// over an in-process driver: the part of a backend's ratio to its raw floor
-// that is ours rather than the store's.
-// BenchmarkEngineOverhead measures the engine's cost per TryLock+Unlock on a
-// driver that costs nothing; the Observer sub-benchmark adds an observer
-// that does nothing, for the price of the events.
+// over an in-process driver that costs nothing: the part of a backend's
+// ratio to its raw floor that is ours rather than the store's. The Observer
+// sub-benchmark adds an observer that does nothing, for the price of the
+// events.
 func BenchmarkEngineOverhead(b *testing.B) {
 	run := func(b *testing.B, opts ...Option) {
 		l, err := New(newTableDriver(), opts...)

@@ -153,3 +153,33 @@ func ExampleMinHold() {
 	// sending the nightly mail
 	// true
 }
+
+// An operator frees a key whose holder hung; the holder learns at its next
+// renewal that its lock is lost, and another Locker takes the key.
+func ExampleForceUnlock() {
+	store := memory.NewStore()
+	ctx := context.Background()
+	holder, _ := memory.New(store, locker.WithTTL(300*time.Millisecond))
+	defer holder.Close()
+	operator, _ := memory.New(store)
+	defer operator.Close()
+
+	lk, err := holder.TryLock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if st, err := locker.Inspect(ctx, operator, "nightly-report"); err == nil {
+		fmt.Println("held:", st.Held)
+	}
+	if err := locker.ForceUnlock(ctx, operator, "nightly-report"); err != nil {
+		log.Fatal(err)
+	}
+	<-lk.Done() // at the holder's next renewal
+	fmt.Println("holder lost it:", errors.Is(lk.Err(), locker.ErrLost))
+	err = locker.ForceUnlock(ctx, operator, "nightly-report")
+	fmt.Println("again:", errors.Is(err, locker.ErrNotHeld))
+	// Output:
+	// held: true
+	// holder lost it: true
+	// again: true
+}

@@ -121,6 +121,22 @@ func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, e
 	return l, nil
 }
 
+// RedactURL returns err with the secrets of rawURL (its password, the
+// values of secret query parameters) hidden in its text, as [Open] hides
+// them in its own errors; errors.Is and errors.As see err unchanged. It is
+// for tools that print the errors of a Locker opened from a URL, whose
+// backend client may quote the URL. A nil err stays nil.
+func RedactURL(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	u, perr := url.Parse(rawURL)
+	if perr != nil {
+		return err
+	}
+	return scrubbed{err, secretsOf(u)}
+}
+
 // fromURL marks option o (named name) as set by the URL parameter param:
 // its errors, and those of the later checks of its value, match ErrBadURL.
 func fromURL(param, name string, o Option) Option {

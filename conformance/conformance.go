@@ -99,6 +99,10 @@
 //   - Inspect: a free key shows free, a held one its holder's token (and
 //     label), then free again after Unlock; skipped for a Locker that is not
 //     a locker.Inspector.
+//   - ForceUnlock: of a free key fails with ErrNotHeld; of a held key frees
+//     it for another Locker, closes the holder's Done with ErrLost, and
+//     hands the key to a waiting Lock; skipped for a Locker that is not a
+//     locker.ForceUnlocker.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -199,6 +203,7 @@ var cases = []testCase{
 	{name: "MaxHold", run: testMaxHold},
 	{name: "LockTTL", run: testLockTTL},
 	{name: "Inspect", run: testInspect},
+	{name: "ForceUnlock", run: testForceUnlock},
 	{name: "Elect", run: testElect},
 }
 

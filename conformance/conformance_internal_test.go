@@ -182,6 +182,7 @@ const (
 	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
+	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -221,6 +222,7 @@ var mustCatch = map[string][]string{
 	deadWaiter:      {"WaiterCrash"},
 	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
 	inspectsStale:   {"Inspect"},
+	forceNoop:       {"ForceUnlock"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -487,6 +489,14 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// ForceUnlock passes the inner Locker's on; forceNoop does nothing.
+func (b *brokenLocker) ForceUnlock(ctx context.Context, key string) error {
+	if b.kind == forceNoop {
+		return nil
+	}
+	return locker.ForceUnlock(ctx, b.inner, key)
 }
 
 func (b *brokenLocker) Close() error {

@@ -322,3 +322,16 @@ type BatchRenewer interface {
 	// outcome.
 	RenewBatch(ctx context.Context, ls []Lease) (validity []time.Duration, errs []error, err error)
 }
+
+// Breaker is implemented by drivers that can free a key whoever holds it
+// (locker.ForceUnlock), for operators: a holder that hung, a lock kept for
+// its MinHold that must end now.
+type Breaker interface {
+	// Break frees key (a store key, with the prefix) in the store, whoever
+	// holds it, a lock kept by [Keeper] included, and wakes or hands the
+	// key over to the waiters as a Release would. Queued waiters stay
+	// queued. It returns an error matching ErrNotHeld when nobody held the
+	// key. The holder is not told: it learns at its next renewal, or at
+	// once where the store tells it, that its lock is lost.
+	Break(ctx context.Context, key string) error
+}

@@ -616,6 +616,32 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Break implements driver.Breaker (locker.ForceUnlock): the holder's key
+// (the first of the key's directory by create revision) is deleted if it
+// has not changed since it was read; the next waiter's watch sees it go.
+func (d *etcdDriver) Break(ctx context.Context, key string) error {
+	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return d.classify(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return driver.ErrNotHeld
+	}
+	kv := resp.Kvs[0]
+	del, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(string(kv.Key))).
+		Commit()
+	if err != nil {
+		return d.classify(err)
+	}
+	if !del.Succeeded {
+		return errors.New("etcd: the holder's key changed while it was being deleted; try again")
+	}
+	return nil
+}
+
 // Inspect implements driver.Inspector: the first key of the key's
 // directory by create revision is the holder's (value: owner token and
 // label), the others are queued waiters. etcd records no time: Acquired is

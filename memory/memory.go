@@ -254,6 +254,23 @@ func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Break implements driver.Breaker (locker.ForceUnlock): the key is freed
+// whoever holds it, and its waiters are woken.
+func (d *memDriver) Break(ctx context.Context, key string) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live(key, time.Now()) == nil {
+		return driver.ErrNotHeld
+	}
+	delete(s.locks, key)
+	s.notifyLocked(key)
+	return nil
+}
+
 // Inspect implements driver.Inspector; Waiters counts the Lockers waiting
 // for the key.
 func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {

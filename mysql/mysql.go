@@ -446,6 +446,25 @@ func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Break implements driver.Breaker (locker.ForceUnlock): FINISH and
+// finish_time whoever holds the row. Waiters poll, or wake when their
+// GET_LOCK times out (the holder keeps its named lock until it learns of
+// the loss).
+func (d *sqlDriver) Break(ctx context.Context, key string) error {
+	res, err := d.db.ExecContext(ctx, d.sql.force, key)
+	if err != nil {
+		return fmt.Errorf("break: %w", classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("break: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
 // Inspect implements driver.Inspector from the key's run record (see
 // [Inspect]); waiters poll, so Waiters is 0.
 func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {

@@ -54,6 +54,9 @@ type statements struct {
 	// keep ends a run but leaves the row RUNNING until a point (MinHold).
 	// Args: remaining µs, key, owner, version.
 	keep string
+	// force gives the row up whoever holds it (locker.ForceUnlock).
+	// Args: key.
+	force string
 }
 
 // Statements are SQL statements a Locker on a lock table runs, for DBAs who
@@ -93,6 +96,9 @@ func newStatements(table string) statements {
 		undo: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND task_status = 'RUNNING'",
+		force: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+			", update_time = " + dbNow +
+			" WHERE task_name = ? AND task_status = 'RUNNING' AND lock_until > " + dbNow,
 		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
 			", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
 			" FROM " + t + " WHERE task_name = ?",

@@ -395,6 +395,19 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// Break implements driver.Breaker (locker.ForceUnlock): release.lua without
+// its owner check, so the key goes to the first waiter as on a release.
+func (d *redisDriver) Break(ctx context.Context, key string) error {
+	n, err := d.release.Run(ctx, d.client, scriptKeys(key), "", channelName(key), d.retentionArg, "force").Int64()
+	if err != nil {
+		return fmt.Errorf("break: %w", classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
 // Inspect implements driver.Inspector: the lock's value, its PTTL, the
 // queue's length and the server's clock, in one pipeline. The token is the
 // server's clock in µs at the acquisition (unless two acquisitions of the

@@ -7,11 +7,13 @@
 -- ARGV[1]  owner
 -- ARGV[2]  channel    the lock's pub/sub channel
 -- ARGV[3]  retention  milliseconds the fence key outlives the last acquisition
--- ARGV[4]  leave      "1": remove the owner from the queue first
+-- ARGV[4]  leave      "1": remove the owner from the queue first;
+--                      "force": release whoever owns it (owner is ignored)
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 0 when it was not the
 -- owner's (gone, expired, or another owner's): the lock is left alone then.
+-- With "force", 1 when the lock was held by anyone, 0 when it was free.
 local owner = ARGV[1]
 if ARGV[4] == '1' then
   redis.call('ZREM', KEYS[3], owner)
@@ -19,7 +21,10 @@ if ARGV[4] == '1' then
 end
 local v = redis.call('GET', KEYS[1])
 local n = #owner
-if not (v and string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+if not v then
+  return 0
+end
+if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
   return 0
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then

@@ -557,17 +557,7 @@ func (d *zkDriver) Inspect(_ context.Context, key string) (driver.Status, error)
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("zookeeper: list %s: %w", parent, err)
 	}
-	first, firstSeq, n := "", int64(0), 0
-	for _, c := range children {
-		seq, ok := sequenceOf(c)
-		if !ok {
-			continue
-		}
-		n++
-		if first == "" || seq < firstSeq {
-			first, firstSeq = c, seq
-		}
-	}
+	first, n := head(children)
 	if first == "" {
 		return driver.Status{}, nil
 	}
@@ -580,6 +570,53 @@ func (d *zkDriver) Inspect(_ context.Context, key string) (driver.Status, error)
 	}
 	return driver.Status{Held: true, Label: string(data), Token: uint64(stat.Czxid),
 		Acquired: time.UnixMilli(stat.Ctime).UTC(), Waiters: n - 1}, nil
+}
+
+// head returns the holder's node among a queue's children (the lock node
+// with the lowest sequence, "" when there is none) and how many lock nodes
+// there are.
+func head(children []string) (first string, n int) {
+	var firstSeq int64
+	for _, c := range children {
+		seq, ok := sequenceOf(c)
+		if !ok {
+			continue
+		}
+		n++
+		if first == "" || seq < firstSeq {
+			first, firstSeq = c, seq
+		}
+	}
+	return first, n
+}
+
+// Break implements driver.Breaker (locker.ForceUnlock): the holder's node
+// (the lowest sequence under the key's node) is deleted; the next waiter's
+// watch and the holder's own see it go.
+func (d *zkDriver) Break(ctx context.Context, key string) error {
+	parent := d.parentOf(key)
+	children, err := call(ctx, d, func() ([]string, error) {
+		c, _, err := d.conn.Children(parent)
+		return c, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.ErrNotHeld
+	}
+	if err != nil {
+		return fmt.Errorf("zookeeper: list %s: %w", parent, classify(err))
+	}
+	first, _ := head(children)
+	if first == "" {
+		return driver.ErrNotHeld
+	}
+	err = call0(ctx, d, func() error { return d.conn.Delete(parent+"/"+first, -1) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("%w: %s/%s was released meanwhile", driver.ErrNotHeld, parent, first)
+	}
+	if err != nil {
+		return fmt.Errorf("zookeeper: delete %s/%s: %w", parent, first, classify(err))
+	}
+	return nil
 }
 
 // sequenceOf parses the sequence number ZooKeeper appended to a lock node's

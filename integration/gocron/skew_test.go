@@ -16,16 +16,16 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/gocronlock"
-	"github.com/golocker/locker/integration/internal/stores"
+	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/memory"
 )
 
-func TestMain(m *testing.M) { testenv.MainWith(m, stores.StopEtcd) }
+func TestMain(m *testing.M) { testenv.MainWith(m, storeurl.Stop) }
 
 // backendsUnderTest are the stores the replicas share: memory (one Store
 // for the replicas of a run) and every store reachable by URL.
-var backendsUnderTest = append([]stores.Backend{{Name: "memory"}}, stores.Remote...)
+var backendsUnderTest = append([]storeurl.Backend{{Name: "memory"}}, storeurl.Backends...)
 
 const (
 	interval = time.Second
@@ -35,7 +35,7 @@ const (
 )
 
 // lockers opens one Locker per replica on b.
-func lockers(t *testing.T, b stores.Backend, mem *memory.Store) []locker.Locker {
+func lockers(t *testing.T, b storeurl.Backend, mem *memory.Store) []locker.Locker {
 	var mux locker.Mux
 	if err := backends.Register(&mux); err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
-	"github.com/golocker/locker/integration/internal/stores"
+	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("LOCKER_CHILD"); mode != "" {
 		os.Exit(child(mode, os.Getenv("LOCKER_CHILD_URL"), os.Getenv("LOCKER_CHILD_KEY")))
 	}
-	testenv.MainWith(m, stores.StopEtcd)
+	testenv.MainWith(m, storeurl.Stop)
 }
 
 // open opens a Locker on url with the tests' TTL.
@@ -171,7 +171,7 @@ func next(t *testing.T, events <-chan event, wait time.Duration, procs ...*proc)
 // 2 s after the acquisition and then succeeds (within the MinHold plus a
 // TTL: ZooKeeper's hold ends with the dead holder's session).
 func TestMinHoldOutlivesTheProcess(t *testing.T) {
-	for _, b := range stores.Remote {
+	for _, b := range storeurl.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			url := b.URL(t)
@@ -239,7 +239,7 @@ func TestMinHoldOutlivesTheProcess(t *testing.T) {
 // slack, with a higher token, and no two terms ever overlap: a term ends
 // (its ctx, by its lock's Done) before the next one begins.
 func TestElectionSurvivesSIGKILL(t *testing.T) {
-	for _, b := range stores.Remote {
+	for _, b := range storeurl.Backends {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			url := b.URL(t)

@@ -1,0 +1,262 @@
+//go:build unix
+
+// Command lockctl uses locker's locks from the shell, on any backend a
+// locker URL names: it runs a command under a lock, tells who holds a key,
+// and frees a key for operators.
+//
+//	go install ./examples/cmd/lockctl   # from a checkout of the repository
+//
+// (The examples module is not published: its go.mod replaces the library's
+// modules with their directories, which "go install …@version" refuses.)
+//
+// # run
+//
+//	lockctl run [--url URL] [--try] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS…]
+//
+// run takes KEY (waiting for it, or with --try giving up at once when it is
+// held), then runs CMD with LOCKER_KEY, LOCKER_TOKEN (the fencing token) and
+// LOCKER_OWNER (the owner label) added to its environment, and releases the
+// key when CMD ends. A crontab line on every host then runs the job once per
+// tick, on any backend:
+//
+//	# crontab of every host
+//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --min-hold 50s nightly-report -- ./report.sh
+//
+// With --min-hold, the key stays taken until the MinHold ends, in the
+// store, after lockctl exited; on ZooKeeper, whose kept node lives with the
+// session, lockctl itself stays until then (a signal ends the stay early).
+//
+// CMD runs in a process group of its own. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+// SIGUSR1, SIGUSR2 and SIGWINCH sent to lockctl are passed on to that group.
+// When the lock is lost (the key expired or was freed by "lockctl unlock
+// --force", or --max-hold passed), lockctl sends SIGTERM to the group, then
+// SIGKILL after --grace, says so on stderr and exits 70.
+//
+// # inspect
+//
+//	lockctl inspect [--url URL] [--json] KEY
+//
+// inspect prints who holds KEY: the owner label, fencing token, when it was
+// taken and when it expires unless renewed, and how many waiters are queued.
+//
+// # unlock
+//
+//	lockctl unlock --force [--url URL] KEY
+//
+// unlock frees KEY whoever holds it, for operators; it is refused without
+// --force. The holder's "lockctl run" sees its lock lost at its next renewal
+// (a third of the TTL) and stops its command.
+//
+// # URL
+//
+// --url takes a locker URL of any built-in backend (redis://, rediss://,
+// mysql://, etcd://, etcds://, zk://; see package backends), default
+// $LOCKER_URL. Passwords and secret parameters of the URL are never printed,
+// in errors either. Flags may come before or after KEY, up to "--".
+//
+// # Exit codes
+//
+//	0        success (run: CMD exited 0)
+//	1        a store or other error, or (unlock) nobody held KEY
+//	2        usage error
+//	70       run: the lock was lost while CMD ran (EX_SOFTWARE)
+//	75       run --try: KEY is held elsewhere; CMD did not run (EX_TEMPFAIL)
+//	126, 127 run: CMD could not be run (not executable, not found)
+//	128+N    run: CMD (or the wait for KEY) ended by signal N
+//	other    run: CMD's own exit status
+//
+// A CMD that itself exits 70 or 75 cannot be told from lockctl's codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/backends"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitLost        = 70 // EX_SOFTWARE
+	exitNotAcquired = 75 // EX_TEMPFAIL
+	exitCannotExec  = 126
+	exitNotFound    = 127
+	exitSignal      = 128 // plus the signal number
+)
+
+// openTimeout bounds opening the store (connecting, creating MySQL's table).
+const openTimeout = 30 * time.Second
+
+// releaseTimeout bounds the release of the key after CMD ended.
+const releaseTimeout = 10 * time.Second
+
+// defaultGrace is how long a command has after SIGTERM, once the lock is
+// lost, before SIGKILL.
+const defaultGrace = 10 * time.Second
+
+const usage = `lockctl uses locker's locks from the shell, on any backend.
+
+Usage:
+  lockctl run [--url URL] [--try] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
+  lockctl inspect [--url URL] [--json] KEY
+  lockctl unlock --force [--url URL] KEY
+
+run takes KEY, runs CMD with LOCKER_KEY, LOCKER_TOKEN and LOCKER_OWNER in its
+environment, passes signals on to it, and releases KEY when it ends. When the
+lock is lost, CMD gets SIGTERM, then SIGKILL after --grace, and lockctl exits 70.
+--url defaults to $LOCKER_URL; flags may come before or after KEY, up to "--".
+
+Examples:
+  export LOCKER_URL=redis://127.0.0.1:6379
+  lockctl run --try --min-hold 50s nightly-report -- ./report.sh
+  lockctl run --url etcd://10.0.0.1:2379,10.0.0.2:2379 migrate -- ./migrate.sh up
+  lockctl inspect nightly-report
+  lockctl inspect --json nightly-report
+  lockctl unlock --force nightly-report
+
+Exit codes: 0 ok; 1 store or other error (unlock: nobody held KEY); 2 usage;
+70 lock lost while CMD ran; 75 --try and KEY held elsewhere; 126/127 CMD not
+executable/not found; 128+N CMD ended by signal N; else CMD's exit status.
+`
+
+func main() {
+	quietClients()
+	os.Exit(lockctl(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// lockctl runs the command line args and returns the exit code.
+func lockctl(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(args[1:], stdout, stderr)
+	case "inspect":
+		return inspectCmd(args[1:], stdout, stderr)
+	case "unlock":
+		return unlockCmd(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "lockctl: unknown command %q; want run, inspect or unlock (see lockctl --help)\n", args[0])
+	return exitUsage
+}
+
+// cli is what every subcommand shares: its flags, the URL and the output.
+type cli struct {
+	name   string
+	fs     *flag.FlagSet
+	url    string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func newCLI(name string, stdout, stderr io.Writer) *cli {
+	c := &cli{name: name, stdout: stdout, stderr: stderr}
+	c.fs = flag.NewFlagSet("lockctl "+name, flag.ContinueOnError)
+	c.fs.SetOutput(io.Discard)
+	c.fs.StringVar(&c.url, "url", "", "locker URL (default $LOCKER_URL)")
+	return c
+}
+
+// errHelp is returned by parse for -h and --help.
+var errHelp = errors.New("help requested")
+
+// parse parses args, whose flags may come before or after the positional
+// arguments, and returns the positional arguments. Nothing after "--" is
+// parsed.
+func (c *cli) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp
+			}
+			return nil, err
+		}
+		if c.fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, c.fs.Arg(0))
+		args = c.fs.Args()[1:]
+	}
+	if c.url == "" {
+		c.url = os.Getenv("LOCKER_URL")
+	}
+	if c.url == "" {
+		return nil, errors.New("no store: give --url or set LOCKER_URL")
+	}
+	return pos, nil
+}
+
+// usageError reports a usage error and returns its exit code.
+func (c *cli) usageError(err error) int {
+	if errors.Is(err, errHelp) {
+		fmt.Fprintf(c.stdout, "%s\nFlags of lockctl %s:\n", usage, c.name)
+		c.fs.SetOutput(c.stdout)
+		c.fs.PrintDefaults()
+		return exitOK
+	}
+	fmt.Fprintf(c.stderr, "lockctl %s: %v (see lockctl --help)\n", c.name, err)
+	return exitUsage
+}
+
+// fail reports err, its URL secrets hidden, and returns exitError.
+func (c *cli) fail(err error) int {
+	fmt.Fprintf(c.stderr, "lockctl %s: %v\n", c.name, locker.RedactURL(err, c.url))
+	return exitError
+}
+
+// open opens the Locker of c.url with every built-in backend.
+func (c *cli) open(ctx context.Context, opts ...locker.Option) (locker.Locker, error) {
+	var mux locker.Mux
+	if err := backends.Register(&mux); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	return locker.Open(ctx, &mux, c.url, opts...)
+}
+
+// urlHas reports whether c.url has query parameter name.
+func (c *cli) urlHas(name string) bool {
+	u, err := url.Parse(c.url)
+	return err == nil && u.Query().Has(name)
+}
+
+// oneKey checks that pos is exactly one key.
+func oneKey(pos []string) (string, error) {
+	switch {
+	case len(pos) == 0:
+		return "", errors.New("no KEY")
+	case len(pos) > 1:
+		return "", fmt.Errorf("one KEY expected, got %s", strings.Join(pos, " "))
+	}
+	return pos[0], nil
+}
+
+// signals are the signals run passes on to its command.
+var signals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
+
+// interrupted returns a ctx that ends at SIGINT, SIGTERM or SIGHUP, for the
+// commands that do not run a child.
+func interrupted() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+}

@@ -1,0 +1,129 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// status is inspect's JSON output.
+type status struct {
+	Key      string     `json:"key"`
+	Held     bool       `json:"held"`
+	Owner    string     `json:"owner,omitempty"`
+	Token    uint64     `json:"token,omitempty"`
+	Acquired *time.Time `json:"acquired,omitempty"`
+	Expires  *time.Time `json:"expires,omitempty"`
+	Waiters  int        `json:"waiters"`
+}
+
+// inspectCmd is "lockctl inspect".
+func inspectCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("inspect", stdout, stderr)
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	pos, err := c.parse(args)
+	if err != nil {
+		return c.usageError(err)
+	}
+	key, err := oneKey(pos)
+	if err != nil {
+		return c.usageError(err)
+	}
+	ctx, cancel := interrupted()
+	defer cancel()
+	l, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer l.Close()
+	st, err := locker.Inspect(ctx, l, key)
+	if err != nil {
+		return c.fail(err)
+	}
+	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters}
+	if !st.Acquired.IsZero() {
+		out.Acquired = &st.Acquired
+	}
+	if !st.Expires.IsZero() {
+		out.Expires = &st.Expires
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
+	}
+	printStatus(stdout, out, time.Now())
+	return exitOK
+}
+
+// printStatus prints s for humans, with times relative to now.
+func printStatus(w io.Writer, s status, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "key:\t%s\n", s.Key)
+	if !s.Held {
+		fmt.Fprintf(tw, "held:\tno\n")
+		if s.Waiters > 0 {
+			fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+		}
+		return
+	}
+	fmt.Fprintf(tw, "held:\tyes\n")
+	fmt.Fprintf(tw, "owner:\t%s\n", s.Owner)
+	fmt.Fprintf(tw, "token:\t%d\n", s.Token)
+	if s.Acquired != nil {
+		fmt.Fprintf(tw, "acquired:\t%s (%v ago)\n", s.Acquired.Format(time.RFC3339), now.Sub(*s.Acquired).Round(time.Second))
+	}
+	if s.Expires != nil {
+		fmt.Fprintf(tw, "expires:\t%s (in %v unless renewed)\n", s.Expires.Format(time.RFC3339), s.Expires.Sub(now).Round(time.Second))
+	}
+	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+}
+
+// unlockCmd is "lockctl unlock --force".
+func unlockCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("unlock", stdout, stderr)
+	force := c.fs.Bool("force", false, "free KEY whoever holds it")
+	pos, err := c.parse(args)
+	if err != nil {
+		return c.usageError(err)
+	}
+	key, err := oneKey(pos)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if !*force {
+		return c.usageError(errors.New("unlock frees KEY whoever holds it, while its holder may still run: say --force"))
+	}
+	ctx, cancel := interrupted()
+	defer cancel()
+	l, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer l.Close()
+	st, _ := locker.Inspect(ctx, l, key) // who it was, for the message only
+	if err := locker.ForceUnlock(ctx, l, key); err != nil {
+		if errors.Is(err, locker.ErrNotHeld) {
+			fmt.Fprintf(stderr, "lockctl unlock: nobody holds %s\n", key)
+			return exitError
+		}
+		return c.fail(err)
+	}
+	if st.Held {
+		fmt.Fprintf(stdout, "freed %s (was held by %s, token %d)\n", key, st.Label, st.Token)
+	} else {
+		fmt.Fprintf(stdout, "freed %s\n", key)
+	}
+	return exitOK
+}

@@ -1,0 +1,242 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// runCmd is "lockctl run".
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("run", stdout, stderr)
+	try := c.fs.Bool("try", false, "give up at once (exit 75) when KEY is held")
+	ttl := c.fs.Duration("ttl", 0, "the lock's TTL (default the backend's, or the URL's ttl)")
+	minHold := c.fs.Duration("min-hold", 0, "keep KEY taken at least this long after it was taken, even when CMD ends or crashes earlier")
+	maxHold := c.fs.Duration("max-hold", 0, "end the lock (and CMD, as on a loss) this long after it was taken")
+	grace := c.fs.Duration("grace", defaultGrace, "time CMD has after SIGTERM, once the lock is lost, before SIGKILL")
+	owner := c.fs.String("owner", "", "owner label shown by inspect (default host:pid)")
+
+	i := slices.Index(args, "--")
+	if i < 0 {
+		i = len(args)
+	}
+	pos, err := c.parse(args[:i])
+	if err != nil {
+		return c.usageError(err)
+	}
+	if i == len(args) {
+		return c.usageError(errors.New(`no "--" before CMD`))
+	}
+	command := args[i+1:]
+	key, err := oneKey(pos)
+	switch {
+	case err != nil:
+		return c.usageError(err)
+	case len(command) == 0:
+		return c.usageError(errors.New(`no CMD after "--"`))
+	case *ttl < 0, *minHold < 0, *maxHold < 0, *grace < 0:
+		return c.usageError(errors.New("durations must not be negative"))
+	case *ttl > 0 && c.urlHas("ttl"):
+		return c.usageError(errors.New("the TTL is given twice: by --ttl and by the URL's ttl parameter"))
+	}
+
+	var opts []locker.Option
+	if *ttl > 0 {
+		opts = append(opts, locker.WithTTL(*ttl))
+	}
+	if *owner != "" {
+		opts = append(opts, locker.WithOwnerLabel(*owner))
+	}
+	settings, err := locker.Resolve(opts...)
+	if err != nil {
+		return c.usageError(err)
+	}
+	var lockOpts []locker.LockOption
+	if *minHold > 0 {
+		lockOpts = append(lockOpts, locker.MinHold(*minHold))
+	}
+	if *maxHold > 0 {
+		lockOpts = append(lockOpts, locker.MaxHold(*maxHold))
+	}
+
+	// Signals are caught from now on: one during the wait for KEY ends it.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, signals...)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case s := <-sigs:
+			cancel(signalError{s.(syscall.Signal)})
+		case <-stopWatch:
+		}
+	}()
+
+	l, err := c.open(ctx, opts...)
+	if err != nil {
+		close(stopWatch)
+		<-watchDone
+		return c.acquireFailed(ctx, err)
+	}
+	defer l.Close()
+	var lk locker.Lock
+	if *try {
+		lk, err = l.TryLock(ctx, key, lockOpts...)
+	} else {
+		lk, err = l.Lock(ctx, key, lockOpts...)
+	}
+	close(stopWatch)
+	<-watchDone
+	if err != nil {
+		if *try && errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil {
+			fmt.Fprintf(stderr, "lockctl run: %s is held elsewhere; %s not run\n", key, command[0])
+			return exitNotAcquired
+		}
+		return c.acquireFailed(ctx, err)
+	}
+
+	acquired := time.Now()
+	code := c.supervise(lk, settings.OwnerLabel, command, sigs, *grace)
+	if *minHold > 0 && !keptAfterExit(c.url) {
+		stay(lk, acquired.Add(*minHold), sigs)
+	}
+
+	rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer rcancel()
+	if err := lk.Unlock(rctx); err != nil && !errors.Is(err, locker.ErrNotHeld) {
+		fmt.Fprintf(stderr, "lockctl run: release %s: %v\n", key, locker.RedactURL(err, c.url))
+	}
+	return code
+}
+
+// keptAfterExit reports whether the backend of rawURL keeps a key for its
+// MinHold after the Locker that held it closed. ZooKeeper does not: the
+// kept node lives with the session, which Close ends.
+func keptAfterExit(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	return err != nil || u.Scheme != "zk"
+}
+
+// stay keeps lk until, a signal, or its loss, for a backend that does not
+// keep a key for its MinHold once lockctl exits.
+func stay(lk locker.Lock, until time.Time, sigs <-chan os.Signal) {
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-lk.Done():
+	case <-sigs:
+	}
+}
+
+// signalError is the cause of the wait's ctx when a signal ended it.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
+
+// acquireFailed reports an error of opening the store or taking the key,
+// with exit code 128+N when signal N ended the wait.
+func (c *cli) acquireFailed(ctx context.Context, err error) int {
+	var se signalError
+	if errors.As(context.Cause(ctx), &se) {
+		fmt.Fprintf(c.stderr, "lockctl run: %v while waiting for the lock\n", se)
+		return exitSignal + int(se.sig)
+	}
+	return c.fail(err)
+}
+
+// supervise runs command while lk is held and returns lockctl's exit code.
+func (c *cli) supervise(lk locker.Lock, owner string, command []string, sigs <-chan os.Signal, grace time.Duration) int {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.stdout, c.stderr
+	cmd.Env = append(os.Environ(),
+		"LOCKER_KEY="+lk.Key(),
+		"LOCKER_TOKEN="+strconv.FormatUint(lk.Token(), 10),
+		"LOCKER_OWNER="+owner,
+	)
+	// A group of its own: signals reach CMD's children too (sh -c 'a | b'),
+	// and a terminal's ^C reaches CMD once, through lockctl.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(c.stderr, "lockctl run: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	}
+	pgid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var lost error
+	var kill <-chan time.Time
+	done := lk.Done()
+	for {
+		select {
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-done:
+			done = nil
+			lost = lk.Err()
+			if lost == nil {
+				lost = errors.New("the lock ended")
+			}
+			fmt.Fprintf(c.stderr, "lockctl run: lost the lock on %s (%v); sending SIGTERM to %s, SIGKILL in %v\n",
+				lk.Key(), locker.RedactURL(lost, c.url), command[0], grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(c.stderr, "lockctl run: %s still running %v after SIGTERM; sending SIGKILL\n", command[0], grace)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case err := <-exited:
+			if lost != nil {
+				fmt.Fprintf(c.stderr, "lockctl run: %s ended after the lock on %s was lost: %v\n", command[0], lk.Key(), describe(err))
+				return exitLost
+			}
+			return exitCode(err)
+		}
+	}
+}
+
+// exitCode is lockctl's exit code for a command that ended with err.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		if err == nil {
+			return exitOK
+		}
+		return exitError
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignal + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+// describe says how a command ended.
+func describe(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}

@@ -1,0 +1,67 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golocker/locker/driver"
+)
+
+// ForceUnlocker is implemented by Lockers that can free a key whoever holds
+// it: every Locker [New] builds on a backend that can (all the built-in
+// ones), and wrappers that pass it on.
+type ForceUnlocker interface {
+	ForceUnlock(ctx context.Context, key string) error
+}
+
+// ForceUnlock frees key in l's store whoever holds it, for operators (a
+// hung holder, a lock kept for its [MinHold] that must end now). The key is
+// the caller's, without the Locker's prefix. The waiters get the key as
+// after an Unlock.
+//
+// The holder is not asked: it goes on running until it learns that its
+// lock is lost, at its next renewal (a third of its TTL) at the latest,
+// when its [Lock.Done] closes. Until then two holders run; the fencing
+// token ([Lock.Token]) keeps the protected resource safe.
+//
+// It returns an error matching [ErrNotHeld] when nobody held the key, and
+// one matching [errors.ErrUnsupported] for a Locker that is not a
+// [ForceUnlocker] or whose backend cannot.
+func ForceUnlock(ctx context.Context, l Locker, key string) error {
+	if ctx == nil {
+		return &Error{Op: "forceunlock", Key: key, Err: ErrInvalidOption, Cause: errNilContext}
+	}
+	f, ok := l.(ForceUnlocker)
+	if !ok {
+		return &Error{Op: "forceunlock", Key: key, Err: errors.ErrUnsupported, Cause: fmt.Errorf("%T cannot free a key it does not hold", l)}
+	}
+	return f.ForceUnlock(ctx, key)
+}
+
+// ForceUnlock implements ForceUnlocker.
+func (e *engine) ForceUnlock(ctx context.Context, key string) error {
+	const op = "forceunlock"
+	if ctx == nil {
+		return e.err(op, key, ErrInvalidOption, errNilContext)
+	}
+	b, ok := e.drv.(driver.Breaker)
+	if !ok {
+		return e.err(op, key, errors.ErrUnsupported, fmt.Errorf("the %s backend cannot free a key it does not hold", e.name))
+	}
+	skey, err := e.storeKey(op, key)
+	if err != nil {
+		return err
+	}
+	if !e.enter() {
+		return e.err(op, key, ErrClosed, nil)
+	}
+	defer e.calls.Done()
+	if err := b.Break(ctx, skey); err != nil {
+		if errors.Is(err, driver.ErrNotHeld) {
+			return e.err(op, key, ErrNotHeld, err)
+		}
+		return e.err(op, key, nil, err)
+	}
+	return nil
+}
