@@ -42,7 +42,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	}
 	if c, ok := d.(driver.Configurer); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
-		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger})
+		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger, Backoff: cfg.backoff})
 		cancel()
 		if err != nil {
 			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}
