@@ -106,9 +106,10 @@
 //   - A primary failover that loses committed transactions (asynchronous
 //     replication) can lose a lock, as it loses any write. Point db at the
 //     primary: a read replica cannot take locks.
-//   - Rows are never deleted: one row per key ever locked (about 200 bytes).
-//     Delete old FINISH rows yourself if keys are unbounded (one per order);
-//     deleting rows never makes tokens go back (see Guarantees).
+//   - A Locker never deletes rows: one row per key ever locked (about 200
+//     bytes). Where keys are unbounded (one per order), run [Purge] from
+//     time to time: it deletes the rows idle for a given time, and tokens
+//     keep increasing across it (see Guarantees).
 //   - Wake-ups need named locks to stay with their session: behind a proxy
 //     that multiplexes connections (ProxySQL), set [Config.PollOnly]. The
 //     Locker reads db's readTimeout from GORM's DSN config: below 2 s,
