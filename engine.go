@@ -596,6 +596,7 @@ type hold struct {
 	deadline  time.Time
 	nextRenew time.Time
 	renewing  bool
+	renewErr  error // of the last renewal, when it failed with an unknown outcome
 }
 
 func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }
