@@ -15,12 +15,13 @@ import (
 	lockredis "github.com/golocker/locker/redis"
 )
 
-// aclUser creates an ACL user with password "pw", every command and rules,
+// aclUser creates an ACL user with password "pw", every command but the
+// @dangerous ones (the README's recipe) and rules,
 // dropped when the test ends, and returns a client of it.
 func aclUser(t *testing.T, admin *goredis.Client, addr string, rules []string) (string, *goredis.Client) {
 	t.Helper()
 	user := "tenant_" + rand.Text()[:8]
-	args := []any{"ACL", "SETUSER", user, "on", ">pw", "+@all"}
+	args := []any{"ACL", "SETUSER", user, "on", ">pw", "+@all", "-@dangerous"}
 	for _, r := range rules {
 		args = append(args, r)
 	}
