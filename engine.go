@@ -42,7 +42,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	}
 	if c, ok := d.(driver.Configurer); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
-		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger})
+		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger, Backoff: cfg.backoff})
 		cancel()
 		if err != nil {
 			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}
@@ -596,6 +596,7 @@ type hold struct {
 	deadline  time.Time
 	nextRenew time.Time
 	renewing  bool
+	renewErr  error // of the last renewal, when it failed with an unknown outcome
 }
 
 func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }

@@ -194,3 +194,42 @@ func TestPrefixMustLeaveRoomForAKey(t *testing.T) {
 	}
 	_ = lk.Unlock(context.Background())
 }
+
+// refusedRenewals is tableDriver whose renewals fail with cause, an error of
+// unknown outcome (as a refused AUTH after a password rotation).
+type refusedRenewals struct {
+	*tableDriver
+	cause error
+}
+
+func (d refusedRenewals) RenewBatch(_ context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	errs := make([]error, len(ls))
+	for i := range errs {
+		errs[i] = d.cause
+	}
+	return make([]time.Duration, len(ls)), errs, nil
+}
+
+// TestLossNamesTheLastRenewalError: a lock lost at its local deadline
+// because its renewals failed says why they failed, and still matches
+// ErrLost and ErrNoRenewal.
+func TestLossNamesTheLastRenewalError(t *testing.T) {
+	cause := errors.New("WRONGPASS invalid username-password pair")
+	l, err := New(refusedRenewals{newTableDriver(), cause}, WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lk, err := l.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lock whose renewals all failed was not lost")
+	}
+	if err := lk.Err(); !errors.Is(err, ErrLost) || !errors.Is(err, ErrNoRenewal) || !errors.Is(err, cause) {
+		t.Errorf("Err() = %v; want ErrLost, ErrNoRenewal and the renewals' error", err)
+	}
+}

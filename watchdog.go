@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,7 @@ func (e *engine) watchdog() {
 		now := time.Now()
 		next := farFuture()
 		var due, expired, maxed []*hold
+		var expiredErr []error // the last renewal error of each expired hold
 		e.mu.Lock()
 		// A round starts when some lock is due and takes along every lock
 		// due within the window, so that locks taken at different moments
@@ -46,6 +48,7 @@ func (e *engine) watchdog() {
 		for h := range e.holds {
 			if !now.Before(h.deadline) {
 				expired = append(expired, h)
+				expiredErr = append(expiredErr, h.renewErr)
 				continue
 			}
 			if !h.maxHoldEnd.IsZero() && !now.Before(h.maxHoldEnd) && !h.claimed.Load() {
@@ -83,8 +86,8 @@ func (e *engine) watchdog() {
 		e.next = next
 		e.mu.Unlock()
 
-		for _, h := range expired {
-			if h.lost(ErrNoRenewal) {
+		for i, h := range expired {
+			if h.lost(noRenewal(expiredErr[i])) {
 				// The store may still hold it (etcd and ZooKeeper keep it
 				// while the lease or session lives): give it back.
 				e.abandon(h)
@@ -153,8 +156,19 @@ func renewAfter(ttl, v time.Duration) time.Duration {
 
 // ErrNoRenewal is the cause (with ErrLost) of a loss at the local
 // deadline: no renewal succeeded in time, the store being unreachable or
-// slow.
+// slow. When a renewal failed before the deadline, the lock's error also
+// wraps the last such failure (a timeout, refused credentials, …).
 var ErrNoRenewal = errors.New("no successful renewal before the local deadline")
+
+// noRenewal is the cause of a loss at the local deadline: ErrNoRenewal, and
+// the error of the last renewal that failed (nil when none was answered),
+// which says why (the store unreachable, the credentials refused, …).
+func noRenewal(last error) error {
+	if last == nil {
+		return ErrNoRenewal
+	}
+	return fmt.Errorf("%w; last renewal error: %w", ErrNoRenewal, last)
+}
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
@@ -243,11 +257,13 @@ func (e *engine) applyRenewals(r renewResult) {
 			}
 			h.deadline = r.sent.Add(safeValidity(v))
 			h.nextRenew = r.sent.Add(renewAfter(h.ttl, v))
+			h.renewErr = nil
 		case errors.Is(err, driver.ErrNotHeld):
 			lost = append(lost, h)
 			lostErr = append(lostErr, err)
 		default:
 			h.nextRenew = retry
+			h.renewErr = err
 			e.cfg.logger.Warn("locker: renewal failed, retrying", "backend", e.name, "key", h.key, "err", err)
 		}
 	}

@@ -132,6 +132,12 @@ type Config struct {
 	Label string
 	// Logger receives the driver's diagnostics; never nil.
 	Logger *slog.Logger
+	// Backoff is the Locker's delay before attempt number attempt (from 0)
+	// of a waiting Lock that polls (locker.WithBackoff); never nil. A
+	// Notifier whose wake-ups can fail to come (another client may hold
+	// them up) bounds its waits by it, so that waiting on it never takes
+	// longer than polling would.
+	Backoff func(attempt int) time.Duration
 }
 
 // Info describes a driver to the engine.

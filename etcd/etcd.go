@@ -80,7 +80,10 @@
 //     of another. Each waiter key is the directory followed by the lease ID
 //     in hex; its value is the acquisition's owner token, a space and the
 //     owner label. Lockers with [locker.WithPrefix] keep their keys under
-//     that prefix, so `etcdctl get --prefix <prefix>` lists them.
+//     that prefix, encoded as keys are ([KeyPrefix]: the same unless it has
+//     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
+//     a role with readwrite on that range is all a Locker needs beyond its
+//     leases (TestRoleOnKeyPrefix).
 //   - A key deleted by hand is lost for its holder only at the next renewal
 //     round: until then the holder and the next waiter may both run.
 //   - A request caught in flight by a leader change (a Lock's, an
@@ -167,9 +170,18 @@ func IsOwner(lk locker.Lock) (clientv3.Cmp, error) {
 // no NUL, so no key's directory is a prefix of another's. The waiter with the
 // lowest create revision under it holds the lock. Operators can list or
 // delete a lock's waiters with it.
-func Dir(key string) string {
-	if strings.ContainsAny(key, "%\x00") {
-		key = strings.NewReplacer("%", "%25", "\x00", "%00").Replace(key)
+func Dir(key string) string { return KeyPrefix(key) + "\x00" }
+
+// KeyPrefix returns the etcd key prefix under which every lock of a Locker
+// with prefix ([locker.WithPrefix]) lives: prefix with '%' and NUL
+// percent-encoded, as in [Dir]. It differs from prefix only when prefix has
+// a '%' or a NUL. Give a tenant's etcd role its range, and list its locks:
+//
+//	etcdctl role grant-permission tenant1 readwrite --prefix=true "$KEY_PREFIX"
+//	etcdctl get --prefix "$KEY_PREFIX"
+func KeyPrefix(prefix string) string {
+	if strings.ContainsAny(prefix, "%\x00") {
+		prefix = strings.NewReplacer("%", "%25", "\x00", "%00").Replace(prefix)
 	}
-	return key + "\x00"
+	return prefix
 }

@@ -133,3 +133,32 @@ func ExampleGuard() {
 	// A sells again: lost: true
 	// stock: 8
 }
+
+// A nightly job deletes the rows of keys nobody used for a day: one row per
+// key stays otherwise (here, one per order). A key purged and locked again
+// gets a higher fencing token than it ever had.
+func ExamplePurge() {
+	ctx := context.Background()
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	l, err := mysql.New(db)
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	lk, err := l.TryLock(ctx, "order-"+time.Now().Format("150405.000000"))
+	if err != nil {
+		panic(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	// Used just now: not idle for a day, kept.
+	n, err := mysql.Purge(ctx, db, mysql.DefaultTable, 24*time.Hour)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("rows purged:", n)
+	// Output: rows purged: 0
+}

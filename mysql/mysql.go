@@ -229,7 +229,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	if err := checkTable(ctx, d.db, d.cfg.Table); err != nil {
 		return err
 	}
-	dbName, err := databaseName(ctx, d.db)
+	srv, err := serverInfo(ctx, d.db)
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		}
 	}
 	if !d.cfg.PollOnly {
-		d.notify = newNotifier(d.db, dbName, d.cfg.Table, cfg.TTL, d.readTimeout, d.logger)
+		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
 	}
 	return nil
 }

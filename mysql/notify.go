@@ -36,9 +36,11 @@ import (
 //     the engine never waits past the holder's remaining lock_until;
 //   - a name held by a session that is no holder (names are predictable and
 //     GET_LOCK needs no privilege: any account can take one) costs a waiter
-//     at most waitSeconds per hand-off, since a GET_LOCK that times out
-//     signals too (measured: a hand-off 0.70 s with a USAGE-only account
-//     holding the name, 6.1–6.3 s before, at TTL 6 s).
+//     no more than polling would: each GET_LOCK waits at most the Locker's
+//     next backoff step (locker.WithBackoff) and signals when it times out,
+//     so the waiter tries the table at the pace a polling waiter would.
+//     MariaDB (10.1.2+) takes fractional timeouts; MySQL rounds them to
+//     whole seconds, so there a wait is at least waitSeconds.
 //
 // Resources are bounded: one connection per Locker for all the names it
 // holds, returned to the pool after 10 s without any, and at most
@@ -53,13 +55,13 @@ const (
 	// failed (a waiter held the name for a moment, or a previous holder's
 	// session has not let it go yet).
 	takeRetryMax = 500 * time.Millisecond
-	// waitSeconds is the GET_LOCK timeout of a waiter, in seconds: it
-	// blocks that long at most, then checks again.
+	// waitSeconds is the longest GET_LOCK timeout of a waiter, in seconds
+	// (the shortest on a server without fractional timeouts): it blocks
+	// that long at most, then signals and checks again.
 	waitSeconds = 1
-	// pollMin and pollMax bound the signals of a subscription that finds
-	// the name free or has no connection.
-	pollMin = locker.DefaultBackoffMin
-	pollMax = locker.DefaultBackoffMax
+	// connRetryMin is the first delay before the holder goroutine asks the
+	// pool for a connection again.
+	connRetryMin = locker.DefaultBackoffMin
 	// grace is how long a subscription waits after a wake-up before
 	// blocking again, so that a successful acquisition cancels it between
 	// statements rather than in one (which costs the connection).
@@ -81,8 +83,13 @@ type notifier struct {
 	salt     string        // database and table, hashed into names
 	ttl      time.Duration // a name is dropped when its lock was not renewed for a TTL
 	blocking bool          // waiters may block in GET_LOCK
-	logger   *slog.Logger
-	slots    chan struct{} // connections blocked in GET_LOCK
+	// fractional reports that GET_LOCK takes fractional timeouts
+	// (MariaDB); MySQL rounds them to whole seconds.
+	fractional bool
+	backoff    func(attempt int) time.Duration // the Locker's
+	freePoll   func(attempt int) time.Duration // locker.DefaultBackoff
+	logger     *slog.Logger
+	slots      chan struct{} // connections blocked in GET_LOCK
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -104,23 +111,29 @@ type wanted struct {
 	taken bool      // mirror of the holder goroutine's state, for released
 }
 
-func newNotifier(db *sql.DB, dbName, table string, ttl, readTimeout time.Duration, logger *slog.Logger) *notifier {
+func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Duration, backoff func(int) time.Duration, logger *slog.Logger) *notifier {
 	slots := maxWaitConns
 	if m := db.Stats().MaxOpenConnections; m > 0 {
 		slots = min(slots, m/4)
 	}
+	if backoff == nil {
+		backoff = locker.DefaultBackoff()
+	}
 	n := &notifier{
 		db:   db,
-		salt: dbName + "\x00" + table + "\x00",
+		salt: srv.database + "\x00" + table + "\x00",
 		ttl:  ttl,
 		// A blocked GET_LOCK must answer well within the read timeout.
-		blocking: readTimeout == 0 || readTimeout >= waitSeconds*time.Second+time.Second,
-		logger:   logger,
-		slots:    make(chan struct{}, max(slots, 1)),
-		poke:     make(chan struct{}, 1),
-		want:     make(map[string]*wanted),
-		subs:     make(map[string]map[*subscription]struct{}),
-		wakeAt:   farAway(),
+		blocking:   readTimeout == 0 || readTimeout >= waitSeconds*time.Second+time.Second,
+		fractional: srv.mariaDB,
+		backoff:    backoff,
+		freePoll:   locker.DefaultBackoff(),
+		logger:     logger,
+		slots:      make(chan struct{}, max(slots, 1)),
+		poke:       make(chan struct{}, 1),
+		want:       make(map[string]*wanted),
+		subs:       make(map[string]map[*subscription]struct{}),
+		wakeAt:     farAway(),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Add(1)
@@ -322,7 +335,7 @@ func (h *holderConn) get() *sql.Conn {
 	defer cancel()
 	c, err := h.n.db.Conn(ctx)
 	if err != nil {
-		h.connDelay = min(max(2*h.connDelay, pollMin), time.Second)
+		h.connDelay = min(max(2*h.connDelay, connRetryMin), time.Second)
 		h.connRetry = time.Now().Add(h.connDelay)
 		h.n.logger.Debug("locker: mysql: no connection for wake-ups; waiters poll meanwhile", "err", err)
 		return nil
@@ -512,8 +525,6 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 		default:
 		}
 	}
-	waitSQL := fmt.Sprintf("SELECT CASE WHEN IS_FREE_LOCK('%[1]s') = 1 THEN -1 WHEN GET_LOCK('%[1]s', %[2]d) = 1 THEN RELEASE_LOCK('%[1]s') ELSE 0 END",
-		name, waitSeconds)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	sleep := func(d time.Duration) bool {
@@ -533,16 +544,21 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 			return false
 		}
 	}
+	// attempt counts the Locker's backoff steps, as a polling wait would.
+	attempt := 0
 	// Armed after a Held answer: a name found free at once means the
 	// holder released already (or has not taken the name yet); try now.
-	delay := time.Duration(0)
+	first := true
 	for {
 		if ctx.Err() != nil {
 			return
 		}
+		step := n.backoff(attempt)
 		if conn != nil {
+			wait := n.waitTimeout(step)
+			began := time.Now()
 			var r sql.NullInt64
-			err := conn.QueryRowContext(ctx, waitSQL).Scan(&r)
+			err := conn.QueryRowContext(ctx, waitSQL(name, wait)).Scan(&r)
 			if ctx.Err() != nil {
 				return
 			}
@@ -556,15 +572,21 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 				if !deliver() || !sleep(grace) {
 					return
 				}
-				delay = 0
+				first = true
 				continue
 			case r.Int64 == 0:
-				// Still held after waitSeconds: by the holder of a long
+				// Still held after the wait: by the holder of a long
 				// section, or by a session that is no holder at all
 				// (the names are predictable, and GET_LOCK needs no
 				// privilege). Either way the table decides: a wake-up
-				// now bounds what such a session costs to waitSeconds
-				// per hand-off, instead of the holder's whole TTL.
+				// now, after at most the backoff step, makes such a
+				// session cost no more than polling would, instead of
+				// the holder's whole TTL. A server that rounded the
+				// timeout down answered early: wait out the step.
+				attempt++
+				if rest := wait - time.Since(began); rest > 0 && !sleep(rest) {
+					return
+				}
 				if !deliver() {
 					return
 				}
@@ -572,14 +594,39 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 			}
 			// -1: the name is free; poll below.
 		}
-		if delay > 0 && !sleep(jitter(delay)) {
-			return
+		if !first {
+			// The name is free: nobody will announce a release (the
+			// holder may not have taken it yet). Poll at the Locker's
+			// backoff, never slower than the default one.
+			step = min(step, n.freePoll(attempt))
+			attempt++
+			if !sleep(jitter(step)) {
+				return
+			}
 		}
+		first = false
 		if !deliver() {
 			return
 		}
-		delay = min(max(2*delay, pollMin), pollMax)
 	}
+}
+
+// waitTimeout is how long a waiter's GET_LOCK blocks before it signals
+// anyway: the Locker's backoff step, at most waitSeconds. A server without
+// fractional timeouts (MySQL) blocks waitSeconds.
+func (n *notifier) waitTimeout(step time.Duration) time.Duration {
+	if !n.fractional {
+		return waitSeconds * time.Second
+	}
+	return min(max(step, time.Millisecond), waitSeconds*time.Second)
+}
+
+// waitSQL is the statement of a waiter: -1 when the name is free (nobody
+// would announce a release), 1 when it was released within wait (and taken
+// and given back at once), 0 when it was still held after wait.
+func waitSQL(name string, wait time.Duration) string {
+	return fmt.Sprintf("SELECT CASE WHEN IS_FREE_LOCK('%[1]s') = 1 THEN -1 WHEN GET_LOCK('%[1]s', %.3[2]f) = 1 THEN RELEASE_LOCK('%[1]s') ELSE 0 END",
+		name, wait.Seconds())
 }
 
 // jitter returns a duration in [d/2, d].

@@ -84,15 +84,22 @@ func checkTable(ctx context.Context, db *sql.DB, table string) error {
 	return nil
 }
 
-// databaseName returns the current database, which named-lock names include:
-// those are server-wide.
-func databaseName(ctx context.Context, db *sql.DB) (string, error) {
+// server is what the driver needs to know about the server.
+type server struct {
+	database string // the current database, which named-lock names include
+	mariaDB  bool   // GET_LOCK takes fractional timeouts (MariaDB 10.1.2+)
+}
+
+// serverInfo returns the current database (an error when none is selected)
+// and the server's flavour, in one round trip.
+func serverInfo(ctx context.Context, db *sql.DB) (server, error) {
 	var name sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
-		return "", fmt.Errorf("select database: %w", err)
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT DATABASE(), VERSION()").Scan(&name, &version); err != nil {
+		return server{}, fmt.Errorf("select database: %w", err)
 	}
 	if !name.Valid || name.String == "" {
-		return "", fmt.Errorf("no database selected: name one in the DSN")
+		return server{}, fmt.Errorf("no database selected: name one in the DSN")
 	}
-	return name.String, nil
+	return server{database: name.String, mariaDB: strings.Contains(version, "MariaDB")}, nil
 }

@@ -490,7 +490,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 		args[i], ttls[i] = d.ttlArgs(l.TTL)
 		cmds[i] = d.renew.EvalSha(ctx, pipe, []string{leaseKey(l)}, l.Owner, args[i])
 	}
-	_, _ = pipe.Exec(ctx) // errors are per command
+	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
 	var again []int
 	for i, c := range cmds {
 		if isNoScript(c.Err()) {
@@ -502,12 +502,19 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 		for _, i := range again {
 			cmds[i] = d.renew.Eval(ctx, pipe, []string{leaseKey(ls[i])}, ls[i].Owner, args[i])
 		}
-		_, _ = pipe.Exec(ctx)
+		_, execErr = pipe.Exec(ctx)
 	}
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {
 		n, err := c.Int64()
+		if c.Err() == nil && c.Val() == nil && execErr != nil {
+			// go-redis sets no error on the commands of a pipeline
+			// whose connection failed to initialise (a refused AUTH
+			// after a password rotation: WRONGPASS): Int64 would blame
+			// a reply of type <nil>. The pipeline's error says why.
+			err = execErr
+		}
 		validity[i], errs[i] = renewResult(ttls[i], n, err)
 	}
 	return validity, errs, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -44,6 +45,13 @@ const (
 // errNodeGone means the waiter's or holder's own node vanished: its session
 // expired or someone deleted it.
 var errNodeGone = errors.New("zookeeper: our lock node vanished (session expired or node deleted)")
+
+// ErrForeignNode is the cause of the errors of a lock whose key's node
+// holds a node no Locker made: a child whose name is not a lock node's, or a
+// lock node's name on a node that is not ephemeral. Such a node is never
+// deleted by the Locker and would block the key for good: the error names
+// it, and an operator must delete it.
+var ErrForeignNode = errors.New("zookeeper: a node no Locker made is in a key's queue: delete it")
 
 // ErrConnClosed is the cause (with locker.ErrLost) of the locks lost when the
 // connection's event channel closes, that is when the connection was closed
@@ -271,7 +279,7 @@ func classify(err error) error {
 		return nil
 	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrBadArguments),
 		errors.Is(err, zk.ErrInvalidACL), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrClosing),
-		errors.Is(err, ErrConnClosed):
+		errors.Is(err, ErrConnClosed), errors.Is(err, ErrForeignNode):
 		return driver.Permanent(err)
 	}
 	return err
@@ -306,7 +314,21 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 		return d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, sent)
 	}
 	if !wait {
+		// The queue is listed along with the delete (no added round trip):
+		// a foreign child would make every TryLock of the key fail as
+		// "held" without a word.
+		list := start(d, func() ([]string, error) {
+			c, _, err := d.conn.Children(parent)
+			return c, err
+		})
 		d.cleanup(ctx, parent, guid, node)
+		select {
+		case r := <-list:
+			if f := foreignChild(r.v, node[len(parent)+1:]); r.err == nil && f != "" {
+				return driver.Grant{}, fmt.Errorf("%w: %s/%s is not a lock node", ErrForeignNode, parent, f)
+			}
+		case <-ctx.Done():
+		}
 		return driver.Grant{}, driver.Held(0)
 	}
 	since, err := d.waitTurn(ctx, parent, node, sent)
@@ -353,8 +375,49 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte)
 		case mayHaveApplied(err):
 			d.cleanup(ctx, parent, guid, "")
 		}
-		return "", nil, fmt.Errorf("create a lock node under %s: %w", parent, err)
+		return "", nil, fmt.Errorf("create a lock node under %s: %w", parent, createDenied(r, parent, err))
 	}
+}
+
+// createDenied explains a create multi-operation refused by the ACL of the
+// key's node: which permission it lacks. Other errors are returned as they
+// are.
+func createDenied(r result[[]zk.MultiResponse], parent string, err error) error {
+	if len(r.v) == 2 && errors.Is(r.v[1].Error, zk.ErrNoAuth) {
+		return denied(err, parent, "WRITE")
+	}
+	return denied(err, parent, "CREATE")
+}
+
+// denied explains zk.ErrNoAuth from a call on node p: the ACL of p does not
+// grant this connection's identity perm. Other errors are returned as they
+// are.
+func denied(err error, p, perm string) error {
+	if !errors.Is(err, zk.ErrNoAuth) {
+		return err
+	}
+	return fmt.Errorf("the ACL of %s does not grant this connection %s (see zookeeper.Config.ACL; was it changed, or made by another identity?): %w", p, perm, err)
+}
+
+// foreignChild returns a child of a key's node, other than our own node
+// mine, whose name is not a lock node's, when no lock node is ahead of mine:
+// the reason our node was not alone. It returns "" otherwise.
+func foreignChild(children []string, mine string) string {
+	seq, ok := sequenceOf(mine)
+	if !ok {
+		return ""
+	}
+	foreign := ""
+	for _, c := range children {
+		s, ok := sequenceOf(c)
+		switch {
+		case !ok:
+			foreign = c
+		case s < seq:
+			return ""
+		}
+	}
+	return foreign
 }
 
 // createOutcome reads the reply of create's multi-operation.
@@ -491,7 +554,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			return c, err
 		})
 		if err != nil {
-			return time.Time{}, fmt.Errorf("list the queue %s: %w", parent, err)
+			return time.Time{}, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 		}
 		if synced != nil {
 			select {
@@ -535,12 +598,20 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 // watch for its creation behind, and lock nodes are never created again).
 // ZooKeeper delivers no event of a node its watcher may not read, so a node
 // we may not read is an error rather than a wait that never ends.
+//
+// A node named like a lock node that is not ephemeral was made by someone
+// else: no session ends it, so waiting behind it would never end.
 func (d *zkDriver) watch(p string) (<-chan zk.Event, error) {
-	_, _, ch, err := d.conn.GetW(p)
-	if errors.Is(err, zk.ErrNoAuth) {
-		return nil, fmt.Errorf("zookeeper: cannot watch %s: its ACL does not let this connection read it (every identity locking a key needs READ on the others' nodes): %w", p, err)
+	_, st, ch, err := d.conn.GetW(p)
+	switch {
+	case errors.Is(err, zk.ErrNoAuth):
+		return nil, fmt.Errorf("cannot watch %s: every identity locking a key needs READ on the others' nodes: %w", p, denied(err, p, "READ"))
+	case err != nil:
+		return nil, err
+	case st.EphemeralOwner == 0:
+		return nil, fmt.Errorf("%w: it is not ephemeral", ErrForeignNode)
 	}
-	return ch, err
+	return ch, nil
 }
 
 // Inspect implements driver.Inspector: the lock node with the lowest
@@ -729,7 +800,7 @@ func (d *zkDriver) deleteOrphan(ctx context.Context, o *orphan) error {
 		return nil
 	}
 	o.path = node
-	return fmt.Errorf("delete %s: %w", node, err)
+	return fmt.Errorf("delete %s: %w", node, denied(err, o.parent, "DELETE"))
 }
 
 func (d *zkDriver) addOrphan(o *orphan) {
@@ -886,5 +957,5 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	// lives. The hold stays held, and the engine, which retries the release
 	// of a lock whose Unlock had an unknown outcome until it succeeds (and a
 	// last time on Close), calls Release again.
-	return fmt.Errorf("delete %s: %w", h.path, classify(err))
+	return fmt.Errorf("delete %s: %w", h.path, classify(denied(err, path.Dir(h.path), "DELETE")))
 }

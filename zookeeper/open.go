@@ -22,7 +22,9 @@ import (
 // the locks (default [DefaultRoot]). user:password authenticates with digest
 // and makes the Locker's nodes the creator's alone ([Config].Digest);
 // go-zookeeper has no TLS, so a password goes to a host other than this
-// machine only with insecure=true. The session timeout requested is the TTL
+// machine only with insecure=true. acl sets the ACL of every node the Locker
+// creates ([Config].ACL) in the syntax of [ParseACL], for example
+// acl=creator,world-read; "creator" needs user:password. The session timeout requested is the TTL
 // (see [Limits]): keep it within the server's session bounds. The Locker
 // owns the connection: its Close closes it.
 func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
@@ -35,13 +37,18 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	if err != nil {
 		return nil, err
 	}
+	cfg := Config{}
+	if v, ok := p.Take("acl"); ok {
+		if cfg.ACL, err = ParseACL(v); err != nil {
+			return nil, p.Errorf("parameter acl: %v", err)
+		}
+	}
 	if err := p.Unknown(); err != nil {
 		return nil, err
 	}
 	if err := p.CheckPassword(hs, false, insecure); err != nil {
 		return nil, err
 	}
-	cfg := Config{}
 	if u.Path != "" && u.Path != "/" {
 		cfg.Root = u.Path
 	}
@@ -51,6 +58,9 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 			return nil, p.Errorf("zookeeper credentials must be user:password (digest)")
 		}
 		cfg.Digest = u.User.Username() + ":" + pw
+	}
+	if cfg.Digest == "" && needsAuth(cfg.ACL) {
+		return nil, p.Errorf("parameter acl: %q (the auth scheme) needs credentials: zk://user:password@…", ACLCreator)
 	}
 	set, err := locker.Resolve(opts...)
 	if err != nil {

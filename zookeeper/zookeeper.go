@@ -99,10 +99,17 @@
 //     are READ-only, but without credentials anyone who reaches ZooKeeper
 //     can delete a lock node through its key's node. With [Config].Digest
 //     every node is its creator's alone ("auth" scheme): give every Locker
-//     of a root the same credentials. A key node tampered with (another
-//     ACL) makes Lock fail at once with zk.ErrNoAuth naming the node.
-//   - Nodes other than the Locker's own must not be created under the root:
-//     a foreign child of a key's parent makes TryLock on that key fail.
+//     of a root the same credentials; the zk:// URL's acl parameter and
+//     [Config].ACL set others. A key node tampered with (another ACL, or
+//     made by another identity) makes Lock, TryLock or Unlock fail at once
+//     with zk.ErrNoAuth, naming the node and the permission it lacks.
+//   - Nodes other than the Locker's own must not be created under the root.
+//     A key whose node has a child that is not a lock node makes TryLock
+//     fail with [ErrForeignNode] naming that child when no lock is ahead
+//     (Lock ignores it); a node named like a lock node that is not
+//     ephemeral makes a Lock waiting behind it fail with ErrForeignNode
+//     naming it (TryLock answers "held": telling it from a holder would
+//     cost a read per refusal). Delete such nodes.
 //   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
 //     FIFO order breaks after 2^31 waiters on one key without the key's
 //     parent ever becoming empty.
@@ -142,13 +149,22 @@ type Config struct {
 	// and its names must be valid znode names without '%'.
 	Root string
 
-	// ACL, when set, is set on every znode the Locker creates. The
-	// connection's identity needs READ, WRITE, CREATE and DELETE on Root
-	// and on the key nodes (a lock is created with a write to its key's
-	// node, and deleted through it), and every identity that locks a key
-	// needs READ on the lock nodes of the others: ZooKeeper sends no watch
-	// event of a node the watcher may not read, so a waiter behind such a
-	// node fails instead of waiting.
+	// ACL, when set, is set on every znode the Locker creates ([ParseACL]
+	// reads it in zkCli.sh's syntax). The permissions a Locker's identity
+	// needs, exactly (TestLeastPrivilege runs with these and no more):
+	//
+	//   - CREATE on Root (it creates the key nodes there), and on the
+	//     parent of each node of Root's path it has to create;
+	//   - READ, WRITE, CREATE and DELETE on the key nodes: a lock node is
+	//     created with a write to its key's node in one multi-operation,
+	//     waiters list the key's node, and lock nodes are deleted through it;
+	//   - READ on the lock nodes of every identity that locks the same key:
+	//     renewals are version checks (READ), and ZooKeeper sends no watch
+	//     event of a node its watcher may not read, so a waiter behind such
+	//     a node fails instead of waiting.
+	//
+	// ADMIN is never needed. A refusal names the node and the permission
+	// it lacks.
 	//
 	// The default is [DefaultACL]: with Digest set, every node is the
 	// creator's alone (the "auth" scheme: every Locker must use the same
@@ -209,6 +225,9 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 	}
 	if err := validateRoot(root); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	if err := validateACL(c.ACL); err != nil {
+		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: fmt.Errorf("Config.ACL: %w", err)}
 	}
 	containers, locks := DefaultACL(c.Digest != "")
 	if len(c.ACL) > 0 {

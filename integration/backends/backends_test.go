@@ -95,6 +95,9 @@ func TestEverySchemeOpens(t *testing.T) {
 	t.Run("zk-digest", func(t *testing.T) {
 		exercise(t, m, "zk://locker:s3cret@"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks-digest?ttl=3s")
 	})
+	t.Run("zk-acl", func(t *testing.T) {
+		exercise(t, m, "zk://locker:s3cret@"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks-acl?ttl=3s&acl=creator,world-read")
+	})
 }
 
 func TestBadBackendURLs(t *testing.T) {
@@ -111,6 +114,9 @@ func TestBadBackendURLs(t *testing.T) {
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
 		{"zk://,127.0.0.1:1", "empty host"},
 		{"zk://justauser@127.0.0.1:1", "user:password"},
+		{"zk://127.0.0.1:1?acl=creator", "acl"},
+		{"zk://127.0.0.1:1?acl=world:anyone:rwx", "acl"},
+		{"zk://127.0.0.1:1?acl=", "acl"},
 		{"redis://u:pw@192.0.2.1:6379/0", "cleartext"},
 		{"etcd://u:pw@192.0.2.1:2379", "cleartext"},
 		{"mysql://u:pw@192.0.2.1:3306/db", "cleartext"},

@@ -26,6 +26,19 @@ func lockNode(t *testing.T, c *zk.Conn, root, key string) (parent, node string) 
 	return parent, parent + "/" + children[0]
 }
 
+// configLocker returns a Locker made with cfg and the test TTL, on a
+// connection of its own to srv; both end with the test.
+func configLocker(t *testing.T, srv *testenv.ZooKeeperServer, cfg zookeeper.Config) locker.Locker {
+	t.Helper()
+	conn, events := connectWith(t, srv, testTTL)
+	l, err := cfg.New(conn, events, locker.WithTTL(testTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // TestDefaultACLGivesTheWorldNoAdmin: without credentials, nobody can
 // re-ACL the Locker's nodes (a way to block a key for good) or write a lock
 // node; the world may still do what locking needs.
@@ -66,16 +79,7 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	root := "/locker-digest-" + rand.Text()[:10]
 	cfg := zookeeper.Config{Root: root, Digest: "locker:s3cret"}
-	newLocker := func() locker.Locker {
-		conn, events := connectWith(t, srv, testTTL)
-		l, err := cfg.New(conn, events, locker.WithTTL(testTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
-	a, b := newLocker(), newLocker()
+	a, b := configLocker(t, srv, cfg), configLocker(t, srv, cfg)
 	ctx := t.Context()
 	lk, err := a.TryLock(ctx, "k")
 	if err != nil {
@@ -117,12 +121,7 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 	defer lb.Unlock(ctx)
 
 	// Without the credentials: refused at once, naming the node.
-	conn, events := connectWith(t, srv, testTTL)
-	plain, err := zookeeper.Config{Root: root}.New(conn, events, locker.WithTTL(testTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := configLocker(t, srv, zookeeper.Config{Root: root})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = plain.Lock(wctx, "k")

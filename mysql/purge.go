@@ -1,0 +1,87 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/golocker/locker"
+)
+
+const (
+	// MinPurgeIdle is the shortest idle time [Purge] accepts: the margin
+	// by which the database clock may step back without a recreated row
+	// handing out a token lower than its deleted predecessor's.
+	MinPurgeIdle = time.Second
+
+	// purgeBatch is the most rows one DELETE removes, so that a purge of a
+	// large table never holds many row locks at once.
+	purgeBatch = 1000
+)
+
+// Purge deletes the rows of lock table table (DefaultTable when "") that
+// no Locker acquired, renewed or released for at least idle, and that are
+// not held (kept rows, locker.MinHold, count as held until their end); it
+// returns how many it deleted. The table keeps one row per key ever locked:
+// run Purge from time to time (a cron job) when keys come and go.
+//
+// Fencing tokens stay strictly increasing across a purge: a row's version
+// grows by one per acquisition from the database clock in microseconds at
+// its creation, so it never exceeds the clock at its last use, and a row
+// created again later starts at the clock, above it. This holds as long as
+// the database clock never steps back by more than idle (at least
+// [MinPurgeIdle]; an hour or more is a good idle in practice).
+//
+// Purge runs on db's pool in batches of 1000 rows, each a DELETE in
+// primary key order; a Locker taking a row while it is being purged either
+// keeps it (the row was used, so it is no longer idle) or creates it again. The account needs DELETE on the
+// table. It returns an error matching locker.ErrInvalidOption for a bad db,
+// table or idle.
+func Purge(ctx context.Context, db *gorm.DB, table string, idle time.Duration) (int64, error) {
+	if ctx == nil {
+		return 0, &locker.Error{Op: "purge", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil context")}
+	}
+	sqlDB, err := sqlHandle(db)
+	if err != nil {
+		return 0, &locker.Error{Op: "purge", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := validTable(table); err != nil {
+		return 0, &locker.Error{Op: "purge", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	if idle < MinPurgeIdle {
+		return 0, &locker.Error{Op: "purge", Backend: backend, Err: locker.ErrInvalidOption,
+			Cause: fmt.Errorf("idle %v is shorter than MinPurgeIdle (%v)", idle, MinPurgeIdle)}
+	}
+	stmt := purgeSQL(table)
+	var total int64
+	for {
+		res, err := sqlDB.ExecContext(ctx, stmt, idle.Microseconds(), purgeBatch)
+		if err != nil {
+			return total, &locker.Error{Op: "purge", Backend: backend, Cause: fmt.Errorf("delete idle rows of %s: %w", table, err)}
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, &locker.Error{Op: "purge", Backend: backend, Cause: fmt.Errorf("delete idle rows of %s: %w", table, err)}
+		}
+		total += n
+		if n < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+// purgeSQL deletes up to a batch of rows idle for a time. A row is idle when
+// its update_time (every acquisition, renewal, release and keep sets it) is
+// older than the idle time and its claim (lock_until) has ended. InnoDB
+// checks the condition again on the latest version of each row it locks, so
+// a row acquired meanwhile is left alone. Args: idle µs, batch size.
+func purgeSQL(table string) string {
+	return "DELETE FROM `" + table + "` WHERE update_time < TIMESTAMPADD(MICROSECOND, -?, " + dbNow + ")" +
+		" AND lock_until <= " + dbNow + " ORDER BY task_name LIMIT ?"
+}
