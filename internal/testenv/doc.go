@@ -18,8 +18,13 @@
 //     not answer fails the test: it was asked for explicitly.
 //  2. A container started with testcontainers-go, when a Docker engine
 //     answers a /_ping within one second ([DockerAvailable]). Images:
-//     redis:7, mariadb:10.11, zookeeper:3.8, ports published on 127.0.0.1
-//     only. Set LOCKER_NO_DOCKER=1 to skip this step.
+//     redis:7, mariadb:10.11, zookeeper:3.8, each run with an init process
+//     (so that it stops at once), ports published on 127.0.0.1 only. With
+//     LOCKER_DOCKER_NETWORK=host (Linux) containers run in the host's
+//     network instead and their servers listen on free ports of 127.0.0.1
+//     only: no bridge and no published port, for an engine started with
+//     --bridge=none (.ci/docker-suite). Set LOCKER_NO_DOCKER=1 to skip this
+//     step.
 //  3. A server binary found on PATH (redis-server; mariadbd with
 //     mariadb-install-db; java with the ZooKeeper jars), started on a free
 //     127.0.0.1 port in a fresh temporary directory.
@@ -29,7 +34,16 @@
 // command that installs the server. A server that is found but fails to start
 // always fails the test, with the tail of its log: a broken installation must
 // not turn into silently skipped tests. Set the environment variable instead
-// if a local installation cannot be fixed.
+// if a local installation cannot be fixed. Under CI, a container that fails
+// to start although Docker answers fails the test too: it does not fall back
+// to the binaries, which would hide a broken Docker path.
+//
+// LOCKER_TESTENV=env, docker or binary makes every provisioner use that one
+// way only and fail, even outside CI, naming why when it cannot serve (with
+// docker and binary the endpoint variables are ignored). The servers that
+// only a binary can give ([NewRedisTLS], [NewMySQLTLS]) then skip under
+// docker and env, and Restart skips for servers that are not processes of
+// this package.
 //
 // # Shared and dedicated servers
 //

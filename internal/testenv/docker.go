@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,38 +130,106 @@ func pingDocker(ctx context.Context, netw, addr string, tlsOnly bool) error {
 	return nil
 }
 
-// containerSpec describes a container to run with its ports published on
-// 127.0.0.1.
-type containerSpec struct {
-	image string
-	// ports are the container ports ("6379/tcp") to publish, each on the host
-	// port of the same index in hostPorts, or on a random one when hostPorts
-	// is nil.
-	ports     []string
-	hostPorts []int
-	opts      []testcontainers.ContainerCustomizer
+// dockerHostNetwork reports whether containers run in the host's network
+// (LOCKER_DOCKER_NETWORK=host) instead of Docker's default bridge network.
+func dockerHostNetwork() (bool, error) {
+	switch v := strings.TrimSpace(os.Getenv(EnvDockerNetwork)); v {
+	case "", "bridge":
+		return false, nil
+	case "host":
+		return true, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want bridge or host", EnvDockerNetwork, v)
+	}
 }
 
-// runContainer starts the container and returns it with the host:port of each
-// published port. The caller terminates it with terminateContainer.
-func runContainer(ctx context.Context, spec containerSpec) (*testcontainers.DockerContainer, []string, error) {
-	loopback := netip.MustParseAddr("127.0.0.1")
-	bind := func(hc *container.HostConfig) {
-		if hc.PortBindings == nil {
-			hc.PortBindings = network.PortMap{}
-		}
-		for i, p := range spec.ports {
-			hostPort := ""
-			if spec.hostPorts != nil {
-				hostPort = strconv.Itoa(spec.hostPorts[i])
+// containerSpec describes a container whose server listens on TCP ports.
+//
+// On the bridge network (the default) the ports are published on 127.0.0.1:
+// each on a random host port, or with fixed on the same port as inside the
+// container (then chosen free on the host, for servers that announce their
+// address). On the host network (LOCKER_DOCKER_NETWORK=host) nothing is
+// published: the server listens on free host ports, on 127.0.0.1 only.
+type containerSpec struct {
+	image string
+	// ports are the server's default ports in the image; only the first
+	// publish of them are reached from the host (the others, such as a
+	// cluster bus, are internal).
+	ports   []int
+	publish int
+	fixed   bool
+	// opts returns the container's options for a server listening on ports,
+	// on 127.0.0.1 only when loopback is true.
+	opts func(ports []int, loopback bool) []testcontainers.ContainerCustomizer
+	// ready checks that the server answers at addrs (host:port of each
+	// published port), within readyWithin.
+	ready       func(ctx context.Context, addrs []string) error
+	readyWithin time.Duration
+}
+
+// startContainer runs the container and waits until its server is ready. It
+// returns the host:port of each published port and the function that removes
+// the container. Every container runs with an init process (docker run
+// --init), so that it stops at once even when its main process is a shell.
+// A server that exits during startup is tried again on other ports when the
+// ports were chosen here.
+func startContainer(spec containerSpec) ([]string, func(), error) {
+	host, err := dockerHostNetwork()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	choose := host || spec.fixed
+	for attempt := 1; ; attempt++ {
+		ports := spec.ports
+		if choose {
+			if ports, err = freePorts(len(spec.ports)); err != nil {
+				return nil, nil, err
 			}
-			hc.PortBindings[network.MustParsePort(p)] = []network.PortBinding{{HostIP: loopback, HostPort: hostPort}}
+		}
+		addrs, stop, err := tryContainer(ctx, spec, ports, host)
+		if err == nil || !choose || attempt == 3 || !errors.Is(err, errExited) {
+			return addrs, stop, err
 		}
 	}
-	opts := append([]testcontainers.ContainerCustomizer{
-		testcontainers.WithExposedPorts(spec.ports...),
-		testcontainers.WithHostConfigModifier(bind),
-	}, spec.opts...)
+}
+
+// tryContainer is one attempt of startContainer on ports.
+func tryContainer(ctx context.Context, spec containerSpec, ports []int, host bool) ([]string, func(), error) {
+	published := ports[:spec.publish]
+	names := make([]string, len(published))
+	for i, p := range published {
+		names[i] = strconv.Itoa(p) + "/tcp"
+	}
+	loopback := netip.MustParseAddr("127.0.0.1")
+	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.Init = new(true)
+			if host {
+				hc.NetworkMode = container.NetworkMode(network.NetworkHost)
+				return
+			}
+			if hc.PortBindings == nil {
+				hc.PortBindings = network.PortMap{}
+			}
+			for i, name := range names {
+				hostPort := ""
+				if spec.fixed {
+					hostPort = strconv.Itoa(published[i])
+				}
+				hc.PortBindings[network.MustParsePort(name)] = []network.PortBinding{{HostIP: loopback, HostPort: hostPort}}
+			}
+		}),
+	}
+	if host {
+		// A container in the host's network joins no other network (not
+		// even the one testcontainers makes when the engine has no bridge).
+		opts = append(opts, testcontainers.WithEndpointSettingsModifier(func(m map[string]*network.EndpointSettings) { clear(m) }))
+	} else {
+		opts = append(opts, testcontainers.WithExposedPorts(names...))
+	}
+	opts = append(opts, spec.opts(ports, host)...)
 
 	c, err := testcontainers.Run(ctx, spec.image, opts...)
 	if err != nil {
@@ -169,16 +238,48 @@ func runContainer(ctx context.Context, spec containerSpec) (*testcontainers.Dock
 		}
 		return nil, nil, fmt.Errorf("run container %s: %w", spec.image, err)
 	}
-	addrs := make([]string, len(spec.ports))
-	for i, p := range spec.ports {
-		mapped, err := c.MappedPort(ctx, p)
-		if err != nil {
-			terminateContainer(c)
-			return nil, nil, fmt.Errorf("container %s: port %s: %w", spec.image, p, err)
+	addrs := make([]string, len(published))
+	for i, name := range names {
+		port := strconv.Itoa(published[i])
+		if !host {
+			mapped, err := c.MappedPort(ctx, name)
+			if err != nil {
+				terminateContainer(c)
+				return nil, nil, fmt.Errorf("container %s: port %s: %w", spec.image, name, err)
+			}
+			port = mapped.Port()
 		}
-		addrs[i] = net.JoinHostPort("127.0.0.1", mapped.Port())
+		addrs[i] = net.JoinHostPort("127.0.0.1", port)
 	}
-	return c, addrs, nil
+	if err := waitContainer(ctx, c, spec.readyWithin, func(ctx context.Context) error { return spec.ready(ctx, addrs) }); err != nil {
+		err = fmt.Errorf("container %s: %w; log:\n%s", spec.image, err, containerLogTail(c))
+		terminateContainer(c)
+		return nil, nil, err
+	}
+	return addrs, func() { terminateContainer(c) }, nil
+}
+
+// waitContainer polls probe until it succeeds, the container exits (an
+// error wrapping errExited) or timeout passes.
+func waitContainer(ctx context.Context, c testcontainers.Container, timeout time.Duration, probe func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		last := probe(pctx)
+		pcancel()
+		if last == nil {
+			return nil
+		}
+		if st, err := c.State(ctx); err == nil && !st.Running {
+			return fmt.Errorf("%w (exit code %d; last probe: %v)", errExited, st.ExitCode, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last probe: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // terminateContainer removes c, bounded in time.

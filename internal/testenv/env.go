@@ -32,6 +32,17 @@ const (
 	EnvZooKeeperServers = storeenv.ZooKeeperServers
 	// EnvNoDocker, when true, skips the Docker step.
 	EnvNoDocker = "LOCKER_NO_DOCKER"
+	// EnvTestenv, when set, makes every provisioner use one way only, and
+	// fail (even outside CI) saying why when that way cannot serve: "env"
+	// (the endpoint variables), "docker" (containers; the endpoint variables
+	// are ignored) or "binary" (server binaries; the endpoint variables and
+	// Docker are ignored). Unset, the package doc's order applies.
+	EnvTestenv = "LOCKER_TESTENV"
+	// EnvDockerNetwork selects the network of containers: "bridge" (the
+	// default: Docker's bridge network, ports published on 127.0.0.1) or
+	// "host" (Linux: the host's network, servers listening on free ports of
+	// 127.0.0.1, for engines started with --bridge=none).
+	EnvDockerNetwork = "LOCKER_DOCKER_NETWORK"
 )
 
 // Bounds of the startup waits.

@@ -285,29 +285,32 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 
 // mysqlContainer runs mariadb:10.11 in Docker with root without a password.
 func mysqlContainer() (*MySQLServer, func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	c, addrs, err := runContainer(ctx, containerSpec{
-		image: mysqlImage,
-		ports: []string{"3306/tcp"},
-		opts: []testcontainers.ContainerCustomizer{
-			testcontainers.WithEnv(map[string]string{
-				"MARIADB_ALLOW_EMPTY_ROOT_PASSWORD": "1",
-				"MARIADB_DATABASE":                  mysqlDatabase,
-			}),
-			testcontainers.WithCmd(mysqlServerArgs...),
+	addrs, stop, err := startContainer(containerSpec{
+		image:   mysqlImage,
+		ports:   []int{3306},
+		publish: 1,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			args := append([]string{"--port=" + strconv.Itoa(ports[0])}, mysqlServerArgs...)
+			if loopback {
+				args = append(args, "--bind-address=127.0.0.1")
+			}
+			return []testcontainers.ContainerCustomizer{
+				testcontainers.WithEnv(map[string]string{
+					"MARIADB_ALLOW_EMPTY_ROOT_PASSWORD": "1",
+					"MARIADB_DATABASE":                  mysqlDatabase,
+				}),
+				testcontainers.WithCmd(args...),
+			}
 		},
+		// The image initialises its datadir with networking off, so a TCP
+		// connection that works is the final server.
+		ready: func(ctx context.Context, addrs []string) error {
+			return mysqlPing(ctx, rootConfig(addrs[0], mysqlDatabase))
+		},
+		readyWithin: mysqlInitTimeout,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := rootConfig(addrs[0], mysqlDatabase)
-	// The image initialises its datadir with networking off, so a TCP
-	// connection that works is the final server.
-	if err := pollReady(ctx, mysqlInitTimeout, func(ctx context.Context) error { return mysqlPing(ctx, cfg) }); err != nil {
-		err = fmt.Errorf("mariadb container: %w; log:\n%s", err, containerLogTail(c))
-		terminateContainer(c)
-		return nil, nil, err
-	}
-	return &MySQLServer{cfg: cfg, origin: mysqlImage}, func() { terminateContainer(c) }, nil
+	return &MySQLServer{cfg: rootConfig(addrs[0], mysqlDatabase), origin: "docker " + mysqlImage}, stop, nil
 }

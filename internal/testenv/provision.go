@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -25,17 +26,72 @@ type source[S any] struct {
 	start    func(paths []string) (S, func(), error)
 }
 
-// provision finds a server as the package doc describes.
-func (src source[S]) provision() (S, func(), error) {
-	if v := os.Getenv(src.env); v != "" {
+// The ways a server can be had, as LOCKER_TESTENV names them.
+const (
+	viaEnv    = "env"
+	viaDocker = "docker"
+	viaBinary = "binary"
+)
+
+// onlyWay returns the one way LOCKER_TESTENV allows, or "" for the default
+// order.
+func onlyWay() (string, error) {
+	switch v := strings.TrimSpace(os.Getenv(EnvTestenv)); v {
+	case "", viaEnv, viaDocker, viaBinary:
+		return v, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want %s, %s or %s", EnvTestenv, v, viaEnv, viaDocker, viaBinary)
+	}
+}
+
+// provision finds a server as the package doc describes. A way that
+// LOCKER_TESTENV asks for and that cannot serve fails, even outside CI; so
+// does, under CI, a container that does not start although Docker answers:
+// it must not hide behind the binaries.
+func (src source[S]) provision() (S, func(), error) { return src.provisionWith(dockerStatus) }
+
+// provisionWith is provision with docker telling whether Docker answers.
+func (src source[S]) provisionWith(docker func() (bool, error)) (S, func(), error) {
+	var zero S
+	only, err := onlyWay()
+	if err != nil {
+		return zero, nil, fmt.Errorf("%s: %w", src.what, err)
+	}
+	v := os.Getenv(src.env)
+	switch only {
+	case viaEnv:
+		if v == "" {
+			return zero, nil, fmt.Errorf("%s: %s=%s and %s is unset", src.what, EnvTestenv, only, src.env)
+		}
+		return src.fromEnv(v)
+	case viaDocker:
+		if ok, why := docker(); !ok {
+			return zero, nil, fmt.Errorf("%s: %s=%s and no Docker engine answers: %w", src.what, EnvTestenv, only, why)
+		}
+		s, stop, err := src.container()
+		if err != nil {
+			return zero, nil, fmt.Errorf("%s: %s=%s: %w", src.what, EnvTestenv, only, err)
+		}
+		return s, stop, nil
+	case viaBinary:
+		paths, err := src.binaries()
+		if err != nil {
+			return zero, nil, fmt.Errorf("%s: %s=%s: %w (install with %s)", src.what, EnvTestenv, only, err, src.install)
+		}
+		return src.start(paths)
+	}
+
+	if v != "" {
 		return src.fromEnv(v)
 	}
-	var zero S
 	var reasons []string
-	if ok, why := dockerStatus(); ok {
+	if ok, why := docker(); ok {
 		s, stop, err := src.container()
 		if err == nil {
 			return s, stop, nil
+		}
+		if CI() {
+			return zero, nil, fmt.Errorf("%s: Docker answers but the container failed (no fallback to binaries under CI): %w", src.what, err)
 		}
 		reasons = append(reasons, "docker: "+err.Error())
 	} else {
@@ -79,8 +135,16 @@ func sharedServer[S any](t testing.TB, name string, start func() (S, func(), err
 // dedicatedBinary is dedicatedServer for a server only binaries can provide
 // (one started with options the environment or Docker cannot give it): it
 // looks names up on PATH and starts the server with their paths.
+//
+// LOCKER_TESTENV=docker or env excludes binaries: the test then skips, even
+// under CI, saying so (the run that provisions from binaries covers it).
 func dedicatedBinary[S any](t testing.TB, what, install string, names []string, start func(paths []string) (S, func(), error)) S {
 	t.Helper()
+	if only, err := onlyWay(); err != nil {
+		t.Fatalf("testenv: %s: %v", what, err)
+	} else if only == viaDocker || only == viaEnv {
+		t.Skipf("testenv: %s needs a server binary, which %s=%s excludes", what, EnvTestenv, only)
+	}
 	return dedicatedServer(t, func() (S, func(), error) {
 		paths, err := lookPaths(names...)
 		if err != nil {

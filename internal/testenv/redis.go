@@ -156,24 +156,25 @@ func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 
 // redisContainer runs redis:7 in Docker.
 func redisContainer() (*RedisServer, func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	c, addrs, err := runContainer(ctx, containerSpec{
-		image: redisImage,
-		ports: []string{"6379/tcp"},
-		opts: []testcontainers.ContainerCustomizer{
-			testcontainers.WithCmd("redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"),
+	addrs, stop, err := startContainer(containerSpec{
+		image:   redisImage,
+		ports:   []int{6379},
+		publish: 1,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			cmd := []string{"redis-server", "--port", strconv.Itoa(ports[0]),
+				"--save", "", "--appendonly", "no", "--protected-mode", "no"}
+			if loopback {
+				cmd = append(cmd, "--bind", "127.0.0.1")
+			}
+			return []testcontainers.ContainerCustomizer{testcontainers.WithCmd(cmd...)}
 		},
+		ready:       func(ctx context.Context, addrs []string) error { return redisPing(ctx, addrs[0]) },
+		readyWithin: readyTimeout,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return redisPing(ctx, addrs[0]) }); err != nil {
-		err = fmt.Errorf("redis container: %w; log:\n%s", err, containerLogTail(c))
-		terminateContainer(c)
-		return nil, nil, err
-	}
-	return &RedisServer{addr: addrs[0], origin: "docker " + redisImage}, func() { terminateContainer(c) }, nil
+	return &RedisServer{addr: addrs[0], origin: "docker " + redisImage}, stop, nil
 }
 
 // RedisClusterServer is a Redis Cluster of three masters (no replicas) for
@@ -309,47 +310,47 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 }
 
 // redisClusterContainer runs the three nodes in one redis:7 container. Each
-// node listens on the same port inside the container as on the host, and
-// announces 127.0.0.1, so the addresses the nodes give clients (in MOVED
-// replies and CLUSTER SLOTS) work from the host.
+// node listens on the same port inside the container as on the host (with
+// its cluster bus on a port of its own) and announces 127.0.0.1, so the
+// addresses the nodes give clients (in MOVED replies and CLUSTER SLOTS) work
+// from the host. The script's last command waits forever; the container's
+// init process ends it when the container stops.
 func redisClusterContainer() (*RedisClusterServer, func(), error) {
-	ports, err := freePorts(clusterNodes)
-	if err != nil {
-		return nil, nil, err
-	}
-	var script strings.Builder
-	specs := make([]string, clusterNodes)
-	var nodes []string
-	for i, p := range ports {
-		specs[i] = strconv.Itoa(p) + "/tcp"
-		nodes = append(nodes, "127.0.0.1:"+strconv.Itoa(p))
-		fmt.Fprintf(&script, "redis-server --port %d --protected-mode no --save '' --appendonly no "+
-			"--cluster-enabled yes --cluster-config-file /tmp/nodes-%d.conf --cluster-node-timeout 5000 "+
-			"--cluster-announce-ip 127.0.0.1 --dir /tmp --daemonize yes\n", p, p)
-		fmt.Fprintf(&script, "until redis-cli -p %d ping >/dev/null 2>&1; do sleep 0.1; done\n", p)
-	}
-	fmt.Fprintf(&script, "redis-cli --cluster create %s --cluster-replicas 0 --cluster-yes\n", strings.Join(nodes, " "))
-	script.WriteString("exec sleep infinity\n")
-
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	c, addrs, err := runContainer(ctx, containerSpec{
-		image:     redisImage,
-		ports:     specs,
-		hostPorts: ports,
-		opts: []testcontainers.ContainerCustomizer{
-			testcontainers.WithEntrypoint("sh", "-c", script.String()),
+	addrs, stop, err := startContainer(containerSpec{
+		image:   redisImage,
+		ports:   make([]int, 2*clusterNodes), // chosen free: clients', then buses'
+		publish: clusterNodes,
+		fixed:   true,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			var script strings.Builder
+			var nodes []string
+			for i, p := range ports[:clusterNodes] {
+				nodes = append(nodes, "127.0.0.1:"+strconv.Itoa(p))
+				bind := ""
+				if loopback {
+					bind = " --bind 127.0.0.1"
+				}
+				fmt.Fprintf(&script, "redis-server --port %d --cluster-port %d%s --protected-mode no --save '' --appendonly no "+
+					"--cluster-enabled yes --cluster-config-file /tmp/nodes-%d.conf --cluster-node-timeout 5000 "+
+					"--cluster-announce-ip 127.0.0.1 --dir /tmp --daemonize yes\n", p, ports[clusterNodes+i], bind, p)
+				fmt.Fprintf(&script, "until redis-cli -p %d ping >/dev/null 2>&1; do sleep 0.1; done\n", p)
+			}
+			fmt.Fprintf(&script, "redis-cli --cluster create %s --cluster-replicas 0 --cluster-yes\n", strings.Join(nodes, " "))
+			script.WriteString("exec sleep infinity\n")
+			return []testcontainers.ContainerCustomizer{testcontainers.WithEntrypoint("sh", "-c", script.String())}
 		},
+		ready: func(ctx context.Context, addrs []string) error {
+			for _, addr := range addrs {
+				if err := clusterReady(ctx, addr, clusterNodes); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		readyWithin: readyTimeout,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, addr := range addrs {
-		if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return clusterReady(ctx, addr, clusterNodes) }); err != nil {
-			err = fmt.Errorf("redis cluster container: %w; log:\n%s", err, containerLogTail(c))
-			terminateContainer(c)
-			return nil, nil, err
-		}
-	}
-	return &RedisClusterServer{addrs: addrs, origin: "docker " + redisImage}, func() { terminateContainer(c) }, nil
+	return &RedisClusterServer{addrs: addrs, origin: "docker " + redisImage}, stop, nil
 }

@@ -424,6 +424,7 @@ func TestDockerProbeDoesNotHang(t *testing.T) {
 func noServers(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	t.Setenv(EnvNoDocker, "1")
+	t.Setenv(EnvTestenv, "")
 	for _, v := range []string{EnvRedisAddr, EnvRedisClusterAddrs, EnvMySQLDSN, EnvZooKeeperServers} {
 		t.Setenv(v, "")
 	}
@@ -506,6 +507,7 @@ func TestMissingServerUnderCI(t *testing.T) {
 }
 
 func TestEnvEndpoints(t *testing.T) {
+	t.Setenv(EnvTestenv, "") // the endpoint variables count
 	t.Setenv(EnvEtcdEndpoints, " 127.0.0.1:2379, ,127.0.0.1:22379 ")
 	eps, ok := EtcdEndpoints()
 	if !ok || len(eps) != 2 || eps[0] != "127.0.0.1:2379" || eps[1] != "127.0.0.1:22379" {
@@ -596,5 +598,123 @@ func TestRemoveStaleDirs(t *testing.T) {
 		if _, err := os.Stat(dir); err != nil {
 			t.Errorf("directory %s was removed: %v", dir, err)
 		}
+	}
+}
+
+// fakeSource is a source whose every way is a stub that records its use.
+type fakeSource struct {
+	env, container, binary bool
+}
+
+func (f *fakeSource) source(containerErr error) source[string] {
+	return source[string]{
+		what: "fake", env: "LOCKER_TESTENV_FAKE_ADDR", install: "apt-get install -y fake",
+		fromEnv: func(v string) (string, func(), error) { f.env = true; return "env", func() {}, nil },
+		container: func() (string, func(), error) {
+			f.container = true
+			if containerErr != nil {
+				return "", nil, containerErr
+			}
+			return "docker", func() {}, nil
+		},
+		binaries: func() ([]string, error) { return []string{"/bin/fake"}, nil },
+		start:    func([]string) (string, func(), error) { f.binary = true; return "binary", func() {}, nil },
+	}
+}
+
+func dockerUp() (bool, error)   { return true, nil }
+func dockerDown() (bool, error) { return false, errors.New("no engine here") }
+
+func TestContainerFailureDoesNotFallBack(t *testing.T) {
+	t.Setenv(EnvTestenv, "")
+	broken := errors.New("run container redis:77: no such image")
+	for _, tc := range []struct {
+		ci, only string
+		want     string // "" for an error
+	}{
+		{ci: "", want: "binary"}, // outside CI, the binaries stand in
+		{ci: "true", want: ""},   // under CI, the container's failure fails
+		{ci: "", only: "docker", want: ""},
+		{ci: "true", only: "docker", want: ""},
+	} {
+		t.Setenv("CI", tc.ci)
+		t.Setenv(EnvTestenv, tc.only)
+		var f fakeSource
+		got, _, err := f.source(broken).provisionWith(dockerUp)
+		if tc.want == "" {
+			if err == nil || !errors.Is(err, broken) && !strings.Contains(err.Error(), broken.Error()) {
+				t.Errorf("CI=%q %s=%q, container fails: got %q, %v; want the container's error", tc.ci, EnvTestenv, tc.only, got, err)
+			}
+			if f.binary {
+				t.Errorf("CI=%q %s=%q, container fails: the binary was started", tc.ci, EnvTestenv, tc.only)
+			}
+			var ue *unavailableError
+			if errors.As(err, &ue) {
+				t.Errorf("CI=%q %s=%q: error %v is an unavailability (a skip outside CI); want a failure", tc.ci, EnvTestenv, tc.only, err)
+			}
+		} else if err != nil || got != tc.want {
+			t.Errorf("CI=%q %s=%q, container fails: got %q, %v; want %q", tc.ci, EnvTestenv, tc.only, got, err, tc.want)
+		}
+	}
+}
+
+func TestOnlyOneWay(t *testing.T) {
+	t.Setenv("CI", "") // a way asked for fails even outside CI
+	const addr = "LOCKER_TESTENV_FAKE_ADDR"
+	for _, tc := range []struct {
+		only, envValue string
+		docker         func() (bool, error)
+		want, errPart  string // want "" for an error containing errPart
+	}{
+		{only: "env", envValue: "x", docker: dockerUp, want: "env"},
+		{only: "env", docker: dockerUp, errPart: addr + " is unset"},
+		{only: "docker", envValue: "x", docker: dockerUp, want: "docker"},
+		{only: "docker", envValue: "x", docker: dockerDown, errPart: "no engine here"},
+		{only: "binary", envValue: "x", docker: dockerUp, want: "binary"},
+		{only: "", envValue: "x", docker: dockerUp, want: "env"},
+		{only: "", docker: dockerUp, want: "docker"},
+		{only: "", docker: dockerDown, want: "binary"},
+		{only: "containers", docker: dockerUp, errPart: EnvTestenv + `="containers"`},
+	} {
+		t.Setenv(EnvTestenv, tc.only)
+		t.Setenv(addr, tc.envValue)
+		var f fakeSource
+		got, _, err := f.source(nil).provisionWith(tc.docker)
+		name := fmt.Sprintf("%s=%q %s=%q", EnvTestenv, tc.only, addr, tc.envValue)
+		switch {
+		case tc.want != "" && (err != nil || got != tc.want):
+			t.Errorf("%s: got %q, %v; want %q", name, got, err, tc.want)
+		case tc.want == "" && (err == nil || !strings.Contains(err.Error(), tc.errPart)):
+			t.Errorf("%s: got %q, %v; want an error naming %q", name, got, err, tc.errPart)
+		}
+		var ue *unavailableError
+		if tc.want == "" && errors.As(err, &ue) {
+			t.Errorf("%s: error %v is an unavailability (a skip outside CI); want a failure", name, err)
+		}
+	}
+
+	// Missing binaries fail when binaries were asked for.
+	noServers(t)
+	t.Setenv(EnvTestenv, "binary")
+	if r := outcome(t, func(t testing.TB) { NewRedis(t) }); !r.failed || !strings.Contains(r.msg, "redis-server") {
+		t.Errorf("%s=binary without redis-server: failed=%v skipped=%v (%s); want a failure naming redis-server", EnvTestenv, r.failed, r.skipped, r.msg)
+	}
+	// A server only a binary can give skips when binaries are excluded.
+	t.Setenv(EnvTestenv, "docker")
+	if r := outcome(t, func(t testing.TB) { NewRedisTLS(t, TLSFiles{}) }); !r.skipped {
+		t.Errorf("NewRedisTLS with %s=docker: failed=%v skipped=%v (%s); want a skip", EnvTestenv, r.failed, r.skipped, r.msg)
+	}
+}
+
+func TestDockerNetwork(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "bridge": false, "host": true} {
+		t.Setenv(EnvDockerNetwork, v)
+		if got, err := dockerHostNetwork(); err != nil || got != want {
+			t.Errorf("%s=%q: host network = %v, %v; want %v", EnvDockerNetwork, v, got, err, want)
+		}
+	}
+	t.Setenv(EnvDockerNetwork, "overlay")
+	if _, err := dockerHostNetwork(); err == nil || !strings.Contains(err.Error(), EnvDockerNetwork) {
+		t.Errorf("%s=overlay: error %v; want one naming the variable", EnvDockerNetwork, err)
 	}
 }

@@ -183,32 +183,37 @@ admin.enableServer=false
 }
 
 // zkContainer runs zookeeper:3.8 in Docker with the same settings as
-// zkBinary.
+// zkBinary. The client address comes from the server line (ZOO_SERVERS), as
+// in the image's default "server.1=localhost:2888:3888;2181"; a standalone
+// server opens no quorum port.
 func zkContainer() (*ZooKeeperServer, func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	c, addrs, err := runContainer(ctx, containerSpec{
-		image: zkImage,
-		ports: []string{"2181/tcp"},
-		opts: []testcontainers.ContainerCustomizer{
-			testcontainers.WithEnv(map[string]string{
-				"ZOO_TICK_TIME":              strconv.Itoa(zkTickTime),
-				"ZOO_MAX_CLIENT_CNXNS":       "0",
-				"ZOO_4LW_COMMANDS_WHITELIST": "*",
-				"ZOO_ADMINSERVER_ENABLED":    "false",
-				"ZOO_CFG_EXTRA":              "maxSessionTimeout=" + strconv.Itoa(zkMaxSessionTimeout),
-			}),
+	addrs, stop, err := startContainer(containerSpec{
+		image:   zkImage,
+		ports:   []int{2181},
+		publish: 1,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			client := strconv.Itoa(ports[0])
+			if loopback {
+				client = "127.0.0.1:" + client
+			}
+			return []testcontainers.ContainerCustomizer{
+				testcontainers.WithEnv(map[string]string{
+					"ZOO_TICK_TIME":              strconv.Itoa(zkTickTime),
+					"ZOO_MAX_CLIENT_CNXNS":       "0",
+					"ZOO_4LW_COMMANDS_WHITELIST": "*",
+					"ZOO_ADMINSERVER_ENABLED":    "false",
+					"ZOO_SERVERS":                "server.1=localhost:2888:3888;" + client,
+					"ZOO_CFG_EXTRA":              "maxSessionTimeout=" + strconv.Itoa(zkMaxSessionTimeout),
+				}),
+			}
 		},
+		ready:       func(ctx context.Context, addrs []string) error { return zkServing(ctx, addrs[0]) },
+		readyWithin: readyTimeout,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := pollReady(ctx, readyTimeout, func(ctx context.Context) error { return zkServing(ctx, addrs[0]) }); err != nil {
-		err = fmt.Errorf("zookeeper container: %w; log:\n%s", err, containerLogTail(c))
-		terminateContainer(c)
-		return nil, nil, err
-	}
-	return &ZooKeeperServer{servers: addrs, origin: "docker " + zkImage}, func() { terminateContainer(c) }, nil
+	return &ZooKeeperServer{servers: addrs, origin: "docker " + zkImage}, stop, nil
 }
 
 // zkServing checks with the "srvr" four-letter word that the server at addr
