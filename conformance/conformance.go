@@ -200,6 +200,7 @@ var cases = []testCase{
 	{name: "LockTTL", run: testLockTTL},
 	{name: "Inspect", run: testInspect},
 	{name: "Elect", run: testElect},
+	{name: "HandOff", run: testHandOff},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

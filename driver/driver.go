@@ -132,6 +132,13 @@ type Config struct {
 	Label string
 	// Logger receives the driver's diagnostics; never nil.
 	Logger *slog.Logger
+	// Wait is the Locker's polling policy, for an [Acquirer] that polls
+	// (its store cannot notify it, or refused to): how long to sleep
+	// before attempt number attempt+1 (attempt counts from 0) when the
+	// holder's claim runs remaining more (0 when unknown). It is the
+	// Locker's backoff (locker.WithBackoff) with jitter, never past
+	// remaining; the engine's own wait loop uses the same. Never nil.
+	Wait func(attempt int, remaining time.Duration) time.Duration
 }
 
 // Info describes a driver to the engine.

@@ -23,8 +23,8 @@ import (
 // number and its query options). rediss:// speaks TLS, verified against the
 // system roots or the PEM file of parameter ca_file; cert_file and key_file
 // name a client certificate and its key. A password goes to a host other
-// than this machine only over TLS, or with insecure=true. The Locker owns
-// the client: its Close closes it.
+// than this machine only over TLS, or with insecure=true. nopubsub=true
+// sets [Config.NoPubSub]. The Locker owns the client: its Close closes it.
 //
 // A comma-separated host list names a Cluster: register [OpenCluster] for
 // it (Open refuses it, so that a program using one server does not link
@@ -69,6 +69,10 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 	if err := p.CheckPassword(hs, u.Scheme == "rediss", insecure); err != nil {
 		return nil, err
 	}
+	var cfg Config
+	if cfg.NoPubSub, err = p.Bool("nopubsub"); err != nil {
+		return nil, err
+	}
 	client, err := mk(p, *u, hs, tc)
 	if err != nil {
 		return nil, err
@@ -81,7 +85,7 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis %s: %w", u.Redacted(), err)
 	}
-	return New(client, append(opts, locker.WithOnClose(client.Close))...)
+	return cfg.New(client, append(opts, locker.WithOnClose(client.Close))...)
 }
 
 // singleClient is the client of Open: go-redis's ParseURL reads the
