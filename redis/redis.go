@@ -38,6 +38,10 @@ const (
 	// Fencing).
 	FenceRetention = time.Hour
 
+	// DefaultReplicaTimeout is the default of Config.ReplicaTimeout: how
+	// long an acquisition waits for its replicas (WAIT) before it is undone.
+	DefaultReplicaTimeout = 250 * time.Millisecond
+
 	// cleanupTimeout bounds the compare-and-delete that undoes an
 	// acquisition whose outcome is unknown.
 	cleanupTimeout = 2 * time.Second
@@ -90,6 +94,24 @@ type Config struct {
 	// a proxy without pub/sub); without it the Locker switches by itself
 	// at the first refusal.
 	NoPubSub bool
+
+	// Replicas, when above 0, makes an acquisition (a lock taken, or
+	// confirmed by the waiter it was handed over to) count only once
+	// Redis's WAIT confirms that at least Replicas replicas have the write,
+	// within ReplicaTimeout. When they do not, the acquisition is undone
+	// (the key passed on or freed) and reported as a store error: TryLock
+	// returns it, a waiting Lock queues again. With it, a lock granted
+	// survives a failover to any of those replicas (see the package doc,
+	// Replicated before granted). It needs a client of one primary
+	// (redis.NewClient, or redis.NewFailoverClient for Sentinel): WAIT
+	// must run on the connection of the write, which a Cluster client
+	// does not promise.
+	Replicas int
+
+	// ReplicaTimeout bounds the WAIT of Replicas (default
+	// [DefaultReplicaTimeout]; at most a third of the TTL, since the
+	// lock's validity counts from before the acquisition).
+	ReplicaTimeout time.Duration
 }
 
 // New returns a Locker as the package-level [New] does, with c.
@@ -105,6 +127,26 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	if isNil(client) {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: errors.New("nil redis client")}
 	}
+	replicaTimeout := c.ReplicaTimeout
+	if replicaTimeout == 0 {
+		replicaTimeout = DefaultReplicaTimeout
+	}
+	var bad error
+	switch client.(type) {
+	case *goredis.ClusterClient, *goredis.Ring:
+		if c.Replicas > 0 {
+			bad = fmt.Errorf("Config.Replicas needs a client of one primary (redis.NewClient, redis.NewFailoverClient), not %T", client)
+		}
+	}
+	switch {
+	case c.Replicas < 0:
+		bad = fmt.Errorf("Config.Replicas %d is negative", c.Replicas)
+	case replicaTimeout < time.Millisecond:
+		bad = fmt.Errorf("Config.ReplicaTimeout %v is below a millisecond", c.ReplicaTimeout)
+	}
+	if bad != nil {
+		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: bad}
+	}
 	if what, zero := zeroClient(client); zero {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
@@ -112,6 +154,7 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
 	d.poll.Store(c.NoPubSub)
+	d.replicas, d.replicaTimeout = c.Replicas, replicaTimeout
 	return locker.New(d, opts...)
 }
 
@@ -169,6 +212,10 @@ type redisDriver struct {
 	// with wait, the Locker's backoff.
 	poll atomic.Bool
 	wait func(attempt int, remaining time.Duration) time.Duration
+
+	// Config.Replicas and Config.ReplicaTimeout.
+	replicas       int
+	replicaTimeout time.Duration
 
 	// Script arguments of this Locker, boxed once (Configure) so that a
 	// call does not allocate them again.
@@ -239,6 +286,9 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if cfg.Logger != nil {
 		d.logger = cfg.Logger
 		d.notify.logger = cfg.Logger
+	}
+	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
+		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
 	}
 	d.wait = cfg.Wait
 	d.ttl = cfg.TTL
@@ -331,8 +381,11 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
 		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
 	}
-	reply, err := d.acquire.Run(ctx, d.client, keys,
-		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key)).Result()
+	reply, err := d.runAcquire(ctx, keys,
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key))
+	if errors.Is(err, errNotReplicated) {
+		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
+	}
 	if err != nil {
 		err = fmt.Errorf("acquire: %w", classify(err))
 		if seq != "0" || maybeExecuted(err) {
@@ -354,6 +407,49 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		}
 	}
 	return 0, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// errNotReplicated is the error of an acquisition that Config.Replicas
+// replicas did not confirm in time.
+var errNotReplicated = errors.New("the lock did not reach the replicas in time")
+
+// runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
+// took (a reply > 0) counts only once WAIT confirms it on the replicas:
+// WAIT follows on the same connection, in one pipeline, and covers every
+// write the primary had made before (the hand-over to this owner
+// included). Otherwise it returns an error matching errNotReplicated, and
+// the caller undoes the acquisition.
+func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
+	if d.replicas == 0 {
+		return d.acquire.Run(ctx, d.client, keys, args...).Result()
+	}
+	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{d.acquire.EvalSha, d.acquire.Eval} {
+		pipe := d.client.Pipeline()
+		cmd := eval(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are per command
+		if isNoScript(cmd.Err()) {
+			continue
+		}
+		reply, err := cmd.Result()
+		if err != nil || !took(reply) {
+			return reply, err
+		}
+		switch n, err := wait.Int64(); {
+		case err != nil:
+			return reply, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
+		case n < int64(d.replicas):
+			return reply, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
+		}
+		return reply, nil
+	}
+	return nil, errors.New("the script cache dropped acquire.lua twice")
+}
+
+// took reports whether an acquire.lua reply says the lock was taken.
+func took(reply any) bool {
+	r, ok := reply.(int64)
+	return ok && r > 0
 }
 
 // leave removes every trace of req.Owner: its place in the queue, and the
