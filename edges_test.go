@@ -64,6 +64,7 @@ func TestOpenNeverShowsSecrets(t *testing.T) {
 		{"leaky://u:Hunter2%20Secret@host", nil},
 		{"leaky://host?password=" + secret, nil},
 		{"leaky://host?token=" + secret + "&ttl=5s", nil},
+		{"leaky://host?sentinel_password=" + secret, nil},
 	}
 	for _, c := range cases {
 		l, err := locker.Open(t.Context(), m, c.url)

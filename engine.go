@@ -42,7 +42,10 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	}
 	if c, ok := d.(driver.Configurer); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
-		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger, Backoff: cfg.backoff})
+		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger,
+			Wait: func(attempt int, remaining time.Duration) time.Duration {
+				return waitDelay(cfg.backoff(attempt), remaining, false)
+			}})
 		cancel()
 		if err != nil {
 			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}

@@ -206,6 +206,19 @@ func parseProblem(err error) string {
 // secretQueryParams are the query parameter names whose values are secrets.
 var secretQueryParams = []string{"password", "passwd", "pass", "pwd", "secret", "token", "auth", "key", "tls_key", "credentials"}
 
+// secretParam reports whether query parameter k holds a secret: its name
+// is one of secretQueryParams, or ends with "_" and one of them
+// (sentinel_password).
+func secretParam(k string) bool {
+	k = strings.ToLower(k)
+	for _, s := range secretQueryParams {
+		if k == s || strings.HasSuffix(k, "_"+s) {
+			return true
+		}
+	}
+	return false
+}
+
 // secretsOf returns the secrets a URL carries: its password and the values
 // of secret query parameters, each as written and as escaped in URLs.
 func secretsOf(u *url.URL) []string {
@@ -214,7 +227,7 @@ func secretsOf(u *url.URL) []string {
 		vals = append(vals, p)
 	}
 	for k, vs := range u.Query() {
-		if slices.Contains(secretQueryParams, strings.ToLower(k)) {
+		if secretParam(k) {
 			vals = append(vals, vs...)
 		}
 	}

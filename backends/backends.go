@@ -9,6 +9,7 @@
 // |-------------|------------------------------------------------------|-------------------------------------|
 // | redis       | redis://:pass@127.0.0.1:6379/0                       | go-redis Client (ParseURL options)  |
 // | redis       | redis://h1:6379,h2:6379,h3:6379                      | go-redis ClusterClient              |
+// | redis       | redis://s1:26379,s2:26379/0?master_name=mymaster     | go-redis FailoverClient (Sentinel)  |
 // | rediss      | rediss://h:6380?ca_file=ca.pem                       | the same with TLS                   |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
@@ -49,7 +50,8 @@ import (
 )
 
 // Register registers every built-in scheme with m: redis and rediss
-// ([redis.Open] for one host, [redis.OpenCluster] for a host list), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
+// ([redis.Open] for one host, [redis.OpenCluster] for a host list,
+// [redis.OpenSentinel] with parameter master_name), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
 // ([zookeeper.Open]).
 func Register(m *locker.Mux) error {
 	if m == nil {
@@ -65,8 +67,12 @@ func Register(m *locker.Mux) error {
 	)
 }
 
-// openRedis opens a single node or, for a host list, a Cluster.
+// openRedis opens a primary behind Sentinels (master_name), a single node
+// or, for a host list, a Cluster.
 func openRedis(ctx context.Context, u *url.URL, opts ...locker.Option) (locker.Locker, error) {
+	if u.Query().Has("master_name") {
+		return redis.OpenSentinel(ctx, u, opts...)
+	}
 	if strings.Contains(u.Host, ",") {
 		return redis.OpenCluster(ctx, u, opts...)
 	}

@@ -205,6 +205,7 @@ var cases = []testCase{
 	{name: "Inspect", run: testInspect},
 	{name: "ForceUnlock", run: testForceUnlock},
 	{name: "Elect", run: testElect},
+	{name: "HandOff", run: testHandOff},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -36,6 +36,7 @@ type memEnv struct {
 	// For the broken Lockers.
 	tokens  atomic.Uint64          // grantsAll's fake tokens
 	holders map[string]locker.Lock // unlockAnyone's back door: key → current inner lock
+	waiting map[string]int         // handOffErrs: key → Lock calls in progress
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -49,6 +50,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		restarts: make(chan struct{}),
 		dead:     make(map[string]locker.Locker),
 		holders:  make(map[string]locker.Lock),
+		waiting:  make(map[string]int),
 	}
 }
 
@@ -183,6 +185,7 @@ const (
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
 	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
+	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -223,6 +226,7 @@ var mustCatch = map[string][]string{
 	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
 	inspectsStale:   {"Inspect"},
 	forceNoop:       {"ForceUnlock"},
+	handOffErrs:     {"HandOff", "LockWaits"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -599,6 +603,9 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 		return &handsToDeadLock{Lock: lk, env: b.env}, nil
 	}
+	if b.kind == handOffErrs {
+		return b.handOffErrs(ctx, key, wait, call)
+	}
 	if b.kind == failsOnRestart && wait {
 		b.env.mu.Lock()
 		restarts := b.env.restarts
@@ -868,4 +875,51 @@ func (l *handsToDeadLock) Unlock(ctx context.Context) error {
 		_, _ = dead.TryLock(context.Background(), l.Key())
 	}
 	return nil
+}
+
+// handOffErrs is acquire for handOffErrs: while a Lock of the key waits, a
+// refused TryLock and a successful Unlock return an error, as a Redis
+// Locker did whose scripts' PUBLISH the server refused after they had
+// written the hand-over.
+func (b *brokenLocker) handOffErrs(ctx context.Context, key string, wait bool, call func(context.Context, string) (locker.Lock, error)) (locker.Lock, error) {
+	e := b.env
+	if wait {
+		e.mu.Lock()
+		e.waiting[key]++
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			e.waiting[key]--
+			e.mu.Unlock()
+		}()
+	}
+	lk, err := call(ctx, key)
+	if errors.Is(err, locker.ErrNotAcquired) && !wait && e.waitedFor(key) {
+		return nil, errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &handOffErrLock{Lock: lk, env: e}, nil
+}
+
+// waitedFor reports whether a Lock of key is waiting.
+func (e *memEnv) waitedFor(key string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waiting[key] > 0
+}
+
+// handOffErrLock's Unlock releases, then fails when a Lock was waiting.
+type handOffErrLock struct {
+	locker.Lock
+	env *memEnv
+}
+
+func (l *handOffErrLock) Unlock(ctx context.Context) error {
+	waited := l.env.waitedFor(l.Key())
+	if err := l.Lock.Unlock(ctx); err != nil || !waited {
+		return err
+	}
+	return errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
 }

@@ -132,12 +132,13 @@ type Config struct {
 	Label string
 	// Logger receives the driver's diagnostics; never nil.
 	Logger *slog.Logger
-	// Backoff is the Locker's delay before attempt number attempt (from 0)
-	// of a waiting Lock that polls (locker.WithBackoff); never nil. A
-	// Notifier whose wake-ups can fail to come (another client may hold
-	// them up) bounds its waits by it, so that waiting on it never takes
-	// longer than polling would.
-	Backoff func(attempt int) time.Duration
+	// Wait is the Locker's polling policy, for an [Acquirer] that polls
+	// (its store cannot notify it, or refused to): how long to sleep
+	// before attempt number attempt+1 (attempt counts from 0) when the
+	// holder's claim runs remaining more (0 when unknown). It is the
+	// Locker's backoff (locker.WithBackoff) with jitter, never past
+	// remaining; the engine's own wait loop uses the same. Never nil.
+	Wait func(attempt int, remaining time.Duration) time.Duration
 }
 
 // Info describes a driver to the engine.

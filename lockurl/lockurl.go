@@ -143,15 +143,20 @@ func (p *Params) TLS(tlsScheme, caName, certName, keyName string) (*tls.Config, 
 // machine (localhost or a literal loopback address), unless insecure (the
 // opener's insecure=true parameter) says the caller accepts it.
 func (p *Params) CheckPassword(hosts []string, secure, insecure bool) error {
-	if p.u.User == nil || secure || insecure {
-		return nil
-	}
-	if _, hasPassword := p.u.User.Password(); !hasPassword {
+	_, hasPassword := p.u.User.Password()
+	return p.CheckSecret("the password", hasPassword, hosts, secure, insecure)
+}
+
+// CheckSecret is CheckPassword for a secret the opener found elsewhere (a
+// parameter it took out of the URL, so that no error shows it), named what
+// in the error; given says whether the URL had it.
+func (p *Params) CheckSecret(what string, given bool, hosts []string, secure, insecure bool) error {
+	if !given || secure || insecure {
 		return nil
 	}
 	for _, h := range hosts {
 		if !Loopback(h) {
-			return p.Errorf("refusing to send the password in cleartext to %s: use TLS, or add insecure=true", h)
+			return p.Errorf("refusing to send %s in cleartext to %s: use TLS, or add insecure=true", what, h)
 		}
 	}
 	return nil

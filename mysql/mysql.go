@@ -254,7 +254,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		}
 	}
 	if !d.cfg.PollOnly {
-		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
+		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
 	}
 	return nil
 }

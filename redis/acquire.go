@@ -37,19 +37,29 @@ func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*tim
 // published before that would have been missed). On any return without the
 // key it leaves the queue, and passes the key on if it was handed over to it
 // meanwhile.
+//
+// Without pub/sub (Config.NoPubSub, or once the server refused it) the
+// waiter polls: it sleeps the Locker's backoff with jitter, never past the
+// holder's remaining time, and at most pollCeiling, so that an attempt
+// confirms a hand-over within its claim window. The queue keeps the order.
 func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	// The first attempt may queue, and a hand-over published on a
-	// subscription already active (lingering from an earlier wait) must
-	// find the waiter: register before it in that case only.
-	w, unregister, err := d.notify.register(req.Key, req.Owner, true)
-	if err != nil {
-		return driver.Grant{}, err
-	}
+	var w *waiter
+	var unregister func()
 	defer func() {
 		if unregister != nil {
 			unregister()
 		}
 	}()
+	if !d.poll.Load() {
+		// The first attempt may queue, and a hand-over published on a
+		// subscription already active (lingering from an earlier wait)
+		// must find the waiter: register before it in that case only.
+		var err error
+		w, unregister, err = d.notify.register(req.Key, req.Owner, true)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+	}
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	keys := scriptKeys(req.Key)
 	validity := time.Duration(ttl) * time.Millisecond
@@ -72,30 +82,42 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		if r > 0 {
 			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0], Queued: seq > 1}, nil
 		}
-		if w == nil {
-			w, unregister, err = d.notify.register(req.Key, req.Owner, false)
-			if err != nil {
-				return driver.Grant{}, d.leave(ctx, req, err)
+		remaining := time.Duration(max(-1-r, 0)) * time.Millisecond
+		var wait time.Duration
+		if d.poll.Load() {
+			wait = d.pollDelay(int(seq-1), remaining)
+		} else {
+			if w == nil {
+				w, unregister, err = d.notify.register(req.Key, req.Owner, false)
+				if err != nil {
+					return driver.Grant{}, d.leave(ctx, req, err)
+				}
 			}
+			// Subscribe if not yet done: its confirmation wakes the
+			// waiter, so that a hand-over published before is caught
+			// by the next attempt.
+			d.notify.held(req.Key)
+			wait = refresh
+			if remaining > 0 && remaining < wait {
+				wait = remaining + time.Millisecond
+			}
+			wait -= rand.N(wait/4 + 1) // spread the waiters' attempts
 		}
-		// Subscribe if not yet done: its confirmation wakes the waiter, so
-		// that a hand-over published before is caught by the next attempt.
-		d.notify.held(req.Key)
-		wait := refresh
-		if rem := time.Duration(-1-r) * time.Millisecond; rem > 0 && rem < wait {
-			wait = rem + time.Millisecond
-		}
-		wait -= rand.N(wait/4 + 1) // spread the waiters' attempts
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
 			timer.Reset(wait) // Go 1.23+: drops a pending tick
 		}
 		wakeAt = time.Now().Add(wait)
+		var wake <-chan struct{}
+		var claimed <-chan time.Duration
+		if w != nil { // nil when polling from the start
+			wake, claimed = w.wake, w.claimed
+		}
 		for sleeping := true; sleeping; {
 			sleeping = false
 			select {
-			case claim := <-w.claimed:
+			case claim := <-claimed:
 				// Handed over to another waiter: if it does not
 				// confirm, the key is free once its claim runs out.
 				if d := claim + time.Millisecond + rand.N(claim/8+1); time.Until(wakeAt) > d {
@@ -103,11 +125,27 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 					wakeAt = time.Now().Add(d)
 				}
 				sleeping = true
-			case <-w.wake:
+			case <-wake:
 			case <-timer.C:
 			case <-ctx.Done():
 				return driver.Grant{}, d.leave(ctx, req, ctx.Err())
 			}
 		}
 	}
+}
+
+// pollCeiling bounds a polling waiter's pause: a hand-over to it lasts
+// claim_ms (lib.lua, 500 ms) unless it confirms, and an attempt takes a
+// round trip besides the pause.
+const pollCeiling = 200 * time.Millisecond
+
+// pollDelay is the pause of a polling waiter after its attempt number
+// attempt (from 0) found the key held for remaining more (0: unknown): the
+// Locker's wait policy, kept under pollCeiling with jitter.
+func (d *redisDriver) pollDelay(attempt int, remaining time.Duration) time.Duration {
+	wait := d.wait(attempt, remaining)
+	if wait > pollCeiling {
+		wait = pollCeiling - rand.N(pollCeiling/4+1)
+	}
+	return wait
 }

@@ -10,9 +10,10 @@
 --                     queues for the lock when it is held
 -- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
 --                     counts as gone
--- ARGV[7]  channel    the lock's pub/sub channel
+-- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing
 --
--- Returns one integer r:
+-- Returns one integer r, or {r} when the attempt handed the lock over to
+-- the first waiter but the server refused to publish the message:
 --   r > 0   the lock is ARGV[1]'s, with fencing token r: newly taken, or
 --           already ARGV[1]'s (handed over by the previous holder, or a
 --           retried call), in which case its expiry is renewed to ARGV[2]
@@ -77,6 +78,9 @@ if h and h ~= owner then
   hand_over(now, h, seq, httl, label, ARGV[7], ARGV[4])
   if waiting then
     enqueue(now)
+  end
+  if nopub then
+    return { -1 - tonumber(httl) }
   end
   return -1 - tonumber(httl)
 end

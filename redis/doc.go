@@ -55,6 +55,69 @@
 // TryLock never queues, but does not jump the queue either: a free key with
 // live waiters goes to the first of them.
 //
+// # Waiting without pub/sub
+//
+// Where the server refuses pub/sub (ACL -@pubsub or resetchannels,
+// rename-command, a proxy), the Locker switches at the first refusal (a
+// SUBSCRIBE, or a script's PUBLISH) and logs it once at INFO; Config.NoPubSub
+// (URL parameter nopubsub=true) starts it that way. Scripts then publish
+// nothing (a refused PUBLISH never fails a script: the hand-over it follows
+// is written and reported as done), and waiting Locks poll with the Locker's
+// backoff (locker.WithBackoff) with jitter, each pause bounded by the
+// holder's remaining time and the caller's ctx, and kept under 200 ms so
+// that a waiter confirms a hand-over to it within its 500 ms claim. The
+// queue keeps the order. Measured hand-off (Unlock to the waiting Lock's
+// return, default TTL and backoff): p50 3.4 ms, p90 4.6 ms, where each
+// Unlock used to fail and the waiter retried only every TTL/3 (p50 4.0 s).
+//
+// # Replicated before granted (Sentinel)
+//
+// Redis replicates asynchronously: a lock written to the primary just
+// before a failover may never reach the replica that takes over, and
+// another Locker then gets the key while the first holder's Done is still
+// open. Config.Replicas (URL parameter replicas=n) closes that window: an
+// acquisition, and the confirmation of a hand-over, counts only once WAIT n
+// (sent in the same pipeline, so on the same connection, bounded by
+// Config.ReplicaTimeout) says n replicas have the write; otherwise it is
+// undone and reported as a store error (TryLock returns it; a waiting Lock
+// queues again). Measured on loopback (primary, one replica, three
+// sentinels; 200 locks taken one after another, a graceful SENTINEL
+// FAILOVER after the 50th, a second Locker trying every key all along;
+// integration/redis TestSentinelFailover): without Replicas, 42 of the 200
+// locks went to the second Locker while their holder's Done was open, for
+// 47–542 ms; with Replicas 1, none, at the price of 53 refused attempts
+// during the ~1 s failover and one WAIT per acquisition. WAIT is not
+// consensus: a replica that acknowledged and then is not the one promoted
+// (several replicas, a non-graceful failover picking a laggard) still
+// loses the lock; with one replica per primary, or n = all replicas, a
+// Sentinel failover keeps every granted lock. Cluster clients cannot
+// promise WAIT the write's connection, and New refuses Replicas with them.
+//
+// OpenSentinel (or backends.Register with a master_name parameter) opens a
+// Locker through go-redis's failover client:
+// redis://:pass@s1:26379,s2:26379,s3:26379/0?master_name=mymaster&replicas=1,
+// with sentinel_username and sentinel_password for the sentinels' own
+// credentials.
+//
+// # Proxies
+//
+// Through a proxy that shards by key (twemproxy and the like): every name
+// of a lock shares one hash tag ({…}), so configure the proxy to hash on
+// "{}" tags and a lock's keys and scripts stay on one server. The Locker
+// uses EVALSHA/EVAL (always with keys), pipelines and, where allowed,
+// PUBLISH/SUBSCRIBE; it never uses WATCH/MULTI/EXEC. A proxy without
+// pub/sub makes the Locker poll (see Waiting without pub/sub; set
+// NoPubSub to skip the first refusal). Keyless commands fail through such
+// proxies: WAIT (Config.Replicas cannot be used), CONFIG GET (the eviction
+// check is skipped) and TIME (Inspect fails). go-redis v9 opens every
+// connection with HELLO (even with Options.Protocol 2) and, unless
+// Options.DisableIdentity is set, CLIENT SETINFO; a proxy that answers an
+// unknown command with an error is fine (go-redis falls back to RESP2 and
+// AUTH), but twemproxy closes the connection instead, and go-redis v9.23
+// has no setting that skips HELLO (go-redis issue 2616). This package
+// writes no protocol shim: put such a proxy behind one that answers HELLO
+// with an error, or use go-redis's Cluster or failover clients directly.
+//
 // # Guarantees
 //
 //   - Mutual exclusion as long as the Redis primary keeps its data: a key is
@@ -133,9 +196,9 @@
 // evicting policy a lock key can vanish under memory pressure, and another
 // Locker get the key before the holder's next renewal notices (measured
 // elsewhere: 50–222 ms of overlap). A new Locker checks with CONFIG GET, in
-// the background, and logs a warning when lock keys can be evicted. Pipelines, EVAL/EVALSHA and
-// PUBLISH/SUBSCRIBE must be allowed (proxies that refuse scripts or pub/sub
-// will not do).
+// the background, and logs a warning when lock keys can be evicted. Pipelines
+// and EVAL/EVALSHA must be allowed (proxies that refuse scripts will not do);
+// PUBLISH/SUBSCRIBE are used where allowed (see Waiting without pub/sub).
 //
 // # Keys and Cluster
 //
@@ -156,9 +219,9 @@
 //
 //   - Redis replication is asynchronous: when a primary fails over (Sentinel,
 //     Cluster) before a lock reached its replica, the new primary does not
-//     have it and can grant the key again. This backend does not implement
-//     Redlock; use etcd or ZooKeeper where a failover must never break
-//     exclusion, and fencing tokens in any case.
+//     have it and can grant the key again, unless Config.Replicas made every
+//     grant wait for the replicas (above). Use etcd or ZooKeeper where a
+//     failover must never break exclusion, and fencing tokens in any case.
 //   - A waiter that vanishes while queued (a crashed process) can be handed
 //     the key before it counts as gone; the hand-over is a claim of 500 ms
 //     (less with a shorter TTL) that it never confirms, after which the

@@ -67,6 +67,24 @@ end
 -- queued holds the key up for this long, not for a whole TTL.
 local claim_ms = 500
 
+-- nopub is set when the server refused a PUBLISH (ACL -@pubsub or
+-- resetchannels, rename-command): the script's writes stand, and it says so
+-- in its reply, after which its caller stops publishing and polls.
+local nopub = false
+
+-- publish sends msg on channel, unless channel is "" (the caller's waiters
+-- poll). A refusal does not fail the script, whose writes are done by then
+-- and must be reported as done: it sets nopub.
+local function publish(channel, msg)
+  if channel == '' then
+    return
+  end
+  local r = redis.pcall('PUBLISH', channel, msg)
+  if type(r) == 'table' and r.err then
+    nopub = true
+  end
+end
+
 -- hand_over gives the free lock to waiter h for its claim window and tells
 -- it, and the other waiters, on channel: "grant <owner> <seq> <token>
 -- <claim>", claim in milliseconds.
@@ -74,6 +92,6 @@ local function hand_over(now, h, seq, ttl, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
   local _, s = take(now, h, claim, label, retention)
   dequeue(h)
-  redis.call('PUBLISH', channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
+  publish(channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
 end
 

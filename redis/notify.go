@@ -59,19 +59,24 @@ var errNotifierClosed = errors.New("redis: notifier closed")
 type notifier struct {
 	client Client
 	logger *slog.Logger // set before first use (Configure)
+	// refused is called (from the receiver) when the server refuses a
+	// subscription; it calls disable.
+	refused func(error)
 
-	mu      sync.Mutex
-	closed  bool
-	started bool
-	ps      *goredis.PubSub
-	subs    map[string]*subscription // by store key
-	byChan  map[string]*subscription // the issued ones, by channel
-	dirty   map[string]struct{}      // store keys the writer must look at
-	idle    map[string]struct{}      // store keys subscribed without waiters
+	mu       sync.Mutex
+	closed   bool
+	disabled bool // the server refused pub/sub: no more subscriptions
+	started  bool
+	ps       *goredis.PubSub
+	subs     map[string]*subscription // by store key
+	byChan   map[string]*subscription // the issued ones, by channel
+	dirty    map[string]struct{}      // store keys the writer must look at
+	idle     map[string]struct{}      // store keys subscribed without waiters
 
-	poke chan struct{} // wakes the writer
-	stop chan struct{} // closed by close
-	wg   sync.WaitGroup
+	poke     chan struct{} // wakes the writer
+	stop     chan struct{} // closed by close or disable
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
 // waiter is one waiting Lock, as the notifier sees it.
@@ -114,16 +119,17 @@ type subscription struct {
 	issued  bool      // SUBSCRIBE handed to the current connection
 }
 
-func newNotifier(client Client, logger *slog.Logger) *notifier {
+func newNotifier(client Client, logger *slog.Logger, refused func(error)) *notifier {
 	return &notifier{
-		client: client,
-		logger: logger,
-		subs:   make(map[string]*subscription),
-		byChan: make(map[string]*subscription),
-		dirty:  make(map[string]struct{}),
-		idle:   make(map[string]struct{}),
-		poke:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
+		client:  client,
+		logger:  logger,
+		refused: refused,
+		subs:    make(map[string]*subscription),
+		byChan:  make(map[string]*subscription),
+		dirty:   make(map[string]struct{}),
+		idle:    make(map[string]struct{}),
+		poke:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
 	}
 }
 
@@ -136,12 +142,16 @@ func newNotifier(client Client, logger *slog.Logger) *notifier {
 // already (a hand-over could then arrive before the caller's next step) and
 // returns a nil waiter otherwise. Without it, when the channel is
 // subscribed already, the caller may have missed a hand-over before
-// registering, and the waiter starts woken.
+// registering, and the waiter starts woken. After disable it returns a nil
+// waiter: the caller polls.
 func (n *notifier) register(key, owner string, early bool) (*waiter, func(), error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return nil, nil, errNotifierClosed
+	}
+	if n.disabled {
+		return nil, nil, nil
 	}
 	s := n.subs[key]
 	if s == nil && early {
@@ -203,7 +213,7 @@ func (n *notifier) held(key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.subs[key]
-	if n.closed || s == nil || len(s.waiters) == 0 || s.wanted {
+	if n.closed || n.disabled || s == nil || len(s.waiters) == 0 || s.wanted {
 		return
 	}
 	s.wanted = true
@@ -370,6 +380,12 @@ func (n *notifier) receive() {
 		default:
 		}
 		if err != nil {
+			if refused(err) {
+				// The server refuses SUBSCRIBE, or the channel:
+				// nothing will ever arrive.
+				n.refused(err)
+				return
+			}
 			if isReadTimeout(err) {
 				failures = 0
 				if pinged {
@@ -460,6 +476,33 @@ func (n *notifier) sleep(d time.Duration) bool {
 	}
 }
 
+// disable stops the notifier for good once the server refused pub/sub:
+// every waiter is woken (its next attempt finds a hand-over, and its Lock
+// polls from then on), no subscription is made any more, and the connection
+// is closed and the goroutines stopped (close waits for them).
+func (n *notifier) disable() {
+	n.mu.Lock()
+	if n.closed || n.disabled {
+		n.mu.Unlock()
+		return
+	}
+	n.disabled = true
+	for _, s := range n.subs {
+		for w := range s.waiters {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	started, ps := n.started, n.ps
+	n.mu.Unlock()
+	if started {
+		n.stopOnce.Do(func() { close(n.stop) })
+		_ = ps.Close()
+	}
+}
+
 // close closes the pub/sub connection and waits for the goroutines.
 func (n *notifier) close() {
 	n.mu.Lock()
@@ -473,7 +516,7 @@ func (n *notifier) close() {
 	if !started {
 		return
 	}
-	close(n.stop)
+	n.stopOnce.Do(func() { close(n.stop) })
 	_ = ps.Close()
 	n.wg.Wait()
 }

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -36,6 +37,10 @@ const (
 	// to cover a server clock that steps back (see the package doc,
 	// Fencing).
 	FenceRetention = time.Hour
+
+	// DefaultReplicaTimeout is the default of Config.ReplicaTimeout: how
+	// long an acquisition waits for its replicas (WAIT) before it is undone.
+	DefaultReplicaTimeout = 250 * time.Millisecond
 
 	// cleanupTimeout bounds the compare-and-delete that undoes an
 	// acquisition whose outcome is unknown.
@@ -81,6 +86,32 @@ type Config struct {
 	// saves memory when ever new keys are locked (about 190 bytes per key);
 	// it only has to cover a backward step of the server's clock.
 	FenceRetention time.Duration
+
+	// NoPubSub makes the Locker work without pub/sub from the start: no
+	// script publishes, and waiting Locks poll (see the package doc,
+	// Waiting without pub/sub). Set it for a deployment known to refuse
+	// PUBLISH or SUBSCRIBE (ACL -@pubsub or resetchannels, rename-command,
+	// a proxy without pub/sub); without it the Locker switches by itself
+	// at the first refusal.
+	NoPubSub bool
+
+	// Replicas, when above 0, makes an acquisition (a lock taken, or
+	// confirmed by the waiter it was handed over to) count only once
+	// Redis's WAIT confirms that at least Replicas replicas have the write,
+	// within ReplicaTimeout. When they do not, the acquisition is undone
+	// (the key passed on or freed) and reported as a store error: TryLock
+	// returns it, a waiting Lock queues again. With it, a lock granted
+	// survives a failover to any of those replicas (see the package doc,
+	// Replicated before granted). It needs a client of one primary
+	// (redis.NewClient, or redis.NewFailoverClient for Sentinel): WAIT
+	// must run on the connection of the write, which a Cluster client
+	// does not promise.
+	Replicas int
+
+	// ReplicaTimeout bounds the WAIT of Replicas (default
+	// [DefaultReplicaTimeout]; at most a third of the TTL, since the
+	// lock's validity counts from before the acquisition).
+	ReplicaTimeout time.Duration
 }
 
 // New returns a Locker as the package-level [New] does, with c.
@@ -96,12 +127,34 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	if isNil(client) {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: errors.New("nil redis client")}
 	}
+	replicaTimeout := c.ReplicaTimeout
+	if replicaTimeout == 0 {
+		replicaTimeout = DefaultReplicaTimeout
+	}
+	var bad error
+	switch client.(type) {
+	case *goredis.ClusterClient, *goredis.Ring:
+		if c.Replicas > 0 {
+			bad = fmt.Errorf("Config.Replicas needs a client of one primary (redis.NewClient, redis.NewFailoverClient), not %T", client)
+		}
+	}
+	switch {
+	case c.Replicas < 0:
+		bad = fmt.Errorf("Config.Replicas %d is negative", c.Replicas)
+	case replicaTimeout < time.Millisecond:
+		bad = fmt.Errorf("Config.ReplicaTimeout %v is below a millisecond", c.ReplicaTimeout)
+	}
+	if bad != nil {
+		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption, Cause: bad}
+	}
 	if what, zero := zeroClient(client); zero {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
 	}
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
+	d.poll.Store(c.NoPubSub)
+	d.replicas, d.replicaTimeout = c.Replicas, replicaTimeout
 	return locker.New(d, opts...)
 }
 
@@ -154,6 +207,16 @@ type redisDriver struct {
 	logger  *slog.Logger
 	notify  *notifier
 
+	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
+	// or the server refused it): scripts get no channel and waiters poll
+	// with wait, the Locker's backoff.
+	poll atomic.Bool
+	wait func(attempt int, remaining time.Duration) time.Duration
+
+	// Config.Replicas and Config.ReplicaTimeout.
+	replicas       int
+	replicaTimeout time.Duration
+
 	// Script arguments of this Locker, boxed once (Configure) so that a
 	// call does not allocate them again.
 	ttl          time.Duration
@@ -174,16 +237,42 @@ func include(script string) string {
 
 func newDriver(client Client) *redisDriver {
 	logger := slog.New(slog.DiscardHandler)
-	return &redisDriver{
+	d := &redisDriver{
 		client:  client,
 		acquire: goredis.NewScript(include(acquireLua)),
 		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
 		logger:  logger,
-		notify:  newNotifier(client, logger),
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 	}
+	d.notify = newNotifier(client, logger, d.noPubSub)
+	return d
+}
+
+// errPublishRefused is the cause logged when a script found PUBLISH
+// refused.
+var errPublishRefused = errors.New("a script's PUBLISH was refused")
+
+// noPubSub switches the Locker to work without pub/sub for good, after the
+// server refused a PUBLISH or a SUBSCRIBE (cause): scripts publish no more,
+// the notifier stops, and waiting Locks, woken, poll from their next
+// attempt on. It logs the switch once.
+func (d *redisDriver) noPubSub(cause error) {
+	if !d.poll.CompareAndSwap(false, true) {
+		return
+	}
+	d.logger.Info("locker: redis: the server refuses pub/sub; waiting Locks poll with the Locker's backoff from now on", "cause", cause)
+	d.notify.disable()
+}
+
+// channelArg is the channel argument of the scripts for store key s: its
+// channel, or "" (publish nothing) without pub/sub.
+func (d *redisDriver) channelArg(s string) string {
+	if d.poll.Load() {
+		return ""
+	}
+	return channelName(s)
 }
 
 // Info implements driver.Driver.
@@ -198,6 +287,10 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 		d.logger = cfg.Logger
 		d.notify.logger = cfg.Logger
 	}
+	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
+		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
+	}
+	d.wait = cfg.Wait
 	d.ttl = cfg.TTL
 	d.ttlArg = strconv.FormatInt(millis(cfg.TTL), 10)
 	d.labelArg = cfg.Label
@@ -288,8 +381,11 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
 		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
 	}
-	r, err := d.acquire.Run(ctx, d.client, keys,
-		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), channelName(req.Key)).Int64()
+	reply, err := d.runAcquire(ctx, keys,
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key))
+	if errors.Is(err, errNotReplicated) {
+		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
+	}
 	if err != nil {
 		err = fmt.Errorf("acquire: %w", classify(err))
 		if seq != "0" || maybeExecuted(err) {
@@ -297,7 +393,63 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		}
 		return 0, err
 	}
-	return r, nil
+	switch r := reply.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		// {r}: a hand-over to the first waiter was written, its
+		// message refused.
+		if len(r) == 1 {
+			if n, ok := r[0].(int64); ok {
+				d.noPubSub(errPublishRefused)
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// errNotReplicated is the error of an acquisition that Config.Replicas
+// replicas did not confirm in time.
+var errNotReplicated = errors.New("the lock did not reach the replicas in time")
+
+// runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
+// took (a reply > 0) counts only once WAIT confirms it on the replicas:
+// WAIT follows on the same connection, in one pipeline, and covers every
+// write the primary had made before (the hand-over to this owner
+// included). Otherwise it returns an error matching errNotReplicated, and
+// the caller undoes the acquisition.
+func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
+	if d.replicas == 0 {
+		return d.acquire.Run(ctx, d.client, keys, args...).Result()
+	}
+	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{d.acquire.EvalSha, d.acquire.Eval} {
+		pipe := d.client.Pipeline()
+		cmd := eval(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are per command
+		if isNoScript(cmd.Err()) {
+			continue
+		}
+		reply, err := cmd.Result()
+		if err != nil || !took(reply) {
+			return reply, err
+		}
+		switch n, err := wait.Int64(); {
+		case err != nil:
+			return reply, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
+		case n < int64(d.replicas):
+			return reply, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
+		}
+		return reply, nil
+	}
+	return nil, errors.New("the script cache dropped acquire.lua twice")
+}
+
+// took reports whether an acquire.lua reply says the lock was taken.
+func took(reply any) bool {
+	r, ok := reply.(int64)
+	return ok && r > 0
 }
 
 // leave removes every trace of req.Owner: its place in the queue, and the
@@ -322,7 +474,21 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 // leaveQueue runs release.lua for owner with "leave": out of the queue, and
 // the lock passed on if it was handed over to owner.
 func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
-	return classify(d.release.Run(ctx, d.client, scriptKeys(key), owner, channelName(key), d.retentionArg, "1").Err())
+	_, err := d.runRelease(ctx, key, owner, "1")
+	return classify(err)
+}
+
+// runRelease runs release.lua, with leave "1" or "0", and returns 1 when
+// owner's lock was released, 0 when owner held nothing. A release whose
+// message the server refused counts as done (it is: the message is the
+// script's last step), and switches the Locker to polling.
+func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
+	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave).Int64()
+	if n == 2 {
+		d.noPubSub(errPublishRefused)
+		n = 1
+	}
+	return n, err
 }
 
 // classify marks the Redis errors no retry can cure: a closed client,
@@ -332,17 +498,32 @@ func classify(err error) error {
 	if errors.Is(err, goredis.ErrClosed) {
 		return driver.Permanent(err)
 	}
-	var rerr goredis.Error
-	if !errors.As(err, &rerr) {
-		return err
-	}
-	msg := rerr.Error()
-	for _, p := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command", "ERR unknown subcommand"} {
-		if strings.HasPrefix(msg, p) {
-			return driver.Permanent(err)
-		}
+	if hasPrefix(err, "NOAUTH", "WRONGPASS") || refused(err) {
+		return driver.Permanent(err)
 	}
 	return err
+}
+
+// refused reports whether err is the server refusing a command: not
+// allowed by ACL, or unknown (renamed away).
+func refused(err error) bool {
+	return hasPrefix(err, "NOPERM", "ERR unknown command", "ERR unknown subcommand")
+}
+
+// hasPrefix reports whether err is a reply from Redis that starts with one
+// of prefixes.
+func hasPrefix(err error, prefixes ...string) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range prefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // staleArg is how long (ms) a waiter may go without an attempt before it
@@ -385,7 +566,7 @@ func leaseKey(l driver.Lease) string {
 // Release implements driver.Driver: compare-and-delete, or hand-over to the
 // first waiter, with a message on the key's channel, in one script.
 func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
-	n, err := d.release.Run(ctx, d.client, scriptKeys(l.Key), l.Owner, channelName(l.Key), d.retentionArg, "0").Int64()
+	n, err := d.runRelease(ctx, l.Key, l.Owner, "0")
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}

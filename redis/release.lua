@@ -5,13 +5,14 @@
 --
 -- KEYS     lock, fence, queue, waiters (see lib.lua)
 -- ARGV[1]  owner
--- ARGV[2]  channel    the lock's pub/sub channel
+-- ARGV[2]  channel    the lock's pub/sub channel; "" publishes nothing
 -- ARGV[3]  retention  milliseconds the fence key outlives the last acquisition
 -- ARGV[4]  leave      "1": remove the owner from the queue first;
 --                      "force": release whoever owns it (owner is ignored)
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
--- handed over with a "grant" message on the channel), 0 when it was not the
+-- handed over with a "grant" message on the channel), 2 when it was
+-- released but the server refused the message, 0 when it was not the
 -- owner's (gone, expired, or another owner's): the lock is left alone then.
 -- With "force", 1 when the lock was held by anyone, 0 when it was free.
 local owner = ARGV[1]
@@ -39,9 +40,12 @@ do
   local h, seq, ttl, label = head(now)
   if h then
     hand_over(now, h, seq, ttl, label, ARGV[2], ARGV[3])
-    return 1
+  else
+    redis.call('DEL', KEYS[1])
+    publish(ARGV[2], 'free')
   end
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'free')
+  if nopub then
+    return 2
+  end
   return 1
 end

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/testenv"
@@ -76,14 +78,30 @@ func (r *replicas) isolate(t testing.TB, l locker.Locker) func() {
 // harness may restart: every Locker has its own client, dialling through its
 // own proxy.
 func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
+	return singleHarnessWith(t, srv, redis.Config{}, nil)
+}
+
+// singleHarnessWith is singleHarness with Lockers made by cfg on clients
+// whose options login adjusts (nil: the default user).
+func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config, login func(*goredis.Options)) conformance.Harness {
 	admin := newClient(t, srv.Addr())
+	client := func(t testing.TB, addr string) *goredis.Client {
+		if login == nil {
+			return newClient(t, addr)
+		}
+		o := clientOptions(addr)
+		login(o)
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
 	var reps replicas
 	return conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
 			p := testenv.NewProxy(t, srv.Addr())
-			c := newClient(t, p.Addr())
-			l, err := redis.New(c, locker.WithTTL(testTTL))
+			c := client(t, p.Addr())
+			l, err := cfg.New(c, locker.WithTTL(testTTL))
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
@@ -92,7 +110,7 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
-			return redis.New(newClient(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			return cfg.New(client(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,

@@ -1,0 +1,297 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/backends"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
+)
+
+// failoverClient returns a go-redis failover client of srv's primary,
+// closed when the test ends.
+func failoverClient(t testing.TB, srv *testenv.RedisSentinelServer) *goredis.Client {
+	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		MasterName:            testenv.SentinelMaster,
+		SentinelAddrs:         srv.SentinelAddrs(),
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestOpenSentinel opens a Locker by URL through the sentinels (the route
+// backends.Register takes for master_name), and checks the URL's errors:
+// a missing master name, and no sentinel password in any error.
+func TestOpenSentinel(t *testing.T) {
+	srv := testenv.NewRedisSentinel(t)
+	var mux locker.Mux
+	if err := backends.Register(&mux); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	hosts := strings.Join(srv.SentinelAddrs(), ",")
+	l, err := locker.Open(ctx, &mux, "redis://"+hosts+"/0?master_name="+testenv.SentinelMaster+"&ttl=2s&prefix=sentinel/&replicas=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := locker.Inspect(ctx, l, "k")
+	if err != nil || !st.Held || st.Token != lk.Token() {
+		t.Errorf("Inspect through the sentinels: %+v, %v; want the lock held with token %d", st, err, lk.Token())
+	}
+	// The lock is on the primary, under the prefix.
+	if n, err := goredis.NewClient(&goredis.Options{Addr: srv.DataAddrs()[0]}).Exists(ctx, redis.KeysOf("sentinel/k").Lock).Result(); err != nil || n != 1 {
+		t.Errorf("the lock is not on the primary: EXISTS = %d, %v", n, err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const secret = "Hunter2Secret"
+	for _, c := range []struct{ url, says string }{
+		{"redis://" + hosts + "/0?sentinel_password=" + secret, ""}, // a Cluster URL to the mux
+		{"redis://" + hosts + "/0?master_name=&sentinel_password=" + secret, "master_name"},
+		{"redis://" + hosts + "/0?master_name=m&sentinel_password=" + secret + "&bogus=1", "bogus"},
+		{"redis://192.0.2.1:26379/0?master_name=m&sentinel_password=" + secret, "cleartext"},
+		{"redis://192.0.2.1:26379/0?master_name=m&sentinel_password=" + secret + "&insecure=true&dial_timeout=100ms", ""},
+	} {
+		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		for _, open := range []func() (locker.Locker, error){
+			func() (locker.Locker, error) { return locker.Open(octx, &mux, c.url) },
+			func() (locker.Locker, error) { return redis.OpenSentinel(octx, mustParse(t, c.url)) },
+		} {
+			l, err := open()
+			if err == nil {
+				_ = l.Close()
+				t.Errorf("%s: opened", c.url)
+				continue
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "Hunter2") || strings.Contains(msg, "Secret") {
+				t.Errorf("%s: the error shows the sentinel password: %s", c.url, msg)
+			}
+			if !strings.Contains(msg, c.says) {
+				t.Errorf("%s: the error must say %q: %s", c.url, c.says, msg)
+			}
+		}
+		cancel()
+	}
+}
+
+// TestSentinelFailover takes 200 locks, one after the other, on a primary
+// that a graceful SENTINEL FAILOVER replaces while they are taken, and
+// has a second Locker try every key all along: with Config.Replicas 1 it
+// must never get a key whose first holder's Done is still open (every
+// lock granted reached the replica that takes over), and its tokens must
+// exceed the first holder's. Without it, the overlaps (locks the failover
+// lost while their holders still held them) are logged, not asserted.
+func TestSentinelFailover(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		replicas int
+	}{{"Replicas1", 1}, {"NoReplicas", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := testenv.NewRedisSentinel(t)
+			r := failoverRun(t, srv, c.replicas)
+			t.Logf("replicas=%d: %d locks taken (%d refused or failed attempts while failing over), failover took %v; "+
+				"the rival got %d keys, %d of them while their first holder's Done was open (overlap %v), %d with a token not above the first holder's; %d first holders lost their lock",
+				c.replicas, r.taken, r.failedAttempts, r.failover.Round(time.Millisecond), r.rivalGot, r.overlaps, r.overlapTimes, r.tokenErrs, r.lost)
+			if c.replicas > 0 {
+				if r.overlaps > 0 {
+					t.Errorf("with Config.Replicas 1, a key must never be granted to two holders at once across a failover: %d overlaps", r.overlaps)
+				}
+				if r.tokenErrs > 0 {
+					t.Errorf("fencing tokens must increase across a failover: %d keys went to the rival with a token not above the first holder's", r.tokenErrs)
+				}
+			}
+		})
+	}
+}
+
+// failoverResult is what failoverRun saw.
+type failoverResult struct {
+	taken, failedAttempts int
+	failover              time.Duration
+	rivalGot, overlaps    int
+	overlapTimes          []time.Duration // from the rival's grant to the first holder's Done
+	tokenErrs, lost       int
+}
+
+// failoverRun is one run of TestSentinelFailover.
+func failoverRun(t *testing.T, srv *testenv.RedisSentinelServer, replicas int) failoverResult {
+	const (
+		locks      = 200
+		failoverAt = 50
+		ttl        = 3 * time.Second
+	)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	newLocker := func() locker.Locker {
+		l, err := redis.Config{Replicas: replicas}.New(failoverClient(t, srv), locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	holder, rival := newLocker(), newLocker()
+
+	type held struct {
+		key string
+		lk  locker.Lock
+	}
+	var (
+		mu     sync.Mutex
+		helds  []held
+		res    failoverResult
+		stop   = make(chan struct{})
+		rivalW sync.WaitGroup
+	)
+	// The rival tries every key taken so far, again and again.
+	rivalW.Add(1)
+	go func() {
+		defer rivalW.Done()
+		got := map[string]bool{}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			mu.Lock()
+			snapshot := append([]held(nil), helds...)
+			mu.Unlock()
+			for _, h := range snapshot {
+				if got[h.key] {
+					continue
+				}
+				lk, err := rival.TryLock(ctx, h.key)
+				if err != nil {
+					continue
+				}
+				got[h.key] = true
+				mu.Lock()
+				res.rivalGot++
+				select {
+				case <-h.lk.Done():
+				default:
+					res.overlaps++
+					start := time.Now()
+					go func() {
+						select {
+						case <-h.lk.Done():
+							mu.Lock()
+							res.overlapTimes = append(res.overlapTimes, time.Since(start).Round(time.Millisecond))
+							mu.Unlock()
+						case <-ctx.Done():
+						}
+					}()
+				}
+				if lk.Token() <= h.lk.Token() {
+					res.tokenErrs++
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+
+	failedOver := make(chan struct{})
+	for i := range locks {
+		if i == failoverAt {
+			go func() {
+				defer close(failedOver)
+				start := time.Now()
+				failover(t, ctx, srv)
+				mu.Lock()
+				res.failover = time.Since(start)
+				mu.Unlock()
+			}()
+		}
+		key := fmt.Sprintf("failover-%d-%d", replicas, i)
+		for {
+			lk, err := holder.TryLock(ctx, key)
+			if err == nil {
+				mu.Lock()
+				helds = append(helds, held{key, lk})
+				res.taken++
+				mu.Unlock()
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("lock %d: %v", i, err)
+			}
+			mu.Lock()
+			res.failedAttempts++
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-failedOver
+	// Renewals of lost locks notice within a TTL; the rival keeps trying
+	// meanwhile.
+	time.Sleep(ttl + time.Second)
+	close(stop)
+	rivalW.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range helds {
+		select {
+		case <-h.lk.Done():
+			res.lost++
+		default:
+		}
+	}
+	return res
+}
+
+// failover runs SENTINEL FAILOVER and returns once the sentinels name the
+// replica as the primary.
+func failover(t *testing.T, ctx context.Context, srv *testenv.RedisSentinelServer) {
+	sc := goredis.NewSentinelClient(&goredis.Options{Addr: srv.SentinelAddrs()[0]})
+	defer sc.Close()
+	if err := sc.Failover(ctx, testenv.SentinelMaster).Err(); err != nil {
+		t.Errorf("SENTINEL FAILOVER: %v", err)
+		return
+	}
+	want := srv.DataAddrs()[1]
+	for {
+		addr, err := sc.GetMasterAddrByName(ctx, testenv.SentinelMaster).Result()
+		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == want {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Errorf("the sentinels never named %s the primary: %v", want, errors.Join(err, ctx.Err()))
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// mustParse parses a URL the test wrote.
+func mustParse(t testing.TB, raw string) *url.URL {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}

@@ -1,0 +1,79 @@
+package redis
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestReplicasOptions: bad Config.Replicas and Config.ReplicaTimeout
+// values, and Replicas on a Cluster client, are refused by New with an
+// error naming them.
+func TestReplicasOptions(t *testing.T) {
+	single := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer single.Close()
+	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	for _, c := range []struct {
+		cfg    Config
+		client Client
+		names  string
+	}{
+		{Config{Replicas: -1}, single, "Config.Replicas"},
+		{Config{Replicas: 1, ReplicaTimeout: time.Microsecond}, single, "Config.ReplicaTimeout"},
+		{Config{Replicas: 1, ReplicaTimeout: 2 * time.Second}, single, "Config.ReplicaTimeout"}, // above TTL/3
+		{Config{Replicas: 1}, cluster, "Config.Replicas"},
+	} {
+		l, err := c.cfg.New(c.client, locker.WithTTL(3*time.Second))
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("%+v on %T: New must fail", c.cfg, c.client)
+			continue
+		}
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), c.names) {
+			t.Errorf("%+v on %T: New = %v; want an error matching ErrInvalidOption naming %s", c.cfg, c.client, err, c.names)
+		}
+	}
+}
+
+// TestReplicasUnconfirmedIsUndone: on a primary without replicas, with
+// Config.Replicas 1, TryLock fails (WAIT never confirms) and leaves the key
+// free, and a waiting Lock keeps trying until its ctx ends, leaving nothing
+// behind either.
+func TestReplicasUnconfirmedIsUndone(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	l, err := Config{Replicas: 1, ReplicaTimeout: 20 * time.Millisecond}.New(newClient(t, srv.Addr()), locker.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	key := uniqueKey(t)
+	if lk, err := l.TryLock(ctx, key); err == nil {
+		_ = lk.Unlock(ctx)
+		t.Fatal("TryLock must fail when no replica confirms the lock")
+	} else if !errors.Is(err, errNotReplicated) {
+		t.Errorf("TryLock: %v; want an error saying the lock did not reach the replicas", err)
+	}
+	wctx := ctxFor(t, 300*time.Millisecond)
+	if lk, err := l.Lock(wctx, key); err == nil {
+		_ = lk.Unlock(ctx)
+		t.Fatal("Lock must not return a lock no replica confirmed")
+	}
+	for _, k := range scriptKeys(key)[:1] {
+		if n := admin.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("%s is left behind by the undone acquisitions", k)
+		}
+	}
+	if n := admin.ZCard(ctx, name(kindQueue, key)).Val(); n != 0 {
+		t.Errorf("%d waiters left in the queue", n)
+	}
+}
