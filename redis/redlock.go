@@ -224,6 +224,13 @@ type redlockDriver struct {
 	renew   *goredis.Script
 	logger  *slog.Logger
 
+	// Requests still running after their outcome was settled; Close
+	// waits for them.
+	wg sync.WaitGroup
+	// The owners of the locks acquired and not yet released (owner ->
+	// struct{}), for late answers of phase 1 (see TryAcquire).
+	live sync.Map
+
 	timeout      time.Duration // per request to one master
 	ttl          time.Duration
 	retentionArg string
@@ -255,26 +262,113 @@ func validity(ttl time.Duration) time.Duration {
 	return ttl - time.Duration(float64(ttl)*DriftFactor) - DriftFloor
 }
 
-// fanout runs call on every master at once, each bounded by d.timeout (and
-// ctx), and returns when all have returned, with their results in master
-// order.
-func fanout[R any](ctx context.Context, d *redlockDriver, on []bool, call func(ctx context.Context, m Master) (R, error)) ([]R, []error) {
-	rs := make([]R, len(d.masters))
-	errs := make([]error, len(d.masters))
-	var wg sync.WaitGroup
+// fanout runs call on the masters of on (every master when on is nil) at
+// once, each bounded by d.timeout, and returns their results in master
+// order: when all have answered, when settled (not nil) says, from the
+// answers so far (answered[i] tells which), that the others cannot change
+// the outcome, or when ctx ends. A master left out by on is reported as
+// errNotAsked. The requests still running then are reported as errPending
+// (or ctx's error) and finish in the background, bounded by d.timeout
+// (Close waits for them), handing their result to late when it is not nil.
+func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
+	call func(ctx context.Context, m Master) (R, error),
+	settled func(answered []bool, rs []R, errs []error) bool,
+	late func(i int, r R, err error),
+) ([]R, []error) {
+	n := len(d.masters)
+	rs, errs, answered := make([]R, n), make([]error, n), make([]bool, n)
+	type answer struct {
+		i   int
+		r   R
+		err error
+	}
+	ch := make(chan answer, n)
+	var mu sync.Mutex
+	gone := false // the caller no longer reads ch
+	base := context.WithoutCancel(ctx)
+	sent := 0
 	for i, m := range d.masters {
 		if on != nil && !on[i] {
+			answered[i], errs[i] = true, errNotAsked
 			continue
 		}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, d.timeout)
-			defer cancel()
-			rs[i], errs[i] = call(ctx, m)
-		})
+		sent++
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			cctx, cancel := context.WithTimeout(base, d.timeout)
+			r, err := call(cctx, m)
+			cancel()
+			mu.Lock()
+			if !gone {
+				ch <- answer{i, r, err}
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			if late != nil {
+				late(i, r, err)
+			}
+		}()
 	}
-	wg.Wait()
+	record := func(a answer) { rs[a.i], errs[a.i], answered[a.i] = a.r, a.err, true }
+	for got := 0; got < sent; got++ {
+		select {
+		case a := <-ch:
+			record(a)
+			if settled != nil && got+1 < sent && settled(answered, rs, errs) {
+				got = sent
+			}
+		case <-ctx.Done():
+			got = sent
+		}
+	}
+	mu.Lock()
+	gone = true
+	mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case a := <-ch:
+			record(a)
+		default:
+			drained = true
+		}
+	}
+	for i, ok := range answered {
+		if !ok {
+			errs[i] = errPending
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+			}
+		}
+	}
 	return rs, errs
 }
+
+// errPending marks a master that had not answered when the outcome was
+// settled without it.
+var errPending = errors.New("no answer yet")
+
+// byQuorum returns the settled function of fanout for a request that
+// succeeds on a master when good says so: settled once a quorum succeeded
+// or so many failed that no quorum can.
+func byQuorum[R any](d *redlockDriver, good func(r R) bool) func([]bool, []R, []error) bool {
+	return func(answered []bool, rs []R, errs []error) bool {
+		ok, bad := 0, 0
+		for i, a := range answered {
+			switch {
+			case !a:
+			case errs[i] == nil && good(rs[i]):
+				ok++
+			default:
+				bad++
+			}
+		}
+		return ok >= d.quorum || bad > len(answered)-d.quorum
+	}
+}
+
+func isOne(n int64) bool { return n == 1 }
 
 // tally is the outcome of one operation on every master: ok masters did
 // it, not said for certain it was not ours (or held by another), errs
@@ -347,13 +441,21 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	valid := validity(req.TTL)
 	keys := []string{lockKey(req.Key), fenceKey(req.Key)}
 	ttlArg := millis(req.TTL)
+	// A master that answers after the outcome was settled without it may
+	// have granted: unless the lock is held (and its Release, which
+	// forgets it first, still to come), that grant is undone at once.
 	rs, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (phase1, error) {
 		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label).Slice()
 		if err != nil {
 			return phase1{}, err
 		}
 		return parsePhase1(v)
+	}, byQuorum(d, func(r phase1) bool { return r.granted }), func(i int, r phase1, err error) {
+		if _, held := d.live.Load(req.Owner); !held && (r.granted || err != nil) {
+			d.releaseOn(context.WithoutCancel(ctx), req.Key, req.Owner, d.only(i))
+		}
 	})
+	undo := func(cause error) error { return d.undo(ctx, req, cause) }
 	granted := make([]bool, len(rs))
 	var token uint64
 	held := time.Duration(0)
@@ -372,26 +474,22 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	t := d.count(granted, errs)
 	if t.ok < d.quorum {
 		if t.not > 0 {
-			return driver.Grant{}, d.undo(ctx, req, driver.Held(held))
+			return driver.Grant{}, undo(driver.Held(held))
 		}
-		return driver.Grant{}, d.undo(ctx, req, d.failure("acquire", t))
+		return driver.Grant{}, undo(d.failure("acquire", t))
 	}
 	tokenArg := strconv.FormatUint(token, 10)
 	oks, errs := fanout(ctx, d, granted, func(ctx context.Context, m Master) (bool, error) {
 		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg).Int64()
 		return n == 1, err
-	})
-	for i := range oks {
-		if !granted[i] {
-			errs[i] = errNotAsked
-		}
-	}
+	}, byQuorum(d, func(ok bool) bool { return ok }), nil)
 	if t := d.count(oks, errs); t.ok < d.quorum {
-		return driver.Grant{}, d.undo(ctx, req, d.failure("acquire: writing the token", t))
+		return driver.Grant{}, undo(d.failure("acquire: writing the token", t))
 	}
 	if elapsed := time.Since(start); elapsed >= valid {
-		return driver.Grant{}, d.undo(ctx, req, fmt.Errorf("acquire: took %v, more than the validity %v", elapsed, valid))
+		return driver.Grant{}, undo(fmt.Errorf("acquire: took %v, more than the validity %v", elapsed, valid))
 	}
+	d.live.Store(req.Owner, struct{}{})
 	return driver.Grant{Token: token, Validity: valid, Since: start}, nil
 }
 
@@ -445,10 +543,10 @@ func (d *redlockDriver) undo(ctx context.Context, req driver.Request, cause erro
 func (d *redlockDriver) releaseOn(ctx context.Context, key, owner string, on []bool) []bool {
 	_, errs := fanout(ctx, d, on, func(ctx context.Context, m Master) (int64, error) {
 		return d.release.Run(ctx, m, []string{lockKey(key)}, owner).Int64()
-	})
+	}, nil, nil)
 	var failed []bool
 	for i, err := range errs {
-		if err != nil && (on == nil || on[i]) {
+		if err != nil && err != errNotAsked {
 			if failed == nil {
 				failed = make([]bool, len(errs))
 			}
@@ -458,13 +556,21 @@ func (d *redlockDriver) releaseOn(ctx context.Context, key, owner string, on []b
 	return failed
 }
 
+// only returns the on argument of fanout for master i alone.
+func (d *redlockDriver) only(i int) []bool {
+	on := make([]bool, len(d.masters))
+	on[i] = true
+	return on
+}
+
 // Release implements driver.Driver: compare-and-delete on every master.
-// It succeeds when a quorum held the lock (the others are cleaned up as
-// far as they answer).
+// It succeeds when a quorum held the lock; it returns once the outcome is
+// settled, the other masters' deletes finishing in the background.
 func (d *redlockDriver) Release(ctx context.Context, l driver.Lease) error {
+	d.live.Delete(l.Owner)
 	ns, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (int64, error) {
 		return d.release.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner).Int64()
-	})
+	}, byQuorum(d, isOne), nil)
 	return d.result("release", d.count(ones(ns), errs))
 }
 
@@ -491,26 +597,54 @@ func (d *redlockDriver) Renew(ctx context.Context, l driver.Lease) (time.Duratio
 func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	ns, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (int64, error) {
 		return d.renew.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner, millis(remaining)).Int64()
-	})
+	}, byQuorum(d, isOne), nil)
 	return d.result("keep", d.count(ones(ns), errs))
 }
 
 // RenewBatch implements driver.BatchRenewer: one pipeline per master, the
 // masters in parallel; a lease is renewed when a quorum renewed it.
 func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
-	per, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
+	// Settled once every lease is: renewed by a quorum, or refused or
+	// failed by so many masters that no quorum can renew it.
+	settled := func(answered []bool, per [][]*goredis.Cmd, _ []error) bool {
+		for j := range ls {
+			ok, bad := 0, 0
+			for i, a := range answered {
+				if !a {
+					continue
+				}
+				if n, err := per[i][j].Int64(); err == nil && n == 1 {
+					ok++
+				} else {
+					bad++
+				}
+			}
+			if ok < d.quorum && bad <= len(answered)-d.quorum {
+				return false
+			}
+		}
+		return true
+	}
+	per, perr := fanout(ctx, d, nil, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
 		return d.renewOn(ctx, m, ls), nil
-	})
+	}, settled, nil)
 	validities := make([]time.Duration, len(ls))
 	results := make([]error, len(ls))
 	oks := make([]bool, len(d.masters))
+	errs := make([]error, len(d.masters))
 	for j, l := range ls {
 		for i := range d.masters {
+			if perr[i] != nil {
+				oks[i], errs[i] = false, perr[i]
+				continue
+			}
 			n, err := per[i][j].Int64()
 			oks[i], errs[i] = n == 1, err
 		}
 		if results[j] = d.result("renew", d.count(oks, errs)); results[j] == nil {
 			validities[j] = validity(l.TTL)
+		} else if errors.Is(results[j], driver.ErrNotHeld) {
+			d.live.Delete(l.Owner)
 		}
 	}
 	return validities, results, nil
@@ -565,7 +699,7 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 			r.expires = now.Val().Add(ttl).UTC()
 		}
 		return r, nil
-	})
+	}, nil, nil)
 	owners := map[string]int{}
 	answered := 0
 	for i, r := range rs {
@@ -608,5 +742,10 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 	return st, nil
 }
 
-// Close implements driver.Driver. The clients stay open.
-func (d *redlockDriver) Close() error { return nil }
+// Close implements driver.Driver: it waits for the requests still running
+// in the background (each bounded by the per-master timeout). The clients
+// stay open.
+func (d *redlockDriver) Close() error {
+	d.wg.Wait()
+	return nil
+}
