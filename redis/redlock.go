@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -153,12 +155,16 @@ type RedlockConfig struct {
 	// second), as in [Config].
 	FenceRetention time.Duration
 
-	// Timeout bounds each request to one master (default: the Locker's
-	// TTL/3). A master that does not answer within it counts as failed
-	// for that request, so a hung master slows an attempt by at most this
-	// much. It must not exceed the TTL. go-redis only honours it with
+	// Timeout, when set, bounds each request to one master; it must not
+	// exceed the TTL. Without it, a request is bounded by what it serves:
+	// an acquisition's by its validity, the others by the caller's ctx
+	// (the engine bounds renewals and releases). A slow or hung master
+	// does not hold up an operation whose outcome the others settle (a
+	// quorum did it, or can no longer): its request finishes in the
+	// background. go-redis only honours these bounds with
 	// Options.ContextTimeoutEnabled set on the masters' clients; otherwise
-	// their own ReadTimeout applies.
+	// their own ReadTimeout applies. MaxRetries -1 is advisable too: the
+	// engine decides when to try again.
 	Timeout time.Duration
 }
 
@@ -210,7 +216,12 @@ func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Lock
 		timeout:      c.Timeout,
 		retentionArg: strconv.FormatInt(retention.Milliseconds(), 10),
 	}
-	return locker.New(d, opts...)
+	d.life, d.stop = context.WithCancel(context.Background())
+	l, err := locker.New(d, opts...)
+	if err != nil {
+		d.stop()
+	}
+	return l, err
 }
 
 // redlockDriver implements driver.Driver, driver.BatchRenewer,
@@ -227,6 +238,10 @@ type redlockDriver struct {
 	// Requests still running after their outcome was settled; Close
 	// waits for them.
 	wg sync.WaitGroup
+	// life ends when Close is called: it bounds the requests that outlive
+	// their call.
+	life context.Context
+	stop context.CancelFunc
 	// The owners of the locks acquired and not yet released (owner ->
 	// struct{}), for late answers of phase 1 (see TryAcquire).
 	live sync.Map
@@ -247,9 +262,6 @@ func (d *redlockDriver) Configure(_ context.Context, cfg driver.Config) error {
 		d.logger = cfg.Logger
 	}
 	d.ttl = cfg.TTL
-	if d.timeout == 0 {
-		d.timeout = max(cfg.TTL/3, time.Millisecond)
-	}
 	if d.timeout > cfg.TTL {
 		return fmt.Errorf("RedlockConfig.Timeout %v exceeds the TTL %v: %w", d.timeout, cfg.TTL, locker.ErrInvalidOption)
 	}
@@ -263,14 +275,18 @@ func validity(ttl time.Duration) time.Duration {
 }
 
 // fanout runs call on the masters of on (every master when on is nil) at
-// once, each bounded by d.timeout, and returns their results in master
-// order: when all have answered, when settled (not nil) says, from the
-// answers so far (answered[i] tells which), that the others cannot change
-// the outcome, or when ctx ends. A master left out by on is reported as
-// errNotAsked. The requests still running then are reported as errPending
-// (or ctx's error) and finish in the background, bounded by d.timeout
-// (Close waits for them), handing their result to late when it is not nil.
-func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
+// once, each with base (bounded by RedlockConfig.Timeout when set), and
+// returns their results in master order: when all have answered, when
+// settled (not nil) says, from the answers so far (answered[i] tells
+// which), that the others cannot change the outcome. When ctx ends first,
+// the requests are cancelled and awaited (for up to cleanupTimeout: one
+// already sent may still take effect, and the caller must know to undo
+// it). A master left out by on is reported as errNotAsked. The requests
+// still running then are reported as errPending (with ctx's error if it
+// ended) and finish in the background, as base allows (Close cancels the
+// driver's own contexts and waits for them), handing their result to late
+// when it is not nil.
+func fanout[R any](ctx context.Context, d *redlockDriver, on []bool, base context.Context,
 	call func(ctx context.Context, m Master) (R, error),
 	settled func(answered []bool, rs []R, errs []error) bool,
 	late func(i int, r R, err error),
@@ -285,7 +301,18 @@ func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
 	ch := make(chan answer, n)
 	var mu sync.Mutex
 	gone := false // the caller no longer reads ch
-	base := context.WithoutCancel(ctx)
+	// rctx ends the requests when ctx ends first, or once all returned
+	// (in the background, maybe after fanout returned: hence a field,
+	// which vet's lostcancel does not track).
+	var end struct{ cancel context.CancelFunc }
+	var rctx context.Context
+	rctx, end.cancel = context.WithCancel(base)
+	var left atomic.Int32
+	for i := range d.masters {
+		if on == nil || on[i] {
+			left.Add(1)
+		}
+	}
 	sent := 0
 	for i, m := range d.masters {
 		if on != nil && !on[i] {
@@ -296,9 +323,15 @@ func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			cctx, cancel := context.WithTimeout(base, d.timeout)
+			cctx, cancel := rctx, context.CancelFunc(func() {})
+			if d.timeout > 0 {
+				cctx, cancel = context.WithTimeout(rctx, d.timeout)
+			}
 			r, err := call(cctx, m)
 			cancel()
+			if left.Add(-1) == 0 {
+				end.cancel()
+			}
 			mu.Lock()
 			if !gone {
 				ch <- answer{i, r, err}
@@ -311,16 +344,29 @@ func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
 			}
 		}()
 	}
+	if sent == 0 {
+		end.cancel()
+	}
 	record := func(a answer) { rs[a.i], errs[a.i], answered[a.i] = a.r, a.err, true }
-	for got := 0; got < sent; got++ {
+	done := ctx.Done()
+	var giveUp <-chan time.Time
+wait:
+	for got := 0; got < sent; {
 		select {
 		case a := <-ch:
+			got++
 			record(a)
-			if settled != nil && got+1 < sent && settled(answered, rs, errs) {
-				got = sent
+			if settled != nil && got < sent && settled(answered, rs, errs) {
+				break wait
 			}
-		case <-ctx.Done():
-			got = sent
+		case <-done:
+			end.cancel()
+			done = nil
+			t := time.NewTimer(cleanupTimeout)
+			defer t.Stop()
+			giveUp = t.C
+		case <-giveUp:
+			break wait
 		}
 	}
 	mu.Lock()
@@ -338,7 +384,7 @@ func fanout[R any](ctx context.Context, d *redlockDriver, on []bool,
 		if !ok {
 			errs[i] = errPending
 			if ctx.Err() != nil {
-				errs[i] = ctx.Err()
+				errs[i] = fmt.Errorf("%w: %w", errPending, ctx.Err())
 			}
 		}
 	}
@@ -439,12 +485,16 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	}
 	start := time.Now()
 	valid := validity(req.TTL)
+	// The requests of an acquisition are of no use after its validity:
+	// that bounds them, even after TryAcquire returned (late answers).
+	budget, cancel := context.WithDeadline(d.life, start.Add(valid))
+	context.AfterFunc(budget, cancel) // late answers may come until then
 	keys := []string{lockKey(req.Key), fenceKey(req.Key)}
 	ttlArg := millis(req.TTL)
 	// A master that answers after the outcome was settled without it may
 	// have granted: unless the lock is held (and its Release, which
 	// forgets it first, still to come), that grant is undone at once.
-	rs, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (phase1, error) {
+	rs, errs := fanout(ctx, d, nil, budget, func(ctx context.Context, m Master) (phase1, error) {
 		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label).Slice()
 		if err != nil {
 			return phase1{}, err
@@ -452,10 +502,11 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		return parsePhase1(v)
 	}, byQuorum(d, func(r phase1) bool { return r.granted }), func(i int, r phase1, err error) {
 		if _, held := d.live.Load(req.Owner); !held && (r.granted || err != nil) {
-			d.releaseOn(context.WithoutCancel(ctx), req.Key, req.Owner, d.only(i))
+			ctx, cancel := context.WithTimeout(d.life, cleanupTimeout)
+			defer cancel()
+			d.releaseOn(ctx, req.Key, req.Owner, d.only(i))
 		}
 	})
-	undo := func(cause error) error { return d.undo(ctx, req, cause) }
 	granted := make([]bool, len(rs))
 	var token uint64
 	held := time.Duration(0)
@@ -471,6 +522,14 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 			}
 		}
 	}
+	// Undo where the lock may be ours: where phase 1 granted, or failed
+	// after it may have run. A master still to answer undoes a late grant
+	// itself (above); one that answered "held" has nothing of ours.
+	mayHold := make([]bool, len(rs))
+	for i, err := range errs {
+		mayHold[i] = granted[i] || err != nil && !errors.Is(err, errPending) && maybeExecuted(err)
+	}
+	undo := func(cause error) error { return d.undo(ctx, req, mayHold, cause) }
 	t := d.count(granted, errs)
 	if t.ok < d.quorum {
 		if t.not > 0 {
@@ -479,7 +538,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		return driver.Grant{}, undo(d.failure("acquire", t))
 	}
 	tokenArg := strconv.FormatUint(token, 10)
-	oks, errs := fanout(ctx, d, granted, func(ctx context.Context, m Master) (bool, error) {
+	oks, errs := fanout(ctx, d, granted, budget, func(ctx context.Context, m Master) (bool, error) {
 		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg).Int64()
 		return n == 1, err
 	}, byQuorum(d, func(ok bool) bool { return ok }), nil)
@@ -516,14 +575,17 @@ func parsePhase1(v []any) (phase1, error) {
 	return phase1{}, fmt.Errorf("malformed reply %v", v)
 }
 
-// undo releases req's lock on every master after a failed attempt, with a
-// fresh context: ctx may be why it failed. It returns cause, wrapped in a
-// driver.Residue when some master could not be reached: the engine retries
-// the release on those until they answer.
-func (d *redlockDriver) undo(ctx context.Context, req driver.Request, cause error) error {
+// undo releases req's lock on the masters of on after a failed attempt,
+// with a fresh context: ctx may be why it failed. It returns cause, wrapped
+// in a driver.Residue when some master could not be reached: the engine
+// retries the release on those until they answer.
+func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool, cause error) error {
+	if !slices.Contains(on, true) {
+		return cause
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	failed := d.releaseOn(ctx, req.Key, req.Owner, nil)
+	failed := d.releaseOn(ctx, req.Key, req.Owner, on)
 	if failed == nil {
 		return cause
 	}
@@ -541,7 +603,7 @@ func (d *redlockDriver) undo(ctx context.Context, req driver.Request, cause erro
 // releaseOn runs the compare-and-delete on the masters of on (all when
 // nil) and returns those that failed, or nil.
 func (d *redlockDriver) releaseOn(ctx context.Context, key, owner string, on []bool) []bool {
-	_, errs := fanout(ctx, d, on, func(ctx context.Context, m Master) (int64, error) {
+	_, errs := fanout(ctx, d, on, ctx, func(ctx context.Context, m Master) (int64, error) {
 		return d.release.Run(ctx, m, []string{lockKey(key)}, owner).Int64()
 	}, nil, nil)
 	var failed []bool
@@ -568,7 +630,7 @@ func (d *redlockDriver) only(i int) []bool {
 // settled, the other masters' deletes finishing in the background.
 func (d *redlockDriver) Release(ctx context.Context, l driver.Lease) error {
 	d.live.Delete(l.Owner)
-	ns, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (int64, error) {
+	ns, errs := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) (int64, error) {
 		return d.release.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner).Int64()
 	}, byQuorum(d, isOne), nil)
 	return d.result("release", d.count(ones(ns), errs))
@@ -595,7 +657,7 @@ func (d *redlockDriver) Renew(ctx context.Context, l driver.Lease) (time.Duratio
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining on every master; nobody renews the key after that.
 func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
-	ns, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (int64, error) {
+	ns, errs := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) (int64, error) {
 		return d.renew.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner, millis(remaining)).Int64()
 	}, byQuorum(d, isOne), nil)
 	return d.result("keep", d.count(ones(ns), errs))
@@ -625,7 +687,7 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		}
 		return true
 	}
-	per, perr := fanout(ctx, d, nil, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
+	per, perr := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
 		return d.renewOn(ctx, m, ls), nil
 	}, settled, nil)
 	validities := make([]time.Duration, len(ls))
@@ -686,7 +748,7 @@ type inspected struct {
 // masters has the same owner; Expires is the earliest of their expiries,
 // after which that owner no longer holds a quorum unless it renews.
 func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
-	rs, errs := fanout(ctx, d, nil, func(ctx context.Context, m Master) (inspected, error) {
+	rs, errs := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) (inspected, error) {
 		pipe := m.Pipeline()
 		get := pipe.Get(ctx, lockKey(key))
 		pttl := pipe.PTTL(ctx, lockKey(key))
@@ -746,6 +808,7 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 // in the background (each bounded by the per-master timeout). The clients
 // stay open.
 func (d *redlockDriver) Close() error {
+	d.stop()
 	d.wg.Wait()
 	return nil
 }

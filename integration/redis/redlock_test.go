@@ -14,7 +14,7 @@ import (
 
 // redlockHarness is the conformance harness on independent masters: every
 // Locker has its own client of each master, dialling through its own
-// proxy. Restart restarts every master (empty datasets).
+// proxy. Restart restarts every master at once (empty datasets).
 func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Harness {
 	admins := make([]*goredis.Client, len(masters))
 	for i, m := range masters {
@@ -57,11 +57,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				}
 			}
 		},
-		Restart: func(t testing.TB) {
-			for _, m := range masters {
-				m.Restart(t)
-			}
-		},
+		Restart: func(t testing.TB) { testenv.RestartRedisMasters(t, masters) },
 		MaxKeyBytes: redis.MaxKeyBytes,
 	}
 }

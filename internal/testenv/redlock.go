@@ -78,3 +78,24 @@ func (p *process) kill() {
 	_ = cmd.Process.Kill()
 	<-exited
 }
+
+// RestartRedisMasters restarts servers together, as a power cut of every
+// master would: all are stopped (SIGTERM, then SIGKILL after a grace
+// period) before any starts again, each with an empty dataset. It returns
+// once all answer, and fails the test when one does not come back.
+// Restarting them one after the other instead would let a lock taken
+// meanwhile lose its quorum to the later restarts.
+func RestartRedisMasters(t testing.TB, servers []*RedisServer) {
+	t.Helper()
+	var procs []*process
+	for _, s := range servers {
+		if len(s.ps.procs) == 0 {
+			t.Skipf("testenv: cannot restart the redis server at %s from %s", s.addr, s.origin)
+		}
+		procs = append(procs, s.ps.procs...)
+	}
+	stopAll(procs)
+	for _, s := range servers {
+		s.Start(t)
+	}
+}
