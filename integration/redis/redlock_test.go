@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -11,6 +12,11 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
+
+// redlockTTL is the TTL of the Redlock harnesses: longer than testTTL, as
+// every attempt runs a script on each of 3 or 5 servers sharing the
+// machine's cores with the suite's parallel cases.
+const redlockTTL = 2 * time.Second
 
 // redlockHarness is the conformance harness on independent masters: every
 // Locker has its own client of each master, dialling through its own
@@ -22,7 +28,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 	}
 	var reps replicas
 	return conformance.Harness{
-		TTL: testTTL,
+		TTL: redlockTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
 			cs := make([]redis.Master, len(masters))
 			var closers multiCloser
@@ -33,7 +39,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				cs[i], closers = c, append(closers, c)
 				proxies = append(proxies, p)
 			}
-			l, err := redis.NewRedlock(cs, locker.WithTTL(testTTL))
+			l, err := redis.NewRedlock(cs, locker.WithTTL(redlockTTL))
 			if err != nil {
 				t.Errorf("NewRedlock: %v", err)
 				return nil
@@ -46,7 +52,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			for i, m := range masters {
 				cs[i] = newClient(t, m.Addr())
 			}
-			return redis.NewRedlock(cs, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			return redis.NewRedlock(cs, append([]locker.Option{locker.WithTTL(redlockTTL)}, opts...)...)
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,
@@ -57,7 +63,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				}
 			}
 		},
-		Restart: func(t testing.TB) { testenv.RestartRedisMasters(t, masters) },
+		Restart:     func(t testing.TB) { testenv.RestartRedisMasters(t, masters) },
 		MaxKeyBytes: redis.MaxKeyBytes,
 	}
 }
