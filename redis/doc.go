@@ -220,8 +220,10 @@
 //   - Redis replication is asynchronous: when a primary fails over (Sentinel,
 //     Cluster) before a lock reached its replica, the new primary does not
 //     have it and can grant the key again, unless Config.Replicas made every
-//     grant wait for the replicas (above). Use etcd or ZooKeeper where a
-//     failover must never break exclusion, and fencing tokens in any case.
+//     grant wait for the replicas (above). [New] does not implement
+//     Redlock ([NewRedlock] does, with its own limits: see [RedlockConfig]).
+//     Use etcd or ZooKeeper where a failover must never break exclusion,
+//     and fencing tokens in any case.
 //   - A waiter that vanishes while queued (a crashed process) can be handed
 //     the key before it counts as gone; the hand-over is a claim of 500 ms
 //     (less with a shorter TTL) that it never confirms, after which the

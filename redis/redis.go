@@ -159,7 +159,7 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 }
 
 // isNil reports whether c is nil or a typed nil pointer.
-func isNil(c Client) bool {
+func isNil(c any) bool {
 	if c == nil {
 		return true
 	}
@@ -174,7 +174,7 @@ func isNil(c Client) bool {
 // zeroClient reports whether c is a go-redis client that was not made by its
 // constructor (a zero value, whose every call would panic), and names its
 // type.
-func zeroClient(c Client) (what string, zero bool) {
+func zeroClient(c any) (what string, zero bool) {
 	switch v := c.(type) {
 	case *goredis.Client:
 		return "*redis.Client", noOptions(func() bool { return v.Options() == nil })

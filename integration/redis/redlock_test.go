@@ -1,0 +1,87 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
+)
+
+// redlockTTL is the TTL of the Redlock harnesses: longer than testTTL, as
+// every attempt runs a script on each of 3 or 5 servers sharing the
+// machine's cores with the suite's parallel cases.
+const redlockTTL = 2 * time.Second
+
+// redlockHarness is the conformance harness on independent masters: every
+// Locker has its own client of each master, dialling through its own
+// proxy. Restart restarts every master at once (empty datasets).
+func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Harness {
+	admins := make([]*goredis.Client, len(masters))
+	for i, m := range masters {
+		admins[i] = newClient(t, m.Addr())
+	}
+	var reps replicas
+	return conformance.Harness{
+		TTL: redlockTTL,
+		NewLocker: func(t testing.TB) locker.Locker {
+			cs := make([]redis.Master, len(masters))
+			var closers multiCloser
+			var proxies []*testenv.Proxy
+			for i, m := range masters {
+				p := testenv.NewProxy(t, m.Addr())
+				c := newClient(t, p.Addr())
+				cs[i], closers = c, append(closers, c)
+				proxies = append(proxies, p)
+			}
+			l, err := redis.NewRedlock(cs, locker.WithTTL(redlockTTL))
+			if err != nil {
+				t.Errorf("NewRedlock: %v", err)
+				return nil
+			}
+			reps.add(l, replica{client: closers, proxies: proxies})
+			return l
+		},
+		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			cs := make([]redis.Master, len(masters))
+			for i, m := range masters {
+				cs[i] = newClient(t, m.Addr())
+			}
+			return redis.NewRedlock(cs, append([]locker.Option{locker.WithTTL(redlockTTL)}, opts...)...)
+		},
+		Crash:   reps.crash,
+		Isolate: reps.isolate,
+		DeleteBehind: func(t testing.TB, key string) {
+			for i, a := range admins {
+				if err := a.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
+					t.Errorf("master %d: DEL %s: %v", i, redis.KeysOf(key).Lock, err)
+				}
+			}
+		},
+		Restart:     func(t testing.TB) { testenv.RestartRedisMasters(t, masters) },
+		MaxKeyBytes: redis.MaxKeyBytes,
+	}
+}
+
+// multiCloser closes several clients as one (Crash).
+type multiCloser []closer
+
+func (m multiCloser) Close() error {
+	for _, c := range m {
+		_ = c.Close()
+	}
+	return nil
+}
+
+func TestConformanceRedlock3(t *testing.T) {
+	conformance.Run(t, redlockHarness(t, testenv.NewRedisMasters(t, 3)))
+}
+
+func TestConformanceRedlock5(t *testing.T) {
+	conformance.Run(t, redlockHarness(t, testenv.NewRedisMasters(t, 5)))
+}

@@ -1,0 +1,101 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+)
+
+// NewRedisMasters returns n independent redis-servers for this test only
+// (Redlock masters: no replication between them), each started from the
+// redis-server binary on a free loopback port and stopped when the test
+// ends. Only binaries can provide them: the environment names one server
+// at most. Each can be restarted ([RedisServer.Restart]) or killed and
+// started again ([RedisServer.Kill], [RedisServer.Start]).
+func NewRedisMasters(t testing.TB, n int) []*RedisServer {
+	t.Helper()
+	ss := make([]*RedisServer, n)
+	for i := range ss {
+		ss[i] = dedicatedBinary(t, "redis", redisInstall, []string{"redis-server"}, func(p []string) (*RedisServer, func(), error) {
+			return redisBinary(p[0], nil)
+		})
+	}
+	return ss
+}
+
+// Kill stops the server with SIGKILL, as a crash would, and returns once it
+// has exited; [RedisServer.Start] starts it again. Only a server started
+// from a binary can be killed: otherwise Kill skips the test.
+func (s *RedisServer) Kill(t testing.TB) {
+	t.Helper()
+	if len(s.ps.procs) == 0 {
+		t.Skipf("testenv: cannot kill the redis server at %s from %s", s.addr, s.origin)
+	}
+	s.ps.mu.Lock()
+	defer s.ps.mu.Unlock()
+	for _, p := range s.ps.procs {
+		p.kill()
+	}
+}
+
+// Start starts a server stopped by [RedisServer.Kill] again on the same
+// address, with an empty dataset, and returns when it answers. It fails the
+// test when the server does not come back.
+func (s *RedisServer) Start(t testing.TB) {
+	t.Helper()
+	if len(s.ps.procs) == 0 {
+		t.Skipf("testenv: cannot start the redis server at %s from %s", s.addr, s.origin)
+	}
+	s.ps.mu.Lock()
+	defer s.ps.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	for _, p := range s.ps.procs {
+		select {
+		case <-p.done():
+		default:
+			continue // still running
+		}
+		if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, s.addr) }); err != nil {
+			t.Fatalf("testenv: start the redis server at %s: %v", s.addr, err)
+		}
+	}
+}
+
+// kill sends SIGKILL to the process and returns after it has exited. It is
+// a no-op when the process is not running.
+func (p *process) kill() {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// RestartRedisMasters restarts servers together, as a power cut of every
+// master would: all are stopped (SIGTERM, then SIGKILL after a grace
+// period) before any starts again, each with an empty dataset. It returns
+// once all answer, and fails the test when one does not come back.
+// Restarting them one after the other instead would let a lock taken
+// meanwhile lose its quorum to the later restarts.
+func RestartRedisMasters(t testing.TB, servers []*RedisServer) {
+	t.Helper()
+	var procs []*process
+	for _, s := range servers {
+		if len(s.ps.procs) == 0 {
+			t.Skipf("testenv: cannot restart the redis server at %s from %s", s.addr, s.origin)
+		}
+		procs = append(procs, s.ps.procs...)
+	}
+	stopAll(procs)
+	for _, s := range servers {
+		s.Start(t)
+	}
+}

@@ -1,0 +1,27 @@
+-- redlock_acquire.lua: phase 1 of a Redlock acquisition, on one master:
+-- take the lock if it is free (or already the owner's: a retried call) and
+-- report the master's fence and clock, from which the acquirer draws the
+-- token once a majority answered.
+--
+-- KEYS[1]  lock   string "<owner> <token> <label>", PX = TTL
+-- KEYS[2]  fence  string: the highest fencing token this master has seen
+-- ARGV[1]  owner  random, unique to this acquisition, without spaces
+-- ARGV[2]  ttl    milliseconds
+-- ARGV[3]  label  human-readable holder name, recorded only
+--
+-- Returns {1, fence, now}: the lock is the owner's (token 0 until phase 2
+-- writes it), fence is the master's last token ("0" when none) and now its
+-- clock in microseconds, both as decimal strings;
+-- or {0, pttl}: another owner holds the lock for pttl more milliseconds.
+local v = redis.call('GET', KEYS[1])
+if v then
+  local n = #ARGV[1]
+  if not (string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32) then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1] .. ' 0 ' .. ARGV[3], 'PX', ARGV[2])
+end
+local t = redis.call('TIME')
+return {1, redis.call('GET', KEYS[2]) or '0', t[1] .. string.format('%06d', tonumber(t[2]))}
