@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/integration/internal/contend"
+	scen "github.com/golocker/locker/integration/internal/contend"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
@@ -25,8 +25,8 @@ import (
 func BenchmarkScenarios(b *testing.B) {
 	addr := testenv.Redis(b).Addr()
 	const ttl = 10 * time.Second
-	impls := []contend.Impl{
-		contend.Locker(func(b *testing.B) locker.Locker {
+	impls := []scen.Impl{
+		scen.Locker(func(b *testing.B) locker.Locker {
 			l, err := redis.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
 				b.Fatal(err)
@@ -34,9 +34,9 @@ func BenchmarkScenarios(b *testing.B) {
 			b.Cleanup(func() { _ = l.Close() })
 			return l
 		}),
-		{Name: "floor", New: func(b *testing.B, key string) contend.Mutex {
+		{Name: "floor", New: func(b *testing.B, key string) scen.Mutex {
 			c := newClient(b, addr)
-			return contend.Func(func(ctx context.Context) (func(context.Context) error, error) {
+			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
 				owner := rand.Text()
 				for {
 					ok, err := c.SetNX(ctx, key, owner, ttl).Result()
@@ -51,10 +51,10 @@ func BenchmarkScenarios(b *testing.B) {
 				}
 			})
 		}},
-		{Name: "redislock", New: func(b *testing.B, key string) contend.Mutex {
+		{Name: "redislock", New: func(b *testing.B, key string) scen.Mutex {
 			rl := redislock.New(newClient(b, addr))
 			opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)}
-			return contend.Func(func(ctx context.Context) (func(context.Context) error, error) {
+			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
 				for {
 					lk, err := rl.Obtain(ctx, key, ttl, opts)
 					if errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
@@ -68,7 +68,7 @@ func BenchmarkScenarios(b *testing.B) {
 			})
 		}},
 	}
-	contend.Scenarios(b, impls, 3*time.Second)
+	scen.Scenarios(b, impls, 3*time.Second)
 }
 
 // floorUnlock is the floor's compare-and-delete.
