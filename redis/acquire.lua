@@ -59,7 +59,7 @@ local function enqueue(now)
   local stale = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], 'NX', now, owner)
   redis.call('HSET', KEYS[4], owner,
-    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[3])
+    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
   for i = 3, 4 do
     if redis.call('PTTL', KEYS[i]) < stale then
       redis.call('PEXPIRE', KEYS[i], 2 * stale)
@@ -73,9 +73,9 @@ if v then
 end
 -- The lock is free and the queue exists.
 local now = now_us()
-local h, seq, httl, label = head(now)
+local h, seq, httl, lid, label = head(now)
 if h and h ~= owner then
-  hand_over(now, h, seq, httl, label, ARGV[7], ARGV[4])
+  hand_over(now, h, seq, httl, lid, label, ARGV[7], ARGV[4])
   if waiting then
     enqueue(now)
   end

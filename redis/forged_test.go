@@ -62,10 +62,11 @@ func TestForgedGrantIsNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := strings.Fields(rec)[1]
+	// <deadline> <seq> <ttl> <lid> <label>
+	seq, lid := strings.Fields(rec)[1], strings.Fields(rec)[3]
 	const forged = "4611686018427387904" // 2^62
 	for range 3 {
-		if err := forger.Publish(ctx, channelName(key), "grant "+owners[0]+" "+seq+" "+forged+" 1000000000").Err(); err != nil {
+		if err := forger.Publish(ctx, channelName(key)+":"+lid, "grant "+owners[0]+" "+seq+" "+forged+" 1000000000").Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)

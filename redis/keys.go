@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -17,7 +19,9 @@ import (
 //	fence    locker:{s}:fence  string, the last fencing token
 //	queue    locker:{s}:q      sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <label>"
-//	channel  locker:{s}:rel    pub/sub channel of releases and hand-overs
+//	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
+//	                           with waiters on s listens on
+//	                           locker:{s}:rel:<its 16-hex-digit id>
 //
 // Redis hashes the text between the first '{' and the first '}' after it, so
 // these share the slot of s. A '}' inside s would end the tag early (and one
@@ -87,9 +91,18 @@ func lockKey(s string) string { return name(kindLock, s) }
 // fenceKey returns the Redis key of the fencing counter of store key s.
 func fenceKey(s string) string { return name(kindFence, s) }
 
-// channelName returns the pub/sub channel on which releases of store key s
-// are announced.
+// channelName returns the base of the pub/sub channels of store key s: the
+// Locker with id lid hears of hand-overs of s to its waiters on
+// channelName(s) + ":" + lid.
 func channelName(s string) string { return name(kindChannel, s) }
+
+// newLockerID returns a Locker id for its channels: 16 hex digits, so that
+// a channel name (base, then ":" and the id) never equals another key's.
+func newLockerID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // scriptKeys returns KEYS of acquire.lua and release.lua for store key s:
 // lock, fence, queue, waiters.

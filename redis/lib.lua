@@ -8,10 +8,11 @@
 --                   after the retention
 -- KEYS[3]  queue    sorted set: the owners waiting, scored by arrival time
 --                   (server microseconds)
--- KEYS[4]  waiters  hash owner -> "<deadline> <seq> <ttl> <label>": the
---                   waiter counts as gone after deadline (server ms); seq
---                   numbers its last attempt; ttl (ms) and label are those
---                   of its lock once it is handed over
+-- KEYS[4]  waiters  hash owner -> "<deadline> <seq> <ttl> <lid> <label>":
+--                   the waiter counts as gone after deadline (server ms);
+--                   seq numbers its last attempt; ttl (ms) and label are
+--                   those of its lock once it is handed over; lid names its
+--                   Locker, whose channel is the key's channel .. ':' .. lid
 --
 -- Every name carries the same Cluster hash tag.
 
@@ -41,7 +42,15 @@ local function dequeue(owner)
   redis.call('HDEL', KEYS[4], owner)
 end
 
--- head returns the first waiter still alive (owner, seq, ttl, label),
+-- record parses a waiter's record: deadline, seq, ttl, lid, label.
+local function record(rec)
+  return string.match(rec, '^(%d+) (%d+) (%d+) (%S+) (.*)$')
+end
+
+-- gone collects the Lockers (lids) of the waiters head dropped.
+local gone = {}
+
+-- head returns the first waiter still alive (owner, seq, ttl, lid, label),
 -- dropping the ones whose deadline passed, or nil.
 local function head(now)
   local ms = math.floor(now / 1000)
@@ -52,9 +61,12 @@ local function head(now)
     end
     local rec = redis.call('HGET', KEYS[4], h)
     if rec then
-      local deadline, seq, ttl, label = string.match(rec, '^(%d+) (%d+) (%d+) (.*)$')
+      local deadline, seq, ttl, lid, label = record(rec)
       if deadline and tonumber(deadline) > ms then
-        return h, seq, ttl, label
+        return h, seq, ttl, lid, label
+      end
+      if lid then
+        gone[lid] = true
       end
     end
     dequeue(h)
@@ -85,13 +97,27 @@ local function publish(channel, msg)
   end
 end
 
--- hand_over gives the free lock to waiter h for its claim window and tells
--- it, and the other waiters, on channel: "grant <owner> <seq> <token>
--- <claim>", claim in milliseconds.
-local function hand_over(now, h, seq, ttl, label, channel, retention)
+-- hand_over gives the free lock to waiter h (of Locker lid) for its claim
+-- window, and tells it on its Locker's channel: "grant <owner> <seq> <token>
+-- <claim>", claim in milliseconds. It also tells the next waiter in line, if
+-- any, how long the claim lasts ("claim <claim>"), so that it tries again
+-- when a waiter that died while queued never confirms. Two messages, each
+-- to one Locker, however many wait: a hand-off costs the same with 4
+-- waiters or 400.
+local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
   local _, s = take(now, h, claim, label, retention)
   dequeue(h)
-  publish(channel, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
+  if channel == '' then
+    return
+  end
+  publish(channel .. ':' .. lid, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
+  local nx = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local rec = nx and redis.call('HGET', KEYS[4], nx)
+  if rec then
+    local _, _, _, nlid = record(rec)
+    if nlid and nlid ~= lid then
+      publish(channel .. ':' .. nlid, 'claim ' .. claim)
+    end
+  end
 end
-

@@ -34,11 +34,14 @@ const (
 var errNotifierClosed = errors.New("redis: notifier closed")
 
 // notifier tells the waiting Locks of one Locker about their keys: a
-// hand-over to one of them ("grant <owner> …" on the key's channel) wakes
-// that waiter, which confirms it in Redis, and tells the others how long
-// its claim lasts; a release with nobody queued ("free") wakes them all. It
-// keeps one pub/sub connection, opened on first need and shared by every
-// waiter, with one SUBSCRIBE per key that has waiters.
+// hand-over to one of them ("grant <owner> …" on the key's channel for this
+// Locker, channelName(key) + ":" + lid) wakes that waiter, which confirms it
+// in Redis; the waiter next in line hears how long the claim lasts ("claim
+// <ms>"); a release that found only waiters that count as gone wakes them
+// ("free"). No other Locker hears of a hand-over, so its cost does not grow
+// with the number of waiters. It keeps one pub/sub connection, opened on
+// first need and shared by every waiter, with one SUBSCRIBE per key that
+// has waiters.
 //
 // A Lock registers when its first attempt finds the key held (before it,
 // when the channel is still subscribed from an earlier wait, lest a
@@ -58,6 +61,7 @@ var errNotifierClosed = errors.New("redis: notifier closed")
 // network.
 type notifier struct {
 	client Client
+	lid    string       // the Locker's id: its channels end in ":" + lid
 	logger *slog.Logger // set before first use (Configure)
 	// refused is called (from the receiver) when the server refuses a
 	// subscription; it calls disable.
@@ -110,6 +114,20 @@ func parseGrant(payload string) (grant, bool) {
 	return grant{owner: f[1], seq: seq, token: token, ttl: time.Duration(ttl) * time.Millisecond}, true
 }
 
+// parseClaim parses "claim <ms>", a hand-over to the waiter before ours in
+// line, whose claim runs that long.
+func parseClaim(payload string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(payload, "claim ")
+	if !ok {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || ms < 0 {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
 // subscription is the state of one key's channel.
 type subscription struct {
 	channel string // set when issued
@@ -119,9 +137,10 @@ type subscription struct {
 	issued  bool      // SUBSCRIBE handed to the current connection
 }
 
-func newNotifier(client Client, logger *slog.Logger, refused func(error)) *notifier {
+func newNotifier(client Client, logger *slog.Logger, refused func(error), lid string) *notifier {
 	return &notifier{
 		client:  client,
+		lid:     lid,
 		logger:  logger,
 		refused: refused,
 		subs:    make(map[string]*subscription),
@@ -236,11 +255,16 @@ func (n *notifier) markLocked(key string) {
 	}
 }
 
-// deliver handles a message on channel: a hand-over goes to the waiter it
-// names, anything else (a release with nobody queued, a subscription
-// confirmation) wakes every waiter of the key.
+// deliver handles a message on channel: a hand-over wakes the waiter it
+// names; a hand-over to another waiter, or a claim announced to the next
+// waiter in line, tells the claim window; anything else (a wake-up of a
+// waiter that counted as gone, a subscription confirmation) wakes every
+// waiter of the key.
 func (n *notifier) deliver(channel, payload string) {
 	g, isGrant := parseGrant(payload)
+	if claim, ok := parseClaim(payload); ok {
+		g, isGrant = grant{ttl: claim}, true // names no waiter of ours
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.byChan[channel]
@@ -293,7 +317,7 @@ func (n *notifier) write() {
 			case len(s.waiters) > 0 && s.wanted && !s.issued:
 				s.issued = true
 				if s.channel == "" {
-					s.channel = channelName(key)
+					s.channel = channelName(key) + ":" + n.lid
 				}
 				n.byChan[s.channel] = s
 				sub = append(sub, s.channel)

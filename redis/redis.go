@@ -206,6 +206,10 @@ type redisDriver struct {
 	renew   *goredis.Script
 	logger  *slog.Logger
 	notify  *notifier
+	// lid names this Locker in its waiters' records: a hand-over is
+	// announced on the key's channel .. ":" .. lid, which only this
+	// Locker's notifier subscribes.
+	lid string
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
@@ -245,8 +249,9 @@ func newDriver(client Client) *redisDriver {
 		logger:  logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
+		lid:          newLockerID(),
 	}
-	d.notify = newNotifier(client, logger, d.noPubSub)
+	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
 	return d
 }
 
@@ -382,7 +387,7 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
 	}
 	reply, err := d.runAcquire(ctx, keys,
-		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key))
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid)
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
 	}

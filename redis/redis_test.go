@@ -98,18 +98,28 @@ func hashTag(key string) string {
 
 // scriptRunner runs the scripts of d on one key, failing the test on errors.
 type scriptRunner struct {
-	t   *testing.T
-	ctx context.Context
-	c   *goredis.Client
-	d   *redisDriver
-	key string
+	// lids gives owners the Locker id they wait with (default "L").
+	lids map[string]string
+	t    *testing.T
+	ctx  context.Context
+	c    *goredis.Client
+	d    *redisDriver
+	key  string
+}
+
+// lid returns owner's Locker id.
+func (r scriptRunner) lid(owner string) string {
+	if lid, ok := r.lids[owner]; ok {
+		return lid
+	}
+	return "L"
 }
 
 // acquire runs acquire.lua for owner: seq "0" is a single attempt, another
 // seq an attempt of a waiting Lock.
 func (r scriptRunner) acquire(owner, seq string) int64 {
 	r.t.Helper()
-	n, err := r.d.acquire.Run(r.ctx, r.c, scriptKeys(r.key), owner, 10000, "label "+owner, 60000, seq, 5000, channelName(r.key)).Int64()
+	n, err := r.d.acquire.Run(r.ctx, r.c, scriptKeys(r.key), owner, 10000, "label "+owner, 60000, seq, 5000, channelName(r.key), r.lid(owner)).Int64()
 	if err != nil {
 		r.t.Fatalf("acquire script: %v", err)
 	}
@@ -164,7 +174,8 @@ func TestScripts(t *testing.T) {
 func testScripts(t *testing.T, r scriptRunner) {
 	ctx, c, key := r.ctx, r.c, r.key
 	lk, fk := lockKey(key), fenceKey(key)
-	ps := c.Subscribe(ctx, channelName(key))
+	ps := c.Subscribe(ctx, channelName(key)+":L") // Locker L's channel
+
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription confirmation
 		t.Fatal(err)
@@ -242,8 +253,8 @@ func testScripts(t *testing.T, r scriptRunner) {
 		t.Fatalf("queue = %v; want [B C]", q)
 	}
 	rec := c.HGet(ctx, name(kindWaiters, key), "B").Val()
-	if f := strings.Fields(rec); len(f) != 5 || f[1] != "2" || f[2] != "10000" || f[3]+" "+f[4] != "label B" {
-		t.Errorf("waiter record of B = %q; want <deadline> 2 10000 label B", rec)
+	if f := strings.Fields(rec); len(f) != 6 || f[1] != "2" || f[2] != "10000" || f[3] != "L" || f[4]+" "+f[5] != "label B" {
+		t.Errorf("waiter record of B = %q; want <deadline> 2 10000 L label B", rec)
 	}
 	for _, k := range []string{name(kindQueue, key), name(kindWaiters, key)} {
 		if pttl := c.PTTL(ctx, k).Val(); pttl <= 0 || pttl > 10*time.Second {
@@ -290,7 +301,7 @@ func testScripts(t *testing.T, r scriptRunner) {
 	}
 
 	// A waiter whose deadline passed is skipped and dropped.
-	c.HSet(ctx, name(kindWaiters, key), "C", "1 1 10000 label C")
+	c.HSet(ctx, name(kindWaiters, key), "C", "1 1 10000 L label C")
 	r.acquire("D", "1")
 	if n := r.release("B", "0"); n != 1 || r.holder() != "D" {
 		t.Errorf("release with a dead waiter first: %d, holder %q; want the next live waiter D", n, r.holder())
@@ -320,10 +331,10 @@ func testScripts(t *testing.T, r scriptRunner) {
 	}
 	message()
 
-	// Last waiter gone: release deletes the lock. A queue that existed gets
-	// a "free" message (a waiter might be between two attempts); otherwise
-	// nothing is published.
-	c.HSet(ctx, name(kindWaiters, key), "H", "1 1 10000 label H")
+	// Last waiter gone: release deletes the lock. The Locker of a waiter
+	// that counted as gone gets a "free" message (it may only be paused);
+	// otherwise nothing is published.
+	c.HSet(ctx, name(kindWaiters, key), "H", "1 1 10000 L label H")
 	c.ZAdd(ctx, name(kindQueue, key), goredis.Z{Score: 1, Member: "H"})
 	if n := r.release("G", "0"); n != 1 || r.holder() != "" {
 		t.Errorf("release with only a dead waiter = %d, holder %q; want the lock deleted", n, r.holder())
@@ -514,20 +525,32 @@ func TestWakeByPublish(t *testing.T) {
 	_ = wd
 }
 
-// waitSubscribers polls PUBSUB NUMSUB until channel has n subscribers.
-func waitSubscribers(t testing.TB, ctx context.Context, c *goredis.Client, channel string, n int64) {
+// waitSubscribers polls until the channels of store key s's base channel
+// (one per Locker with waiters: base + ":" + its id) have n subscribers in
+// all.
+func waitSubscribers(t testing.TB, ctx context.Context, c *goredis.Client, base string, n int64) {
 	t.Helper()
 	for {
-		m, err := c.PubSubNumSub(ctx, channel).Result()
+		chans, err := c.PubSubChannels(ctx, globEscape(base)+":*").Result()
 		if err != nil {
-			t.Fatalf("PUBSUB NUMSUB: %v", err)
+			t.Fatalf("PUBSUB CHANNELS: %v", err)
 		}
-		if m[channel] == n {
+		var total int64
+		if len(chans) > 0 {
+			m, err := c.PubSubNumSub(ctx, chans...).Result()
+			if err != nil {
+				t.Fatalf("PUBSUB NUMSUB: %v", err)
+			}
+			for _, k := range m {
+				total += k
+			}
+		}
+		if total == n {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("channel %s has %d subscribers, want %d", channel, m[channel], n)
+			t.Fatalf("the channels of %s have %d subscribers, want %d", base, total, n)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -988,5 +1011,51 @@ func TestCrashedWaiter(t *testing.T) {
 		t.Logf("the surviving waiter got the key %v after Unlock", time.Since(released).Round(time.Millisecond))
 	case <-time.After(10 * ttl):
 		t.Fatal("the surviving waiter did not get the key within 10 TTLs: a crashed waiter blocks the queue")
+	}
+}
+
+// TestHandOffTellsTwoLockers: a hand-over is announced to the granted
+// waiter's Locker ("grant …") and to the next waiter's ("claim <ms>"), and
+// to no other Locker, however many wait: a hand-off costs the same whatever
+// the queue's length.
+func TestHandOffTellsTwoLockers(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+	lids := map[string]string{"A": "LA", "B": "LB", "C": "LC", "D": "LD"}
+	r := scriptRunner{lids: lids, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
+	subs := map[string]*goredis.PubSub{}
+	for _, lid := range []string{"LB", "LC", "LD"} {
+		ps := c.Subscribe(ctx, channelName(key)+":"+lid)
+		t.Cleanup(func() { _ = ps.Close() })
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		subs[lid] = ps
+	}
+	if r.acquire("A", "0") <= 0 {
+		t.Fatal("A could not take the free key")
+	}
+	for _, w := range []string{"B", "C", "D"} {
+		if r.acquire(w, "1") >= 0 {
+			t.Fatalf("%s was not queued", w)
+		}
+	}
+	if n := r.release("A", "0"); n != 1 || r.holder() != "B" {
+		t.Fatalf("release = %d, holder %q; want the key handed to B", n, r.holder())
+	}
+	want := map[string]string{"LB": "grant B 1 ", "LC": "claim 500", "LD": ""}
+	for lid, prefix := range want {
+		m, err := subs[lid].ReceiveTimeout(ctx, 100*time.Millisecond)
+		msg, _ := m.(*goredis.Message)
+		switch {
+		case prefix == "" && err == nil:
+			t.Errorf("Locker %s, third in line, was told %v; want nothing", lid, m)
+		case prefix != "" && (msg == nil || !strings.HasPrefix(msg.Payload, prefix)):
+			t.Errorf("Locker %s got %v (%v); want a message starting %q", lid, m, err, prefix)
+		}
 	}
 }

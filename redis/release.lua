@@ -37,12 +37,18 @@ end
 
 do
   local now = now_us()
-  local h, seq, ttl, label = head(now)
+  local h, seq, ttl, lid, label = head(now)
   if h then
-    hand_over(now, h, seq, ttl, label, ARGV[2], ARGV[3])
+    hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
   else
+    -- Nobody alive waits. A waiter that counts as gone (it made no
+    -- attempt for too long) may still be there, paused: wake it.
     redis.call('DEL', KEYS[1])
-    publish(ARGV[2], 'free')
+    if ARGV[2] ~= '' then
+      for lid in pairs(gone) do
+        publish(ARGV[2] .. ':' .. lid, 'free')
+      end
+    end
   end
   if nopub then
     return 2
