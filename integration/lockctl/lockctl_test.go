@@ -169,6 +169,7 @@ func TestLockctl(t *testing.T) {
 			t.Run("Interrupt", func(t *testing.T) { testInterrupt(t, url) })
 			t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, url) })
 			t.Run("MinHold", func(t *testing.T) { testMinHold(t, url) })
+			t.Run("LostLockKill", func(t *testing.T) { testLostLockKill(t, url) })
 		})
 	}
 }
@@ -253,6 +254,24 @@ while :; do sleep 0.05; done`
 	}
 	if code, _, errOut := run(t, dir, url, "unlock", "--force", k); code != 1 || !strings.Contains(errOut, "nobody holds") {
 		t.Errorf("unlock --force of a free key: exit %d, %q; want 1, nobody holds", code, errOut)
+	}
+}
+
+// testLostLockKill: a command that ignores SIGTERM after its lock was lost
+// gets SIGKILL after --grace, and lockctl exits 70.
+func testLostLockKill(t *testing.T, url string) {
+	dir, k := t.TempDir(), key(t)
+	script := `trap '' TERM; echo up > started; while :; do sleep 0.05; done`
+	p := start(t, dir, url, "run", "--ttl", ttl.String(), "--grace", "1s", k, "--", "sh", "-c", script)
+	waitFile(t, p, dir, "started")
+	if code, out, errOut := run(t, dir, url, "unlock", "--force", k); code != 0 {
+		t.Fatalf("unlock --force: exit %d: %s%s", code, out, errOut)
+	}
+	if code := p.wait(t); code != 70 {
+		t.Errorf("lockctl run whose lock was lost must exit 70: exit %d; stderr %q", code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "sending SIGKILL") {
+		t.Errorf("a command that ignores SIGTERM must get SIGKILL after --grace: stderr %q", p.stderr.String())
 	}
 }
 

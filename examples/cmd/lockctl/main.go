@@ -234,6 +234,31 @@ func (c *cli) open(ctx context.Context, opts ...locker.Option) (locker.Locker, e
 	return locker.Open(ctx, &mux, c.url, opts...)
 }
 
+// onKey parses args for one KEY, runs check (the subcommand's own checks
+// of its flags; nil for none), opens the store and calls do with a ctx that
+// ends at SIGINT, SIGTERM or SIGHUP; it returns the exit code.
+func (c *cli) onKey(args []string, check func() error, do func(ctx context.Context, l locker.Locker, key string) int) int {
+	pos, err := c.parse(args)
+	if err != nil {
+		return c.usageError(err)
+	}
+	key, err := oneKey(pos)
+	if err == nil && check != nil {
+		err = check()
+	}
+	if err != nil {
+		return c.usageError(err)
+	}
+	ctx, cancel := interrupted()
+	defer cancel()
+	l, err := c.open(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer l.Close()
+	return do(ctx, l, key)
+}
+
 // urlHas reports whether c.url has query parameter name.
 func (c *cli) urlHas(name string) bool {
 	u, err := url.Parse(c.url)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,21 +29,13 @@ type status struct {
 func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("inspect", stdout, stderr)
 	asJSON := c.fs.Bool("json", false, "print JSON")
-	pos, err := c.parse(args)
-	if err != nil {
-		return c.usageError(err)
-	}
-	key, err := oneKey(pos)
-	if err != nil {
-		return c.usageError(err)
-	}
-	ctx, cancel := interrupted()
-	defer cancel()
-	l, err := c.open(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer l.Close()
+	return c.onKey(args, nil, func(ctx context.Context, l locker.Locker, key string) int {
+		return c.inspect(ctx, l, key, *asJSON)
+	})
+}
+
+// inspect prints who holds key.
+func (c *cli) inspect(ctx context.Context, l locker.Locker, key string, asJSON bool) int {
 	st, err := locker.Inspect(ctx, l, key)
 	if err != nil {
 		return c.fail(err)
@@ -54,15 +47,15 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	if !st.Expires.IsZero() {
 		out.Expires = &st.Expires
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
+	if asJSON {
+		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(out); err != nil {
 			return c.fail(err)
 		}
 		return exitOK
 	}
-	printStatus(stdout, out, time.Now())
+	printStatus(c.stdout, out, time.Now())
 	return exitOK
 }
 
@@ -94,36 +87,29 @@ func printStatus(w io.Writer, s status, now time.Time) {
 func unlockCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("unlock", stdout, stderr)
 	force := c.fs.Bool("force", false, "free KEY whoever holds it")
-	pos, err := c.parse(args)
-	if err != nil {
-		return c.usageError(err)
+	notForced := func() error {
+		if !*force {
+			return errors.New("unlock frees KEY whoever holds it, while its holder may still run: say --force")
+		}
+		return nil
 	}
-	key, err := oneKey(pos)
-	if err != nil {
-		return c.usageError(err)
-	}
-	if !*force {
-		return c.usageError(errors.New("unlock frees KEY whoever holds it, while its holder may still run: say --force"))
-	}
-	ctx, cancel := interrupted()
-	defer cancel()
-	l, err := c.open(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer l.Close()
+	return c.onKey(args, notForced, c.forceUnlock)
+}
+
+// forceUnlock frees key whoever holds it.
+func (c *cli) forceUnlock(ctx context.Context, l locker.Locker, key string) int {
 	st, _ := locker.Inspect(ctx, l, key) // who it was, for the message only
 	if err := locker.ForceUnlock(ctx, l, key); err != nil {
 		if errors.Is(err, locker.ErrNotHeld) {
-			fmt.Fprintf(stderr, "lockctl unlock: nobody holds %s\n", key)
+			fmt.Fprintf(c.stderr, "lockctl unlock: nobody holds %s\n", key)
 			return exitError
 		}
 		return c.fail(err)
 	}
 	if st.Held {
-		fmt.Fprintf(stdout, "freed %s (was held by %s, token %d)\n", key, st.Label, st.Token)
+		fmt.Fprintf(c.stdout, "freed %s (was held by %s, token %d)\n", key, st.Label, st.Token)
 	} else {
-		fmt.Fprintf(stdout, "freed %s\n", key)
+		fmt.Fprintf(c.stdout, "freed %s\n", key)
 	}
 	return exitOK
 }

@@ -134,8 +134,8 @@ func keptAfterExit(rawURL string) bool {
 	return err != nil || u.Scheme != "zk"
 }
 
-// stay keeps lk until, a signal, or its loss, for a backend that does not
-// keep a key for its MinHold once lockctl exits.
+// stay keeps lk until the moment until, a signal, or its loss, for a
+// backend that does not keep a key for its MinHold once lockctl exits.
 func stay(lk locker.Lock, until time.Time, sigs <-chan os.Signal) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
