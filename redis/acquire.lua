@@ -10,7 +10,12 @@
 --                     queues for the lock when it is held
 -- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
 --                     counts as gone
--- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing
+-- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing. A
+--                     Locker listens on channel .. ':' .. its lid
+-- ARGV[8]  lid        the caller's Locker id (no spaces), recorded with a
+--                     waiter so that a hand-over tells only its Locker
+-- ARGV[9]  unfair     "1": a free key goes to the caller even when others
+--                     wait (barging); "0": to the first live waiter
 --
 -- Returns one integer r, or {r} when the attempt handed the lock over to
 -- the first waiter but the server refused to publish the message:
@@ -73,6 +78,10 @@ if v then
 end
 -- The lock is free and the queue exists.
 local now = now_us()
+if ARGV[9] == '1' then
+  dequeue(owner)
+  return (take(now, owner, ttl, ARGV[3], ARGV[4]))
+end
 local h, seq, httl, lid, label = head(now)
 if h and h ~= owner then
   hand_over(now, h, seq, httl, lid, label, ARGV[7], ARGV[4])

@@ -108,6 +108,17 @@ type Config struct {
 	// does not promise.
 	Replicas int
 
+	// Unfair makes the Locker's locks barging instead of first come, first
+	// served: a release frees the key and wakes only the first waiter (one
+	// message, to its Locker), and a free key goes to whoever asks first,
+	// a waiter woken or a Locker just asking (the one that released it,
+	// looping, often). A hot key then changes hands without a wake-up on
+	// the critical path, at the price of order: a waiter may be overtaken
+	// again and again, as with Redisson's RLock beside its RFairLock. The
+	// default is fair (see the package doc, Fair and unfair). Lockers of
+	// both kinds may share a key.
+	Unfair bool
+
 	// ReplicaTimeout bounds the WAIT of Replicas (default
 	// [DefaultReplicaTimeout]; at most a third of the TTL, since the
 	// lock's validity counts from before the acquisition).
@@ -154,6 +165,9 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
 	d.poll.Store(c.NoPubSub)
+	if c.Unfair {
+		d.unfairArg = "1"
+	}
 	d.replicas, d.replicaTimeout = c.Replicas, replicaTimeout
 	return locker.New(d, opts...)
 }
@@ -228,6 +242,7 @@ type redisDriver struct {
 	labelArg     any
 	retentionArg any // FenceRetention in milliseconds, as a string
 	staleMs      any // staleArg(ttl)
+	unfairArg    any // "1" with Config.Unfair, else "0"
 
 	// The eviction check started by Configure; Close stops and waits.
 	stopCheck context.CancelFunc
@@ -250,6 +265,7 @@ func newDriver(client Client) *redisDriver {
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),
+		unfairArg:    "0",
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
 	return d
@@ -387,7 +403,7 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
 	}
 	reply, err := d.runAcquire(ctx, keys,
-		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid)
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
 	}
@@ -483,12 +499,12 @@ func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
 	return classify(err)
 }
 
-// runRelease runs release.lua, with leave "1" or "0", and returns 1 when
+// runRelease runs release.lua, with leave "1", "0" or "force", and returns 1 when
 // owner's lock was released, 0 when owner held nothing. A release whose
 // message the server refused counts as done (it is: the message is the
 // script's last step), and switches the Locker to polling.
 func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
-	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave).Int64()
+	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg).Int64()
 	if n == 2 {
 		d.noPubSub(errPublishRefused)
 		n = 1
@@ -584,7 +600,7 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 // Break implements driver.Breaker (locker.ForceUnlock): release.lua without
 // its owner check, so the key goes to the first waiter as on a release.
 func (d *redisDriver) Break(ctx context.Context, key string) error {
-	n, err := d.release.Run(ctx, d.client, scriptKeys(key), "", channelName(key), d.retentionArg, "force").Int64()
+	n, err := d.runRelease(ctx, key, "", "force")
 	if err != nil {
 		return fmt.Errorf("break: %w", classify(err))
 	}

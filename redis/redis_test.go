@@ -100,11 +100,13 @@ func hashTag(key string) string {
 type scriptRunner struct {
 	// lids gives owners the Locker id they wait with (default "L").
 	lids map[string]string
-	t    *testing.T
-	ctx  context.Context
-	c    *goredis.Client
-	d    *redisDriver
-	key  string
+	// unfair runs the scripts in unfair mode (Config.Unfair).
+	unfair bool
+	t      *testing.T
+	ctx    context.Context
+	c      *goredis.Client
+	d      *redisDriver
+	key    string
 }
 
 // lid returns owner's Locker id.
@@ -115,11 +117,19 @@ func (r scriptRunner) lid(owner string) string {
 	return "L"
 }
 
+// mode is the scripts' unfair argument.
+func (r scriptRunner) mode() string {
+	if r.unfair {
+		return "1"
+	}
+	return "0"
+}
+
 // acquire runs acquire.lua for owner: seq "0" is a single attempt, another
 // seq an attempt of a waiting Lock.
 func (r scriptRunner) acquire(owner, seq string) int64 {
 	r.t.Helper()
-	n, err := r.d.acquire.Run(r.ctx, r.c, scriptKeys(r.key), owner, 10000, "label "+owner, 60000, seq, 5000, channelName(r.key), r.lid(owner)).Int64()
+	n, err := r.d.acquire.Run(r.ctx, r.c, scriptKeys(r.key), owner, 10000, "label "+owner, 60000, seq, 5000, channelName(r.key), r.lid(owner), r.mode()).Int64()
 	if err != nil {
 		r.t.Fatalf("acquire script: %v", err)
 	}
@@ -129,7 +139,7 @@ func (r scriptRunner) acquire(owner, seq string) int64 {
 // release runs release.lua for owner; leave "1" also leaves the queue.
 func (r scriptRunner) release(owner, leave string) int64 {
 	r.t.Helper()
-	n, err := r.d.release.Run(r.ctx, r.c, scriptKeys(r.key), owner, channelName(r.key), 60000, leave).Int64()
+	n, err := r.d.release.Run(r.ctx, r.c, scriptKeys(r.key), owner, channelName(r.key), 60000, leave, r.mode()).Int64()
 	if err != nil {
 		r.t.Fatalf("release script: %v", err)
 	}
@@ -1057,5 +1067,59 @@ func TestHandOffTellsTwoLockers(t *testing.T) {
 		case prefix != "" && (msg == nil || !strings.HasPrefix(msg.Payload, prefix)):
 			t.Errorf("Locker %s got %v (%v); want a message starting %q", lid, m, err, prefix)
 		}
+	}
+}
+
+// TestUnfairScripts: in unfair mode a release frees the key and wakes only
+// the first waiter's Locker ("free"), and a free key goes to whoever asks,
+// queued or not (a queued taker leaves the queue).
+func TestUnfairScripts(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	c := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+	r := scriptRunner{lids: map[string]string{"B": "LB", "C": "LC"}, unfair: true, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
+	subs := map[string]*goredis.PubSub{}
+	for _, lid := range []string{"LB", "LC"} {
+		ps := c.Subscribe(ctx, channelName(key)+":"+lid)
+		t.Cleanup(func() { _ = ps.Close() })
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		subs[lid] = ps
+	}
+	tokA := r.acquire("A", "0")
+	if tokA <= 0 {
+		t.Fatal("A could not take the free key")
+	}
+	r.acquire("B", "1")
+	r.acquire("C", "1")
+	if n := r.release("A", "0"); n != 1 || r.holder() != "" {
+		t.Fatalf("unfair release = %d, holder %q; want 1 and the key free", n, r.holder())
+	}
+	for lid, want := range map[string]string{"LB": "free", "LC": ""} {
+		m, err := subs[lid].ReceiveTimeout(ctx, 100*time.Millisecond)
+		msg, _ := m.(*goredis.Message)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("Locker %s, second in line, was told %v; want nothing", lid, m)
+		case want != "" && (msg == nil || msg.Payload != want):
+			t.Errorf("Locker %s got %v (%v); want %q", lid, m, err, want)
+		}
+	}
+	if !slices.Equal(r.queued(), []string{"B", "C"}) {
+		t.Errorf("queue after the unfair release = %v; want [B C]", r.queued())
+	}
+	// A newcomer's single attempt takes the free key before the waiters.
+	tokX := r.acquire("X", "0")
+	if tokX <= tokA || r.holder() != "X" {
+		t.Fatalf("newcomer on a free key with waiters = %d, holder %q; want a token > %d", tokX, r.holder(), tokA)
+	}
+	r.release("X", "0")
+	// A waiter that takes the key leaves the queue.
+	if tokC := r.acquire("C", "2"); tokC <= tokX || !slices.Equal(r.queued(), []string{"B"}) {
+		t.Errorf("queued C on a free key = %d, queue %v; want a token > %d and [B]", tokC, r.queued(), tokX)
 	}
 }

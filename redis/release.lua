@@ -9,6 +9,8 @@
 -- ARGV[3]  retention  milliseconds the fence key outlives the last acquisition
 -- ARGV[4]  leave      "1": remove the owner from the queue first;
 --                      "force": release whoever owns it (owner is ignored)
+-- ARGV[5]  unfair     "1": free the key and wake the first live waiter's
+--                     Locker ("free"), whoever takes it; "0": hand it over
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 2 when it was
@@ -38,7 +40,12 @@ end
 do
   local now = now_us()
   local h, seq, ttl, lid, label = head(now)
-  if h then
+  if ARGV[5] == '1' then
+    redis.call('DEL', KEYS[1])
+    if h and ARGV[2] ~= '' then
+      publish(ARGV[2] .. ':' .. lid, 'free')
+    end
+  elseif h then
     hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
   else
     -- Nobody alive waits. A waiter that counts as gone (it made no

@@ -178,6 +178,11 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, singleHarness(t, testenv.NewRedis(t)))
 }
 
+// TestConformanceUnfair runs the suite with Config.Unfair (barging).
+func TestConformanceUnfair(t *testing.T) {
+	conformance.Run(t, singleHarnessWith(t, testenv.NewRedis(t), redis.Config{Unfair: true}, nil))
+}
+
 // TestConformanceCluster runs the suite on a Cluster of its own, which its
 // Restart hook restarts.
 func TestConformanceCluster(t *testing.T) {

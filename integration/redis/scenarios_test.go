@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkScenarios runs the scenarios of package contend on one
-// redis-server: this library beside the raw floor (SET NX PX retried at
+// redis-server: this library (fair, the default, and unfair) beside the raw floor (SET NX PX retried at
 // once, compare-and-delete by script) and bsm/redislock (retrying every
 // millisecond), each client on a connection of its own:
 //
@@ -34,6 +34,14 @@ func BenchmarkScenarios(b *testing.B) {
 			b.Cleanup(func() { _ = l.Close() })
 			return l
 		}),
+		{Name: "unfair", New: scen.Locker(func(b *testing.B) locker.Locker {
+			l, err := redis.Config{Unfair: true}.New(newClient(b, addr), locker.WithTTL(ttl))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = l.Close() })
+			return l
+		}).New},
 		{Name: "floor", New: func(b *testing.B, key string) scen.Mutex {
 			c := newClient(b, addr)
 			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
