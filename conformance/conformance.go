@@ -99,6 +99,11 @@
 //   - Inspect: a free key shows free, a held one its holder's token (and
 //     label), then free again after Unlock; skipped for a Locker that is not
 //     a locker.Inspector.
+//   - HandOff (Crash optional): an Unlock, Do or TryDo that releases a key a
+//     Lock waits for returns nil, and TryLock on a key held or being passed
+//     on returns the lock or an error matching ErrNotAcquired, nothing else
+//     (with Crash: also while the crashed holder's key expires under a
+//     waiting Lock).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
