@@ -104,6 +104,9 @@
 //     on returns the lock or an error matching ErrNotAcquired, nothing else
 //     (with Crash: also while the crashed holder's key expires under a
 //     waiting Lock).
+//   - Failover (Failover): locks granted before and while the store fails
+//     over stay their holders' (or their Done closes) before another Locker
+//     gets their keys, with higher tokens.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -206,6 +209,7 @@ var cases = []testCase{
 	{name: "Inspect", run: testInspect},
 	{name: "Elect", run: testElect},
 	{name: "HandOff", run: testHandOff},
+	{name: "Failover", serial: true, run: testFailover},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the
