@@ -103,6 +103,14 @@
 //     it for another Locker, closes the holder's Done with ErrLost, and
 //     hands the key to a waiting Lock; skipped for a Locker that is not a
 //     locker.ForceUnlocker.
+//   - HandOff (Crash optional): an Unlock, Do or TryDo that releases a key a
+//     Lock waits for returns nil, and TryLock on a key held or being passed
+//     on returns the lock or an error matching ErrNotAcquired, nothing else
+//     (with Crash: also while the crashed holder's key expires under a
+//     waiting Lock).
+//   - Failover (Failover): locks granted before and while the store fails
+//     over stay their holders' (or their Done closes) before another Locker
+//     gets their keys, with higher tokens.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -206,6 +214,7 @@ var cases = []testCase{
 	{name: "ForceUnlock", run: testForceUnlock},
 	{name: "Elect", run: testElect},
 	{name: "HandOff", run: testHandOff},
+	{name: "Failover", serial: true, run: testFailover},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

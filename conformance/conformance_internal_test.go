@@ -37,6 +37,7 @@ type memEnv struct {
 	tokens  atomic.Uint64          // grantsAll's fake tokens
 	holders map[string]locker.Lock // unlockAnyone's back door: key → current inner lock
 	waiting map[string]int         // handOffErrs: key → Lock calls in progress
+	granted []string               // losesOnFailover: the keys granted so far
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -141,8 +142,13 @@ func (e *memEnv) harness() Harness {
 			}
 		},
 		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
+		// One store, nothing to replicate: a failover is a pause.
+		Failover: func(t testing.TB) { time.Sleep(failoverPause) },
 	}
 }
+
+// failoverPause is how long the memory harness's Failover takes.
+const failoverPause = 300 * time.Millisecond
 
 func TestMemory(t *testing.T) {
 	t.Parallel()
@@ -186,6 +192,7 @@ const (
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
 	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
 	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
+	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -227,6 +234,7 @@ var mustCatch = map[string][]string{
 	inspectsStale:   {"Inspect"},
 	forceNoop:       {"ForceUnlock"},
 	handOffErrs:     {"HandOff", "LockWaits"},
+	losesOnFailover: {"Failover"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -421,6 +429,19 @@ func brokenHarness(e *memEnv, kind string) Harness {
 		// Whatever the options, a Locker without a prefix.
 		h.NewLockerWith = func(t testing.TB, _ ...locker.Option) (locker.Locker, error) {
 			return e.newInnerWith(t)
+		}
+	}
+	if kind == losesOnFailover {
+		// The new primary never had the locks granted so far.
+		h.Failover = func(t testing.TB) {
+			time.Sleep(failoverPause)
+			e.mu.Lock()
+			keys := e.granted
+			e.granted = nil
+			e.mu.Unlock()
+			for _, k := range keys {
+				e.store.DeleteKey(e.prefix + k)
+			}
 		}
 	}
 	if kind == neverExpires {
@@ -643,6 +664,13 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return nil, err
 	}
 	switch b.kind {
+	case losesOnFailover:
+		// The failover loses the lock, and its holder does not notice
+		// before the key is granted again (as a renewal due later would).
+		b.env.mu.Lock()
+		b.env.granted = append(b.env.granted, key)
+		b.env.mu.Unlock()
+		return &neverDoneLock{Lock: lk}, nil
 	case staleGrants:
 		b.mu.Lock()
 		if b.last == nil {

@@ -53,6 +53,12 @@ type Harness struct {
 	// the other cases of the same Run.
 	Restart func(t testing.TB)
 
+	// Failover replaces the store's primary by a replica (a graceful
+	// Sentinel failover, an etcd leader change) and returns once the new
+	// one serves. Locks the backend granted before or while it ran must
+	// survive it. The case that uses it runs alone.
+	Failover func(t testing.TB)
+
 	// NewLockerWith, when set, returns what the backend's constructor
 	// returns for the harness's configuration plus opts (applied last, so
 	// they win): a Locker, or the constructor's error. The suite closes a

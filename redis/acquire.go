@@ -40,8 +40,9 @@ func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*tim
 //
 // Without pub/sub (Config.NoPubSub, or once the server refused it) the
 // waiter polls: it sleeps the Locker's backoff with jitter, never past the
-// holder's remaining time, and at most pollCeiling, so that an attempt
-// confirms a hand-over within its claim window. The queue keeps the order.
+// holder's remaining time, and at most pollCeiling (or the refresh
+// interval, when shorter), so that an attempt confirms a hand-over within
+// its claim window. The queue keeps the order.
 func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	var w *waiter
 	var unregister func()
@@ -85,7 +86,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		remaining := time.Duration(max(-1-r, 0)) * time.Millisecond
 		var wait time.Duration
 		if d.poll.Load() {
-			wait = d.pollDelay(int(seq-1), remaining)
+			wait = d.pollDelay(int(seq-1), remaining, min(pollCeiling, refresh))
 		} else {
 			if w == nil {
 				w, unregister, err = d.notify.register(req.Key, req.Owner, false)
@@ -141,11 +142,13 @@ const pollCeiling = 200 * time.Millisecond
 
 // pollDelay is the pause of a polling waiter after its attempt number
 // attempt (from 0) found the key held for remaining more (0: unknown): the
-// Locker's wait policy, kept under pollCeiling with jitter.
-func (d *redisDriver) pollDelay(attempt int, remaining time.Duration) time.Duration {
+// Locker's wait policy, kept under ceiling with jitter. The ceiling is
+// pollCeiling, or the refresh interval when shorter (a short TTL): a waiter
+// silent for three of those counts as gone.
+func (d *redisDriver) pollDelay(attempt int, remaining, ceiling time.Duration) time.Duration {
 	wait := d.wait(attempt, remaining)
-	if wait > pollCeiling {
-		wait = pollCeiling - rand.N(pollCeiling/4+1)
+	if wait > ceiling {
+		wait = ceiling - rand.N(ceiling/4+1)
 	}
 	return wait
 }

@@ -114,3 +114,46 @@ func ExampleNew_waiting() {
 	// second holder has the key, well before the TTL: true
 	// its token is greater: true
 }
+
+// A deployment whose Redis refuses pub/sub (ACL -@pubsub, rename-command, a
+// proxy) sets Config.NoPubSub; without it the Locker switches at the first
+// refusal. Waiters poll with the Locker's backoff, in queue order, and an
+// Unlock hands the key over just the same. Against Sentinel, Config.Replicas
+// grants a lock only once WAIT confirmed it on the replicas.
+func ExampleConfig() {
+	ctx := context.Background()
+	rdb := goredis.NewClient(&goredis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	newLocker := func() locker.Locker {
+		l, err := redis.Config{NoPubSub: true}.New(rdb, locker.WithPrefix("example:"),
+			locker.WithBackoff(locker.ExponentialBackoff(5*time.Millisecond, 100*time.Millisecond)))
+		if err != nil {
+			panic(err) // only for an invalid option
+		}
+		return l
+	}
+	l1, l2 := newLocker(), newLocker()
+	defer l1.Close()
+	defer l2.Close()
+
+	first, err := l1.Lock(ctx, "invoice:7")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	got := make(chan error)
+	go func() {
+		lk, err := l2.Lock(ctx, "invoice:7") // polls
+		if err == nil {
+			err = lk.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it wait
+	fmt.Println("unlock:", first.Unlock(ctx))
+	fmt.Println("waiter:", <-got)
+
+	// Output:
+	// unlock: <nil>
+	// waiter: <nil>
+}

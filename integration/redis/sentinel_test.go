@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
+	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
@@ -264,27 +264,78 @@ func failoverRun(t *testing.T, srv *testenv.RedisSentinelServer, replicas int) f
 	return res
 }
 
-// failover runs SENTINEL FAILOVER and returns once the sentinels name the
-// replica as the primary.
-func failover(t *testing.T, ctx context.Context, srv *testenv.RedisSentinelServer) {
+// failover runs SENTINEL FAILOVER and returns once the sentinels name
+// another primary and a replica of it is in sync again (so that the next
+// failover, or a WAIT, can succeed).
+func failover(t testing.TB, ctx context.Context, srv *testenv.RedisSentinelServer) {
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: srv.SentinelAddrs()[0]})
 	defer sc.Close()
+	primary := func() string {
+		addr, err := sc.GetMasterAddrByName(ctx, testenv.SentinelMaster).Result()
+		if err != nil || len(addr) != 2 {
+			return ""
+		}
+		return addr[0] + ":" + addr[1]
+	}
+	old := primary()
 	if err := sc.Failover(ctx, testenv.SentinelMaster).Err(); err != nil {
 		t.Errorf("SENTINEL FAILOVER: %v", err)
 		return
 	}
-	want := srv.DataAddrs()[1]
 	for {
-		addr, err := sc.GetMasterAddrByName(ctx, testenv.SentinelMaster).Result()
-		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] == want {
-			return
+		if p := primary(); p != "" && p != old {
+			c := goredis.NewClient(&goredis.Options{Addr: p})
+			info, _ := c.Info(ctx, "replication").Result()
+			_ = c.Close()
+			if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, ",state=online,") {
+				return
+			}
 		}
 		if ctx.Err() != nil {
-			t.Errorf("the sentinels never named %s the primary: %v", want, errors.Join(err, ctx.Err()))
+			t.Errorf("the sentinels never named another primary than %s with its replica online: %v", old, ctx.Err())
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestConformanceSentinel runs the suite through go-redis's failover client
+// with Config.Replicas 1, its Failover hook running SENTINEL FAILOVER.
+func TestConformanceSentinel(t *testing.T) {
+	srv := testenv.NewRedisSentinel(t)
+	admin := failoverClient(t, srv)
+	mk := func(t testing.TB, c *goredis.Client, opts ...locker.Option) (locker.Locker, error) {
+		return redis.Config{Replicas: 1}.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+	}
+	var reps replicas
+	conformance.Run(t, conformance.Harness{
+		TTL: testTTL,
+		NewLocker: func(t testing.TB) locker.Locker {
+			c := failoverClient(t, srv)
+			l, err := mk(t, c)
+			if err != nil {
+				t.Errorf("New: %v", err)
+				return nil
+			}
+			reps.add(l, replica{client: c})
+			return l
+		},
+		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			return mk(t, failoverClient(t, srv), opts...)
+		},
+		Crash: reps.crash,
+		DeleteBehind: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
+				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
+			}
+		},
+		Failover: func(t testing.TB) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			failover(t, ctx, srv)
+		},
+		MaxKeyBytes: redis.MaxKeyBytes,
+	})
 }
 
 // mustParse parses a URL the test wrote.
