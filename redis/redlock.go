@@ -657,6 +657,7 @@ func (d *redlockDriver) Renew(ctx context.Context, l driver.Lease) (time.Duratio
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining on every master; nobody renews the key after that.
 func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	d.live.Delete(l.Owner) // given up: a late grant is no longer wanted
 	ns, errs := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) (int64, error) {
 		return d.renew.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner, millis(remaining)).Int64()
 	}, byQuorum(d, isOne), nil)
@@ -687,8 +688,12 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		}
 		return true
 	}
+	ttls := make([]any, len(ls))
+	for i, l := range ls {
+		ttls[i] = millis(l.TTL)
+	}
 	per, perr := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
-		return d.renewOn(ctx, m, ls), nil
+		return renewPipelined(ctx, m, d.renew, ls, func(l driver.Lease) string { return lockKey(l.Key) }, ttls), nil
 	}, settled, nil)
 	validities := make([]time.Duration, len(ls))
 	results := make([]error, len(ls))
@@ -710,31 +715,6 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		}
 	}
 	return validities, results, nil
-}
-
-// renewOn renews ls on one master in one pipeline (a second one with EVAL
-// for the leases whose EVALSHA found the script missing).
-func (d *redlockDriver) renewOn(ctx context.Context, m Master, ls []driver.Lease) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(ls))
-	pipe := m.Pipeline()
-	for i, l := range ls {
-		cmds[i] = d.renew.EvalSha(ctx, pipe, []string{lockKey(l.Key)}, l.Owner, millis(l.TTL))
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe := m.Pipeline()
-		for _, i := range again {
-			cmds[i] = d.renew.Eval(ctx, pipe, []string{lockKey(ls[i].Key)}, ls[i].Owner, millis(ls[i].TTL))
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
 }
 
 // inspected is one master's view of a key.
