@@ -10,6 +10,7 @@
 // | redis       | redis://:pass@127.0.0.1:6379/0                       | go-redis Client (ParseURL options)  |
 // | redis       | redis://h1:6379,h2:6379,h3:6379                      | go-redis ClusterClient              |
 // | rediss      | rediss://h:6380?ca_file=ca.pem                       | the same with TLS                   |
+// | redlock(s)  | redlock://h1:6379,h2:6379,h3:6379                    | one go-redis Client per master      |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
 // | etcds       | etcds://h:2379?cacert=ca.pem&cert=c.pem&key=k.pem    | clientv3 over TLS (mTLS with cert)  |
@@ -49,7 +50,8 @@ import (
 )
 
 // Register registers every built-in scheme with m: redis and rediss
-// ([redis.Open] for one host, [redis.OpenCluster] for a host list), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
+// ([redis.Open] for one host, [redis.OpenCluster] for a host list), redlock
+// and redlocks ([redis.OpenRedlock]), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
 // ([zookeeper.Open]).
 func Register(m *locker.Mux) error {
 	if m == nil {
@@ -58,6 +60,8 @@ func Register(m *locker.Mux) error {
 	return errors.Join(
 		m.Register("redis", openRedis),
 		m.Register("rediss", openRedis),
+		m.Register("redlock", redis.OpenRedlock),
+		m.Register("redlocks", redis.OpenRedlock),
 		m.Register("mysql", mysql.Open),
 		m.Register("etcd", etcd.Open),
 		m.Register("etcds", etcd.Open),
