@@ -71,14 +71,14 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //
 //   - Acquire, phase 1: on every master at once, set the lock key if it is
 //     absent (SET PX TTL in a script that also returns the master's fence
-//     and clock). Fewer than a quorum granted: undo everywhere, report the
-//     key held.
+//     and clock). Fewer than a quorum granted: undo where the attempt may
+//     have taken the key, report the key held.
 //   - Phase 2: the fencing token is max(highest fence + 1, highest clock in
 //     µs) over the masters that granted; it is written into the lock and
 //     the fence of each of them (only where the lock is still ours). The
 //     lock counts only once a quorum confirmed, and only if phases 1 and 2
 //     together took less than the validity, TTL - (TTL*[DriftFactor] +
-//     [DriftFloor]); otherwise it is undone everywhere. The validity counts
+//     [DriftFloor]); otherwise it is undone. The validity counts
 //     from the moment phase 1 was sent, and the engine's own deadline
 //     (Lock.Done) is shorter still.
 //   - Renew: compare-and-PEXPIRE on every master (the Locker's locks due in
@@ -86,13 +86,18 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //     the lock stays valid when a quorum renewed it, and is lost when so
 //     many masters say it is not ours that no quorum can renew it.
 //   - Release: compare-and-delete on every master. A failed or abandoned
-//     attempt releases everywhere too, so no partial acquisition is left
-//     behind; masters that could not be reached are cleaned up in the
-//     background until they answer.
+//     attempt releases too, so no partial acquisition is left behind;
+//     masters that could not be reached are cleaned up in the background
+//     until they answer.
 //
-// Each request to a master is bounded by [RedlockConfig].Timeout, so that a
-// master that hangs costs an attempt that long, not its validity. Waiting
-// Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
+// Every step returns as soon as its outcome is settled (a quorum did it,
+// or so many masters refused or failed that no quorum can), so a dead or
+// hung minority of masters does not slow it down; the requests still
+// running finish in the background (bounded as [RedlockConfig].Timeout
+// says), and a late phase-1 grant that nobody holds is undone as soon as
+// it arrives. An attempt whose ctx ends cancels its requests and waits
+// for them (up to 2 s) before it undoes them, so that a cancelled Lock
+// leaves nothing behind. Waiting Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
 // shortest remaining TTL a master reported: there is no queue and no
 // pub/sub across independent masters, so waiters are not served in arrival
 // order.
@@ -149,6 +154,14 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //   - Key names are those of the single-node Locker ([KeysOf]: Lock and
 //     Fence); do not point a single-node Locker and a Redlock with the same
 //     prefix at the same server.
+//   - Renewals extend a lock only where it still exists: a master that
+//     restarted without its data rejoins a lock's quorum at the key's next
+//     acquisition, so a lock held for long across such a restart tolerates
+//     one master failure fewer until then.
+//   - Measured on loopback (a loaded 2-core VM, integration/redis):
+//     uncontended Lock+Unlock 0.78–1.27 ms on 3 masters, 1.5–2.7 ms on 5,
+//     against 0.11–0.21 ms for [New] in the same run; SIGKILL of one of 3
+//     masters during a contended run: 0 overlaps, tokens increasing.
 type RedlockConfig struct {
 	// FenceRetention is how long a fence key outlives its lock's last
 	// acquisition on each master (default [FenceRetention]; at least a
