@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -28,6 +29,8 @@ var (
 	redlockCommitLua string
 	//go:embed redlock_release.lua
 	redlockReleaseLua string
+	//go:embed redlock_undo.lua
+	redlockUndoLua string
 )
 
 // Master is the part of a go-redis v9 client a Redlock uses on each of its
@@ -224,6 +227,7 @@ func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Lock
 		acquire:      goredis.NewScript(redlockAcquireLua),
 		commit:       goredis.NewScript(redlockCommitLua),
 		release:      goredis.NewScript(redlockReleaseLua),
+		undoScript:   goredis.NewScript(redlockUndoLua),
 		renew:        goredis.NewScript(renewLua),
 		logger:       slog.New(slog.DiscardHandler),
 		timeout:      c.Timeout,
@@ -247,6 +251,8 @@ type redlockDriver struct {
 	release *goredis.Script
 	renew   *goredis.Script
 	logger  *slog.Logger
+	// undoScript is redlock_undo.lua.
+	undoScript *goredis.Script
 
 	// Requests still running after their outcome was settled; Close
 	// waits for them.
@@ -504,20 +510,49 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	context.AfterFunc(budget, cancel) // late answers may come until then
 	keys := []string{lockKey(req.Key), fenceKey(req.Key)}
 	ttlArg := millis(req.TTL)
-	// A master that answers after the outcome was settled without it may
-	// have granted: unless the lock is held (and its Release, which
-	// forgets it first, still to come), that grant is undone at once.
+	// The attempt's mark: its grants carry it until phase 2 writes the
+	// token, so that undoing them never removes another attempt's (the
+	// attempts of a waiting Lock share their owner).
+	mark := "n" + strconv.FormatUint(rand.Uint64(), 36)
+	// A master may answer after the outcome was settled without it, and
+	// have granted. While the attempt runs, such grants are set aside: a
+	// granted lock keeps them (more masters, more failures tolerated;
+	// renewals extend them), a failed attempt undoes them with the rest.
+	// Once the attempt is over, a late grant stays only while the lock is
+	// held (its Release, which forgets the owner first, is still to come).
+	var lateMu sync.Mutex
+	over := false
+	var lateGrants []int
+	finish := func(granted bool) []int {
+		if granted {
+			d.live.Store(req.Owner, struct{}{})
+		}
+		lateMu.Lock()
+		defer lateMu.Unlock()
+		over = true
+		return lateGrants
+	}
 	rs, errs := fanout(ctx, d, nil, budget, func(ctx context.Context, m Master) (phase1, error) {
-		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label).Slice()
+		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label, mark).Slice()
 		if err != nil {
 			return phase1{}, err
 		}
 		return parsePhase1(v)
 	}, byQuorum(d, func(r phase1) bool { return r.granted }), func(i int, r phase1, err error) {
-		if _, held := d.live.Load(req.Owner); !held && (r.granted || err != nil) {
+		if !r.granted && err == nil {
+			return // held by another owner: nothing of ours
+		}
+		lateMu.Lock()
+		if !over {
+			lateGrants = append(lateGrants, i)
+			lateMu.Unlock()
+			return
+		}
+		lateMu.Unlock()
+		if _, held := d.live.Load(req.Owner); !held {
 			ctx, cancel := context.WithTimeout(d.life, cleanupTimeout)
 			defer cancel()
-			d.releaseOn(ctx, req.Key, req.Owner, d.only(i))
+			d.undoOn(ctx, req.Key, req.Owner, mark, "", d.only(i))
 		}
 	})
 	granted := make([]bool, len(rs))
@@ -542,7 +577,13 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	for i, err := range errs {
 		mayHold[i] = granted[i] || err != nil && !errors.Is(err, errPending) && maybeExecuted(err)
 	}
-	undo := func(cause error) error { return d.undo(ctx, req, mayHold, cause) }
+	tokenArg := ""
+	undo := func(cause error) error {
+		for _, i := range finish(false) {
+			mayHold[i] = true
+		}
+		return d.undo(ctx, req, mayHold, mark, tokenArg, cause)
+	}
 	t := d.count(granted, errs)
 	if t.ok < d.quorum {
 		if t.not > 0 {
@@ -550,9 +591,9 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		}
 		return driver.Grant{}, undo(d.failure("acquire", t))
 	}
-	tokenArg := strconv.FormatUint(token, 10)
+	tokenArg = strconv.FormatUint(token, 10)
 	oks, errs := fanout(ctx, d, granted, budget, func(ctx context.Context, m Master) (bool, error) {
-		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg).Int64()
+		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg, mark).Int64()
 		return n == 1, err
 	}, byQuorum(d, func(ok bool) bool { return ok }), nil)
 	if t := d.count(oks, errs); t.ok < d.quorum {
@@ -561,7 +602,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	if elapsed := time.Since(start); elapsed >= valid {
 		return driver.Grant{}, undo(fmt.Errorf("acquire: took %v, more than the validity %v", elapsed, valid))
 	}
-	d.live.Store(req.Owner, struct{}{})
+	finish(true)
 	return driver.Grant{Token: token, Validity: valid, Since: start}, nil
 }
 
@@ -588,17 +629,17 @@ func parsePhase1(v []any) (phase1, error) {
 	return phase1{}, fmt.Errorf("malformed reply %v", v)
 }
 
-// undo releases req's lock on the masters of on after a failed attempt,
-// with a fresh context: ctx may be why it failed. It returns cause, wrapped
-// in a driver.Residue when some master could not be reached: the engine
-// retries the release on those until they answer.
-func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool, cause error) error {
+// undo removes the grants of one attempt (mark, and token when it drew
+// one) on the masters of on, with a fresh context: ctx may be why it
+// failed. It returns cause, wrapped in a driver.Residue when some master
+// could not be reached: the engine retries on those until they answer.
+func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool, mark, token string, cause error) error {
 	if !slices.Contains(on, true) {
 		return cause
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	failed := d.releaseOn(ctx, req.Key, req.Owner, on)
+	failed := d.undoOn(ctx, req.Key, req.Owner, mark, token, on)
 	if failed == nil {
 		return cause
 	}
@@ -606,18 +647,18 @@ func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool,
 		"key", req.Key, "masters", len(d.masters))
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error {
-		if failed = d.releaseOn(ctx, key, owner, failed); failed != nil {
+		if failed = d.undoOn(ctx, key, owner, mark, token, failed); failed != nil {
 			return errors.New("redlock: some masters unreachable")
 		}
 		return nil
 	}}
 }
 
-// releaseOn runs the compare-and-delete on the masters of on (all when
-// nil) and returns those that failed, or nil.
-func (d *redlockDriver) releaseOn(ctx context.Context, key, owner string, on []bool) []bool {
+// undoOn runs redlock_undo.lua on the masters of on and returns those that
+// failed, or nil.
+func (d *redlockDriver) undoOn(ctx context.Context, key, owner, mark, token string, on []bool) []bool {
 	_, errs := fanout(ctx, d, on, ctx, func(ctx context.Context, m Master) (int64, error) {
-		return d.release.Run(ctx, m, []string{lockKey(key)}, owner).Int64()
+		return d.undoScript.Run(ctx, m, []string{lockKey(key)}, owner, mark, token).Int64()
 	}, nil, nil)
 	var failed []bool
 	for i, err := range errs {
