@@ -191,6 +191,19 @@ type RedlockConfig struct {
 
 // New returns a Locker as [NewRedlock] does, with c.
 func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Locker, error) {
+	d, err := c.driver(masters)
+	if err != nil {
+		return nil, err
+	}
+	l, err := locker.New(d, opts...)
+	if err != nil {
+		d.stop()
+	}
+	return l, err
+}
+
+// driver validates c and masters and returns the driver of a Redlock.
+func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 	invalid := func(format string, args ...any) error {
 		return &locker.Error{Op: "new", Backend: "redlock", Err: locker.ErrInvalidOption, Cause: fmt.Errorf(format, args...)}
 	}
@@ -239,11 +252,7 @@ func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Lock
 		retentionArg: strconv.FormatInt(retention.Milliseconds(), 10),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
-	l, err := locker.New(d, opts...)
-	if err != nil {
-		d.stop()
-	}
-	return l, err
+	return d, nil
 }
 
 // redlockDriver implements driver.Driver, driver.BatchRenewer,

@@ -17,7 +17,7 @@ import (
 // redlockTTL is the TTL of the Redlock harnesses: longer than testTTL, as
 // every attempt runs a script on each of 3 or 5 servers sharing the
 // machine's cores with the suite's parallel cases.
-const redlockTTL = 2 * time.Second
+const redlockTTL = 3 * time.Second
 
 // redlockHarness is the conformance harness on independent masters: every
 // Locker has its own client of each master, dialling through its own
