@@ -494,8 +494,8 @@ func renewPipelined(ctx context.Context, c Master, renew *goredis.Script, ls []d
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
