@@ -11,6 +11,7 @@
 // | redis       | redis://h1:6379,h2:6379,h3:6379                      | go-redis ClusterClient              |
 // | redis       | redis://s1:26379,s2:26379/0?master_name=mymaster     | go-redis FailoverClient (Sentinel)  |
 // | rediss      | rediss://h:6380?ca_file=ca.pem                       | the same with TLS                   |
+// | redlock(s)  | redlock://h1:6379,h2:6379,h3:6379                    | one go-redis Client per master      |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
 // | etcds       | etcds://h:2379?cacert=ca.pem&cert=c.pem&key=k.pem    | clientv3 over TLS (mTLS with cert)  |
@@ -51,7 +52,8 @@ import (
 
 // Register registers every built-in scheme with m: redis and rediss
 // ([redis.Open] for one host, [redis.OpenCluster] for a host list,
-// [redis.OpenSentinel] with parameter master_name), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
+// [redis.OpenSentinel] with parameter master_name), redlock and redlocks
+// ([redis.OpenRedlock]), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
 // ([zookeeper.Open]).
 func Register(m *locker.Mux) error {
 	if m == nil {
@@ -60,6 +62,8 @@ func Register(m *locker.Mux) error {
 	return errors.Join(
 		m.Register("redis", openRedis),
 		m.Register("rediss", openRedis),
+		m.Register("redlock", redis.OpenRedlock),
+		m.Register("redlocks", redis.OpenRedlock),
 		m.Register("mysql", mysql.Open),
 		m.Register("etcd", etcd.Open),
 		m.Register("etcds", etcd.Open),

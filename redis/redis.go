@@ -681,45 +681,65 @@ func renewResult(ttl, n int64, err error) (time.Duration, error) {
 
 // RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
 // leases (on a Cluster, go-redis sends one pipeline per node, in parallel).
-// Leases whose EVALSHA finds the script missing from the server's cache are
-// sent again with EVAL in a second pipeline.
 func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	ttls := make([]int64, len(ls))
 	args := make([]any, len(ls))
-	cmds := make([]*goredis.Cmd, len(ls))
-	pipe := d.client.Pipeline()
 	for i, l := range ls {
 		args[i], ttls[i] = d.ttlArgs(l.TTL)
-		cmds[i] = d.renew.EvalSha(ctx, pipe, []string{leaseKey(l)}, l.Owner, args[i])
 	}
-	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe := d.client.Pipeline()
-		for _, i := range again {
-			cmds[i] = d.renew.Eval(ctx, pipe, []string{leaseKey(ls[i])}, ls[i].Owner, args[i])
-		}
-		_, execErr = pipe.Exec(ctx)
-	}
+	cmds := renewPipelined(ctx, d.client, d.renew, ls, leaseKey, args)
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {
 		n, err := c.Int64()
-		if c.Err() == nil && c.Val() == nil && execErr != nil {
-			// go-redis sets no error on the commands of a pipeline
-			// whose connection failed to initialise (a refused AUTH
-			// after a password rotation: WRONGPASS): Int64 would blame
-			// a reply of type <nil>. The pipeline's error says why.
-			err = execErr
-		}
 		validity[i], errs[i] = renewResult(ttls[i], n, err)
 	}
 	return validity, errs, nil
+}
+
+// renewPipelined runs renew (renew.lua) for every lease in one pipeline on
+// c, with the lock key key(ls[i]) and the TTL argument ttls[i], and sends
+// the leases whose EVALSHA found the script missing from the server's cache
+// again with EVAL in a second pipeline. Errors are per command.
+func renewPipelined(ctx context.Context, c Master, renew *goredis.Script, ls []driver.Lease, key func(driver.Lease) string, ttls []any) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(ls))
+	pipe := c.Pipeline()
+	for i, l := range ls {
+		cmds[i] = renew.EvalSha(ctx, pipe, []string{key(l)}, l.Owner, ttls[i])
+	}
+	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
+	blame(cmds, execErr)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := c.Pipeline()
+		for _, i := range again {
+			cmds[i] = renew.Eval(ctx, pipe, []string{key(ls[i])}, ls[i].Owner, ttls[i])
+		}
+		_, execErr := pipe.Exec(ctx)
+		blame(cmds, execErr)
+	}
+	return cmds
+}
+
+// blame gives the commands of a pipeline that go-redis left without a reply
+// or an error the pipeline's error: go-redis sets none on the commands of a
+// pipeline whose connection failed to initialise (a refused AUTH after a
+// password rotation: WRONGPASS), and Int64 would blame a reply of type
+// <nil>. The pipeline's error says why.
+func blame(cmds []*goredis.Cmd, execErr error) {
+	if execErr == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() == nil && c.Val() == nil {
+			c.SetErr(execErr)
+		}
+	}
 }
 
 func isNoScript(err error) bool {

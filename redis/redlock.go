@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -28,6 +29,8 @@ var (
 	redlockCommitLua string
 	//go:embed redlock_release.lua
 	redlockReleaseLua string
+	//go:embed redlock_undo.lua
+	redlockUndoLua string
 )
 
 // Master is the part of a go-redis v9 client a Redlock uses on each of its
@@ -71,14 +74,16 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //
 //   - Acquire, phase 1: on every master at once, set the lock key if it is
 //     absent (SET PX TTL in a script that also returns the master's fence
-//     and clock). Fewer than a quorum granted: undo everywhere, report the
-//     key held.
+//     and clock), marked with the attempt so that undoing one attempt never
+//     removes another's grant (the attempts of a waiting Lock share their
+//     owner). Fewer than a quorum granted: undo where the attempt may have
+//     taken the key, report the key held.
 //   - Phase 2: the fencing token is max(highest fence + 1, highest clock in
 //     µs) over the masters that granted; it is written into the lock and
 //     the fence of each of them (only where the lock is still ours). The
 //     lock counts only once a quorum confirmed, and only if phases 1 and 2
 //     together took less than the validity, TTL - (TTL*[DriftFactor] +
-//     [DriftFloor]); otherwise it is undone everywhere. The validity counts
+//     [DriftFloor]); otherwise it is undone. The validity counts
 //     from the moment phase 1 was sent, and the engine's own deadline
 //     (Lock.Done) is shorter still.
 //   - Renew: compare-and-PEXPIRE on every master (the Locker's locks due in
@@ -86,13 +91,18 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //     the lock stays valid when a quorum renewed it, and is lost when so
 //     many masters say it is not ours that no quorum can renew it.
 //   - Release: compare-and-delete on every master. A failed or abandoned
-//     attempt releases everywhere too, so no partial acquisition is left
-//     behind; masters that could not be reached are cleaned up in the
-//     background until they answer.
+//     attempt releases too, so no partial acquisition is left behind;
+//     masters that could not be reached are cleaned up in the background
+//     until they answer.
 //
-// Each request to a master is bounded by [RedlockConfig].Timeout, so that a
-// master that hangs costs an attempt that long, not its validity. Waiting
-// Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
+// Every step returns as soon as its outcome is settled (a quorum did it,
+// or so many masters refused or failed that no quorum can), so a dead or
+// hung minority of masters does not slow it down; the requests still
+// running finish in the background (bounded as [RedlockConfig].Timeout
+// says), and a late phase-1 grant that nobody holds is undone as soon as
+// it arrives. An attempt whose ctx ends cancels its requests and waits
+// for them (up to 2 s) before it undoes them, so that a cancelled Lock
+// leaves nothing behind. Waiting Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
 // shortest remaining TTL a master reported: there is no queue and no
 // pub/sub across independent masters, so waiters are not served in arrival
 // order.
@@ -149,6 +159,17 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //   - Key names are those of the single-node Locker ([KeysOf]: Lock and
 //     Fence); do not point a single-node Locker and a Redlock with the same
 //     prefix at the same server.
+//   - Renewals extend a lock only where it still exists: a master that
+//     restarted without its data rejoins a lock's quorum at the key's next
+//     acquisition, so a lock held for long across such a restart tolerates
+//     one master failure fewer until then.
+//   - Close waits for the requests still running in the background; a
+//     hung master can make it wait until their bound (an acquisition's
+//     validity, or the client's read timeout).
+//   - Measured on loopback (a loaded 2-core VM, integration/redis):
+//     uncontended Lock+Unlock 0.78–1.27 ms on 3 masters, 1.5–2.7 ms on 5,
+//     against 0.11–0.21 ms for [New] in the same run; SIGKILL of one of 3
+//     masters during a contended run: 0 overlaps, tokens increasing.
 type RedlockConfig struct {
 	// FenceRetention is how long a fence key outlives its lock's last
 	// acquisition on each master (default [FenceRetention]; at least a
@@ -170,6 +191,19 @@ type RedlockConfig struct {
 
 // New returns a Locker as [NewRedlock] does, with c.
 func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Locker, error) {
+	d, err := c.driver(masters)
+	if err != nil {
+		return nil, err
+	}
+	l, err := locker.New(d, opts...)
+	if err != nil {
+		d.stop()
+	}
+	return l, err
+}
+
+// driver validates c and masters and returns the driver of a Redlock.
+func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 	invalid := func(format string, args ...any) error {
 		return &locker.Error{Op: "new", Backend: "redlock", Err: locker.ErrInvalidOption, Cause: fmt.Errorf(format, args...)}
 	}
@@ -211,17 +245,14 @@ func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Lock
 		acquire:      goredis.NewScript(redlockAcquireLua),
 		commit:       goredis.NewScript(redlockCommitLua),
 		release:      goredis.NewScript(redlockReleaseLua),
+		undoScript:   goredis.NewScript(redlockUndoLua),
 		renew:        goredis.NewScript(renewLua),
 		logger:       slog.New(slog.DiscardHandler),
 		timeout:      c.Timeout,
 		retentionArg: strconv.FormatInt(retention.Milliseconds(), 10),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
-	l, err := locker.New(d, opts...)
-	if err != nil {
-		d.stop()
-	}
-	return l, err
+	return d, nil
 }
 
 // redlockDriver implements driver.Driver, driver.BatchRenewer,
@@ -234,6 +265,8 @@ type redlockDriver struct {
 	release *goredis.Script
 	renew   *goredis.Script
 	logger  *slog.Logger
+	// undoScript is redlock_undo.lua.
+	undoScript *goredis.Script
 
 	// Requests still running after their outcome was settled; Close
 	// waits for them.
@@ -491,20 +524,49 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	context.AfterFunc(budget, cancel) // late answers may come until then
 	keys := []string{lockKey(req.Key), fenceKey(req.Key)}
 	ttlArg := millis(req.TTL)
-	// A master that answers after the outcome was settled without it may
-	// have granted: unless the lock is held (and its Release, which
-	// forgets it first, still to come), that grant is undone at once.
+	// The attempt's mark: its grants carry it until phase 2 writes the
+	// token, so that undoing them never removes another attempt's (the
+	// attempts of a waiting Lock share their owner).
+	mark := "n" + strconv.FormatUint(rand.Uint64(), 36)
+	// A master may answer after the outcome was settled without it, and
+	// have granted. While the attempt runs, such grants are set aside: a
+	// granted lock keeps them (more masters, more failures tolerated;
+	// renewals extend them), a failed attempt undoes them with the rest.
+	// Once the attempt is over, a late grant stays only while the lock is
+	// held (its Release, which forgets the owner first, is still to come).
+	var lateMu sync.Mutex
+	over := false
+	var lateGrants []int
+	finish := func(granted bool) []int {
+		if granted {
+			d.live.Store(req.Owner, struct{}{})
+		}
+		lateMu.Lock()
+		defer lateMu.Unlock()
+		over = true
+		return lateGrants
+	}
 	rs, errs := fanout(ctx, d, nil, budget, func(ctx context.Context, m Master) (phase1, error) {
-		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label).Slice()
+		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label, mark).Slice()
 		if err != nil {
 			return phase1{}, err
 		}
 		return parsePhase1(v)
 	}, byQuorum(d, func(r phase1) bool { return r.granted }), func(i int, r phase1, err error) {
-		if _, held := d.live.Load(req.Owner); !held && (r.granted || err != nil) {
+		if !r.granted && err == nil {
+			return // held by another owner: nothing of ours
+		}
+		lateMu.Lock()
+		if !over {
+			lateGrants = append(lateGrants, i)
+			lateMu.Unlock()
+			return
+		}
+		lateMu.Unlock()
+		if _, held := d.live.Load(req.Owner); !held {
 			ctx, cancel := context.WithTimeout(d.life, cleanupTimeout)
 			defer cancel()
-			d.releaseOn(ctx, req.Key, req.Owner, d.only(i))
+			d.undoOn(ctx, req.Key, req.Owner, mark, "", d.only(i))
 		}
 	})
 	granted := make([]bool, len(rs))
@@ -529,7 +591,13 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	for i, err := range errs {
 		mayHold[i] = granted[i] || err != nil && !errors.Is(err, errPending) && maybeExecuted(err)
 	}
-	undo := func(cause error) error { return d.undo(ctx, req, mayHold, cause) }
+	tokenArg := ""
+	undo := func(cause error) error {
+		for _, i := range finish(false) {
+			mayHold[i] = true
+		}
+		return d.undo(ctx, req, mayHold, mark, tokenArg, cause)
+	}
 	t := d.count(granted, errs)
 	if t.ok < d.quorum {
 		if t.not > 0 {
@@ -537,9 +605,9 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		}
 		return driver.Grant{}, undo(d.failure("acquire", t))
 	}
-	tokenArg := strconv.FormatUint(token, 10)
+	tokenArg = strconv.FormatUint(token, 10)
 	oks, errs := fanout(ctx, d, granted, budget, func(ctx context.Context, m Master) (bool, error) {
-		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg).Int64()
+		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg, mark).Int64()
 		return n == 1, err
 	}, byQuorum(d, func(ok bool) bool { return ok }), nil)
 	if t := d.count(oks, errs); t.ok < d.quorum {
@@ -548,7 +616,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	if elapsed := time.Since(start); elapsed >= valid {
 		return driver.Grant{}, undo(fmt.Errorf("acquire: took %v, more than the validity %v", elapsed, valid))
 	}
-	d.live.Store(req.Owner, struct{}{})
+	finish(true)
 	return driver.Grant{Token: token, Validity: valid, Since: start}, nil
 }
 
@@ -575,17 +643,17 @@ func parsePhase1(v []any) (phase1, error) {
 	return phase1{}, fmt.Errorf("malformed reply %v", v)
 }
 
-// undo releases req's lock on the masters of on after a failed attempt,
-// with a fresh context: ctx may be why it failed. It returns cause, wrapped
-// in a driver.Residue when some master could not be reached: the engine
-// retries the release on those until they answer.
-func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool, cause error) error {
+// undo removes the grants of one attempt (mark, and token when it drew
+// one) on the masters of on, with a fresh context: ctx may be why it
+// failed. It returns cause, wrapped in a driver.Residue when some master
+// could not be reached: the engine retries on those until they answer.
+func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool, mark, token string, cause error) error {
 	if !slices.Contains(on, true) {
 		return cause
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	failed := d.releaseOn(ctx, req.Key, req.Owner, on)
+	failed := d.undoOn(ctx, req.Key, req.Owner, mark, token, on)
 	if failed == nil {
 		return cause
 	}
@@ -593,18 +661,18 @@ func (d *redlockDriver) undo(ctx context.Context, req driver.Request, on []bool,
 		"key", req.Key, "masters", len(d.masters))
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error {
-		if failed = d.releaseOn(ctx, key, owner, failed); failed != nil {
+		if failed = d.undoOn(ctx, key, owner, mark, token, failed); failed != nil {
 			return errors.New("redlock: some masters unreachable")
 		}
 		return nil
 	}}
 }
 
-// releaseOn runs the compare-and-delete on the masters of on (all when
-// nil) and returns those that failed, or nil.
-func (d *redlockDriver) releaseOn(ctx context.Context, key, owner string, on []bool) []bool {
+// undoOn runs redlock_undo.lua on the masters of on and returns those that
+// failed, or nil.
+func (d *redlockDriver) undoOn(ctx context.Context, key, owner, mark, token string, on []bool) []bool {
 	_, errs := fanout(ctx, d, on, ctx, func(ctx context.Context, m Master) (int64, error) {
-		return d.release.Run(ctx, m, []string{lockKey(key)}, owner).Int64()
+		return d.undoScript.Run(ctx, m, []string{lockKey(key)}, owner, mark, token).Int64()
 	}, nil, nil)
 	var failed []bool
 	for i, err := range errs {
@@ -657,6 +725,7 @@ func (d *redlockDriver) Renew(ctx context.Context, l driver.Lease) (time.Duratio
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining on every master; nobody renews the key after that.
 func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	d.live.Delete(l.Owner) // given up: a late grant is no longer wanted
 	ns, errs := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) (int64, error) {
 		return d.renew.Run(ctx, m, []string{lockKey(l.Key)}, l.Owner, millis(remaining)).Int64()
 	}, byQuorum(d, isOne), nil)
@@ -687,8 +756,12 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		}
 		return true
 	}
+	ttls := make([]any, len(ls))
+	for i, l := range ls {
+		ttls[i] = millis(l.TTL)
+	}
 	per, perr := fanout(ctx, d, nil, ctx, func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
-		return d.renewOn(ctx, m, ls), nil
+		return renewPipelined(ctx, m, d.renew, ls, func(l driver.Lease) string { return lockKey(l.Key) }, ttls), nil
 	}, settled, nil)
 	validities := make([]time.Duration, len(ls))
 	results := make([]error, len(ls))
@@ -710,31 +783,6 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		}
 	}
 	return validities, results, nil
-}
-
-// renewOn renews ls on one master in one pipeline (a second one with EVAL
-// for the leases whose EVALSHA found the script missing).
-func (d *redlockDriver) renewOn(ctx context.Context, m Master, ls []driver.Lease) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(ls))
-	pipe := m.Pipeline()
-	for i, l := range ls {
-		cmds[i] = d.renew.EvalSha(ctx, pipe, []string{lockKey(l.Key)}, l.Owner, millis(l.TTL))
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	var again []int
-	for i, c := range cmds {
-		if isNoScript(c.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe := m.Pipeline()
-		for _, i := range again {
-			cmds[i] = d.renew.Eval(ctx, pipe, []string{lockKey(ls[i].Key)}, ls[i].Owner, millis(ls[i].TTL))
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
 }
 
 // inspected is one master's view of a key.

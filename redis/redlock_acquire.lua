@@ -8,10 +8,15 @@
 -- ARGV[1]  owner  random, unique to this acquisition, without spaces
 -- ARGV[2]  ttl    milliseconds
 -- ARGV[3]  label  human-readable holder name, recorded only
+-- ARGV[4]  mark   "n<nonce>", unique to this attempt: it stands where the
+--                 token goes until phase 2 writes the token, so that the
+--                 undo of one attempt never removes another's grant
+--                 (the attempts of one waiting Lock share their owner)
 --
--- Returns {1, fence, now}: the lock is the owner's (token 0 until phase 2
--- writes it), fence is the master's last token ("0" when none) and now its
--- clock in microseconds, both as decimal strings;
+-- Returns {1, fence, now}: the lock is the owner's, marked with ARGV[4]
+-- (an earlier attempt's uncommitted grant is taken over); fence is the
+-- master's last token ("0" when none) and now its clock in microseconds,
+-- both as decimal strings;
 -- or {0, pttl}: another owner holds the lock for pttl more milliseconds.
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -19,9 +24,7 @@ if v then
   if not (string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[1] .. ' 0 ' .. ARGV[3], 'PX', ARGV[2])
 end
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[3], 'PX', ARGV[2])
 local t = redis.call('TIME')
 return {1, redis.call('GET', KEYS[2]) or '0', t[1] .. string.format('%06d', tonumber(t[2]))}

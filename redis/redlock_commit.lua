@@ -8,12 +8,14 @@
 -- ARGV[2]  token      decimal
 -- ARGV[3]  label
 -- ARGV[4]  retention  milliseconds the fence key outlives this acquisition
+-- ARGV[5]  mark       the attempt's mark (redlock_acquire.lua)
 --
--- Returns 1 when the lock was the owner's and both are written, 0 when it
--- was not (expired, or another owner's): nothing is written then.
+-- Returns 1 when the lock was the owner's, granted to this attempt, and
+-- both are written; 0 when it was not (expired, another owner's, or taken
+-- over by a later attempt): nothing is written then.
 local v = redis.call('GET', KEYS[1])
-local n = #ARGV[1]
-if not (v and string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32) then
+local p = ARGV[1] .. ' ' .. ARGV[5] .. ' '
+if not (v and string.sub(v, 1, #p) == p) then
   return 0
 end
 local pttl = redis.call('PTTL', KEYS[1])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +109,26 @@ func ExampleNewRedlock() {
 	// Output:
 	// second TryLock: true
 	// token increased: true
+}
+
+// TestOpenRedlockRefusesHostCounts: a redlock:// URL must list an odd
+// number of hosts, at least three; anything else is refused before any
+// connection, with an error matching ErrBadURL.
+func TestOpenRedlockRefusesHostCounts(t *testing.T) {
+	for _, raw := range []string{
+		"redlock://127.0.0.1:1",
+		"redlock://127.0.0.1:1,127.0.0.1:2",
+		"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+	} {
+		u, _ := url.Parse(raw)
+		l, err := redis.OpenRedlock(t.Context(), u)
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("OpenRedlock(%s) must fail", raw)
+			continue
+		}
+		if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), "odd number of hosts") {
+			t.Errorf("OpenRedlock(%s) = %v; want ErrBadURL about the number of hosts", raw, err)
+		}
+	}
 }

@@ -57,7 +57,7 @@ func exercise(t *testing.T, m *locker.Mux, url string) {
 
 func TestEverySchemeOpens(t *testing.T) {
 	m := newMux(t)
-	if got := strings.Join(m.Schemes(), ","); got != "etcd,etcds,mysql,redis,rediss,zk" {
+	if got := strings.Join(m.Schemes(), ","); got != "etcd,etcds,mysql,redis,rediss,redlock,redlocks,zk" {
 		t.Fatalf("Register must add the built-in schemes, got %s", got)
 	}
 	t.Run("redis", func(t *testing.T) {
@@ -123,7 +123,7 @@ func TestBadBackendURLs(t *testing.T) {
 		{"mysql://u:pw@192.0.2.1:3306/db?tls=preferred", "cleartext"},
 		{"zk://u:pw@192.0.2.1:2181", "cleartext"},
 		{"redis://u:pw@192.0.2.1:6379/0?insecure=maybe", "insecure"},
-		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, zk"},
+		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, redlock, redlocks, zk"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

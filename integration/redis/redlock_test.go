@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
@@ -16,7 +17,7 @@ import (
 // redlockTTL is the TTL of the Redlock harnesses: longer than testTTL, as
 // every attempt runs a script on each of 3 or 5 servers sharing the
 // machine's cores with the suite's parallel cases.
-const redlockTTL = 2 * time.Second
+const redlockTTL = 3 * time.Second
 
 // redlockHarness is the conformance harness on independent masters: every
 // Locker has its own client of each master, dialling through its own
@@ -84,4 +85,30 @@ func TestConformanceRedlock3(t *testing.T) {
 
 func TestConformanceRedlock5(t *testing.T) {
 	conformance.Run(t, redlockHarness(t, testenv.NewRedisMasters(t, 5)))
+}
+
+// TestOpenRedlock opens a Redlock by URL on three masters, registered as
+// the backends module registers it: the Locker locks, and a master down
+// does not stop it.
+func TestOpenRedlock(t *testing.T) {
+	t.Parallel()
+	masters := testenv.NewRedisMasters(t, 3)
+	var mux locker.Mux
+	if err := backends.Register(&mux); err != nil {
+		t.Fatal(err)
+	}
+	raw := "redlock://" + masters[0].Addr() + "," + masters[1].Addr() + "," + masters[2].Addr() + "?ttl=2s&prefix=url:"
+	l, err := locker.Open(t.Context(), &mux, raw)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", raw, err)
+	}
+	defer l.Close()
+	masters[2].Kill(t)
+	lk, err := l.TryLock(t.Context(), "k")
+	if err != nil {
+		t.Fatalf("TryLock with one of three masters down: %v", err)
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
 }

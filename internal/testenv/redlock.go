@@ -27,14 +27,22 @@ func NewRedisMasters(t testing.TB, n int) []*RedisServer {
 // from a binary can be killed: otherwise Kill skips the test.
 func (s *RedisServer) Kill(t testing.TB) {
 	t.Helper()
-	if len(s.ps.procs) == 0 {
-		t.Skipf("testenv: cannot kill the redis server at %s from %s", s.addr, s.origin)
-	}
+	procs := s.procs(t, "kill")
 	s.ps.mu.Lock()
 	defer s.ps.mu.Unlock()
-	for _, p := range s.ps.procs {
+	for _, p := range procs {
 		p.kill()
 	}
+}
+
+// procs returns the server's processes, or skips t (saying it cannot do
+// what) when it has none: it was not started from a binary.
+func (s *RedisServer) procs(t testing.TB, what string) []*process {
+	t.Helper()
+	if len(s.ps.procs) == 0 {
+		t.Skipf("testenv: cannot %s the redis server at %s from %s", what, s.addr, s.origin)
+	}
+	return s.ps.procs
 }
 
 // Start starts a server stopped by [RedisServer.Kill] again on the same
@@ -42,14 +50,12 @@ func (s *RedisServer) Kill(t testing.TB) {
 // test when the server does not come back.
 func (s *RedisServer) Start(t testing.TB) {
 	t.Helper()
-	if len(s.ps.procs) == 0 {
-		t.Skipf("testenv: cannot start the redis server at %s from %s", s.addr, s.origin)
-	}
+	procs := s.procs(t, "start")
 	s.ps.mu.Lock()
 	defer s.ps.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	for _, p := range s.ps.procs {
+	for _, p := range procs {
 		select {
 		case <-p.done():
 		default:
@@ -64,18 +70,14 @@ func (s *RedisServer) Start(t testing.TB) {
 // kill sends SIGKILL to the process and returns after it has exited. It is
 // a no-op when the process is not running.
 func (p *process) kill() {
+	exited := p.done()
+	if exited == nil {
+		return
+	}
 	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
+	proc := p.cmd.Process
 	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	_ = cmd.Process.Kill()
+	_ = proc.Kill() // fails harmlessly when it has exited already
 	<-exited
 }
 
@@ -89,10 +91,7 @@ func RestartRedisMasters(t testing.TB, servers []*RedisServer) {
 	t.Helper()
 	var procs []*process
 	for _, s := range servers {
-		if len(s.ps.procs) == 0 {
-			t.Skipf("testenv: cannot restart the redis server at %s from %s", s.addr, s.origin)
-		}
-		procs = append(procs, s.ps.procs...)
+		procs = append(procs, s.procs(t, "restart")...)
 	}
 	stopAll(procs)
 	for _, s := range servers {

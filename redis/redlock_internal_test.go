@@ -1,0 +1,86 @@
+package redis
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestRedlockUndoKeepsLaterAttempts: the attempts of a waiting Lock share
+// their owner, so the undo of an earlier attempt (a late one, arriving
+// after a later attempt took the key) must not remove the later attempt's
+// grants. Here attempt 1 left a grant on master 0; attempt 2 takes the key
+// on all masters (master 0's grant taken over) and commits its token;
+// attempt 1's undo then arrives: the lock must still be attempt 2's
+// everywhere. (Three databases of the test server stand for the masters.)
+func TestRedlockUndoKeepsLaterAttempts(t *testing.T) {
+	srv := storeenv.Redis(t)
+	var masters []Master
+	var clients []*goredis.Client
+	for db := 4; db <= 6; db++ {
+		o := clientOptions(srv.Addr())
+		o.DB = db
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		masters, clients = append(masters, c), append(clients, c)
+	}
+	d, err := RedlockConfig{}.driver(masters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := locker.New(d, locker.WithTTL(5*time.Second)) // runs Configure
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := t.Context()
+	key := uniqueKey(t)
+	owner := "owner" + strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	// Attempt 1's grant on master 0, marked m1.
+	keys := []string{lockKey(key), fenceKey(key)}
+	if err := d.acquire.Run(ctx, masters[0], keys, owner, 5000, "label", "nm1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 2, same owner.
+	g, err := d.TryAcquire(ctx, driver.Request{Key: key, Owner: owner, Label: "label", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("attempt 2: %v", err)
+	}
+	// Every master holds attempt 2's grant: committed with its token on a
+	// quorum, at least, and maybe still marked on a master whose answer
+	// came after the quorum's (kept, as the lock was granted).
+	committed := owner + " " + strconv.FormatUint(g.Token, 10) + " "
+	check := func(when string) {
+		t.Helper()
+		n := 0
+		for i, c := range clients {
+			v, err := c.Get(context.Background(), lockKey(key)).Result()
+			switch {
+			case err != nil || !strings.HasPrefix(v, owner+" ") || strings.HasPrefix(v, owner+" nm1 "):
+				t.Errorf("%s: master %d holds %q (%v), want attempt 2's lock", when, i, v, err)
+			case strings.HasPrefix(v, committed):
+				n++
+			}
+		}
+		if n < d.quorum {
+			t.Errorf("%s: %d masters hold attempt 2's token %d, want at least %d", when, n, g.Token, d.quorum)
+		}
+	}
+	check("after attempt 2")
+	if failed := d.undoOn(ctx, key, owner, "nm1", "", nil); failed != nil {
+		t.Fatalf("undo of attempt 1 failed on %v", failed)
+	}
+	check("after attempt 1's undo")
+	if err := d.Release(ctx, driver.Lease{Key: key, Owner: owner}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
