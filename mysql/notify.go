@@ -544,18 +544,19 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 			return false
 		}
 	}
-	// attempt counts the Locker's backoff steps, as a polling wait would.
+	// attempt counts the GET_LOCK waits that timed out: each waits the
+	// Locker's next backoff step, as a polling wait would.
 	attempt := 0
-	// Armed after a Held answer: a name found free at once means the
-	// holder released already (or has not taken the name yet); try now.
-	first := true
+	// free counts the answers in a row that found the name free. The
+	// first after a Held answer or a release means the holder released
+	// already (or has not taken the name yet): try at once.
+	free := 0
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		step := n.backoff(attempt)
 		if conn != nil {
-			wait := n.waitTimeout(step)
+			wait := n.waitTimeout(n.backoff(attempt))
 			began := time.Now()
 			var r sql.NullInt64
 			err := conn.QueryRowContext(ctx, waitSQL(name, wait)).Scan(&r)
@@ -572,7 +573,7 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 				if !deliver() || !sleep(grace) {
 					return
 				}
-				first = true
+				free = 0
 				continue
 			case r.Int64 == 0:
 				// Still held after the wait: by the holder of a long
@@ -590,21 +591,22 @@ func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
 				if !deliver() {
 					return
 				}
+				// Held until now: found free next, it was released.
+				free = 0
 				continue
 			}
 			// -1: the name is free; poll below.
 		}
-		if !first {
-			// The name is free: nobody will announce a release (the
-			// holder may not have taken it yet). Poll at the Locker's
+		if free > 0 {
+			// Free again: nobody will announce a release (the holder
+			// may not have taken the name yet). Poll at the Locker's
 			// backoff, never slower than the default one.
-			step = min(step, n.freePoll(attempt))
-			attempt++
+			step := min(n.backoff(free-1), n.freePoll(free-1))
 			if !sleep(jitter(step)) {
 				return
 			}
 		}
-		first = false
+		free++
 		if !deliver() {
 			return
 		}

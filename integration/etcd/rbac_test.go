@@ -41,6 +41,9 @@ func TestRoleOnKeyPrefix(t *testing.T) {
 	newTenant := func(user string) locker.Locker {
 		cfg := clientConfig(srv.Endpoints())
 		cfg.Username, cfg.Password = user, "pw"
+		// With auth, New authenticates within the dial timeout: leave
+		// room for a loaded machine.
+		cfg.DialTimeout = 20 * time.Second
 		cli, err := clientv3.New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -232,6 +232,9 @@ func (s *Server) launchLocked() error {
 	ec.TickMs = uint(s.cfg.Tick / time.Millisecond)
 	ec.ElectionMs = uint(s.cfg.Election / time.Millisecond)
 	ec.UnsafeNoFsync = !s.cfg.Fsync
+	// bcrypt.MinCost: test users' passwords need no strength, and the
+	// default cost makes each authentication slow under -race.
+	ec.BcryptCost = 4
 	ec.EnableGRPCGateway = false
 	if t := s.cfg.ClientTLS; t != nil {
 		ec.ClientTLSInfo.CertFile = t.CertFile
