@@ -60,7 +60,7 @@
 // lock without holding the key (the names are predictable, and GET_LOCK
 // needs no privilege) delays a hand-off by a backoff step at most. Measured
 // with a USAGE-only account holding the name, on a loaded machine: hand-offs
-// of 0.04–0.44 s at the default backoff (at most 0.5 s), 0.01–0.15 s at a
+// of 0.04–0.50 s at the default backoff (at most 0.5 s), 0.01–0.15 s at a
 // constant 100 ms; with the former fixed 1 s wait 0.14–0.84 s, and before
 // that the holder's whole TTL. MySQL rounds GET_LOCK timeouts to whole
 // seconds: there a wait is 1 s. It costs one pooled connection per Locker
