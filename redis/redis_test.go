@@ -1037,15 +1037,7 @@ func TestHandOffTellsTwoLockers(t *testing.T) {
 	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
 	lids := map[string]string{"A": "LA", "B": "LB", "C": "LC", "D": "LD"}
 	r := scriptRunner{lids: lids, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
-	subs := map[string]*goredis.PubSub{}
-	for _, lid := range []string{"LB", "LC", "LD"} {
-		ps := c.Subscribe(ctx, channelName(key)+":"+lid)
-		t.Cleanup(func() { _ = ps.Close() })
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		subs[lid] = ps
-	}
+	subs := lockerChannels(t, ctx, c, key, "LB", "LC", "LD")
 	if r.acquire("A", "0") <= 0 {
 		t.Fatal("A could not take the free key")
 	}
@@ -1057,17 +1049,8 @@ func TestHandOffTellsTwoLockers(t *testing.T) {
 	if n := r.release("A", "0"); n != 1 || r.holder() != "B" {
 		t.Fatalf("release = %d, holder %q; want the key handed to B", n, r.holder())
 	}
-	want := map[string]string{"LB": "grant B 1 ", "LC": "claim 500", "LD": ""}
-	for lid, prefix := range want {
-		m, err := subs[lid].ReceiveTimeout(ctx, 100*time.Millisecond)
-		msg, _ := m.(*goredis.Message)
-		switch {
-		case prefix == "" && err == nil:
-			t.Errorf("Locker %s, third in line, was told %v; want nothing", lid, m)
-		case prefix != "" && (msg == nil || !strings.HasPrefix(msg.Payload, prefix)):
-			t.Errorf("Locker %s got %v (%v); want a message starting %q", lid, m, err, prefix)
-		}
-	}
+	// LD is third in line: nothing for it.
+	expectMessages(t, ctx, subs, map[string]string{"LB": "grant B 1 ", "LC": "claim 500", "LD": ""})
 }
 
 // TestUnfairScripts: in unfair mode a release frees the key and wakes only
@@ -1081,15 +1064,7 @@ func TestUnfairScripts(t *testing.T) {
 	key := uniqueKey(t)
 	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
 	r := scriptRunner{lids: map[string]string{"B": "LB", "C": "LC"}, unfair: true, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
-	subs := map[string]*goredis.PubSub{}
-	for _, lid := range []string{"LB", "LC"} {
-		ps := c.Subscribe(ctx, channelName(key)+":"+lid)
-		t.Cleanup(func() { _ = ps.Close() })
-		if _, err := ps.Receive(ctx); err != nil {
-			t.Fatal(err)
-		}
-		subs[lid] = ps
-	}
+	subs := lockerChannels(t, ctx, c, key, "LB", "LC")
 	tokA := r.acquire("A", "0")
 	if tokA <= 0 {
 		t.Fatal("A could not take the free key")
@@ -1099,16 +1074,8 @@ func TestUnfairScripts(t *testing.T) {
 	if n := r.release("A", "0"); n != 1 || r.holder() != "" {
 		t.Fatalf("unfair release = %d, holder %q; want 1 and the key free", n, r.holder())
 	}
-	for lid, want := range map[string]string{"LB": "free", "LC": ""} {
-		m, err := subs[lid].ReceiveTimeout(ctx, 100*time.Millisecond)
-		msg, _ := m.(*goredis.Message)
-		switch {
-		case want == "" && err == nil:
-			t.Errorf("Locker %s, second in line, was told %v; want nothing", lid, m)
-		case want != "" && (msg == nil || msg.Payload != want):
-			t.Errorf("Locker %s got %v (%v); want %q", lid, m, err, want)
-		}
-	}
+	// LC is second in line: nothing for it.
+	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
 	if !slices.Equal(r.queued(), []string{"B", "C"}) {
 		t.Errorf("queue after the unfair release = %v; want [B C]", r.queued())
 	}
@@ -1121,5 +1088,37 @@ func TestUnfairScripts(t *testing.T) {
 	// A waiter that takes the key leaves the queue.
 	if tokC := r.acquire("C", "2"); tokC <= tokX || !slices.Equal(r.queued(), []string{"B"}) {
 		t.Errorf("queued C on a free key = %d, queue %v; want a token > %d and [B]", tokC, r.queued(), tokX)
+	}
+}
+
+// lockerChannels subscribes to the channels of store key for the Lockers
+// lids, as their notifiers would.
+func lockerChannels(t *testing.T, ctx context.Context, c *goredis.Client, key string, lids ...string) map[string]*goredis.PubSub {
+	t.Helper()
+	subs := map[string]*goredis.PubSub{}
+	for _, lid := range lids {
+		ps := c.Subscribe(ctx, channelName(key)+":"+lid)
+		t.Cleanup(func() { _ = ps.Close() })
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		subs[lid] = ps
+	}
+	return subs
+}
+
+// expectMessages checks the next message of each Locker's channel: one
+// starting with want[lid], or none when that is "".
+func expectMessages(t *testing.T, ctx context.Context, subs map[string]*goredis.PubSub, want map[string]string) {
+	t.Helper()
+	for lid, prefix := range want {
+		m, err := subs[lid].ReceiveTimeout(ctx, 100*time.Millisecond)
+		msg, _ := m.(*goredis.Message)
+		switch {
+		case prefix == "" && err == nil:
+			t.Errorf("Locker %s was told %v; want nothing", lid, m)
+		case prefix != "" && (msg == nil || !strings.HasPrefix(msg.Payload, prefix)):
+			t.Errorf("Locker %s got %v (%v); want a message starting %q", lid, m, err, prefix)
+		}
 	}
 }
