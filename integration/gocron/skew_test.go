@@ -172,7 +172,10 @@ func TestSkew(t *testing.T) {
 			t.Errorf("%s skew %v: with MinHold %v a tick ran twice: runs per tick %v", r.backend, r.skew, r.minHold, r.runs)
 		case r.minHold > 0 && missed > ticks/2:
 			t.Errorf("%s skew %v: with MinHold %v most ticks did not run: runs per tick %v", r.backend, r.skew, r.minHold, r.runs)
-		case r.minHold == 0 && r.skew >= 10*time.Millisecond && double == 0:
+		case r.minHold == 0 && r.skew >= 100*time.Millisecond && double == 0:
+			// Skews well above a store round trip: a smaller one (10 ms)
+			// can hide under a slow store's Lock+Unlock, and is only
+			// reported.
 			t.Errorf("%s skew %v: without MinHold a 1 ms job must run more than once per tick (or the test proves nothing): runs per tick %v", r.backend, r.skew, r.runs)
 		}
 	}
