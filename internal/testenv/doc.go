@@ -79,5 +79,10 @@
 // including the image pull. Measured from binaries on a small VM:
 // redis-server about 60 ms, a three-node Redis Cluster 2 to 3 s (mostly
 // redis-cli waiting for the nodes to join), MariaDB about 1 s including
-// mariadb-install-db, ZooKeeper about 0.4 s.
+// mariadb-install-db, ZooKeeper about 0.4 s. From the Debian stand-in
+// images of .ci/images on the same VM under a load average of 10 to 20:
+// redis 2 to 3 s, the cluster container 4 to 10 s, MariaDB about 3 s,
+// ZooKeeper 2 to 4 s. With the init process each stops in 0.3 to 0.65 s
+// (docker stop at a load average of 1.5; 1 to 2.5 s at 20), its main process
+// exiting on SIGTERM; the cluster container's script took 10 s without it.
 package testenv
