@@ -100,7 +100,9 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 // hung minority of masters does not slow it down; the requests still
 // running finish in the background (bounded as [RedlockConfig].Timeout
 // says), and a late phase-1 grant that nobody holds is undone as soon as
-// it arrives. An attempt whose ctx ends cancels its requests and waits
+// it arrives. A master found unreachable (a refused dial, a timeout) is
+// not asked again for TTL/4 (at most a second): it counts as failed at
+// once. An attempt whose ctx ends cancels its requests and waits
 // for them (up to 2 s) before it undoes them, so that a cancelled Lock
 // leaves nothing behind. Waiting Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
 // shortest remaining TTL a master reported: there is no queue and no
@@ -784,14 +786,16 @@ func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time
 func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	// Settled once every lease is: renewed by a quorum, or refused or
 	// failed by so many masters that no quorum can renew it.
-	settled := func(answered []bool, per [][]*goredis.Cmd, _ []error) bool {
+	settled := func(answered []bool, per [][]*goredis.Cmd, errs []error) bool {
 		for j := range ls {
 			ok, bad := 0, 0
 			for i, a := range answered {
 				if !a {
 					continue
 				}
-				if n, err := per[i][j].Int64(); err == nil && n == 1 {
+				if errs[i] != nil { // not asked: no commands
+					bad++
+				} else if n, err := per[i][j].Int64(); err == nil && n == 1 {
 					ok++
 				} else {
 					bad++
