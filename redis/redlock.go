@@ -167,7 +167,7 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //     hung master can make it wait until their bound (an acquisition's
 //     validity, or the client's read timeout).
 //   - Measured on loopback (a loaded 2-core VM, integration/redis):
-//     uncontended Lock+Unlock 0.78–1.27 ms on 3 masters, 1.5–2.7 ms on 5,
+//     uncontended Lock+Unlock 0.71–1.27 ms on 3 masters, 0.97–2.7 ms on 5,
 //     against 0.11–0.21 ms for [New] in the same run; SIGKILL of one of 3
 //     masters during a contended run: 0 overlaps, tokens increasing, and
 //     as many acquisitions per second as with all three up (with
