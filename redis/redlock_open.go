@@ -25,7 +25,8 @@ import (
 // independent Redis server. Every master gets a client made as [Open] makes
 // one (user, password, database number and go-redis's ParseURL query
 // options apply to each), with ContextTimeoutEnabled set and go-redis's own
-// retries off (MaxRetries -1: the engine decides when to try again).
+// retries off (MaxRetries -1, DialerRetries 1: the engine decides when to
+// try again, and a dead master costs one refused dial, not five).
 // redlocks:// speaks TLS, with ca_file, cert_file and key_file as for
 // rediss://; a password goes to a host other than this machine only over
 // TLS, or with insecure=true. OpenRedlock pings every master and fails
@@ -75,7 +76,7 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 			return nil, p.Errorf("%v", err)
 		}
 		o.ContextTimeoutEnabled = true
-		o.MaxRetries = -1
+		o.MaxRetries, o.DialerRetries = -1, 1
 		withTLS(o.TLSConfig, tc)
 		c := goredis.NewClient(o)
 		clients = append(clients, c)

@@ -76,7 +76,7 @@ func ExampleNewRedlock() {
 	ctx := context.Background()
 	var masters []redis.Master
 	for db := 1; db <= 3; db++ {
-		c := goredis.NewClient(&goredis.Options{Addr: redisAddr, DB: db, ContextTimeoutEnabled: true, MaxRetries: -1})
+		c := goredis.NewClient(&goredis.Options{Addr: redisAddr, DB: db, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		defer c.Close()
 		masters = append(masters, c)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
@@ -22,7 +24,12 @@ func newRedlock(t *testing.T, masters []*testenv.RedisServer, ttl time.Duration)
 	ps := make([]*testenv.Proxy, len(masters))
 	for i, m := range masters {
 		ps[i] = testenv.NewProxy(t, m.Addr())
-		cs[i] = newClient(t, ps[i].Addr())
+		// As RedlockConfig.Timeout advises: no retries in the client.
+		o := clientOptions(ps[i].Addr())
+		o.MaxRetries, o.DialerRetries = -1, 1
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		cs[i] = c
 	}
 	l, err := redis.NewRedlock(cs, locker.WithTTL(ttl), locker.WithBackoff(locker.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)))
 	if err != nil {
