@@ -117,6 +117,30 @@ func redisArgs(port int, dir string, extra ...string) []string {
 	return append(args, extra...)
 }
 
+// startRedisNode starts one redis-server of a multi-process setup (a
+// Cluster node, a Sentinel deployment's primary, replica or sentinel) in a
+// directory of its own under dir, on nports free ports (the first one its
+// client port), with the arguments args returns for those ports and that
+// directory, and returns once it answers PING.
+func startRedisNode(ctx context.Context, server, dir, name string, nports int, args func(ports []int, dir string) ([]string, error)) (*process, string, error) {
+	var p *process
+	var addr string
+	err := retryPorts(nports, func(ports []int) error {
+		d := filepath.Join(dir, name+"-"+strconv.Itoa(ports[0]))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		a, err := args(ports, d)
+		if err != nil {
+			return err
+		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		p = newProcess(name, server, d, a...)
+		return startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) })
+	})
+	return p, addr, err
+}
+
 // redisBinary starts redis-server on a free port in a temporary directory.
 func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 	dir, err := tempDir("redis")
@@ -267,29 +291,19 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 
 	addrs := make([]string, clusterNodes)
 	for i := range clusterNodes {
-		err := retryPorts(2, func(ports []int) error {
-			port, bus := ports[0], ports[1]
-			nodeDir := filepath.Join(dir, strconv.Itoa(port))
-			if err := os.MkdirAll(nodeDir, 0o755); err != nil {
-				return err
-			}
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			p := newProcess("redis-server-"+strconv.Itoa(port), server, nodeDir, redisArgs(port, nodeDir,
+		p, addr, err := startRedisNode(ctx, server, dir, "redis-server", 2, func(ports []int, nodeDir string) ([]string, error) {
+			return redisArgs(ports[0], nodeDir,
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
-				"--cluster-port", strconv.Itoa(bus),
+				"--cluster-port", strconv.Itoa(ports[1]),
 				"--cluster-node-timeout", "5000",
-			)...)
-			if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
-				return err
-			}
-			procs = append(procs, p)
-			addrs[i] = addr
-			return nil
+			), nil
 		})
 		if err != nil {
 			return fail(fmt.Errorf("redis cluster node %d: %w", i, err))
 		}
+		procs = append(procs, p)
+		addrs[i] = addr
 	}
 
 	args := append([]string{"--cluster", "create"}, addrs...)

@@ -62,27 +62,14 @@ func redisSentinelBinary(server string) (*RedisSentinelServer, func(), error) {
 		_ = os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("redis sentinel: %w", err)
 	}
-	// start runs one redis-server in a directory of its own, on a free
-	// port, with the arguments args returns for that port and directory.
+	// start runs one redis-server of the deployment (startRedisNode).
 	start := func(name string, args func(port int, dir string) ([]string, error)) (string, error) {
-		var addr string
-		err := retryPorts(1, func(ports []int) error {
-			d := filepath.Join(dir, name+"-"+strconv.Itoa(ports[0]))
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
-			}
-			a, err := args(ports[0], d)
-			if err != nil {
-				return err
-			}
-			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-			p := newProcess(name, server, d, a...)
-			if err := startReady(ctx, p, func(ctx context.Context) error { return redisPing(ctx, addr) }); err != nil {
-				return err
-			}
-			procs = append(procs, p)
-			return nil
+		p, addr, err := startRedisNode(ctx, server, dir, name, 1, func(ports []int, d string) ([]string, error) {
+			return args(ports[0], d)
 		})
+		if err == nil {
+			procs = append(procs, p)
+		}
 		return addr, err
 	}
 	primary, err := start("primary", func(port int, d string) ([]string, error) { return redisArgs(port, d), nil })
