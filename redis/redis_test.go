@@ -1046,13 +1046,8 @@ func TestCrashedWaiter(t *testing.T) {
 // the queue's length.
 func TestHandOffTellsTwoLockers(t *testing.T) {
 	t.Parallel()
-	srv := storeenv.Redis(t)
-	c := newClient(t, srv.Addr())
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
-	lids := map[string]string{"A": "LA", "B": "LB", "C": "LC", "D": "LD"}
-	r := scriptRunner{lids: lids, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
+	r := newScriptRunner(t, map[string]string{"A": "LA", "B": "LB", "C": "LC", "D": "LD"}, false)
+	ctx, c, key := r.ctx, r.c, r.key
 	subs := lockerChannels(t, ctx, c, key, "LB", "LC", "LD")
 	if r.acquire("A", "0") <= 0 {
 		t.Fatal("A could not take the free key")
@@ -1074,12 +1069,8 @@ func TestHandOffTellsTwoLockers(t *testing.T) {
 // queued or not (a queued taker leaves the queue).
 func TestUnfairScripts(t *testing.T) {
 	t.Parallel()
-	srv := storeenv.Redis(t)
-	c := newClient(t, srv.Addr())
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
-	r := scriptRunner{lids: map[string]string{"B": "LB", "C": "LC"}, unfair: true, t: t, ctx: ctx, c: c, d: newDriver(c), key: key}
+	r := newScriptRunner(t, map[string]string{"B": "LB", "C": "LC"}, true)
+	ctx, c, key := r.ctx, r.c, r.key
 	subs := lockerChannels(t, ctx, c, key, "LB", "LC")
 	tokA := r.acquire("A", "0")
 	if tokA <= 0 {
@@ -1105,6 +1096,16 @@ func TestUnfairScripts(t *testing.T) {
 	if tokC := r.acquire("C", "2"); tokC <= tokX || !slices.Equal(r.queued(), []string{"B"}) {
 		t.Errorf("queued C on a free key = %d, queue %v; want a token > %d and [B]", tokC, r.queued(), tokX)
 	}
+}
+
+// newScriptRunner runs the scripts on a key of t's own on the shared
+// server, with owners waiting from the Lockers lids names, in unfair mode
+// or not; the key's names are deleted when t ends.
+func newScriptRunner(t *testing.T, lids map[string]string, unfair bool) scriptRunner {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+	return scriptRunner{lids: lids, unfair: unfair, t: t, ctx: ctxFor(t, 30*time.Second), c: c, d: newDriver(c), key: key}
 }
 
 // lockerChannels subscribes to the channels of store key for the Lockers
