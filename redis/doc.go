@@ -57,8 +57,8 @@
 //
 // A hand-over is announced on a channel of the waiter's Locker only (the
 // key's channel, then ":" and the Locker's id), and the claim it starts to
-// the next waiter's Locker: two messages of one subscriber each, so a
-// hand-off costs the same with 4 waiters or 64 (with one channel per key,
+// the next waiter's Locker: two messages of one subscriber each, with 4
+// waiters or 64 (with one channel per key,
 // every waiting Locker received every hand-over, and 64 waiters got a
 // third of the hand-offs per second of 4).
 //
@@ -74,7 +74,7 @@
 // gets the key at its next attempt once nobody else asks. Measured on one
 // key (integration/redis BenchmarkScenarios, same run): unfair 1.2–1.6×
 // the fair mode's hand-offs per second at 4 to 64 clients, with per-client
-// counts within 0.5–0.9 of each other instead of 0.97–1.
+// counts within 0.48–0.91 of each other instead of 0.93–1.
 //
 // # Waiting without pub/sub
 //
