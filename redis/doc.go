@@ -58,9 +58,9 @@
 // A hand-over is announced on a channel of the waiter's Locker only (the
 // key's channel, then ":" and the Locker's id), and the claim it starts to
 // the next waiter's Locker: two messages of one subscriber each, with 4
-// waiters or 64 (with one channel per key,
-// every waiting Locker received every hand-over, and 64 waiters got a
-// third of the hand-offs per second of 4).
+// waiters or 64. With one channel per key, every waiting Locker received
+// every hand-over, and 64 waiters got a third of the hand-offs per second
+// of 4.
 //
 // # Fair and unfair
 //
