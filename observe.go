@@ -76,7 +76,9 @@ type Event struct {
 
 // Observer receives a Locker's events (see [WithObserver]). Observe is
 // called synchronously, on the goroutine of the operation, so it must be
-// fast and must not block or call the Locker.
+// fast and must not block or call the Locker. An EventLost is observed just
+// after the lock's Done closes (Done never waits for an observer); once the
+// Locker's Close returns, every event of its goroutines has been observed.
 type Observer interface {
 	Observe(Event)
 }

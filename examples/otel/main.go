@@ -75,6 +75,11 @@ func run(out io.Writer) error {
 	}
 	store.DeleteKey("cleanup") // lost at the next renewal
 	<-lk.Done()
+	// The loss is observed just after Done closes; once Close returns,
+	// every event of the Locker's goroutines has been.
+	if err := l.Close(); err != nil {
+		return err
+	}
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
