@@ -117,12 +117,12 @@ func TestBadBackendURLs(t *testing.T) {
 		{"zk://127.0.0.1:1?acl=creator", "acl"},
 		{"zk://127.0.0.1:1?acl=world:anyone:rwx", "acl"},
 		{"zk://127.0.0.1:1?acl=", "acl"},
-		{"redis://u:pw@192.0.2.1:6379/0", "cleartext"},
-		{"etcd://u:pw@192.0.2.1:2379", "cleartext"},
-		{"mysql://u:pw@192.0.2.1:3306/db", "cleartext"},
-		{"mysql://u:pw@192.0.2.1:3306/db?tls=preferred", "cleartext"},
-		{"zk://u:pw@192.0.2.1:2181", "cleartext"},
-		{"redis://u:pw@192.0.2.1:6379/0?insecure=maybe", "insecure"},
+		{"redis://u:pw@0.0.0.0:1/0", "cleartext"},
+		{"etcd://u:pw@0.0.0.0:1", "cleartext"},
+		{"mysql://u:pw@0.0.0.0:1/db", "cleartext"},
+		{"mysql://u:pw@0.0.0.0:1/db?tls=preferred", "cleartext"},
+		{"zk://u:pw@0.0.0.0:1", "cleartext"},
+		{"redis://u:pw@0.0.0.0:1/0?insecure=maybe", "insecure"},
 		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, redlock, redlocks, zk"},
 	}
 	for _, c := range cases {
@@ -142,13 +142,14 @@ func TestBadBackendURLs(t *testing.T) {
 
 // TestCleartextPasswordNeedsConsent: a password may go in cleartext to
 // this machine, and elsewhere only with insecure=true (the open then fails
-// further on, on the unreachable test address, not on the refusal).
+// further on, on 0.0.0.0:1: not loopback by the URL check, yet a dial
+// that never leaves this machine and is refused at once).
 func TestCleartextPasswordNeedsConsent(t *testing.T) {
 	m := newMux(t)
 	for _, u := range []string{
-		"redis://u:pw@192.0.2.1:6379/0?insecure=true&dial_timeout=100ms",
-		"mysql://u:pw@192.0.2.1:3306/db?insecure=true&timeout=100ms",
-		"etcd://u:pw@192.0.2.1:2379?insecure=true&dial_timeout=100ms",
+		"redis://u:pw@0.0.0.0:1/0?insecure=true&dial_timeout=100ms",
+		"mysql://u:pw@0.0.0.0:1/db?insecure=true&timeout=100ms",
+		"etcd://u:pw@0.0.0.0:1?insecure=true&dial_timeout=100ms",
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		l, err := locker.Open(ctx, m, u)

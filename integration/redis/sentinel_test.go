@@ -71,8 +71,8 @@ func TestOpenSentinel(t *testing.T) {
 		{"redis://" + hosts + "/0?sentinel_password=" + secret, ""}, // a Cluster URL to the mux
 		{"redis://" + hosts + "/0?master_name=&sentinel_password=" + secret, "master_name"},
 		{"redis://" + hosts + "/0?master_name=m&sentinel_password=" + secret + "&bogus=1", "bogus"},
-		{"redis://192.0.2.1:26379/0?master_name=m&sentinel_password=" + secret, "cleartext"},
-		{"redis://192.0.2.1:26379/0?master_name=m&sentinel_password=" + secret + "&insecure=true&dial_timeout=100ms", ""},
+		{"redis://0.0.0.0:1/0?master_name=m&sentinel_password=" + secret, "cleartext"},
+		{"redis://0.0.0.0:1/0?master_name=m&sentinel_password=" + secret + "&insecure=true&dial_timeout=100ms", ""},
 	} {
 		octx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		for _, open := range []func() (locker.Locker, error){
