@@ -583,7 +583,7 @@ func testScale(c *caseT) {
 	}
 	const contract = "every lock of a Locker holding many keys must stay held, and be renewed, until unlocked"
 	for i := range sampled {
-		if !c.refused(ctx, b, keys[i], contract) {
+		if !c.refusedWhileHeld(ctx, b, locks[i], contract) {
 			c.stop()
 		}
 	}
@@ -599,7 +599,7 @@ func testScale(c *caseT) {
 		}
 	}
 	for i := range sampled {
-		if !c.refused(ctx, b, keys[i], contract+fmt.Sprintf(" (after %v)", time.Since(since).Round(time.Millisecond))) {
+		if !c.refusedWhileHeld(ctx, b, locks[i], contract+fmt.Sprintf(" (after %v)", time.Since(since).Round(time.Millisecond))) {
 			c.stop()
 		}
 	}

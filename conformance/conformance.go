@@ -353,12 +353,38 @@ func (c *caseT) mustTryLock(ctx context.Context, l locker.Locker, key, contract 
 func (c *caseT) refused(ctx context.Context, other locker.Locker, key, contract string) bool {
 	c.Helper()
 	lk, err := other.TryLock(ctx, key)
-	switch {
-	case err == nil:
+	if err == nil {
 		c.Errorf("%s: TryLock(%s) from another Locker succeeded (token %d) while the key was held", contract, short(key), lk.Token())
 		_ = lk.Unlock(context.WithoutCancel(ctx))
 		return false
-	case !errors.Is(err, locker.ErrNotAcquired):
+	}
+	return c.refusedErr(key, err, contract)
+}
+
+// refusedWhileHeld is refused for a key whose holder's lock is lk: when
+// the other Locker gets the key, the error tells a holder that had already
+// lost its lock (its Done closed: it could not keep the key) from two
+// holders at once (its Done still open).
+func (c *caseT) refusedWhileHeld(ctx context.Context, other locker.Locker, lk locker.Lock, contract string) bool {
+	c.Helper()
+	got, err := other.TryLock(ctx, lk.Key())
+	if err != nil {
+		return c.refusedErr(lk.Key(), err, contract)
+	}
+	defer func() { _ = got.Unlock(context.WithoutCancel(ctx)) }()
+	select {
+	case <-lk.Done():
+		c.Errorf("%s: the holder lost its lock on %s (Err: %v) and another Locker's TryLock got the key (token %d): the holder could not keep it", contract, short(lk.Key()), lk.Err(), got.Token())
+	default:
+		c.Errorf("%s: TryLock(%s) from another Locker succeeded (token %d) while the holder's Done was open: two holders at once", contract, short(lk.Key()), got.Token())
+	}
+	return false
+}
+
+// refusedErr checks the error of a TryLock that must be refused.
+func (c *caseT) refusedErr(key string, err error, contract string) bool {
+	c.Helper()
+	if !errors.Is(err, locker.ErrNotAcquired) {
 		c.Errorf("%s: TryLock(%s) from another Locker: got %v, want an error matching ErrNotAcquired", contract, short(key), err)
 		return false
 	}
@@ -409,7 +435,7 @@ func (c *caseT) keepsHeld(ctx context.Context, d time.Duration, other locker.Loc
 	start := time.Now()
 	for {
 		for _, lk := range locks {
-			if !c.held(lk, contract) || !c.refused(ctx, other, lk.Key(), contract) {
+			if !c.held(lk, contract) || !c.refusedWhileHeld(ctx, other, lk, contract) {
 				return false
 			}
 		}
