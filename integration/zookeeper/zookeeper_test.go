@@ -214,7 +214,13 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 		}()
 		// The next waiter starts once this one is in the queue.
 		for len(e.children(t, key)) < i+2 {
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case err := <-errs:
+				t.Fatalf("waiter %d ended before joining the queue: %v", i, err)
+			case <-ctx.Done():
+				t.Fatalf("waiter %d not in the queue: %v", i, context.Cause(ctx))
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 	}
 	// Give the last waiter time to set its watch.
