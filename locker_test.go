@@ -297,12 +297,14 @@ func TestCloseEndsWaitsAndLocks(t *testing.T) {
 
 func TestIsolatedHolderLosesBeforeExpiry(t *testing.T) {
 	store := memory.NewStore()
-	a, fault, err := memory.NewFaulty(store, locker.WithTTL(300*time.Millisecond))
+	// A TTL of 1 s leaves the local deadline a 100 ms margin before the
+	// store's expiry: room for scheduling delays on a loaded machine.
+	a, fault, err := memory.NewFaulty(store, locker.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, _ := memory.New(store, locker.WithTTL(300*time.Millisecond))
+	b, _ := memory.New(store, locker.WithTTL(time.Second))
 	defer b.Close()
 	lk, err := a.Lock(t.Context(), "iso")
 	if err != nil {
