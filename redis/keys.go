@@ -68,8 +68,10 @@ type Keys struct {
 	Lock    string // string "<owner> <token> <label>", PX = TTL
 	Fence   string // string, the last fencing token
 	Queue   string // sorted set of waiting owners, by arrival
-	Waiters string // hash owner -> "<deadline> <seq> <ttl> <label>"
-	Channel string // pub/sub channel of releases and hand-overs
+	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>"
+	// Channel is the pub/sub channel of releases; hand-overs go to
+	// Channel + ":" + the id of the waiter's Locker (16 hex digits).
+	Channel string
 }
 
 // KeysOf returns the Redis names of the lock on store key s: the key a

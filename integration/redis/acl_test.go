@@ -37,18 +37,27 @@ func aclUser(t *testing.T, admin *goredis.Client, addr string, rules []string) (
 }
 
 // allowed reports whether user may touch every name of the lock on store
-// key s (keys with GET, the channel with PUBLISH), per ACL DRYRUN.
+// key s (keys with GET; the channel, and a Locker's hand-over channel
+// under it, with PUBLISH and SUBSCRIBE), per ACL DRYRUN.
 func allowed(t *testing.T, admin *goredis.Client, user, s string) bool {
 	t.Helper()
 	keys := lockredis.KeysOf(s)
 	v := reflect.ValueOf(keys)
-	ok := true
+	var cmds [][]any
 	for i := range v.NumField() {
 		name := v.Field(i).String()
-		cmd := []any{"ACL", "DRYRUN", user, "GET", name}
-		if v.Type().Field(i).Name == "Channel" {
-			cmd = []any{"ACL", "DRYRUN", user, "PUBLISH", name, "x"}
+		if v.Type().Field(i).Name != "Channel" {
+			cmds = append(cmds, []any{"ACL", "DRYRUN", user, "GET", name})
+			continue
 		}
+		for _, ch := range []string{name, name + ":0123456789abcdef"} {
+			cmds = append(cmds,
+				[]any{"ACL", "DRYRUN", user, "PUBLISH", ch, "x"},
+				[]any{"ACL", "DRYRUN", user, "SUBSCRIBE", ch})
+		}
+	}
+	ok := true
+	for _, cmd := range cmds {
 		res, err := admin.Do(t.Context(), cmd...).Text()
 		if err != nil {
 			t.Fatalf("%v: %v", cmd, err)
