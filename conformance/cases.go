@@ -210,8 +210,7 @@ func testCancellation(c *caseT) {
 		c.Helper()
 		switch {
 		case r.err == nil:
-			c.Errorf("%s: Lock returned a lock while the key was held", exclusive)
-			_ = r.lk.Unlock(ctx)
+			c.grantedWhileHeld(ctx, la, r.lk, "Lock", exclusive)
 			return false
 		case !errors.Is(r.err, locker.ErrNotAcquired) || !errors.Is(r.err, want):
 			c.Errorf("%s: got %v, want an error matching ErrNotAcquired and %v", contract, r.err, want)

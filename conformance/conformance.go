@@ -371,14 +371,23 @@ func (c *caseT) refusedWhileHeld(ctx context.Context, other locker.Locker, lk lo
 	if err != nil {
 		return c.refusedErr(lk.Key(), err, contract)
 	}
+	c.grantedWhileHeld(ctx, lk, got, "TryLock", contract)
+	return false
+}
+
+// grantedWhileHeld reports a lock got by another Locker's call (TryLock,
+// Lock) on the key of holder, and releases it: either the holder had
+// already lost its lock (its Done closed: it could not keep the key, say
+// the renewals starved) or two held the key at once (its Done open).
+func (c *caseT) grantedWhileHeld(ctx context.Context, holder, got locker.Lock, call, contract string) {
+	c.Helper()
 	defer func() { _ = got.Unlock(context.WithoutCancel(ctx)) }()
 	select {
-	case <-lk.Done():
-		c.Errorf("%s: the holder lost its lock on %s (Err: %v) and another Locker's TryLock got the key (token %d): the holder could not keep it", contract, short(lk.Key()), lk.Err(), got.Token())
+	case <-holder.Done():
+		c.Errorf("%s: the holder lost its lock on %s (Err: %v), then another Locker's %s got the key (token %d): the holder could not keep it", contract, short(holder.Key()), holder.Err(), call, got.Token())
 	default:
-		c.Errorf("%s: TryLock(%s) from another Locker succeeded (token %d) while the holder's Done was open: two holders at once", contract, short(lk.Key()), got.Token())
+		c.Errorf("%s: another Locker's %s got the key %s (token %d) while the holder's Done was open: two holders at once", contract, call, short(holder.Key()), got.Token())
 	}
-	return false
 }
 
 // refusedErr checks the error of a TryLock that must be refused.
