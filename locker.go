@@ -26,7 +26,9 @@
 //
 // It is NOT safe to assume that a lock is held until Unlock: a process pause
 // (GC, swap, a stopped VM) longer than the TTL, or a store failover that loses
-// writes, can let another holder in while the old one still runs. Watch
+// writes, can let another holder in while the old one still runs; Done
+// closes a tenth of the TTL before the store's expiry, late if the process
+// is starved of CPU for longer than that margin at that moment. Watch
 // [Lock.Done] (or the ctx that [Do] passes) and, for writes that must never
 // land twice, send [Lock.Token] to the protected store and have it reject
 // tokens lower than the highest it has seen.
