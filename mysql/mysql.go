@@ -343,6 +343,9 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 // exec runs an acquiring statement. It reports ok when it took the row, and
 // an error only for a failure; a row it did not take is (zero, false, nil).
 func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, stmt *sql.Stmt, args ...any) (driver.Grant, bool, error) {
+	// The row's lock_until counts from the statement, not from the call:
+	// a Lock that waited in Acquire must not lose the time it waited.
+	sent := time.Now()
 	res, err := stmt.ExecContext(ctx, args...)
 	if err != nil {
 		if contended(err) {
@@ -368,6 +371,7 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 	return driver.Grant{
 		Token:    uint64(id),
 		Validity: req.TTL,
+		Since:    sent,
 		State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: uint64(id)},
 	}, true, nil
 }
