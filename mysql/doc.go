@@ -68,7 +68,7 @@
 // held, gives the name back and lines up again after a polling step, never
 // sleeping past the holder's lock_until. Nor is it ever a reason to wait
 // much longer than polling would: each GET_LOCK waits the Locker's next
-// backoff step (locker.WithBackoff), at least 250 ms so that waiters keep
+// backoff step (locker.WithBackoff), at least 500 ms so that waiters keep
 // their place in line and at most 1 s, and then the waiter tries the table,
 // so a session that holds a key's named lock without holding the key (the
 // names are predictable, and GET_LOCK needs no privilege) delays a hand-off
