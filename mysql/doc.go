@@ -51,8 +51,10 @@
 // Waiting: waiters of a contended key line up for a MariaDB/MySQL named lock
 // (GET_LOCK), each on a connection of its own; the server queues them in
 // arrival order. The first in line gets the name when the holder lets it go,
-// right after the release UPDATE, takes the row with one UPDATE and keeps
-// the name while it holds the row: a release wakes exactly the next waiter,
+// in its release UPDATE (RELEASE_LOCK is evaluated once the statement holds
+// the row: the woken waiter's UPDATE waits for the row until the release
+// commits), takes the row with one UPDATE and keeps the name while it holds
+// the row: a release wakes exactly the next waiter,
 // nobody polls, and a Locker that locks the key again right after its Unlock
 // lines up behind the others instead of taking the key back (a key counts as
 // contended for a Locker from the moment it found it held until a second
@@ -131,6 +133,10 @@
 //     bytes). Where keys are unbounded (one per order), run [Purge] from
 //     time to time: it deletes the rows idle for a given time, and tokens
 //     keep increasing across it (see Guarantees).
+//   - The release UPDATE of a lock taken from the line calls RELEASE_LOCK:
+//     with binlog_format=STATEMENT the server logs it as unsafe for
+//     statement-based replication (MIXED, MariaDB's default, and ROW,
+//     MySQL's, log the changed row instead).
 //   - Wake-ups need named locks to stay with their session: behind a proxy
 //     that multiplexes connections (ProxySQL), set [Config.PollOnly]. The
 //     Locker reads db's readTimeout from GORM's DSN config: below 2 s,

@@ -260,6 +260,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	}
 	if !d.cfg.PollOnly {
 		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
+		d.notify.releaseSQL = d.sql.releaseNamed
 	}
 	return nil
 }
@@ -427,11 +428,16 @@ func leaseState(l driver.Lease) lockState {
 // and version still match and the row is RUNNING.
 func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 	s := leaseState(l)
-	// Whatever the outcome, this owner is done with the key (the engine
-	// stops renewing it). The waiters are woken after the statement
-	// returned, so after the row was freed.
-	defer d.forget(s)
-	res, err := d.release.ExecContext(ctx, s.key, s.owner, s.version)
+	// A lock from the line gives its named lock up in the release
+	// statement itself, on its session.
+	res, err, done := s.name.releaseRow(ctx, s)
+	if !done {
+		res, err = d.release.ExecContext(ctx, s.key, s.owner, s.version)
+		// Whatever the outcome, this owner is done with the key (the
+		// engine stops renewing it). The waiters are woken after the
+		// statement returned, so after the row was freed.
+		d.forget(s)
+	}
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}

@@ -88,6 +88,7 @@ type notifier struct {
 	freePoll    func(attempt int) time.Duration // locker.DefaultBackoff
 	logger      *slog.Logger
 	maxSessions int
+	releaseSQL  string // statements.releaseNamed
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -58,6 +58,7 @@ type session struct {
 	conn      *sql.Conn
 	id        int64 // CONNECTION_ID(), for KILL QUERY
 	idleSince time.Time
+	release   *sql.Stmt // releaseSQL, prepared on conn at its first use
 }
 
 // heldName is the named lock a queued acquisition holds on its session
@@ -72,6 +73,49 @@ type heldName struct {
 // was released (or lost), so that the next waiter finds it free.
 func (h *heldName) end() {
 	h.once.Do(func() { h.s.n.endSession(h.s, h.name) })
+}
+
+// releaseRow releases the row of st and the name in one statement on the
+// session, once; done is false when h is nil or was ended already (the
+// caller then releases the row itself).
+func (h *heldName) releaseRow(ctx context.Context, st lockState) (res sql.Result, err error, done bool) {
+	if h == nil {
+		return nil, nil, false
+	}
+	h.once.Do(func() {
+		done = true
+		res, err = h.s.n.releaseWithName(ctx, h.s, h.name, st)
+	})
+	return res, err, done
+}
+
+// releaseWithName runs the release of st with the name's release on s,
+// and makes s idle (or drops it).
+func (n *notifier) releaseWithName(ctx context.Context, s *session, name string, st lockState) (sql.Result, error) {
+	if s.release == nil {
+		stmt, err := s.conn.PrepareContext(ctx, n.releaseSQL)
+		if err != nil {
+			n.endSession(s, name)
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+		s.release = stmt
+	}
+	res, err := s.release.ExecContext(ctx, name, st.key, st.owner, st.version)
+	switch {
+	case err == nil:
+		if k, err := res.RowsAffected(); err == nil && k == 1 {
+			n.putSession(s) // the statement released the name
+		} else {
+			n.endSession(s, name) // not our row: the name is still held
+		}
+	case definite(err):
+		// Rolled back, but the name may be released already: releasing
+		// it again is harmless.
+		n.endSession(s, name)
+	default:
+		n.dropSession(s, true)
+	}
+	return res, err
 }
 
 // isHot reports whether key was contended lately.
@@ -189,6 +233,9 @@ func (n *notifier) dropSession(s *session, holdsName bool) {
 	n.mu.Unlock()
 	if holdsName {
 		discard(s.conn)
+	}
+	if s.release != nil {
+		_ = s.release.Close()
 	}
 	_ = s.conn.Close()
 }
