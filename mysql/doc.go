@@ -54,9 +54,9 @@
 // in its release UPDATE (RELEASE_LOCK is evaluated once the statement holds
 // the row: the woken waiter's UPDATE waits for the row until the release
 // commits), takes the row with one UPDATE and keeps the name while it holds
-// the row: a release wakes exactly the next waiter,
-// nobody polls, and a Locker that locks the key again right after its Unlock
-// lines up behind the others instead of taking the key back (a key counts as
+// the row: a release wakes exactly the next waiter, nobody polls, and a
+// Locker that locks the key again right after its Unlock lines up behind
+// the others instead of taking the key back (a key counts as
 // contended for a Locker from the moment it found it held until a second
 // after its last acquisition from the line; other keys take the fast path,
 // one UPDATE, whose holder's Locker takes the name 5 ms later, so a
@@ -81,14 +81,15 @@
 // Locker (a quarter of the pool's MaxOpenConns when set), returned to the
 // pool after 10 s idle; more waiters poll. [Config.PollOnly] turns it off.
 //
-// Measured on MariaDB 10.11 over loopback, on a loaded 2-core machine, one
-// run (integration/mysql BenchmarkScenarios), locker against a raw poller
-// (the same UPDATE every millisecond): 16 clients on one key 1,862
-// hand-offs/s, every client served 347–370 times, wait p99 20 ms (poller:
-// 746/s, 125–159, p99 94 ms; before the line: 974/s, 88–567, p99 232 ms); 64
-// clients 1,489/s, 71–102 per client (poller 93/s: each of its UPDATEs
-// queues on the row); hand-off from Unlock to the waiter's Lock returning
-// 1.3 ms p50.
+// Measured on MariaDB 10.11 over loopback, on a 2-core machine at load 6–9,
+// one run of integration/mysql BenchmarkScenarios (the implementations
+// alternate in rounds): clients on one key, hand-offs/s at 4 / 16 / 64
+// clients 1,461 / 1,260 / 1,537, per-client min/max 0.96 / 0.94 / 0.85,
+// wait p99 8 / 30 / 148 ms; the raw poller (the same UPDATE every
+// millisecond) 1,253 / 472 / 74, and the previous wake-ups (every waiter
+// woken to race for the row, polling while the holder had no named lock)
+// 1,377 / 684 / 62, min/max 0.06 at 16 clients, p99 483 ms. Hand-off from
+// Unlock to the waiter's Lock returning: 1.6 ms p50.
 //
 // # Guarantees
 //

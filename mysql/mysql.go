@@ -482,7 +482,8 @@ func (d *sqlDriver) Break(ctx context.Context, key string) error {
 }
 
 // Inspect implements driver.Inspector from the key's run record (see
-// [Inspect]); waiters poll, so Waiters is 0.
+// [Inspect]); Waiters is 0: the line of waiters is the server's queue of
+// GET_LOCK calls, which it does not count.
 func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	rows, err := d.db.QueryContext(ctx, d.sql.inspect, key)
 	if err != nil {

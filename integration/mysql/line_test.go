@@ -60,24 +60,31 @@ func (l line) until(what string, cond func() bool) {
 	}
 }
 
-// TestLineIsFIFO: waiters of a contended key are served in the order they
-// lined up, each woken by the release before it, and a waiter that locks
-// the key again right after its Unlock lines up behind the others instead
-// of taking the key back (the old wake-ups woke every waiter to race for
-// the row, and the releasing client usually won).
-func TestLineIsFIFO(t *testing.T) {
+// heldLine returns a database, a ctx for the test, the line of key, and a
+// lock on key whose holder has taken the key's named lock, so that waiters
+// line up.
+func heldLine(t *testing.T, key string) (string, context.Context, line, locker.Lock) {
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)
-	const key = "fifo"
 	ln := newLine(t, ctx, admin, key)
-
 	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second))
 	lk, err := holder.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln.until("the holder takes the named lock", ln.used)
+	return dsn, ctx, ln, lk
+}
+
+// TestLineIsFIFO: waiters of a contended key are served in the order they
+// lined up, each woken by the release before it, and a waiter that locks
+// the key again right after its Unlock lines up behind the others instead
+// of taking the key back (the old wake-ups woke every waiter to race for
+// the row, and the releasing client usually won).
+func TestLineIsFIFO(t *testing.T) {
+	const key = "fifo"
+	dsn, ctx, ln, lk := heldLine(t, key)
 
 	const n = 4
 	order := make(chan int, 2*n)
@@ -127,18 +134,8 @@ func TestLineIsFIFO(t *testing.T) {
 // granted to a waiter that gave up; the next waiter is served, holds the
 // name while it holds the row and frees it when Unlock returns.
 func TestCancelledWaitLeavesTheLine(t *testing.T) {
-	dsn := testenv.NewDatabase(t)
-	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
-	ctx := ctxFor(t, 60*time.Second)
 	const key = "cancelled"
-	ln := newLine(t, ctx, admin, key)
-
-	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second))
-	lk, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.until("the holder takes the named lock", ln.used)
+	dsn, ctx, ln, lk := heldLine(t, key)
 
 	// An hour's backoff: each GET_LOCK of this waiter would wait 1 s, the
 	// longest, if nothing ended it.
