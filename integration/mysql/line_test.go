@@ -202,3 +202,41 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLineNameFollowsTheRow: a lock taken from the line holds the key's
+// named lock on its own session from the moment Lock returns, and gives it
+// up when the lock is lost (here: its row deleted behind its back), so that
+// the next waiter is not held up by a holder that no longer holds the key.
+func TestLineNameFollowsTheRow(t *testing.T) {
+	const key = "lost-from-line"
+	dsn, ctx, ln, lk := heldLine(t, key)
+	w := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(time.Second))
+	got := make(chan locker.Lock, 1)
+	go func() {
+		wl, err := w.Lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wl
+	}()
+	ln.until("the waiter in line", func() bool { return ln.waiting() == 1 })
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wl := <-got
+	if wl == nil {
+		t.FailNow()
+	}
+	if !ln.used() {
+		t.Errorf("the lock taken from the line does not hold the named lock")
+	}
+	if _, err := ln.admin.ExecContext(ctx, "DELETE FROM distribute_task_lock WHERE task_name = ?", key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wl.Done():
+	case <-ctx.Done():
+		t.Fatal("the lock whose row was deleted was never reported lost")
+	}
+	ln.until("a lost lock from the line frees the named lock", func() bool { return !ln.used() })
+}
