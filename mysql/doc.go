@@ -48,29 +48,48 @@
 // time_zone, and two sessions in different zones (or one across a daylight
 // saving change) would disagree about expiry.
 //
-// Waiting: a waiter blocks on a MariaDB/MySQL named lock (GET_LOCK) that the
-// holder's Locker holds while it holds the row and releases right after the
-// release UPDATE; the waiter is woken within a millisecond and tries the
-// table again. The named lock is only a wake-up signal, never a source of
-// truth: when it is missing or wrong (a crashed holder, a broken connection)
-// waiters fall back to polling with backoff, never sleeping past the holder's
-// lock_until. Nor is it ever a reason to wait longer than polling would: each
-// GET_LOCK waits at most the Locker's next backoff step (locker.WithBackoff)
-// and then the waiter tries the table, so a session that holds a key's named
-// lock without holding the key (the names are predictable, and GET_LOCK
-// needs no privilege) delays a hand-off by a backoff step at most. Measured
-// with a USAGE-only account holding the name, on a loaded machine: hand-offs
-// of 0.04–0.50 s at the default backoff (at most 0.5 s), 0.01–0.15 s at a
-// constant 100 ms; with the former fixed 1 s wait 0.14–0.84 s, and before
-// that the holder's whole TTL. MySQL rounds GET_LOCK timeouts to whole
-// seconds: there a wait is 1 s. It costs one pooled connection per Locker
-// while it holds locks (all its named locks share it) and one per waiting
-// Lock call, at most 16 per Locker (a quarter of the pool's MaxOpenConns when
-// set); more waiters poll. A Lock+Unlock shorter than 5 ms sends no
-// named-lock statement at all.
-// [Config.PollOnly] turns it off. Measured on MariaDB 10.11 over loopback:
-// hand-off from Unlock to the waiter's Lock returning 1.3 ms p50 (polling:
-// 10–12 ms).
+// Waiting: waiters of a contended key line up for a MariaDB/MySQL named lock
+// (GET_LOCK), each on a connection of its own; the server queues them in
+// arrival order. The first in line gets the name when the holder lets it go,
+// in its release UPDATE (RELEASE_LOCK is evaluated once the statement holds
+// the row: the woken waiter's UPDATE waits for the row until the release
+// commits), takes the row with one UPDATE and keeps the name while it holds
+// the row: a release wakes exactly the next waiter, nobody polls, and a
+// Locker that locks the key again right after its Unlock lines up behind
+// the others instead of taking the key back (a key counts as
+// contended for a Locker from the moment it found it held until a second
+// after its last acquisition from the line; other keys take the fast path,
+// one UPDATE, whose holder's Locker takes the name 5 ms later, so a
+// Lock+Unlock shorter than that sends no named-lock statement at all). A
+// cancelled wait is killed in the server (KILL QUERY on its own connection)
+// before Lock returns, so the name is never granted to a waiter that gave up.
+//
+// The named lock is only an order and a wake-up signal, never a source of
+// truth: when it is missing or wrong (a crashed holder, a broken connection,
+// a TryLock holder that has not taken it) the first in line finds the row
+// held, gives the name back and lines up again after a polling step, never
+// sleeping past the holder's lock_until. Nor is it ever a reason to wait
+// much longer than polling would: each GET_LOCK waits the Locker's next
+// backoff step (locker.WithBackoff), at least 500 ms so that waiters keep
+// their place in line and at most 1 s, and then the waiter tries the table,
+// so a session that holds a key's named lock without holding the key (the
+// names are predictable, and GET_LOCK needs no privilege) delays a hand-off
+// by about that much. MySQL rounds GET_LOCK timeouts to whole seconds: there
+// a wait is 1 s. It costs one pooled connection per Locker while it holds
+// fast-path locks (all their named locks share it) and one per Lock call
+// waiting in line or holding what it got from the line, at most 16 per
+// Locker (a quarter of the pool's MaxOpenConns when set), returned to the
+// pool after 10 s idle; more waiters poll. [Config.PollOnly] turns it off.
+//
+// Measured on MariaDB 10.11 over loopback, on a 2-core machine at load 6–9,
+// one run of integration/mysql BenchmarkScenarios (the implementations
+// alternate in rounds): clients on one key, hand-offs/s at 4 / 16 / 64
+// clients 1,461 / 1,260 / 1,537, per-client min/max 0.96 / 0.94 / 0.85,
+// wait p99 8 / 30 / 148 ms; the raw poller (the same UPDATE every
+// millisecond) 1,253 / 472 / 74, and the previous wake-ups (every waiter
+// woken to race for the row, polling while the holder had no named lock)
+// 1,377 / 684 / 62, min/max 0.06 at 16 clients, p99 483 ms. Hand-off from
+// Unlock to the waiter's Lock returning: 1.6 ms p50.
 //
 // # Guarantees
 //
@@ -97,8 +116,13 @@
 //   - A waiting Lock rides out database errors (refused or reset
 //     connections, timeouts, a restarting server) until its ctx ends; access
 //     refusals, a missing table and a closed pool end it at once. Waiters
-//     poll and leave nothing in the table: a waiter that crashed holds up
-//     nobody.
+//     leave nothing in the table; the line is the server's queue of
+//     sessions blocked in GET_LOCK, which a waiter leaves when its ctx ends
+//     (killed), its wait times out (1 s at most) or its connection ends: a
+//     waiter that crashed holds up nobody.
+//   - Fair (first come, first served) among the Lockers that found the key
+//     held lately; a Locker whose first attempt finds the key free takes
+//     it, even when others are about to be woken.
 //   - Keys longer than [MaxKeyBytes] (255 bytes, prefix included) are
 //     rejected with locker.ErrInvalidKey naming the limit; hash longer
 //     natural keys. Keys are compared byte by byte: "a", "A" and "a " are
@@ -110,10 +134,18 @@
 //     bytes). Where keys are unbounded (one per order), run [Purge] from
 //     time to time: it deletes the rows idle for a given time, and tokens
 //     keep increasing across it (see Guarantees).
+//   - The release UPDATE of a lock taken from the line calls RELEASE_LOCK:
+//     with binlog_format=STATEMENT the server logs it as unsafe for
+//     statement-based replication (MIXED, MariaDB's default, and ROW,
+//     MySQL's, log the changed row instead).
 //   - Wake-ups need named locks to stay with their session: behind a proxy
 //     that multiplexes connections (ProxySQL), set [Config.PollOnly]. The
 //     Locker reads db's readTimeout from GORM's DSN config: below 2 s,
-//     waiters poll instead of blocking in GET_LOCK.
+//     waiters poll instead of blocking in GET_LOCK. Waiters kill their own
+//     cancelled GET_LOCK with KILL QUERY, which MySQL and MariaDB allow on
+//     an account's own connections; when it is refused, the wait ends at
+//     its timeout (1 s at most) or, on MariaDB, when the connection
+//     closes.
 //   - While a [Guard] transaction is open, it holds the lock row: the
 //     holder's renewal and other Lockers' attempts on that key (even
 //     TryLock) wait for it, up to innodb_lock_wait_timeout (then they count

@@ -174,6 +174,9 @@ type lockState struct {
 	key     string // store key: task_name
 	owner   string
 	version uint64
+	// name is the key's named lock, held on a session of its own until the
+	// release, when the lock was taken through the line of waiters.
+	name *heldName
 }
 
 // sqlDriver implements driver.Driver, driver.BatchRenewer and
@@ -185,6 +188,7 @@ type sqlDriver struct {
 	readTimeout time.Duration
 	logger      *slog.Logger
 	label       string
+	wait        func(attempt int, remaining time.Duration) time.Duration
 
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
@@ -221,6 +225,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
+	d.wait = cfg.Wait
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
 			return err
@@ -255,6 +260,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	}
 	if !d.cfg.PollOnly {
 		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
+		d.notify.releaseSQL = d.sql.releaseNamed
 	}
 	return nil
 }
@@ -279,6 +285,11 @@ func ttlMicros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // affect no row does a third statement read the holder's remaining time.
 func (d *sqlDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, err := d.tryAcquire(ctx, req)
+	if err == nil && d.notify != nil {
+		// The holder goroutine takes the key's named lock, so that a
+		// waiter in line is woken by the release.
+		d.notify.acquired(req.Key, req.Owner)
+	}
 	return g, classify(err)
 }
 
@@ -320,7 +331,6 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 		return driver.Grant{}, fmt.Errorf("read holder: %w", err)
 	}
 	if rem.Valid && rem.Int64 > 0 {
-		d.contended(req.Key)
 		return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 	}
 	// Released (or expired) between our statements: one more try.
@@ -328,26 +338,20 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	if ok || err != nil {
 		return g, err
 	}
-	d.contended(req.Key)
 	return driver.Grant{}, driver.Held(0)
-}
-
-// contended tells the notifier that req.Key is held by another owner.
-func (d *sqlDriver) contended(key string) {
-	if d.notify != nil {
-		d.notify.contended(key)
-	}
 }
 
 // exec runs an acquiring statement. It reports ok when it took the row, and
 // an error only for a failure; a row it did not take is (zero, false, nil).
 func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, stmt *sql.Stmt, args ...any) (driver.Grant, bool, error) {
+	// The row's lock_until counts from the statement, not from the call:
+	// a Lock that waited in Acquire must not lose the time it waited.
+	sent := time.Now()
 	res, err := stmt.ExecContext(ctx, args...)
 	if err != nil {
 		if contended(err) {
 			// Rolled back by a deadlock or a lock wait timeout on the
 			// row: certainly not taken, and someone else is at it.
-			d.contended(req.Key)
 			return driver.Grant{}, false, driver.Held(0)
 		}
 		if !definite(err) {
@@ -365,12 +369,10 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 		d.undoAcquire(ctx, req)
 		return driver.Grant{}, false, fmt.Errorf("%s: no version returned (LAST_INSERT_ID %d): %v", what, id, err)
 	}
-	if d.notify != nil {
-		d.notify.acquired(req.Key, req.Owner)
-	}
 	return driver.Grant{
 		Token:    uint64(id),
 		Validity: req.TTL,
+		Since:    sent,
 		State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: uint64(id)},
 	}, true, nil
 }
@@ -426,13 +428,16 @@ func leaseState(l driver.Lease) lockState {
 // and version still match and the row is RUNNING.
 func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 	s := leaseState(l)
-	if d.notify != nil {
+	// A lock from the line gives its named lock up in the release
+	// statement itself, on its session.
+	res, err, done := s.name.releaseRow(ctx, s)
+	if !done {
+		res, err = d.release.ExecContext(ctx, s.key, s.owner, s.version)
 		// Whatever the outcome, this owner is done with the key (the
 		// engine stops renewing it). The waiters are woken after the
 		// statement returned, so after the row was freed.
-		defer d.notify.released(s.key, s.owner)
+		d.forget(s)
 	}
-	res, err := d.release.ExecContext(ctx, s.key, s.owner, s.version)
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -444,6 +449,17 @@ func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// forget gives up the key's named lock of a lock this driver is done
+// with: its own session's, or the holder goroutine's.
+func (d *sqlDriver) forget(s lockState) {
+	switch {
+	case s.name != nil:
+		s.name.end()
+	case d.notify != nil:
+		d.notify.released(s.key, s.owner)
+	}
 }
 
 // Break implements driver.Breaker (locker.ForceUnlock): FINISH and
@@ -466,7 +482,8 @@ func (d *sqlDriver) Break(ctx context.Context, key string) error {
 }
 
 // Inspect implements driver.Inspector from the key's run record (see
-// [Inspect]); waiters poll, so Waiters is 0.
+// [Inspect]); Waiters is 0: the line of waiters is the server's queue of
+// GET_LOCK calls, which it does not count.
 func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	rows, err := d.db.QueryContext(ctx, d.sql.inspect, key)
 	if err != nil {
@@ -489,6 +506,9 @@ func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 // the database's clock, renewed by nobody; waiters poll until then.
 func (d *sqlDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	s := leaseState(l)
+	// Nobody runs the key any more: the waiters may line up for its
+	// lock_until (they find the row held and poll until then).
+	defer d.forget(s)
 	res, err := d.keep.ExecContext(ctx, max(remaining.Microseconds(), 1), s.key, s.owner, s.version)
 	if err != nil {
 		return fmt.Errorf("keep: %w", err)
@@ -598,11 +618,23 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 			}
 		} else {
 			errs[i] = driver.ErrNotHeld
-			if d.notify != nil {
-				d.notify.released(s.key, s.owner)
-			}
+			d.forgetLater(leaseState(ls[i]))
 		}
 	}
+}
+
+// forgetLater is forget off the caller's goroutine (a renewal must not
+// wait for a named-lock statement).
+func (d *sqlDriver) forgetLater(s lockState) {
+	if s.name == nil {
+		d.forget(s)
+		return
+	}
+	d.notify.wg.Add(1)
+	go func() {
+		defer d.notify.wg.Done()
+		d.forget(s)
+	}()
 }
 
 // liveRows returns which of the rows are held by their owner and version.
@@ -672,18 +704,11 @@ func (d *sqlDriver) stmt(ctx context.Context, cache map[int]*sql.Stmt, n int, te
 	return s, nil
 }
 
-// notifyingDriver is the driver with wake-ups through named locks; without
-// Config.PollOnly, NewWithConfig hands this one to the engine, so that the
-// engine finds driver.Notifier only when it is on.
+// notifyingDriver is the driver with the line of waiters and wake-ups
+// through named locks; without Config.PollOnly, NewWithConfig hands this one
+// to the engine, so that the engine finds driver.Acquirer only when it is
+// on.
 type notifyingDriver struct{ *sqlDriver }
-
-// Subscribe implements driver.Notifier (see notify.go).
-func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if d.notify == nil {
-		return nil, nil, errors.New("notifier not started")
-	}
-	return d.notify.subscribe(ctx, key)
-}
 
 // Close implements driver.Driver: it stops the notifier and closes the
 // prepared statements. The caller's database handle stays open.
@@ -698,7 +723,7 @@ func (d *sqlDriver) Close() error {
 func (d *sqlDriver) closeStatements() {
 	d.mu.Lock()
 	d.closed = true
-	stmts := []*sql.Stmt{d.acquire, d.insert, d.remaining, d.release, d.undo}
+	stmts := []*sql.Stmt{d.acquire, d.insert, d.remaining, d.release, d.undo, d.keep}
 	for _, s := range d.renew {
 		stmts = append(stmts, s)
 	}

@@ -7,7 +7,6 @@ import (
 	sqldriver "database/sql/driver"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -19,33 +18,35 @@ import (
 
 // Wake-ups through named locks.
 //
-// The table is the only source of truth; named locks (GET_LOCK) only tell
-// waiters when to look at it again. While a driver holds rows, one connection
-// of its own (taken from db's pool) holds the named lock of each of those keys
-// (a session may hold many). A waiter's subscription blocks in GET_LOCK on
-// another connection; when the holder's driver releases the named lock, right
-// after the release UPDATE, the waiter gets it, gives it back at once and
-// signals the engine, which runs TryAcquire.
+// The table is the only source of truth; named locks (GET_LOCK) only order
+// and wake the waiters. A Lock that took a contended key through the line
+// of waiters (queue.go) holds the key's named lock on its own session until
+// it releases the row. A lock taken by the fast path (one UPDATE) gets its
+// name from the holder goroutine: one connection of the driver's own (taken
+// from db's pool) holds the named lock of each of those keys (a session may
+// hold many), from takeDelay after the acquisition. Either way the name is
+// released right after the release UPDATE, and the first waiter blocked in
+// GET_LOCK gets it and takes the row.
 //
 // Every way this can go wrong costs latency, never exclusion:
 //   - a spurious wake-up (the holder crashed: its session ended and freed the
-//     name) makes the engine try the table, which answers Held(remaining);
+//     name) makes the waiter try the table, which answers Held(remaining);
 //   - a missed one (the holder has not taken the name yet, or its connection
-//     broke) is covered because a subscription that finds the name free
-//     signals at a backoff (5 ms doubling to 500 ms, the polling floor) and
-//     the engine never waits past the holder's remaining lock_until;
+//     broke) is covered because a waiter that gets the name while the row is
+//     held gives it back and lines up again after a step (5 ms doubling to
+//     500 ms, the polling floor), never past the holder's lock_until;
 //   - a name held by a session that is no holder (names are predictable and
 //     GET_LOCK needs no privilege: any account can take one) costs a waiter
-//     no more than polling would: each GET_LOCK waits at most the Locker's
-//     next backoff step (locker.WithBackoff) and signals when it times out,
-//     so the waiter tries the table at the pace a polling waiter would.
-//     MariaDB (10.1.2+) takes fractional timeouts; MySQL rounds them to
-//     whole seconds, so there a wait is at least waitSeconds.
+//     no more than a slow poll: each GET_LOCK waits the Locker's next backoff
+//     step, at least minLineWait and at most waitSeconds, and the waiter then
+//     tries the table. MariaDB (10.1.2+) takes fractional timeouts; MySQL
+//     rounds them to whole seconds, so there a wait is waitSeconds.
 //
-// Resources are bounded: one connection per Locker for all the names it
-// holds, returned to the pool after 10 s without any, and at most
-// maxWaitConns connections blocked in GET_LOCK per Locker (a quarter of the
-// pool's MaxOpenConns when that is set); further waiters poll.
+// Resources are bounded: one connection per Locker for all the names of its
+// fast-path locks, returned to the pool after 10 s without any, and at most
+// maxSessions sessions per Locker for the waiters in line and the locks they
+// took (a quarter of the pool's MaxOpenConns when that is set), returned to
+// the pool after 10 s idle; further waiters poll.
 const (
 	// takeDelay is how long after an acquisition the holder takes its
 	// named lock: a Lock+Unlock faster than that sends no named-lock
@@ -56,20 +57,17 @@ const (
 	// session has not let it go yet).
 	takeRetryMax = 500 * time.Millisecond
 	// waitSeconds is the longest GET_LOCK timeout of a waiter, in seconds
-	// (the shortest on a server without fractional timeouts): it blocks
-	// that long at most, then signals and checks again.
+	// (the only one on a server without fractional timeouts): it blocks
+	// that long at most, then checks the table and lines up again.
 	waitSeconds = 1
 	// connRetryMin is the first delay before the holder goroutine asks the
 	// pool for a connection again.
 	connRetryMin = locker.DefaultBackoffMin
-	// grace is how long a subscription waits after a wake-up before
-	// blocking again, so that a successful acquisition cancels it between
-	// statements rather than in one (which costs the connection).
-	grace = 10 * time.Millisecond
-	// maxWaitConns bounds the connections blocked in GET_LOCK per Locker.
-	maxWaitConns = 16
-	// holderIdle is how long the holder's connection stays out of the pool
-	// without any named lock.
+	// maxSessions bounds the sessions (connections waiting in line or
+	// holding a name) per Locker.
+	maxSessions = 16
+	// holderIdle is how long the holder's connection, or an idle session,
+	// stays out of the pool without any named lock.
 	holderIdle = 10 * time.Second
 	// lockBatch is the most names taken or released by one statement.
 	lockBatch = 256
@@ -85,22 +83,26 @@ type notifier struct {
 	blocking bool          // waiters may block in GET_LOCK
 	// fractional reports that GET_LOCK takes fractional timeouts
 	// (MariaDB); MySQL rounds them to whole seconds.
-	fractional bool
-	backoff    func(attempt int) time.Duration // the Locker's
-	freePoll   func(attempt int) time.Duration // locker.DefaultBackoff
-	logger     *slog.Logger
-	slots      chan struct{} // connections blocked in GET_LOCK
+	fractional  bool
+	backoff     func(attempt int) time.Duration // the Locker's
+	freePoll    func(attempt int) time.Duration // locker.DefaultBackoff
+	logger      *slog.Logger
+	maxSessions int
+	releaseSQL  string // statements.releaseNamed
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	poke   chan struct{}
 
-	mu     sync.Mutex
-	closed bool
-	want   map[string]*wanted                    // by name: the locks this driver holds
-	subs   map[string]map[*subscription]struct{} // by store key
-	wakeAt time.Time                             // when the holder goroutine wakes up next; zero while it works
+	mu        sync.Mutex
+	closed    bool
+	want      map[string]*wanted // by name: the fast-path locks this driver holds
+	wakeAt    time.Time          // when the holder goroutine wakes up next; zero while it works
+	hot       map[string]time.Time
+	sessions  map[*session]struct{} // every open session
+	idle      []*session
+	idleTimer *time.Timer
 }
 
 // wanted is a lock this driver holds, whose name the holder goroutine takes.
@@ -112,9 +114,9 @@ type wanted struct {
 }
 
 func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Duration, backoff func(int) time.Duration, logger *slog.Logger) *notifier {
-	slots := maxWaitConns
+	sessions := maxSessions
 	if m := db.Stats().MaxOpenConnections; m > 0 {
-		slots = min(slots, m/4)
+		sessions = min(sessions, m/4)
 	}
 	if backoff == nil {
 		backoff = locker.DefaultBackoff()
@@ -124,16 +126,17 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		salt: srv.database + "\x00" + table + "\x00",
 		ttl:  ttl,
 		// A blocked GET_LOCK must answer well within the read timeout.
-		blocking:   readTimeout == 0 || readTimeout >= waitSeconds*time.Second+time.Second,
-		fractional: srv.mariaDB,
-		backoff:    backoff,
-		freePoll:   locker.DefaultBackoff(),
-		logger:     logger,
-		slots:      make(chan struct{}, max(slots, 1)),
-		poke:       make(chan struct{}, 1),
-		want:       make(map[string]*wanted),
-		subs:       make(map[string]map[*subscription]struct{}),
-		wakeAt:     farAway(),
+		blocking:    readTimeout == 0 || readTimeout >= waitSeconds*time.Second+time.Second,
+		fractional:  srv.mariaDB,
+		backoff:     backoff,
+		freePoll:    locker.DefaultBackoff(),
+		logger:      logger,
+		maxSessions: max(sessions, 1),
+		poke:        make(chan struct{}, 1),
+		want:        make(map[string]*wanted),
+		wakeAt:      farAway(),
+		hot:         make(map[string]time.Time),
+		sessions:    make(map[*session]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Add(1)
@@ -435,202 +438,6 @@ func (h *holderConn) release(names []string) {
 	}
 }
 
-// subscription is a waiter's subscription to the releases of one key. It
-// does nothing until armed: the engine subscribes before every attempt of a
-// waiting Lock, and most attempts succeed at once, so the named-lock wait
-// starts only once TryAcquire found the key held.
-type subscription struct {
-	n       *notifier
-	key     string
-	ch      chan struct{}
-	ctx     context.Context
-	started bool          // guarded by n.mu
-	done    chan struct{} // closed when the goroutine, if started, ended
-}
-
-// subscribe registers a subscription to the releases of key.
-func (n *notifier) subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	sctx, cancel := context.WithCancel(n.ctx)
-	stop := context.AfterFunc(ctx, cancel)
-	s := &subscription{n: n, key: key, ch: make(chan struct{}), ctx: sctx, done: make(chan struct{})}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		stop()
-		cancel()
-		return nil, nil, errors.New("driver closed")
-	}
-	set := n.subs[key]
-	if set == nil {
-		set = map[*subscription]struct{}{}
-		n.subs[key] = set
-	}
-	set[s] = struct{}{}
-	n.mu.Unlock()
-	return s.ch, func() {
-		stop()
-		cancel()
-		n.mu.Lock()
-		delete(set, s)
-		if len(n.subs[key]) == 0 {
-			delete(n.subs, key)
-		}
-		started := s.started
-		n.mu.Unlock()
-		if started {
-			<-s.done
-		}
-	}, nil
-}
-
-// contended arms the subscriptions to key: TryAcquire found it held.
-func (n *notifier) contended(key string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return
-	}
-	for s := range n.subs[key] {
-		if s.started || s.ctx.Err() != nil {
-			continue
-		}
-		s.started = true
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			defer close(s.done)
-			n.watch(s.ctx, n.name(s.key), s.ch)
-		}()
-	}
-}
-
-// watch feeds ch until ctx ends: after each release of the name, and at a
-// backoff while the name is free (nobody would announce a release) or no
-// connection can block for it.
-func (n *notifier) watch(ctx context.Context, name string, ch chan<- struct{}) {
-	var conn *sql.Conn
-	if n.blocking {
-		select {
-		case n.slots <- struct{}{}:
-			defer func() { <-n.slots }()
-			c, err := n.db.Conn(ctx)
-			if err == nil {
-				conn = c
-				defer func() {
-					if conn != nil {
-						_ = conn.Close()
-					}
-				}()
-			}
-		default:
-		}
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	sleep := func(d time.Duration) bool {
-		timer.Reset(d)
-		select {
-		case <-timer.C:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	deliver := func() bool {
-		select {
-		case ch <- struct{}{}:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	// attempt counts the GET_LOCK waits that timed out: each waits the
-	// Locker's next backoff step, as a polling wait would.
-	attempt := 0
-	// free counts the answers in a row that found the name free. The
-	// first after a Held answer or a release means the holder released
-	// already (or has not taken the name yet): try at once.
-	free := 0
-	for {
-		if ctx.Err() != nil {
-			return
-		}
-		if conn != nil {
-			wait := n.waitTimeout(n.backoff(attempt))
-			began := time.Now()
-			var r sql.NullInt64
-			err := conn.QueryRowContext(ctx, waitSQL(name, wait)).Scan(&r)
-			if ctx.Err() != nil {
-				return
-			}
-			switch {
-			case err != nil || !r.Valid || r.Int64 < -1 || r.Int64 > 1:
-				n.logger.Debug("locker: mysql: wake-up wait failed; polling", "err", err)
-				discard(conn)
-				_ = conn.Close()
-				conn = nil
-			case r.Int64 == 1: // released by its holder
-				if !deliver() || !sleep(grace) {
-					return
-				}
-				free = 0
-				continue
-			case r.Int64 == 0:
-				// Still held after the wait: by the holder of a long
-				// section, or by a session that is no holder at all
-				// (the names are predictable, and GET_LOCK needs no
-				// privilege). Either way the table decides: a wake-up
-				// now, after at most the backoff step, makes such a
-				// session cost no more than polling would, instead of
-				// the holder's whole TTL. A server that rounded the
-				// timeout down answered early: wait out the step.
-				attempt++
-				if rest := wait - time.Since(began); rest > 0 && !sleep(rest) {
-					return
-				}
-				if !deliver() {
-					return
-				}
-				// Held until now: found free next, it was released.
-				free = 0
-				continue
-			}
-			// -1: the name is free; poll below.
-		}
-		if free > 0 {
-			// Free again: nobody will announce a release (the holder
-			// may not have taken the name yet). Poll at the Locker's
-			// backoff, never slower than the default one.
-			step := min(n.backoff(free-1), n.freePoll(free-1))
-			if !sleep(jitter(step)) {
-				return
-			}
-		}
-		free++
-		if !deliver() {
-			return
-		}
-	}
-}
-
-// waitTimeout is how long a waiter's GET_LOCK blocks before it signals
-// anyway: the Locker's backoff step, at most waitSeconds. A server without
-// fractional timeouts (MySQL) blocks waitSeconds.
-func (n *notifier) waitTimeout(step time.Duration) time.Duration {
-	if !n.fractional {
-		return waitSeconds * time.Second
-	}
-	return min(max(step, time.Millisecond), waitSeconds*time.Second)
-}
-
-// waitSQL is the statement of a waiter: -1 when the name is free (nobody
-// would announce a release), 1 when it was released within wait (and taken
-// and given back at once), 0 when it was still held after wait.
-func waitSQL(name string, wait time.Duration) string {
-	return fmt.Sprintf("SELECT CASE WHEN IS_FREE_LOCK('%[1]s') = 1 THEN -1 WHEN GET_LOCK('%[1]s', %.3[2]f) = 1 THEN RELEASE_LOCK('%[1]s') ELSE 0 END",
-		name, wait.Seconds())
-}
-
 // jitter returns a duration in [d/2, d].
 func jitter(d time.Duration) time.Duration {
 	if d <= 1 {
@@ -643,9 +450,26 @@ func jitter(d time.Duration) time.Duration {
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
+	if n.idleTimer != nil {
+		n.idleTimer.Stop()
+	}
+	idle := make(map[*session]bool, len(n.idle))
+	for _, s := range n.idle {
+		idle[s] = true
+	}
+	n.idle = nil
+	open := make([]*session, 0, len(n.sessions))
+	for s := range n.sessions {
+		open = append(open, s)
+	}
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
+	// No call runs any more: a session still open is idle, or holds the
+	// name of a lock whose release failed; ending that one frees the name.
+	for _, s := range open {
+		n.dropSession(s, !idle[s])
+	}
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -44,6 +44,11 @@ type statements struct {
 	remaining string
 	// release gives the row up. Args: key, owner, version.
 	release string
+	// releaseNamed is release, also giving up the key's named lock held by
+	// the session that runs it, while the statement holds the row: a
+	// waiter woken by it waits for the row until the statement commits.
+	// Args: name, key, owner, version.
+	releaseNamed string
 	// undo gives up a row this owner may hold after an acquisition whose
 	// outcome is unknown. Args: key, owner.
 	undo string
@@ -90,6 +95,9 @@ func newStatements(table string) statements {
 			" FROM " + t + " WHERE task_name = ?",
 		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
+		releaseNamed: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+			", update_time = IF(RELEASE_LOCK(?) IS NULL, " + dbNow + ", " + dbNow + ")" +
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
 		keep: "UPDATE " + t + " SET finish_time = " + dbNow + ", lock_until = " + untilExpr + ", update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",
