@@ -1222,3 +1222,104 @@ func TestFastAndSlowPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestUnfairWakeGap: an unfair release does not wake the first waiter again
+// while an earlier release's wake-up of it is recent (the " woke" field of
+// the waiters hash, until then), but does wake a new first waiter at once,
+// and the same one again once the gap is over.
+func TestUnfairWakeGap(t *testing.T) {
+	t.Parallel()
+	r := newScriptRunner(t, map[string]string{"B": "LB", "C": "LC"}, true)
+	ctx, c, key := r.ctx, r.c, r.key
+	subs := lockerChannels(t, ctx, c, key, "LB", "LC")
+	wk := name(kindWaiters, key)
+	r.acquire("A", "0")
+	r.acquire("B", "1")
+	r.acquire("C", "1")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
+	rec := strings.Fields(c.HGet(ctx, wk, " woke").Val())
+	if len(rec) != 2 || rec[1] != "B" {
+		t.Fatalf("after waking B: woke = %q; want <until> B", rec)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := func() { c.HSet(ctx, wk, " woke", fmt.Sprintf("%d B", now.Add(time.Hour).UnixMicro())) }
+	soon() // B's wake-up is recent, whatever the time the calls took
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "", "LC": ""})
+	c.HSet(ctx, wk, " woke", "1 B") // the gap is over
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
+	soon()
+	r.release("B", "1") // B leaves: C is first, never woken
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "", "LC": "free"})
+}
+
+// TestUnfairWokenWaiterRetries: a waiter woken in vain (an unfair Locker
+// barged in and took the key first) tries again after wakeGap by itself, so
+// that a release it was not told of (within the gap) does not leave it
+// asleep until its refresh (20 s with a TTL of 60 s; the test allows 5 s).
+func TestUnfairWokenWaiterRetries(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	open := func() locker.Locker {
+		l, err := Config{Unfair: true}.New(newClient(t, addr), locker.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	a, b := open(), open()
+	key := uniqueKey(t)
+	ctx := ctxFor(t, time.Minute)
+	for round := range 50 {
+		la, err := a.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			lb, err := b.Lock(wctx, key)
+			if err == nil {
+				err = lb.Unlock(ctx)
+			}
+			got <- err
+		}()
+		for !waiting(t, ctx, a, key) {
+			time.Sleep(time.Millisecond)
+		}
+		// Release (waking B), barge in again before B's attempt, and
+		// release within the wake gap: B is not told of that one.
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if la, err = a.TryLock(ctx, key); err == nil {
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the waiter did not get the free key: %v", round, err)
+		}
+	}
+}
+
+// waiting reports whether a Lock waits in the queue of key.
+func waiting(t *testing.T, ctx context.Context, l locker.Locker, key string) bool {
+	t.Helper()
+	st, err := locker.Inspect(ctx, l, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Waiters > 0
+}
