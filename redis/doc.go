@@ -78,18 +78,25 @@
 //
 // Measured on one key (integration/redis BenchmarkScenarios: clients each
 // with a Locker of their own, Lock → read-modify-write → Unlock, all
-// implementations in one run on a shared 2-core VM under load 4–5), at 4 /
-// 16 / 64 clients, hand-offs per second against bsm/redislock (retrying
+// implementations in one run on a shared 2-core VM under load 1.5–3.5), at
+// 4 / 16 / 64 clients, hand-offs per second against bsm/redislock (retrying
 // every millisecond):
 //
-//   - fair: 0.46× / 0.67× / 1.87×, every client within 0.99 of the others'
-//     count, wait p99 2–41 ms; 64 clients 0.77× the 4-client figure;
-//   - unfair: 0.59× / 1.09× / 2.9×, per-client counts within 0.32–0.79 of
-//     each other, wait p99 10–176 ms; 64 clients 0.93× the 4-client figure.
+//   - fair: 0.56× / 0.71× / 2.4× (4,064 / 3,696 / 3,186), every client
+//     within 0.98 of the others' count, wait p99 2–40 ms; 64 clients 0.78×
+//     the 4-client figure;
+//   - unfair: 0.74× / 1.01× / 3.5× (5,310 / 5,250 / 4,665), per-client
+//     counts within 0.24–0.94 of each other, wait p99 8–162 ms; 64 clients
+//     0.88× the 4-client figure. The wake gap raised it by about a quarter
+//     (alternating runs of both builds, 4 clients: medians 3,608 and 4,595).
 //
 // Both cost the same Redis work per hand-off at 4 and at 64 clients (fair:
-// 3.0 script calls, 2.0 messages, 26 commands; unfair: 2.4, 0.4 and 21),
-// so what varies between runs is the machine's load, not the queue. Fair
+// 3.0 script calls, 2.0 messages, 26 commands; unfair: 2.4, 0.4 and 21):
+// nothing scans the queue or wakes more than one Locker. What still falls
+// at 64 clients (0.6–0.9× across runs, with the machine's load) is on the
+// clients' side: 64 Lockers, each with two connections, take turns on two
+// shared cores, and the client process's CPU time per hand-off was 15–25%
+// higher than with 4. Fair
 // stays the default: its order and bounded waits are what a lock owes every
 // caller, and its cost is one confirmation round trip per hand-off (the
 // waiter named by a hand-over confirms it in Redis, so that a forged
