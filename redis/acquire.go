@@ -14,6 +14,13 @@ import (
 // intervals counts as gone) and catches a hand-over whose message it missed.
 func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*time.Millisecond) }
 
+// wakeGap is how long after an unfair release woke a waiter ("free") the
+// next unfair releases of the key do not wake it again (wake_gap_us in
+// lib.lua): a waiter woken in vain, the key taken by a Locker that barged
+// in first, tries again by itself after wakeGap, so that a release in that
+// gap is not missed.
+const wakeGap = time.Millisecond
+
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
@@ -30,6 +37,12 @@ func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*tim
 // long the claim lasts, try again then. So a release wakes one waiter, which
 // pays one round trip to confirm, and a dead waiter holds up the key for the
 // claim window, not for a TTL.
+//
+// In unfair mode a release frees the key and wakes the first waiter
+// ("free"), but not again within wakeGap of its last wake-up: a waiter woken
+// in vain (a Locker barged in first) tries again after wakeGap by itself,
+// which bounds its attempts on a hot key to about two per wakeGap instead
+// of one per hand-off.
 //
 // Between messages the waiter makes an attempt every refreshInterval, or when
 // the holder's remaining time runs out if that comes first (a crashed holder
@@ -66,6 +79,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
 	var seq uint64
+	woken := false // the last pause ended with a wake-up from the notifier
 	var timer *time.Timer
 	var wakeAt time.Time // when timer fires
 	defer func() {
@@ -103,7 +117,13 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 				wait = remaining + time.Millisecond
 			}
 			wait -= rand.N(wait/4 + 1) // spread the waiters' attempts
+			if woken && wait > wakeGap {
+				// Woken in vain: releases in the next wakeGap may
+				// not wake this waiter again.
+				wait = wakeGap + rand.N(wakeGap/4+1)
+			}
 		}
+		woken = false
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
@@ -127,6 +147,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 				}
 				sleeping = true
 			case <-wake:
+				woken = true
 			case <-timer.C:
 			case <-ctx.Done():
 				return driver.Grant{}, d.leave(ctx, req, ctx.Err())

@@ -18,7 +18,8 @@ import (
 //	lock     locker:{s}        string "<owner> <token> <label>", PX = TTL
 //	fence    locker:{s}:fence  string, the last fencing token
 //	queue    locker:{s}:q      sorted set of waiting owners, by arrival
-//	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <label>"
+//	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <lid> <label>",
+//	                           and " woke" -> "<until> <owner>" (unfair mode)
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>
@@ -68,7 +69,7 @@ type Keys struct {
 	Lock    string // string "<owner> <token> <label>", PX = TTL
 	Fence   string // string, the last fencing token
 	Queue   string // sorted set of waiting owners, by arrival
-	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>"
+	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>", and " woke" -> "<until> <owner>"
 	// Channel is the pub/sub channel of releases; hand-overs go to
 	// Channel + ":" + the id of the waiter's Locker (16 hex digits).
 	Channel string

@@ -12,7 +12,10 @@
 --                   the waiter counts as gone after deadline (server ms);
 --                   seq numbers its last attempt; ttl (ms) and label are
 --                   those of its lock once it is handed over; lid names its
---                   Locker, whose channel is the key's channel .. ':' .. lid
+--                   Locker, whose channel is the key's channel .. ':' .. lid.
+--                   Also the field " woke" (a space: never an owner) ->
+--                   "<until> <owner>": an unfair release woke owner, and
+--                   wakes it no more before until (server µs)
 --
 -- Every name carries the same Cluster hash tag.
 
@@ -120,4 +123,26 @@ local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
       publish(channel .. ':' .. nlid, 'claim ' .. claim)
     end
   end
+end
+
+-- wake_gap_us is how long after an unfair release woke a waiter the next
+-- unfair releases do not wake it again (wakeGap in acquire.go: the waiter
+-- tries again by itself after that long). A hot key changes hands many
+-- times per millisecond between Lockers that loop, each of which barges in
+-- before the waiter woken: waking it at every release would cost it one
+-- failed attempt per hand-off, the most of an unfair hand-off's work.
+local wake_gap_us = 1000
+
+-- wake_due reports whether an unfair release may wake waiter h now, and if
+-- so records the wake-up: h was not woken within wake_gap_us.
+local function wake_due(now, h)
+  local rec = redis.call('HGET', KEYS[4], ' woke')
+  if rec then
+    local untl, who = string.match(rec, '^(%d+) (%S+)$')
+    if who == h and tonumber(untl) > now then
+      return false
+    end
+  end
+  redis.call('HSET', KEYS[4], ' woke', string.format('%d', now + wake_gap_us) .. ' ' .. h)
+  return true
 end

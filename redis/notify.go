@@ -76,6 +76,10 @@ type notifier struct {
 	byChan   map[string]*subscription // the issued ones, by channel
 	dirty    map[string]struct{}      // store keys the writer must look at
 	idle     map[string]struct{}      // store keys subscribed without waiters
+	// lingering is set while the writer's timer is due for an idle
+	// subscription: a waiter leaving then needs no writer pass (its
+	// linger ends after the timer's, whose pass looks at every idle key).
+	lingering bool
 
 	poke     chan struct{} // wakes the writer
 	stop     chan struct{} // closed by close or disable
@@ -212,7 +216,12 @@ func (n *notifier) leave(key string, s *subscription, w *waiter) {
 	}
 	s.idle = time.Now()
 	n.idle[key] = struct{}{}
-	n.markLocked(key)
+	if !n.lingering {
+		// Otherwise the writer's pass at its timer finds key: no wake-up
+		// of the writer for each Lock of a contended key.
+		n.lingering = true
+		n.markLocked(key)
+	}
 }
 
 // dropLocked forgets s, the subscription of key. n.mu must be held.
@@ -343,6 +352,7 @@ func (n *notifier) write() {
 				unsub = append(unsub, s.channel)
 			}
 		}
+		n.lingering = next >= 0
 		n.mu.Unlock()
 		if next >= 0 {
 			timer.Reset(next)

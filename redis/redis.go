@@ -110,7 +110,9 @@ type Config struct {
 
 	// Unfair makes the Locker's locks barging instead of first come, first
 	// served: a release frees the key and wakes only the first waiter (one
-	// message, to its Locker), and a free key goes to whoever asks first,
+	// message, to its Locker; not again within a millisecond of waking
+	// it: it tries again by itself then), and a free key goes to whoever
+	// asks first,
 	// a waiter woken or a Locker just asking (the one that released it,
 	// looping, often). A hot key then changes hands without a wake-up on
 	// the critical path, at the price of order: a waiter may be overtaken

@@ -1139,3 +1139,187 @@ func expectMessages(t *testing.T, ctx context.Context, subs map[string]*goredis.
 		}
 	}
 }
+
+// TestFastAndSlowPaths: the scripts' fast paths (a free key nobody waits
+// for: taken without queue bookkeeping; released with nobody waiting:
+// deleted) and their slow paths (queue, hand-over, barging) hand out
+// fencing tokens that only go up, whichever path follows which, even with
+// a fence ahead of the server's clock (a clock that stepped back); and a
+// free key that has a live waiter never goes to a newcomer in fair mode,
+// while in unfair mode it does.
+func TestFastAndSlowPaths(t *testing.T) {
+	t.Parallel()
+	for _, unfair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unfair=%v", unfair), func(t *testing.T) {
+			r := newScriptRunner(t, nil, unfair)
+			var last int64
+			up := func(what string, tok int64) {
+				t.Helper()
+				if tok <= last {
+					t.Fatalf("%s: token %d; want above the last one, %d", what, tok, last)
+				}
+				last = tok
+			}
+			up("fast acquire", r.acquire("A", "1"))
+			if r.acquire("B", "1") >= 0 {
+				t.Fatal("B was not queued behind A")
+			}
+			r.release("A", "0") // slow: B waits
+			if unfair {
+				if r.holder() != "" {
+					t.Fatalf("unfair release left the key to %q; want it free", r.holder())
+				}
+				up("barging acquire", r.acquire("N", "1")) // slow: the queue exists
+				if r.holder() != "N" || !slices.Equal(r.queued(), []string{"B"}) {
+					t.Fatalf("unfair: holder %q, queue %v; want the newcomer N, B still queued", r.holder(), r.queued())
+				}
+				r.release("N", "0")
+			}
+			up("hand-over confirmed", r.acquire("B", "2"))
+			if r.holder() != "B" || len(r.queued()) != 0 {
+				t.Fatalf("holder %q, queue %v; want B, nobody queued", r.holder(), r.queued())
+			}
+			if n := r.release("B", "0"); n != 1 || r.holder() != "" {
+				t.Fatalf("fast release = %d, holder %q; want 1 and the key free", n, r.holder())
+			}
+			up("fast acquire after a slow path", r.acquire("C", "1"))
+
+			// A fence ahead of the clock: both paths go above it.
+			ahead := last + int64(time.Hour/time.Microsecond)
+			r.c.Set(r.ctx, fenceKey(r.key), ahead, time.Minute)
+			r.release("C", "0")
+			up("fast acquire, fence ahead", r.acquire("D", "1"))
+			if last != ahead+1 {
+				t.Errorf("fast acquire with the fence at %d = %d; want %d", ahead, last, ahead+1)
+			}
+			r.acquire("E", "1")
+			r.release("D", "0")
+			up("slow acquire, fence ahead", r.acquire("E", "2"))
+
+			// A free key (its holder's lock expired) with a live waiter:
+			// fair hands it to the waiter, whatever the newcomer's attempt.
+			r.release("E", "0")
+			for _, seq := range []string{"0", "1"} {
+				up("holder", r.acquire("H"+seq, "1"))
+				r.acquire("F", "1")
+				r.c.Del(r.ctx, lockKey(r.key))
+				tok := r.acquire("N"+seq, seq)
+				switch {
+				case unfair && tok <= 0:
+					t.Errorf("unfair: newcomer's attempt (seq %s) on a free key = %d; want it taken", seq, tok)
+				case unfair:
+					up("newcomer in unfair mode", tok)
+					r.release("N"+seq, "0")
+				case tok > 0 || r.holder() != "F":
+					t.Errorf("fair: newcomer's attempt (seq %s) on a free key with F waiting = %d, holder %q; want F handed the key", seq, tok, r.holder())
+				default:
+					up("hand-over to the waiter", r.acquire("F", "2"))
+				}
+				r.c.Del(r.ctx, lockKey(r.key))
+				r.release("N"+seq, "1")
+				r.release("F", "1")
+			}
+		})
+	}
+}
+
+// TestUnfairWakeGap: an unfair release does not wake the first waiter again
+// while an earlier release's wake-up of it is recent (the " woke" field of
+// the waiters hash, until then), but does wake a new first waiter at once,
+// and the same one again once the gap is over.
+func TestUnfairWakeGap(t *testing.T) {
+	t.Parallel()
+	r := newScriptRunner(t, map[string]string{"B": "LB", "C": "LC"}, true)
+	ctx, c, key := r.ctx, r.c, r.key
+	subs := lockerChannels(t, ctx, c, key, "LB", "LC")
+	wk := name(kindWaiters, key)
+	r.acquire("A", "0")
+	r.acquire("B", "1")
+	r.acquire("C", "1")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
+	rec := strings.Fields(c.HGet(ctx, wk, " woke").Val())
+	if len(rec) != 2 || rec[1] != "B" {
+		t.Fatalf("after waking B: woke = %q; want <until> B", rec)
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := func() { c.HSet(ctx, wk, " woke", fmt.Sprintf("%d B", now.Add(time.Hour).UnixMicro())) }
+	soon() // B's wake-up is recent, whatever the time the calls took
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "", "LC": ""})
+	c.HSet(ctx, wk, " woke", "1 B") // the gap is over
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
+	soon()
+	r.release("B", "1") // B leaves: C is first, never woken
+	r.acquire("A", "0")
+	r.release("A", "0")
+	expectMessages(t, ctx, subs, map[string]string{"LB": "", "LC": "free"})
+}
+
+// TestUnfairWokenWaiterRetries: a waiter woken in vain (an unfair Locker
+// barged in and took the key first) tries again after wakeGap by itself, so
+// that a release it was not told of (within the gap) does not leave it
+// asleep until its refresh (20 s with a TTL of 60 s; the test allows 5 s).
+func TestUnfairWokenWaiterRetries(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	open := func() locker.Locker {
+		l, err := Config{Unfair: true}.New(newClient(t, addr), locker.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	a, b := open(), open()
+	key := uniqueKey(t)
+	ctx := ctxFor(t, time.Minute)
+	for round := range 50 {
+		la, err := a.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			lb, err := b.Lock(wctx, key)
+			if err == nil {
+				err = lb.Unlock(ctx)
+			}
+			got <- err
+		}()
+		for !waiting(t, ctx, a, key) {
+			time.Sleep(time.Millisecond)
+		}
+		// Release (waking B), barge in again before B's attempt, and
+		// release within the wake gap: B is not told of that one.
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if la, err = a.TryLock(ctx, key); err == nil {
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the waiter did not get the free key: %v", round, err)
+		}
+	}
+}
+
+// waiting reports whether a Lock waits in the queue of key.
+func waiting(t *testing.T, ctx context.Context, l locker.Locker, key string) bool {
+	t.Helper()
+	st, err := locker.Inspect(ctx, l, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Waiters > 0
+}

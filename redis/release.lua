@@ -10,7 +10,9 @@
 -- ARGV[4]  leave      "1": remove the owner from the queue first;
 --                      "force": release whoever owns it (owner is ignored)
 -- ARGV[5]  unfair     "1": free the key and wake the first live waiter's
---                     Locker ("free"), whoever takes it; "0": hand it over
+--                     Locker ("free"), whoever takes it, unless that
+--                     waiter was woken less than wake_gap_us ago (lib.lua);
+--                     "0": hand it over
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 2 when it was
@@ -42,7 +44,7 @@ do
   local h, seq, ttl, lid, label = head(now)
   if ARGV[5] == '1' then
     redis.call('DEL', KEYS[1])
-    if h and ARGV[2] ~= '' then
+    if h and ARGV[2] ~= '' and wake_due(now, h) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
   elseif h then
