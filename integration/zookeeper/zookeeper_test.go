@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -219,10 +218,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 	}
 	// Give the last waiter time to set its watch.
 	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
-	queue := e.children(t, key)
-	slices.SortFunc(queue, func(a, b string) int {
-		return strings.Compare(a[strings.LastIndex(a, "-"):], b[strings.LastIndex(b, "-"):])
-	})
+	queue := sortedQueue(t, e, key)
 	var watched map[string]int
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		var err error
