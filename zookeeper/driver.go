@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -528,26 +529,32 @@ func (d *zkDriver) ownerOf(ctx context.Context, p string) (int64, error) {
 // moment after which the session was alive, for the grant's validity, and
 // whether it waited for another node to go.
 //
-// Each round lists the queue and watches only the node just before ours.
-// A hand-off costs no more round trips than the plain recipe's, and often
-// fewer:
+// Each round lists the queue and watches the node just before ours (pred)
+// and the one before that (pp): a deletion wakes at most two waiters, never
+// the whole queue. A hand-off costs one message from the server, with no
+// round trip after it:
 //
-//   - Proof of life: the create was a write, which the leader accepts only
-//     while the session lives, so its send time (sent) is such a moment.
-//     While that proof is fresh (younger than a quarter of the validity, so
-//     that the grant leaves the engine its whole renewal schedule) a round
-//     needs no other; a round after a longer wait syncs with the leader,
-//     sent with the list in the same round trip: a sync the leader answers
-//     proves the session alive after it was sent. A list from any server,
-//     however far behind the leader, that shows no node before ours shows
-//     the leader none either (nodes before ours are only ever deleted;
-//     sequence numbers only grow), so the list needs not wait for the sync.
-//   - When the node we watch was the first of the queue when we listed it,
-//     no other node is ahead of ours (later nodes get higher sequence
-//     numbers): its deletion makes ours first, and the lock is ours when
-//     the event arrives, without listing the queue again. Only a fresh
-//     proof of life allows it; otherwise the round lists the queue again,
-//     with a sync.
+//   - When pred was first in line in our last listing, no other node is
+//     ahead of ours (later nodes get higher sequence numbers; a listing,
+//     from any server, shows every node before ours that still exists, as
+//     it comes after our create in the session's order): its deletion
+//     makes ours first, and the lock is ours when the event arrives.
+//   - When pp goes, we list the queue again, while pred, now usually the
+//     holder, still holds: so by the time pred goes we know it was first,
+//     and the first case applies. A deletion of pred while pp was there
+//     (pred gave up) also makes us list again.
+//
+// Proof of life: the create was a write, which the leader accepts only
+// while the session lives, so its send time (sent) is such a moment. While
+// that proof is fresh (younger than a quarter of the validity, so that the
+// grant leaves the engine its whole renewal schedule) a round needs no
+// other, and only a fresh proof lets a deletion event grant the lock. A
+// round after a longer wait syncs with the leader, sent with the list in
+// the same round trip: a sync the leader answers proves the session alive
+// after it was sent. A list from any server, however far behind the
+// leader, that shows no node before ours shows the leader none either
+// (nodes before ours are only ever deleted), so the list needs not wait for
+// the sync.
 func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
@@ -555,6 +562,9 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		return time.Time{}, false, fmt.Errorf("zookeeper: unexpected lock node name %q", name)
 	}
 	since = sent
+	// The watches set and not fired yet, by node name: a node watched in
+	// one round and still there in the next is not watched again.
+	watches := map[string]<-chan zk.Event{}
 	for {
 		var synced <-chan result[string]
 		if !d.fresh(since) {
@@ -585,30 +595,76 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		if pred == "" {
 			return since, waited, nil
 		}
-		first, _ := head(children)
-		headOnly := first == pred
-		ch, err := call(ctx, d, func() (<-chan zk.Event, error) {
-			return d.watch(parent + "/" + pred)
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // gone already: look again
-		}
-		if err != nil {
-			return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pred, err)
+		// The node before pred, "" when pred is first in line.
+		pp, _ := predecessor(children, pred, mustSequence(pred))
+		if err := d.watchAll(ctx, parent, watches, pred, pp); err != nil {
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // gone already: look again
+			}
+			return time.Time{}, false, err
 		}
 		select {
-		case ev := <-ch:
+		case ev := <-watches[pred]:
+			delete(watches, pred)
 			if ev.Err != nil {
 				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pred, ev.Err)
 			}
 			waited = true
-			if headOnly && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
+			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
 				return since, true, nil
 			}
+		case ev := <-watches[pp]: // never ready when pp is "": a nil channel
+			delete(watches, pp)
+			if ev.Err != nil {
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pp, ev.Err)
+			}
+			waited = true
 		case <-ctx.Done():
 			return time.Time{}, false, ctx.Err()
 		}
 	}
+}
+
+// mustSequence is sequenceOf for a name predecessor returned (a lock
+// node's, so it parses).
+func mustSequence(name string) int64 {
+	s, _ := sequenceOf(name)
+	return s
+}
+
+// watchAll sets a watch on each of the nodes names of parent ("" skipped)
+// that has none pending in watches, in parallel, and records them there.
+func (d *zkDriver) watchAll(ctx context.Context, parent string, watches map[string]<-chan zk.Event, names ...string) error {
+	type set struct {
+		name string
+		r    <-chan result[<-chan zk.Event]
+	}
+	var sets []set
+	for _, n := range names {
+		if n == "" || watches[n] != nil {
+			continue
+		}
+		p := parent + "/" + n
+		sets = append(sets, set{n, start(d, func() (<-chan zk.Event, error) { return d.watch(p) })})
+	}
+	var first error
+	for _, s := range sets {
+		select {
+		case r := <-s.r:
+			switch {
+			case r.err == nil:
+				watches[s.name] = r.v
+			case errors.Is(r.err, zk.ErrNoNode):
+				first = cmp.Or(first, r.err)
+			default:
+				first = fmt.Errorf("watch %s/%s: %w", parent, s.name, r.err)
+				return first
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
 }
 
 // fresh reports whether a proof of the session's life sent at since is

@@ -13,14 +13,15 @@
 // "protection" (the name carries a random GUID: _c_<guid>-lock-<sequence>),
 // in one multi-operation that also touches the parent, so the reply says how
 // many nodes the queue holds: when ours is alone, the lock is held after one
-// round trip. Otherwise the waiter lists the queue and watches only the node
-// just before its own (no thundering herd). When that node goes, the waiter
-// lists the queue again and holds the lock when it is first in line; when the
-// node it watched was the first in line (the holder's), it holds the lock as
-// soon as the event arrives, without listing: no node can be ahead of it any
-// more. So a hand-off to the only waiter costs one message from the server,
-// and one round trip more otherwise, as with go-zookeeper's zk.Lock. TryLock
-// refuses at once when the queue is not empty (and deletes its node).
+// round trip. Otherwise the waiter lists the queue and watches only the two
+// nodes just before its own (no thundering herd: a deletion wakes at most two
+// waiters). When the farther one goes, the waiter lists the queue again,
+// while the nearer one, by then usually the holder, still holds; when the
+// nearer one goes after a listing showed it first in line, the waiter holds
+// the lock as soon as the event arrives: no node can be ahead of it any more
+// (otherwise it lists again). So a hand-off costs one message from the
+// server, where go-zookeeper's zk.Lock lists the queue after the event.
+// TryLock refuses at once when the queue is not empty (and deletes its node).
 //
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock (every TTL/3,
@@ -52,11 +53,12 @@
 //     with the leader sent with its last listing of the queue. A session
 //     that expires (reported on the events channel given to [New]) or a
 //     connection that is closed ends every lock taken in it at once; later
-//     locks use the new session the client establishes. A node deleted behind its holder's back ends that lock at
-//     the next renewal round (within TTL/3); so does a waiter's node deleted
-//     behind its back while it waits right behind the holder, which gets the
-//     lock when the holder's node goes. (Deleting another's nodes is outside
-//     what the lock protects against: see Trust in Limits.)
+//     locks use the new session the client establishes. A node deleted
+//     behind its holder's back ends that lock at the next renewal round
+//     (within TTL/3); so does a waiter's node deleted behind its back once
+//     the waiter knows it is next, which gets the lock when the holder's
+//     node goes. (Deleting another's nodes is outside what the lock
+//     protects against: see Trust in Limits.)
 //   - A lock whose holder gave up on it (its renewals failed until the local
 //     deadline, or its Unlock's outcome was unknown) while the session lives
 //     on is deleted in the background, so that it never blocks the key.

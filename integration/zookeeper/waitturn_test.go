@@ -23,29 +23,36 @@ func sortedQueue(t *testing.T, e *env, key string) []string {
 	return q
 }
 
-// waitWatched waits until the server reports a watch on node (wchp), and
-// reports whether it saw one: false when the server cannot tell or the
-// watch did not come within 5 s.
-func waitWatched(t *testing.T, e *env, node string) bool {
+// watchers returns how many sessions watch node (wchp), or -1 when the
+// server cannot tell.
+func watchers(t *testing.T, e *env, node string) int {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		w, err := watchesByPath(e.srv.Servers()[0], node)
-		if err != nil {
-			t.Logf("cannot read the server's watches: %v", err)
-			return false
-		}
-		if w[node] > 0 {
-			return true
-		}
+	w, err := watchesByPath(e.srv.Servers()[0], node)
+	if err != nil {
+		t.Logf("cannot read the server's watches: %v", err)
+		return -1
 	}
-	return false
+	return w[node]
 }
 
-// TestWaiterBehindGoneWaiterKeepsWaiting: a waiter takes the lock on its
-// predecessor's deletion without listing the queue again only when that
-// predecessor was first in line; a waiter whose predecessor was itself a
-// waiter, and gave up, must look again and keep waiting for the holder.
-func TestWaiterBehindGoneWaiterKeepsWaiting(t *testing.T) {
+// waitWatchers waits up to 5 s until at least n sessions watch node, and
+// logs when they do not (the case may then not reach its point).
+func waitWatchers(t *testing.T, e *env, node string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if w := watchers(t, e, node); w < 0 || w >= n {
+			return
+		}
+	}
+	t.Logf("fewer than %d watches on %s after 5 s", n, node)
+}
+
+// TestWaiterBehindGoneWaitersKeepsWaiting: a waiter takes the lock on its
+// predecessor's deletion without listing the queue again only when it knew
+// that predecessor first in line; a waiter whose predecessor, or the node
+// before that, was itself a waiter and gave up must look again and keep
+// waiting for the holder.
+func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
 	key := uniqueKey(t)
@@ -54,62 +61,74 @@ func TestWaiterBehindGoneWaiterKeepsWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first waiter queues, the second behind it.
-	wctx1, cancel1 := context.WithCancel(ctx)
-	defer cancel1()
-	l1, l2 := e.mustLocker(t), e.mustLocker(t)
-	first := make(chan error, 1)
-	go func() {
-		lk, err := l1.Lock(wctx1, key)
-		if err == nil {
-			_ = lk.Unlock(ctx)
+	// Two waiters queue, and a third behind them.
+	var gaveUp [2]chan error
+	var cancels [2]context.CancelFunc
+	for i := range gaveUp {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cancels[i] = cancel
+		gaveUp[i] = make(chan error, 1)
+		l := e.mustLocker(t)
+		go func() {
+			lk, err := l.Lock(wctx, key)
+			if err == nil {
+				_ = lk.Unlock(ctx)
+			}
+			gaveUp[i] <- err
+		}()
+		for len(e.children(t, key)) < i+2 {
+			time.Sleep(2 * time.Millisecond)
 		}
-		first <- err
-	}()
-	for len(e.children(t, key)) < 2 {
-		time.Sleep(2 * time.Millisecond)
 	}
-	var secondLock locker.Lock
-	second := make(chan error, 1)
+	last := e.mustLocker(t)
+	var lastLock locker.Lock
+	lastDone := make(chan error, 1)
 	go func() {
 		var err error
-		secondLock, err = l2.Lock(ctx, key)
-		second <- err
+		lastLock, err = last.Lock(ctx, key)
+		lastDone <- err
 	}()
-	for len(e.children(t, key)) < 3 {
+	for len(e.children(t, key)) < 4 {
 		time.Sleep(2 * time.Millisecond)
 	}
 	queue := sortedQueue(t, e, key)
-	if !waitWatched(t, e, parent+"/"+queue[1]) {
-		t.Log("the second waiter's watch on the first waiter's node was not seen; the case may not reach its point")
-	}
-	// The first waiter gives up: its node goes, and the second waiter's
-	// watch fires while the holder still holds.
-	cancel1()
-	if err := <-first; !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("the cancelled waiter: %v, want ErrNotAcquired", err)
-	}
-	// The second waiter looks again and watches the holder; it must not
-	// have the lock meanwhile.
-	watched := waitWatched(t, e, parent+"/"+queue[0])
-	select {
-	case err := <-second:
-		if err == nil {
-			t.Fatalf("a waiter whose predecessor (a waiter, not the holder) gave up got the lock while the holder held it: a key must never be granted to two holders at once")
+	notYet := func(when string) {
+		t.Helper()
+		select {
+		case err := <-lastDone:
+			if err == nil {
+				t.Fatalf("%s, the last waiter got the lock while the holder held it: a key must never be granted to two holders at once", when)
+			}
+			t.Fatalf("the last waiter: %v", err)
+		default:
 		}
-		t.Fatalf("the second waiter: %v", err)
-	default:
 	}
-	if !watched {
-		t.Log("the second waiter's watch on the holder's node was not seen")
+	// The last waiter watches the second waiter's node (and the first's).
+	waitWatchers(t, e, parent+"/"+queue[2], 1)
+	// The first waiter gives up: the last one looks again and also
+	// watches the holder.
+	cancels[0]()
+	if err := <-gaveUp[0]; !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the first waiter, cancelled: %v, want ErrNotAcquired", err)
 	}
+	waitWatchers(t, e, parent+"/"+queue[0], 3)
+	notYet("after the first waiter gave up")
+	// The second waiter gives up: the last waiter's predecessor goes while
+	// the holder holds.
+	cancels[1]()
+	if err := <-gaveUp[1]; !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the second waiter, cancelled: %v, want ErrNotAcquired", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the last waiter's turn to (wrongly) take it
+	notYet("after the second waiter gave up")
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-second; err != nil {
-		t.Fatalf("the second waiter after the holder unlocked: %v", err)
+	if err := <-lastDone; err != nil {
+		t.Fatalf("the last waiter after the holder unlocked: %v", err)
 	}
-	_ = secondLock.Unlock(ctx)
+	_ = lastLock.Unlock(ctx)
 }
 
 // TestLongWaitGrantsFullValidity: a waiter that waited longer than the
