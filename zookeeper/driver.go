@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -331,13 +332,13 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 		}
 		return driver.Grant{}, driver.Held(0)
 	}
-	since, err := d.waitTurn(ctx, parent, node, sent)
+	since, waited, err := d.waitTurn(ctx, parent, node, sent)
 	if err != nil {
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, err
 	}
 	g, err := d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, since)
-	g.Queued = !since.Equal(sent) // a later round of waitTurn found it first
+	g.Queued = waited
 	return g, err
 }
 
@@ -524,28 +525,49 @@ func (d *zkDriver) ownerOf(ctx context.Context, p string) (int64, error) {
 	return r.stat.EphemeralOwner, nil
 }
 
-// waitTurn waits until node is the first of parent's queue, and returns a
-// moment after which the session was alive, and node first, for the grant's
-// validity. Each round lists the queue and watches only the node just before
-// ours. The first round's list comes after our create in the session's
-// order, so sent (the create's send time) is such a moment. Every later
-// round also syncs with the leader, sent with the list in the same round
-// trip: a sync the leader answers proves the session (so our ephemeral node)
-// alive after since, and a list from any server, however far behind the
+// waitTurn waits until node is the first of parent's queue. It returns a
+// moment after which the session was alive, for the grant's validity, and
+// whether it waited for another node to go.
+//
+// Each round lists the queue and watches the node just before ours (pred)
+// and the one before that (pp): a deletion wakes at most two waiters, never
+// the whole queue. A hand-off costs one message from the server, with no
+// round trip after it:
+//
+//   - When pred was first in line in our last listing, no other node is
+//     ahead of ours (later nodes get higher sequence numbers; a listing,
+//     from any server, shows every node before ours that still exists, as
+//     it comes after our create in the session's order): its deletion
+//     makes ours first, and the lock is ours when the event arrives.
+//   - When pp goes, we list the queue again, while pred, now usually the
+//     holder, still holds: so by the time pred goes we know it was first,
+//     and the first case applies. A deletion of pred while pp was there
+//     (pred gave up) also makes us list again.
+//
+// Proof of life: the create was a write, which the leader accepts only
+// while the session lives, so its send time (sent) is such a moment. While
+// that proof is fresh (younger than a quarter of the validity, so that the
+// grant leaves the engine its whole renewal schedule) a round needs no
+// other, and only a fresh proof lets a deletion event grant the lock. A
+// round after a longer wait syncs with the leader, sent with the list in
+// the same round trip: a sync the leader answers proves the session alive
+// after it was sent. A list from any server, however far behind the
 // leader, that shows no node before ours shows the leader none either
-// (nodes before ours are only ever deleted; sequence numbers only grow). So
-// the list needs not wait for the sync, and a hand-off costs one round trip
-// after the watch fires, as for a recipe without the sync.
-func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (time.Time, error) {
+// (nodes before ours are only ever deleted), so the list needs not wait for
+// the sync.
+func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
 	if !ok {
-		return time.Time{}, fmt.Errorf("zookeeper: unexpected lock node name %q", name)
+		return time.Time{}, false, fmt.Errorf("zookeeper: unexpected lock node name %q", name)
 	}
-	since := sent
-	for round := 0; ; round++ {
+	since = sent
+	// The watches set and not fired yet, by node name: a node watched in
+	// one round and still there in the next is not watched again.
+	watches := map[string]<-chan zk.Event{}
+	for {
 		var synced <-chan result[string]
-		if round > 0 {
+		if !d.fresh(since) {
 			since = time.Now()
 			synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
 		}
@@ -554,43 +576,103 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			return c, err
 		})
 		if err != nil {
-			return time.Time{}, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
+			return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 		}
 		if synced != nil {
 			select {
 			case r := <-synced:
 				if r.err != nil {
-					return time.Time{}, fmt.Errorf("sync %s: %w", parent, r.err)
+					return time.Time{}, false, fmt.Errorf("sync %s: %w", parent, r.err)
 				}
 			case <-ctx.Done():
-				return time.Time{}, ctx.Err()
+				return time.Time{}, false, ctx.Err()
 			}
 		}
 		pred, found := predecessor(children, name, seq)
 		if !found {
-			return time.Time{}, errNodeGone
+			return time.Time{}, false, errNodeGone
 		}
 		if pred == "" {
-			return since, nil
+			return since, waited, nil
 		}
-		ch, err := call(ctx, d, func() (<-chan zk.Event, error) {
-			return d.watch(parent + "/" + pred)
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // gone already: look again
-		}
-		if err != nil {
-			return time.Time{}, fmt.Errorf("watch %s/%s: %w", parent, pred, err)
+		// The node before pred, "" when pred is first in line.
+		pp, _ := predecessor(children, pred, mustSequence(pred))
+		if err := d.watchAll(ctx, parent, watches, pred, pp); err != nil {
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // gone already: look again
+			}
+			return time.Time{}, false, err
 		}
 		select {
-		case ev := <-ch:
+		case ev := <-watches[pred]:
+			delete(watches, pred)
 			if ev.Err != nil {
-				return time.Time{}, fmt.Errorf("watch %s/%s: %w", parent, pred, ev.Err)
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pred, ev.Err)
 			}
+			waited = true
+			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
+				return since, true, nil
+			}
+		case ev := <-watches[pp]: // never ready when pp is "": a nil channel
+			delete(watches, pp)
+			if ev.Err != nil {
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pp, ev.Err)
+			}
+			waited = true
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
+			return time.Time{}, false, ctx.Err()
 		}
 	}
+}
+
+// mustSequence is sequenceOf for a name predecessor returned (a lock
+// node's, so it parses).
+func mustSequence(name string) int64 {
+	s, _ := sequenceOf(name)
+	return s
+}
+
+// watchAll sets a watch on each of the nodes names of parent ("" skipped)
+// that has none pending in watches, in parallel, and records them there.
+func (d *zkDriver) watchAll(ctx context.Context, parent string, watches map[string]<-chan zk.Event, names ...string) error {
+	type set struct {
+		name string
+		r    <-chan result[<-chan zk.Event]
+	}
+	var sets []set
+	for _, n := range names {
+		if n == "" || watches[n] != nil {
+			continue
+		}
+		p := parent + "/" + n
+		sets = append(sets, set{n, start(d, func() (<-chan zk.Event, error) { return d.watch(p) })})
+	}
+	var first error
+	for _, s := range sets {
+		select {
+		case r := <-s.r:
+			switch {
+			case r.err == nil:
+				watches[s.name] = r.v
+			case errors.Is(r.err, zk.ErrNoNode):
+				first = cmp.Or(first, r.err)
+			default:
+				first = fmt.Errorf("watch %s/%s: %w", parent, s.name, r.err)
+				return first
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
+
+// fresh reports whether a proof of the session's life sent at since is
+// young enough to grant a lock on: younger than a quarter of the validity,
+// so that the grant leaves the engine its whole renewal schedule (it renews
+// a third of the TTL after since).
+func (d *zkDriver) fresh(since time.Time) bool {
+	return time.Since(since) < time.Duration(d.validity.Load())/4
 }
 
 // watch sets a watch on node p, returning zk.ErrNoNode when it is gone. It

@@ -13,11 +13,15 @@
 // "protection" (the name carries a random GUID: _c_<guid>-lock-<sequence>),
 // in one multi-operation that also touches the parent, so the reply says how
 // many nodes the queue holds: when ours is alone, the lock is held after one
-// round trip. Otherwise the waiter lists the queue and watches only the node
-// just before its own (no thundering herd); when that node goes, it syncs
-// with the leader, lists the queue again, and holds the lock when it is first
-// in line. TryLock refuses at once when the queue is not empty (and deletes
-// its node).
+// round trip. Otherwise the waiter lists the queue and watches only the two
+// nodes just before its own (no thundering herd: a deletion wakes at most two
+// waiters). When the farther one goes, the waiter lists the queue again,
+// while the nearer one, by then usually the holder, still holds; when the
+// nearer one goes after a listing showed it first in line, the waiter holds
+// the lock as soon as the event arrives: no node can be ahead of it any more
+// (otherwise it lists again). So a hand-off costs one message from the
+// server, where go-zookeeper's zk.Lock lists the queue after the event.
+// TryLock refuses at once when the queue is not empty (and deletes its node).
 //
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock (every TTL/3,
@@ -34,8 +38,8 @@
 //     the ensemble, across server restarts and when a parent node is
 //     deleted and created again. Sequence numbers are never used as tokens.
 //   - Waiters are served in the order they arrived (FIFO by sequence). A
-//     waiter whose session expires or whose node is deleted returns at once
-//     with an error.
+//     waiter whose session expires returns at once with an error; one
+//     whose node was deleted, when it next lists the queue.
 //   - A cancelled or failed Lock or TryLock deletes its own node with a
 //     fresh, bounded context; when the reply to the create was lost, the
 //     node is found by its GUID. A node whose deletion fails (the server is
@@ -43,11 +47,18 @@
 //     answers again, for as long as the session lives.
 //   - Lock.Done closes before ZooKeeper could expire the session: the
 //     validity of a lock is counted from the moment the last successful
-//     renewal was sent. A session that expires (reported on the events
-//     channel given to [New]) or a connection that is closed ends every
-//     lock taken in it at once; later locks use the new session the client
-//     establishes. A node deleted behind its holder's back ends that lock at
-//     the next renewal round (within TTL/3).
+//     renewal was sent; a new lock's, from the moment its create was sent
+//     (a write, which the leader accepts only from a live session) or,
+//     when it waited longer than a quarter of the validity, from a sync
+//     with the leader sent with its last listing of the queue. A session
+//     that expires (reported on the events channel given to [New]) or a
+//     connection that is closed ends every lock taken in it at once; later
+//     locks use the new session the client establishes. A node deleted
+//     behind its holder's back ends that lock at the next renewal round
+//     (within TTL/3); so does a waiter's node deleted behind its back once
+//     the waiter knows it is next, which gets the lock when the holder's
+//     node goes. (Deleting another's nodes is outside what the lock
+//     protects against: see Trust in Limits.)
 //   - A lock whose holder gave up on it (its renewals failed until the local
 //     deadline, or its Unlock's outcome was unknown) while the session lives
 //     on is deleted in the background, so that it never blocks the key.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,8 +187,8 @@ func TestCancelledCreateInFlight(t *testing.T) {
 	_ = lk.Unlock(ctx)
 }
 
-// Waiters are served in arrival order, and each watches only the node just
-// before its own: no watch on the queue itself, one watch per node.
+// Waiters are served in arrival order, and each watches only the two nodes
+// just before its own: no watch on the queue itself, at most two per node.
 func TestFIFOAndPredecessorWatches(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
@@ -223,33 +222,27 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 			}
 		}
 	}
-	// Give the last waiter time to set its watch.
+	// Give the last waiters time to set their watches.
 	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
-	queue := e.children(t, key)
-	slices.SortFunc(queue, func(a, b string) int {
-		return strings.Compare(a[strings.LastIndex(a, "-"):], b[strings.LastIndex(b, "-"):])
-	})
-	var watched map[string]int
+	queue := sortedQueue(t, e, key)
+	want := map[string]int{}
+	for i, n := range queue[:waiters] { // every node but the last is watched by its next two successors
+		want[parent+"/"+n] = min(2, waiters-i)
+	}
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		var err error
-		watched, err = watchesByPath(e.srv.Servers()[0], parent)
+		watched, err := watchesByPath(e.srv.Servers()[0], parent)
 		if err != nil {
 			t.Logf("cannot read the server's watches, skipping that check: %v", err)
 			break
 		}
-		if len(watched) >= waiters || time.Now().After(deadline) {
+		if mapsEqual(watched, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("watches under %s = %v, want two on each node but the last two (%v): each waiter watches only the two nodes before its own", parent, watched, want)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if watched != nil {
-		want := map[string]int{}
-		for _, n := range queue[:waiters] { // every node but the last is watched by its successor
-			want[parent+"/"+n] = 1
-		}
-		if !mapsEqual(watched, want) {
-			t.Errorf("watches under %s = %v, want one on each node but the last (%v): each waiter watches only its predecessor", parent, watched, want)
-		}
 	}
 	if err := la.Unlock(ctx); err != nil {
 		t.Fatal(err)

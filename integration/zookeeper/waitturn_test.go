@@ -1,0 +1,183 @@
+package zookeeper_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/zookeeper"
+)
+
+// sortedQueue lists key's lock nodes in sequence order.
+func sortedQueue(t *testing.T, e *env, key string) []string {
+	t.Helper()
+	q := e.children(t, key)
+	slices.SortFunc(q, func(a, b string) int {
+		return strings.Compare(a[strings.LastIndex(a, "-"):], b[strings.LastIndex(b, "-"):])
+	})
+	return q
+}
+
+// watchers returns how many sessions watch node (wchp), or -1 when the
+// server cannot tell.
+func watchers(t *testing.T, e *env, node string) int {
+	t.Helper()
+	w, err := watchesByPath(e.srv.Servers()[0], node)
+	if err != nil {
+		t.Logf("cannot read the server's watches: %v", err)
+		return -1
+	}
+	return w[node]
+}
+
+// waitWatchers waits up to 5 s until at least n sessions watch node, and
+// logs when they do not (the case may then not reach its point).
+func waitWatchers(t *testing.T, e *env, node string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if w := watchers(t, e, node); w < 0 || w >= n {
+			return
+		}
+	}
+	t.Logf("fewer than %d watches on %s after 5 s", n, node)
+}
+
+// TestWaiterBehindGoneWaitersKeepsWaiting: a waiter takes the lock on its
+// predecessor's deletion without listing the queue again only when it knew
+// that predecessor first in line; a waiter whose predecessor, or the node
+// before that, was itself a waiter and gave up must look again and keep
+// waiting for the holder.
+func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
+	e := newEnv(t, testenv.ZooKeeper(t))
+	ctx := testCtx(t, time.Minute)
+	key := uniqueKey(t)
+	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
+	holder, err := e.mustLocker(t).TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two waiters queue, and a third behind them.
+	var gaveUp [2]chan error
+	var cancels [2]context.CancelFunc
+	for i := range gaveUp {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cancels[i] = cancel
+		gaveUp[i] = make(chan error, 1)
+		l := e.mustLocker(t)
+		go func() {
+			lk, err := l.Lock(wctx, key)
+			if err == nil {
+				_ = lk.Unlock(ctx)
+			}
+			gaveUp[i] <- err
+		}()
+		for len(e.children(t, key)) < i+2 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	last := e.mustLocker(t)
+	var lastLock locker.Lock
+	lastDone := make(chan error, 1)
+	go func() {
+		var err error
+		lastLock, err = last.Lock(ctx, key)
+		lastDone <- err
+	}()
+	for len(e.children(t, key)) < 4 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	queue := sortedQueue(t, e, key)
+	notYet := func(when string) {
+		t.Helper()
+		select {
+		case err := <-lastDone:
+			if err == nil {
+				t.Fatalf("%s, the last waiter got the lock while the holder held it: a key must never be granted to two holders at once", when)
+			}
+			t.Fatalf("the last waiter: %v", err)
+		default:
+		}
+	}
+	// The last waiter watches the second waiter's node (and the first's).
+	waitWatchers(t, e, parent+"/"+queue[2], 1)
+	// The first waiter gives up: the last one looks again and also
+	// watches the holder.
+	cancels[0]()
+	if err := <-gaveUp[0]; !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the first waiter, cancelled: %v, want ErrNotAcquired", err)
+	}
+	waitWatchers(t, e, parent+"/"+queue[0], 3)
+	notYet("after the first waiter gave up")
+	// The second waiter gives up: the last waiter's predecessor goes while
+	// the holder holds.
+	cancels[1]()
+	if err := <-gaveUp[1]; !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the second waiter, cancelled: %v, want ErrNotAcquired", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the last waiter's turn to (wrongly) take it
+	notYet("after the second waiter gave up")
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lastDone; err != nil {
+		t.Fatalf("the last waiter after the holder unlocked: %v", err)
+	}
+	_ = lastLock.Unlock(ctx)
+}
+
+// TestLongWaitGrantsFullValidity: a waiter that waited longer than the
+// validity counts its lock from a proof of its session's life sent after
+// the holder let go, not from its create: the lock it gets has its whole
+// validity ahead, and is not lost at once. (A grant counted from the create
+// would have its deadline behind it.)
+func TestLongWaitGrantsFullValidity(t *testing.T) {
+	e := newEnv(t, testenv.ZooKeeper(t))
+	ctx := testCtx(t, time.Minute)
+	key := uniqueKey(t)
+	holder, err := e.mustLocker(t).TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hold := range []time.Duration{testTTL / 8, testTTL} { // within the create's proof, and far beyond it
+		l := e.mustLocker(t)
+		var lk locker.Lock
+		waiter := make(chan error, 1)
+		go func() {
+			var err error
+			lk, err = l.Lock(ctx, key)
+			waiter <- err
+		}()
+		for len(e.children(t, key)) < 2 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(hold)
+		released := time.Now()
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waiter; err != nil {
+			t.Fatalf("waiter after %v: %v", hold, err)
+		}
+		// The validity the engine counts on is 90% of the TTL less 1 ms
+		// from the proof of life: after a long wait, a request sent after
+		// the holder's Unlock began.
+		floor := released.Add(testTTL - testTTL/10 - time.Millisecond)
+		if hold >= testTTL/4 && lk.Deadline().Before(floor) {
+			t.Errorf("after a wait of %v the lock's deadline is %v after the holder's Unlock began, want at least %v: a lock granted after a long wait must count its validity from a proof of life sent after the wait",
+				hold, lk.Deadline().Sub(released).Round(time.Millisecond), floor.Sub(released))
+		}
+		select {
+		case <-lk.Done():
+			t.Fatalf("after a wait of %v the lock was lost at once: %v", hold, lk.Err())
+		default:
+		}
+		holder = lk
+	}
+	_ = holder.Unlock(ctx)
+}
