@@ -408,11 +408,14 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 		}
 		st := d.newState(s, req, suffix)
 		// The predecessor is read before our key exists: the last waiter.
+		// Keys only: etcd 3.7 then answers from its in-memory index, where
+		// a full read fetches every waiter's key-value from its backend to
+		// sort them, a cost that grew with the queue.
 		tctx, cancel := detached(ctx)
 		resp, err := d.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", 0)).
 			Then(
-				clientv3.OpGet(st.dir, clientv3.WithLastCreate()...),
+				clientv3.OpGet(st.dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
 				clientv3.OpPut(st.key, st.value, clientv3.WithLease(s.id)),
 			).
 			Else(clientv3.OpGet(st.key)).
@@ -445,7 +448,7 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 		queued := false
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			queued = true
-			if err := d.wait(ctx, st, string(kvs[0].Key), resp.Header.Revision); err != nil {
+			if err := d.wait(ctx, st, string(kvs[0].Key)); err != nil {
 				return driver.Grant{}, d.cleanup(ctx, st, true, err)
 			}
 		}

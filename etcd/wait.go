@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,7 +13,7 @@ import (
 )
 
 // wait blocks until st's key is first in its directory. pred is the key
-// created just before st's, read at revision rev.
+// created just before st's.
 //
 // The predecessor's watch has no start revision: etcd then puts it among its
 // synced watchers, which get events at once. A watch from a past revision,
@@ -21,13 +22,19 @@ import (
 // past once it reaches the server. So the watch is created first, and a read
 // made after its creation checks that the predecessor is still there: its
 // deletion then comes after the watch's start, and is seen at once.
-func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev int64) error {
+func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error {
 	s := st.sess
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	// The waiter's own key, which goes with the lease: its deletion ends the
-	// wait at once.
-	own := d.cli.Watch(wctx, st.key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	// wait at once. Like the predecessor's, its watch starts at the current
+	// revision (a watch from rev+1 is in the past on a busy cluster: one
+	// more watcher for etcd's catch-up loop per waiter that waits past its
+	// next run). It is created before the predecessor's, on the same
+	// stream, so the check made once that one is created reads our key
+	// after this watch started: a deletion the watch missed is seen there.
+	// And every check reads our key: none grants the lock without it.
+	own := d.cli.Watch(wctx, st.key, clientv3.WithFilterPut())
 	tick := time.NewTicker(max(d.ttl/6, 100*time.Millisecond))
 	defer tick.Stop()
 	var (
@@ -37,13 +44,35 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev i
 		backoff = 10 * time.Millisecond
 	)
 	defer func() { pcancel() }()
-	// check reads who comes before st now: "" when no one (the lock is
-	// ours); errWaiterDeleted-like errors when st's key is gone.
-	check := func() (string, error) {
-		resp, err := d.cli.Txn(ctx).Then(
-			clientv3.OpGet(st.key, clientv3.WithKeysOnly()),
-			clientv3.OpGet(st.dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(st.rev-1), clientv3.WithKeysOnly())...),
-		).Commit()
+	// check reads who comes before st: "" when no one (the lock is ours);
+	// errWaiterDeleted-like errors when st's key is gone. It reads now, or,
+	// when at is set, at revision at, from the member's own state (no
+	// round of agreement among the members: one step fewer between a
+	// release and the next holder). That is as good as reading now: at is
+	// the revision of a watch event or of a watch's creation, and what it
+	// tells stays true (no key created later comes before st; a
+	// predecessor seen there is deleted later, after the watch started).
+	// A member behind at, or past it by a compaction, fails the read: it is
+	// made again, now.
+	check := func(at int64) (string, error) {
+		read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+			return d.cli.Txn(ctx).Then(
+				clientv3.OpGet(st.key, slices.Concat(opts, []clientv3.OpOption{clientv3.WithKeysOnly()})...),
+				clientv3.OpGet(st.dir, slices.Concat(opts, clientv3.WithLastCreate(),
+					[]clientv3.OpOption{clientv3.WithMaxCreateRev(st.rev - 1), clientv3.WithKeysOnly()})...),
+			).Commit()
+		}
+		var (
+			resp *clientv3.TxnResponse
+			err  error
+		)
+		if at > 0 {
+			resp, err = read(clientv3.WithRev(at), clientv3.WithSerializable())
+		}
+		if at <= 0 || err != nil && ctx.Err() == nil {
+			at = 0
+			resp, err = read()
+		}
 		if err != nil {
 			return "", err
 		}
@@ -51,7 +80,12 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev i
 			return "", d.ownDeleted(ctx, s)
 		}
 		if own == nil {
-			own = d.cli.Watch(wctx, st.key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+			// From the revision read at: a deletion after it is seen.
+			from := resp.Header.Revision
+			if at > 0 {
+				from = at
+			}
+			own = d.cli.Watch(wctx, st.key, clientv3.WithRev(from+1), clientv3.WithFilterPut())
 		}
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 			return string(kvs[0].Key), nil
@@ -60,8 +94,8 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev i
 	}
 	// next acts on a check: done, same predecessor (keep watching), a new
 	// one (watch it), or an error (retry after a pause).
-	next := func() (done bool, err error) {
-		p, err := check()
+	next := func(at int64) (done bool, err error) {
+		p, err := check(at)
 		switch {
 		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, errWaiterDeleted)):
 			return true, err
@@ -96,7 +130,7 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev i
 			}
 			if !ok || wr.Err() != nil {
 				own = nil // broken: the next check watches again
-				if done, err := next(); done {
+				if done, err := next(0); done {
 					return err
 				}
 			}
@@ -109,13 +143,19 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, rev i
 				continue
 			}
 			if wr.Created || len(wr.Events) > 0 {
-				if done, err := next(); done {
+				// The response's revision: the watch's start when created,
+				// the deletion's for an event.
+				at := wr.Header.Revision
+				for _, ev := range wr.Events {
+					at = max(at, ev.Kv.ModRevision)
+				}
+				if done, err := next(at); done {
 					return err
 				}
 			}
 		case <-retry:
 			retry = nil
-			if done, err := next(); done {
+			if done, err := next(0); done {
 				return err
 			}
 		case <-tick.C:

@@ -327,7 +327,8 @@ func TestHolderLeaseRevoked(t *testing.T) {
 	lk2.Unlock(ctx)
 }
 
-// TestFIFO: waiters get the key in the order they queued.
+// TestFIFO: waiters get the key in the order they queued, also when many
+// wait (each hand-off reads the queue at the revision of the release).
 func TestFIFO(t *testing.T) {
 	eps := sharedEtcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -338,7 +339,7 @@ func TestFIFO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 6
+	const n = 16
 	var (
 		mu    sync.Mutex
 		order []int
@@ -363,7 +364,11 @@ func TestFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(order, want) {
 		t.Errorf("waiters got the key in the order %v, want the order they queued in, %v", order, want)
 	}
 }
