@@ -448,7 +448,7 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 		queued := false
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			queued = true
-			if err := d.wait(ctx, st, string(kvs[0].Key)); err != nil {
+			if err := d.wait(ctx, st, string(kvs[0].Key), kvs[0].CreateRevision); err != nil {
 				return driver.Grant{}, d.cleanup(ctx, st, true, err)
 			}
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 // wait blocks until st's key is first in its directory. pred is the key
-// created just before st's.
+// created just before st's, at revision predRev.
 //
 // The predecessor's watch has no start revision: etcd then puts it among its
 // synced watchers, which get events at once. A watch from a past revision,
@@ -22,7 +22,7 @@ import (
 // past once it reaches the server. So the watch is created first, and a read
 // made after its creation checks that the predecessor is still there: its
 // deletion then comes after the watch's start, and is seen at once.
-func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error {
+func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, predRev int64) error {
 	s := st.sess
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -44,58 +44,73 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error
 		backoff = 10 * time.Millisecond
 	)
 	defer func() { pcancel() }()
-	// check reads who comes before st: "" when no one (the lock is ours);
-	// errWaiterDeleted-like errors when st's key is gone. It reads now, or,
-	// when at is set, at revision at, from the member's own state (no
-	// round of agreement among the members: one step fewer between a
-	// release and the next holder). That is as good as reading now: at is
-	// the revision of a watch event or of a watch's creation, and what it
-	// tells stays true (no key created later comes before st; a
-	// predecessor seen there is deleted later, after the watch started).
-	// A member behind at, or past it by a compaction, fails the read: it is
-	// made again, now.
-	check := func(at int64) (string, error) {
-		read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
-			return d.cli.Txn(ctx).Then(
-				clientv3.OpGet(st.key, slices.Concat(opts, []clientv3.OpOption{clientv3.WithKeysOnly()})...),
-				clientv3.OpGet(st.dir, slices.Concat(opts, clientv3.WithLastCreate(),
-					[]clientv3.OpOption{clientv3.WithMaxCreateRev(st.rev - 1), clientv3.WithKeysOnly()})...),
-			).Commit()
-		}
-		var (
-			resp *clientv3.TxnResponse
-			err  error
-		)
+	// read reads our key and, at revision at (0: now), either the last key
+	// created before ours or, with predOnly, pred's key. A read at a
+	// revision is served by the member from its own state (no round of
+	// agreement among the members: one step fewer between a release and the
+	// next holder); one behind at, or past it by a compaction, fails it.
+	read := func(at int64, predOnly bool) (*clientv3.TxnResponse, error) {
+		var opts []clientv3.OpOption
 		if at > 0 {
-			resp, err = read(clientv3.WithRev(at), clientv3.WithSerializable())
+			opts = []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
 		}
-		if at <= 0 || err != nil && ctx.Err() == nil {
-			at = 0
-			resp, err = read()
+		keysOnly := []clientv3.OpOption{clientv3.WithKeysOnly()}
+		q := clientv3.OpGet(st.dir, slices.Concat(opts, clientv3.WithLastCreate(),
+			[]clientv3.OpOption{clientv3.WithMaxCreateRev(st.rev - 1)}, keysOnly)...)
+		if predOnly {
+			q = clientv3.OpGet(pred, slices.Concat(opts, keysOnly)...)
 		}
-		if err != nil {
-			return "", err
-		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			return "", d.ownDeleted(ctx, s)
-		}
-		if own == nil {
-			// From the revision read at: a deletion after it is seen.
-			from := resp.Header.Revision
-			if at > 0 {
-				from = at
+		return d.cli.Txn(ctx).Then(clientv3.OpGet(st.key, slices.Concat(opts, keysOnly)...), q).Commit()
+	}
+	// check reads who comes before st: "" when no one (the lock is ours);
+	// errWaiterDeleted-like errors when st's key is gone. at is the revision
+	// of a watch event or of a watch's creation (0: none), and check reads
+	// there, which is as good as reading now: what it shows stays true (no
+	// key created later comes before st; a predecessor there is deleted
+	// later, after the watch started). When its read fails, check reads
+	// again, now. On a watch's creation (created) it first reads only pred's
+	// key: still there with its create revision, pred is still the last key
+	// before st (no later key comes before st), and the whole queue is not
+	// read.
+	check := func(at int64, created bool) (string, int64, error) {
+		for {
+			resp, err := read(at, created)
+			if err != nil && at > 0 && ctx.Err() == nil {
+				at = 0
+				resp, err = read(at, created)
 			}
-			own = d.cli.Watch(wctx, st.key, clientv3.WithRev(from+1), clientv3.WithFilterPut())
+			if err != nil {
+				return "", 0, err
+			}
+			if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+				return "", 0, d.ownDeleted(ctx, s)
+			}
+			if own == nil {
+				// From the revision read at: a deletion after it is seen.
+				from := resp.Header.Revision
+				if at > 0 {
+					from = at
+				}
+				own = d.cli.Watch(wctx, st.key, clientv3.WithRev(from+1), clientv3.WithFilterPut())
+			}
+			kvs := resp.Responses[1].GetResponseRange().Kvs
+			if created {
+				if len(kvs) > 0 && kvs[0].CreateRevision == predRev {
+					return pred, predRev, nil
+				}
+				created = false // pred went: read the queue
+				continue
+			}
+			if len(kvs) > 0 {
+				return string(kvs[0].Key), kvs[0].CreateRevision, nil
+			}
+			return "", 0, nil
 		}
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			return string(kvs[0].Key), nil
-		}
-		return "", nil
 	}
 	// next acts on a check: done, same predecessor (keep watching), a new
 	// one (watch it), or an error (retry after a pause).
-	next := func(at int64) (done bool, err error) {
-		p, err := check(at)
+	next := func(at int64, created bool) (done bool, err error) {
+		p, rev, err := check(at, created)
 		switch {
 		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, errWaiterDeleted)):
 			return true, err
@@ -109,9 +124,9 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error
 			return true, nil
 		}
 		backoff = 10 * time.Millisecond
-		if p != pred {
+		if p != pred || rev != predRev {
 			pcancel()
-			pw, pred = nil, p
+			pw, pred, predRev = nil, p, rev
 		}
 		return false, nil
 	}
@@ -130,7 +145,7 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error
 			}
 			if !ok || wr.Err() != nil {
 				own = nil // broken: the next check watches again
-				if done, err := next(0); done {
+				if done, err := next(0, false); done {
 					return err
 				}
 			}
@@ -149,13 +164,13 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string) error
 				for _, ev := range wr.Events {
 					at = max(at, ev.Kv.ModRevision)
 				}
-				if done, err := next(at); done {
+				if done, err := next(at, wr.Created && len(wr.Events) == 0); done {
 					return err
 				}
 			}
 		case <-retry:
 			retry = nil
-			if done, err := next(0); done {
+			if done, err := next(0, false); done {
 				return err
 			}
 		case <-tick.C:
