@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/golocker/locker/driver"
 )
 
 // Elect campaigns for the leadership named key through l until ctx ends:
@@ -38,7 +40,7 @@ func Elect(ctx context.Context, l Locker, key string, lead func(ctx context.Cont
 		}
 		// A term that ended at once (a lead that returns straight away, a
 		// store error) must not spin: campaign again after a pause.
-		if pause := electPause - time.Since(began); pause > 0 && !sleepCtx(ctx, jitter(pause)) {
+		if pause := electPause - time.Since(began); pause > 0 && !driver.Sleep(ctx, driver.Jitter(pause)) {
 			return context.Cause(ctx)
 		}
 	}

@@ -259,7 +259,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 		// A waiting Lock rides out store errors until its ctx ends.
 		lastErr = err
 		e.cfg.logger.Warn("locker: store error while waiting, retrying", "backend", e.name, "key", key, "attempt", attempt+1, "err", err)
-		if !sleepCtx(cctx, e.retryDelay(attempt)) {
+		if !driver.Sleep(cctx, e.retryDelay(attempt)) {
 			h.gate.leave()
 			return nil, e.waitErr(op, key, ctx, cctx.Err(), lastErr)
 		}
@@ -345,19 +345,7 @@ func permanent(err error) bool {
 // attempt failed with a store error: the Locker's backoff, kept between
 // 10 ms and 2 s, with jitter.
 func (e *engine) retryDelay(attempt int) time.Duration {
-	return jitter(min(max(e.cfg.backoff(attempt), 10*time.Millisecond), 2*time.Second))
-}
-
-// sleepCtx waits for d or until ctx ends, and reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return driver.Jitter(min(max(e.cfg.backoff(attempt), 10*time.Millisecond), 2*time.Second))
 }
 
 // poll is the wait loop for drivers without a queue: try, and when the key is
@@ -420,11 +408,11 @@ func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, ti
 func waitDelay(backoff, remaining time.Duration, notified bool) time.Duration {
 	switch {
 	case remaining > 0 && (notified || remaining < backoff):
-		return remaining + jitter(remaining/10+time.Millisecond)
+		return remaining + driver.Jitter(remaining/10+time.Millisecond)
 	case notified:
-		return jitter(max(backoff, time.Second))
+		return driver.Jitter(max(backoff, time.Second))
 	}
-	return jitter(backoff)
+	return driver.Jitter(backoff)
 }
 
 // register records a granted lock so that the watchdog renews it.

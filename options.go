@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -269,12 +268,4 @@ func resolve(opts []Option) (config, error) {
 		}
 	}
 	return c, nil
-}
-
-// jitter returns a duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }

@@ -372,7 +372,7 @@ func (e *engine) retryCleanups(left []cleanup) {
 	e.cleanups = append(e.cleanups, left...)
 	delay := min(25*time.Millisecond<<min(e.cleanFails, 16), maxCleanupDelay, max(e.cfg.ttl/10, 10*time.Millisecond))
 	e.cleanFails++
-	e.cleanAfter = time.Now().Add(jitter(delay))
+	e.cleanAfter = time.Now().Add(driver.Jitter(delay))
 }
 
 // runCleanups runs cs with ctx (nil: each bounded by the release timeout

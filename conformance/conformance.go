@@ -140,6 +140,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 )
 
 // defaultSlack is added to every TTL-based deadline of Run: time for a busy
@@ -479,16 +480,7 @@ func pollTryLock(ctx context.Context, l locker.Locker, key string, every time.Du
 }
 
 // sleep waits for d or until ctx ends, and reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return driver.Sleep(ctx, d) }
 
 // short quotes a key for messages, shortening long ones.
 func short(key string) string {

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -436,14 +435,6 @@ func (h *holderConn) release(names []string) {
 	for _, name := range names {
 		delete(h.held, name)
 	}
-}
-
-// jitter returns a duration in [d/2, d].
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // close stops every goroutine and waits for them.

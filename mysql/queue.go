@@ -399,7 +399,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 			step = min(step, rem)
 		}
 		free++
-		if !sleepFor(ctx, jitter(step)) {
+		if !driver.Sleep(ctx, driver.Jitter(step)) {
 			return driver.Grant{}, ctx.Err()
 		}
 		if s, err = n.session(ctx); s == nil {
@@ -420,20 +420,8 @@ func (d notifyingDriver) poll(ctx context.Context, req driver.Request) (driver.G
 			g.Queued = true
 			return g, err
 		}
-		if !sleepFor(ctx, d.wait(attempt, driver.Remaining(err))) {
+		if !driver.Sleep(ctx, d.wait(attempt, driver.Remaining(err))) {
 			return driver.Grant{}, ctx.Err()
 		}
-	}
-}
-
-// sleepFor waits for d or until ctx ends, and reports whether d passed.
-func sleepFor(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
