@@ -138,15 +138,6 @@ func (h *hold) storeTTL(now time.Time) time.Duration {
 // storeTTLStep is the rounding of the TTLs that a MinHold lengthens.
 const storeTTLStep = 100 * time.Millisecond
 
-// keep is what releasing the hold at now must do: give the lock up (0), or
-// keep the key claimed for the rest of its MinHold.
-func (h *hold) keep(now time.Time) time.Duration {
-	if h.minHoldEnd.IsZero() {
-		return 0
-	}
-	return max(h.minHoldEnd.Sub(now), 0)
-}
-
 // giveUp releases l, or keeps its key claimed until keepUntil when that is
 // still ahead.
 func (e *engine) giveUp(ctx context.Context, l driver.Lease, keepUntil time.Time) error {
