@@ -324,7 +324,7 @@ func (e *engine) heldIn(ctx context.Context, key string) (Lock, error) {
 // wait rode out), or the store failed.
 func (e *engine) waitErr(op, key string, ctx context.Context, err, last error) error {
 	switch {
-	case e.ctx.Err() != nil:
+	case e.isClosed():
 		return e.err(op, key, ErrClosed, nil)
 	case ctx.Err() != nil:
 		if last != nil {
@@ -333,6 +333,14 @@ func (e *engine) waitErr(op, key string, ctx context.Context, err, last error) e
 		return e.err(op, key, ErrNotAcquired, ctxCause(ctx))
 	}
 	return e.err(op, key, nil, err)
+}
+
+// isClosed reports whether Close has begun: a call cut short from then on
+// was cut short by Close, even before Close cancels e.ctx.
+func (e *engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
 }
 
 // permanent reports whether a failed attempt is not worth repeating.
@@ -496,22 +504,25 @@ func (e *engine) Close() error {
 	e.mu.Unlock()
 	deadline := time.Now().Add(e.cfg.releaseTimeout)
 
-	// e.ctx first: a call cut short below finds it cancelled and says
-	// ErrClosed.
+	// The holds end first: an Unlock cancelled below leaves its release to
+	// the watchdog, which may start it at once, and no release may start
+	// while a Done is still open.
+	var release []cleanup
+	for _, h := range held {
+		// A hold claimed by an Unlock in progress is ended by that Unlock,
+		// whose store call is cancelled below.
+		if h.claim() && h.end(e.err("close", h.key, ErrLost, ErrClosed)) {
+			release = append(release, h.cleanup())
+		}
+	}
+	// The renewals and cleanups in flight, then the calls, which say
+	// ErrClosed (see waitErr).
 	e.cancel(ErrClosed)
 	e.mu.Lock()
 	for _, cancel := range e.inflight {
 		cancel(ErrClosed)
 	}
 	e.mu.Unlock()
-	var release []cleanup
-	for _, h := range held {
-		// A hold claimed by an Unlock in progress is ended by that Unlock,
-		// whose store call was just cancelled.
-		if h.claim() && h.end(e.err("close", h.key, ErrLost, ErrClosed)) {
-			release = append(release, h.cleanup())
-		}
-	}
 	e.calls.Wait()
 	close(e.stop)
 	e.wg.Wait()

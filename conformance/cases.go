@@ -882,6 +882,36 @@ func testKeys(c *caseT) {
 	}
 }
 
+// closeRacers is how many goroutines call TryLock while Close runs.
+const closeRacers = 4
+
+// raceResult is what tryUntilClosed returns: the error that ended its
+// loop, and the locks it got before (which Close must end).
+type raceResult struct {
+	err  error
+	held []locker.Lock
+}
+
+// tryUntilClosed calls TryLock on fresh keys (from key) until a call fails,
+// at most 1000 times, and returns that failure and the locks it got. It
+// tells running once its first call has succeeded.
+func tryUntilClosed(ctx context.Context, l locker.Locker, key func() string, running chan<- struct{}) raceResult {
+	var r raceResult
+	for range 1000 {
+		lk, err := l.TryLock(ctx, key())
+		if err != nil {
+			r.err = err
+			return r
+		}
+		if len(r.held) == 0 {
+			running <- struct{}{}
+		}
+		r.held = append(r.held, lk)
+	}
+	r.err = errors.New("1000 TryLocks succeeded while Close ran")
+	return r
+}
+
 // releaseIf releases a lock granted by mistake.
 func releaseIf(ctx context.Context, lk locker.Lock, err error) {
 	if err == nil && lk != nil {
@@ -911,8 +941,35 @@ func testClose(c *caseT) {
 	case <-time.After(c.pause()):
 	}
 
+	// TryLocks racing Close: each either succeeds (and its Done closes with
+	// the others') or fails with ErrClosed, never with a bare context
+	// error from a call Close cut short.
+	racers := make(chan raceResult, closeRacers)
+	running := make(chan struct{}, closeRacers)
+	for range closeRacers {
+		go func() { racers <- tryUntilClosed(ctx, a, c.key, running) }()
+	}
+	for range closeRacers {
+		select {
+		case <-running:
+		case r := <-racers:
+			racers <- r // failed before Close: reported below
+		}
+	}
 	if err := a.Close(); err != nil {
 		c.Logf("Close returned %v", err)
+	}
+	const racing = "a TryLock racing Close must succeed or fail with an error matching ErrClosed"
+	for range closeRacers {
+		select {
+		case r := <-racers:
+			if !errors.Is(r.err, locker.ErrClosed) {
+				c.Errorf("%s: got %v", racing, r.err)
+			}
+			locks = append(locks, r.held...)
+		case <-time.After(c.within(1)):
+			c.Errorf("%s: a TryLock was still running %v after Close returned", racing, c.within(1))
+		}
 	}
 	const ends = "Close must end every wait in progress with an error matching ErrClosed"
 	wctx, cancel := context.WithTimeout(ctx, c.within(1))

@@ -193,6 +193,7 @@ const (
 	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
 	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
 	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
+	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -235,6 +236,7 @@ var mustCatch = map[string][]string{
 	forceNoop:       {"ForceUnlock"},
 	handOffErrs:     {"HandOff", "LockWaits"},
 	losesOnFailover: {"Failover"},
+	closeCancels:    {"Close"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -483,7 +485,7 @@ type brokenLocker struct {
 	mu   sync.Mutex
 	last map[string]locker.Lock // staleGrants: the last lock of each key
 	late []*lateLock            // closeLate: the locks whose Done Close closes late
-	shut bool                   // closeLate: Close has begun
+	shut bool                   // closeLate, closeCancels: Close has begun
 	// deadWaiter: the waits in progress, and whether the Locker crashed
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
@@ -527,6 +529,11 @@ func (b *brokenLocker) ForceUnlock(ctx context.Context, key string) error {
 func (b *brokenLocker) Close() error {
 	if b.inner == nil || b.kind == closeNoop {
 		return nil // closeNoop's inner Locker is closed by the test's cleanup
+	}
+	if b.kind == closeCancels {
+		b.mu.Lock()
+		b.shut = true
+		b.mu.Unlock()
 	}
 	if b.kind == closeLate {
 		// As if its releases hung until they gave up: Done stays open.
@@ -572,6 +579,20 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		if len(key) > testKeyLimit {
 			return nil, &locker.Error{Op: "lock", Backend: "memory", Key: key, Err: locker.ErrInvalidKey,
 				Cause: fmt.Errorf("longer than %d bytes", testKeyLimit)}
+		}
+	case closeCancels:
+		if !wait {
+			// A slow store call, whose end Close's cancellation reports
+			// as the caller's ctx's.
+			b.mu.Lock()
+			shut := b.shut
+			b.mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			lk, err := call(ctx, key)
+			if err != nil && !shut && errors.Is(err, locker.ErrClosed) {
+				return nil, fmt.Errorf("trylock %q: %w", key, context.Canceled)
+			}
+			return lk, err
 		}
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
