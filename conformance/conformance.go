@@ -58,8 +58,10 @@
 //   - Keys: the empty key fails with ErrInvalidKey everywhere; odd keys
 //     (slashes, spaces, unicode, control characters, 4 KiB) either work as
 //     distinct, exclusive keys or fail with ErrInvalidKey; nothing panics.
-//   - Close: ends waits with ErrClosed, refuses further calls, closes every
-//     held lock's Done and releases the keys; a second Close returns nil.
+//   - Close: ends waits with ErrClosed, refuses further calls (a TryLock
+//     racing Close succeeds or fails with ErrClosed, never with a bare
+//     context error), closes every held lock's Done and releases the keys;
+//     a second Close returns nil.
 //   - Do: TryDo does not run its function on a held key; Do returns its
 //     function's error and releases the key.
 //   - StaleDoContext: a ctx kept past Do's return (or derived from it)
