@@ -85,6 +85,11 @@ func TestObserver(t *testing.T) {
 	store.DeleteKey("c")
 	<-c.Done()
 	_ = b.Unlock(ctx)
+	// The loss is observed just after Done closes; once Close returns,
+	// every event of the Locker's goroutines has been (see Observer).
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	acq := rec.of(locker.EventAcquire)
 	if len(acq) != 4 {
