@@ -74,6 +74,11 @@ func TestScriptedRun(t *testing.T) {
 	<-c.Done()
 	_ = a.Unlock(ctx)
 	_ = b.Unlock(ctx)
+	// The loss is observed just after Done closes; once Close returns,
+	// every event of the Locker's goroutines has been (see Observer).
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
