@@ -430,7 +430,7 @@ func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
 	s := leaseState(l)
 	// A lock from the line gives its named lock up in the release
 	// statement itself, on its session.
-	res, err, done := s.name.releaseRow(ctx, s)
+	res, done, err := s.name.releaseRow(ctx, s)
 	if !done {
 		res, err = d.release.ExecContext(ctx, s.key, s.owner, s.version)
 		// Whatever the outcome, this owner is done with the key (the

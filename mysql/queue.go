@@ -78,15 +78,15 @@ func (h *heldName) end() {
 // releaseRow releases the row of st and the name in one statement on the
 // session, once; done is false when h is nil or was ended already (the
 // caller then releases the row itself).
-func (h *heldName) releaseRow(ctx context.Context, st lockState) (res sql.Result, err error, done bool) {
+func (h *heldName) releaseRow(ctx context.Context, st lockState) (res sql.Result, done bool, err error) {
 	if h == nil {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	h.once.Do(func() {
 		done = true
 		res, err = h.s.n.releaseWithName(ctx, h.s, h.name, st)
 	})
-	return res, err, done
+	return res, done, err
 }
 
 // releaseWithName runs the release of st with the name's release on s,
