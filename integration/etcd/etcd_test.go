@@ -327,18 +327,26 @@ func TestHolderLeaseRevoked(t *testing.T) {
 	lk2.Unlock(ctx)
 }
 
-// TestFIFO: waiters get the key in the order they queued, also when many
-// wait (each hand-off reads the queue at the revision of the release).
-func TestFIFO(t *testing.T) {
-	eps := sharedEtcd(t)
+// heldKey is the start of the queue tests: the shared etcd, a ctx of 60 s,
+// an admin client, and a fresh key held by a Locker of its own.
+func heldKey(t *testing.T) (eps []string, ctx context.Context, admin *clientv3.Client, key string, lk locker.Lock) {
+	t.Helper()
+	eps = sharedEtcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	admin := newClient(t, eps)
-	key := uniqueKey(t)
+	t.Cleanup(cancel)
+	admin = newClient(t, eps)
+	key = uniqueKey(t)
 	lk, err := newLocker(t, eps).TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return eps, ctx, admin, key, lk
+}
+
+// TestFIFO: waiters get the key in the order they queued, also when many
+// wait (each hand-off reads the queue at the revision of the release).
+func TestFIFO(t *testing.T) {
+	eps, ctx, admin, key, lk := heldKey(t)
 	const n = 16
 	var (
 		mu    sync.Mutex

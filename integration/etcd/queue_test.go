@@ -19,15 +19,7 @@ import (
 // up by name, fails here: it takes the key from the holder, or waits for the
 // re-queued key behind it for ever.
 func TestWaiterBehindCancelledWaiter(t *testing.T) {
-	eps := sharedEtcd(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	admin := newClient(t, eps)
-	key := uniqueKey(t)
-	lk, err := newLocker(t, eps).TryLock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eps, ctx, admin, key, lk := heldKey(t)
 	var released atomic.Bool // set before the holder unlocks
 	type acq struct {
 		name  string

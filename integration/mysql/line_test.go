@@ -152,14 +152,7 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	// Also 1 s waits: it is served from the line, not by trying the table
 	// after a wait that timed out.
 	next := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour)))
-	served := make(chan locker.Lock, 1)
-	go func() {
-		nl, err := next.Lock(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		served <- nl
-	}()
+	served := lockAsync(t, ctx, next, key)
 	ln.until("the second waiter in line", func() bool { return ln.waiting() == 2 })
 
 	cancel()
@@ -200,6 +193,20 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	}
 }
 
+// lockAsync calls l.Lock in a goroutine; the channel receives the lock, or
+// nil once the error was reported.
+func lockAsync(t *testing.T, ctx context.Context, l locker.Locker, key string) <-chan locker.Lock {
+	ch := make(chan locker.Lock, 1)
+	go func() {
+		lk, err := l.Lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- lk
+	}()
+	return ch
+}
+
 // TestLineNameFollowsTheRow: a lock taken from the line holds the key's
 // named lock on its own session from the moment Lock returns, and gives it
 // up when the lock is lost (here: its row deleted behind its back), so that
@@ -208,14 +215,7 @@ func TestLineNameFollowsTheRow(t *testing.T) {
 	const key = "lost-from-line"
 	dsn, ctx, ln, lk := heldLine(t, key)
 	w := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(time.Second))
-	got := make(chan locker.Lock, 1)
-	go func() {
-		wl, err := w.Lock(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- wl
-	}()
+	got := lockAsync(t, ctx, w, key)
 	ln.until("the waiter in line", func() bool { return ln.waiting() == 1 })
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
