@@ -14,6 +14,10 @@ TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCHTIME    ?= 1s
 WITHSTORES   := $(GO) run ./internal/testenv/withstores --
+# go test starts the packages in the order given, as many at once as there
+# are cores: the longest go first, so that none of them starts last.
+LONGEST      := ./integration/redis ./integration/mysql ./integration/etcd
+TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 
 .DEFAULT_GOAL := test
 # The steps of `test` must run in order, even under make -j.
@@ -21,7 +25,7 @@ WITHSTORES   := $(GO) run ./internal/testenv/withstores --
 .PHONY: test vet fmt-check tidy-check bench install-servers release
 
 test: fmt-check tidy-check install-servers vet
-	$(WITHSTORES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(WITHSTORES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTPKGS)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -415,7 +415,9 @@ func brokenHarness(e *memEnv, kind string) Harness {
 		return h
 	}
 	h.NewLocker = func(t testing.TB) locker.Locker {
-		b := &brokenLocker{kind: kind, env: e}
+		e.mu.Lock()
+		b := &brokenLocker{kind: kind, env: e, restarts: e.restarts}
+		e.mu.Unlock()
 		if kind != grantsAll {
 			b.inner = e.newInner(t)
 			if b.inner == nil {
@@ -481,6 +483,11 @@ type brokenLocker struct {
 	kind  string
 	env   *memEnv
 	inner locker.Locker
+	// restarts is the memEnv's restarts channel when the Locker was made:
+	// failsOnRestart fails a waiting Lock for any restart since then, so
+	// that a Lock whose goroutine starts late, after the restart, still
+	// fails (it did not, once in a loaded run).
+	restarts chan struct{}
 
 	mu   sync.Mutex
 	last map[string]locker.Lock // staleGrants: the last lock of each key
@@ -649,9 +656,7 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return b.handOffErrs(ctx, key, wait, call)
 	}
 	if b.kind == failsOnRestart && wait {
-		b.env.mu.Lock()
-		restarts := b.env.restarts
-		b.env.mu.Unlock()
+		restarts := b.restarts
 		rctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
 		go func() {

@@ -19,9 +19,13 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 )
 
-// TestMain stops the shared embedded etcd and checks that no goroutine of
-// ours outlives the tests.
-func TestMain(m *testing.M) { testenv.MainWith(m, embedded.close) }
+// TestMain runs 4 parallel tests at once (the conformance cases mostly wait
+// for expiries and backoffs), stops the shared embedded etcd and checks that
+// no goroutine of ours outlives the tests.
+func TestMain(m *testing.M) {
+	testenv.Parallel(4)
+	testenv.MainWith(m, embedded.close)
+}
 
 // embedded is the single-member etcd shared by the backend tests and the
 // examples of this test binary, started on first use.

@@ -11,4 +11,9 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain runs 4 parallel tests at once: the conformance cases mostly wait
+// for expiries and backoffs.
+func TestMain(m *testing.M) {
+	testenv.Parallel(4)
+	testenv.Main(m)
+}

@@ -2,9 +2,11 @@ package testenv
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -201,6 +203,22 @@ func Shutdown() {
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) { MainWith(m, nil) }
+
+// Parallel raises the number of tests that run at once (-test.parallel,
+// GOMAXPROCS by default) to n, unless the command line set it. Call it in
+// TestMain before [Main], in packages whose parallel tests spend their time
+// waiting on the servers' clocks (expiries, TTLs, backoffs) rather than
+// computing: on a 2-core machine two at a time leaves the cores mostly idle.
+func Parallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n)) // defined by package testing
+	}
+}
 
 // MainWith is [Main] for packages that run servers of their own: after the
 // run, stop (when not nil) stops them, before the leak check.
