@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,7 +79,40 @@ func BenchmarkScenarios(b *testing.B) {
 			})
 		}},
 	}
+	cpu := serverCPU(newClient(b, addr))
+	for i := range impls {
+		impls[i].ServerCPU = cpu
+	}
 	scen.Scenarios(b, impls, 3*time.Second)
+}
+
+// serverCPU returns a reader of the CPU time the server of c has used
+// (used_cpu_sys + used_cpu_user of INFO cpu).
+func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, err
+		}
+		var total float64
+		found := 0
+		for line := range strings.Lines(info) {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || (name != "used_cpu_sys" && name != "used_cpu_user") {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu: %s: %w", name, err)
+			}
+			total += f
+			found++
+		}
+		if found != 2 {
+			return 0, errors.New("INFO cpu: no used_cpu_sys and used_cpu_user")
+		}
+		return time.Duration(total * float64(time.Second)), nil
+	}
 }
 
 // floorUnlock is the floor's compare-and-delete.

@@ -20,6 +20,14 @@
 // implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every
 // ratio as "<name>-x-<other>". Timings are never asserted: only lost
 // updates and errors fail a benchmark.
+//
+// OneKey and ManyKeys also report what an acquisition (with its release)
+// cost in CPU: "<name>-client-cpu-µs" is this process's CPU time over the
+// implementation's turns (its clients, the Go runtime, and an in-process
+// server such as embedded etcd), "<name>-server-cpu-µs" the store server's
+// when the Impl can read it (Impl.ServerCPU). On a shared machine these
+// move far less from run to run than the rates, and they say where a
+// difference in rate comes from.
 package contend
 
 import (
@@ -47,6 +55,9 @@ type Impl struct {
 	// New returns a Mutex on key for a client of its own (its own
 	// connection, session or Locker), standing for another process.
 	New func(b *testing.B, key string) Mutex
+	// ServerCPU, when not nil, returns the CPU time the store's server
+	// has used so far (Redis: INFO cpu).
+	ServerCPU func(ctx context.Context) (time.Duration, error)
 }
 
 // Result is what OneKey or ManyKeys measured for one implementation.
@@ -57,6 +68,8 @@ type Result struct {
 	MaxPer       int // most acquisitions of one client
 	WaitP50      time.Duration
 	WaitP99      time.Duration
+	ClientCPU    time.Duration // this process's CPU time over the turns; 0: unknown
+	ServerCPU    time.Duration // the server's; 0: unknown (no Impl.ServerCPU)
 }
 
 // Rate is acquisitions per second.
@@ -81,9 +94,11 @@ func clients(b *testing.B, impl Impl, n int, key func(i int) string) []Mutex {
 
 // tally accumulates the rounds of one implementation.
 type tally struct {
-	counts  []int
-	waits   []time.Duration
-	elapsed time.Duration
+	counts    []int
+	waits     []time.Duration
+	elapsed   time.Duration
+	clientCPU time.Duration
+	serverCPU time.Duration
 }
 
 func (t *tally) result() Result {
@@ -96,6 +111,7 @@ func (t *tally) result() Result {
 		Acquisitions: total, Elapsed: t.elapsed,
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99),
+		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
 	}
 }
 
@@ -116,6 +132,17 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	)
 	counts := make([]int, n)
 	waits := make([][]time.Duration, n)
+	serverCPU := func() time.Duration {
+		if impl.ServerCPU == nil || t == nil {
+			return 0
+		}
+		d, err := impl.ServerCPU(ctx)
+		if err != nil {
+			b.Fatalf("%s: the server's CPU time: %v", impl.Name, err)
+		}
+		return d
+	}
+	server0, client0 := serverCPU(), processCPU()
 	start := time.Now()
 	stop := start.Add(d)
 	for i := range n {
@@ -147,6 +174,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	client, server := processCPU()-client0, serverCPU()-server0
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
@@ -168,6 +196,8 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	}
 	t.waits = append(t.waits, slices.Concat(waits...)...)
 	t.elapsed += elapsed
+	t.clientCPU += client
+	t.serverCPU += server
 }
 
 func cmpOr(a, b error) error {
@@ -186,6 +216,11 @@ func pct(sorted []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// perAcquisition is d per acquisition of r, in microseconds.
+func perAcquisition(d time.Duration, r Result) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(max(r.Acquisitions, 1))
+}
+
 // report reports each implementation's figures and the first one's ratios
 // to each other's.
 func report(b *testing.B, impls []Impl, rs []Result, unit string) {
@@ -195,7 +230,16 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 		b.ReportMetric(r.Fairness(), n+"-min/max")
 		b.ReportMetric(ms(r.WaitP50), n+"-wait-p50-ms")
 		b.ReportMetric(ms(r.WaitP99), n+"-wait-p99-ms")
-		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond))
+		cpu := ""
+		if r.ClientCPU > 0 {
+			b.ReportMetric(perAcquisition(r.ClientCPU, r), n+"-client-cpu-µs")
+			cpu = fmt.Sprintf(", CPU per acquisition %.1f µs here", perAcquisition(r.ClientCPU, r))
+		}
+		if r.ServerCPU > 0 {
+			b.ReportMetric(perAcquisition(r.ServerCPU, r), n+"-server-cpu-µs")
+			cpu += fmt.Sprintf(", %.1f µs in the server", perAcquisition(r.ServerCPU, r))
+		}
+		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), cpu)
 	}
 	for i := 1; i < len(rs); i++ {
 		b.ReportMetric(rs[0].Rate()/rs[i].Rate(), impls[0].Name+"-x-"+impls[i].Name)

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package contend
+
+import "time"
+
+// processCPU returns 0: the client CPU figures are not reported here.
+func processCPU() time.Duration { return 0 }
