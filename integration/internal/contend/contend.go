@@ -25,9 +25,8 @@
 // cost in CPU: "<name>-client-cpu-µs" is this process's CPU time over the
 // implementation's turns (its clients, the Go runtime, and an in-process
 // server such as embedded etcd), "<name>-server-cpu-µs" the store server's
-// when the Impl can read it (Impl.ServerCPU). On a shared machine these
-// move far less from run to run than the rates, and they say where a
-// difference in rate comes from.
+// when the Impl can read it (Impl.ServerCPU): they say where a difference
+// in rate comes from.
 package contend
 
 import (
