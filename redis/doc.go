@@ -95,8 +95,9 @@
 // nothing scans the queue or wakes more than one Locker. What still falls
 // at 64 clients (0.6–0.9× across runs, with the machine's load) is on the
 // clients' side: 64 Lockers, each with two connections, take turns on two
-// shared cores, and the client process's CPU time per hand-off was 15–25%
-// higher than with 4. Fair
+// shared cores; the client process's CPU time per hand-off was 15–25%
+// higher than with 4 in some runs, the same in others (the scenarios
+// report it: locker-client-cpu-µs). Fair
 // stays the default: its order and bounded waits are what a lock owes every
 // caller, and its cost is one confirmation round trip per hand-off (the
 // waiter named by a hand-over confirms it in Redis, so that a forged
