@@ -15,6 +15,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/etcd"
+	"github.com/golocker/locker/integration/internal/lockasync"
 	"github.com/golocker/locker/internal/etcdserver"
 	"github.com/golocker/locker/memory"
 )
@@ -70,20 +71,6 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type lockResult struct {
-	lk  locker.Lock
-	err error
-}
-
-func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResult {
-	ch := make(chan lockResult, 1)
-	go func() {
-		lk, err := l.Lock(ctx, key)
-		ch <- lockResult{lk, err}
-	}()
-	return ch
 }
 
 func TestNewValidates(t *testing.T) {
@@ -199,16 +186,16 @@ func TestWaiterCleanupOnCancel(t *testing.T) {
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	const n = 4
-	var results []<-chan lockResult
+	var results []<-chan lockasync.Result
 	for i := range n {
-		results = append(results, lockAsync(wctx, newLocker(t, eps), key))
+		results = append(results, lockasync.Lock(wctx, newLocker(t, eps), key))
 		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d to queue", i), func() bool { return len(waiters(t, admin, key)) == i+2 })
 	}
 	wcancel()
 	for _, ch := range results {
 		r := <-ch
-		if !errors.Is(r.err, locker.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-			t.Errorf("cancelled Lock: %v, want ErrNotAcquired and context.Canceled", r.err)
+		if !errors.Is(r.Err, locker.ErrNotAcquired) || !errors.Is(r.Err, context.Canceled) {
+			t.Errorf("cancelled Lock: %v, want ErrNotAcquired and context.Canceled", r.Err)
 		}
 	}
 	if ws := waiters(t, admin, key); len(ws) != 1 || uint64(ws[0].rev) != lk.Token() {
@@ -249,14 +236,14 @@ func TestWaiterReturnsOnLeaseLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := lockAsync(ctx, w, key)
+		res := lockasync.Lock(ctx, w, key)
 		waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
 		if _, err := admin.Revoke(ctx, waiters(t, admin, key)[1].lease); err != nil {
 			t.Fatal(err)
 		}
 		r := <-res
-		if !errors.Is(r.err, etcd.ErrLeaseLost) || ctx.Err() != nil {
-			t.Fatalf("Lock whose lease was revoked: %v, want ErrLeaseLost before its ctx ended", r.err)
+		if !errors.Is(r.Err, etcd.ErrLeaseLost) || ctx.Err() != nil {
+			t.Fatalf("Lock whose lease was revoked: %v, want ErrLeaseLost before its ctx ended", r.Err)
 		}
 		select {
 		case <-other.Done():
@@ -276,14 +263,14 @@ func TestWaiterReturnsOnLeaseLoss(t *testing.T) {
 
 	t.Run("deleted", func(t *testing.T) {
 		w := newLocker(t, eps)
-		res := lockAsync(ctx, w, key)
+		res := lockasync.Lock(ctx, w, key)
 		waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
 		if _, err := admin.Delete(ctx, waiters(t, admin, key)[1].key); err != nil {
 			t.Fatal(err)
 		}
 		r := <-res
-		if r.err == nil || errors.Is(r.err, locker.ErrNotAcquired) || ctx.Err() != nil {
-			t.Fatalf("Lock whose waiter key was deleted: %v, want an error before its ctx ended", r.err)
+		if r.Err == nil || errors.Is(r.Err, locker.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("Lock whose waiter key was deleted: %v, want an error before its ctx ended", r.Err)
 		}
 		if ws := waiters(t, admin, key); len(ws) != 1 {
 			t.Errorf("%d keys under the lock's directory, want the holder's only", len(ws))
@@ -513,13 +500,13 @@ func TestCloseRevokes(t *testing.T) {
 	}
 	defer lk.Unlock(ctx)
 	w := newLocker(t, eps)
-	res := lockAsync(ctx, w, key)
+	res := lockasync.Lock(ctx, w, key)
 	waitFor(t, 10*time.Second, "the waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r := <-res; !errors.Is(r.err, locker.ErrClosed) {
-		t.Errorf("wait ended by Close: %v, want ErrClosed", r.err)
+	if r := <-res; !errors.Is(r.Err, locker.ErrClosed) {
+		t.Errorf("wait ended by Close: %v, want ErrClosed", r.Err)
 	}
 	if ws := waiters(t, admin, key); len(ws) != 1 {
 		t.Errorf("%d keys under the lock's directory after the waiter's Locker closed, want the holder's only", len(ws))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/lockasync"
 )
 
 // TestWaiterBehindCancelledWaiter: a waiter whose predecessor gives up keeps
@@ -43,18 +44,18 @@ func TestWaiterBehindCancelledWaiter(t *testing.T) {
 
 	quitter := newLocker(t, eps)
 	qctx, qcancel := context.WithCancel(ctx)
-	quit := lockAsync(qctx, quitter, key)
+	quit := lockasync.Lock(qctx, quitter, key)
 	waitFor(t, 10*time.Second, "the first waiter to queue", func() bool { return len(waiters(t, admin, key)) == 2 })
 	name := waiters(t, admin, key)[1].key
 
-	second := lockAsync(ctx, newLocker(t, eps), key)
+	second := lockasync.Lock(ctx, newLocker(t, eps), key)
 	waitFor(t, 10*time.Second, "the second waiter to queue", func() bool { return len(waiters(t, admin, key)) == 3 })
 
 	qcancel()
-	if r := <-quit; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("cancelled Lock: %v, want context.Canceled", r.err)
+	if r := <-quit; !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v, want context.Canceled", r.Err)
 	}
-	again := lockAsync(ctx, quitter, key)
+	again := lockasync.Lock(ctx, quitter, key)
 	waitFor(t, 10*time.Second, "the first waiter's Locker to queue again", func() bool {
 		ws := waiters(t, admin, key)
 		return len(ws) == 3 && ws[2].key == name
@@ -63,23 +64,23 @@ func TestWaiterBehindCancelledWaiter(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	select {
 	case r := <-second:
-		t.Fatalf("the second waiter returned while the holder held the key: %v, %v", r.lk, r.err)
+		t.Fatalf("the second waiter returned while the holder held the key: %v, %v", r.Lock, r.Err)
 	default:
 	}
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if r := <-second; r.err != nil {
-			t.Errorf("second waiter: %v", r.err)
+		if r := <-second; r.Err != nil {
+			t.Errorf("second waiter: %v", r.Err)
 		} else {
-			got("second", r.lk)
+			got("second", r.Lock)
 		}
 	})
 	wg.Go(func() {
-		if r := <-again; r.err != nil {
-			t.Errorf("re-queued waiter: %v", r.err)
+		if r := <-again; r.Err != nil {
+			t.Errorf("re-queued waiter: %v", r.Err)
 		} else {
-			got("requeued", r.lk)
+			got("requeued", r.Lock)
 		}
 	})
 	released.Store(true)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/lockasync"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/mysql"
 )
@@ -152,7 +153,7 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	// Also 1 s waits: it is served from the line, not by trying the table
 	// after a wait that timed out.
 	next := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour)))
-	served := lockAsync(t, ctx, next, key)
+	served := lockasync.Lock(ctx, next, key)
 	ln.until("the second waiter in line", func() bool { return ln.waiting() == 2 })
 
 	cancel()
@@ -169,10 +170,11 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	nl := <-served
-	if nl == nil {
-		t.FailNow()
+	r := <-served
+	if r.Err != nil {
+		t.Fatalf("the waiter second in line: %v", r.Err)
 	}
+	nl := r.Lock
 	if !ln.used() {
 		t.Errorf("the waiter served from the line does not hold the named lock while it holds the key")
 	}
@@ -193,20 +195,6 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	}
 }
 
-// lockAsync calls l.Lock in a goroutine; the channel receives the lock, or
-// nil once the error was reported.
-func lockAsync(t *testing.T, ctx context.Context, l locker.Locker, key string) <-chan locker.Lock {
-	ch := make(chan locker.Lock, 1)
-	go func() {
-		lk, err := l.Lock(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- lk
-	}()
-	return ch
-}
-
 // TestLineNameFollowsTheRow: a lock taken from the line holds the key's
 // named lock on its own session from the moment Lock returns, and gives it
 // up when the lock is lost (here: its row deleted behind its back), so that
@@ -215,15 +203,16 @@ func TestLineNameFollowsTheRow(t *testing.T) {
 	const key = "lost-from-line"
 	dsn, ctx, ln, lk := heldLine(t, key)
 	w := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(time.Second))
-	got := lockAsync(t, ctx, w, key)
+	got := lockasync.Lock(ctx, w, key)
 	ln.until("the waiter in line", func() bool { return ln.waiting() == 1 })
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wl := <-got
-	if wl == nil {
-		t.FailNow()
+	r := <-got
+	if r.Err != nil {
+		t.Fatalf("the waiter in line: %v", r.Err)
 	}
+	wl := r.Lock
 	if !ln.used() {
 		t.Errorf("the lock taken from the line does not hold the named lock")
 	}
