@@ -20,9 +20,12 @@ import (
 )
 
 // BenchmarkScenarios runs the scenarios of package contend on one
-// redis-server: this library (fair, the default, and unfair) beside the raw floor (SET NX PX retried at
-// once, compare-and-delete by script) and bsm/redislock (retrying every
-// millisecond), each client on a connection of its own:
+// redis-server: this library (fair, the default, and unfair) beside the raw
+// floor (SET NX PX retried at once, compare-and-delete by script),
+// bsm/redislock (retrying every millisecond) and "fenced", redislock's
+// retry with a fencing token (fencedAcquire): the least a fenced lock
+// costs, which bounds what this library can reach against the peers
+// without one. Each client is on a connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
@@ -78,6 +81,29 @@ func BenchmarkScenarios(b *testing.B) {
 				}
 			})
 		}},
+		{Name: "fenced", New: func(b *testing.B, key string) scen.Mutex {
+			c := newClient(b, addr)
+			keys := []string{key, key + ":fence"}
+			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
+				owner := rand.Text()
+				for {
+					token, err := fencedAcquire.Run(ctx, c, keys, owner, ttl.Milliseconds()).Int64()
+					if err != nil {
+						return nil, err
+					}
+					if token > 0 {
+						return func(ctx context.Context) error {
+							return floorUnlock.Run(ctx, c, keys[:1], owner).Err()
+						}, nil
+					}
+					select {
+					case <-time.After(time.Millisecond):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+			})
+		}},
 	}
 	cpu := serverCPU(newClient(b, addr))
 	for i := range impls {
@@ -114,6 +140,13 @@ func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
 		return time.Duration(total * float64(time.Second)), nil
 	}
 }
+
+// fencedAcquire is the acquire of the "fenced" reference: SET NX PX and, when
+// that took the key, INCR of a counter key for the fencing token, in one
+// script. It is the least a lock with a fencing token costs on Redis (it
+// has no queue, no label and a counter that must never expire), where the
+// floor and redislock have no token at all.
+var fencedAcquire = goredis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0`)
 
 // floorUnlock is the floor's compare-and-delete.
 var floorUnlock = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
