@@ -12,7 +12,8 @@ import (
 //
 // fn's ctx is derived from ctx and is cancelled, with a cause matching
 // [ErrLost], the moment the lock is lost: fn should stop touching the shared
-// state then. After fn returns the lock is released with a fresh context
+// state then. Its Err reports the loss once the lock's deadline has passed
+// even when the Locker's goroutines run late: check it before each write. After fn returns the lock is released with a fresh context
 // bounded by [DefaultReleaseTimeout], even when ctx was cancelled.
 //
 // Inside fn's ctx, Lock, TryLock, Do and TryDo on the same key through the
@@ -68,7 +69,8 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 
 	entry := &heldEntry{locker: l, key: key, lock: lk, next: heldList(ctx)}
 	entry.running.Store(true)
-	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, entry))
+	cctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, entry))
+	fctx := &heldContext{Context: cctx, lock: lk, cancel: cancel}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -94,6 +96,39 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 		return join(fnErr, lost)
 	}
 	return join(fnErr, uerr)
+}
+
+// heldContext is the ctx of Do's function. A goroutine cancels it when the
+// lock is lost; Done and Err also ask the lock first, so that a loss shows
+// the moment fn asks even when that goroutine has not run yet (a starved
+// process, where the lock's own Done closes when asked past its deadline).
+type heldContext struct {
+	context.Context
+	lock   Lock
+	cancel context.CancelCauseFunc
+}
+
+// Done implements context.Context.
+func (c *heldContext) Done() <-chan struct{} {
+	c.sync()
+	return c.Context.Done()
+}
+
+// Err implements context.Context.
+func (c *heldContext) Err() error {
+	c.sync()
+	return c.Context.Err()
+}
+
+// sync cancels the ctx when the lock was lost.
+func (c *heldContext) sync() {
+	select {
+	case <-c.lock.Done():
+		if err := c.lock.Err(); err != nil {
+			c.cancel(err)
+		}
+	default:
+	}
 }
 
 // errNilContext is the cause of the ErrInvalidOption returned for a nil ctx.

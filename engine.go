@@ -63,6 +63,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		next:       farFuture(),
+		born:       time.Now(),
 	}
 	e.notifier, _ = d.(driver.Notifier)
 	e.acquirer, _ = d.(driver.Acquirer)
@@ -122,6 +123,8 @@ type engine struct {
 	wake chan struct{} // pokes the watchdog
 	stop chan struct{} // closed by Close to stop the watchdog
 	wg   sync.WaitGroup
+
+	born time.Time // when New made it: the origin of hold.due
 }
 
 func farFuture() time.Time { return time.Now().Add(100 * 365 * 24 * time.Hour) }
@@ -458,7 +461,7 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 		h.end(nil)
 		return e.err("lock", h.key, ErrClosed, nil)
 	}
-	h.deadline = sent.Add(safeValidity(validity))
+	h.setDeadline(sent.Add(safeValidity(validity)))
 	h.nextRenew = sent.Add(renewAfter(h.ttl, validity))
 	if !h.ended.Load() {
 		e.holds[h] = struct{}{}
@@ -594,6 +597,11 @@ type hold struct {
 	ended   atomic.Bool   // set once, just before done is closed
 	err     atomic.Pointer[error]
 
+	// due is when the hold must end, the earlier of deadline and
+	// maxHoldEnd, in nanoseconds of the monotonic clock since e.born (0:
+	// not registered yet): Done and Err read it without e.mu.
+	due atomic.Int64
+
 	// guarded by e.mu
 	deadline  time.Time
 	nextRenew time.Time
@@ -653,14 +661,22 @@ func (h *hold) lost(cause error) bool {
 // handle is the Lock the engine hands out.
 type handle struct{ h *hold }
 
-func (l *handle) Key() string           { return l.h.key }
-func (l *handle) Token() uint64         { return l.h.lease.Token }
-func (l *handle) Done() <-chan struct{} { return l.h.done }
+func (l *handle) Key() string   { return l.h.key }
+func (l *handle) Token() uint64 { return l.h.lease.Token }
+
+// Done implements Lock. Past the lock's deadline it is closed when it
+// returns, even when the watchdog is late (see hold.overdue).
+func (l *handle) Done() <-chan struct{} {
+	l.h.overdue()
+	return l.h.done
+}
 
 // Deadline implements Lock.
 func (l *handle) Deadline() time.Time { return l.h.deadlineLocked(l.h.e) }
 
+// Err implements Lock; like Done, it ends an overdue hold first.
 func (l *handle) Err() error {
+	l.h.overdue()
 	if p := l.h.err.Load(); p != nil {
 		return *p
 	}

@@ -253,3 +253,73 @@ func BenchmarkEngineOverhead(b *testing.B) {
 	b.Run("NoObserver", func(b *testing.B) { run(b) })
 	b.Run("Observer", func(b *testing.B) { run(b, WithObserver(ObserverFunc(func(Event) {}))) })
 }
+
+// stalledWatchdog returns an engine on d whose watchdog, once renewals
+// hang, gets stuck reporting the loss of a lock on "a" (an observer that
+// blocks), as a starved process's would run late: it is stuck once the
+// returned channel is closed, and the lock on "a" is taken.
+func stalledWatchdog(t *testing.T, d *tableDriver) (*engine, <-chan struct{}) {
+	stalled, stall := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e := newTestEngine(t, d, WithTTL(300*time.Millisecond), WithObserver(ObserverFunc(func(ev Event) {
+		if ev.Kind == EventLost && ev.Key == "a" {
+			once.Do(func() { close(stalled) })
+			<-stall
+		}
+	})))
+	t.Cleanup(func() { close(stall) }) // before the engine's Close, which waits for the watchdog
+	if _, err := e.TryLock(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the next lock's deadline comes after a's
+	return e, stalled
+}
+
+// TestDoneTellsTheDeadlineWhenTheWatchdogIsLate: Done and Err of a lock
+// past its local deadline report the loss when they are asked, even while
+// the watchdog that would end it is held up.
+func TestDoneTellsTheDeadlineWhenTheWatchdogIsLate(t *testing.T) {
+	d := newTableDriver()
+	e, stalled := stalledWatchdog(t, d)
+	b, err := e.TryLock(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.hang.Store(true)
+	<-stalled
+	time.Sleep(time.Until(b.Deadline()) + time.Millisecond)
+	select {
+	case <-b.Done():
+	default:
+		t.Fatal("Done of a lock past its deadline is still open while the watchdog is late")
+	}
+	if !errors.Is(b.Err(), ErrLost) || !errors.Is(b.Err(), ErrNoRenewal) {
+		t.Fatalf("Err: want ErrLost and ErrNoRenewal, got %v", b.Err())
+	}
+}
+
+// TestDoContextTellsTheDeadlineWhenTheWatchdogIsLate: the same for the ctx
+// of Do's function, which only its Err is asked.
+func TestDoContextTellsTheDeadlineWhenTheWatchdogIsLate(t *testing.T) {
+	d := newTableDriver()
+	e, stalled := stalledWatchdog(t, d)
+	err := Do(t.Context(), e, "b", func(ctx context.Context) error {
+		nested, err := e.TryLock(ctx, "b") // the same hold: its Deadline
+		if err != nil {
+			return err
+		}
+		deadline := nested.Deadline()
+		d.hang.Store(true)
+		<-stalled
+		time.Sleep(time.Until(deadline) + time.Millisecond)
+		if ctx.Err() == nil {
+			t.Error("the ctx of Do's function is still live past the lock's deadline while the watchdog is late")
+		} else if !errors.Is(context.Cause(ctx), ErrLost) {
+			t.Errorf("cause: want ErrLost, got %v", context.Cause(ctx))
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrLost) {
+		t.Fatalf("Do: want ErrLost, got %v", err)
+	}
+}

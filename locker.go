@@ -111,7 +111,9 @@ type Lock interface {
 
 	// Done returns a channel that is closed once the lock is no longer held:
 	// unlocked, lost, or its Locker closed. When the lock is lost, Done
-	// closes before the store could give the key to anyone else.
+	// closes before the store could give the key to anyone else. Called
+	// after the Deadline, it returns a closed channel, even when the
+	// Locker's own timer has not run yet (a process starved of CPU).
 	Done() <-chan struct{}
 
 	// Deadline returns the local deadline: when Done closes unless a

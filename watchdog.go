@@ -87,19 +87,10 @@ func (e *engine) watchdog() {
 		e.mu.Unlock()
 
 		for i, h := range expired {
-			if h.lost(noRenewal(expiredErr[i])) {
-				// The store may still hold it (etcd and ZooKeeper keep it
-				// while the lease or session lives): give it back.
-				e.abandon(h)
-			}
+			e.expire(h, expiredErr[i])
 		}
 		for _, h := range maxed {
-			// Its MaxHold is over: the holder may run on, but the key is
-			// released (its MinHold, not longer, has passed).
-			if h.claim() && h.end(e.err("hold", h.key, ErrLost, maxHoldError(h.maxHold))) {
-				e.cfg.logger.Info("locker: MaxHold reached, lock released", "backend", e.name, "key", h.key, "maxhold", h.maxHold)
-				e.abandon(h)
-			}
+			e.maxOut(h)
 		}
 		if len(due) > 0 {
 			inflight = true
@@ -227,6 +218,68 @@ func (e *engine) renew(holds []*hold) renewResult {
 	return r
 }
 
+// expire ends h as lost at its local deadline: no renewal succeeded in
+// time, the last one failing with lastErr (nil: none was answered).
+func (e *engine) expire(h *hold, lastErr error) {
+	if h.lost(noRenewal(lastErr)) {
+		// The store may still hold it (etcd and ZooKeeper keep it while
+		// the lease or session lives): give it back.
+		e.abandon(h)
+	}
+}
+
+// maxOut ends h at the end of its MaxHold: the holder may run on, but the
+// key is released (its MinHold, not longer, has passed).
+func (e *engine) maxOut(h *hold) {
+	if h.claim() && h.end(e.err("hold", h.key, ErrLost, maxHoldError(h.maxHold))) {
+		e.cfg.logger.Info("locker: MaxHold reached, lock released", "backend", e.name, "key", h.key, "maxhold", h.maxHold)
+		e.abandon(h)
+	}
+}
+
+// setDeadline moves h's local deadline to d (e.mu held), and its due time
+// with it.
+func (h *hold) setDeadline(d time.Time) {
+	h.deadline = d
+	if !h.maxHoldEnd.IsZero() && h.maxHoldEnd.Before(d) {
+		d = h.maxHoldEnd
+	}
+	h.due.Store(max(int64(d.Sub(h.e.born)), 1))
+}
+
+// overdue ends h at once when its local deadline or its MaxHold end has
+// passed, as the watchdog would: so that Done and Err tell the truth when
+// they are asked, even when the watchdog runs late (a process starved of
+// CPU, a container throttled, a long pause), and the holder that checks
+// them before a write never goes on past the point where the store could
+// give the key to someone else.
+func (h *hold) overdue() {
+	due := h.due.Load()
+	if due == 0 || time.Since(h.e.born) < time.Duration(due) {
+		return
+	}
+	if !h.ended.Load() {
+		e := h.e
+		e.mu.Lock()
+		now := time.Now()
+		expired := !now.Before(h.deadline)
+		maxed := !h.maxHoldEnd.IsZero() && !now.Before(h.maxHoldEnd)
+		lastErr := h.renewErr
+		e.mu.Unlock()
+		switch {
+		case expired:
+			e.expire(h, lastErr)
+		case maxed:
+			e.maxOut(h)
+		}
+	}
+	if h.ended.Load() {
+		// Ended here, or by the watchdog at this very moment: end closes
+		// done right after (it blocks on nothing the caller holds).
+		<-h.done
+	}
+}
+
 func (h *hold) deadlineLocked(e *engine) time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -255,7 +308,7 @@ func (e *engine) applyRenewals(r renewResult) {
 			if v <= 0 {
 				v = r.ttls[i]
 			}
-			h.deadline = r.sent.Add(safeValidity(v))
+			h.setDeadline(r.sent.Add(safeValidity(v)))
 			h.nextRenew = r.sent.Add(renewAfter(h.ttl, v))
 			h.renewErr = nil
 		case errors.Is(err, driver.ErrNotHeld):

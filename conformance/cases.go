@@ -20,6 +20,7 @@ const (
 	fencing        = "fencing tokens must be positive and strictly greater than every token handed out earlier for the key"
 	ownership      = "Unlock must fail with ErrNotHeld for a lock that is no longer held, and never release another holder's lock"
 	doneBeforeFree = "Done must close, and Err match ErrLost, before the store could give the key to anyone else"
+	doneAtDeadline = "once a lock's Deadline has passed without a renewal, Done must be closed and Err match ErrLost when asked, however late the Locker's own timers run"
 )
 
 // lockResult carries a Lock call's outcome out of a goroutine.
@@ -454,6 +455,64 @@ func testLossIsolate(c *caseT) {
 	c.held(lb, ownership+" (the new holder)")
 	c.refused(ctx, other, key, ownership+" (the new holder must still hold the key)")
 	c.unlock(ctx, lb, heldUntil)
+}
+
+// testDoneAtDeadline: a holder cut off from the store, asked the moment its
+// Deadline passed, already reports the loss. A Locker whose Done only
+// closes when its timer goroutine gets to run fails this in a process
+// short of CPU (a throttled container, a loaded host), where the timer runs
+// late and the holder, checking Done before a write, would go on past the
+// point where the store could give the key away.
+func testDoneAtDeadline(c *caseT) {
+	c.need("Isolate", c.h.Isolate != nil, "cut a Locker off from the store")
+	ctx := c.ctx(c.within(4))
+	a := c.newLocker()
+	la := c.mustTryLock(ctx, a, c.key(), "TryLock on a free key must succeed")
+	defer c.isolate(a)()
+	for {
+		deadline := la.Deadline()
+		if wait := time.Until(deadline); wait > 0 {
+			// A renewal sent before the cut may still move it on.
+			if !sleep(ctx, wait) {
+				c.Fatalf("%s: the isolated holder's Deadline kept moving: %v", doneAtDeadline, deadline)
+			}
+			continue
+		}
+		select {
+		case <-la.Done():
+		default:
+			if la.Deadline().After(deadline) {
+				continue // a renewal landed in between: its deadline counts
+			}
+			c.Fatalf("%s: Done of the lock on %s is still open %v after its Deadline", doneAtDeadline, short(la.Key()), time.Since(deadline))
+		}
+		if err := la.Err(); !errors.Is(err, locker.ErrLost) {
+			c.Errorf("%s: Err = %v", doneAtDeadline, err)
+		}
+		break
+	}
+
+	// The ctx of Do's function, asked the moment another Locker got the
+	// key, is already cancelled with ErrLost.
+	d, b := c.newLocker(), c.newLocker()
+	key := c.key()
+	err := locker.Do(ctx, d, key, func(fctx context.Context) error {
+		defer c.isolate(d)()
+		lb, err := pollTryLock(ctx, b, key, c.every())
+		if err != nil {
+			return fmt.Errorf("an isolated holder's key must become free for others after its TTL: %w", err)
+		}
+		defer c.unlock(ctx, lb, heldUntil)
+		if err := fctx.Err(); err == nil {
+			c.Errorf("%s: the ctx of Do's function is still live when another Locker got the key", doneBeforeFree)
+		} else if cause := context.Cause(fctx); !errors.Is(cause, locker.ErrLost) {
+			c.Errorf("%s: the cause of Do's cancelled ctx = %v, want an error matching ErrLost", doneBeforeFree, cause)
+		}
+		return nil
+	})
+	if !errors.Is(err, locker.ErrLost) {
+		c.Errorf("%s: Do whose lock was lost while its function ran: got %v, want an error matching ErrLost", doneBeforeFree, err)
+	}
 }
 
 func testFencing(c *caseT) {

@@ -48,6 +48,10 @@
 //     Do cancels its function's ctx with cause ErrLost.
 //   - LossIsolate (Isolate): a holder cut off from the store has its Done
 //     closed before anyone else can get the key.
+//   - DoneAtDeadline (Isolate): once its Deadline passed, the cut-off
+//     holder's Done is closed and Err matches ErrLost the moment they are
+//     asked, not when the Locker's timer gets to run; and the ctx of Do's
+//     function is cancelled with ErrLost when another Locker gets the key.
 //   - Fencing: tokens strictly increase over a hundred successive holders.
 //   - FencingAfterCrash (Crash), FencingAfterRestart (Restart): and across a
 //     crash and takeover, and across a store restart.
@@ -192,6 +196,7 @@ var cases = []testCase{
 	{name: "Renewal", run: testRenewal},
 	{name: "LossDeleteBehind", run: testLossDeleteBehind},
 	{name: "LossIsolate", run: testLossIsolate},
+	{name: "DoneAtDeadline", run: testDoneAtDeadline},
 	{name: "Fencing", run: testFencing},
 	{name: "FencingAfterCrash", run: testFencingAfterCrash},
 	{name: "FencingAfterRestart", serial: true, run: testFencingAfterRestart},

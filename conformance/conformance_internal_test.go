@@ -194,6 +194,7 @@ const (
 	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
 	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
 	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
+	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -237,6 +238,7 @@ var mustCatch = map[string][]string{
 	handOffErrs:     {"HandOff", "LockWaits"},
 	losesOnFailover: {"Failover"},
 	closeCancels:    {"Close"},
+	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -741,8 +743,39 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}()
 	case noRenewal:
 		return newExpiringLock(lk, b.env.ttl), nil
+	case lateTimer:
+		return newTimerLock(lk, b.env.ttl/2), nil
 	}
 	return lk, nil
+}
+
+// timerLock is lateTimer's lock: its Done closes, and its Err tells, only
+// when a goroutine that waits for the inner lock's Done has run, lag later,
+// as a Locker whose watchdog is starved of CPU would.
+type timerLock struct {
+	locker.Lock
+	done chan struct{}
+}
+
+func newTimerLock(lk locker.Lock, lag time.Duration) *timerLock {
+	l := &timerLock{Lock: lk, done: make(chan struct{})}
+	inner := lk.Done()
+	go func() {
+		<-inner
+		time.Sleep(lag)
+		close(l.done)
+	}()
+	return l
+}
+
+func (l *timerLock) Done() <-chan struct{} { return l.done }
+func (l *timerLock) Err() error {
+	select {
+	case <-l.done:
+		return l.Lock.Err()
+	default:
+		return nil
+	}
 }
 
 // fakeLock is grantsAll's lock: nothing in any store.
