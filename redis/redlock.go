@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -111,8 +112,9 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //
 // Under Redlock's timing assumptions (bounded network delay, bounded
 // process pauses, clocks that drift by less than the allowance, no server
-// clock jumps) and with at most (N-1)/2 masters failed or restarted within
-// a TTL:
+// clock jumps), with at most (N-1)/2 masters failed at once, and with
+// [RedlockConfig].RestartDelay at least the longest TTL in use (restarts,
+// even of every master, then do not count against that bound):
 //
 //   - A key is held by one owner at a time: a quorum set it, and every two
 //     quorums share a master.
@@ -132,10 +134,16 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 // message delayed past it, or a server clock that jumps forward (an expiry
 // that comes early) lets a second owner in while the first still believes
 // it holds the lock, and nothing in Redis can stop the first one's late
-// writes. A master that restarts without its data (no AOF with fsync
-// always) forgets the locks it held: if it was part of a holder's quorum,
-// a second owner can get a quorum with it (Redlock's remedy is to keep a
-// restarted master out for a TTL).
+// writes. A master whose data is flushed while it runs (FLUSHALL, an
+// operator deleting keys) forgets the locks it held: if it was part of a
+// holder's quorum, a second owner can get a quorum with it. A master that
+// restarts forgets them too (without persistence, or its last writes with
+// RDB snapshots or AOF fsync every second), but it grants nothing for
+// RestartDelay after its start (Redlock's delayed restart, from the
+// server's own uptime), by which time every lock it may have forgotten has
+// expired or been renewed without it; the Failover case of the
+// conformance suite restarts a majority of the masters one after the
+// other to check it.
 //
 // The fencing tokens mitigate this: they keep increasing across all of
 // these faults (even while two owners overlap, the later one has the
@@ -163,6 +171,12 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //     restarted without its data rejoins a lock's quorum at the key's next
 //     acquisition, so a lock held for long across such a restart tolerates
 //     one master failure fewer until then.
+//   - Every master, new or restarted, joins quorums only RestartDelay (by
+//     default the TTL) after it started: a fresh set of masters grants
+//     nothing in its first TTL (Lock waits, TryLock fails with
+//     ErrNotAcquired), and a restart of a majority makes locking wait for
+//     as long. Each acquisition reads every master's uptime (INFO server,
+//     in its script: a few microseconds).
 //   - Close waits for the requests still running in the background; a
 //     hung master can make it wait until their bound (an acquisition's
 //     validity, or the client's read timeout).
@@ -195,6 +209,17 @@ type RedlockConfig struct {
 	// 166–330 without retries, against 69–209 per second with all three
 	// up).
 	Timeout time.Duration
+
+	// RestartDelay is how long after its start a master grants no lock
+	// (Redlock's delayed restart): a master restarted without its data,
+	// or without its last writes (RDB snapshots, AOF fsync every second),
+	// has forgotten locks that the other masters still hold, and a quorum
+	// with it would give such a key out twice. Default: the Locker's TTL.
+	// Set it to the longest TTL of every Locker on these masters
+	// (locker.LockTTL included); the delay applies to every
+	// start, so a new master joins quorums only this long after it came up
+	// (INFO server's uptime_in_seconds, read by the acquire script).
+	RestartDelay time.Duration
 }
 
 // New returns a Locker as [NewRedlock] does, with c.
@@ -224,6 +249,9 @@ func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 	}
 	if c.Timeout < 0 {
 		return nil, invalid("RedlockConfig.Timeout %v is negative", c.Timeout)
+	}
+	if c.RestartDelay < 0 {
+		return nil, invalid("RedlockConfig.RestartDelay %v is negative", c.RestartDelay)
 	}
 	switch n := len(masters); {
 	case n < 3:
@@ -257,6 +285,7 @@ func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 		renew:        goredis.NewScript(renewLua),
 		logger:       slog.New(slog.DiscardHandler),
 		timeout:      c.Timeout,
+		restartDelay: c.RestartDelay,
 		retentionArg: strconv.FormatInt(retention.Milliseconds(), 10),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
@@ -289,6 +318,7 @@ type redlockDriver struct {
 
 	timeout      time.Duration // per request to one master
 	ttl          time.Duration
+	restartDelay time.Duration // 0: the TTL
 	retentionArg string
 }
 
@@ -536,6 +566,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	context.AfterFunc(budget, cancel) // late answers may come until then
 	keys := []string{lockKey(req.Key), fenceKey(req.Key)}
 	ttlArg := millis(req.TTL)
+	delayArg := millis(cmp.Or(d.restartDelay, d.ttl))
 	// The attempt's mark: its grants carry it until phase 2 writes the
 	// token, so that undoing them never removes another attempt's (the
 	// attempts of a waiting Lock share their owner).
@@ -559,7 +590,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		return lateGrants
 	}
 	rs, errs := fanout(ctx, d, nil, budget, func(ctx context.Context, m Master) (phase1, error) {
-		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label, mark).Slice()
+		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label, mark, delayArg).Slice()
 		if err != nil {
 			return phase1{}, err
 		}

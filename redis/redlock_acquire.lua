@@ -12,12 +12,22 @@
 --                 token goes until phase 2 writes the token, so that the
 --                 undo of one attempt never removes another's grant
 --                 (the attempts of one waiting Lock share their owner)
+-- ARGV[5]  delay  milliseconds after its start during which the master
+--                 grants nothing: restarted, it may have forgotten locks
+--                 that are still held (no persistence, or not their last
+--                 writes), and a quorum with it could give one out twice
 --
 -- Returns {1, fence, now}: the lock is the owner's, marked with ARGV[4]
 -- (an earlier attempt's uncommitted grant is taken over); fence is the
 -- master's last token ("0" when none) and now its clock in microseconds,
 -- both as decimal strings;
--- or {0, pttl}: another owner holds the lock for pttl more milliseconds.
+-- or {0, pttl}: another owner holds the lock for pttl more milliseconds,
+-- or the master started less than ARGV[5] ago and grants nothing for pttl
+-- more milliseconds.
+local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+if up and up * 1000 < tonumber(ARGV[5]) then
+  return {0, tonumber(ARGV[5]) - up * 1000}
+end
 local v = redis.call('GET', KEYS[1])
 if v then
   local n = #ARGV[1]

@@ -49,6 +49,7 @@ func TestNewRedlockRefuses(t *testing.T) {
 		{"zero", redis.RedlockConfig{}, withZero, nil, "master 1 is a zero *redis.Client"},
 		{"retention", redis.RedlockConfig{FenceRetention: time.Millisecond}, masters(3), nil, "FenceRetention"},
 		{"negative timeout", redis.RedlockConfig{Timeout: -time.Second}, masters(3), nil, "Timeout -1s is negative"},
+		{"negative restart delay", redis.RedlockConfig{RestartDelay: -time.Second}, masters(3), nil, "RestartDelay -1s is negative"},
 		{"timeout above TTL", redis.RedlockConfig{Timeout: 2 * time.Second}, masters(3), []locker.Option{locker.WithTTL(time.Second)}, "exceeds the TTL"},
 	} {
 		l, err := tc.cfg.New(tc.masters, tc.opts...)
