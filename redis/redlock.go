@@ -218,7 +218,9 @@ type RedlockConfig struct {
 	// Set it to the longest TTL of every Locker on these masters
 	// (locker.LockTTL included); the delay applies to every
 	// start, so a new master joins quorums only this long after it came up
-	// (INFO server's uptime_in_seconds, read by the acquire script).
+	// (INFO server's uptime_in_seconds, read by the acquire script: a user
+	// restricted by ACL needs +info besides the scripting commands, or
+	// every acquisition fails with the server's NOPERM error).
 	RestartDelay time.Duration
 }
 
