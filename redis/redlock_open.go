@@ -29,7 +29,9 @@ import (
 // try again, and a dead master costs one refused dial, not five).
 // redlocks:// speaks TLS, with ca_file, cert_file and key_file as for
 // rediss://; a password goes to a host other than this machine only over
-// TLS, or with insecure=true. OpenRedlock pings every master and fails
+// TLS, or with insecure=true. restart_delay, fence_retention and
+// master_timeout (Go durations) set [RedlockConfig]'s RestartDelay,
+// FenceRetention and Timeout. OpenRedlock pings every master and fails
 // when fewer than a majority answer. The Locker owns the clients: its
 // Close closes them.
 func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker.Locker, error) {
@@ -51,6 +53,16 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 	}
 	secure := u.Scheme == "redlocks"
 	if err := p.CheckPassword(hs, secure, insecure); err != nil {
+		return nil, err
+	}
+	var cfg RedlockConfig
+	if cfg.RestartDelay, err = p.Duration("restart_delay", 0); err != nil {
+		return nil, err
+	}
+	if cfg.FenceRetention, err = p.Duration("fence_retention", 0); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout, err = p.Duration("master_timeout", 0); err != nil {
 		return nil, err
 	}
 	v := *u
@@ -86,7 +98,7 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 		_ = closeAll()
 		return nil, fmt.Errorf("redlock %s: %w", u.Redacted(), err)
 	}
-	l, err := NewRedlock(masters, append(opts, locker.WithOnClose(closeAll))...)
+	l, err := cfg.New(masters, append(opts, locker.WithOnClose(closeAll))...)
 	if err != nil {
 		_ = closeAll()
 	}

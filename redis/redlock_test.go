@@ -112,6 +112,26 @@ func ExampleNewRedlock() {
 	// token increased: true
 }
 
+// TestOpenRedlockRefusesBadParams: the RedlockConfig parameters of a
+// redlock:// URL must be positive durations; anything else is refused
+// before any connection, with an error matching ErrBadURL that names it.
+func TestOpenRedlockRefusesBadParams(t *testing.T) {
+	for _, param := range []string{"restart_delay=-1s", "restart_delay=soon", "fence_retention=0s", "master_timeout=x"} {
+		raw := "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?" + param
+		u, _ := url.Parse(raw)
+		l, err := redis.OpenRedlock(t.Context(), u)
+		if err == nil {
+			_ = l.Close()
+			t.Errorf("OpenRedlock(%s) must fail", raw)
+			continue
+		}
+		name, _, _ := strings.Cut(param, "=")
+		if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), name) {
+			t.Errorf("OpenRedlock(%s) = %v; want ErrBadURL naming %s", raw, err, name)
+		}
+	}
+}
+
 // TestOpenRedlockRefusesHostCounts: a redlock:// URL must list an odd
 // number of hosts, at least three; anything else is refused before any
 // connection, with an error matching ErrBadURL.

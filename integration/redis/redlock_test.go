@@ -140,7 +140,7 @@ func TestOpenRedlock(t *testing.T) {
 	if err := backends.Register(&mux); err != nil {
 		t.Fatal(err)
 	}
-	raw := "redlock://" + masters[0].Addr() + "," + masters[1].Addr() + "," + masters[2].Addr() + "?ttl=2s&prefix=url:"
+	raw := "redlock://" + masters[0].Addr() + "," + masters[1].Addr() + "," + masters[2].Addr() + "?ttl=2s&prefix=url:&restart_delay=2s&fence_retention=1h&master_timeout=1s"
 	l, err := locker.Open(t.Context(), &mux, raw)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", raw, err)
