@@ -20,7 +20,7 @@ import (
 // when the test ends.
 func newRedlock(t *testing.T, masters []*testenv.RedisServer, ttl time.Duration) (locker.Locker, []*testenv.Proxy) {
 	t.Helper()
-	settle(t, masters, ttl)
+	testenv.AwaitRedisUptime(t, masters, ttl)
 	cs := make([]redis.Master, len(masters))
 	ps := make([]*testenv.Proxy, len(masters))
 	for i, m := range masters {

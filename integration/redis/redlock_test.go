@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +25,7 @@ const redlockTTL = 3 * time.Second
 // out their restart delay; Failover restarts a majority of them one after
 // the other, as a rolling upgrade would, and lets the case meet the delay.
 func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Harness {
-	settle(t, masters, redlockTTL)
+	testenv.AwaitRedisUptime(t, masters, redlockTTL)
 	admins := make([]*goredis.Client, len(masters))
 	for i, m := range masters {
 		admins[i] = newClient(t, m.Addr())
@@ -71,7 +69,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 		},
 		Restart: func(t testing.TB) {
 			testenv.RestartRedisMasters(t, masters)
-			settle(t, masters, redlockTTL)
+			testenv.AwaitRedisUptime(t, masters, redlockTTL)
 		},
 		Failover: func(t testing.TB) {
 			// Without the restart delay, the restarted masters would
@@ -82,32 +80,6 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			}
 		},
 		MaxKeyBytes: redis.MaxKeyBytes,
-	}
-}
-
-// settle waits until every master has been up for d: a Redlock master
-// grants nothing for RedlockConfig.RestartDelay (by default the TTL) after
-// it starts.
-func settle(t testing.TB, masters []*testenv.RedisServer, d time.Duration) {
-	t.Helper()
-	for _, m := range masters {
-		c := newClient(t, m.Addr())
-		for {
-			info, err := c.Info(context.Background(), "server").Result()
-			if err != nil {
-				t.Fatalf("INFO server of %s: %v", m.Addr(), err)
-			}
-			_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
-			up, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
-			if err != nil {
-				t.Fatalf("INFO server of %s: uptime_in_seconds: %v", m.Addr(), err)
-			}
-			if left := d - time.Duration(up)*time.Second; left > 0 {
-				time.Sleep(left)
-				continue
-			}
-			break
-		}
 	}
 }
 
@@ -135,7 +107,7 @@ func TestConformanceRedlock5(t *testing.T) {
 func TestOpenRedlock(t *testing.T) {
 	t.Parallel()
 	masters := testenv.NewRedisMasters(t, 3)
-	settle(t, masters, 2*time.Second) // the URL's TTL: the masters' restart delay
+	testenv.AwaitRedisUptime(t, masters, 2*time.Second) // the URL's TTL: the masters' restart delay
 	var mux locker.Mux
 	if err := backends.Register(&mux); err != nil {
 		t.Fatal(err)

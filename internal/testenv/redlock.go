@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"strconv"
 	"testing"
+	"time"
 )
 
 // NewRedisMasters returns n independent redis-servers for this test only
@@ -96,5 +98,32 @@ func RestartRedisMasters(t testing.TB, servers []*RedisServer) {
 	stopAll(procs)
 	for _, s := range servers {
 		s.Start(t)
+	}
+}
+
+// AwaitRedisUptime waits until every server has been up for d (INFO
+// server's uptime_in_seconds): a Redlock master grants nothing for its
+// restart delay after it starts (redis.RedlockConfig.RestartDelay). It fails
+// the test when a server does not say.
+func AwaitRedisUptime(t testing.TB, servers []*RedisServer, d time.Duration) {
+	t.Helper()
+	for _, s := range servers {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+			fields, err := respFields(ctx, s.addr, "INFO", "server")
+			cancel()
+			if err != nil {
+				t.Fatalf("testenv: INFO server of %s: %v", s.addr, err)
+			}
+			up, err := strconv.Atoi(fields["uptime_in_seconds"])
+			if err != nil {
+				t.Fatalf("testenv: INFO server of %s: uptime_in_seconds %q", s.addr, fields["uptime_in_seconds"])
+			}
+			left := d - time.Duration(up)*time.Second
+			if left <= 0 {
+				break
+			}
+			time.Sleep(left)
+		}
 	}
 }

@@ -96,15 +96,9 @@ func redisPing(ctx context.Context, addr string) error {
 // clusterReady checks that the cluster node at addr reports a healthy cluster
 // of n masters with every slot assigned.
 func clusterReady(ctx context.Context, addr string, n int) error {
-	info, err := respDo(ctx, addr, "CLUSTER", "INFO")
+	fields, err := respFields(ctx, addr, "CLUSTER", "INFO")
 	if err != nil {
 		return err
-	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
 	}
 	if fields["cluster_state"] != "ok" ||
 		fields["cluster_slots_ok"] != "16384" ||
@@ -113,4 +107,20 @@ func clusterReady(ctx context.Context, addr string, n int) error {
 			addr, fields["cluster_state"], fields["cluster_slots_ok"], fields["cluster_known_nodes"])
 	}
 	return nil
+}
+
+// respFields sends an INFO-style command (INFO, CLUSTER INFO) to the server
+// at addr and returns the "name:value" lines of its reply.
+func respFields(ctx context.Context, addr string, args ...string) (map[string]string, error) {
+	info, err := respDo(ctx, addr, args...)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields, nil
 }
