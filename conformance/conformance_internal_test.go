@@ -753,33 +753,18 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 	return lk, nil
 }
 
-// timerLock is lateTimer's lock: its Done closes, and its Err tells, only
-// when a goroutine that waits for the inner lock's Done has run, lag later,
-// as a Locker whose watchdog is starved of CPU would.
-type timerLock struct {
-	locker.Lock
-	done chan struct{}
-}
-
-func newTimerLock(lk locker.Lock, lag time.Duration) *timerLock {
-	l := &timerLock{Lock: lk, done: make(chan struct{})}
+// newTimerLock returns lateTimer's lock: a lateLock whose Done closes lag
+// after the inner lock's, as a Locker whose watchdog is starved of CPU
+// would tell a loss (its Unlock still closes Done at once).
+func newTimerLock(lk locker.Lock, lag time.Duration) *lateLock {
+	l := &lateLock{Lock: lk, done: make(chan struct{})}
 	inner := lk.Done()
 	go func() {
 		<-inner
 		time.Sleep(lag)
-		close(l.done)
+		l.end()
 	}()
 	return l
-}
-
-func (l *timerLock) Done() <-chan struct{} { return l.done }
-func (l *timerLock) Err() error {
-	select {
-	case <-l.done:
-		return l.Lock.Err()
-	default:
-		return nil
-	}
 }
 
 // fakeLock is grantsAll's lock: nothing in any store.
@@ -875,8 +860,9 @@ func (e *expiringLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// lateLock's Done closes only when its Locker's Close has given up on the
-// release, and on Unlock.
+// lateLock's Done closes only when end is called (closeLate: by its
+// Locker's Close once the release gave up; lateTimer: lag after the inner
+// lock's Done), and on Unlock.
 type lateLock struct {
 	locker.Lock
 	done chan struct{}

@@ -112,44 +112,30 @@ func ExampleNewRedlock() {
 	// token increased: true
 }
 
-// TestOpenRedlockRefusesBadParams: the RedlockConfig parameters of a
-// redlock:// URL must be positive durations; anything else is refused
-// before any connection, with an error matching ErrBadURL that names it.
-func TestOpenRedlockRefusesBadParams(t *testing.T) {
-	for _, param := range []string{"restart_delay=-1s", "restart_delay=soon", "fence_retention=0s", "master_timeout=x"} {
-		raw := "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?" + param
-		u, _ := url.Parse(raw)
-		l, err := redis.OpenRedlock(t.Context(), u)
-		if err == nil {
-			_ = l.Close()
-			t.Errorf("OpenRedlock(%s) must fail", raw)
-			continue
-		}
-		name, _, _ := strings.Cut(param, "=")
-		if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), name) {
-			t.Errorf("OpenRedlock(%s) = %v; want ErrBadURL naming %s", raw, err, name)
-		}
-	}
-}
-
-// TestOpenRedlockRefusesHostCounts: a redlock:// URL must list an odd
-// number of hosts, at least three; anything else is refused before any
-// connection, with an error matching ErrBadURL.
-func TestOpenRedlockRefusesHostCounts(t *testing.T) {
-	for _, raw := range []string{
-		"redlock://127.0.0.1:1",
-		"redlock://127.0.0.1:1,127.0.0.1:2",
-		"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+// TestOpenRedlockRefusesBadURLs: a redlock:// URL must list an odd number of
+// hosts, at least three, and its RedlockConfig parameters must be positive
+// durations; anything else is refused before any connection, with an error
+// matching ErrBadURL that names the problem.
+func TestOpenRedlockRefusesBadURLs(t *testing.T) {
+	const three = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+	for _, tc := range []struct{ raw, want string }{
+		{"redlock://127.0.0.1:1", "odd number of hosts"},
+		{"redlock://127.0.0.1:1,127.0.0.1:2", "odd number of hosts"},
+		{"redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4", "odd number of hosts"},
+		{three + "?restart_delay=-1s", "restart_delay"},
+		{three + "?restart_delay=soon", "restart_delay"},
+		{three + "?fence_retention=0s", "fence_retention"},
+		{three + "?master_timeout=x", "master_timeout"},
 	} {
-		u, _ := url.Parse(raw)
+		u, _ := url.Parse(tc.raw)
 		l, err := redis.OpenRedlock(t.Context(), u)
 		if err == nil {
 			_ = l.Close()
-			t.Errorf("OpenRedlock(%s) must fail", raw)
+			t.Errorf("OpenRedlock(%s) must fail", tc.raw)
 			continue
 		}
-		if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), "odd number of hosts") {
-			t.Errorf("OpenRedlock(%s) = %v; want ErrBadURL about the number of hosts", raw, err)
+		if !errors.Is(err, locker.ErrBadURL) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("OpenRedlock(%s) = %v; want ErrBadURL naming %q", tc.raw, err, tc.want)
 		}
 	}
 }
