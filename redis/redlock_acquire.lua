@@ -24,16 +24,18 @@
 -- or {0, pttl}: another owner holds the lock for pttl more milliseconds,
 -- or the master started less than ARGV[5] ago and grants nothing for pttl
 -- more milliseconds.
-local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
-if up and up * 1000 < tonumber(ARGV[5]) then
-  return {0, tonumber(ARGV[5]) - up * 1000}
-end
 local v = redis.call('GET', KEYS[1])
 if v then
   local n = #ARGV[1]
   if not (string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
+end
+-- Only a grant needs the uptime: a waiter polling a held key does not pay
+-- for INFO.
+local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+if up and up * 1000 < tonumber(ARGV[5]) then
+  return {0, tonumber(ARGV[5]) - up * 1000}
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[4] .. ' ' .. ARGV[3], 'PX', ARGV[2])
 local t = redis.call('TIME')
