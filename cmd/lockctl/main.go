@@ -4,10 +4,7 @@
 // locker URL names: it runs a command under a lock, tells who holds a key,
 // and frees a key for operators.
 //
-//	go install ./examples/cmd/lockctl   # from a checkout of the repository
-//
-// (The examples module is not published: its go.mod replaces the library's
-// modules with their directories, which "go install …@version" refuses.)
+//	go install github.com/golocker/locker/cmd/lockctl@latest
 //
 // # run
 //

@@ -1,6 +1,6 @@
 //go:build unix
 
-// Package lockctl_test runs the lockctl command (examples/cmd/lockctl),
+// Package lockctl_test runs the lockctl command (cmd/lockctl),
 // built once, as a subprocess against real servers of every backend that
 // works across processes: a --try run races another, a command outlives
 // its lock, signals reach the command, and the exit codes are the
@@ -35,8 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	lockctl = filepath.Join(dir, "lockctl")
-	build := exec.Command("go", "build", "-o", lockctl, "./cmd/lockctl")
-	build.Dir = filepath.Join("..", "..", "examples")
+	build := exec.Command("go", "build", "-o", lockctl, ".")
+	build.Dir = filepath.Join("..", "..", "cmd", "lockctl")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build lockctl: %v\n%s", err, out)
 		_ = os.RemoveAll(dir)
