@@ -1,9 +1,11 @@
-# The repository is a set of Go modules (go.work lists them): the core
-# (stdlib only), one per backend, backends (the URL registry), examples, and
-# the test-only ones (internal/testenv, internal/etcdserver, integration).
+# The repository is a set of Go modules, listed once in modules.txt (go.work
+# uses the same): the core (stdlib only), one per backend, backends (the URL
+# registry), the adapters, cmd/lockctl, examples, and the test-only ones
+# (internal/testenv, internal/etcdserver, integration).
 # `make test` installs missing server binaries when it can
-# (.ci/install-servers), checks formatting and go.mod tidiness, vets every
-# module, and runs the race-enabled tests of every module against real
+# (.ci/install-servers), checks formatting, go.work against modules.txt and
+# go.mod tidiness, vets every module, and runs the race-enabled tests of
+# every module against real
 # servers: withstores starts the servers that the tests inside the backend
 # modules read from LOCKER_* variables; the integration module starts its
 # own through the harness.
@@ -22,9 +24,9 @@ TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 .DEFAULT_GOAL := test
 # The steps of `test` must run in order, even under make -j.
 .NOTPARALLEL:
-.PHONY: test vet fmt-check tidy-check bench install-servers release
+.PHONY: test vet fmt-check modules-check tidy-check bench install-servers release release-check
 
-test: fmt-check tidy-check install-servers vet
+test: fmt-check modules-check tidy-check install-servers vet
 	$(WITHSTORES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTPKGS)
 
 vet:
@@ -34,12 +36,15 @@ fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi
 
+# go.work uses exactly the modules of modules.txt, each go.mod declares the
+# path of its directory, and published modules require only published ones.
+modules-check:
+	@GO=$(GO) ./.ci/modules check
+
 # Every module's go.mod and go.sum are what `go mod tidy` makes of them,
 # outside the workspace (as a user's build reads them).
 tidy-check:
-	@fail=0; for dir in $$($(GO) list -m -f '{{.Dir}}'); do \
-		out="$$(cd "$$dir" && GOWORK=off $(GO) mod tidy -diff 2>&1)" || { echo "go mod tidy -diff in $$dir:"; echo "$$out"; fail=1; }; \
-	done; exit $$fail
+	@GO=$(GO) ./.ci/modules tidy-check
 
 bench: install-servers
 	$(WITHSTORES) $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) $(PKGS)
@@ -50,3 +55,8 @@ install-servers:
 # Tags every module for a release, dry-run unless APPLY=1: make release VERSION=v0.2.0
 release:
 	@./.ci/release $(VERSION)
+
+# Publishes every published module into a local module proxy and consumes
+# it as a user would: go install lockctl, go get redis, a lock on Redis.
+release-check:
+	@GO=$(GO) ./.ci/release-check
