@@ -8,16 +8,18 @@
 //
 // # run
 //
-//	lockctl run [--url URL] [--try] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS…]
+//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS…]
 //
 // run takes KEY (waiting for it, or with --try giving up at once when it is
 // held), then runs CMD with LOCKER_KEY, LOCKER_TOKEN (the fencing token) and
 // LOCKER_OWNER (the owner label) added to its environment, and releases the
-// key when CMD ends. A crontab line on every host then runs the job once per
-// tick, on any backend:
+// key when CMD ends. With --quiet, a --try that finds KEY held prints
+// nothing (cron mails what a job prints); its exit code still says so. A
+// crontab line on every host then runs the job once per tick, on any
+// backend:
 //
 //	# crontab of every host
-//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --min-hold 50s nightly-report -- ./report.sh
+//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --quiet --min-hold 50s nightly-report -- ./report.sh
 //
 // With --min-hold, the key stays taken until the MinHold ends, in the
 // store, after lockctl exited; on ZooKeeper, whose kept node lives with the
@@ -55,7 +57,7 @@
 //
 //	0        success (run: CMD exited 0)
 //	1        a store or other error, or (unlock) nobody held KEY
-//	2        usage error
+//	2        usage error: a bad flag, KEY or URL, or a flag value the backend refuses
 //	70       run: the lock was lost while CMD ran (EX_SOFTWARE)
 //	75       run --try: KEY is held elsewhere; CMD did not run (EX_TEMPFAIL)
 //	126, 127 run: CMD could not be run (not executable, not found)
@@ -74,6 +76,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -107,7 +110,7 @@ const defaultGrace = 10 * time.Second
 const usage = `lockctl uses locker's locks from the shell, on any backend.
 
 Usage:
-  lockctl run [--url URL] [--try] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
+  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
   lockctl inspect [--url URL] [--json] KEY
   lockctl unlock --force [--url URL] KEY
 
@@ -118,13 +121,14 @@ lock is lost, CMD gets SIGTERM, then SIGKILL after --grace, and lockctl exits 70
 
 Examples:
   export LOCKER_URL=redis://127.0.0.1:6379
-  lockctl run --try --min-hold 50s nightly-report -- ./report.sh
+  lockctl run --try --quiet --min-hold 50s nightly-report -- ./report.sh
   lockctl run --url etcd://10.0.0.1:2379,10.0.0.2:2379 migrate -- ./migrate.sh up
   lockctl inspect nightly-report
   lockctl inspect --json nightly-report
   lockctl unlock --force nightly-report
 
-Exit codes: 0 ok; 1 store or other error (unlock: nobody held KEY); 2 usage;
+Exit codes: 0 ok; 1 store or other error (unlock: nobody held KEY); 2 usage
+(a bad flag, KEY or URL);
 70 lock lost while CMD ran; 75 --try and KEY held elsewhere; 126/127 CMD not
 executable/not found; 128+N CMD ended by signal N; else CMD's exit status.
 `
@@ -185,7 +189,8 @@ func (c *cli) parse(args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
-			return nil, err
+			// The flag package names a flag -ttl; lockctl's usage says --ttl.
+			return nil, errors.New(singleDash.ReplaceAllString(err.Error(), "$1--$2"))
 		}
 		if c.fs.NArg() == 0 {
 			break
@@ -210,15 +215,50 @@ func (c *cli) usageError(err error) int {
 		c.fs.PrintDefaults()
 		return exitOK
 	}
-	fmt.Fprintf(c.stderr, "lockctl %s: %v (see lockctl --help)\n", c.name, err)
+	fmt.Fprintf(c.stderr, "lockctl %s: %s (see lockctl --help)\n", c.name, c.text(err))
 	return exitUsage
 }
 
-// fail reports err, its URL secrets hidden, and returns exitError.
+// fail reports err and returns its exit code: exitUsage for the user's
+// mistake, else exitError.
 func (c *cli) fail(err error) int {
-	fmt.Fprintf(c.stderr, "lockctl %s: %v\n", c.name, locker.RedactURL(err, c.url))
+	if usageMistake(err) {
+		return c.usageError(err)
+	}
+	fmt.Fprintf(c.stderr, "lockctl %s: %s\n", c.name, c.text(err))
 	return exitError
 }
+
+// text is err's message for the user: the URL's secrets are hidden, and a
+// refused option is named by lockctl's flag, not by the library's option.
+func (c *cli) text(err error) string {
+	msg := locker.RedactURL(err, c.url).Error()
+	if errors.Is(err, locker.ErrInvalidOption) && !errors.Is(err, locker.ErrBadURL) {
+		msg = optionName.ReplaceAllStringFunc(msg, func(name string) string { return optionFlags[name] })
+	}
+	return msg
+}
+
+// usageMistake reports whether err is the user's mistake (a bad URL, KEY or
+// flag value) rather than the store's.
+func usageMistake(err error) bool {
+	return errors.Is(err, locker.ErrBadURL) || errors.Is(err, locker.ErrUnknownScheme) ||
+		errors.Is(err, locker.ErrInvalidOption) || errors.Is(err, locker.ErrInvalidKey)
+}
+
+// optionFlags is lockctl's flag for each option the library's errors name.
+var optionFlags = map[string]string{
+	"WithTTL":        "--ttl",
+	"MinHold":        "--min-hold",
+	"MaxHold":        "--max-hold",
+	"WithOwnerLabel": "--owner",
+}
+
+// optionName matches the names of optionFlags in an error's text.
+var optionName = regexp.MustCompile(`\b(WithTTL|MinHold|MaxHold|WithOwnerLabel)\b`)
+
+// singleDash matches a flag named with one dash in the flag package's errors.
+var singleDash = regexp.MustCompile(`(^|[ :])-([A-Za-z])`)
 
 // open opens the Locker of c.url with every built-in backend.
 func (c *cli) open(ctx context.Context, opts ...locker.Option) (locker.Locker, error) {

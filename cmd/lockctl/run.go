@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 func runCmd(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("run", stdout, stderr)
 	try := c.fs.Bool("try", false, "give up at once (exit 75) when KEY is held")
+	quiet := c.fs.Bool("quiet", false, "with --try, print nothing when KEY is held (cron mails what a job prints)")
 	ttl := c.fs.Duration("ttl", 0, "the lock's TTL (default the backend's, or the URL's ttl)")
 	minHold := c.fs.Duration("min-hold", 0, "keep KEY taken at least this long after it was taken, even when CMD ends or crashes earlier")
 	maxHold := c.fs.Duration("max-hold", 0, "end the lock (and CMD, as on a loss) this long after it was taken")
@@ -47,8 +49,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.usageError(err)
 	case len(command) == 0:
 		return c.usageError(errors.New(`no CMD after "--"`))
-	case *ttl < 0, *minHold < 0, *maxHold < 0, *grace < 0:
-		return c.usageError(errors.New("durations must not be negative"))
+	case negative(c.fs) != nil:
+		return c.usageError(negative(c.fs))
+	case *quiet && !*try:
+		return c.usageError(errors.New("--quiet keeps a --try that finds KEY held silent: it needs --try"))
 	case *ttl > 0 && c.urlHas("ttl"):
 		return c.usageError(errors.New("the TTL is given twice: by --ttl and by the URL's ttl parameter"))
 	}
@@ -106,7 +110,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	<-watchDone
 	if err != nil {
 		if *try && errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil {
-			fmt.Fprintf(stderr, "lockctl run: %s is held elsewhere; %s not run\n", key, command[0])
+			if !*quiet {
+				fmt.Fprintf(stderr, "lockctl run: %s is held elsewhere; %s not run\n", key, command[0])
+			}
 			return exitNotAcquired
 		}
 		return c.acquireFailed(ctx, err)
@@ -124,6 +130,19 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockctl run: release %s: %v\n", key, locker.RedactURL(err, c.url))
 	}
 	return code
+}
+
+// negative returns an error naming the first duration flag set below zero.
+func negative(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok && err == nil {
+			if d, ok := g.Get().(time.Duration); ok && d < 0 {
+				err = fmt.Errorf("--%s %v is negative", f.Name, d)
+			}
+		}
+	})
+	return err
 }
 
 // keptAfterExit reports whether the backend of rawURL keeps a key for its

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -165,6 +166,7 @@ func TestLockctl(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			url := s.URL(t)
 			t.Run("TryRunsOnce", func(t *testing.T) { testTryRunsOnce(t, url) })
+			t.Run("QuietTry", func(t *testing.T) { testQuietTry(t, url) })
 			t.Run("LostLock", func(t *testing.T) { testLostLock(t, url) })
 			t.Run("Interrupt", func(t *testing.T) { testInterrupt(t, url) })
 			t.Run("ExitCodes", func(t *testing.T) { testExitCodes(t, url) })
@@ -204,6 +206,28 @@ func testTryRunsOnce(t *testing.T, url string) {
 	b2, _ := os.ReadFile(filepath.Join(dir, "ran"))
 	if n := len(strings.Fields(string(b2))); n != 1 {
 		t.Errorf("two run --try at once must run the command once: it ran %d times", n)
+	}
+}
+
+// testQuietTry: a run --try --quiet that finds the key held prints nothing
+// (cron mails whatever a job prints) and still exits 75.
+func testQuietTry(t *testing.T, url string) {
+	dir, k := t.TempDir(), key(t)
+	holder := start(t, dir, url, "run", "--ttl", ttl.String(), k, "--", "sh", "-c", waitGo)
+	waitFile(t, holder, dir, "ran")
+	code, out, errOut := run(t, dir, url, "run", "--try", "--quiet", k, "--", "sh", "-c", "echo ran >> ran")
+	if code != 75 || out != "" || errOut != "" {
+		t.Errorf("run --try --quiet on a held key must exit 75 and print nothing: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(t); code != 0 {
+		t.Errorf("the holder: exit %d; stderr %q", code, holder.stderr.String())
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "ran"))
+	if n := len(strings.Fields(string(b))); n != 1 {
+		t.Errorf("run --try --quiet on a held key must not run its command: ran %d times", n)
 	}
 }
 
@@ -347,24 +371,83 @@ func testExitCodes(t *testing.T, url string) {
 	}
 }
 
-// TestSecretsNotPrinted: the password of an unreachable store's URL is in
-// no output.
+// TestSecretsNotPrinted: the password of an unreachable store's URL, or of
+// a malformed URL, is in no output.
 func TestSecretsNotPrinted(t *testing.T) {
 	const secret = "s3cr3t-pw"
 	dir := t.TempDir()
-	for _, u := range []string{
-		"redis://:" + secret + "@127.0.0.1:1/0",
-		"mysql://root:" + secret + "@127.0.0.1:1/db",
-		"redis://:" + secret + "%zz@127.0.0.1:1/0",
+	for _, c := range []struct {
+		what, url string
+		code      int // 1: the store fails; 2: the URL is the user's mistake
+	}{
+		{"an unreachable Redis", "redis://:" + secret + "@127.0.0.1:1/0", 1},
+		{"an unreachable MySQL", "mysql://root:" + secret + "@127.0.0.1:1/db", 1},
+		{"a malformed URL", "redis://:" + secret + "%zz@127.0.0.1:1/0", 2},
 	} {
 		for _, args := range [][]string{{"inspect", "k"}, {"run", "--try", "k", "--", "true"}, {"unlock", "--force", "k"}} {
-			code, out, errOut := run(t, dir, u, args...)
-			if code != 1 {
-				t.Errorf("lockctl %s on an unreachable store: exit %d, want 1; %q", strings.Join(args, " "), code, errOut)
+			code, out, errOut := run(t, dir, c.url, args...)
+			if code != c.code {
+				t.Errorf("lockctl %s on %s: exit %d, want %d; %q", strings.Join(args, " "), c.what, code, c.code, errOut)
 			}
 			if strings.Contains(out+errOut, secret) {
 				t.Errorf("lockctl %s printed the URL's password: %q", strings.Join(args, " "), out+errOut)
 			}
+		}
+	}
+}
+
+// oneDash matches a flag named with one dash, as the flag package does.
+var oneDash = regexp.MustCompile(`(^|[ :])-[a-z]`)
+
+// TestUsageErrors: every usage mistake exits 2 with a message that names
+// lockctl's flag, never the library's Go option, whether lockctl, the URL's
+// parser or the backend finds it.
+func TestUsageErrors(t *testing.T) {
+	stores := map[string]string{}
+	for _, s := range storeurl.Backends {
+		if s.Name == "redis" || s.Name == "etcd" {
+			stores[s.Name] = s.URL(t)
+		}
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		store string // "" for an unreachable Redis: nothing is dialled
+		args  []string
+		want  []string // in stderr
+	}{
+		{"", []string{"run", "--ttl", "-1s", "k", "--", "true"}, []string{"--ttl"}},
+		{"", []string{"run", "--grace", "-1s", "k", "--", "true"}, []string{"--grace"}},
+		{"", []string{"run", "--ttl", "soon", "k", "--", "true"}, []string{"--ttl"}},
+		{"", []string{"run", "--frob", "k", "--", "true"}, []string{"--frob"}},
+		{"", []string{"run", "--ttl", "1ms", "k", "--", "true"}, []string{"--ttl"}},
+		{"", []string{"run", "--quiet", "k", "--", "true"}, []string{"--quiet", "--try"}},
+		{"", []string{"inspect", "--url", "frob://127.0.0.1:1", "k"}, []string{"frob"}},
+		{"", []string{"inspect", "--url", "redis://127.0.0.1:1/0?ttl=soon", "k"}, []string{"ttl"}},
+		{"redis", []string{"run", "--min-hold", "5s", "--max-hold", "1s", "k", "--", "true"}, []string{"--max-hold", "--min-hold"}},
+		{"redis", []string{"inspect", ""}, []string{"key"}},
+		{"etcd", []string{"run", "--ttl", "1500ms", "k", "--", "true"}, []string{"--ttl"}},
+		{"etcd", []string{"run", "--try", "--min-hold", "1h", "k", "--", "true"}, []string{"--min-hold", "--ttl"}},
+	} {
+		url := "redis://127.0.0.1:1/0"
+		if c.store != "" {
+			url = stores[c.store]
+		}
+		code, _, errOut := run(t, dir, url, c.args...)
+		if code != 2 {
+			t.Errorf("lockctl %s (%s): exit %d, want 2 for a usage mistake; stderr %q", strings.Join(c.args, " "), url, code, errOut)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("lockctl %s: stderr %q must name %s", strings.Join(c.args, " "), errOut, w)
+			}
+		}
+		for _, option := range []string{"WithTTL", "MinHold", "MaxHold", "WithOwnerLabel"} {
+			if strings.Contains(errOut, option) {
+				t.Errorf("lockctl %s: stderr %q names the Go option %s instead of lockctl's flag", strings.Join(c.args, " "), errOut, option)
+			}
+		}
+		if oneDash.MatchString(errOut) {
+			t.Errorf("lockctl %s: stderr %q names a flag with one dash; the usage says --flag", strings.Join(c.args, " "), errOut)
 		}
 	}
 }
