@@ -74,8 +74,10 @@
 //     and at least the server's minimum lease TTL, 1.5 × its election
 //     timeout rounded up (2 s with etcd's defaults); [New] asks the server and
 //     rejects a TTL it cannot honour, naming [locker.WithTTL]. New therefore
-//     needs the server: it fails when etcd cannot be reached within 30 s
-//     ([NewContext] takes a ctx instead), naming the endpoints.
+//     needs the server: it fails, naming the endpoints and the connection's
+//     error, when no connection is up within [DefaultDialTimeout] (Open:
+//     dial_timeout), and when the grant does not succeed within 30 s
+//     ([NewContext] takes a ctx instead).
 //   - A waiting Lock rides out store errors (no leader, refused or reset
 //     connections, timeouts) until its ctx ends; a closed client,
 //     authentication and permission refusals, and an operator revoking the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -24,7 +25,8 @@ var ErrLeaseLost = errors.New("etcd: the Locker's lease expired or was revoked")
 // the caller's: the Locker never closes it. The options are the shared locker
 // options; the TTL must be whole seconds and at least the server's minimum
 // lease TTL (see the package doc). New grants the Locker's lease, so it fails
-// when etcd cannot be reached.
+// when etcd cannot be reached: with the connection's error once no
+// connection is up within [DefaultDialTimeout].
 //
 // It returns an error matching locker.ErrInvalidOption for a nil client or a
 // TTL the server cannot honour.
@@ -45,7 +47,14 @@ func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Opt
 	if client.KV == nil || client.Lease == nil || client.Watcher == nil || client.Ctx() == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("zero clientv3.Client: make it with clientv3.New")}
 	}
-	return locker.New(&etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}, opts...)
+	return newLocker(ctx, client, DefaultDialTimeout, opts)
+}
+
+// newLocker is NewContext once its arguments are checked, with dial
+// bounding the wait for a connection.
+func newLocker(ctx context.Context, client *clientv3.Client, dial time.Duration, opts []locker.Option) (locker.Locker, error) {
+	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}
+	return locker.New(dialingDriver{etcdDriver: d, dial: dial}, opts...)
 }
 
 // IsOwner returns a comparison that holds while lk is still held: the
