@@ -43,7 +43,8 @@
 // polling at the first refusal and logs it once at INFO. [Config.NoPubSub]
 // starts it that way. Waiting Locks then poll with the Locker's backoff. Each
 // pause is bounded by the holder's remaining time, the caller's ctx and 200
-// ms. The queue keeps the order.
+// ms. The queue keeps the order. A refused PUBLISH never fails a script: the
+// hand-over it follows is written and reported as done.
 //
 // # Replicated before granted (Sentinel)
 //
@@ -66,7 +67,8 @@
 //     keys can be evicted.
 //   - A waiter makes an attempt at least every TTL/3; one that made none for
 //     a TTL counts as gone. A waiter that crashed while queued can be handed
-//     the key before that; it holds the key for a claim of at most 500 ms.
+//     the key before that; it holds the key for a claim of at most 500 ms
+//     (less with a shorter TTL).
 //   - A fence key stays [FenceRetention] after the last acquisition of its
 //     key; queue keys vanish once no waiter refreshes them.
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
@@ -87,10 +89,12 @@
 //
 // A Lock or TryLock error other than locker.ErrNotAcquired may have taken the
 // key in one case only: the acquire script was written but its reply never
-// came. Then the Locker runs the release for that attempt with a fresh
-// context (bounded by the TTL and 2 s). When that fails too, it retries in
-// the background until Redis answers, and a last time on Close. A waiting
-// Lock's queue entry is cleaned up the same way.
+// came. An error reply, a closed client, a failed dial and an exhausted pool
+// prove that it did not run. In the doubtful case the Locker runs the release
+// for that attempt with a fresh context (bounded by the TTL and 2 s). When
+// that fails too, it retries in the background (every TTL/10 at most, 1 s at
+// the least) until Redis answers, and a last time on Close. A waiting Lock's
+// queue entry is cleaned up the same way.
 //
 // A waiting Lock rides out store errors with the Locker's backoff, kept
 // between 10 ms and 2 s, until its ctx ends. The error then matches
