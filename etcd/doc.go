@@ -5,47 +5,24 @@
 //	...
 //	lk, err := etcd.New(cli, locker.WithTTL(10*time.Second))
 //
+// The reasons behind this design are in the repository's docs/design.md.
+//
 // # How it works
 //
 // Each Locker has one etcd lease, shared by all its locks and waiters, with
 // the TTL of [locker.WithTTL]. A Lock puts a waiter key, attached to the
-// lease, in a directory of its own for the lock's key ([Dir]); the waiter
-// with the lowest create revision holds the lock: the recipe of etcd's
-// concurrency.Mutex. The uncontended path is one transaction that creates the
-// waiter key and reads its predecessor; Unlock is one transaction that
-// deletes it.
+// lease, in a directory of its own for the lock's key ([Dir]). The waiter
+// with the lowest create revision holds the lock, as in etcd's
+// concurrency.Mutex. The uncontended path is one transaction that creates
+// the waiter key and reads its predecessor. Unlock is one transaction that
+// deletes it. A waiter watches only its predecessor.
 //
-// A waiter watches only its predecessor (no thundering herd, FIFO). The
-// recipe watches from the revision it read, which etcd serves from a
-// catch-up loop that runs every 100 ms: its hand-offs take about 75 ms. Here
-// the watch starts at the current revision, which etcd serves at once, and a
-// read after the watch is created checks that the predecessor is still
-// there; a release reaches the next waiter in a couple of milliseconds.
-//
-// A hand-off is the release's delete, the next waiter's read of the queue
-// at the revision of the event that woke it, and the releaser's queueing
-// transaction when it comes back. That read is served by the member the
-// waiter talks to with no round of agreement (ReadIndex), since nothing a
-// past revision shows can change; the watch created behind a predecessor is
-// checked by reading that one key (same create revision: still the
-// predecessor), not the whole queue; and the queue reads are keys-only,
-// which etcd 3.7 answers from its in-memory index, where read with their
-// values every waiter's key was fetched and decoded to sort them. Measured
-// (etcd 3.7.3, one member, 2 cores, 6 alternating runs of 3 s, each client
-// a Locker of its own): one key at 64 clients 539 hand-offs/s before, 590
-// after (×1.09 paired), at 4 clients 650 and 672 (×1.03); 64 over 4 clients
-// 0.83 before, 0.88 after, single runs between 0.68 and 0.97, as noisy as the
-// machine. What still grows with the queue is an in-memory walk of the
-// waiters' keys in two reads per hand-off, and, in a profile of clients
-// and server in one process, garbage collection over the waiting clients'
-// goroutines.
-//
-// The lease is kept alive by the engine's renewal rounds (one KeepAliveOnce
-// and one transaction that checks every held key, per round) and, while
-// there are waiters, by the waiters themselves; the backend runs no
-// goroutine of its own. A Locker whose lease is lost (expired during a
-// partition, revoked) loses every lock at once, and takes a new lease for
-// later locks. Close revokes the lease.
+// The engine's renewal rounds keep the lease alive: one KeepAliveOnce and
+// one transaction that checks every held key, per round. While there are
+// waiters, they keep it alive too. The backend runs no goroutine of its
+// own. A Locker whose lease is lost (expired during a partition, revoked)
+// loses every lock at once, and takes a new lease for later locks. Close
+// revokes the lease.
 //
 // # Guarantees
 //
@@ -83,16 +60,14 @@
 //     authentication and permission refusals, and an operator revoking the
 //     waiter's lease or deleting its key end it at once. A waiter key a
 //     failed wait could not delete is deleted in the background as soon as
-//     etcd answers (measured: the key free 3 ms after the holder's Unlock,
-//     where an orphan used to hold it up for the rest of its lease).
+//     etcd answers.
 //   - A waiter that crashed while queued holds up the key until its lease
-//     expires: one TTL after its last keep-alive (1.8–2.0 s at TTL 2 s).
+//     expires: one TTL after its last keep-alive.
 //   - The client's own logs go where you send them: [SlogLogger] makes a
 //     zap logger for clientv3.Config.Logger (URL-opened clients use it).
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
 //     every revision until it compacts, so run it with auto-compaction
-//     (--auto-compaction-mode=periodic --auto-compaction-retention=1h);
-//     measured without it: +123 MB after 10,000 cycles with 4 KB keys.
+//     (--auto-compaction-mode=periodic --auto-compaction-retention=1h).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
 //   - etcd keys: the lock on store key k (prefix included) lives under
 //     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of
@@ -114,4 +89,9 @@
 //     returns once etcd answered (at most 2 s later), so that its key is
 //     deleted for sure. When etcd cannot answer, the key is deleted at once
 //     if possible and again before the lease is next kept alive.
+//
+// # URLs
+//
+// [Open] opens a Locker, with a client it owns, for an etcd:// or etcds://
+// URL; its doc lists the parameters.
 package etcd

@@ -9,6 +9,9 @@
 //	a, _ := memory.New(store)
 //	b, _ := memory.New(store)
 //
+// The reasons behind the shared engine are in the repository's
+// docs/design.md.
+//
 // # Guarantees
 //
 // Mutual exclusion within the process; fencing tokens strictly increasing per

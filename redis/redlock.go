@@ -62,126 +62,71 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 
 // RedlockConfig is the configuration of a Redlock Locker beyond the shared
 // locker options; its zero value is the default, and [NewRedlock] is
-// RedlockConfig{}.New.
+// RedlockConfig{}.New. docs/design.md in the repository explains the
+// algorithm, why we ship it, and Martin Kleppmann's critique of it.
 //
 // # How it works
 //
-// The Redlock algorithm (redis.io/docs/manual/patterns/distributed-locks)
-// over N independent masters, with quorum N/2+1:
-//
-//   - Acquire, phase 1: on every master at once, set the lock key if it is
-//     absent (SET PX TTL in a script that also returns the master's fence
-//     and clock), marked with the attempt so that undoing one attempt never
-//     removes another's grant (the attempts of a waiting Lock share their
-//     owner). Fewer than a quorum granted: undo where the attempt may have
-//     taken the key, report the key held.
-//   - Phase 2: the fencing token is max(highest fence + 1, highest clock in
-//     µs) over the masters that granted; it is written into the lock and
-//     the fence of each of them (only where the lock is still ours). The
-//     lock counts only once a quorum confirmed, and only if phases 1 and 2
-//     together took less than the validity, TTL - (TTL*[DriftFactor] +
-//     [DriftFloor]); otherwise it is undone. The validity counts
-//     from the moment phase 1 was sent, and the engine's own deadline
-//     (Lock.Done) is shorter still.
-//   - Renew: compare-and-PEXPIRE on every master (the Locker's locks due in
-//     a renewal tick in one pipeline per master, the masters in parallel);
-//     the lock stays valid when a quorum renewed it, and is lost when so
-//     many masters say it is not ours that no quorum can renew it.
-//   - Release: compare-and-delete on every master. A failed or abandoned
-//     attempt releases too, so no partial acquisition is left behind;
-//     masters that could not be reached are cleaned up in the background
-//     until they answer.
-//
-// Every step returns as soon as its outcome is settled (a quorum did it,
-// or so many masters refused or failed that no quorum can), so a dead or
-// hung minority of masters does not slow it down; the requests still
-// running finish in the background (bounded as [RedlockConfig].Timeout
-// says), and a late phase-1 grant that nobody holds is undone as soon as
-// it arrives. An attempt whose ctx ends cancels its requests and waits
-// for them (up to 2 s) before it undoes them, so that a cancelled Lock
-// leaves nothing behind. Waiting Locks poll with the Locker's backoff (locker.WithBackoff), bounded by the
-// shortest remaining TTL a master reported: there is no queue and no
-// pub/sub across independent masters, so waiters are not served in arrival
-// order.
+// The Redlock algorithm over N independent masters, with quorum N/2+1.
+// An acquisition takes two round trips to every master, in parallel.
+// Phase 1 sets the key where it is absent. Phase 2 writes the fencing token
+// to the masters that granted. The lock counts once a quorum confirmed both
+// phases within the validity, TTL - (TTL*[DriftFactor] + [DriftFloor]),
+// counted from when phase 1 was sent. Otherwise it is undone. Renew and
+// release go to every master. Every step returns once a quorum settled its
+// outcome; requests still running finish in the background, bounded as
+// [RedlockConfig].Timeout says. Waiting Locks poll with the Locker's backoff,
+// bounded by the shortest remaining TTL a master reported.
 //
 // # Guarantees
 //
-// Under Redlock's timing assumptions (bounded network delay, bounded
-// process pauses, clocks that drift by less than the allowance, no server
-// clock jumps), with at most (N-1)/2 masters failed at once, and with
-// [RedlockConfig].RestartDelay at least the longest TTL in use (restarts,
-// even of every master, then do not count against that bound):
+// These hold under Redlock's timing assumptions: bounded network delay,
+// bounded process pauses, clocks that drift by less than the allowance, and
+// no server clock jumps. They need at most (N-1)/2 masters failed at once,
+// and [RedlockConfig].RestartDelay at least the longest TTL in use. Restarts,
+// even of every master, then do not count against that bound.
 //
 //   - A key is held by one owner at a time: a quorum set it, and every two
 //     quorums share a master.
 //   - Lock.Done closes before a quorum of masters can expire the lock.
-//   - Fencing tokens strictly increase per key. Every holder's token is on
-//     the fence of a quorum before its lock counts, and every later quorum
-//     shares a master with it; a master restarted with an empty dataset
-//     still answers with its clock, so the token rises above the clock of
-//     the previous acquisition (keep clocks on NTP, as for the single-node
-//     Locker).
-//
-// # What it does not guarantee
-//
-// Redlock is safe only while the timing assumptions hold. Martin
-// Kleppmann's critique ("How to do distributed locking", 2016) applies in
-// full: a holder paused (GC, swapping, a stopped VM) past its validity, a
-// message delayed past it, or a server clock that jumps forward (an expiry
-// that comes early) lets a second owner in while the first still believes
-// it holds the lock, and nothing in Redis can stop the first one's late
-// writes. A master whose data is flushed while it runs (FLUSHALL, an
-// operator deleting keys) forgets the locks it held: if it was part of a
-// holder's quorum, a second owner can get a quorum with it. A master that
-// restarts forgets them too (without persistence, or its last writes with
-// RDB snapshots or AOF fsync every second), but it grants nothing for
-// RestartDelay after its start (Redlock's delayed restart, from the
-// server's own uptime), by which time every lock it may have forgotten has
-// expired or been renewed without it; the Failover case of the
-// conformance suite restarts a majority of the masters one after the
-// other to check it.
-//
-// The fencing tokens mitigate this: they keep increasing across all of
-// these faults (even while two owners overlap, the later one has the
-// higher token), so a store that rejects writes carrying a token lower
-// than one it has already seen turns a late writer into a harmless one.
-// Without such a check on the protected resource, treat Redlock as an
-// efficiency lock (avoiding duplicate work), not a correctness one.
-//
-// When correctness must not depend on timing, choose a consensus store:
-// etcd (package etcd) or ZooKeeper (package zookeeper) keep locks
-// linearizable through leader loss and make waiters queue in order. Redlock
-// needs no consensus system and no single primary: choose it when Redis is
-// what you run and one Redis server failing must not stop locking.
+//   - Fencing tokens strictly increase per key: max(highest fence + 1,
+//     highest clock in µs) over the masters that granted, on the fence of a
+//     quorum before the lock counts. They keep increasing while two owners
+//     overlap, and across a master restarted with an empty dataset.
+//   - A renewal keeps the lock when a quorum renewed it. The lock is lost
+//     once so many masters say it is not ours that no quorum can renew it.
+//   - A cancelled or failed attempt undoes what it may have taken. Masters
+//     that could not be reached are cleaned up in the background. A late
+//     phase-1 grant that nobody holds is undone as soon as it arrives.
 //
 // # Limits
 //
-//   - Each acquisition costs two round trips to every master (one more
-//     than a single node), and waiting is polling, not a queue.
-//   - Redlock does not use pub/sub and needs no Cluster hash slots: each
-//     master is a plain server (a Cluster as a master is not supported).
+//   - Redlock is safe only while the timing assumptions hold. A holder
+//     paused past its validity, a message delayed past it, or a server clock
+//     that jumps forward lets a second owner in while the first still runs.
+//     A master whose data is flushed while it runs forgets its locks at once.
+//     Check fencing tokens in the protected store, or treat Redlock as an
+//     efficiency lock. Use etcd or ZooKeeper where correctness must not
+//     depend on timing.
+//   - Waiting is polling: waiters are not served in arrival order.
+//   - Each master is a plain server: no Cluster as a master, no pub/sub.
 //   - Key names are those of the single-node Locker ([KeysOf]: Lock and
-//     Fence); do not point a single-node Locker and a Redlock with the same
+//     Fence). Do not point a single-node Locker and a Redlock with the same
 //     prefix at the same server.
-//   - Renewals extend a lock only where it still exists: a master that
+//   - Renewals extend a lock only where it still exists. A master that
 //     restarted without its data rejoins a lock's quorum at the key's next
-//     acquisition, so a lock held for long across such a restart tolerates
-//     one master failure fewer until then.
-//   - Every master, new or restarted, joins quorums only RestartDelay (by
-//     default the TTL) after it started: a fresh set of masters grants
-//     nothing in its first TTL (Lock waits, TryLock fails with
-//     ErrNotAcquired), and a restart of a majority makes locking wait for
-//     as long. Each acquisition reads every master's uptime (INFO server,
-//     in its script: a few microseconds).
-//   - Close waits for the requests still running in the background; a
-//     hung master can make it wait until their bound (an acquisition's
-//     validity, or the client's read timeout).
-//   - Measured on loopback (a loaded 2-core VM, integration/redis):
-//     uncontended Lock+Unlock 0.71–1.27 ms on 3 masters, 0.97–2.7 ms on 5,
-//     against 0.11–0.21 ms for [New] in the same run; SIGKILL of one of 3
-//     masters during a contended run: 0 overlaps, tokens increasing, and
-//     as many acquisitions per second as with all three up (with
-//     go-redis's retries off, see Timeout).
+//     acquisition; until then that lock tolerates one master failure fewer.
+//   - Every master, new or restarted, grants nothing for RestartDelay after
+//     it started. A fresh set of masters grants nothing in its first TTL:
+//     Lock waits, TryLock fails with ErrNotAcquired. A restart of a majority
+//     makes locking wait as long.
+//   - The acquire script reads the master's uptime (INFO server): a user
+//     restricted by ACL needs +info besides the scripting commands.
+//   - A Lock whose ctx ends cancels its requests and waits for them, up to
+//     2 s, before it undoes them, so that it leaves nothing behind.
+//   - Close waits for the requests still running in the background. A hung
+//     master can make it wait until their bound: an acquisition's validity,
+//     or the client's read timeout.
 type RedlockConfig struct {
 	// FenceRetention is how long a fence key outlives its lock's last
 	// acquisition on each master (default [FenceRetention]; at least a
@@ -198,12 +143,9 @@ type RedlockConfig struct {
 	// Options.ContextTimeoutEnabled set on the masters' clients; otherwise
 	// their own ReadTimeout applies. Turn go-redis's retries off on those
 	// clients too (MaxRetries -1, DialerRetries 1): the engine decides
-	// when to try again, and with go-redis's default dial retries (5, 100
-	// ms apart) a dead master holds every attempt for half a second while
-	// its partial grants block the other contenders (measured with one of
-	// three masters killed: 0–37 acquisitions in 2 s with the defaults,
-	// 166–330 without retries, against 69–209 per second with all three
-	// up).
+	// when to try again. With go-redis's default dial retries (5, 100 ms
+	// apart) a dead master holds every attempt for half a second, while
+	// its partial grants block the other contenders.
 	Timeout time.Duration
 
 	// RestartDelay is how long after its start a master grants no lock

@@ -5,29 +5,22 @@
 //	...
 //	l, err := zookeeper.New(conn, events, locker.WithTTL(10*time.Second))
 //
+// The reasons behind this design are in the repository's docs/design.md.
+//
 // # How it works
 //
 // The lock on a key is a queue of ephemeral sequential znodes under a parent
-// of its own, Root/<escaped key>, a container node that ZooKeeper deletes by
-// itself once it is empty. A Lock creates its node with Curator's
-// "protection" (the name carries a random GUID: _c_<guid>-lock-<sequence>),
-// in one multi-operation that also touches the parent, so the reply says how
-// many nodes the queue holds: when ours is alone, the lock is held after one
-// round trip. Otherwise the waiter lists the queue and watches only the two
-// nodes just before its own (no thundering herd: a deletion wakes at most two
-// waiters). When the farther one goes, the waiter lists the queue again,
-// while the nearer one, by then usually the holder, still holds; when the
-// nearer one goes after a listing showed it first in line, the waiter holds
-// the lock as soon as the event arrives: no node can be ahead of it any more
-// (otherwise it lists again). So a hand-off costs one message from the
-// server, where go-zookeeper's zk.Lock lists the queue after the event.
-// TryLock refuses at once when the queue is not empty (and deletes its node).
+// of its own, Root/<escaped key>. The parent is a container node, which
+// ZooKeeper deletes once it is empty. Node names carry a random GUID
+// (Curator's protection: _c_<guid>-lock-<sequence>). A Lock alone in the
+// queue holds after one round trip. Otherwise it watches only the two nodes
+// just before its own, so a deletion wakes at most two waiters. TryLock
+// refuses at once when the queue is not empty, and deletes its node.
 //
 // A node lives as long as the ZooKeeper session of the connection, which the
-// client keeps alive with pings. The engine renews every lock (every TTL/3,
-// all locks of the Locker together) with one multi-operation of version
-// checks, which goes through the leader: a success proves that the session
-// was alive, and the node still there, after the renewal was sent.
+// client keeps alive with pings. The engine renews every lock every TTL/3,
+// all locks of the Locker in one multi-operation of version checks, through
+// the leader.
 //
 // # Guarantees
 //
@@ -86,7 +79,7 @@
 //     Waiter nodes a failed wait could not delete are retried every TTL/10
 //     until the session ends or the Locker closes. A waiter that crashed
 //     while queued holds up the key until its session expires: the granted
-//     session timeout (1.9 s at 1.5 s in the conformance run).
+//     session timeout.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
@@ -124,4 +117,9 @@
 //   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
 //     FIFO order breaks after 2^31 waiters on one key without the key's
 //     parent ever becoming empty.
+//
+// # URLs
+//
+// [Open] opens a Locker, with a connection it owns, for a zk:// URL; its doc
+// lists the parameters.
 package zookeeper
