@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +25,9 @@ const electorChild = "gocron-elector"
 // runElectorChild runs one replica: a gocron scheduler with a gocronlock
 // Elector on LOCKER_CHILD_URL and LOCKER_CHILD_KEY, a job every interval
 // from LOCKER_GOCRON_START. It reports "ready", "run <tick>" for every run,
-// "lead" and "follow" when IsLeader changes (polled), and "stopped" once a
-// "stop" line on stdin has shut the scheduler down and closed the Elector.
+// after a "watch" line on stdin "lead" and "follow" when IsLeader changes
+// (polled), and "stopped" once a "stop" line has shut the scheduler down
+// and closed the Elector.
 // It exits when stdin closes.
 func runElectorChild() int {
 	fail := func(err error) int {
@@ -68,10 +70,11 @@ func runElectorChild() int {
 	}
 	s.Start()
 
+	// The watch starts on command, after the first ticks: IsLeader must
+	// not be called before gocron's first tick calls it.
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
+	var watching sync.WaitGroup
+	watch := func() {
 		leading := false
 		for {
 			if now := e.IsLeader(watchCtx) == nil; now != leading {
@@ -84,12 +87,18 @@ func runElectorChild() int {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+	}
+	defer func() {
+		stopWatch()
+		watching.Wait()
 	}()
-	defer func() { stopWatch(); <-watched }()
 
 	child.Say("ready", 0)
 	for sc := bufio.NewScanner(os.Stdin); sc.Scan(); {
-		if sc.Text() == "stop" {
+		switch sc.Text() {
+		case "watch":
+			watching.Go(watch)
+		case "stop":
 			if err := s.Shutdown(); err != nil {
 				return fail(err)
 			}
@@ -137,9 +146,8 @@ func TestElectorFirstTickAndHandOver(t *testing.T) {
 		case "run":
 			if ev.N < ticks {
 				runs[ev.N] = append(runs[ev.N], ev.Child)
+				leader = ev.Child
 			}
-		case "lead":
-			leader = ev.Child
 		}
 	}
 	if ready != len(procs) {
@@ -151,7 +159,14 @@ func TestElectorFirstTickAndHandOver(t *testing.T) {
 		}
 	}
 	if leader < 0 {
-		t.Fatalf("no replica reported leading; runs per tick %v", runs)
+		t.Fatalf("no replica ran the job; runs per tick %v", runs)
+	}
+	for i, p := range procs {
+		if i != leader {
+			if err := p.Send("watch"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 
 	if err := procs[leader].Send("stop"); err != nil {
