@@ -199,6 +199,7 @@ const (
 	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
 	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
 	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
+	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -236,13 +237,14 @@ var mustCatch = map[string][]string{
 	residueWhenCut:  {"CancelWhileIsolated"},
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
-	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
+	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
 	inspectsStale:   {"Inspect"},
 	forceNoop:       {"ForceUnlock"},
 	handOffErrs:     {"HandOff", "LockWaits"},
 	losesOnFailover: {"Failover"},
 	closeCancels:    {"Close"},
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
+	checksNothing:   {"CheckOptions"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -529,6 +531,15 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// CheckLockOptions passes the inner Locker's answer on; checksNothing
+// accepts everything.
+func (b *brokenLocker) CheckLockOptions(opts ...locker.LockOption) error {
+	if b.kind == checksNothing {
+		return nil
+	}
+	return locker.CheckLockOptions(b.inner, opts...)
 }
 
 // ForceUnlock passes the inner Locker's on; forceNoop does nothing.
