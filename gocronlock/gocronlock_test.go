@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -203,7 +202,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // at ERROR; a run skipped because another replica holds the key is not.
 func TestRefusedRunIsLogged(t *testing.T) {
 	store := memory.NewStore()
-	var buf syncBuffer
+	var buf bytes.Buffer // the adapter logs on the caller's goroutine
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	la, lb := newLocker(t, store), newLocker(t, store)
 	a := newJobLocker(t, la)
@@ -226,24 +225,6 @@ func TestRefusedRunIsLogged(t *testing.T) {
 	if s := buf.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "job=job") || !strings.Contains(s, "closed") {
 		t.Errorf("a run refused by a closed Locker was not logged at ERROR with the job and the error: %q", s)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestNilLocker(t *testing.T) {
