@@ -120,6 +120,10 @@
 //   - DoPanic: when the function of Do or TryDo panics and its caller
 //     recovers, the panic goes on with its own value and the key is free
 //     for another Locker within one release timeout.
+//   - CheckOptions: locker.CheckLockOptions refuses exactly the LockOption
+//     sets (MinHold, MaxHold, TTL, bad values) that TryLock refuses, without
+//     taking a lock; skipped for a Locker that is not a
+//     locker.OptionChecker.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -227,6 +231,7 @@ var cases = []testCase{
 	{name: "HandOff", run: testHandOff},
 	{name: "Failover", serial: true, run: testFailover},
 	{name: "DoPanic", run: testDoPanic},
+	{name: "CheckOptions", run: testCheckOptions},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -200,6 +200,7 @@ const (
 	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
 	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
 	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
+	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -237,7 +238,7 @@ var mustCatch = map[string][]string{
 	residueWhenCut:  {"CancelWhileIsolated"},
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
-	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
+	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
 	inspectsStale:   {"Inspect"},
 	forceNoop:       {"ForceUnlock"},
 	handOffErrs:     {"HandOff", "LockWaits"},
@@ -245,6 +246,7 @@ var mustCatch = map[string][]string{
 	closeCancels:    {"Close"},
 	keepsOnPanic:    {"DoPanic"},
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
+	checksNothing:   {"CheckOptions"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -531,6 +533,15 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// CheckLockOptions passes the inner Locker's answer on; checksNothing
+// accepts everything.
+func (b *brokenLocker) CheckLockOptions(opts ...locker.LockOption) error {
+	if b.kind == checksNothing {
+		return nil
+	}
+	return locker.CheckLockOptions(b.inner, opts...)
 }
 
 // ForceUnlock passes the inner Locker's on; forceNoop does nothing.
