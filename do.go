@@ -15,6 +15,8 @@ import (
 // state then. Its Err reports the loss once the lock's deadline has passed
 // even when the Locker's goroutines run late: check it before each write. After fn returns the lock is released with a fresh context
 // bounded by [DefaultReleaseTimeout], even when ctx was cancelled.
+// When fn panics (or calls runtime.Goexit), Do releases the lock the same
+// way before the panic goes on with its own value.
 //
 // Inside fn's ctx, Lock, TryLock, Do and TryDo on the same key through the
 // same Locker return a nested hold at once; only Do's own release releases
@@ -82,16 +84,29 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 		case <-fctx.Done():
 		}
 	}()
+	release := func() error {
+		// From here on fctx, and every ctx derived from it that fn handed
+		// out, confers nothing: it is cancelled, and no longer counts as a
+		// hold.
+		entry.running.Store(false)
+		cancel(context.Canceled)
+		<-watched
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer ucancel()
+		return lk.Unlock(uctx)
+	}
+	returned := false
+	defer func() {
+		// fn panicked or called runtime.Goexit: release the key and let the
+		// panic go on untouched (same value, same stack), so that a caller
+		// that recovers (net/http does) does not keep the key held.
+		if !returned {
+			_ = release()
+		}
+	}()
 	fnErr := fn(fctx)
-	// From here on fctx, and every ctx derived from it that fn handed out,
-	// confers nothing: it is cancelled, and no longer counts as a hold.
-	entry.running.Store(false)
-	cancel(context.Canceled)
-	<-watched
-
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
-	defer ucancel()
-	uerr := lk.Unlock(uctx)
+	returned = true
+	uerr := release()
 	if lost := lk.Err(); lost != nil {
 		return join(fnErr, lost)
 	}

@@ -7,6 +7,10 @@
 // events) or memory.New(store); all return a [Locker]. Job code only sees
 // [Locker], [Lock], [Do] and [TryDo], so dev and prod can use different stores.
 //
+// The reasons behind the design are in docs/design.md, and measurements in
+// docs/benchmarks.md, of the repository
+// (https://github.com/golocker/locker/tree/main/docs).
+//
 // # Guarantees
 //
 //   - Mutual exclusion, as strong as the store: a key is never granted to two
@@ -14,24 +18,24 @@
 //   - Every [Lock] carries a fencing token ([Lock.Token]) that is strictly
 //     greater than every token handed out earlier for the same key by the same
 //     store, across Lockers and processes.
-//   - [Lock.Done] closes before the store could give the key to anyone else:
-//     the engine keeps a local deadline on the monotonic clock, counted from
-//     the moment the last successful acquire or renew request was sent, and
-//     declares the lock lost when renewals have not succeeded by then.
+//   - [Lock.Done] closes before the store could give the key to anyone else.
+//     The engine keeps a local deadline on the monotonic clock.
+//     It counts from the moment the last successful acquire or renew request was sent.
+//     The lock counts as lost when renewals have not succeeded by then.
 //   - A cancelled or failed wait never leaves a waiter entry behind.
 //   - Locks are renewed automatically (every TTL/3, all of a Locker's locks
 //     together) until unlocked, lost, or the Locker is closed.
 //
-// # What is not guaranteed
+// # Limits
 //
-// It is NOT safe to assume that a lock is held until Unlock: a process pause
-// (GC, swap, a stopped VM) longer than the TTL, or a store failover that loses
-// writes, can let another holder in while the old one still runs; Done
-// closes a tenth of the TTL before the store's expiry, late if the process
-// is starved of CPU for longer than that margin at that moment. Watch
-// [Lock.Done] (or the ctx that [Do] passes) and, for writes that must never
-// land twice, send [Lock.Token] to the protected store and have it reject
-// tokens lower than the highest it has seen.
+// It is NOT safe to assume that a lock is held until Unlock. A process pause
+// (GC, swap, a stopped VM) longer than the TTL can let another holder in
+// while the old one still runs. So can a store failover that loses writes.
+// Done closes a tenth of the TTL before the store's expiry. It closes late
+// if the process is starved of CPU for longer than that margin at that
+// moment. Watch [Lock.Done] or the ctx that [Do] passes. For writes that
+// must never land twice, send [Lock.Token] to the protected store and have
+// it reject tokens lower than the highest it has seen.
 //
 // # Fencing
 //
@@ -49,6 +53,12 @@
 // [ErrNotAcquired], [ErrNotHeld], [ErrLost], [ErrClosed], [ErrInvalidKey].
 // When a ctx ends while Lock waits, the error matches both ErrNotAcquired and
 // ctx.Err().
+//
+// # URLs
+//
+// [Open] opens a Locker from a URL with the backend a [Mux] registered for
+// its scheme. A bad URL gives an error matching [ErrBadURL] that names the
+// problem and never contains a password.
 //
 // # Choosing a backend
 //

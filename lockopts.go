@@ -89,9 +89,6 @@ func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 			return c, err
 		}
 	}
-	if c.maxHold > 0 && c.maxHold < c.minHold {
-		return c, invalidOption("MaxHold", "%v is shorter than MinHold %v", c.maxHold, c.minHold)
-	}
 	if c.ttl == 0 {
 		c.ttl = e.cfg.ttl
 	}
@@ -109,7 +106,8 @@ func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 	return c, nil
 }
 
-// applyLockOptions applies opts to a zero lockConfig.
+// applyLockOptions applies opts to a zero lockConfig, with the checks that
+// need no backend.
 func applyLockOptions(opts []LockOption) (lockConfig, error) {
 	c := new(lockConfig)
 	for _, o := range opts {
@@ -119,6 +117,9 @@ func applyLockOptions(opts []LockOption) (lockConfig, error) {
 		if err := o(c); err != nil {
 			return *c, err
 		}
+	}
+	if c.maxHold > 0 && c.maxHold < c.minHold {
+		return *c, invalidOption("MaxHold", "%v is shorter than MinHold %v", c.maxHold, c.minHold)
 	}
 	return *c, nil
 }

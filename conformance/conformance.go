@@ -117,6 +117,13 @@
 //   - Failover (Failover): locks granted before and while the store fails
 //     over stay their holders' (or their Done closes) before another Locker
 //     gets their keys, with higher tokens.
+//   - DoPanic: when the function of Do or TryDo panics and its caller
+//     recovers, the panic goes on with its own value and the key is free
+//     for another Locker within one release timeout.
+//   - CheckOptions: locker.CheckLockOptions refuses exactly the LockOption
+//     sets (MinHold, MaxHold, TTL, bad values) that TryLock refuses, without
+//     taking a lock; skipped for a Locker that is not a
+//     locker.OptionChecker.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -223,6 +230,8 @@ var cases = []testCase{
 	{name: "Elect", run: testElect},
 	{name: "HandOff", run: testHandOff},
 	{name: "Failover", serial: true, run: testFailover},
+	{name: "DoPanic", run: testDoPanic},
+	{name: "CheckOptions", run: testCheckOptions},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

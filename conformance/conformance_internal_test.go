@@ -199,6 +199,8 @@ const (
 	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
 	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
 	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
+	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
+	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -236,13 +238,15 @@ var mustCatch = map[string][]string{
 	residueWhenCut:  {"CancelWhileIsolated"},
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
-	dropsOptions:    {"MinHold", "MaxHold", "LockTTL"},
+	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
 	inspectsStale:   {"Inspect"},
 	forceNoop:       {"ForceUnlock"},
 	handOffErrs:     {"HandOff", "LockWaits"},
 	losesOnFailover: {"Failover"},
 	closeCancels:    {"Close"},
+	keepsOnPanic:    {"DoPanic"},
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
+	checksNothing:   {"CheckOptions"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -531,6 +535,15 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	return prev, nil
 }
 
+// CheckLockOptions passes the inner Locker's answer on; checksNothing
+// accepts everything.
+func (b *brokenLocker) CheckLockOptions(opts ...locker.LockOption) error {
+	if b.kind == checksNothing {
+		return nil
+	}
+	return locker.CheckLockOptions(b.inner, opts...)
+}
+
 // ForceUnlock passes the inner Locker's on; forceNoop does nothing.
 func (b *brokenLocker) ForceUnlock(ctx context.Context, key string) error {
 	if b.kind == forceNoop {
@@ -749,8 +762,38 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return newExpiringLock(lk, b.env.ttl), nil
 	case lateTimer:
 		return newTimerLock(lk, b.env.ttl/2), nil
+	case keepsOnPanic:
+		return &keepsOnPanicLock{Lock: lk}, nil
 	}
 	return lk, nil
+}
+
+// keepsOnPanicLock's Unlock does nothing while a panic unwinds its
+// goroutine: the key stays held and renewed, as it did when Do released
+// only after its function returned.
+type keepsOnPanicLock struct{ locker.Lock }
+
+func (l *keepsOnPanicLock) Unlock(ctx context.Context) error {
+	if panicking() {
+		return nil
+	}
+	return l.Lock.Unlock(ctx)
+}
+
+// panicking reports whether the calling goroutine is running deferred calls
+// of a panic.
+func panicking() bool {
+	pc := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(1, pc)])
+	for {
+		f, more := frames.Next()
+		if f.Function == "runtime.gopanic" {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // newTimerLock returns lateTimer's lock: a lateLock whose Done closes lag

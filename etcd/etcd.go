@@ -1,117 +1,3 @@
-// Package etcd is the etcd backend of locker: consensus-backed locks with FIFO
-// waiters, on the user's own go.etcd.io/etcd/client/v3 client.
-//
-//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
-//	...
-//	lk, err := etcd.New(cli, locker.WithTTL(10*time.Second))
-//
-// # How it works
-//
-// Each Locker has one etcd lease, shared by all its locks and waiters, with
-// the TTL of [locker.WithTTL]. A Lock puts a waiter key, attached to the
-// lease, in a directory of its own for the lock's key ([Dir]); the waiter
-// with the lowest create revision holds the lock: the recipe of etcd's
-// concurrency.Mutex. The uncontended path is one transaction that creates the
-// waiter key and reads its predecessor; Unlock is one transaction that
-// deletes it.
-//
-// A waiter watches only its predecessor (no thundering herd, FIFO). The
-// recipe watches from the revision it read, which etcd serves from a
-// catch-up loop that runs every 100 ms: its hand-offs take about 75 ms. Here
-// the watch starts at the current revision, which etcd serves at once, and a
-// read after the watch is created checks that the predecessor is still
-// there; a release reaches the next waiter in a couple of milliseconds.
-//
-// A hand-off is the release's delete, the next waiter's read of the queue
-// at the revision of the event that woke it, and the releaser's queueing
-// transaction when it comes back. That read is served by the member the
-// waiter talks to with no round of agreement (ReadIndex), since nothing a
-// past revision shows can change; the watch created behind a predecessor is
-// checked by reading that one key (same create revision: still the
-// predecessor), not the whole queue; and the queue reads are keys-only,
-// which etcd 3.7 answers from its in-memory index, where read with their
-// values every waiter's key was fetched and decoded to sort them. Measured
-// (etcd 3.7.3, one member, 2 cores, 6 alternating runs of 3 s, each client
-// a Locker of its own): one key at 64 clients 539 hand-offs/s before, 590
-// after (×1.09 paired), at 4 clients 650 and 672 (×1.03); 64 over 4 clients
-// 0.83 before, 0.88 after, single runs between 0.68 and 0.97, as noisy as the
-// machine. What still grows with the queue is an in-memory walk of the
-// waiters' keys in two reads per hand-off, and, in a profile of clients
-// and server in one process, garbage collection over the waiting clients'
-// goroutines.
-//
-// The lease is kept alive by the engine's renewal rounds (one KeepAliveOnce
-// and one transaction that checks every held key, per round) and, while
-// there are waiters, by the waiters themselves; the backend runs no
-// goroutine of its own. A Locker whose lease is lost (expired during a
-// partition, revoked) loses every lock at once, and takes a new lease for
-// later locks. Close revokes the lease.
-//
-// # Guarantees
-//
-//   - Mutual exclusion backed by Raft: a lock survives the loss of a minority
-//     of members, and leader changes.
-//   - Fencing tokens are the create revisions of the holders' keys: strictly
-//     increasing across every key of the cluster, and across restarts.
-//   - Waiters are served in the order they arrived (FIFO by create revision).
-//   - A waiter whose lease ends (expired, revoked) or whose key is deleted
-//     returns at once with an error; a waiter that is cancelled or fails
-//     deletes its key with a fresh, bounded context.
-//   - Lock.Done closes before etcd can expire the lease: the validity is
-//     counted from the moment the last keep-alive was sent. A holder whose key
-//     is deleted behind its back sees Done close at the next renewal round
-//     (within TTL/3).
-//   - The shared lease never keeps a forgotten key alive: the keys of
-//     releases and waits that failed with an unknown outcome, and of locks
-//     that passed their deadline, are deleted before the lease is kept alive
-//     again.
-//   - [IsOwner] makes the caller's own transactions conditional on still
-//     holding the lock: fencing enforced by etcd itself.
-//
-// # Limits
-//
-//   - The TTL must be a whole number of seconds (etcd leases count seconds)
-//     and at least the server's minimum lease TTL, 1.5 × its election
-//     timeout rounded up (2 s with etcd's defaults); [New] asks the server and
-//     rejects a TTL it cannot honour, naming [locker.WithTTL]. New therefore
-//     needs the server: it fails when etcd cannot be reached within 30 s
-//     ([NewContext] takes a ctx instead), naming the endpoints.
-//   - A waiting Lock rides out store errors (no leader, refused or reset
-//     connections, timeouts) until its ctx ends; a closed client,
-//     authentication and permission refusals, and an operator revoking the
-//     waiter's lease or deleting its key end it at once. A waiter key a
-//     failed wait could not delete is deleted in the background as soon as
-//     etcd answers (measured: the key free 3 ms after the holder's Unlock,
-//     where an orphan used to hold it up for the rest of its lease).
-//   - A waiter that crashed while queued holds up the key until its lease
-//     expires: one TTL after its last keep-alive (1.8–2.0 s at TTL 2 s).
-//   - The client's own logs go where you send them: [SlogLogger] makes a
-//     zap logger for clientv3.Config.Logger (URL-opened clients use it).
-//   - Each acquisition writes a key and its release deletes it: etcd keeps
-//     every revision until it compacts, so run it with auto-compaction
-//     (--auto-compaction-mode=periodic --auto-compaction-retention=1h);
-//     measured without it: +123 MB after 10,000 cycles with 4 KB keys.
-//   - Keys are at most [MaxKeyBytes] bytes, prefix included.
-//   - etcd keys: the lock on store key k (prefix included) lives under
-//     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of
-//     different keys never share a directory, even when one key is a prefix
-//     of another. Each waiter key is the directory followed by the lease ID
-//     in hex; its value is the acquisition's owner token, a space and the
-//     owner label. Lockers with [locker.WithPrefix] keep their keys under
-//     that prefix, encoded as keys are ([KeyPrefix]: the same unless it has
-//     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
-//     a role with readwrite on that range is all a Locker needs beyond its
-//     leases (TestRoleOnKeyPrefix).
-//   - A key deleted by hand is lost for its holder only at the next renewal
-//     round: until then the holder and the next waiter may both run.
-//   - A request caught in flight by a leader change (a Lock's, an
-//     Unlock's) may wait for etcd's request timeout, about 5 s plus two
-//     election timeouts, before it fails; a key whose release waits so is
-//     held meanwhile. Bound Unlock with its ctx.
-//   - A Lock whose ctx ends while its queueing transaction is in flight
-//     returns once etcd answered (at most 2 s later), so that its key is
-//     deleted for sure. When etcd cannot answer, the key is deleted at once
-//     if possible and again before the lease is next kept alive.
 package etcd
 
 import (
@@ -119,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -138,7 +25,8 @@ var ErrLeaseLost = errors.New("etcd: the Locker's lease expired or was revoked")
 // the caller's: the Locker never closes it. The options are the shared locker
 // options; the TTL must be whole seconds and at least the server's minimum
 // lease TTL (see the package doc). New grants the Locker's lease, so it fails
-// when etcd cannot be reached.
+// when etcd cannot be reached: with the connection's error once no
+// connection is up within [DefaultDialTimeout].
 //
 // It returns an error matching locker.ErrInvalidOption for a nil client or a
 // TTL the server cannot honour.
@@ -159,7 +47,14 @@ func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Opt
 	if client.KV == nil || client.Lease == nil || client.Watcher == nil || client.Ctx() == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("zero clientv3.Client: make it with clientv3.New")}
 	}
-	return locker.New(&etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}, opts...)
+	return newLocker(ctx, client, DefaultDialTimeout, opts)
+}
+
+// newLocker is NewContext once its arguments are checked, with dial
+// bounding the wait for a connection.
+func newLocker(ctx context.Context, client *clientv3.Client, dial time.Duration, opts []locker.Option) (locker.Locker, error) {
+	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}
+	return locker.New(dialingDriver{etcdDriver: d, dial: dial}, opts...)
 }
 
 // IsOwner returns a comparison that holds while lk is still held: the

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/url"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -24,7 +23,8 @@ import (
 // when given, authenticate. etcds:// speaks TLS, verified against the
 // system roots or the PEM file of parameter cacert; cert and key name a
 // client certificate and its key (PEM files). Parameter dial_timeout
-// (default 5s) bounds the first connection. A password goes to a host other
+// (default [DefaultDialTimeout]) bounds the first connection: Open fails
+// with the connection's error when none is up by then. A password goes to a host other
 // than this machine only over TLS, or with insecure=true. The Locker owns
 // the client: its Close closes it.
 func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Locker, err error) {
@@ -33,7 +33,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	if err != nil {
 		return nil, err
 	}
-	dial, err := p.Duration("dial_timeout", 5*time.Second)
+	dial, err := p.Duration("dial_timeout", DefaultDialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -81,5 +81,5 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 			_ = cli.Close()
 		}
 	}()
-	return NewContext(ctx, cli, append(opts, locker.WithOnClose(cli.Close))...)
+	return newLocker(ctx, cli, dial, append(opts, locker.WithOnClose(cli.Close)))
 }

@@ -1,7 +1,9 @@
 package gocronlock_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -21,8 +23,12 @@ func ExampleNewLocker() {
 		panic(err)
 	}
 	defer l.Close()
-	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(
-		gocronlock.NewLocker(l, gocronlock.MinHold(55*time.Second), gocronlock.Prefix("billing/"))))
+	jl, err := gocronlock.NewLocker(l, gocronlock.MinHold(55*time.Second), gocronlock.Prefix("billing/"),
+		gocronlock.Logger(slog.Default())) // refused runs are logged at ERROR
+	if err != nil {
+		panic(err) // for example a MinHold the backend refuses
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(jl))
 	if err != nil {
 		panic(err)
 	}
@@ -36,17 +42,27 @@ func ExampleNewLocker() {
 }
 
 // Only the replica that leads runs the scheduler's jobs; another takes over
-// within a TTL when it dies.
+// at once when the leader's Elector is closed, and within a TTL when its
+// process dies. The campaign starts with NewElector, so the first tick runs
+// on the leader.
 func ExampleNewElector() {
+	ctx := context.Background()
 	l, err := memory.New(memory.NewStore(), locker.WithTTL(10*time.Second))
 	if err != nil {
 		panic(err)
 	}
 	defer l.Close()
-	s, err := gocron.NewScheduler(gocron.WithDistributedElector(gocronlock.NewElector(l, "billing-scheduler")))
+	e, err := gocronlock.NewElector(l, "billing-scheduler")
 	if err != nil {
 		panic(err)
 	}
-	s.Start()
+	defer e.Close() // after Shutdown (defers run last first): resigns
+	s, err := gocron.NewScheduler(gocron.WithDistributedElector(e))
+	if err != nil {
+		panic(err)
+	}
 	defer func() { _ = s.Shutdown() }()
+	s.Start()
+	fmt.Println("leads:", e.IsLeader(ctx) == nil)
+	// Output: leads: true
 }

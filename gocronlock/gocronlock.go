@@ -1,8 +1,9 @@
 // Package gocronlock runs gocron v2 jobs on exactly one of several
 // replicas per tick, through any locker.Locker:
 //
-//	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(
-//		gocronlock.NewLocker(l, gocronlock.MinHold(950*time.Millisecond))))
+//	jl, err := gocronlock.NewLocker(l, gocronlock.MinHold(950*time.Millisecond))
+//	…
+//	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(jl))
 //
 // gocron asks its Locker for the job's name before each run and skips the
 // run when the Locker says no; "it is expected that the locker
@@ -13,7 +14,14 @@
 // runs the job again.
 //
 // NewElector makes one replica the leader instead (gocron.WithDistributedElector):
-// only the leader's scheduler runs jobs.
+// only the leader's scheduler runs jobs. It campaigns from the moment it is
+// made, so the first tick runs on the leader. gocron's Shutdown does not
+// stop it: Close it after Shutdown, and another replica leads at once.
+//
+// A run the Locker refuses for any reason other than another replica
+// holding the key is logged at ERROR (see Logger); gocron itself skips it
+// silently. An option the Locker would refuse at every run makes NewLocker
+// or NewElector fail instead.
 //
 // The package is a module of its own, so that gocron enters only the
 // builds of programs that use it.
@@ -23,7 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -32,39 +40,81 @@ import (
 )
 
 // Option configures NewLocker and NewElector.
-type Option func(*config)
+type Option func(*config) error
 
 type config struct {
-	prefix string
-	opts   []locker.LockOption
+	prefix  string
+	opts    []locker.LockOption
+	minHold bool // MinHold was given: NewElector refuses it
+	logger  *slog.Logger
 }
 
 // MinHold keeps each run's key claimed until d after it was taken, after a
 // short job ended (locker.MinHold): set it a little below the job's
 // interval, above the largest skew between the replicas' schedulers.
+// NewLocker refuses a d that the Locker refuses (see
+// locker.CheckLockOptions); NewElector refuses MinHold.
 func MinHold(d time.Duration) Option {
-	return func(c *config) { c.opts = append(c.opts, locker.MinHold(d)) }
+	return func(c *config) error {
+		c.opts = append(c.opts, locker.MinHold(d))
+		c.minHold = true
+		return nil
+	}
 }
 
 // MaxHold releases each run's key d after it was taken, however long the
 // job runs (locker.MaxHold), so that a hung job never blocks the next runs
-// for longer; the job itself is not stopped (gocron owns it).
+// for longer; the job itself is not stopped (gocron owns it). For an
+// Elector it bounds a term.
 func MaxHold(d time.Duration) Option {
-	return func(c *config) { c.opts = append(c.opts, locker.MaxHold(d)) }
+	return func(c *config) error {
+		c.opts = append(c.opts, locker.MaxHold(d))
+		return nil
+	}
 }
 
 // Prefix is put before every job name to make its key, so that several
 // schedulers (or applications) sharing a Locker do not share keys.
-func Prefix(s string) Option { return func(c *config) { c.prefix = s } }
+func Prefix(s string) Option {
+	return func(c *config) error {
+		c.prefix = s
+		return nil
+	}
+}
 
-func newConfig(opts []Option) config {
-	var c config
+// Logger sends the adapter's reports to l: every run that the Locker
+// refused for a reason other than another replica holding the key, at
+// ERROR (gocron skips such a run and logs nothing). The default discards
+// them.
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("gocronlock: %w Logger: nil *slog.Logger", locker.ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// newConfig applies opts and checks them, and l, with the Locker's own
+// checks of every acquisition.
+func newConfig(l locker.Locker, opts []Option) (config, error) {
+	c := config{logger: slog.New(slog.DiscardHandler)}
+	if l == nil {
+		return c, fmt.Errorf("gocronlock: %w: nil locker.Locker", locker.ErrInvalidOption)
+	}
 	for _, o := range opts {
-		if o != nil {
-			o(&c)
+		if o == nil {
+			return c, fmt.Errorf("gocronlock: %w: nil Option", locker.ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return c, err
 		}
 	}
-	return c
+	if err := locker.CheckLockOptions(l, c.opts...); err != nil {
+		return c, fmt.Errorf("gocronlock: %w", err)
+	}
+	return c, nil
 }
 
 // releaseTimeout bounds a release: gocron passes an already-cancelled ctx to
@@ -73,9 +123,16 @@ const releaseTimeout = locker.DefaultReleaseTimeout
 
 // NewLocker returns a gocron.Locker that takes the job's key with TryLock:
 // the replica that gets it runs the job, the others skip the tick (gocron
-// skips a run when Lock returns an error).
-func NewLocker(l locker.Locker, opts ...Option) gocron.Locker {
-	return &jobLocker{l: l, cfg: newConfig(opts)}
+// skips a run when Lock returns an error). It returns an error matching
+// locker.ErrInvalidOption for a nil Locker, a nil or bad Option, or an
+// option the Locker refuses (a MinHold longer than its TTL on some
+// backends), so that no misconfiguration skips every tick quietly.
+func NewLocker(l locker.Locker, opts ...Option) (gocron.Locker, error) {
+	c, err := newConfig(l, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &jobLocker{l: l, cfg: c}, nil
 }
 
 type jobLocker struct {
@@ -83,19 +140,26 @@ type jobLocker struct {
 	cfg config
 }
 
-// Lock implements gocron.Locker.
+// Lock implements gocron.Locker. An error other than the key being held
+// elsewhere (or gocron's ctx having ended) is logged at ERROR: gocron
+// skips the run and says nothing.
 func (j *jobLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	if j.l == nil {
-		return nil, fmt.Errorf("gocronlock: %w: nil locker.Locker", locker.ErrInvalidOption)
-	}
 	lk, err := j.l.TryLock(ctx, j.cfg.prefix+key, j.cfg.opts...)
-	if err != nil {
-		return nil, err
+	switch {
+	case err == nil:
+		return jobLock{lk: lk, logger: j.cfg.logger}, nil
+	case errors.Is(err, locker.ErrNotAcquired):
+		j.cfg.logger.Debug("gocronlock: run skipped: another replica holds the key", "job", key, "err", err)
+	default:
+		j.cfg.logger.Error("gocronlock: run skipped: the Locker refused it", "job", key, "err", err)
 	}
-	return jobLock{lk}, nil
+	return nil, err
 }
 
-type jobLock struct{ lk locker.Lock }
+type jobLock struct {
+	lk     locker.Lock
+	logger *slog.Logger
+}
 
 // Unlock implements gocron.Lock, with a fresh bounded ctx: gocron's may have
 // ended (Shutdown), and the key must still be released (or kept for its
@@ -103,68 +167,10 @@ type jobLock struct{ lk locker.Lock }
 func (j jobLock) Unlock(ctx context.Context) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	return j.lk.Unlock(uctx)
-}
-
-// ErrNotLeader is returned by the Elector's IsLeader on a replica that does
-// not lead.
-var ErrNotLeader = errors.New("gocronlock: not the leader")
-
-// NewElector returns a gocron.Elector backed by locker.Elect on key: the
-// replica that holds key leads, and leads again after its term ends only by
-// winning a new campaign. It campaigns in the background from the first
-// IsLeader call until l is closed. Prefix applies to key; MinHold does not
-// apply; MaxHold bounds a term.
-func NewElector(l locker.Locker, key string, opts ...Option) gocron.Elector {
-	c := newConfig(opts)
-	return &elector{l: l, key: c.prefix + key, opts: c.opts}
-}
-
-type elector struct {
-	l    locker.Locker
-	key  string
-	opts []locker.LockOption
-
-	start sync.Once
-	mu    sync.Mutex
-	term  <-chan struct{} // closed when the current term ends; nil before the first
-}
-
-// IsLeader implements gocron.Elector: nil while this replica's term lasts.
-func (e *elector) IsLeader(ctx context.Context) error {
-	if e.l == nil {
-		return fmt.Errorf("gocronlock: %w: nil locker.Locker", locker.ErrInvalidOption)
+	err := j.lk.Unlock(uctx)
+	if err != nil {
+		// gocron drops it.
+		j.logger.Warn("gocronlock: release after the run failed", "key", j.lk.Key(), "err", err)
 	}
-	e.start.Do(func() { go e.campaign() })
-	e.mu.Lock()
-	term := e.term
-	e.mu.Unlock()
-	if term == nil {
-		return ErrNotLeader
-	}
-	select {
-	case <-term:
-		return ErrNotLeader
-	default:
-		return nil
-	}
-}
-
-// campaign runs locker.Elect until the Locker is closed; each term lasts
-// until its lock is lost. The term's lock is the nested hold of Elect's
-// (locker.New's Lockers are reentrant); for other Lockers, the term's ctx.
-func (e *elector) campaign() {
-	_ = locker.Elect(context.Background(), e.l, e.key, func(ctx context.Context) error {
-		// The term ends when its lock does: the lock's Done closes before
-		// anyone else can lead (the ctx ends a moment later).
-		term := ctx.Done()
-		if lk, err := e.l.TryLock(ctx, e.key); err == nil {
-			term = lk.Done()
-		}
-		e.mu.Lock()
-		e.term = term
-		e.mu.Unlock()
-		<-ctx.Done()
-		return nil
-	}, e.opts...)
+	return err
 }

@@ -8,7 +8,9 @@
 //
 //   - locker.lock.wait.duration (histogram, s): how long Lock and TryLock
 //     took, with locker.outcome (acquired, not_acquired, error) and
-//     locker.handoff (the key was held by another when asked for).
+//     locker.handoff (the key was held by another when asked for). Its
+//     bucket bounds are in seconds, from 1 ms to 60 s (see [WaitBuckets]);
+//     an SDK View can replace them.
 //   - locker.lock.acquisitions (counter): the same calls, by outcome.
 //   - locker.lock.losses (counter): locks that ended without their holder
 //     releasing them, with locker.cause (renewal_refused, deadline,
@@ -42,6 +44,14 @@ import (
 
 // scope names the instrumentation.
 const scope = "github.com/golocker/locker/lockerotel"
+
+// WaitBuckets returns the explicit bucket bounds, in seconds, of the
+// histogram locker.lock.wait.duration: those OpenTelemetry's semantic
+// conventions give HTTP durations, plus 1 ms and 2.5 ms below (one round
+// trip) and 30 s and 60 s above (a wait behind holders).
+func WaitBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60}
+}
 
 // Option configures New.
 type Option func(*config)
@@ -94,7 +104,8 @@ func New(opts ...Option) (*Observer, error) {
 	var errs []error
 	var err error
 	o.wait, err = m.Float64Histogram("locker.lock.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long Lock and TryLock took."))
+		metric.WithDescription("How long Lock and TryLock took."),
+		metric.WithExplicitBucketBoundaries(WaitBuckets()...))
 	errs = append(errs, err)
 	o.acquisitions, err = m.Int64Counter("locker.lock.acquisitions", metric.WithUnit("{call}"),
 		metric.WithDescription("Lock and TryLock calls, by outcome."))

@@ -81,7 +81,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("cron", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&cfg.store, "store", "", "locker URL of the store: redis://host:port, rediss://…, mysql://user:pass@tcp(host:port)/db,\netcd://host:port[,host:port], zk://host:port[,host:port]; empty starts an embedded etcd")
+	fs.StringVar(&cfg.store, "store", "", "locker URL of the store, e.g. redis://127.0.0.1:6379, rediss://…,\nmysql://user:pass@127.0.0.1:3306/db, etcd://127.0.0.1:2379[,…],\nzk://127.0.0.1:2181[,…]; empty starts an embedded etcd")
 	fs.IntVar(&cfg.replicas, "replicas", 5, "number of replica processes")
 	fs.DurationVar(&cfg.duration, "duration", 12*time.Second, "how long the replicas run")
 	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lock TTL: how long a killed replica's locks block its plans")

@@ -1,0 +1,97 @@
+// Package etcd is the etcd backend of locker: consensus-backed locks with FIFO
+// waiters, on the user's own go.etcd.io/etcd/client/v3 client.
+//
+//	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+//	...
+//	lk, err := etcd.New(cli, locker.WithTTL(10*time.Second))
+//
+// The reasons behind this design are in the repository's docs/design.md.
+//
+// # How it works
+//
+// Each Locker has one etcd lease, shared by all its locks and waiters, with
+// the TTL of [locker.WithTTL]. A Lock puts a waiter key, attached to the
+// lease, in a directory of its own for the lock's key ([Dir]). The waiter
+// with the lowest create revision holds the lock, as in etcd's
+// concurrency.Mutex. The uncontended path is one transaction that creates
+// the waiter key and reads its predecessor. Unlock is one transaction that
+// deletes it. A waiter watches only its predecessor.
+//
+// The engine's renewal rounds keep the lease alive: one KeepAliveOnce and
+// one transaction that checks every held key, per round. While there are
+// waiters, they keep it alive too. The backend runs no goroutine of its
+// own. A Locker whose lease is lost (expired during a partition, revoked)
+// loses every lock at once, and takes a new lease for later locks. Close
+// revokes the lease.
+//
+// # Guarantees
+//
+//   - Mutual exclusion backed by Raft: a lock survives the loss of a minority
+//     of members, and leader changes.
+//   - Fencing tokens are the create revisions of the holders' keys: strictly
+//     increasing across every key of the cluster, and across restarts.
+//   - Waiters are served in the order they arrived (FIFO by create revision).
+//   - A waiter whose lease ends (expired, revoked) or whose key is deleted
+//     returns at once with an error; a waiter that is cancelled or fails
+//     deletes its key with a fresh, bounded context.
+//   - Lock.Done closes before etcd can expire the lease: the validity is
+//     counted from the moment the last keep-alive was sent. A holder whose key
+//     is deleted behind its back sees Done close at the next renewal round
+//     (within TTL/3).
+//   - The shared lease never keeps a forgotten key alive: the keys of
+//     releases and waits that failed with an unknown outcome, and of locks
+//     that passed their deadline, are deleted before the lease is kept alive
+//     again.
+//   - [IsOwner] makes the caller's own transactions conditional on still
+//     holding the lock: fencing enforced by etcd itself.
+//
+// # Limits
+//
+//   - The TTL must be a whole number of seconds (etcd leases count seconds)
+//     and at least the server's minimum lease TTL, 1.5 × its election
+//     timeout rounded up (2 s with etcd's defaults); [New] asks the server and
+//     rejects a TTL it cannot honour, naming [locker.WithTTL]. New therefore
+//     needs the server: it fails, naming the endpoints and the connection's
+//     error, when no connection is up within [DefaultDialTimeout] (Open:
+//     dial_timeout), and when the grant does not succeed within 30 s
+//     ([NewContext] takes a ctx instead).
+//   - A waiting Lock rides out store errors (no leader, refused or reset
+//     connections, timeouts) until its ctx ends; a closed client,
+//     authentication and permission refusals, and an operator revoking the
+//     waiter's lease or deleting its key end it at once. A waiter key a
+//     failed wait could not delete is deleted in the background as soon as
+//     etcd answers.
+//   - A waiter that crashed while queued holds up the key until its lease
+//     expires: one TTL after its last keep-alive.
+//   - The client's own logs go where you send them: [SlogLogger] makes a
+//     zap logger for clientv3.Config.Logger (URL-opened clients use it).
+//   - Each acquisition writes a key and its release deletes it: etcd keeps
+//     every revision until it compacts, so run it with auto-compaction
+//     (--auto-compaction-mode=periodic --auto-compaction-retention=1h).
+//   - Keys are at most [MaxKeyBytes] bytes, prefix included.
+//   - etcd keys: the lock on store key k (prefix included) lives under
+//     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of
+//     different keys never share a directory, even when one key is a prefix
+//     of another. Each waiter key is the directory followed by the lease ID
+//     in hex; its value is the acquisition's owner token, a space and the
+//     owner label. Lockers with [locker.WithPrefix] keep their keys under
+//     that prefix, encoded as keys are ([KeyPrefix]: the same unless it has
+//     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
+//     a role with readwrite on that range is all a Locker needs beyond its
+//     leases (TestRoleOnKeyPrefix).
+//   - A key deleted by hand is lost for its holder only at the next renewal
+//     round: until then the holder and the next waiter may both run.
+//   - A request caught in flight by a leader change (a Lock's, an
+//     Unlock's) may wait for etcd's request timeout, about 5 s plus two
+//     election timeouts, before it fails; a key whose release waits so is
+//     held meanwhile. Bound Unlock with its ctx.
+//   - A Lock whose ctx ends while its queueing transaction is in flight
+//     returns once etcd answered (at most 2 s later), so that its key is
+//     deleted for sure. When etcd cannot answer, the key is deleted at once
+//     if possible and again before the lease is next kept alive.
+//
+// # URLs
+//
+// [Open] opens a Locker, with a client it owns, for an etcd:// or etcds://
+// URL; its doc lists the parameters.
+package etcd

@@ -1,0 +1,66 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Break implements driver.Breaker (locker.ForceUnlock): release.lua without
+// its owner check, so the key goes to the first waiter as on a release.
+func (d *redisDriver) Break(ctx context.Context, key string) error {
+	n, err := d.runRelease(ctx, key, "", "force")
+	if err != nil {
+		return fmt.Errorf("break: %w", classify(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Inspect implements driver.Inspector: the lock's value, its PTTL, the
+// queue's length and the server's clock, in one pipeline. The token is the
+// server's clock in µs at the acquisition (unless two acquisitions of the
+// key fell in one µs), which gives Acquired.
+func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
+	ks := KeysOf(key)
+	pipe := d.client.Pipeline()
+	get := pipe.Get(ctx, ks.Lock)
+	pttl := pipe.PTTL(ctx, ks.Lock)
+	queued := pipe.ZCard(ctx, ks.Queue)
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return driver.Status{}, fmt.Errorf("inspect: %w", classify(err))
+	}
+	st := driver.Status{Waiters: int(queued.Val())}
+	v, err := get.Result()
+	if errors.Is(err, goredis.Nil) {
+		return st, nil
+	}
+	parts := strings.SplitN(v, " ", 3)
+	if len(parts) < 2 {
+		return st, fmt.Errorf("inspect: malformed lock value %q", v)
+	}
+	token, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return st, fmt.Errorf("inspect: malformed token in %q", v)
+	}
+	st.Held, st.Token = true, token
+	if len(parts) == 3 {
+		st.Label = parts[2]
+	}
+	st.Acquired = time.UnixMicro(int64(min(token, math.MaxInt64))).UTC()
+	if ttl := pttl.Val(); ttl > 0 {
+		st.Expires = now.Val().Add(ttl).UTC()
+	}
+	return st, nil
+}

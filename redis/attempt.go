@@ -1,0 +1,135 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// TryAcquire implements driver.Driver: one round trip (two the first time a
+// server sees the script). It never queues: a free lock that has waiters
+// goes to the first of them.
+func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	ttlArg, ttl := d.ttlArgs(req.TTL)
+	keys := scriptKeys(req.Key)
+	r, err := d.attempt(ctx, req, keys, ttlArg, "0")
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if r <= 0 {
+		return driver.Grant{}, driver.Held(time.Duration(max(-1-r, 0)) * time.Millisecond)
+	}
+	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: keys[0]}, nil
+}
+
+// attempt runs acquire.lua once: r > 0 is the token of a lock now held, r <=
+// 0 means held by another owner for -r-1 more milliseconds (r = 0: unknown).
+// seq is "0" for TryLock, else the attempt's number in a waiting Lock, which
+// queues. On an error after which the lock may be ours, or the owner may be
+// queued, it cleans up (see leave) before returning.
+func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []string, ttlArg any, seq string) (int64, error) {
+	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
+		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
+	}
+	reply, err := d.runAcquire(ctx, keys,
+		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
+	if errors.Is(err, errNotReplicated) {
+		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
+	}
+	if err != nil {
+		err = fmt.Errorf("acquire: %w", classify(err))
+		if seq != "0" || maybeExecuted(err) {
+			return 0, d.leave(ctx, req, err)
+		}
+		return 0, err
+	}
+	switch r := reply.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		// {r}: a hand-over to the first waiter was written, its
+		// message refused.
+		if len(r) == 1 {
+			if n, ok := r[0].(int64); ok {
+				d.noPubSub(errPublishRefused)
+				return n, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// errNotReplicated is the error of an acquisition that Config.Replicas
+// replicas did not confirm in time.
+var errNotReplicated = errors.New("the lock did not reach the replicas in time")
+
+// runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
+// took (a reply > 0) counts only once WAIT confirms it on the replicas:
+// WAIT follows on the same connection, in one pipeline, and covers every
+// write the primary had made before (the hand-over to this owner
+// included). Otherwise it returns an error matching errNotReplicated, and
+// the caller undoes the acquisition.
+func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
+	if d.replicas == 0 {
+		return d.acquire.Run(ctx, d.client, keys, args...).Result()
+	}
+	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{d.acquire.EvalSha, d.acquire.Eval} {
+		pipe := d.client.Pipeline()
+		cmd := eval(ctx, pipe, keys, args...)
+		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // errors are per command
+		if isNoScript(cmd.Err()) {
+			continue
+		}
+		reply, err := cmd.Result()
+		if err != nil || !took(reply) {
+			return reply, err
+		}
+		switch n, err := wait.Int64(); {
+		case err != nil:
+			return reply, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
+		case n < int64(d.replicas):
+			return reply, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
+		}
+		return reply, nil
+	}
+	return nil, errors.New("the script cache dropped acquire.lua twice")
+}
+
+// took reports whether an acquire.lua reply says the lock was taken.
+func took(reply any) bool {
+	r, ok := reply.(int64)
+	return ok && r > 0
+}
+
+// leave removes every trace of req.Owner: its place in the queue, and the
+// lock if it holds it (passed on to the next waiter, as by Unlock). It runs
+// after an attempt whose outcome is unknown and when a waiting Lock gives
+// up, so that no phantom holder or waiter is left until expiry. It uses a
+// fresh context: ctx may be the reason the attempt failed. It returns
+// cause, wrapped in a driver.Residue when the store could not be reached:
+// the engine then retries until it can.
+func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
+	defer cancel()
+	if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil {
+		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
+			"key", req.Key, "err", err)
+		key, owner := req.Key, req.Owner
+		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return d.leaveQueue(ctx, key, owner) }}
+	}
+	return cause
+}
+
+// leaveQueue runs release.lua for owner with "leave": out of the queue, and
+// the lock passed on if it was handed over to owner.
+func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
+	_, err := d.runRelease(ctx, key, owner, "1")
+	return classify(err)
+}

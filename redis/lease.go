@@ -1,0 +1,123 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// runRelease runs release.lua, with leave "1", "0" or "force", and returns 1 when
+// owner's lock was released, 0 when owner held nothing. A release whose
+// message the server refused counts as done (it is: the message is the
+// script's last step), and switches the Locker to polling.
+func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
+	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg).Int64()
+	if n == 2 {
+		d.noPubSub(errPublishRefused)
+		n = 1
+	}
+	return n, err
+}
+
+// leaseKey returns the Redis key of a held lock.
+func leaseKey(l driver.Lease) string {
+	if k, ok := l.State.(string); ok {
+		return k
+	}
+	return lockKey(l.Key)
+}
+
+// Release implements driver.Driver: compare-and-delete, or hand-over to the
+// first waiter, with a message on the key's channel, in one script.
+func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
+	n, err := d.runRelease(ctx, l.Key, l.Owner, "0")
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("release: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
+// remaining; nobody renews the key after that, and the waiters take it when
+// it expires.
+func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, millis(remaining)).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("keep: %w", classify(err))
+	case n == 0:
+		return fmt.Errorf("keep: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Renew implements driver.Driver: compare-and-PEXPIRE.
+func (d *redisDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	ttlArg, ttl := d.ttlArgs(l.TTL)
+	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, ttlArg).Int64()
+	return renewResult(ttl, n, err)
+}
+
+func renewResult(ttl, n int64, err error) (time.Duration, error) {
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("renew: %w", err)
+	case n == 0:
+		return 0, fmt.Errorf("renew: %w", driver.ErrNotHeld)
+	}
+	return time.Duration(ttl) * time.Millisecond, nil
+}
+
+// RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
+// leases (on a Cluster, go-redis sends one pipeline per node, in parallel).
+func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	ttls := make([]int64, len(ls))
+	args := make([]any, len(ls))
+	for i, l := range ls {
+		args[i], ttls[i] = d.ttlArgs(l.TTL)
+	}
+	cmds := renewPipelined(ctx, d.client, d.renew, ls, leaseKey, args)
+	validity := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	for i, c := range cmds {
+		n, err := c.Int64()
+		validity[i], errs[i] = renewResult(ttls[i], n, err)
+	}
+	return validity, errs, nil
+}
+
+// renewPipelined runs renew (renew.lua) for every lease in one pipeline on
+// c, with the lock key key(ls[i]) and the TTL argument ttls[i], and sends
+// the leases whose EVALSHA found the script missing from the server's cache
+// again with EVAL in a second pipeline. Errors are per command.
+func renewPipelined(ctx context.Context, c Master, renew *goredis.Script, ls []driver.Lease, key func(driver.Lease) string, ttls []any) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(ls))
+	pipe := c.Pipeline()
+	for i, l := range ls {
+		cmds[i] = renew.EvalSha(ctx, pipe, []string{key(l)}, l.Owner, ttls[i])
+	}
+	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
+	blame(cmds, execErr)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe := c.Pipeline()
+		for _, i := range again {
+			cmds[i] = renew.Eval(ctx, pipe, []string{key(ls[i])}, ls[i].Owner, ttls[i])
+		}
+		_, execErr := pipe.Exec(ctx)
+		blame(cmds, execErr)
+	}
+	return cmds
+}

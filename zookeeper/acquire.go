@@ -1,0 +1,261 @@
+package zookeeper
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/golocker/locker/driver"
+)
+
+// newGUID returns 32 random hex digits.
+func newGUID() string {
+	var b [guidLen / 2]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// TryAcquire implements driver.Driver.
+func (d *zkDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.acquire(ctx, req, false)
+	return g, classify(err)
+}
+
+// classify marks the ZooKeeper errors no retry can cure: authentication and
+// ACL refusals, and bad arguments.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrBadArguments),
+		errors.Is(err, zk.ErrInvalidACL), errors.Is(err, zk.ErrInvalidPath), errors.Is(err, zk.ErrClosing),
+		errors.Is(err, ErrConnClosed), errors.Is(err, ErrForeignNode):
+		return driver.Permanent(err)
+	}
+	return err
+}
+
+// Acquire implements driver.Acquirer: it queues behind the current holder
+// and earlier waiters, and waits for its turn.
+func (d *zkDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.acquire(ctx, req, true)
+	return g, classify(err)
+}
+
+func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Grant, error) {
+	parent := d.parentOf(req.Key)
+	guid := newGUID()
+	session := d.conn.SessionID()
+	sent := time.Now()
+	node, pstat, err := d.create(ctx, parent, guid, []byte(req.Label))
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if s := d.conn.SessionID(); s != session || s == 0 {
+		// The session changed during the create: ask the node which one it
+		// belongs to.
+		session, err = d.ownerOf(ctx, node)
+		if err != nil {
+			d.cleanup(ctx, parent, guid, node)
+			return driver.Grant{}, err
+		}
+	}
+	if pstat.NumChildren == 1 { // ours is the only node: the lock is ours
+		return d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, sent)
+	}
+	if !wait {
+		// The queue is listed along with the delete (no added round trip):
+		// a foreign child would make every TryLock of the key fail as
+		// "held" without a word.
+		list := start(d, func() ([]string, error) {
+			c, _, err := d.conn.Children(parent)
+			return c, err
+		})
+		d.cleanup(ctx, parent, guid, node)
+		select {
+		case r := <-list:
+			if f := foreignChild(r.v, node[len(parent)+1:]); r.err == nil && f != "" {
+				return driver.Grant{}, fmt.Errorf("%w: %s/%s is not a lock node", ErrForeignNode, parent, f)
+			}
+		case <-ctx.Done():
+		}
+		return driver.Grant{}, driver.Held(0)
+	}
+	since, waited, err := d.waitTurn(ctx, parent, node, sent)
+	if err != nil {
+		d.cleanup(ctx, parent, guid, node)
+		return driver.Grant{}, err
+	}
+	g, err := d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, since)
+	g.Queued = waited
+	return g, err
+}
+
+// create adds our node to the queue of parent, creating parent when it is
+// missing, in one multi-operation that also sets parent's (empty) data: the
+// reply's stat of parent gives the number of nodes in the queue and, as its
+// mzxid, the zxid of our create, our fencing token. On any failure it
+// removes what it may have created before returning.
+func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte) (string, *zk.Stat, error) {
+	ops := []any{
+		&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: d.lockACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+	}
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return "", nil, err
+		}
+		ch := start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		var r result[[]zk.MultiResponse]
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			d.abandonCreate(ctx, parent, guid, ch)
+			return "", nil, ctx.Err()
+		}
+		node, stat, err := createOutcome(r)
+		switch {
+		case err == nil:
+			return node, stat, nil
+		case errors.Is(err, zk.ErrNoNode) && attempt < maxParentAttempts:
+			if err := d.ensureParent(ctx, parent); err != nil {
+				return "", nil, err
+			}
+			continue
+		case mayHaveApplied(err):
+			d.cleanup(ctx, parent, guid, "")
+		}
+		return "", nil, fmt.Errorf("create a lock node under %s: %w", parent, createDenied(r, parent, err))
+	}
+}
+
+// createDenied explains a create multi-operation refused by the ACL of the
+// key's node: which permission it lacks. Other errors are returned as they
+// are.
+func createDenied(r result[[]zk.MultiResponse], parent string, err error) error {
+	if len(r.v) == 2 && errors.Is(r.v[1].Error, zk.ErrNoAuth) {
+		return denied(err, parent, "WRITE")
+	}
+	return denied(err, parent, "CREATE")
+}
+
+// denied explains zk.ErrNoAuth from a call on node p: the ACL of p does not
+// grant this connection's identity perm. Other errors are returned as they
+// are.
+func denied(err error, p, perm string) error {
+	if !errors.Is(err, zk.ErrNoAuth) {
+		return err
+	}
+	return fmt.Errorf("the ACL of %s does not grant this connection %s (see zookeeper.Config.ACL; was it changed, or made by another identity?): %w", p, perm, err)
+}
+
+// foreignChild returns a child of a key's node, other than our own node
+// mine, whose name is not a lock node's, when no lock node is ahead of mine:
+// the reason our node was not alone. It returns "" otherwise.
+func foreignChild(children []string, mine string) string {
+	seq, ok := sequenceOf(mine)
+	if !ok {
+		return ""
+	}
+	foreign := ""
+	for _, c := range children {
+		s, ok := sequenceOf(c)
+		switch {
+		case !ok:
+			foreign = c
+		case s < seq:
+			return ""
+		}
+	}
+	return foreign
+}
+
+// createOutcome reads the reply of create's multi-operation.
+func createOutcome(r result[[]zk.MultiResponse]) (string, *zk.Stat, error) {
+	if r.err != nil {
+		return "", nil, r.err
+	}
+	if len(r.v) != 2 || r.v[0].String == "" || r.v[1].Stat == nil {
+		return "", nil, fmt.Errorf("zookeeper: unexpected reply to a create multi-operation: %d results", len(r.v))
+	}
+	return r.v[0].String, r.v[1].Stat, nil
+}
+
+// mayHaveApplied reports whether a write that failed with err may still have
+// been applied: true unless the server refused it, or the session (and so
+// every ephemeral node it could have created) is gone.
+func mayHaveApplied(err error) bool {
+	for _, definite := range []error{
+		zk.ErrNoNode, zk.ErrNoAuth, zk.ErrInvalidACL, zk.ErrBadArguments, zk.ErrNodeExists,
+		zk.ErrNoChildrenForEphemerals, zk.ErrBadVersion, zk.ErrNotEmpty, zk.ErrSessionExpired,
+		zk.ErrAPIError, zk.ErrInvalidPath, zk.ErrInvalidFlags,
+	} {
+		if errors.Is(err, definite) {
+			return false
+		}
+	}
+	return true
+}
+
+// abandonCreate cleans up after a create whose caller's ctx ended while it
+// was in flight: the node is deleted once the create's outcome is known, at
+// once if it is known within the cleanup timeout, else by the janitor.
+// Deleting before the create's reply came could run ahead of the create and
+// leave the node behind.
+func (d *zkDriver) abandonCreate(ctx context.Context, parent, guid string, ch <-chan result[[]zk.MultiResponse]) {
+	cctx, cancel := d.cleanupContext(ctx)
+	defer cancel()
+	select {
+	case r := <-ch:
+		o := settleCreate(parent, guid, r)
+		if o != nil {
+			if err := d.deleteOrphan(cctx, o); err != nil {
+				d.addOrphan(o)
+			}
+		}
+	case <-cctx.Done():
+		d.addOrphan(&orphan{parent: parent, guid: guid, create: ch})
+	}
+}
+
+// settleCreate turns the outcome of an abandoned create into the orphan to
+// delete, or nil when nothing was created.
+func settleCreate(parent, guid string, r result[[]zk.MultiResponse]) *orphan {
+	node, _, err := createOutcome(r)
+	switch {
+	case err == nil:
+		return &orphan{parent: parent, guid: guid, path: node}
+	case mayHaveApplied(err):
+		return &orphan{parent: parent, guid: guid}
+	}
+	return nil
+}
+
+// ensureParent creates the key's parent container node, and the root's
+// missing nodes when needed.
+func (d *zkDriver) ensureParent(ctx context.Context, parent string) error {
+	err := d.createContainer(ctx, parent)
+	if !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	for _, p := range ancestors(d.root) {
+		if err := d.createContainer(ctx, p); err != nil {
+			return err
+		}
+	}
+	return d.createContainer(ctx, parent)
+}
+
+// createContainer creates a container node at p; an existing node is fine.
+func (d *zkDriver) createContainer(ctx context.Context, p string) error {
+	_, err := call(ctx, d, func() (string, error) { return d.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl) })
+	if err == nil || errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return fmt.Errorf("create container node %s: %w", p, err)
+}

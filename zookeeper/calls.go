@@ -1,0 +1,59 @@
+package zookeeper
+
+import (
+	"context"
+	"time"
+)
+
+// result is the outcome of a go-zookeeper call run in a goroutine.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// cleanupTimeout bounds a cleanup done with a fresh context.
+func (d *zkDriver) cleanupTimeout() time.Duration {
+	return min(max(d.ttl, 500*time.Millisecond), 5*time.Second)
+}
+
+// cleanupContext is a context for cleaning up after ctx ended or failed: not
+// cancelled with ctx, bounded by cleanupTimeout.
+func (d *zkDriver) cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d.cleanupTimeout())
+}
+
+// start runs f, a blocking go-zookeeper call, in a goroutine of its own and
+// returns the channel that receives its outcome.
+func start[T any](d *zkDriver, f func() (T, error)) <-chan result[T] {
+	ch := make(chan result[T], 1)
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		v, err := f()
+		ch <- result[T]{v, err}
+	}()
+	return ch
+}
+
+// call runs f and returns its outcome, or ctx's error as soon as ctx ends:
+// go-zookeeper calls cannot be cancelled, so f then finishes in the
+// background and its outcome is dropped.
+func call[T any](ctx context.Context, d *zkDriver, f func() (T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	select {
+	case r := <-start(d, f):
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// call0 is call for go-zookeeper calls that return only an error.
+func call0(ctx context.Context, d *zkDriver, f func() error) error {
+	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, f() })
+	return err
+}

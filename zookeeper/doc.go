@@ -1,0 +1,125 @@
+// Package zookeeper is the ZooKeeper backend of locker: consensus-backed locks
+// with FIFO waiters, on the user's own github.com/go-zookeeper/zk connection.
+//
+//	conn, events, err := zk.Connect([]string{"zk1:2181", "zk2:2181", "zk3:2181"}, 10*time.Second)
+//	...
+//	l, err := zookeeper.New(conn, events, locker.WithTTL(10*time.Second))
+//
+// The reasons behind this design are in the repository's docs/design.md.
+//
+// # How it works
+//
+// The lock on a key is a queue of ephemeral sequential znodes under a parent
+// of its own, Root/<escaped key>. The parent is a container node, which
+// ZooKeeper deletes once it is empty. Node names carry a random GUID
+// (Curator's protection: _c_<guid>-lock-<sequence>). A Lock alone in the
+// queue holds after one round trip. Otherwise it watches only the two nodes
+// just before its own, so a deletion wakes at most two waiters. TryLock
+// refuses at once when the queue is not empty, and deletes its node.
+//
+// A node lives as long as the ZooKeeper session of the connection, which the
+// client keeps alive with pings. The engine renews every lock every TTL/3,
+// all locks of the Locker in one multi-operation of version checks, through
+// the leader.
+//
+// # Guarantees
+//
+//   - Mutual exclusion backed by ZooKeeper's atomic broadcast: a lock
+//     survives the loss of a minority of servers, and of the leader.
+//   - Fencing tokens are the czxid of the holder's node (the zxid of the
+//     transaction that created it): strictly increasing across every key of
+//     the ensemble, across server restarts and when a parent node is
+//     deleted and created again. Sequence numbers are never used as tokens.
+//   - Waiters are served in the order they arrived (FIFO by sequence). A
+//     waiter whose session expires returns at once with an error; one
+//     whose node was deleted, when it next lists the queue.
+//   - A cancelled or failed Lock or TryLock deletes its own node with a
+//     fresh, bounded context; when the reply to the create was lost, the
+//     node is found by its GUID. A node whose deletion fails (the server is
+//     unreachable) is deleted in the background as soon as the session
+//     answers again, for as long as the session lives.
+//   - Lock.Done closes before ZooKeeper could expire the session: the
+//     validity of a lock is counted from the moment the last successful
+//     renewal was sent; a new lock's, from the moment its create was sent
+//     (a write, which the leader accepts only from a live session) or,
+//     when it waited longer than a quarter of the validity, from a sync
+//     with the leader sent with its last listing of the queue. A session
+//     that expires (reported on the events channel given to [New]) or a
+//     connection that is closed ends every lock taken in it at once; later
+//     locks use the new session the client establishes. A node deleted
+//     behind its holder's back ends that lock at the next renewal round
+//     (within TTL/3); so does a waiter's node deleted behind its back once
+//     the waiter knows it is next, which gets the lock when the holder's
+//     node goes. (Deleting another's nodes is outside what the lock
+//     protects against: see Trust in Limits.)
+//   - A lock whose holder gave up on it (its renewals failed until the local
+//     deadline, or its Unlock's outcome was unknown) while the session lives
+//     on is deleted in the background, so that it never blocks the key.
+//   - [Guard] makes the caller's own ZooKeeper multi-operations conditional on
+//     still holding the lock: fencing enforced by ZooKeeper itself.
+//
+// # Limits
+//
+//   - The TTL (locker.WithTTL) is the session timeout: connect with the same
+//     duration, zk.Connect(servers, ttl). A lock is counted valid for the TTL
+//     after each successful renewal, so the session timeout the server
+//     grants must be at least the TTL. ZooKeeper grants what is asked within
+//     [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks (4 s
+//     to 40 s with the default tickTime of 2 s), and lowers a longer request
+//     to the maximum without telling go-zookeeper's users. The Locker reads
+//     the timeout the server granted: New refuses a connection whose session
+//     was granted less than the TTL (it names both), and when a later
+//     session (after a reconnect) is granted less, its locks count on the
+//     granted timeout and a warning is logged. A session granted more than
+//     the TTL (a server whose minimum is above it) works, but a crashed
+//     holder's lock is freed only when its session expires, after the
+//     granted timeout.
+//   - A waiting Lock rides out connection errors until its ctx ends; a
+//     closed connection and authentication or ACL refusals return at once.
+//     Waiter nodes a failed wait could not delete are retried every TTL/10
+//     until the session ends or the Locker closes. A waiter that crashed
+//     while queued holds up the key until its session expires: the granted
+//     session timeout.
+//   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
+//   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
+//     exactly one znode name: '%', '/', control characters and the runes
+//     ZooKeeper refuses in names (among them everything beyond U+FFFF, such
+//     as emoji) are percent-encoded byte by byte, and the names "." and ".."
+//     become %2E and %2E%2E; so a key takes up to three times its length on
+//     the wire.
+//   - The events channel returned by zk.Connect is consumed by the Locker;
+//     a connection serves one Locker with events. More Lockers may share a
+//     connection when given a nil channel: they notice an expired session at
+//     their next renewal round instead of at once.
+//   - go-zookeeper calls cannot be cancelled: when a ctx ends during a call,
+//     the Locker returns at once and the call finishes in the background
+//     (at the latest when the connection gives up on the request); Close
+//     waits a bounded time for such calls.
+//   - Every identity that locks a key needs READ on the others' lock nodes
+//     (see [Config].ACL): ZooKeeper sends no watch event of a node its
+//     watcher may not read, so a waiter behind such a node fails.
+//   - Trust: by default the world gets no ADMIN on any node the Locker
+//     creates (nobody can re-ACL a key's node to block it) and lock nodes
+//     are READ-only, but without credentials anyone who reaches ZooKeeper
+//     can delete a lock node through its key's node. With [Config].Digest
+//     every node is its creator's alone ("auth" scheme): give every Locker
+//     of a root the same credentials; the zk:// URL's acl parameter and
+//     [Config].ACL set others. A key node tampered with (another ACL, or
+//     made by another identity) makes Lock, TryLock or Unlock fail at once
+//     with zk.ErrNoAuth, naming the node and the permission it lacks.
+//   - Nodes other than the Locker's own must not be created under the root.
+//     A key whose node has a child that is not a lock node makes TryLock
+//     fail with [ErrForeignNode] naming that child when no lock is ahead
+//     (Lock ignores it); a node named like a lock node that is not
+//     ephemeral makes a Lock waiting behind it fail with ErrForeignNode
+//     naming it (TryLock answers "held": telling it from a holder would
+//     cost a read per refusal). Delete such nodes.
+//   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
+//     FIFO order breaks after 2^31 waiters on one key without the key's
+//     parent ever becoming empty.
+//
+// # URLs
+//
+// [Open] opens a Locker, with a connection it owns, for a zk:// URL; its doc
+// lists the parameters.
+package zookeeper

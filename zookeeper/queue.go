@@ -1,0 +1,237 @@
+package zookeeper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// waitTurn waits until node is the first of parent's queue. It returns a
+// moment after which the session was alive, for the grant's validity, and
+// whether it waited for another node to go.
+//
+// Each round lists the queue and watches the node just before ours (pred)
+// and the one before that (pp): a deletion wakes at most two waiters, never
+// the whole queue. A hand-off costs one message from the server, with no
+// round trip after it:
+//
+//   - When pred was first in line in our last listing, no other node is
+//     ahead of ours (later nodes get higher sequence numbers; a listing,
+//     from any server, shows every node before ours that still exists, as
+//     it comes after our create in the session's order): its deletion
+//     makes ours first, and the lock is ours when the event arrives.
+//   - When pp goes, we list the queue again, while pred, now usually the
+//     holder, still holds: so by the time pred goes we know it was first,
+//     and the first case applies. A deletion of pred while pp was there
+//     (pred gave up) also makes us list again.
+//
+// Proof of life: the create was a write, which the leader accepts only
+// while the session lives, so its send time (sent) is such a moment. While
+// that proof is fresh (younger than a quarter of the validity, so that the
+// grant leaves the engine its whole renewal schedule) a round needs no
+// other, and only a fresh proof lets a deletion event grant the lock. A
+// round after a longer wait syncs with the leader, sent with the list in
+// the same round trip: a sync the leader answers proves the session alive
+// after it was sent. A list from any server, however far behind the
+// leader, that shows no node before ours shows the leader none either
+// (nodes before ours are only ever deleted), so the list needs not wait for
+// the sync.
+func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
+	name := node[len(parent)+1:]
+	seq, ok := sequenceOf(name)
+	if !ok {
+		return time.Time{}, false, fmt.Errorf("zookeeper: unexpected lock node name %q", name)
+	}
+	since = sent
+	// The watches set and not fired yet, by node name: a node watched in
+	// one round and still there in the next is not watched again.
+	watches := map[string]<-chan zk.Event{}
+	for {
+		var synced <-chan result[string]
+		if !d.fresh(since) {
+			since = time.Now()
+			synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
+		}
+		children, err := call(ctx, d, func() ([]string, error) {
+			c, _, err := d.conn.Children(parent)
+			return c, err
+		})
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
+		}
+		if synced != nil {
+			select {
+			case r := <-synced:
+				if r.err != nil {
+					return time.Time{}, false, fmt.Errorf("sync %s: %w", parent, r.err)
+				}
+			case <-ctx.Done():
+				return time.Time{}, false, ctx.Err()
+			}
+		}
+		pred, found := predecessor(children, name, seq)
+		if !found {
+			return time.Time{}, false, errNodeGone
+		}
+		if pred == "" {
+			return since, waited, nil
+		}
+		// The node before pred, "" when pred is first in line.
+		pp, _ := predecessor(children, pred, mustSequence(pred))
+		if err := d.watchAll(ctx, parent, watches, pred, pp); err != nil {
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // gone already: look again
+			}
+			return time.Time{}, false, err
+		}
+		select {
+		case ev := <-watches[pred]:
+			delete(watches, pred)
+			if ev.Err != nil {
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pred, ev.Err)
+			}
+			waited = true
+			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
+				return since, true, nil
+			}
+		case ev := <-watches[pp]: // never ready when pp is "": a nil channel
+			delete(watches, pp)
+			if ev.Err != nil {
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pp, ev.Err)
+			}
+			waited = true
+		case <-ctx.Done():
+			return time.Time{}, false, ctx.Err()
+		}
+	}
+}
+
+// mustSequence is sequenceOf for a name predecessor returned (a lock
+// node's, so it parses).
+func mustSequence(name string) int64 {
+	s, _ := sequenceOf(name)
+	return s
+}
+
+// watchAll sets a watch on each of the nodes names of parent ("" skipped)
+// that has none pending in watches, in parallel, and records them there.
+func (d *zkDriver) watchAll(ctx context.Context, parent string, watches map[string]<-chan zk.Event, names ...string) error {
+	type set struct {
+		name string
+		r    <-chan result[<-chan zk.Event]
+	}
+	var sets []set
+	for _, n := range names {
+		if n == "" || watches[n] != nil {
+			continue
+		}
+		p := parent + "/" + n
+		sets = append(sets, set{n, start(d, func() (<-chan zk.Event, error) { return d.watch(p) })})
+	}
+	var first error
+	for _, s := range sets {
+		select {
+		case r := <-s.r:
+			switch {
+			case r.err == nil:
+				watches[s.name] = r.v
+			case errors.Is(r.err, zk.ErrNoNode):
+				first = cmp.Or(first, r.err)
+			default:
+				first = fmt.Errorf("watch %s/%s: %w", parent, s.name, r.err)
+				return first
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return first
+}
+
+// watch sets a watch on node p, returning zk.ErrNoNode when it is gone. It
+// uses getData, which sets no watch on a missing node (exists would leave a
+// watch for its creation behind, and lock nodes are never created again).
+// ZooKeeper delivers no event of a node its watcher may not read, so a node
+// we may not read is an error rather than a wait that never ends.
+//
+// A node named like a lock node that is not ephemeral was made by someone
+// else: no session ends it, so waiting behind it would never end.
+func (d *zkDriver) watch(p string) (<-chan zk.Event, error) {
+	_, st, ch, err := d.conn.GetW(p)
+	switch {
+	case errors.Is(err, zk.ErrNoAuth):
+		return nil, fmt.Errorf("cannot watch %s: every identity locking a key needs READ on the others' nodes: %w", p, denied(err, p, "READ"))
+	case err != nil:
+		return nil, err
+	case st.EphemeralOwner == 0:
+		return nil, fmt.Errorf("%w: it is not ephemeral", ErrForeignNode)
+	}
+	return ch, nil
+}
+
+// head returns the holder's node among a queue's children (the lock node
+// with the lowest sequence, "" when there is none) and how many lock nodes
+// there are.
+func head(children []string) (first string, n int) {
+	var firstSeq int64
+	for _, c := range children {
+		seq, ok := sequenceOf(c)
+		if !ok {
+			continue
+		}
+		n++
+		if first == "" || seq < firstSeq {
+			first, firstSeq = c, seq
+		}
+	}
+	return first, n
+}
+
+// sequenceOf parses the sequence number ZooKeeper appended to a lock node's
+// name.
+func sequenceOf(name string) (int64, bool) {
+	if !strings.HasPrefix(name, protectedPrefix) {
+		return 0, false
+	}
+	i := strings.LastIndex(name, lockMarker)
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(name[i+len(lockMarker):], 10, 64)
+	return n, err == nil
+}
+
+// guidOf returns the protection GUID of a lock node's name, or "".
+func guidOf(name string) string {
+	if !strings.HasPrefix(name, protectedPrefix) || len(name) < len(protectedPrefix)+guidLen {
+		return ""
+	}
+	return name[len(protectedPrefix) : len(protectedPrefix)+guidLen]
+}
+
+// predecessor returns the name of the node just before name (whose sequence
+// is seq) in the queue children, "" when name is first, and whether name is
+// in children at all. Names that are not lock nodes are ignored.
+func predecessor(children []string, name string, seq int64) (pred string, found bool) {
+	best := int64(-1 << 63)
+	for _, c := range children {
+		if c == name {
+			found = true
+			continue
+		}
+		s, ok := sequenceOf(c)
+		if !ok || s >= seq {
+			continue
+		}
+		if pred == "" || s > best {
+			pred, best = c, s
+		}
+	}
+	return pred, found
+}
