@@ -42,7 +42,7 @@
 //     releases and waits that failed with an unknown outcome, and of locks
 //     that passed their deadline, are deleted before the lease is kept alive
 //     again.
-//   - [IsOwner] makes the caller's own transactions conditional on still
+//   - [Guard] makes the caller's own transactions conditional on still
 //     holding the lock: fencing enforced by etcd itself.
 //
 // # Limits

@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -57,22 +56,26 @@ func newLocker(ctx context.Context, client *clientv3.Client, dial time.Duration,
 	return locker.New(dialingDriver{etcdDriver: d, dial: dial}, opts...)
 }
 
-// IsOwner returns a comparison that holds while lk is still held: the
+// Guard returns a comparison that holds while lk is still held: the
 // holder's key exists with the create revision it was granted at. Put it in
 // the If of your own transaction so that its writes land only while the lock
 // is held, whatever happened since (an expired lease, a key deleted by hand):
 //
-//	cmp, err := etcd.IsOwner(lk)
+//	cmp, err := etcd.Guard(lk)
 //	resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut("balance", "10")).Commit()
 //	// resp.Succeeded is false once the lock was lost.
 //
-// lk must come from a Locker made by [New] (nested locks included); other
-// Locks give an error.
-func IsOwner(lk locker.Lock) (clientv3.Cmp, error) {
-	s, ok := locker.DriverState(lk)
-	st, isEtcd := s.(*lockState)
-	if !ok || !isEtcd {
-		return clientv3.Cmp{}, fmt.Errorf("etcd: IsOwner: %T is not a lock of an etcd Locker", lk)
+// Nested holds (inside Do) give the outer lock's comparison. It returns an
+// error matching locker.ErrInvalidOption for a nil Lock or one not handed
+// out by a Locker of this package.
+func Guard(lk locker.Lock) (clientv3.Cmp, error) {
+	if lk == nil {
+		return clientv3.Cmp{}, &locker.Error{Op: "guard", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("nil Lock")}
+	}
+	s, _ := locker.DriverState(lk)
+	st, ok := s.(*lockState)
+	if !ok {
+		return clientv3.Cmp{}, &locker.Error{Op: "guard", Backend: "etcd", Key: lk.Key(), Err: locker.ErrInvalidOption, Cause: errors.New("the Lock was not handed out by an etcd Locker")}
 	}
 	return clientv3.Compare(clientv3.CreateRevision(st.key), "=", st.rev), nil
 }

@@ -45,9 +45,9 @@ func Example() {
 	// Output: building the nightly report
 }
 
-// IsOwner makes a write conditional on still holding the lock: etcd itself
+// Guard makes a write conditional on still holding the lock: etcd itself
 // refuses it once the lock is gone, however late the write arrives.
-func ExampleIsOwner() {
+func ExampleGuard() {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
@@ -64,7 +64,7 @@ func ExampleIsOwner() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	owner, err := etcd.IsOwner(l)
+	owner, err := etcd.Guard(l)
 	if err != nil {
 		log.Fatal(err)
 	}

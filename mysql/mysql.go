@@ -47,8 +47,8 @@ const (
 	backend = "mysql"
 )
 
-// Config is the backend-specific configuration of [NewWithConfig]. The zero
-// value is the default.
+// Config is the MySQL-specific configuration of a Locker. The zero Config is
+// the default: [New] is Config{}.New.
 type Config struct {
 	// Table is the lock table's name in the database of db (default
 	// [DefaultTable]): letters, digits and underscores, at most 64 bytes.
@@ -69,13 +69,12 @@ type Config struct {
 }
 
 // New returns a Locker that keeps its locks in the table [DefaultTable] of
-// db's database, creating the table if needed. It is NewWithConfig with the
-// zero Config.
+// db's database, creating the table if needed. It is Config{}.New.
 func New(db *gorm.DB, opts ...locker.Option) (locker.Locker, error) {
-	return NewWithConfig(db, Config{}, opts...)
+	return Config{}.New(db, opts...)
 }
 
-// NewWithConfig returns a Locker on the caller's own GORM handle, which must
+// New returns a Locker on the caller's own GORM handle, which must
 // use the MySQL dialect (gorm.io/driver/mysql) on MySQL 5.7+ or MariaDB
 // 10.0.2+. The Locker never changes db's settings nor closes it: it runs its own
 // prepared statements on db's connection pool (db.DB()), outside GORM's
@@ -85,12 +84,13 @@ func New(db *gorm.DB, opts ...locker.Option) (locker.Locker, error) {
 // Lock statements always run on db's pool, never inside a transaction db may
 // stand for: use [Guard] to tie a transaction to a lock.
 //
-// NewWithConfig creates the table (unless cfg.SkipMigration), checks its
+// New creates the table (unless c.SkipMigration), checks its
 // columns and prepares the statements, bounded by 30 seconds. It returns an
 // error matching locker.ErrInvalidOption for a nil db, a db that is not on
 // MySQL or has no *sql.DB (a custom ConnPool), a bad table name or option,
 // and an error wrapping the database's otherwise.
-func NewWithConfig(db *gorm.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
+func (c Config) New(db *gorm.DB, opts ...locker.Option) (locker.Locker, error) {
+	cfg := c
 	sqlDB, err := sqlHandle(db)
 	if err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
@@ -705,7 +705,7 @@ func (d *sqlDriver) stmt(ctx context.Context, cache map[int]*sql.Stmt, n int, te
 }
 
 // notifyingDriver is the driver with the line of waiters and wake-ups
-// through named locks; without Config.PollOnly, NewWithConfig hands this one
+// through named locks; without Config.PollOnly, Config.New hands this one
 // to the engine, so that the engine finds driver.Acquirer only when it is
 // on.
 type notifyingDriver struct{ *sqlDriver }

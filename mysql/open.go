@@ -109,5 +109,5 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
 	}
-	return NewWithConfig(db, cfg, append(opts, locker.WithOnClose(sqlDB.Close))...)
+	return cfg.New(db, append(opts, locker.WithOnClose(sqlDB.Close))...)
 }

@@ -65,8 +65,11 @@ func ExampleGuard() {
 		log.Fatal(err)
 	}
 	write := func(v string) error {
-		check, _ := zookeeper.Guard(lk)
-		_, err := conn.Multi(check, &zk.SetDataRequest{Path: "/example-config", Data: []byte(v), Version: -1})
+		check, err := zookeeper.Guard(lk)
+		if err != nil {
+			return err
+		}
+		_, err = conn.Multi(check, &zk.SetDataRequest{Path: "/example-config", Data: []byte(v), Version: -1})
 		return err
 	}
 	fmt.Println("while held:", write("v1"))
@@ -108,7 +111,10 @@ func ExampleConfig() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	check, _ := zookeeper.Guard(lk)
+	check, err := zookeeper.Guard(lk)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println(check.Path[:len("/billing/locks/customer%2F42/_c_")])
 	if err := lk.Unlock(ctx); err != nil {
 		log.Fatal(err)

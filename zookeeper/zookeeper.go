@@ -131,30 +131,28 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 	return locker.New(d, opts...)
 }
 
-// Guard returns a ZooKeeper operation that succeeds only while lk, a lock
-// handed out by a Locker of this package, is still held: a version check of
-// the holder's node. Put it first in a zk.Conn.Multi with the writes that
-// the lock protects; the multi then fails as a whole (with zk.ErrNoNode for
-// the check) once the lock was released, lost or its session expired.
+// Guard returns a ZooKeeper operation that succeeds only while lk is still
+// held: a version check of the holder's node. Put it first in a
+// zk.Conn.Multi with the writes that the lock protects; the multi then fails
+// as a whole (with zk.ErrNoNode for the check) once the lock was released,
+// lost or its session expired.
 //
-//	check, ok := zookeeper.Guard(lk)
-//	_, err := conn.Multi(check, &zk.SetDataRequest{Path: "/config", Data: data, Version: -1})
+//	check, err := zookeeper.Guard(lk)
+//	_, err = conn.Multi(check, &zk.SetDataRequest{Path: "/config", Data: data, Version: -1})
 //
-// It reports false for a Lock of another backend. Nested holds (inside Do)
-// give the outer lock's check.
-func Guard(lk locker.Lock) (*zk.CheckVersionRequest, bool) {
+// Nested holds (inside Do) give the outer lock's check. It returns an error
+// matching locker.ErrInvalidOption for a nil Lock or one not handed out by a
+// Locker of this package.
+func Guard(lk locker.Lock) (*zk.CheckVersionRequest, error) {
 	if lk == nil {
-		return nil, false
+		return nil, &locker.Error{Op: "guard", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New("nil Lock")}
 	}
-	st, ok := locker.DriverState(lk)
-	if !ok {
-		return nil, false
-	}
+	st, _ := locker.DriverState(lk)
 	h, ok := st.(*hold)
 	if !ok {
-		return nil, false
+		return nil, &locker.Error{Op: "guard", Backend: backendName, Key: lk.Key(), Err: locker.ErrInvalidOption, Cause: errors.New("the Lock was not handed out by a zookeeper Locker")}
 	}
-	return &zk.CheckVersionRequest{Path: h.path, Version: -1}, true
+	return &zk.CheckVersionRequest{Path: h.path, Version: -1}, nil
 }
 
 // zeroConn reports whether conn was not made by zk.Connect: a zero zk.Conn

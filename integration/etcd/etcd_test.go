@@ -422,7 +422,7 @@ func TestFailedReleaseIsCleaned(t *testing.T) {
 	}
 }
 
-func TestIsOwner(t *testing.T) {
+func TestGuard(t *testing.T) {
 	eps := sharedEtcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -433,7 +433,7 @@ func TestIsOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmp, err := etcd.IsOwner(lk)
+	cmp, err := etcd.Guard(lk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,11 +446,11 @@ func TestIsOwner(t *testing.T) {
 		return resp.Succeeded
 	}
 	if !put() {
-		t.Error("a transaction guarded by IsOwner failed while the lock is held")
+		t.Error("a transaction guarded by Guard failed while the lock is held")
 	}
 	lk.Unlock(ctx)
 	if put() {
-		t.Error("a transaction guarded by IsOwner succeeded after Unlock")
+		t.Error("a transaction guarded by Guard succeeded after Unlock")
 	}
 	mem, err := memory.New(memory.NewStore())
 	if err != nil {
@@ -461,8 +461,11 @@ func TestIsOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := etcd.IsOwner(ml); err == nil {
-		t.Error("IsOwner of a memory lock succeeded")
+	if _, err := etcd.Guard(ml); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard of a memory lock = %v, want ErrInvalidOption", err)
+	}
+	if _, err := etcd.Guard(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard(nil) = %v, want ErrInvalidOption", err)
 	}
 	// Nested holds inside Do share the outer lock's guard.
 	err = locker.Do(ctx, l, key, func(ctx context.Context) error {
@@ -471,7 +474,7 @@ func TestIsOwner(t *testing.T) {
 			return err
 		}
 		defer inner.Unlock(ctx)
-		c, err := etcd.IsOwner(inner)
+		c, err := etcd.Guard(inner)
 		if err != nil {
 			return err
 		}

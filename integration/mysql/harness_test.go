@@ -101,7 +101,7 @@ func (f *fleet) newLocker(t testing.TB) locker.Locker {
 		addr = p.Addr()
 	}
 	gdb, sqlDB := openGorm(t, dsnConfig(t, f.dsn, addr))
-	l, err := mysql.NewWithConfig(gdb, f.cfg, locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix))
+	l, err := f.cfg.New(gdb, locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix))
 	if err != nil {
 		t.Errorf("mysql.New: %v", err)
 		return nil
@@ -125,7 +125,7 @@ func (f *fleet) get(t testing.TB, l locker.Locker) (replica, bool) {
 // newLockerWith is the harness's NewLockerWith.
 func (f *fleet) newLockerWith(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 	gdb, _ := openGorm(t, dsnConfig(t, f.dsn, ""))
-	return mysql.NewWithConfig(gdb, f.cfg, append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix)}, opts...)...)
+	return f.cfg.New(gdb, append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix)}, opts...)...)
 }
 
 func (f *fleet) harness() conformance.Harness {

@@ -29,7 +29,7 @@ import (
 func newLocker(t testing.TB, dsn string, cfg mysql.Config, opts ...locker.Option) locker.Locker {
 	t.Helper()
 	gdb, _ := openGorm(t, dsnConfig(t, dsn, ""))
-	l, err := mysql.NewWithConfig(gdb, cfg, opts...)
+	l, err := cfg.New(gdb, opts...)
 	if err != nil {
 		t.Fatalf("mysql.New: %v", err)
 	}
@@ -55,9 +55,9 @@ func TestNewRejectsBadArguments(t *testing.T) {
 
 	gdb, _ := openGorm(t, dsnConfig(t, testenv.MySQL(t).DSN(), ""))
 	for _, table := range []string{"bad-name", "x;DROP TABLE y", "tâble", strings.Repeat("t", 65), "a b"} {
-		_, err := mysql.NewWithConfig(gdb, mysql.Config{Table: table})
+		_, err := mysql.Config{Table: table}.New(gdb)
 		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "Config.Table") {
-			t.Errorf("NewWithConfig(Table: %q) = %v; want ErrInvalidOption naming Config.Table", table, err)
+			t.Errorf("Config{Table: %q}.New = %v; want ErrInvalidOption naming Config.Table", table, err)
 		}
 	}
 	_, err = mysql.New(gdb, locker.WithTTL(time.Millisecond))
@@ -150,7 +150,7 @@ func TestConcurrentSchemaCreation(t *testing.T) {
 func TestSkipMigration(t *testing.T) {
 	dsn := testenv.NewDatabase(t)
 	gdb, admin := openGorm(t, dsnConfig(t, dsn, ""))
-	_, err := mysql.NewWithConfig(gdb, mysql.Config{SkipMigration: true})
+	_, err := mysql.Config{SkipMigration: true}.New(gdb)
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("SkipMigration without the table: %v; want an error saying it does not exist", err)
 	}
@@ -165,12 +165,12 @@ func TestSkipMigration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "owner_token") || !strings.Contains(err.Error(), "lock_until") {
 		t.Errorf("New on a table of another shape: %v; want an error naming the missing columns", err)
 	}
-	l, err := mysql.NewWithConfig(gdb, mysql.Config{Table: "team_locks"})
+	l, err := mysql.Config{Table: "team_locks"}.New(gdb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = l.Close()
-	l, err = mysql.NewWithConfig(gdb, mysql.Config{Table: "team_locks", SkipMigration: true})
+	l, err = mysql.Config{Table: "team_locks", SkipMigration: true}.New(gdb)
 	if err != nil {
 		t.Fatalf("SkipMigration on an existing table: %v", err)
 	}

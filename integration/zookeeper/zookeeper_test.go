@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -59,7 +60,10 @@ func TestConfigRootAndACL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryLock under a custom root and ACL: %v", err)
 	}
-	check, _ := zookeeper.Guard(lk)
+	check, err := zookeeper.Guard(lk)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if want := zookeeper.QueuePath(root, "k/1") + "/"; !strings.HasPrefix(check.Path, want) {
 		t.Errorf("lock node %s, want it under %s", check.Path, want)
 	}
@@ -122,7 +126,10 @@ func TestCancelledWaitsLeaveNoNode(t *testing.T) {
 			t.Errorf("a cancelled Lock on a held key: %v", err)
 		}
 	}
-	check, _ := zookeeper.Guard(la)
+	check, err := zookeeper.Guard(la)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := e.children(t, key); len(got) != 1 || !strings.HasSuffix(check.Path, "/"+got[0]) {
 		t.Errorf("after 50 cancelled waits the queue holds %v, want only the holder's node %s", got, check.Path)
 	}
@@ -412,7 +419,10 @@ func TestGivenUpLockIsDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check, _ := zookeeper.Guard(la)
+	check, err := zookeeper.Guard(la)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.admin.SetACL(check.Path, zk.WorldACL(zk.PermDelete|zk.PermAdmin), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -455,9 +465,9 @@ func TestGuard(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		check, ok := zookeeper.Guard(lk)
-		if !ok {
-			t.Fatal("Guard of a zookeeper lock reported false")
+		check, err := zookeeper.Guard(lk)
+		if err != nil {
+			return fmt.Errorf("Guard of a zookeeper lock: %w", err)
 		}
 		if _, err := conn.Multi(check, &zk.SetDataRequest{Path: data, Data: []byte("1"), Version: -1}); err != nil {
 			t.Errorf("a guarded write while the lock is held: %v", err)
@@ -477,10 +487,10 @@ func TestGuard(t *testing.T) {
 	ml, _ := memory.New(memory.NewStore())
 	defer ml.Close()
 	mk, _ := ml.TryLock(ctx, "k")
-	if _, ok := zookeeper.Guard(mk); ok {
-		t.Error("Guard of a memory lock reported true")
+	if _, err := zookeeper.Guard(mk); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard of a memory lock = %v, want ErrInvalidOption", err)
 	}
-	if _, ok := zookeeper.Guard(nil); ok {
-		t.Error("Guard(nil) reported true")
+	if _, err := zookeeper.Guard(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard(nil) = %v, want ErrInvalidOption", err)
 	}
 }
