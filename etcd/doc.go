@@ -63,8 +63,7 @@
 //     etcd answers.
 //   - A waiter that crashed while queued holds up the key until its lease
 //     expires: one TTL after its last keep-alive.
-//   - The client's own logs go where you send them: [SlogLogger] makes a
-//     zap logger for clientv3.Config.Logger (URL-opened clients use it).
+//   - The client of a URL-opened Locker logs through locker.WithLogger.
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
 //     every revision until it compacts, so run it with auto-compaction
 //     (--auto-compaction-mode=periodic --auto-compaction-retention=1h).

@@ -8,11 +8,11 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// SlogLogger returns a *zap.Logger that writes to l, for clientv3.Config's
-// Logger: the etcd client then logs where the Locker does (the URL opener
-// uses it) instead of printing its own lines to stderr. Debug entries are
+// slogLogger returns a *zap.Logger that writes to l, for clientv3.Config's
+// Logger: the etcd client of a URL-opened Locker then logs where the Locker
+// does instead of printing its own lines to stderr. Debug entries are
 // dropped unless l enables them.
-func SlogLogger(l *slog.Logger) *zap.Logger {
+func slogLogger(l *slog.Logger) *zap.Logger {
 	if l == nil {
 		return zap.NewNop()
 	}

@@ -56,7 +56,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 		return nil, err
 	}
 	// The client logs where the Locker does, not to stderr.
-	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx), Logger: SlogLogger(set.Logger)}
+	cfg := clientv3.Config{Endpoints: hs, DialTimeout: dial, Context: context.WithoutCancel(ctx), Logger: slogLogger(set.Logger)}
 	how := "plain"
 	if u.Scheme == "etcds" {
 		if tc == nil {

@@ -155,4 +155,10 @@
 //   - The owner label is cut to 255 characters.
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.
+//
+// # Testing
+//
+// [SQL] and [Statements] exist for benchmarks in other modules that time the
+// library against the bare statements it runs. They are not for locking:
+// use a Locker.
 package mysql

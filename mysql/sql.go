@@ -64,9 +64,8 @@ type statements struct {
 	force string
 }
 
-// Statements are SQL statements a Locker on a lock table runs, for DBAs who
-// review what the library sends and for benchmarks that must run the same
-// ones. Acquire takes an existing row (args: owner, label, TTL in µs, key;
+// Statements are SQL statements a Locker on a lock table runs, for benchmarks
+// that must run the same ones (see the package doc, Testing). Acquire takes an existing row (args: owner, label, TTL in µs, key;
 // LAST_INSERT_ID() is then the fencing token), Insert creates a missing one
 // (args: key, owner, label, TTL in µs), Release gives a row back (args: key,
 // owner, token).

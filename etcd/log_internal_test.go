@@ -1,4 +1,4 @@
-package etcd_test
+package etcd
 
 import (
 	"bytes"
@@ -8,15 +8,13 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
-
-	"github.com/golocker/locker/etcd"
 )
 
 // TestSlogLogger: the etcd client's zap entries reach the slog logger with
 // their level and fields; debug entries only when slog enables them.
 func TestSlogLogger(t *testing.T) {
 	var buf bytes.Buffer
-	l := etcd.SlogLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	l := slogLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	l.With(zap.String("endpoint", "127.0.0.1:2379")).Warn("retrying of unary invoker failed", zap.Error(errors.New("connection refused")))
 	l.Debug("noise")
 	out := buf.String()
@@ -28,7 +26,7 @@ func TestSlogLogger(t *testing.T) {
 	if strings.Contains(out, "noise") {
 		t.Errorf("a debug entry reached a logger at level INFO: %q", out)
 	}
-	if etcd.SlogLogger(nil) == nil {
-		t.Error("SlogLogger(nil) must return a logger that discards")
+	if slogLogger(nil) == nil {
+		t.Error("slogLogger(nil) must return a logger that discards")
 	}
 }
