@@ -14,7 +14,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // Open opens a MySQL/MariaDB Locker for a mysql:// URL of the form

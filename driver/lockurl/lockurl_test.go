@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 func parse(t *testing.T, raw string) (*url.URL, *lockurl.Params) {
