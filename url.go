@@ -78,8 +78,9 @@ func (m *Mux) Schemes() []string {
 // scheme gives [ErrUnknownScheme] listing the known ones.
 //
 // No error text contains the URL's password or the value of a secret query
-// parameter (password, secret, token, …), whatever the backend's client
-// puts in its own errors.
+// parameter (password, secret, token, …) as a part of a URL, however
+// malformed rawURL is (see [RedactedURL]). The backend's errors are shown
+// through [RedactURL].
 func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, error) {
 	if m == nil {
 		return nil, &Error{Op: "open", Err: ErrInvalidOption, Cause: errors.New("nil *Mux")}
@@ -89,16 +90,16 @@ func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, e
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s: %s", redactRaw(rawURL), parseProblem(err))}
+		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%q: %s", RedactedURL(rawURL), parseProblem(err))}
 	}
 	if u.Scheme == "" {
-		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%s has no scheme; known schemes: %s", redactRaw(rawURL), strings.Join(m.Schemes(), ", "))}
+		return nil, &Error{Op: "open", Err: ErrBadURL, Cause: fmt.Errorf("%q has no scheme; known schemes: %s", RedactedURL(rawURL), strings.Join(m.Schemes(), ", "))}
 	}
 	m.mu.RLock()
 	fn := m.schemes[u.Scheme]
 	m.mu.RUnlock()
 	if fn == nil {
-		return nil, &Error{Op: "open", Backend: u.Scheme, Err: ErrUnknownScheme, Cause: fmt.Errorf("%q in %s; known schemes: %s", u.Scheme, redact(u), strings.Join(m.Schemes(), ", "))}
+		return nil, &Error{Op: "open", Backend: u.Scheme, Err: ErrUnknownScheme, Cause: fmt.Errorf("%q in %s; known schemes: %s", u.Scheme, RedactedURL(rawURL), strings.Join(m.Schemes(), ", "))}
 	}
 	q := u.Query()
 	opts = slices.Clone(opts)
@@ -115,7 +116,7 @@ func Open(ctx context.Context, m *Mux, rawURL string, opts ...Option) (Locker, e
 	}
 	l, err := fn(ctx, u, opts...)
 	if err != nil {
-		return nil, &Error{Op: "open", Backend: u.Scheme, Cause: scrubbed{err, secretsOf(u)}}
+		return nil, &Error{Op: "open", Backend: u.Scheme, Cause: scrubbed{err, secretsOf(rawURL, u)}}
 	}
 	return l, nil
 }
