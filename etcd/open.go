@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net/url"
 	"time"
 
@@ -74,7 +73,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s (%s): %w", u.Redacted(), how, err)
+		return nil, p.Wrap("etcd ("+how+")", err)
 	}
 	defer func() {
 		if err != nil {

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net/url"
 	"strconv"
 
@@ -137,7 +136,7 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 		}
 	}()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("redis", err)
 	}
 	return cfg.New(client, append(opts, locker.WithOnClose(client.Close))...)
 }

@@ -96,7 +96,7 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 	}
 	if err := pingQuorum(ctx, clients); err != nil {
 		_ = closeAll()
-		return nil, fmt.Errorf("redlock %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("redlock", err)
 	}
 	l, err := cfg.New(masters, append(opts, locker.WithOnClose(closeAll))...)
 	if err != nil {

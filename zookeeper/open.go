@@ -2,7 +2,6 @@ package zookeeper
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 
 	"github.com/go-zookeeper/zk"
@@ -68,7 +67,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	}
 	conn, events, err := zk.Connect(hs, set.TTL, zk.WithLogger(discardLogger{}))
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("zookeeper", err)
 	}
 	closeConn := func() error { conn.Close(); return nil }
 	defer func() {

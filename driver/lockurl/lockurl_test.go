@@ -48,6 +48,25 @@ func TestHosts(t *testing.T) {
 	_, p = parse(t, "x:///path")
 	_, err = p.Hosts()
 	bad(t, err, "no host")
+	// One slash too many: the password is in the path, hidden all the same.
+	_, p = parse(t, "x:///u:secret@host")
+	_, err = p.Hosts()
+	bad(t, err, "x:///u:xxxxx@host has no host")
+}
+
+// TestWrap: Wrap names the store and the URL, hides the URL's parts, and
+// leaves the words of the cause that are the password's text.
+func TestWrap(t *testing.T) {
+	_, p := parse(t, "x://u:dial@127.0.0.1:1?token=tcp")
+	cause := errors.New("dial tcp 127.0.0.1:1 (token=tcp): connection refused")
+	err := p.Wrap("x", cause)
+	want := "x x://u:xxxxx@127.0.0.1:1?token=xxxxx: dial tcp 127.0.0.1:1 (token=xxxxx): connection refused"
+	if !errors.Is(err, cause) || err.Error() != want {
+		t.Errorf("Wrap = %q; want %q, matching its cause", err, want)
+	}
+	if p.Wrap("x", nil) != nil {
+		t.Error("Wrap(nil) must be nil")
+	}
 }
 
 func TestParametersAreTakenOnce(t *testing.T) {
