@@ -68,10 +68,17 @@ func (p *Params) Wrap(what string, err error) error {
 }
 
 // Hosts splits the URL's comma-separated host list; it refuses an empty host
-// and an empty entry in the list.
+// and an empty entry in the list. It refuses a host with a port and an "@"
+// after the host without a password before it: a password holding "/", "?"
+// or "#" unescaped ends the host early, and the host would be its start.
 func (p *Params) Hosts() ([]string, error) {
 	if p.u.Host == "" {
 		return nil, fmt.Errorf("%w: %s has no host", locker.ErrBadURL, p.Redacted())
+	}
+	if _, ok := p.u.User.Password(); !ok && strings.Contains(p.u.Host, ":") &&
+		strings.Contains(p.u.Path+p.u.Fragment+strings.ReplaceAll(strings.ToUpper(p.u.RawQuery), "%40", "@"), "@") {
+		// Not named: its host may be the start of a password.
+		return nil, fmt.Errorf("%w: the %s:// URL has an \"@\" after its host: percent-encode \"/\", \"?\", \"#\" and \"@\" in a password", locker.ErrBadURL, p.u.Scheme)
 	}
 	hs := strings.Split(p.u.Host, ",")
 	if slices.Contains(hs, "") {

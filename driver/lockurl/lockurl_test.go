@@ -52,6 +52,16 @@ func TestHosts(t *testing.T) {
 	_, p = parse(t, "x:///u:secret@host")
 	_, err = p.Hosts()
 	bad(t, err, "x:///u:xxxxx@host has no host")
+	// A "/", "?" or "#" in a password ends the host early: the host would
+	// be the user and the start of the password.
+	for _, raw := range []string{"x://u:secret/x@host", "x://u:secret?x@host", "x://u:secret#x@host"} {
+		_, p = parse(t, strings.Replace(raw, "secret", "4242", 1))
+		_, err = p.Hosts()
+		bad(t, err, "percent-encode")
+		if strings.Contains(err.Error(), "4242") {
+			t.Errorf("%s: the error shows the password: %v", raw, err)
+		}
+	}
 }
 
 // TestWrap: Wrap names the store and the URL, hides the URL's parts, and
