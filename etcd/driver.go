@@ -338,18 +338,16 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
 			continue
 		}
+		// The Locker's lease is kept alive for the locks on their own
+		// leases too: they move back onto it.
+		live = st.sess
 		if st.own != nil || l.TTL != d.ttl {
 			own = append(own, i)
 			continue
 		}
 		states[i] = st
-		live = st.sess
 	}
 	d.mu.Unlock()
-	for _, i := range own {
-		st := ls[i].State.(*lockState)
-		validity[i], errs[i] = d.renewOwn(ctx, st, ls[i].TTL, start)
-	}
 	if live == nil {
 		return validity, errs, nil
 	}
@@ -357,12 +355,16 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 		if !errors.Is(err, ErrLeaseLost) {
 			return nil, nil, err
 		}
-		for i, st := range states {
-			if st != nil {
+		for i := range ls {
+			if errs[i] == nil {
 				errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 			}
 		}
 		return validity, errs, nil
+	}
+	for _, i := range own {
+		st := ls[i].State.(*lockState)
+		validity[i], errs[i] = d.renewOwn(ctx, st, ls[i].TTL, start)
 	}
 	d.mu.Lock()
 	until := live.expiry()
