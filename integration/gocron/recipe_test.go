@@ -2,6 +2,7 @@ package gocron_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"regexp"
@@ -12,8 +13,8 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/gocronlock"
+	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/memory"
 )
 
@@ -42,29 +43,12 @@ func readmeRecipe(t *testing.T) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-// recipeLockers opens replicas Lockers on b with the README's TTL.
-func recipeLockers(t *testing.T, name, url string, mem *memory.Store) []locker.Locker {
-	var mux locker.Mux
-	if err := backends.Register(&mux); err != nil {
-		t.Fatal(err)
-	}
-	ls := make([]locker.Locker, replicas)
-	for i := range ls {
-		opts := []locker.Option{locker.WithTTL(recipeTTL), locker.WithPrefix("recipe/")}
-		var l locker.Locker
-		var err error
-		if url == "" {
-			l, err = memory.New(mem, opts...)
-		} else {
-			l, err = locker.Open(t.Context(), &mux, url, opts...)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		ls[i] = l
-	}
-	return ls
+// recipeRun is one subtest of a recipe test: a ctx and the replicas'
+// Lockers on b, with the README's TTL.
+func recipeRun(t *testing.T, b storeurl.Backend, mem *memory.Store) (context.Context, []locker.Locker) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, lockersTTL(t, b, mem, recipeTTL)
 }
 
 // TestREADMECronRecipe runs the README's cron recipe as written on every
@@ -76,14 +60,8 @@ func TestREADMECronRecipe(t *testing.T) {
 	mem := memory.NewStore()
 	for _, b := range backendsUnderTest {
 		t.Run(b.Name, func(t *testing.T) {
-			var url string
-			if b.URL != nil {
-				url = b.URL(t)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			ls := recipeLockers(t, b.Name, url, mem)
-			job := "report-" + strings.ReplaceAll(t.Name(), "/", "_")
+			ctx, ls := recipeRun(t, b, mem)
+			job := "report-" + strings.ReplaceAll(t.Name(), "/", "_") + "-" + rand.Text()
 			ran := 0
 			var mu sync.Mutex
 			var wg sync.WaitGroup
@@ -132,13 +110,7 @@ func TestMinHoldOverTTL(t *testing.T) {
 	mem := memory.NewStore()
 	for _, b := range backendsUnderTest {
 		t.Run(b.Name, func(t *testing.T) {
-			var url string
-			if b.URL != nil {
-				url = b.URL(t)
-			}
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			ls := recipeLockers(t, b.Name, url, mem)
+			ctx, ls := recipeRun(t, b, mem)
 			jl, err := gocronlock.NewLocker(ls[0], gocronlock.MinHold(minHold))
 			if b.Name == "zookeeper" {
 				if !errors.Is(err, locker.ErrInvalidOption) {
@@ -154,7 +126,7 @@ func TestMinHoldOverTTL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewLocker with MinHold %v over a TTL of %v on %s: %v", minHold, recipeTTL, b.Name, err)
 			}
-			job := "minute-" + strings.ReplaceAll(t.Name(), "/", "_")
+			job := "minute-" + strings.ReplaceAll(t.Name(), "/", "_") + "-" + rand.Text()
 			lk, err := jl.Lock(ctx, job)
 			if err != nil {
 				t.Fatalf("a run with MinHold %v over a TTL of %v on %s: %v", minHold, recipeTTL, b.Name, err)
