@@ -17,6 +17,14 @@
 // the waiter key and reads its predecessor. Unlock is one transaction that
 // deletes it. A waiter watches only its predecessor.
 //
+// A lock whose TTL is not the Locker's ([locker.TTL], or a [locker.MinHold]
+// longer than the TTL) is queued on the Locker's lease, then its key moves
+// onto a lease of its own, of that TTL, before Lock returns. Its renewals
+// keep its key on a lease that lasts the TTL asked for, and move it back
+// onto the Locker's lease once that TTL is the Locker's again (a MinHold's
+// shrinks). Each move is a transaction guarded by the key's create
+// revision: the key keeps its place in the queue and its fencing token.
+//
 // The engine's renewal rounds keep the lease alive: one KeepAliveOnce and
 // one transaction that checks every held key, per round. While there are
 // waiters, they keep it alive too. The backend runs no goroutine of its
@@ -63,6 +71,12 @@
 //     etcd answers.
 //   - A waiter that crashed while queued holds up the key until its lease
 //     expires: one TTL after its last keep-alive.
+//   - A lock with a TTL of its own costs a lease grant and a transaction
+//     more to take, and one or two more calls per renewal. Its lease counts
+//     whole seconds, rounded up. A holder that crashes between taking the
+//     key and moving it leaves it for the Locker's TTL. A Locker whose lease
+//     is lost loses its locks on leases of their own too; their keys stay
+//     until those leases expire.
 //   - The client of a URL-opened Locker logs through locker.WithLogger.
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
 //     every revision until it compacts, so run it with auto-compaction

@@ -49,6 +49,11 @@ type lockState struct {
 	rev   int64 // create revision: the fencing token
 	sess  *session
 	lost  func(error)
+	ttl   time.Duration // the asked TTL (Request.TTL)
+	// own is the lock's own lease while its TTL differs from the
+	// Locker's (see ownlease.go), nil while its key is on sess; guarded
+	// by etcdDriver.mu.
+	own *ownLease
 	// validUntil is no earlier than the engine's local deadline for this
 	// lock; guarded by etcdDriver.mu.
 	validUntil time.Time
@@ -85,7 +90,9 @@ type etcdDriver struct {
 	keeps map[*time.Timer]struct{}
 }
 
-func (d *etcdDriver) Info() driver.Info { return driver.Info{Name: "etcd", MaxKeyBytes: MaxKeyBytes} }
+func (d *etcdDriver) Info() driver.Info {
+	return driver.Info{Name: "etcd", MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
+}
 
 // Configure checks the TTL against the server by granting the first lease.
 func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
@@ -124,7 +131,7 @@ func (d *etcdDriver) newState(s *session, req driver.Request, suffix bool) *lock
 	if suffix {
 		key += "-" + strconv.FormatUint(d.seq.Add(1), 10)
 	}
-	return &lockState{key: key, value: req.Owner + " " + req.Label, dir: dir, sess: s, lost: req.Lost}
+	return &lockState{key: key, value: req.Owner + " " + req.Label, dir: dir, sess: s, lost: req.Lost, ttl: req.TTL}
 }
 
 // detached returns a context for a write whose outcome must be known: it
@@ -245,9 +252,23 @@ func (d *etcdDriver) acquire(ctx context.Context, req driver.Request) (driver.Gr
 }
 
 // grant registers a lock whose key is first in its directory. Its validity
-// runs from the lease's last keep-alive.
+// runs from the lease's last keep-alive. A lock whose TTL is not the
+// Locker's first moves onto a lease of its own.
 func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, error) {
 	s := st.sess
+	if st.ttl != d.ttl {
+		o, err := d.moveToOwnLease(ctx, st, st.ttl)
+		if err != nil {
+			return driver.Grant{}, d.cleanup(ctx, st, true, err)
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		st.validUntil = o.expiry()
+		if s.dead == nil {
+			s.locks[st] = struct{}{}
+		}
+		return driver.Grant{Token: uint64(st.rev), Validity: o.ttl, Since: o.sent, State: st}, nil
+	}
 	// A lease renewed long ago would leave the engine little time: renew it
 	// first.
 	if err := d.refresh(ctx, s, d.ttl/2); err != nil {
@@ -271,7 +292,7 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 // land), the key is also deleted before the lease is next kept alive.
 func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, cause error) error {
 	d.mu.Lock()
-	dead := st.sess.dead != nil
+	dead := st.sess.dead != nil && st.own == nil
 	d.mu.Unlock()
 	if dead {
 		return cause // etcd deleted the key with the lease
@@ -309,6 +330,7 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 	errs := make([]error, len(ls))
 	states := make([]*lockState, len(ls))
 	var live *session
+	var own []int // the locks with a TTL of their own
 	d.mu.Lock()
 	for i, l := range ls {
 		st := l.State.(*lockState)
@@ -316,8 +338,14 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
 			continue
 		}
-		states[i] = st
+		// The Locker's lease is kept alive for the locks on their own
+		// leases too: they move back onto it.
 		live = st.sess
+		if st.own != nil || l.TTL != d.ttl {
+			own = append(own, i)
+			continue
+		}
+		states[i] = st
 	}
 	d.mu.Unlock()
 	if live == nil {
@@ -327,12 +355,16 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 		if !errors.Is(err, ErrLeaseLost) {
 			return nil, nil, err
 		}
-		for i, st := range states {
-			if st != nil {
+		for i := range ls {
+			if errs[i] == nil {
 				errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, err)
 			}
 		}
 		return validity, errs, nil
+	}
+	for _, i := range own {
+		st := ls[i].State.(*lockState)
+		validity[i], errs[i] = d.renewOwn(ctx, st, ls[i].TTL, start)
 	}
 	d.mu.Lock()
 	until := live.expiry()
@@ -390,14 +422,17 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	st := l.State.(*lockState)
 	d.forget(st)
 	d.mu.Lock()
-	dead := st.sess.dead
+	dead, own := st.sess.dead, st.own
 	d.mu.Unlock()
-	if dead != nil {
+	if dead != nil && own == nil {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead) // the key went with the lease
 	}
 	resp, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
 	if err != nil {
 		return d.classify(err)
+	}
+	if own != nil {
+		d.revokeLease(ctx, own.id)
 	}
 	if !resp.Responses[0].GetResponseTxn().Succeeded {
 		return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
@@ -471,13 +506,12 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 	st := l.State.(*lockState)
 	d.forget(st)
 	d.mu.Lock()
-	dead := st.sess.dead
+	dead, own := st.sess.dead, st.own
 	d.mu.Unlock()
-	if dead != nil {
+	if dead != nil && own == nil {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead)
 	}
-	secs := int64((remaining + time.Second - 1) / time.Second)
-	lease, err := d.cli.Grant(ctx, max(secs, 1))
+	lease, err := d.cli.Grant(ctx, leaseSeconds(remaining))
 	if err != nil {
 		return d.classify(err)
 	}
@@ -487,6 +521,9 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Commit()
 	if err == nil && resp.Succeeded {
 		d.deleteAfter(st.key, keptPrefix+st.value, remaining)
+		if own != nil {
+			d.revokeLease(ctx, own.id)
+		}
 		return nil
 	}
 	// Not moved: the lease would only wait for its expiry.

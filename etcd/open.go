@@ -3,13 +3,12 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net/url"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // Open opens an etcd Locker for an etcd:// or etcds:// URL; it is the
@@ -74,7 +73,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd %s (%s): %w", u.Redacted(), how, err)
+		return nil, p.Wrap("etcd ("+how+")", err)
 	}
 	defer func() {
 		if err != nil {

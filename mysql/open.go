@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // Open opens a MySQL/MariaDB Locker for a mysql:// URL of the form
@@ -104,10 +103,10 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	}()
 	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
-		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("mysql", err)
 	}
 	if err := sqlDB.PingContext(ctx); err != nil {
-		return nil, fmt.Errorf("mysql %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("mysql", err)
 	}
 	return cfg.New(db, append(opts, locker.WithOnClose(sqlDB.Close))...)
 }

@@ -3,14 +3,13 @@ package redis
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net/url"
 	"strconv"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // Open opens a Redis Locker on one server for a redis:// or rediss:// URL;
@@ -137,7 +136,7 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 		}
 	}()
 	if err := client.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("redis %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("redis", err)
 	}
 	return cfg.New(client, append(opts, locker.WithOnClose(client.Close))...)
 }

@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // OpenRedlock opens a Redlock Locker (see [NewRedlock]) for a redlock:// or
@@ -96,7 +96,7 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 	}
 	if err := pingQuorum(ctx, clients); err != nil {
 		_ = closeAll()
-		return nil, fmt.Errorf("redlock %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("redlock", err)
 	}
 	l, err := cfg.New(masters, append(opts, locker.WithOnClose(closeAll))...)
 	if err != nil {

@@ -2,13 +2,12 @@ package zookeeper
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 // Open opens a ZooKeeper Locker for a zk:// URL; it is the
@@ -68,7 +67,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	}
 	conn, events, err := zk.Connect(hs, set.TTL, zk.WithLogger(discardLogger{}))
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper %s: %w", u.Redacted(), err)
+		return nil, p.Wrap("zookeeper", err)
 	}
 	closeConn := func() error { conn.Close(); return nil }
 	defer func() {

@@ -19,7 +19,7 @@
 // backend:
 //
 //	# crontab of every host
-//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --quiet --min-hold 50s nightly-report -- ./report.sh
+//	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --quiet --min-hold 10s nightly-report -- ./report.sh
 //
 // With --min-hold, the key stays taken until the MinHold ends, in the
 // store, after lockctl exited; on ZooKeeper, whose kept node lives with the
@@ -121,7 +121,7 @@ lock is lost, CMD gets SIGTERM, then SIGKILL after --grace, and lockctl exits 70
 
 Examples:
   export LOCKER_URL=redis://127.0.0.1:6379
-  lockctl run --try --quiet --min-hold 50s nightly-report -- ./report.sh
+  lockctl run --try --quiet --min-hold 10s nightly-report -- ./report.sh
   lockctl run --url etcd://10.0.0.1:2379,10.0.0.2:2379 migrate -- ./migrate.sh up
   lockctl inspect nightly-report
   lockctl inspect --json nightly-report

@@ -42,6 +42,11 @@ const (
 
 // lockers opens one Locker per replica on b.
 func lockers(t *testing.T, b storeurl.Backend, mem *memory.Store) []locker.Locker {
+	return lockersTTL(t, b, mem, ttl)
+}
+
+// lockersTTL opens one Locker per replica on b with a TTL of d.
+func lockersTTL(t *testing.T, b storeurl.Backend, mem *memory.Store, d time.Duration) []locker.Locker {
 	var mux locker.Mux
 	if err := backends.Register(&mux); err != nil {
 		t.Fatal(err)
@@ -52,7 +57,7 @@ func lockers(t *testing.T, b storeurl.Backend, mem *memory.Store) []locker.Locke
 	}
 	ls := make([]locker.Locker, replicas)
 	for i := range ls {
-		opts := []locker.Option{locker.WithTTL(ttl), locker.WithOwnerLabel(fmt.Sprintf("replica-%d", i)), locker.WithPrefix("skew/")}
+		opts := []locker.Option{locker.WithTTL(d), locker.WithOwnerLabel(fmt.Sprintf("replica-%d", i)), locker.WithPrefix("skew/")}
 		var l locker.Locker
 		var err error
 		if u == "" {

@@ -9,6 +9,7 @@ package lockctl_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golocker/locker/integration/internal/secreturl"
 	"github.com/golocker/locker/integration/internal/storeurl"
 	"github.com/golocker/locker/internal/testenv"
 )
@@ -449,5 +451,33 @@ func TestUsageErrors(t *testing.T) {
 		if oneDash.MatchString(errOut) {
 			t.Errorf("lockctl %s: stderr %q names a flag with one dash; the usage says --flag", strings.Join(c.args, " "), errOut)
 		}
+	}
+}
+
+// TestNoPasswordPrinted: lockctl prints no URL's password, however
+// malformed the URL, and hiding it leaves the rest of its output as it is
+// (see package secreturl). The schemes are those whose open fails at once
+// on a closed port.
+func TestNoPasswordPrinted(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, scheme := range []string{"redis", "mysql"} {
+		t.Run(scheme, func(t *testing.T) {
+			secreturl.Check(t, scheme, port, 32, func(raw string) (string, bool) {
+				ctx, cancel := context.WithTimeout(t.Context(), bound)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, lockctl, "inspect", "k")
+				cmd.Dir = dir
+				cmd.Env = append(os.Environ(), "LOCKER_URL="+raw)
+				out, err := cmd.CombinedOutput()
+				if err == nil {
+					t.Errorf("lockctl inspect with %s must fail", raw)
+				}
+				return string(out), true
+			})
+		})
 	}
 }

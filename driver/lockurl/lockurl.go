@@ -6,7 +6,7 @@
 // URLs read and fail like ours.
 //
 // Every error it returns matches [locker.ErrBadURL] and names the URL with
-// its password redacted and the parameter at fault.
+// its secrets hidden ([locker.RedactedURL]) and the parameter at fault.
 package lockurl
 
 import (
@@ -46,21 +46,43 @@ func Parse(u *url.URL) *Params {
 	return &Params{u: u, q: q}
 }
 
+// Redacted returns the URL with its secrets hidden, as [locker.RedactedURL]
+// hides them, for messages that name it.
+func (p *Params) Redacted() string { return locker.RedactedURL(p.u.String()) }
+
 // Errorf returns an error matching [locker.ErrBadURL] that names the URL
-// (redacted) and then says what format says.
+// (redacted) and then says what format says, the URL's secrets hidden.
 func (p *Params) Errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", locker.ErrBadURL, p.u.Redacted(), fmt.Sprintf(format, args...))
+	detail := locker.RedactURL(fmt.Errorf(format, args...), p.u.String())
+	return fmt.Errorf("%w: %s: %v", locker.ErrBadURL, p.Redacted(), detail)
+}
+
+// Wrap returns err behind what (the store's name) and the redacted URL, its
+// text without the URL's secrets; errors.Is and errors.As see err. Nil
+// stays nil.
+func (p *Params) Wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w", what, p.Redacted(), locker.RedactURL(err, p.u.String()))
 }
 
 // Hosts splits the URL's comma-separated host list; it refuses an empty host
-// and an empty entry in the list.
+// and an empty entry in the list. It refuses a host with a port and an "@"
+// after the host without a password before it: a password holding "/", "?"
+// or "#" unescaped ends the host early, and the host would be its start.
 func (p *Params) Hosts() ([]string, error) {
 	if p.u.Host == "" {
-		return nil, fmt.Errorf("%w: %s has no host", locker.ErrBadURL, p.u.Redacted())
+		return nil, fmt.Errorf("%w: %s has no host", locker.ErrBadURL, p.Redacted())
+	}
+	if _, ok := p.u.User.Password(); !ok && strings.Contains(p.u.Host, ":") &&
+		strings.Contains(p.u.Path+p.u.Fragment+strings.ReplaceAll(strings.ToUpper(p.u.RawQuery), "%40", "@"), "@") {
+		// Not named: its host may be the start of a password.
+		return nil, fmt.Errorf("%w: the %s:// URL has an \"@\" after its host: percent-encode \"/\", \"?\", \"#\" and \"@\" in a password", locker.ErrBadURL, p.u.Scheme)
 	}
 	hs := strings.Split(p.u.Host, ",")
 	if slices.Contains(hs, "") {
-		return nil, fmt.Errorf("%w: %s has an empty host in its list", locker.ErrBadURL, p.u.Redacted())
+		return nil, fmt.Errorf("%w: %s has an empty host in its list", locker.ErrBadURL, p.Redacted())
 	}
 	return hs, nil
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/lockurl"
+	"github.com/golocker/locker/driver/lockurl"
 )
 
 func parse(t *testing.T, raw string) (*url.URL, *lockurl.Params) {
@@ -48,6 +48,35 @@ func TestHosts(t *testing.T) {
 	_, p = parse(t, "x:///path")
 	_, err = p.Hosts()
 	bad(t, err, "no host")
+	// One slash too many: the password is in the path, hidden all the same.
+	_, p = parse(t, "x:///u:secret@host")
+	_, err = p.Hosts()
+	bad(t, err, "x:///u:xxxxx@host has no host")
+	// A "/", "?" or "#" in a password ends the host early: the host would
+	// be the user and the start of the password.
+	for _, raw := range []string{"x://u:secret/x@host", "x://u:secret?x@host", "x://u:secret#x@host"} {
+		_, p = parse(t, strings.Replace(raw, "secret", "4242", 1))
+		_, err = p.Hosts()
+		bad(t, err, "percent-encode")
+		if strings.Contains(err.Error(), "4242") {
+			t.Errorf("%s: the error shows the password: %v", raw, err)
+		}
+	}
+}
+
+// TestWrap: Wrap names the store and the URL, hides the URL's parts, and
+// leaves the words of the cause that are the password's text.
+func TestWrap(t *testing.T) {
+	_, p := parse(t, "x://u:dial@127.0.0.1:1?token=tcp")
+	cause := errors.New("dial tcp 127.0.0.1:1 (token=tcp): connection refused")
+	err := p.Wrap("x", cause)
+	want := "x x://u:xxxxx@127.0.0.1:1?token=xxxxx: dial tcp 127.0.0.1:1 (token=xxxxx): connection refused"
+	if !errors.Is(err, cause) || err.Error() != want {
+		t.Errorf("Wrap = %q; want %q, matching its cause", err, want)
+	}
+	if p.Wrap("x", nil) != nil {
+		t.Error("Wrap(nil) must be nil")
+	}
 }
 
 func TestParametersAreTakenOnce(t *testing.T) {

@@ -1,0 +1,80 @@
+package backends_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/etcd"
+	"github.com/golocker/locker/integration/internal/secreturl"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/mysql"
+	"github.com/golocker/locker/redis"
+	"github.com/golocker/locker/zookeeper"
+)
+
+// openBound bounds every open of the secret-URL table: the URLs name a
+// closed port, so only the stores that wait for a session use it up.
+const openBound = 2 * time.Second
+
+// openers are every backend's opener, with the schemes they serve.
+var openers = []struct {
+	name    string
+	schemes []string
+	open    locker.OpenFunc
+}{
+	{"redis.Open", []string{"redis", "rediss"}, redis.Open},
+	{"redis.OpenCluster", []string{"redis", "rediss"}, redis.OpenCluster},
+	{"redis.OpenSentinel", []string{"redis", "rediss"}, redis.OpenSentinel},
+	{"redis.OpenRedlock", []string{"redlock", "redlocks"}, redis.OpenRedlock},
+	{"mysql.Open", []string{"mysql"}, mysql.Open},
+	{"etcd.Open", []string{"etcd", "etcds"}, etcd.Open},
+	{"zookeeper.Open", []string{"zk"}, zookeeper.Open},
+}
+
+// errText opens with open and returns the error's text; a URL that opens
+// fails t.
+func errText(t *testing.T, raw string, open func(ctx context.Context) (locker.Locker, error)) string {
+	ctx, cancel := context.WithTimeout(t.Context(), openBound)
+	defer cancel()
+	l, err := open(ctx)
+	if err == nil {
+		_ = l.Close()
+		t.Errorf("%s must not open", raw)
+		return ""
+	}
+	return err.Error()
+}
+
+// TestNoPasswordInErrors: no error of locker.Open or of a backend's opener
+// shows a URL's password, however malformed the URL, and hiding it leaves
+// the rest of the message as it is (see package secreturl).
+func TestNoPasswordInErrors(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMux(t)
+	for _, scheme := range m.Schemes() {
+		t.Run("Open/"+scheme, func(t *testing.T) {
+			secreturl.Check(t, scheme, port, 48, func(raw string) (string, bool) {
+				return errText(t, raw, func(ctx context.Context) (locker.Locker, error) { return locker.Open(ctx, m, raw) }), true
+			})
+		})
+	}
+	for _, o := range openers {
+		for _, scheme := range o.schemes {
+			t.Run(o.name+"/"+scheme, func(t *testing.T) {
+				secreturl.Check(t, scheme, port, 48, func(raw string) (string, bool) {
+					u, err := url.Parse(raw)
+					if err != nil || u.Scheme != scheme {
+						return "", false
+					}
+					return errText(t, raw, func(ctx context.Context) (locker.Locker, error) { return o.open(ctx, u) }), true
+				})
+			})
+		}
+	}
+}
