@@ -4,12 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/golocker/locker/driver"
 )
 
-// Status is who holds a key, as the store says: see [Inspect].
-type Status = driver.Status
+// Status is who holds a key, as the store says: see [Inspect]. Times are
+// the store's clock where it has one.
+type Status struct {
+	// Held reports whether somebody holds the key (a lock kept for its
+	// MinHold counts).
+	Held bool
+	// Label is the holder's owner label (WithOwnerLabel).
+	Label string
+	// Token is the holder's fencing token.
+	Token uint64
+	// Acquired is when the holder took the key; zero when the store does
+	// not record it (etcd).
+	Acquired time.Time
+	// Expires is when the store frees the key unless it is renewed; zero
+	// when unknown (ZooKeeper keeps it while the holder's session lives).
+	Expires time.Time
+	// Waiters is how many contenders are queued for the key in the store; 0
+	// for stores where waiters poll (MySQL).
+	Waiters int
+}
 
 // Inspector is implemented by Lockers that can tell who holds a key: every
 // Locker [New] builds on a backend that can (all the built-in ones), and
@@ -55,5 +74,5 @@ func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
 	if err != nil {
 		return Status{}, e.err("inspect", key, nil, err)
 	}
-	return st, nil
+	return Status(st), nil
 }

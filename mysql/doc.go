@@ -104,8 +104,8 @@
 //     database clock steps back by more than the time between them).
 //   - [Guard] makes a GORM transaction commit only while its lock is held:
 //     fencing enforced by the store, with no token column on your tables.
-//   - The row records the latest run: status, holder label, start, finish
-//     and update times, readable with [Inspect]. A RUNNING row that is no
+//   - The row records the latest run: state, holder label, start, finish
+//     and update times, readable with [LastRun]. A RUNNING row that is no
 //     longer held is a run that never released (crashed or lost).
 //   - Uncontended Lock+Unlock is two round trips (prepared statements on
 //     db's pool, outside GORM's default transaction), within 1.3× the same

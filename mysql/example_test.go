@@ -60,11 +60,11 @@ func ExampleNew() {
 		fmt.Println(err)
 	}
 
-	rec, err := mysql.Inspect(ctx, db, "", key)
+	run, err := mysql.LastRun(ctx, db, "", key)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("last run:", rec.Status, "by", rec.OwnerLabel, "finished:", !rec.FinishTime.Before(rec.StartTime))
+	fmt.Println("last run:", run.State, "by", run.OwnerLabel, "finished:", !run.FinishTime.Before(run.StartTime))
 
 	// Output:
 	// replica-a: generating the report

@@ -81,7 +81,7 @@ func Guard(tx *gorm.DB, lk locker.Lock) error {
 	switch {
 	case string(owner) != s.owner || version != s.version:
 		return fail(locker.ErrLost, fmt.Errorf("the row was acquired again (version %d, ours %d)", version, s.version))
-	case Status(status) != StatusRunning:
+	case RunState(status) != Running:
 		return fail(locker.ErrNotHeld, errors.New("the lock was released"))
 	case !alive:
 		return fail(locker.ErrLost, errors.New("the lock expired by the database clock"))

@@ -481,17 +481,17 @@ func (d *sqlDriver) Break(ctx context.Context, key string) error {
 	return nil
 }
 
-// Inspect implements driver.Inspector from the key's run record (see
-// [Inspect]); Waiters is 0: the line of waiters is the server's queue of
+// Inspect implements driver.Inspector from the key's latest run (see
+// [LastRun]); Waiters is 0: the line of waiters is the server's queue of
 // GET_LOCK calls, which it does not count.
 func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	rows, err := d.db.QueryContext(ctx, d.sql.inspect, key)
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("inspect: %w", err)
 	}
-	r, err := scanRecord(rows, key)
+	r, err := scanRun(rows, key)
 	switch {
-	case errors.Is(err, ErrNoRecord):
+	case errors.Is(err, ErrNoRun):
 		return driver.Status{}, nil
 	case err != nil:
 		return driver.Status{}, fmt.Errorf("inspect: %w", err)

@@ -12,29 +12,30 @@ import (
 	"github.com/golocker/locker"
 )
 
-// Status is a lock row's task_status.
-type Status string
+// RunState is a lock row's task_status: how the latest run ended, if it did.
+type RunState string
 
 const (
-	// StatusRunning: the row was acquired and not released. The holder
-	// still has it only while Record.Held; a RUNNING row that is not held
-	// is a run whose holder crashed or lost the lock before releasing.
-	StatusRunning Status = "RUNNING"
-	// StatusFinish: the last holder released the row.
-	StatusFinish Status = "FINISH"
+	// Running: the row was acquired and not released. The holder still has
+	// it only while Run.Held; a RUNNING row that is not held is a run whose
+	// holder crashed or lost the lock before releasing.
+	Running RunState = "RUNNING"
+	// Finished: the last holder released the row.
+	Finished RunState = "FINISH"
 )
 
-// ErrNoRecord is returned by [Inspect] for a key that was never locked (or
+// ErrNoRun is returned by [LastRun] for a key that was never locked (or
 // whose row was deleted).
-var ErrNoRecord = errors.New("mysql: no run record")
+var ErrNoRun = errors.New("mysql: no run recorded")
 
-// Record is the run record kept in a key's row: the latest run's status,
+// Run is the record of the latest run kept in a key's row: its state,
 // holder label and times. All times are the database clock's, in UTC.
-type Record struct {
+// locker.Inspect, not Run, tells who holds a key now.
+type Run struct {
 	// Key is the row's task_name: the Locker's prefix plus the key.
 	Key string
-	// Status is RUNNING or FINISH.
-	Status Status
+	// State is Running or Finished.
+	State RunState
 	// Held reports whether the row is RUNNING and its lock_until is still
 	// ahead of the database clock.
 	Held bool
@@ -55,54 +56,54 @@ type Record struct {
 	LockUntil time.Time
 }
 
-// Inspect reads the run record of one key, for operators and dashboards. It
-// only reads (no row lock) and may run on any handle of the database,
+// LastRun reads the record of the latest run of one key, for operators and
+// dashboards. It only reads (no row lock) and may run on any handle of the database,
 // including a transaction or a read replica. table "" means [DefaultTable];
 // key is the row's task_name, that is the Locker's prefix plus the key. It
-// returns an error matching [ErrNoRecord] when the key has no row.
-func Inspect(ctx context.Context, db *gorm.DB, table, key string) (Record, error) {
+// returns an error matching [ErrNoRun] when the key has no row.
+func LastRun(ctx context.Context, db *gorm.DB, table, key string) (Run, error) {
 	if db == nil {
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: errors.New("nil *gorm.DB")}
+		return Run{}, &locker.Error{Op: "last run", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: errors.New("nil *gorm.DB")}
 	}
 	if table == "" {
 		table = DefaultTable
 	}
 	if err := validTable(table); err != nil {
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: err}
+		return Run{}, &locker.Error{Op: "last run", Backend: backend, Key: key, Err: locker.ErrInvalidOption, Cause: err}
 	}
 	rows, err := db.Session(&gorm.Session{NewDB: true}).WithContext(ctx).Raw(newStatements(table).inspect, key).Rows()
 	if err != nil {
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+		return Run{}, &locker.Error{Op: "last run", Backend: backend, Key: key, Cause: err}
 	}
-	r, err := scanRecord(rows, key)
+	r, err := scanRun(rows, key)
 	if err != nil {
-		return Record{}, &locker.Error{Op: "inspect", Backend: backend, Key: key, Cause: err}
+		return Run{}, &locker.Error{Op: "last run", Backend: backend, Key: key, Cause: err}
 	}
 	return r, nil
 }
 
-// scanRecord reads the record of key from the rows of the inspect
-// statement, and closes them; ErrNoRecord when there is none.
-func scanRecord(rows *sql.Rows, key string) (Record, error) {
+// scanRun reads the latest run of key from the rows of the inspect
+// statement, and closes them; ErrNoRun when there is none.
+func scanRun(rows *sql.Rows, key string) (Run, error) {
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return Record{}, err
+			return Run{}, err
 		}
-		return Record{}, ErrNoRecord
+		return Run{}, ErrNoRun
 	}
 	var (
-		r                            Record
+		r                            Run
 		status, label                []byte
 		start, finish, update, until sql.NullInt64
 		held                         sql.NullBool
 	)
 	if err := rows.Scan(&status, &r.Version, &label, &start, &finish, &update, &until, &held); err != nil {
-		return Record{}, fmt.Errorf("scan: %w", err)
+		return Run{}, fmt.Errorf("scan: %w", err)
 	}
-	r.Key, r.Status, r.OwnerLabel = key, Status(status), string(label)
+	r.Key, r.State, r.OwnerLabel = key, RunState(status), string(label)
 	r.StartTime, r.FinishTime, r.UpdateTime, r.LockUntil = utc(start), utc(finish), utc(update), utc(until)
-	r.Held = r.Status == StatusRunning && held.Valid && held.Bool
+	r.Held = r.State == Running && held.Valid && held.Bool
 	return r, nil
 }
 

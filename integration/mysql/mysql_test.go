@@ -362,18 +362,18 @@ func TestRunRecord(t *testing.T) {
 	worker := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl), locker.WithOwnerLabel("worker-1"), locker.WithPrefix("jobs/"))
 	ctx := ctxFor(t, 60*time.Second)
 
-	if _, err := mysql.Inspect(ctx, gdb, "", "jobs/report"); !errors.Is(err, mysql.ErrNoRecord) {
-		t.Errorf("Inspect of a key never locked: %v; want ErrNoRecord", err)
+	if _, err := mysql.LastRun(ctx, gdb, "", "jobs/report"); !errors.Is(err, mysql.ErrNoRun) {
+		t.Errorf("LastRun of a key never locked: %v; want ErrNoRun", err)
 	}
 	var token uint64
 	err := locker.Do(ctx, worker, "report", func(ctx context.Context) error {
 		lk, _ := worker.TryLock(ctx, "report") // nested hold: the token
 		token = lk.Token()
-		r, err := mysql.Inspect(ctx, gdb, "", "jobs/report")
+		r, err := mysql.LastRun(ctx, gdb, "", "jobs/report")
 		if err != nil {
 			return err
 		}
-		if r.Status != mysql.StatusRunning || !r.Held || r.OwnerLabel != "worker-1" || r.Version != token ||
+		if r.State != mysql.Running || !r.Held || r.OwnerLabel != "worker-1" || r.Version != token ||
 			!r.FinishTime.IsZero() || !r.LockUntil.After(r.StartTime) {
 			t.Errorf("record while running: %+v; want RUNNING, held, worker-1, version %d, no finish time", r, token)
 		}
@@ -382,11 +382,11 @@ func TestRunRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := mysql.Inspect(ctx, gdb, "", "jobs/report")
+	r, err := mysql.LastRun(ctx, gdb, "", "jobs/report")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != mysql.StatusFinish || r.Held || r.Version != token || r.OwnerLabel != "worker-1" ||
+	if r.State != mysql.Finished || r.Held || r.Version != token || r.OwnerLabel != "worker-1" ||
 		r.FinishTime.IsZero() || r.FinishTime.Before(r.StartTime) || r.UpdateTime.Before(r.FinishTime) ||
 		r.StartTime.Location() != time.UTC {
 		t.Errorf("record after success: %+v; want FINISH, not held, worker-1, version %d, start ≤ finish ≤ update in UTC", r, token)
@@ -407,7 +407,7 @@ func TestRunRecord(t *testing.T) {
 	<-lk.Done() // the crashed process's lock ends locally too
 	deadline := time.Now().Add(10 * ttl)
 	for {
-		r, err = mysql.Inspect(ctx, gdb, "", "jobs/report")
+		r, err = mysql.LastRun(ctx, gdb, "", "jobs/report")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,7 +416,7 @@ func TestRunRecord(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if r.Status != mysql.StatusRunning || r.Held || r.OwnerLabel != "worker-2" || r.Version != lk.Token() || !r.FinishTime.IsZero() {
+	if r.State != mysql.Running || r.Held || r.OwnerLabel != "worker-2" || r.Version != lk.Token() || !r.FinishTime.IsZero() {
 		t.Errorf("record after a crash: %+v; want RUNNING but not held, worker-2, version %d, no finish time", r, lk.Token())
 	}
 	// The next run takes over with a higher version.
