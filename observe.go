@@ -2,7 +2,10 @@ package locker
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/golocker/locker/driver"
 )
 
 // EventKind says what an [Event] reports.
@@ -20,8 +23,7 @@ const (
 	// they are gone, or the outcome is unknown and will be retried).
 	EventRenewal
 	// EventLost: a held lock ended without its holder releasing it; Err is
-	// the lock's Err (matching ErrLost, and the cause: a renewal refused, the
-	// local deadline, ErrMaxHold, ErrClosed).
+	// the lock's Err (matching ErrLost and its cause), and Cause says why.
 	EventLost
 	// EventRelease: an Unlock ended: Err nil (released, or kept for its
 	// MinHold), matching ErrNotHeld (it was no longer ours), or another error
@@ -51,6 +53,60 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
+// LossCause says why a lock was lost: see [EventLost].
+type LossCause int
+
+// The causes of a loss.
+const (
+	// LossNone: the event is not a loss.
+	LossNone LossCause = iota
+	// LossOther: none of the causes below (a store error ended the lock).
+	LossOther
+	// LossRenewalRefused: the store said the lock is no longer ours.
+	LossRenewalRefused
+	// LossDeadline: no renewal succeeded before the local deadline
+	// ([ErrNoRenewal]).
+	LossDeadline
+	// LossMaxHold: the lock reached its MaxHold ([ErrMaxHold]).
+	LossMaxHold
+	// LossClosed: the Locker was closed while the lock was held
+	// ([ErrClosed]).
+	LossClosed
+)
+
+// String returns the cause's name: "renewal_refused", "deadline",
+// "max_hold", "closed", "other"; "" for LossNone.
+func (c LossCause) String() string {
+	switch c {
+	case LossOther:
+		return "other"
+	case LossRenewalRefused:
+		return "renewal_refused"
+	case LossDeadline:
+		return "deadline"
+	case LossMaxHold:
+		return "max_hold"
+	case LossClosed:
+		return "closed"
+	}
+	return ""
+}
+
+// lossCause classifies the Err of a lost lock.
+func lossCause(err error) LossCause {
+	switch {
+	case errors.Is(err, ErrMaxHold):
+		return LossMaxHold
+	case errors.Is(err, ErrClosed):
+		return LossClosed
+	case errors.Is(err, ErrNoRenewal):
+		return LossDeadline
+	case errors.Is(err, driver.ErrNotHeld):
+		return LossRenewalRefused
+	}
+	return LossOther
+}
+
 // Event is something that happened to the locks of a Locker, reported to
 // its [Observer]. Fields that do not apply to the kind are zero.
 type Event struct {
@@ -72,6 +128,8 @@ type Event struct {
 	// Count and Failures: see EventRenewal.
 	Count, Failures int
 	Err             error
+	// Cause: see EventLost; LossNone for the other kinds.
+	Cause LossCause
 }
 
 // Observer receives a Locker's events (see [WithObserver]). Observe is
@@ -89,9 +147,30 @@ type ObserverFunc func(Event)
 // Observe implements Observer.
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
+// MultiObserver returns an Observer that passes each event to every one of
+// obs, in order, on the caller's goroutine. Nil observers are skipped.
+func MultiObserver(obs ...Observer) Observer {
+	all := make(multiObserver, 0, len(obs))
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	return all
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(e Event) {
+	for _, o := range m {
+		o.Observe(e)
+	}
+}
+
 // WithObserver makes the Locker report its events to o: metrics, traces,
-// audit logs (package lockerotel wires them to OpenTelemetry). A Locker
-// without an observer pays nothing for it.
+// audit logs (package lockerotel wires them to OpenTelemetry). A later
+// WithObserver replaces an earlier one: combine several with
+// [MultiObserver]. A Locker without an observer pays nothing for it.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
@@ -108,6 +187,9 @@ func (e *engine) observe(ev Event) {
 	ev.Backend = e.name
 	if ev.Ctx == nil {
 		ev.Ctx = context.Background()
+	}
+	if ev.Kind == EventLost {
+		ev.Cause = lossCause(ev.Err)
 	}
 	e.cfg.observer.Observe(ev)
 }

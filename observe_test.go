@@ -121,8 +121,8 @@ func TestObserver(t *testing.T) {
 			t.Errorf("acquire %d: waited %v, want at least %v", i, e.Wait, want.minWait)
 		}
 	}
-	if lost := rec.of(locker.EventLost); len(lost) != 1 || lost[0].Key != "c" || !errors.Is(lost[0].Err, locker.ErrLost) || lost[0].Token != c.Token() {
-		t.Errorf("lost events %+v, want one for c matching ErrLost with its token", lost)
+	if lost := rec.of(locker.EventLost); len(lost) != 1 || lost[0].Key != "c" || !errors.Is(lost[0].Err, locker.ErrLost) || lost[0].Token != c.Token() || lost[0].Cause != locker.LossRenewalRefused {
+		t.Errorf("lost events %+v, want one for c matching ErrLost with its token and cause renewal_refused", lost)
 	}
 	rel := rec.of(locker.EventRelease)
 	if len(rel) != 2 || rel[0].Key != "a" || rel[0].Err != nil || rel[0].Wait < 200*time.Millisecond || rel[1].Key != "b" {
@@ -136,5 +136,74 @@ func TestObserver(t *testing.T) {
 func TestWithObserverRefusesNil(t *testing.T) {
 	if _, err := memory.New(memory.NewStore(), locker.WithObserver(nil)); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("WithObserver(nil): %v", err)
+	}
+}
+
+// TestLossCause: a lost lock's event names why it was lost; other events
+// carry no cause.
+func TestLossCause(t *testing.T) {
+	rec := &recorder{}
+	l, err := memory.New(memory.NewStore(), locker.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	short, err := l.TryLock(ctx, "max", locker.MaxHold(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-short.Done():
+	case <-ctx.Done():
+		t.Fatal("a lock past its MaxHold was not lost")
+	}
+	if _, err := l.TryLock(ctx, "open"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	causes := map[string]locker.LossCause{}
+	for _, e := range rec.of(locker.EventLost) {
+		causes[e.Key] = e.Cause
+	}
+	if causes["max"] != locker.LossMaxHold || causes["open"] != locker.LossClosed {
+		t.Errorf("loss causes %v, want max: max_hold and open: closed", causes)
+	}
+	for _, e := range rec.of(locker.EventAcquire) {
+		if e.Cause != locker.LossNone {
+			t.Errorf("an acquire event carries the loss cause %v", e.Cause)
+		}
+	}
+	if got := locker.LossMaxHold.String(); got != "max_hold" {
+		t.Errorf("LossMaxHold.String() = %q, want max_hold", got)
+	}
+}
+
+// TestMultiObserver: every observer given to MultiObserver sees every
+// event, and nil ones are skipped.
+func TestMultiObserver(t *testing.T) {
+	a, b := &recorder{}, &recorder{}
+	l, err := memory.New(memory.NewStore(), locker.WithObserver(locker.MultiObserver(a, nil, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*recorder{"first": a, "second": b} {
+		if len(r.of(locker.EventAcquire)) != 1 || len(r.of(locker.EventRelease)) != 1 {
+			t.Errorf("the %s observer saw %+v, want one acquire and one release", name, r.events)
+		}
 	}
 }

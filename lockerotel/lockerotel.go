@@ -39,7 +39,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/driver"
 )
 
 // scope names the instrumentation.
@@ -164,7 +163,7 @@ func (o *Observer) Observe(e locker.Event) {
 		}
 		o.holdSpan(e, attrs, "")
 	case locker.EventLost:
-		cause := lossCause(e.Err)
+		cause := e.Cause.String()
 		o.losses.Add(ctx, 1, metric.WithAttributes(append(attrs, attribute.String("locker.cause", cause))...))
 		o.held.Add(ctx, -1, metric.WithAttributes(attrs...))
 		o.holdSpan(e, attrs, cause)
@@ -191,21 +190,6 @@ func (o *Observer) holdSpan(e locker.Event, attrs []attribute.KeyValue, lostCaus
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End(trace.WithTimestamp(end))
-}
-
-// lossCause names why a lock was lost, for the locker.cause attribute.
-func lossCause(err error) string {
-	switch {
-	case errors.Is(err, locker.ErrMaxHold):
-		return "max_hold"
-	case errors.Is(err, locker.ErrClosed):
-		return "closed"
-	case errors.Is(err, locker.ErrNoRenewal):
-		return "deadline"
-	case errors.Is(err, driver.ErrNotHeld):
-		return "renewal_refused"
-	}
-	return "other"
 }
 
 var _ locker.Observer = (*Observer)(nil)
