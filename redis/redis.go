@@ -57,9 +57,9 @@ var (
 )
 
 // Client is the part of a go-redis v9 client the Locker uses: scripts,
-// pipelines and pub/sub. *redis.Client (a single node, or a Sentinel-managed
-// primary from redis.NewFailoverClient), *redis.ClusterClient and every
-// redis.UniversalClient satisfy it, as do wrappers of them.
+// pipelines and pub/sub. *goredis.Client (a single node, or a Sentinel-managed
+// primary from goredis.NewFailoverClient), *goredis.ClusterClient and every
+// goredis.UniversalClient satisfy it, as do wrappers of them.
 type Client interface {
 	goredis.Scripter
 	Pipeline() goredis.Pipeliner
@@ -101,7 +101,7 @@ type Config struct {
 	// returns it, a waiting Lock queues again. With it, a lock granted
 	// survives a failover to any of those replicas (see the package doc,
 	// Replicated before granted). It needs a client of one primary
-	// (redis.NewClient, or redis.NewFailoverClient for Sentinel): WAIT
+	// (goredis.NewClient, or goredis.NewFailoverClient for Sentinel): WAIT
 	// must run on the connection of the write, which a Cluster client
 	// does not promise.
 	Replicas int
@@ -200,7 +200,7 @@ func zeroClient(c any) (what string, zero bool) {
 	return "", false
 }
 
-// noOptions runs a client's Options check; a zero *redis.Client panics in
+// noOptions runs a client's Options check; a zero *goredis.Client panics in
 // Options (its embedded base client is nil), which also means zero.
 func noOptions(f func() bool) (zero bool) {
 	defer func() {

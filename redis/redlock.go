@@ -31,8 +31,8 @@ var (
 )
 
 // Master is the part of a go-redis v9 client a Redlock uses on each of its
-// masters: scripts and pipelines. *redis.Client and every
-// redis.UniversalClient satisfy it, as do wrappers of them. Each Master must
+// masters: scripts and pipelines. *goredis.Client and every
+// goredis.UniversalClient satisfy it, as do wrappers of them. Each Master must
 // reach its own, independent Redis server (no replication between them).
 type Master interface {
 	goredis.Scripter

@@ -12,7 +12,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/testenv"
-	lockredis "github.com/golocker/locker/redis"
+	"github.com/golocker/locker/redis"
 )
 
 // aclUser creates an ACL user with password "pw", every command but the
@@ -41,7 +41,7 @@ func aclUser(t *testing.T, admin *goredis.Client, addr string, rules []string) (
 // under it, with PUBLISH and SUBSCRIBE), per ACL DRYRUN.
 func allowed(t *testing.T, admin *goredis.Client, user, s string) bool {
 	t.Helper()
-	keys := lockredis.KeysOf(s)
+	keys := redis.KeysOf(s)
 	v := reflect.ValueOf(keys)
 	var cmds [][]any
 	for i := range v.NumField() {
@@ -80,7 +80,7 @@ func TestACLRulesCoverEveryKeyOfAPrefix(t *testing.T) {
 
 	// The two selectors alone: a key with '}' is refused.
 	_, narrow := aclUser(t, admin, srv.Addr(), []string{"~locker:{" + prefix + "*", "&locker:{" + prefix + "*"})
-	nl, err := lockredis.New(narrow, locker.WithPrefix(prefix))
+	nl, err := redis.New(narrow, locker.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestACLRulesCoverEveryKeyOfAPrefix(t *testing.T) {
 		t.Logf("with ~locker:{%s* and &locker:{%s* only: %v", prefix, prefix, err)
 	}
 
-	rules := lockredis.ACLRules(prefix)
+	rules := redis.ACLRules(prefix)
 	t.Logf("ACLRules(%q) = %q", prefix, rules)
 	user, c := aclUser(t, admin, srv.Addr(), rules)
 	for _, s := range []string{prefix + "plain", prefix + "we}ird", prefix + "}", prefix + "{x}"} {
@@ -105,18 +105,18 @@ func TestACLRulesCoverEveryKeyOfAPrefix(t *testing.T) {
 		}
 	}
 	// A glob character in a prefix is taken literally.
-	globUser, _ := aclUser(t, admin, srv.Addr(), lockredis.ACLRules("a*/"))
+	globUser, _ := aclUser(t, admin, srv.Addr(), redis.ACLRules("a*/"))
 	if allowed(t, admin, globUser, "ab/x") || !allowed(t, admin, globUser, "a*/x}") {
-		t.Errorf("ACLRules(%q) = %q: the '*' must match itself only", "a*/", lockredis.ACLRules("a*/"))
+		t.Errorf("ACLRules(%q) = %q: the '*' must match itself only", "a*/", redis.ACLRules("a*/"))
 	}
 
 	// Two Lockers of the user contend on both kinds of key.
-	a, err := lockredis.New(c, locker.WithPrefix(prefix))
+	a, err := redis.New(c, locker.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := lockredis.New(c, locker.WithPrefix(prefix))
+	b, err := redis.New(c, locker.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/testenv"
-	lockredis "github.com/golocker/locker/redis"
+	"github.com/golocker/locker/redis"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
@@ -54,7 +54,7 @@ func TestPasswordRotationNamesTheCause(t *testing.T) {
 	client := goredis.NewClient(o)
 	t.Cleanup(func() { _ = client.Close() })
 	var logs syncBuffer
-	l, err := lockredis.New(client, locker.WithTTL(time.Second),
+	l, err := redis.New(client, locker.WithTTL(time.Second),
 		locker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatal(err)
