@@ -117,6 +117,10 @@
 //   - Failover (Failover): locks granted before and while the store fails
 //     over stay their holders' (or their Done closes) before another Locker
 //     gets their keys, with higher tokens.
+//   - LateDelivery (Isolate): waits cancelled while their Locker is cut off,
+//     whose requests reach the store only after the holder's Unlock (a cut
+//     that holds bytes and delivers them on the heal, as TCP does), leave no
+//     holder: the key is free within TTL/2 of the heal, and stays free.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -223,6 +227,7 @@ var cases = []testCase{
 	{name: "Elect", run: testElect},
 	{name: "HandOff", run: testHandOff},
 	{name: "Failover", serial: true, run: testFailover},
+	{name: "LateDelivery", run: testLateDelivery},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the
