@@ -40,9 +40,6 @@ const (
 	minPoolForWakeups = 4
 	// renewChunk is the most leases renewed by one statement.
 	renewChunk = 512
-	// cleanupTimeout bounds the undo of an acquisition whose outcome is
-	// unknown.
-	cleanupTimeout = 2 * time.Second
 	// backend names the backend in errors.
 	backend = "mysql"
 )
@@ -199,6 +196,8 @@ type sqlDriver struct {
 	closed bool
 
 	notify *notifier // nil with PollOnly
+
+	clock dbClock // for the fences of acquiring statements
 }
 
 func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
@@ -236,6 +235,9 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	}
 	srv, err := serverInfo(ctx, d.db)
 	if err != nil {
+		return err
+	}
+	if _, err := d.clock.sample(ctx, d.db, d.sql.now); err != nil {
 		return err
 	}
 	defer func() {
@@ -327,9 +329,14 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 		return g, err
 	}
 	var rem sql.NullInt64
-	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var now int64
+	sent := time.Now()
+	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now); err != nil {
 		return driver.Grant{}, fmt.Errorf("read holder: %w", err)
 	}
+	// A fence already past on arrival (a database clock that jumped) takes
+	// nothing: the retry below uses the fresh reading.
+	d.clock.observe(now, sent, time.Since(sent))
 	if rem.Valid && rem.Int64 > 0 {
 		return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 	}
@@ -341,23 +348,27 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	return driver.Grant{}, driver.Held(0)
 }
 
-// exec runs an acquiring statement. It reports ok when it took the row, and
-// an error only for a failure; a row it did not take is (zero, false, nil).
+// exec runs an acquiring statement, args then its fence. It reports ok when
+// it took the row, and an error only for a failure; a row it did not take
+// is (zero, false, nil). The error of a statement whose outcome is unknown
+// carries a driver.Residue that undoes it.
 func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, stmt *sql.Stmt, args ...any) (driver.Grant, bool, error) {
 	// The row's lock_until counts from the statement, not from the call:
 	// a Lock that waited in Acquire must not lose the time it waited.
 	sent := time.Now()
-	res, err := stmt.ExecContext(ctx, args...)
+	f := d.fenceFor(ctx, sent, req.TTL)
+	res, err := stmt.ExecContext(ctx, append(args, f.db)...)
 	if err != nil {
 		if contended(err) {
 			// Rolled back by a deadlock or a lock wait timeout on the
 			// row: certainly not taken, and someone else is at it.
 			return driver.Grant{}, false, driver.Held(0)
 		}
+		err = fmt.Errorf("%s: %w", what, err)
 		if !definite(err) {
-			d.undoAcquire(ctx, req)
+			err = d.residue(err, req.Key, req.Owner, f)
 		}
-		return driver.Grant{}, false, fmt.Errorf("%s: %w", what, err)
+		return driver.Grant{}, false, err
 	}
 	// LAST_INSERT_ID(expr) may have been evaluated even when no row was
 	// taken (INSERT IGNORE on an existing row): rows affected decides.
@@ -366,8 +377,7 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 	}
 	id, err := res.LastInsertId()
 	if err != nil || id <= 0 {
-		d.undoAcquire(ctx, req)
-		return driver.Grant{}, false, fmt.Errorf("%s: no version returned (LAST_INSERT_ID %d): %v", what, id, err)
+		return driver.Grant{}, false, d.residue(fmt.Errorf("%s: no version returned (LAST_INSERT_ID %d): %v", what, id, err), req.Key, req.Owner, f)
 	}
 	return driver.Grant{
 		Token:    uint64(id),
@@ -391,18 +401,6 @@ func contended(err error) bool {
 func definite(err error) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) || errors.Is(err, sql.ErrConnDone)
-}
-
-// undoAcquire gives up the row if req.Owner took it in a statement whose
-// outcome is unknown, so that no phantom holder keeps the key until its TTL.
-// It uses a fresh context: ctx may be why the statement failed.
-func (d *sqlDriver) undoAcquire(ctx context.Context, req driver.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
-	defer cancel()
-	if _, err := d.undo.ExecContext(ctx, req.Key, req.Owner); err != nil {
-		d.logger.Warn("locker: mysql: could not undo an acquisition with an unknown outcome; the key stays held until its TTL if it was taken",
-			"key", req.Key, "err", err)
-	}
 }
 
 // rowKey identifies one acquisition's row: key, owner and version.
