@@ -124,6 +124,10 @@
 //     sets (MinHold, MaxHold, TTL, bad values) that TryLock refuses, without
 //     taking a lock; skipped for a Locker that is not a
 //     locker.OptionChecker.
+//   - LateDelivery (Isolate): waits cancelled while their Locker is cut off,
+//     whose requests reach the store only after the holder's Unlock (a cut
+//     that holds bytes and delivers them on the heal, as TCP does), leave no
+//     holder: the key is free within TTL/2 of the heal, and stays free.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -232,6 +236,7 @@ var cases = []testCase{
 	{name: "Failover", serial: true, run: testFailover},
 	{name: "DoPanic", run: testDoPanic},
 	{name: "CheckOptions", run: testCheckOptions},
+	{name: "LateDelivery", run: testLateDelivery},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -33,7 +33,8 @@ type memEnv struct {
 	faults   map[locker.Locker]*memory.Fault
 	crashed  map[*memory.Fault]bool
 	isolated map[*memory.Fault]bool
-	restarts chan struct{} // closed, and replaced, by every Restart
+	healed   map[*memory.Fault]chan struct{} // closed by the heal of an Isolate
+	restarts chan struct{}                   // closed, and replaced, by every Restart
 	// deadWaiter: key → the Locker of a waiter that crashed
 	dead map[string]locker.Locker
 
@@ -52,6 +53,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		faults:   make(map[locker.Locker]*memory.Fault),
 		crashed:  make(map[*memory.Fault]bool),
 		isolated: make(map[*memory.Fault]bool),
+		healed:   make(map[*memory.Fault]chan struct{}),
 		restarts: make(chan struct{}),
 		dead:     make(map[string]locker.Locker),
 		holders:  make(map[string]locker.Lock),
@@ -134,15 +136,19 @@ func (e *memEnv) harness() Harness {
 			if f == nil {
 				return func() {}
 			}
+			healed := make(chan struct{})
 			e.mu.Lock()
 			e.isolated[f] = true
+			e.healed[f] = healed
 			e.mu.Unlock()
 			f.Cut()
 			return func() {
 				e.mu.Lock()
 				delete(e.isolated, f)
+				delete(e.healed, f)
 				e.mu.Unlock()
 				f.Heal()
+				close(healed)
 			}
 		},
 		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
@@ -201,6 +207,7 @@ const (
 	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
 	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
+	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -247,6 +254,7 @@ var mustCatch = map[string][]string{
 	keepsOnPanic:    {"DoPanic"},
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
 	checksNothing:   {"CheckOptions"},
+	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -699,6 +707,19 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			b.env.mu.Unlock()
 			if cut {
 				go func() { _, _ = b.inner.Lock(context.Background(), key) }()
+			}
+		}
+		if b.kind == lateDelivery && wait && ctx.Err() != nil {
+			b.env.mu.Lock()
+			healed := b.env.healed[b.env.faults[b.inner]]
+			b.env.mu.Unlock()
+			if healed != nil {
+				// A request held by the cut: the heal delivers it, and
+				// what it takes is kept until the Locker is closed.
+				go func() {
+					<-healed
+					_, _ = b.inner.TryLock(context.Background(), key)
+				}()
 			}
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {

@@ -22,9 +22,11 @@
 // ctx and return promptly when it ends. A method must never report success
 // for an operation that did not happen; when the outcome is unknown (a
 // network error after the request was sent) it returns an error that is not
-// [ErrHeld] or [ErrNotHeld], and, for TryAcquire, first makes a best-effort
-// attempt to undo a possible acquisition (compare-and-delete with the
-// request's owner token) so that no phantom holder is left until expiry.
+// [ErrHeld] or [ErrNotHeld], and, for TryAcquire, undoes a possible
+// acquisition (compare-and-delete with the request's owner token) at once
+// or through a [Residue], so that no phantom holder is left until expiry.
+// An undo must not be overtaken by the request it undoes, which the
+// network may deliver late.
 package driver
 
 import (

@@ -36,14 +36,24 @@
 // When both statements affect nothing, one SELECT reads the holder's
 // remaining time, so that waiters never sleep past it.
 //
+// Every acquiring statement carries a fence, an instant of the database
+// clock after which it takes nothing: a quarter of the TTL after it was
+// sent (at least 250 ms, at most 2 s), or the call's ctx deadline if
+// sooner. The Locker maps its own clock to the database's through readings
+// of UTC_TIMESTAMP(6). A statement whose outcome is unknown (its ctx ended,
+// its connection broke) is undone in the background once the database
+// clock has passed its fence, retried until the database answers. So a
+// statement that a healed partition delivers late, after the caller gave
+// up, finds either its fence passed or its undo still to come.
+//
 // Renew moves lock_until forward where key, owner and version still match:
 // all the locks a Locker holds in one UPDATE per 512 (two statements per
 // renewal tick for 1,000 held locks), plus one SELECT when some lock did not
 // match, to tell which were lost. Release sets FINISH and finish_time where
 // owner and version match.
 //
-// Every instant is the database's clock (UTC_TIMESTAMP(6)): no replica's
-// clock is ever sent or compared, so skewed replicas cannot both believe a
+// Every instant is the database's clock (UTC_TIMESTAMP(6)): expiry never
+// depends on a replica's clock, so skewed replicas cannot both believe a
 // lock expired. UTC_TIMESTAMP rather than NOW: NOW follows each session's
 // time_zone, and two sessions in different zones (or one across a daylight
 // saving change) would disagree about expiry.
@@ -120,6 +130,12 @@
 //     sessions blocked in GET_LOCK, which a waiter leaves when its ctx ends
 //     (killed), its wait times out (1 s at most) or its connection ends: a
 //     waiter that crashed holds up nobody.
+//   - A Lock or TryLock that gave up while its statement was on the way
+//     may have taken the row for nobody: the row stays claimed until its
+//     fence passed and the database answers the undo (or, if the Locker
+//     is closed first, until its lock_until). A database clock stepped
+//     back by more than the fence window in that time can let the
+//     statement land after its undo.
 //   - Fair (first come, first served) among the Lockers that found the key
 //     held lately; a Locker whose first attempt finds the key free takes
 //     it, even when others are about to be woken.

@@ -30,18 +30,26 @@ func micros(col string) string {
 // TTL given in microseconds by the placeholder.
 const untilExpr = "TIMESTAMPADD(MICROSECOND, ?, " + dbNow + ")"
 
+// beforeFence is true while the database clock is before the fence given
+// in microseconds since the epoch by the placeholder: an acquiring
+// statement that reaches the server later takes nothing (see fence.go).
+const beforeFence = dbNow + " < TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
+
 // statements holds the SQL texts for one table.
 type statements struct {
 	table string // quoted
-	// acquire takes an existing row that is free or expired.
-	// Args: owner, label, ttl µs, key.
+	// acquire takes an existing row that is free or expired, unless the
+	// fence passed. Args: owner, label, ttl µs, key, fence µs.
 	acquire string
-	// insert creates a missing row, already taken.
-	// Args: key, owner, label, ttl µs.
+	// insert creates a missing row, already taken, unless the fence
+	// passed. Args: key, owner, label, ttl µs, fence µs.
 	insert string
 	// remaining reads how long the holder's claim still runs (µs; NULL or
-	// negative when the row is free or missing). Args: key.
+	// negative when the row is free or missing), and the database clock
+	// (µs since the epoch). Args: key.
 	remaining string
+	// now reads the database clock (µs since the epoch).
+	now string
 	// release gives the row up. Args: key, owner, version.
 	release string
 	// releaseNamed is release, also giving up the key's named lock held by
@@ -86,12 +94,14 @@ func newStatements(table string) statements {
 		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
 			" owner_token = ?, owner_label = ?, start_time = " + dbNow + ", finish_time = NULL," +
 			" lock_until = " + untilExpr + ", update_time = " + dbNow +
-			" WHERE task_name = ? AND (task_status <> 'RUNNING' OR lock_until <= " + dbNow + ")",
+			" WHERE task_name = ? AND (task_status <> 'RUNNING' OR lock_until <= " + dbNow + ") AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" VALUES (?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow + ")",
-		remaining: "SELECT IF(task_status = 'RUNNING', TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1)" +
-			" FROM " + t + " WHERE task_name = ?",
+			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
+			" FROM DUAL WHERE " + beforeFence,
+		remaining: "SELECT (SELECT IF(task_status = 'RUNNING', TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1)" +
+			" FROM " + t + " WHERE task_name = ?), " + epochMicros,
+		now: "SELECT " + epochMicros,
 		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING'",

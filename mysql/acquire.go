@@ -1,0 +1,136 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/golocker/locker/driver"
+)
+
+// TryAcquire implements driver.Driver. An existing row that is free or
+// expired is taken by one conditional UPDATE (one round trip); a missing row
+// is created already taken by INSERT IGNORE (two round trips). Only when both
+// affect no row does a third statement read the holder's remaining time.
+func (d *sqlDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.tryAcquire(ctx, req)
+	if err == nil && d.notify != nil {
+		// The holder goroutine takes the key's named lock, so that a
+		// waiter in line is woken by the release.
+		d.notify.acquired(req.Key, req.Owner)
+	}
+	return g, classify(err)
+}
+
+// classify marks the database errors no retry can cure: access denied to
+// the database, the table or a command, and a table that does not exist.
+func classify(err error) error {
+	if err != nil && strings.Contains(err.Error(), "sql: database is closed") {
+		return driver.Permanent(err) // database/sql does not export it
+	}
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1044, 1045, 1142, 1143, 1146, 1227, 1370:
+			return driver.Permanent(err)
+		}
+	}
+	return err
+}
+
+func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if len(req.Owner) > maxOwnerBytes {
+		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
+	}
+	ttl := ttlMicros(req.TTL)
+	label := d.label
+	if req.Label != "" && req.Label != label {
+		label = cleanLabel(req.Label)
+	}
+	g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
+	if ok || err != nil {
+		return g, err
+	}
+	g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, ttl)
+	if ok || err != nil {
+		return g, err
+	}
+	var rem sql.NullInt64
+	var now int64
+	sent := time.Now()
+	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now); err != nil {
+		return driver.Grant{}, fmt.Errorf("read holder: %w", err)
+	}
+	// A fence already past on arrival (a database clock that jumped) takes
+	// nothing: the retry below uses the fresh reading.
+	d.clock.observe(now, sent, time.Since(sent))
+	if rem.Valid && rem.Int64 > 0 {
+		return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
+	}
+	// Released (or expired) between our statements: one more try.
+	g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
+	if ok || err != nil {
+		return g, err
+	}
+	return driver.Grant{}, driver.Held(0)
+}
+
+// exec runs an acquiring statement, args then its fence. It reports ok when
+// it took the row, and an error only for a failure; a row it did not take
+// is (zero, false, nil). The error of a statement whose outcome is unknown
+// carries a driver.Residue that undoes it.
+func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, stmt *sql.Stmt, args ...any) (driver.Grant, bool, error) {
+	// The row's lock_until counts from the statement, not from the call:
+	// a Lock that waited in Acquire must not lose the time it waited.
+	sent := time.Now()
+	f := d.fenceFor(ctx, sent, req.TTL)
+	res, err := stmt.ExecContext(ctx, append(args, f.db)...)
+	if err != nil {
+		if contended(err) {
+			// Rolled back by a deadlock or a lock wait timeout on the
+			// row: certainly not taken, and someone else is at it.
+			return driver.Grant{}, false, driver.Held(0)
+		}
+		err = fmt.Errorf("%s: %w", what, err)
+		if !definite(err) {
+			err = d.residue(err, req.Key, req.Owner, f)
+		}
+		return driver.Grant{}, false, err
+	}
+	// LAST_INSERT_ID(expr) may have been evaluated even when no row was
+	// taken (INSERT IGNORE on an existing row): rows affected decides.
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return driver.Grant{}, false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil || id <= 0 {
+		return driver.Grant{}, false, d.residue(fmt.Errorf("%s: no version returned (LAST_INSERT_ID %d): %v", what, id, err), req.Key, req.Owner, f)
+	}
+	return driver.Grant{
+		Token:    uint64(id),
+		Validity: req.TTL,
+		Since:    sent,
+		State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: uint64(id)},
+	}, true, nil
+}
+
+// contended reports whether err is a MySQL error saying the statement was
+// rolled back because of contention on a row: a deadlock (1213) or a lock
+// wait timeout (1205, for example behind a long Guard transaction).
+func contended(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// definite reports whether a failed statement certainly did not run to
+// completion: the server answered with an error (an autocommit statement
+// that fails is rolled back), or the driver says nothing was sent.
+func definite(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) || errors.Is(err, sql.ErrConnDone)
+}

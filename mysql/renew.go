@@ -1,0 +1,190 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Renew implements driver.Driver through RenewBatch.
+func (d *sqlDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
+	if err != nil {
+		return 0, err
+	}
+	return v[0], errs[0]
+}
+
+// RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
+// 512 leases (two for 1,000 held locks), plus one SELECT for a chunk in which
+// some lease did not match, to tell which.
+func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	validity := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	// Leases of one Locker share its TTL; group anyway.
+	byTTL := map[time.Duration][]int{}
+	var ttls []time.Duration
+	for i, l := range ls {
+		if _, ok := byTTL[l.TTL]; !ok {
+			ttls = append(ttls, l.TTL)
+		}
+		byTTL[l.TTL] = append(byTTL[l.TTL], i)
+	}
+	for _, ttl := range ttls {
+		idx := byTTL[ttl]
+		for len(idx) > 0 {
+			n := min(len(idx), renewChunk)
+			d.renewChunk(ctx, ls, idx[:n], ttl, validity, errs)
+			idx = idx[n:]
+		}
+	}
+	return validity, errs, nil
+}
+
+// renewChunk renews the leases ls[idx...] (at most renewChunk) with one
+// UPDATE, padded to a power of two with repeats of the last lease so that a
+// few prepared statements serve every batch size.
+func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			errs[i] = err
+		}
+	}
+	size := padded(len(idx))
+	states := make([]rowKey, size)
+	distinct := map[rowKey]bool{}
+	for j := range size {
+		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
+		distinct[states[j]] = true
+	}
+	args := make([]any, 0, 1+4*size)
+	args = append(args, ttlMicros(ttl))
+	for _, s := range states {
+		args = append(args, s.key)
+	}
+	for _, s := range states {
+		args = append(args, s.key, s.owner, s.version)
+	}
+	stmt, err := d.stmt(ctx, d.renew, size, d.sql.renewSQL)
+	if err != nil {
+		fail(fmt.Errorf("renew: %w", err))
+		return
+	}
+	res, err := stmt.ExecContext(ctx, args...)
+	if err != nil {
+		fail(fmt.Errorf("renew: %w", err))
+		return
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		fail(fmt.Errorf("renew: %w", err))
+		return
+	}
+	renewed := distinct
+	if int(n) != len(distinct) {
+		// Some lease did not match (or, without CLIENT_FOUND_ROWS, a row
+		// was already at the same lock_until): ask which rows are held
+		// by whom. A row this owner still holds now was renewed above.
+		if renewed, err = d.liveRows(ctx, states); err != nil {
+			fail(fmt.Errorf("renew: %w", err))
+			return
+		}
+	}
+	for _, i := range idx {
+		s := leaseRow(ls[i])
+		if renewed[s] {
+			validity[i] = ttl
+			if d.notify != nil {
+				d.notify.renewed(s.key, s.owner)
+			}
+		} else {
+			errs[i] = driver.ErrNotHeld
+			d.forgetLater(leaseState(ls[i]))
+		}
+	}
+}
+
+// forgetLater is forget off the caller's goroutine (a renewal must not
+// wait for a named-lock statement).
+func (d *sqlDriver) forgetLater(s lockState) {
+	if s.name == nil {
+		d.forget(s)
+		return
+	}
+	d.notify.wg.Add(1)
+	go func() {
+		defer d.notify.wg.Done()
+		d.forget(s)
+	}()
+}
+
+// liveRows returns which of the rows are held by their owner and version.
+func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]bool, error) {
+	stmt, err := d.stmt(ctx, d.live, len(states), d.sql.liveSQL)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(states))
+	for i, s := range states {
+		args[i] = s.key
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[rowKey]bool{}
+	for rows.Next() {
+		var key, owner []byte
+		var version uint64
+		if err := rows.Scan(&key, &owner, &version); err != nil {
+			return nil, err
+		}
+		live[rowKey{key: string(key), owner: string(owner), version: version}] = true
+	}
+	return live, rows.Err()
+}
+
+// padded rounds n up to a power of two.
+func padded(n int) int {
+	p := 1
+	for p < n {
+		p *= 2
+	}
+	return p
+}
+
+// stmt returns the prepared statement of size n from cache, preparing it on
+// first use.
+func (d *sqlDriver) stmt(ctx context.Context, cache map[int]*sql.Stmt, n int, text func(int) string) (*sql.Stmt, error) {
+	d.mu.Lock()
+	s := cache[n]
+	closed := d.closed
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	if closed {
+		return nil, errors.New("driver closed")
+	}
+	s, err := d.db.PrepareContext(ctx, text(n))
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		_ = s.Close()
+		return nil, errors.New("driver closed")
+	}
+	if old := cache[n]; old != nil {
+		_ = s.Close()
+		return old, nil
+	}
+	cache[n] = s
+	return s, nil
+}
