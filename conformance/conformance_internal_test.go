@@ -199,6 +199,7 @@ const (
 	losesOnFailover = "losesOnFailover" // a failover forgets the locks granted (replication behind the grants), unnoticed by their holders
 	closeCancels    = "closeCancels"    // a TryLock in flight when Close begins fails with context.Canceled, not ErrClosed
 	lateTimer       = "lateTimer"       // Done and Err tell a loss only when a timer goroutine gets to run, here TTL/2 late (a starved process)
+	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -243,6 +244,7 @@ var mustCatch = map[string][]string{
 	losesOnFailover: {"Failover"},
 	closeCancels:    {"Close"},
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
+	slowFirstCall:   {"PromptCancel"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -504,6 +506,7 @@ type brokenLocker struct {
 	waiting sync.WaitGroup
 	crashed bool
 	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -573,6 +576,26 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return b.inner.TryLock(ctx, key, opts...)
 	}
 	switch b.kind {
+	case slowFirstCall:
+		if ctx != nil {
+			var lk locker.Lock
+			var err error
+			first := false
+			b.first.Do(func() {
+				// A session set up under a timeout of its own: the
+				// caller's ctx counts only once it is made.
+				first = true
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				lk, err = call(sctx, key)
+				if err != nil {
+					err = errors.Join(err, ctx.Err())
+				}
+			})
+			if first {
+				return lk, err
+			}
+		}
 	case dropsOptions:
 		opts = nil
 	case nilCtxPanics:
