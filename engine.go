@@ -235,18 +235,27 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 		// Each attempt has its own owner token: what a failed one left in
 		// the store is cleaned up with its token, never with this one's.
 		req.Owner = rand.Text()
-		switch {
-		case !wait:
-			sent = time.Now()
-			grant, err = e.drv.TryAcquire(cctx, req)
-		case e.acquirer != nil:
-			// The driver's queue decides; it reports in Grant.Since when
-			// the request behind the validity was sent.
-			sent = time.Now()
-			grant, err = e.acquirer.Acquire(cctx, req)
-		default:
-			grant, sent, err = e.poll(cctx, req)
+		a, err, gone := detached(e, cctx, func() (a tryOutcome, err error) {
+			switch {
+			case !wait:
+				a.sent = time.Now()
+				a.grant, err = e.drv.TryAcquire(cctx, req)
+			case e.acquirer != nil:
+				// The driver's queue decides; it reports in Grant.Since
+				// when the request behind the validity was sent.
+				a.sent = time.Now()
+				a.grant, err = e.acquirer.Acquire(cctx, req)
+			default:
+				a.grant, a.sent, err = e.poll(cctx, req)
+			}
+			return a, err
+		}, e.lateAttempt(req))
+		if gone {
+			// The attempt goes on without its caller: a loss it reports
+			// is nobody's.
+			h.claim()
 		}
+		grant, sent = a.grant, a.sent
 		if err == nil {
 			break
 		}
@@ -713,7 +722,17 @@ func (l *handle) unlock(ctx context.Context) error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	err := h.release(cctx)
+	_, err, gone := detached(e, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
+		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			e.abandon(h)
+		}
+	})
+	if gone {
+		// The release goes on in the background; it queues a retry if it
+		// fails.
+		h.end(nil)
+		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(cctx)))
+	}
 	if err == nil {
 		h.end(nil)
 		return nil

@@ -74,7 +74,9 @@ import (
 )
 
 // Locker hands out locks on string keys. It is safe for concurrent use by
-// multiple goroutines.
+// multiple goroutines. Lock, TryLock and Unlock return as soon as their ctx
+// ends, whatever the store does. Store work they started then finishes in
+// the background, and Close waits for it.
 type Locker interface {
 	// Lock blocks until key is held by the caller, ctx ends, the Locker is
 	// closed, or the backend fails. ctx bounds only the wait: cancelling it

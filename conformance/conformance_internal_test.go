@@ -208,6 +208,7 @@ const (
 	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
+	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -255,6 +256,7 @@ var mustCatch = map[string][]string{
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
+	slowFirstCall:   {"PromptCancel"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -516,6 +518,7 @@ type brokenLocker struct {
 	waiting sync.WaitGroup
 	crashed bool
 	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -594,6 +597,26 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return b.inner.TryLock(ctx, key, opts...)
 	}
 	switch b.kind {
+	case slowFirstCall:
+		if ctx != nil {
+			var lk locker.Lock
+			var err error
+			first := false
+			b.first.Do(func() {
+				// A session set up under a timeout of its own: the
+				// caller's ctx counts only once it is made.
+				first = true
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				lk, err = call(sctx, key)
+				if err != nil {
+					err = errors.Join(err, ctx.Err())
+				}
+			})
+			if first {
+				return lk, err
+			}
+		}
 	case dropsOptions:
 		opts = nil
 	case nilCtxPanics:

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -21,6 +22,12 @@ import (
 // failoverClient returns a go-redis failover client of srv's primary,
 // closed when the test ends.
 func failoverClient(t testing.TB, srv *testenv.RedisSentinelServer) *goredis.Client {
+	return failoverClientVia(t, srv, nil)
+}
+
+// failoverClientVia is failoverClient dialling every server, sentinels
+// included, through dial (nil: directly).
+func failoverClientVia(t testing.TB, srv *testenv.RedisSentinelServer, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.Client {
 	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
 		MasterName:            testenv.SentinelMaster,
 		SentinelAddrs:         srv.SentinelAddrs(),
@@ -28,9 +35,53 @@ func failoverClient(t testing.TB, srv *testenv.RedisSentinelServer) *goredis.Cli
 		ReadTimeout:           time.Second,
 		WriteTimeout:          time.Second,
 		DialTimeout:           time.Second,
+		Dialer:                dial,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// proxiedDialer dials every address through a proxy of its own, made on
+// first use, so that one cut reaches a failover client's connections to
+// the sentinels and to whichever server is primary.
+type proxiedDialer struct {
+	t       testing.TB
+	mu      sync.Mutex
+	cut     bool
+	proxies map[string]*testenv.Proxy
+}
+
+func (p *proxiedDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	p.mu.Lock()
+	px := p.proxies[addr]
+	if px == nil {
+		px = testenv.NewProxy(p.t, addr)
+		if p.cut {
+			px.Cut()
+		}
+		p.proxies[addr] = px
+	}
+	p.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, px.Addr())
+}
+
+// isolate cuts every proxy, those made later included, until the heal.
+func (p *proxiedDialer) isolate() (heal func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, px := range p.proxies {
+		px.Cut()
+	}
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.cut = false
+		for _, px := range p.proxies {
+			px.Heal()
+		}
+	}
 }
 
 // TestOpenSentinel opens a Locker by URL through the sentinels (the route
@@ -308,17 +359,33 @@ func TestConformanceSentinel(t *testing.T) {
 		return redis.Config{Replicas: 1}.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 	}
 	var reps replicas
+	var mu sync.Mutex
+	dialers := map[locker.Locker]*proxiedDialer{}
 	conformance.Run(t, conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
-			c := failoverClient(t, srv)
+			pd := &proxiedDialer{t: t, proxies: map[string]*testenv.Proxy{}}
+			c := failoverClientVia(t, srv, pd.dial)
 			l, err := mk(t, c)
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
 			}
 			reps.add(l, replica{client: c})
+			mu.Lock()
+			dialers[l] = pd
+			mu.Unlock()
 			return l
+		},
+		Isolate: func(t testing.TB, l locker.Locker) func() {
+			mu.Lock()
+			pd := dialers[l]
+			mu.Unlock()
+			if pd == nil {
+				t.Errorf("Isolate: not a Locker of this harness")
+				return func() {}
+			}
+			return pd.isolate()
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			return mk(t, failoverClient(t, srv), opts...)

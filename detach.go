@@ -1,0 +1,75 @@
+package locker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// The store calls of Lock, TryLock and Unlock are detached from their
+// caller when the caller's ctx ends: the caller returns at once, whatever
+// the driver does, and the call goes on in the background. A driver that
+// honours ctx ends it soon after; one that must finish something first (a
+// session to set up, an attempt to undo) finishes it there.
+
+// Outcomes of a detached call, decided once by compare-and-swap.
+const (
+	callRunning int32 = iota
+	callDelivered
+	callAbandoned
+)
+
+// detached runs call and returns its outcome, or ctx.Err() as soon as ctx
+// ends (gone is then true). A call still running then goes on in its
+// goroutine, counted in e.calls so that Close waits for it, and hands its
+// outcome to late instead. The caller must hold e.calls (see enter).
+func detached[T any](e *engine, ctx context.Context, call func() (T, error), late func(T, error)) (v T, err error, gone bool) {
+	type result struct {
+		v   T
+		err error
+	}
+	var state atomic.Int32
+	ch := make(chan result, 1)
+	e.calls.Add(1)
+	go func() {
+		defer e.calls.Done()
+		v, err := call()
+		if state.CompareAndSwap(callRunning, callDelivered) {
+			ch <- result{v, err}
+			return
+		}
+		late(v, err)
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err, false
+	case <-ctx.Done():
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			return v, ctx.Err(), true
+		}
+		r := <-ch // delivered just now
+		return r.v, r.err, false
+	}
+}
+
+// tryOutcome is the outcome of one acquisition attempt.
+type tryOutcome struct {
+	grant driver.Grant
+	sent  time.Time
+}
+
+// lateAttempt deals with the outcome of an acquisition attempt whose caller
+// has returned: a grant is released in the background, and whatever a
+// failure left in the store is cleaned up.
+func (e *engine) lateAttempt(req driver.Request) func(tryOutcome, error) {
+	return func(a tryOutcome, err error) {
+		if err != nil {
+			e.keepResidue(req.Key, err)
+			return
+		}
+		lease := driver.Lease{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Token: a.grant.Token, State: a.grant.State}
+		e.addCleanup(cleanup{key: req.Key, lease: &lease})
+	}
+}

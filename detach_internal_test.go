@@ -1,0 +1,114 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// stuckDriver is a tableDriver whose TryAcquire of key "a" and Release of
+// key "b" ignore their ctx until let through, as a driver does that sets
+// up a session under a timeout of its own.
+type stuckDriver struct {
+	*tableDriver
+	acquires chan struct{} // closed to let TryAcquire of "a" through
+	releases chan struct{} // closed to let Release of "b" through
+	entered  chan string   // receives the key of every stuck call
+}
+
+func (d *stuckDriver) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if r.Key == "a" {
+		d.entered <- r.Key
+		<-d.acquires
+	}
+	return d.tableDriver.TryAcquire(ctx, r)
+}
+
+func (d *stuckDriver) Release(ctx context.Context, l driver.Lease) error {
+	if l.Key == "b" {
+		d.entered <- l.Key
+		<-d.releases
+	}
+	return d.tableDriver.Release(ctx, l)
+}
+
+// returns waits (generously) for a call's outcome.
+func returns(t *testing.T, what string, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s did not return when its ctx ended: it waits for a store call that ignores ctx", what)
+		return nil
+	}
+}
+
+// owned reports whether the table holds key.
+func (d *tableDriver) owned(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.owners[key]
+	return ok
+}
+
+func TestCallsReturnWhenTheirCtxEnds(t *testing.T) {
+	d := &stuckDriver{tableDriver: newTableDriver(), acquires: make(chan struct{}), releases: make(chan struct{}), entered: make(chan string, 2)}
+	e := newTestEngine(t, d)
+	var letAcquires, letReleases sync.Once
+	t.Cleanup(func() { // before Close, which waits for the stuck calls
+		letAcquires.Do(func() { close(d.acquires) })
+		letReleases.Do(func() { close(d.releases) })
+	})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.Lock(ctx, "a")
+		errc <- err
+	}()
+	<-d.entered
+	cancel()
+	if err := returns(t, "Lock", errc); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock whose ctx ended: got %v, want an error matching ErrNotAcquired and context.Canceled", err)
+	}
+
+	// The attempt goes on; the lock it gets is nobody's and is released.
+	letAcquires.Do(func() { close(d.acquires) })
+	deadline := time.Now().Add(10 * time.Second)
+	for d.owned("a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the lock a detached attempt got late is still held: nobody releases it")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Unlock: its release goes on in the background.
+	lk, err := e.TryLock(t.Context(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uctx, ucancel := context.WithCancel(t.Context())
+	go func() { errc <- lk.Unlock(uctx) }()
+	<-d.entered
+	ucancel()
+	if err := returns(t, "Unlock", errc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Unlock whose ctx ended: got %v, want an error matching context.Canceled", err)
+	}
+	select {
+	case <-lk.Done():
+	default:
+		t.Error("Done is open after Unlock returned")
+	}
+	letReleases.Do(func() { close(d.releases) })
+	for d.owned("b") {
+		if time.Now().After(deadline) {
+			t.Fatal("the release an Unlock left to the background never happened")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
