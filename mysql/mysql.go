@@ -188,7 +188,7 @@ type sqlDriver struct {
 	readTimeout time.Duration
 	logger      *slog.Logger
 	label       string
-	wait        func(attempt int, remaining time.Duration) time.Duration
+	backoff     driver.Backoff
 
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
@@ -225,7 +225,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
-	d.wait = cfg.Wait
+	d.backoff = cfg.Backoff
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
 			return err
@@ -259,7 +259,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		}
 	}
 	if !d.cfg.PollOnly {
-		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
+		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
 		d.notify.releaseSQL = d.sql.releaseNamed
 	}
 	return nil
@@ -523,15 +523,6 @@ func (d *sqlDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Dur
 		return driver.ErrNotHeld
 	}
 	return nil
-}
-
-// Renew implements driver.Driver through RenewBatch.
-func (d *sqlDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
 }
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
