@@ -315,8 +315,8 @@ func (n *notifier) afterWait(s *session, err error) {
 }
 
 // lineWait is how long a waiter blocks in line before it tries the table
-// anyway: the Locker's backoff step with jitter, at least minLineWait, at most
-// waitSeconds. A server without fractional timeouts (MySQL) blocks
+// anyway: the Locker's backoff step with jitter, at least minLineWait, at
+// most waitSeconds. A server without fractional timeouts (MySQL) blocks
 // waitSeconds.
 func (n *notifier) lineWait(attempt int) time.Duration {
 	if !n.fractional {
