@@ -26,12 +26,19 @@ const renewWorkers = 8
 // New validates the options, hands the resolved configuration to the driver
 // when it implements [driver.Configurer], and starts the Locker's single
 // renewal goroutine. It returns an error matching [ErrInvalidOption] for a
-// bad option, or wrapping the driver's Configure error.
+// bad option or a driver that implements neither [driver.Renewer] nor
+// [driver.BatchRenewer], or wrapping the driver's Configure error.
 func New(d driver.Driver, opts ...Option) (Locker, error) {
 	if d == nil {
 		return nil, &Error{Op: "new", Err: ErrInvalidOption, Cause: errors.New("nil driver")}
 	}
 	info := d.Info()
+	renewer, _ := d.(driver.Renewer)
+	batcher, _ := d.(driver.BatchRenewer)
+	if renewer == nil && batcher == nil {
+		return nil, &Error{Op: "new", Backend: info.Name, Err: ErrInvalidOption,
+			Cause: fmt.Errorf("driver %T implements neither driver.Renewer nor driver.BatchRenewer", d)}
+	}
 	cfg, err := resolve(opts)
 	if err == nil && info.MaxKeyBytes > 0 && len(cfg.prefix) >= info.MaxKeyBytes {
 		err = cfg.invalid("WithPrefix", "the prefix is %d bytes and leaves no room for a key: the %s backend allows at most %d bytes, prefix included",
@@ -43,9 +50,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	if c, ok := d.(driver.Configurer); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
 		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger,
-			Wait: func(attempt int, remaining time.Duration) time.Duration {
-				return waitDelay(cfg.backoff(attempt), remaining, false)
-			}})
+			Backoff: driver.Backoff(cfg.backoff)})
 		cancel()
 		if err != nil {
 			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}
@@ -67,7 +72,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	}
 	e.notifier, _ = d.(driver.Notifier)
 	e.acquirer, _ = d.(driver.Acquirer)
-	e.batcher, _ = d.(driver.BatchRenewer)
+	e.renewer, e.batcher = renewer, batcher
 	e.keeper, _ = d.(driver.Keeper)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
@@ -94,6 +99,7 @@ type engine struct {
 	drv      driver.Driver
 	notifier driver.Notifier
 	acquirer driver.Acquirer
+	renewer  driver.Renewer // used only without batcher
 	batcher  driver.BatchRenewer
 	keeper   driver.Keeper
 	name     string
@@ -246,7 +252,8 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 				a.sent = time.Now()
 				a.grant, err = e.acquirer.Acquire(cctx, req)
 			default:
-				a.grant, a.sent, err = e.poll(cctx, req)
+				a.sent = time.Now()
+				a.grant, err = e.poll(cctx, req)
 			}
 			return a, err
 		}, e.lateAttempt(req))
@@ -368,71 +375,23 @@ func (e *engine) retryDelay(attempt int) time.Duration {
 	return driver.Jitter(min(max(e.cfg.backoff(attempt), 10*time.Millisecond), 2*time.Second))
 }
 
-// poll is the wait loop for drivers without a queue: try, and when the key is
-// held wait for a release notification (when the driver has them), the
-// holder's remaining TTL, or a backoff with jitter, whichever comes first.
-//
-// The uncontended path is one TryAcquire: the subscription is only made once
-// the key was found held, followed at once by another attempt, so that a
-// release between the first attempt and the subscription is not missed.
-func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, time.Time, error) {
-	var notify <-chan struct{}
-	subscribed := e.notifier == nil
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for attempt, held := 0, false; ; held = true {
-		sent := time.Now()
-		g, err := e.drv.TryAcquire(ctx, req)
-		if err == nil || !errors.Is(err, driver.ErrHeld) {
-			g.Queued = held
-			return g, sent, err
-		}
-		if !subscribed {
-			subscribed = true
+// poll is the wait loop for drivers without a queue: [driver.Backoff.Poll]
+// with the Locker's backoff, subscribed to the key's releases when the
+// driver is a [driver.Notifier]. The grant's Since is the winning attempt's
+// send time.
+func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	try := func(ctx context.Context) (driver.Grant, error) { return e.drv.TryAcquire(ctx, req) }
+	var subscribe driver.Subscribe
+	if e.notifier != nil {
+		subscribe = func(ctx context.Context) (<-chan struct{}, func(), error) {
 			ch, cancel, err := e.notifier.Subscribe(ctx, req.Key)
-			switch {
-			case err == nil:
-				defer cancel()
-				notify = ch
-				continue // try again now that no release can be missed
-			case ctx.Err() != nil:
-				return driver.Grant{}, sent, ctx.Err()
-			default:
+			if err != nil && ctx.Err() == nil {
 				e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", req.Key, "err", err)
 			}
-		}
-		d := waitDelay(e.cfg.backoff(attempt), driver.Remaining(err), notify != nil)
-		attempt++
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		select {
-		case <-notify:
-		case <-timer.C:
-		case <-ctx.Done():
-			return driver.Grant{}, sent, ctx.Err()
+			return ch, cancel, err
 		}
 	}
-}
-
-// waitDelay decides how long a waiter sleeps before its next attempt. With
-// notifications it waits for the holder's claim to run out (a crashed holder
-// never announces its release); otherwise it backs off, never past the
-// holder's remaining TTL. Jitter keeps waiters of one key from herding.
-func waitDelay(backoff, remaining time.Duration, notified bool) time.Duration {
-	switch {
-	case remaining > 0 && (notified || remaining < backoff):
-		return remaining + driver.Jitter(remaining/10+time.Millisecond)
-	case notified:
-		return driver.Jitter(max(backoff, time.Second))
-	}
-	return driver.Jitter(backoff)
+	return driver.Backoff(e.cfg.backoff).Poll(ctx, try, subscribe)
 }
 
 // register records a granted lock so that the watchdog renews it.

@@ -38,14 +38,6 @@ func (d *tableDriver) TryAcquire(_ context.Context, r driver.Request) (driver.Gr
 	return driver.Grant{Token: d.seq}, nil
 }
 
-func (d *tableDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
-}
-
 func (d *tableDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	d.batches.Add(1)
 	if d.hang.Load() {

@@ -213,7 +213,7 @@ func (e *engine) renew(holds []*hold) renewResult {
 		idx[i] = i
 	}
 	forEach(idx, renewWorkers, func(i int) {
-		r.validity[i], r.errs[i] = e.drv.Renew(ctx, leases[i])
+		r.validity[i], r.errs[i] = e.renewer.Renew(ctx, leases[i])
 	})
 	return r
 }

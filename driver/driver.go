@@ -3,17 +3,44 @@
 //
 // Users never import this package: they call a backend's constructor (for
 // example redis.New) and get a locker.Locker. Backend authors implement
-// [Driver] and, when their store can do better than polling, the optional
-// interfaces [Notifier], [Acquirer] and [BatchRenewer]; the engine finds them
-// by type assertion, as database/sql finds driver.Pinger.
+// [Driver] and one of [Renewer] and [BatchRenewer], plus the optional
+// interfaces their store can do better with. The engine finds them by type
+// assertion, as database/sql finds driver.Pinger.
 //
 // # What the engine does, so drivers do not
 //
 // Key validation (empty keys, the driver's [Info.MaxKeyBytes]), the namespace
-// prefix, the owner token, the wait loop with backoff and jitter, the renewal
-// watchdog (one goroutine per Locker, every TTL/3), the local deadline after
-// which a lock counts as lost, Done/Err, reentrancy, Close bookkeeping, error
-// wrapping and logging. A driver only speaks to its store.
+// prefix, the owner token, the renewal watchdog (one goroutine per Locker),
+// the local deadline after which a lock counts as lost, Done/Err,
+// reentrancy, Close bookkeeping, retries after store errors, error wrapping
+// and logging. A driver only speaks to its store.
+//
+// # Renewing
+//
+// The engine renews every lock due in a tick with one [BatchRenewer.RenewBatch]
+// call when the driver has it, and with one [Renewer.Renew] call per lock
+// otherwise. A driver implements one of the two; it need not write Renew
+// around RenewBatch. locker.New refuses a driver with neither.
+//
+// # Waiting
+//
+// A Lock that finds the key held waits in one of three ways, chosen by what
+// the driver implements:
+//
+//   - Queue: an [Acquirer] owns the whole wait: the engine calls Acquire
+//     instead of polling. Its waiters line up in the store, which grants the key in
+//     order: etcd and ZooKeeper watch the waiter before, Redis hands the key
+//     over on release, MySQL waits in line on a named lock. Where such a
+//     driver must poll (Redis without pub/sub, MySQL without a connection
+//     for its line), it calls [Backoff.Poll] or sleeps [Backoff.Delay] with
+//     [Config.Backoff].
+//   - Notify: with a [Notifier] (memory), the engine runs [Backoff.Poll],
+//     which also wakes when the driver says the key may be free.
+//   - Poll: with neither (Redlock, MySQL with PollOnly), the engine runs
+//     [Backoff.Poll].
+//
+// Every wait sleeps with [Sleep] and spreads its waiters with [Jitter] or
+// [Past], so one formula decides how long a waiter sleeps.
 //
 // # Contract
 //
@@ -27,6 +54,13 @@
 // or through a [Residue], so that no phantom holder is left until expiry.
 // An undo must not be overtaken by the request it undoes, which the
 // network may deliver late.
+//
+// # Holders, not keys
+//
+// A [Lease] names one holder: its key and its owner token. Renew,
+// RenewBatch, Release and Keep act on that holder only. A store that lets
+// several holders share a key (a semaphore, read holds) keeps this
+// contract: each holder has its own owner token and its own lease.
 package driver
 
 import (
@@ -42,7 +76,7 @@ import (
 // runs, so that waiters never sleep past it.
 var ErrHeld = errors.New("driver: key held by another owner")
 
-// ErrNotHeld is returned (wrapped) by [Driver.Renew], [BatchRenewer.RenewBatch]
+// ErrNotHeld is returned (wrapped) by [Renewer.Renew], [BatchRenewer.RenewBatch]
 // and [Driver.Release] when the store says for certain that the lock is no
 // longer this owner's (the key is gone, expired or owned by someone else).
 // The engine then treats the lock as lost at once. Any other error is taken
@@ -134,13 +168,10 @@ type Config struct {
 	Label string
 	// Logger receives the driver's diagnostics; never nil.
 	Logger *slog.Logger
-	// Wait is the Locker's polling policy, for an [Acquirer] that polls
-	// (its store cannot notify it, or refused to): how long to sleep
-	// before attempt number attempt+1 (attempt counts from 0) when the
-	// holder's claim runs remaining more (0 when unknown). It is the
-	// Locker's backoff (locker.WithBackoff) with jitter, never past
-	// remaining; the engine's own wait loop uses the same. Never nil.
-	Wait func(attempt int, remaining time.Duration) time.Duration
+	// Backoff is the Locker's polling policy (locker.WithBackoff), for an
+	// [Acquirer] that polls: call its Poll or Delay, which add the jitter.
+	// The engine's own wait loop uses the same. Never nil.
+	Backoff Backoff
 }
 
 // Info describes a driver to the engine.
@@ -221,12 +252,6 @@ type Driver interface {
 	// owner holds the key, and any other error when the store failed.
 	TryAcquire(ctx context.Context, req Request) (Grant, error)
 
-	// Renew extends the lock's life to TTL from now, if it is still owned by
-	// l.Owner. It returns the new validity (0 means l.TTL), an error matching
-	// ErrNotHeld when the store says the lock is no longer ours, or another
-	// error when the outcome is unknown.
-	Renew(ctx context.Context, l Lease) (time.Duration, error)
-
 	// Release gives the lock up if it is still owned by l.Owner; it must
 	// never release another owner's lock. It returns an error matching
 	// ErrNotHeld when the lock was no longer ours.
@@ -236,6 +261,17 @@ type Driver interface {
 	// It does not close the user's client. The engine calls it once, after
 	// every other call has returned.
 	Close() error
+}
+
+// Renewer is implemented by drivers that renew one lock per call. A driver
+// implements Renewer or [BatchRenewer]; the engine uses RenewBatch when
+// both are there.
+type Renewer interface {
+	// Renew extends the lock's life to l.TTL from now, if it is still
+	// owned by l.Owner. It returns the new validity (0 means l.TTL), an
+	// error matching ErrNotHeld when the store says the lock is no longer
+	// ours, or another error when the outcome is unknown.
+	Renew(ctx context.Context, l Lease) (time.Duration, error)
 }
 
 // Configurer is implemented by drivers that need the resolved options (for
@@ -258,9 +294,9 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (ch <-chan struct{}, cancel func(), err error)
 }
 
-// Acquirer is implemented by queue-based drivers (etcd, ZooKeeper) whose
-// waiters line up in the store and are granted the key in order. When present,
-// the engine's Lock calls Acquire instead of its own wait loop.
+// Acquirer is implemented by queue-based drivers whose waiters line up in
+// the store and are granted the key in order. When present, the engine's
+// Lock calls Acquire instead of its own wait loop.
 //
 // Acquire blocks until the key is granted, ctx ends, or the store fails. On
 // any return without a grant it must remove every trace of the waiter from
@@ -323,10 +359,10 @@ type Inspector interface {
 
 // BatchRenewer is implemented by drivers that can renew many locks in one
 // round trip (a pipeline, one UPDATE). The engine then renews every lock due
-// in a tick with one call.
+// in a tick with one call, and a single lock with a batch of one.
 type BatchRenewer interface {
 	// RenewBatch renews every lease and returns one result per lease, in
-	// order, with the same meaning as Renew's results. errs[i] applies to
+	// order, with the same meaning as [Renewer.Renew]'s results. errs[i] applies to
 	// ls[i]. A non-nil err means the whole batch failed with an unknown
 	// outcome.
 	RenewBatch(ctx context.Context, ls []Lease) (validity []time.Duration, errs []error, err error)

@@ -312,15 +312,6 @@ func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, c
 	return cause
 }
 
-// Renew implements driver.Driver with a batch of one.
-func (d *etcdDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
-}
-
 // RenewBatch keeps the lease alive (one KeepAliveOnce, skipped when another
 // call did it within the last TTL/6) and checks in one transaction that every
 // key still exists with its create revision.

@@ -117,7 +117,7 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, predR
 		case err != nil:
 			pcancel()
 			pw = nil
-			retry = time.After(backoff)
+			retry = time.After(driver.Jitter(backoff))
 			backoff = min(2*backoff, time.Second)
 			return false, nil
 		case p == "":
@@ -153,7 +153,7 @@ func (d *etcdDriver) wait(ctx context.Context, st *lockState, pred string, predR
 			if !ok || wr.Err() != nil {
 				pcancel()
 				pw = nil
-				retry = time.After(backoff)
+				retry = time.After(driver.Jitter(backoff))
 				backoff = min(2*backoff, time.Second)
 				continue
 			}

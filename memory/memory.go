@@ -182,6 +182,7 @@ func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.
 	return driver.Grant{Token: s.seq, Validity: req.TTL}, nil
 }
 
+// Renew implements driver.Renewer.
 func (d *memDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
 	if err := d.check(ctx); err != nil {
 		return 0, err

@@ -185,7 +185,7 @@ type sqlDriver struct {
 	readTimeout time.Duration
 	logger      *slog.Logger
 	label       string
-	wait        func(attempt int, remaining time.Duration) time.Duration
+	backoff     driver.Backoff
 
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
@@ -224,7 +224,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
-	d.wait = cfg.Wait
+	d.backoff = cfg.Backoff
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
 			return err
@@ -261,7 +261,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		}
 	}
 	if !d.cfg.PollOnly {
-		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
+		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
 		d.notify.releaseSQL = d.sql.releaseNamed
 	}
 	return nil

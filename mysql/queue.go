@@ -315,14 +315,14 @@ func (n *notifier) afterWait(s *session, err error) {
 }
 
 // lineWait is how long a waiter blocks in line before it tries the table
-// anyway: the Locker's backoff step, at least minLineWait, at most
-// waitSeconds. A server without fractional timeouts (MySQL) blocks
+// anyway: the Locker's backoff step with jitter, at least minLineWait, at
+// most waitSeconds. A server without fractional timeouts (MySQL) blocks
 // waitSeconds.
 func (n *notifier) lineWait(attempt int) time.Duration {
 	if !n.fractional {
 		return waitSeconds * time.Second
 	}
-	return min(max(n.backoff(attempt), minLineWait), waitSeconds*time.Second)
+	return min(max(driver.Jitter(n.backoff(attempt)), minLineWait), waitSeconds*time.Second)
 }
 
 // Acquire implements driver.Acquirer: a key not contended lately is taken
@@ -393,13 +393,12 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 		// Held by a holder without the name (one that took the fast
 		// path, a TryLock, a crashed holder until lock_until): give the
 		// name back so that its Locker can take it, and line up again
-		// after a step, never slower than the default backoff.
-		step := min(n.backoff(free), n.freePoll(free))
-		if rem := driver.Remaining(err); rem > 0 {
-			step = min(step, rem)
-		}
+		// after a step, never slower than the default backoff, never
+		// much past the holder's remaining time.
+		step := driver.Backoff(func(a int) time.Duration { return min(n.backoff(a), n.freePoll(a)) })
+		pause := step.Delay(free, driver.Remaining(err), false)
 		free++
-		if !driver.Sleep(ctx, driver.Jitter(step)) {
+		if !driver.Sleep(ctx, pause) {
 			return driver.Grant{}, ctx.Err()
 		}
 		if s, err = n.session(ctx); s == nil {
@@ -414,14 +413,8 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 // poll waits by polling the table at the Locker's backoff, for a Lock that
 // has no session to wait in line.
 func (d notifyingDriver) poll(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	for attempt := 0; ; attempt++ {
-		g, err := d.TryAcquire(ctx, req)
-		if err == nil || !errors.Is(err, driver.ErrHeld) {
-			g.Queued = true
-			return g, err
-		}
-		if !driver.Sleep(ctx, d.wait(attempt, driver.Remaining(err))) {
-			return driver.Grant{}, ctx.Err()
-		}
-	}
+	try := func(ctx context.Context) (driver.Grant, error) { return d.TryAcquire(ctx, req) }
+	g, err := d.backoff.Poll(ctx, try, nil)
+	g.Queued = true // an attempt before this wait found the key held
+	return g, err
 }

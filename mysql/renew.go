@@ -10,15 +10,6 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// Renew implements driver.Driver through RenewBatch.
-func (d *sqlDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
-}
-
 // RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
 // 512 leases (two for 1,000 held locks), plus one SELECT for a chunk in which
 // some lease did not match, to tell which.

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -112,15 +111,14 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			// waiter, so that a hand-over published before is caught
 			// by the next attempt.
 			d.notify.held(req.Key)
-			wait = refresh
-			if remaining > 0 && remaining < wait {
-				wait = remaining + time.Millisecond
+			wait = driver.Jitter(refresh)
+			if remaining > 0 && remaining < refresh {
+				wait = driver.Past(remaining)
 			}
-			wait -= rand.N(wait/4 + 1) // spread the waiters' attempts
 			if woken && wait > wakeGap {
 				// Woken in vain: releases in the next wakeGap may
 				// not wake this waiter again.
-				wait = wakeGap + rand.N(wakeGap/4+1)
+				wait = driver.Past(wakeGap)
 			}
 		}
 		woken = false
@@ -141,7 +139,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			case claim := <-claimed:
 				// Handed over to another waiter: if it does not
 				// confirm, the key is free once its claim runs out.
-				if d := claim + time.Millisecond + rand.N(claim/8+1); time.Until(wakeAt) > d {
+				if d := driver.Past(claim); time.Until(wakeAt) > d {
 					timer.Reset(d)
 					wakeAt = time.Now().Add(d)
 				}
@@ -163,13 +161,13 @@ const pollCeiling = 200 * time.Millisecond
 
 // pollDelay is the pause of a polling waiter after its attempt number
 // attempt (from 0) found the key held for remaining more (0: unknown): the
-// Locker's wait policy, kept under ceiling with jitter. The ceiling is
-// pollCeiling, or the refresh interval when shorter (a short TTL): a waiter
-// silent for three of those counts as gone.
+// Locker's [driver.Backoff.Delay], kept under ceiling with jitter. The
+// ceiling is pollCeiling, or the refresh interval when shorter (a short
+// TTL): a waiter silent for three of those counts as gone.
 func (d *redisDriver) pollDelay(attempt int, remaining, ceiling time.Duration) time.Duration {
-	wait := d.wait(attempt, remaining)
+	wait := d.backoff.Delay(attempt, remaining, false)
 	if wait > ceiling {
-		wait = ceiling - rand.N(ceiling/4+1)
+		wait = driver.Jitter(ceiling)
 	}
 	return wait
 }

@@ -58,13 +58,6 @@ func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.D
 	return nil
 }
 
-// Renew implements driver.Driver: compare-and-PEXPIRE.
-func (d *redisDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	ttlArg, ttl := d.ttlArgs(l.TTL)
-	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, ttlArg).Int64()
-	return renewResult(ttl, n, err)
-}
-
 func renewResult(ttl, n int64, err error) (time.Duration, error) {
 	switch {
 	case err != nil:

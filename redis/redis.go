@@ -227,9 +227,9 @@ type redisDriver struct {
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
-	// with wait, the Locker's backoff.
-	poll atomic.Bool
-	wait func(attempt int, remaining time.Duration) time.Duration
+	// with backoff, the Locker's.
+	poll    atomic.Bool
+	backoff driver.Backoff
 
 	// Config.Replicas and Config.ReplicaTimeout.
 	replicas       int
@@ -311,7 +311,7 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
 		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
 	}
-	d.wait = cfg.Wait
+	d.backoff = cfg.Backoff
 	d.ttl = cfg.TTL
 	d.ttlArg = strconv.FormatInt(millis(cfg.TTL), 10)
 	d.labelArg = cfg.Label

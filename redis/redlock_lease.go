@@ -21,15 +21,6 @@ func (d *redlockDriver) Release(ctx context.Context, l driver.Lease) error {
 	return d.result("release", d.count(ones(ns), errs))
 }
 
-// Renew implements driver.Driver: compare-and-PEXPIRE on every master.
-func (d *redlockDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
-}
-
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining on every master; nobody renews the key after that.
 func (d *redlockDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {

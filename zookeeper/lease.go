@@ -61,15 +61,6 @@ func (d *zkDriver) forget(h *hold) {
 	d.mu.Unlock()
 }
 
-// Renew implements driver.Driver.
-func (d *zkDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
-}
-
 // RenewBatch implements driver.BatchRenewer: one multi-operation of version
 // checks (per 256 KiB of node names) confirms through the leader that each
 // node exists, and so that its session was alive after the call began. A
