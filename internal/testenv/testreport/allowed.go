@@ -7,7 +7,8 @@ import (
 
 // allowance lets conformance cases skip in some harnesses, for a documented
 // property of the backend (or of the deployment the harness tests), with a
-// skip message that contains message.
+// skip message that contains message. The case "" is the harness itself,
+// skipped as a whole.
 type allowance struct {
 	harnesses []string // package (without the module prefix) and test path
 	cases     []string
@@ -58,6 +59,23 @@ func allowances() []allowance {
 			message:   "Harness.Restart is nil",
 			reason: "LOCKER_ETCD_ENDPOINTS names a cluster this test does not own and must not restart; " +
 				"TestConformance/embedded runs the restart cases on a server of its own",
+		},
+		{
+			harnesses: []string{"integration/etcd TestConformance/env"},
+			cases:     []string{""},
+			message:   "is not set: no external etcd",
+			reason:    "without LOCKER_ETCD_ENDPOINTS there is no external cluster; TestConformance/embedded runs the suite",
+		},
+		{
+			harnesses: []string{
+				"integration/redis TestConformanceRedlock3",
+				"integration/redis TestConformanceRedlock5",
+				"integration/redis TestConformanceSentinel",
+			},
+			cases:   []string{""},
+			message: "needs a server binary, which LOCKER_TESTENV=docker excludes",
+			reason: "Redlock masters and a Sentinel deployment come from redis-server binaries only; " +
+				"the run with binaries (make test) runs these harnesses",
 		},
 		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
