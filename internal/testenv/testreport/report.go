@@ -173,19 +173,45 @@ func (r *report) addSkip(harness, caseName, msg string) {
 	r.skips = append(r.skips, s)
 }
 
-// message is what a test printed, without go test's framing lines, on one
-// line.
+// message is the last thing a test logged (its Skip's message, when it
+// skipped), on one line: the last line of out that starts with a file:line
+// position, and the indented lines after it; else every line but go test's
+// own.
 func message(out []string) string {
-	var parts []string
-	for _, l := range out {
-		if framing(l) {
+	var parts, last []string
+	for l := range strings.Lines(strings.Join(out, "")) {
+		if framing(l) || strings.HasPrefix(strings.TrimSpace(l), "--- ") {
 			continue
 		}
-		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--- SKIP") {
+		t := strings.TrimSpace(l)
+		switch {
+		case logged(l):
+			last = []string{t}
+		case last != nil && t != "" && (l[0] == ' ' || l[0] == '\t'):
+			last = append(last, t) // indented: the message goes on
+		case t != "":
 			parts = append(parts, t)
 		}
 	}
+	if last != nil {
+		return strings.Join(last, " ")
+	}
 	return strings.Join(parts, " ")
+}
+
+// logged reports whether l starts a message of t.Log or t.Skip: an indented
+// "file.go:line: ".
+func logged(l string) bool {
+	t := strings.TrimLeft(l, " ")
+	if len(t) == len(l) {
+		return false
+	}
+	file, rest, ok := strings.Cut(t, ":")
+	if !ok || !strings.HasSuffix(file, ".go") {
+		return false
+	}
+	n, _, ok := strings.Cut(rest, ": ")
+	return ok && n != "" && strings.Trim(n, "0123456789") == ""
 }
 
 // framing reports whether l is a line of go test -v's own (=== RUN, PAUSE,

@@ -74,13 +74,14 @@ func runReport(t *testing.T, in string, code int, ci bool, allowed []allowance) 
 }
 
 func TestSkipForWantOfAHookFailsUnderCI(t *testing.T) {
-	in := suite(t, "skip", "    b.go:9: Harness.Restart is nil: the harness cannot restart the store\n")
+	in := suite(t, "skip", "    b.go:8: a log line\n    b.go:9: Harness.Restart is nil: the harness cannot restart the store\n"+
+		"        and a second line\nredis: a client's own log\n")
 	for _, ci := range []bool{true, false} {
 		out, code := runReport(t, in, 0, ci, nil)
 		if want := map[bool]int{true: 1, false: 0}[ci]; code != want {
 			t.Errorf("CI=%v: a case skipped for want of a hook: exit %d; want %d\n%s", ci, code, want, out)
 		}
-		if !strings.Contains(out, "integration/fake TestConformanceFake/B: b.go:9: Harness.Restart is nil") {
+		if !strings.Contains(out, "integration/fake TestConformanceFake/B: b.go:9: Harness.Restart is nil: the harness cannot restart the store and a second line\n") {
 			t.Errorf("CI=%v: the report does not name the skipped case and its message:\n%s", ci, out)
 		}
 		if !strings.Contains(out, "integration/fake TestConformanceFake      2      1      0       1") {
