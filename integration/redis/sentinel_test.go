@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -21,7 +22,14 @@ import (
 // failoverClient returns a go-redis failover client of srv's primary,
 // closed when the test ends.
 func failoverClient(t testing.TB, srv *testenv.RedisSentinelServer) *goredis.Client {
+	return failoverClientVia(t, srv, nil)
+}
+
+// failoverClientVia is failoverClient with every connection, to the
+// sentinels and to the data nodes, made by dial (nil: directly).
+func failoverClientVia(t testing.TB, srv *testenv.RedisSentinelServer, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.Client {
 	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		Dialer:                dial,
 		MasterName:            testenv.SentinelMaster,
 		SentinelAddrs:         srv.SentinelAddrs(),
 		ContextTimeoutEnabled: true,
@@ -300,7 +308,9 @@ func failover(t testing.TB, ctx context.Context, srv *testenv.RedisSentinelServe
 }
 
 // TestConformanceSentinel runs the suite through go-redis's failover client
-// with Config.Replicas 1, its Failover hook running SENTINEL FAILOVER.
+// with Config.Replicas 1, its Failover hook running SENTINEL FAILOVER and its
+// Isolate hook cutting the proxies through which a Locker's client reaches
+// the sentinels and the data nodes.
 func TestConformanceSentinel(t *testing.T) {
 	srv := testenv.NewRedisSentinel(t)
 	admin := failoverClient(t, srv)
@@ -311,19 +321,21 @@ func TestConformanceSentinel(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
-			c := failoverClient(t, srv)
+			dial, proxies := proxiedDialer(t, append(srv.SentinelAddrs(), srv.DataAddrs()...))
+			c := failoverClientVia(t, srv, dial)
 			l, err := mk(t, c)
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: c})
+			reps.add(l, replica{client: c, proxies: proxies})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			return mk(t, failoverClient(t, srv), opts...)
 		},
-		Crash: reps.crash,
+		Crash:   reps.crash,
+		Isolate: reps.isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
