@@ -21,17 +21,15 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
-	"syscall"
 
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/storeenv"
+	"github.com/golocker/locker/internal/testenv/internal/child"
 )
 
 func main() {
@@ -68,49 +66,26 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Interrupts reach the command (from the terminal, or forwarded here);
 	// this process lives on to print the report.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
+	wait, err := child.Start(cmd)
+	if err != nil {
 		fmt.Fprintf(stderr, "testreport: %v\n", err)
 		return 1
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				_ = cmd.Process.Signal(s)
-			case <-done:
-				return
-			}
-		}
-	}()
 	readErr := r.read(out)
 	if readErr != nil {
 		// Keep the pipe drained so that the command can end.
 		_, _ = io.Copy(io.Discard, out)
 	}
-	code := exitCode(cmd.Wait(), stderr)
+	code, err := wait()
+	if err != nil {
+		fmt.Fprintf(stderr, "testreport: %v\n", err)
+	}
 	if readErr != nil {
 		fmt.Fprintf(stderr, "testreport: read the output of %s: %v\n", args[0], readErr)
 		code = max(code, 1)
 	}
-	return r.finish(code, storeenv.CI())
-}
-
-// exitCode turns the error of cmd.Wait into an exit status: the command's,
-// at least 1 when it failed.
-func exitCode(err error, stderr io.Writer) int {
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return max(exit.ExitCode(), 1)
-	default:
-		fmt.Fprintf(stderr, "testreport: %v\n", err)
-		return 1
+	if r.failed {
+		code = max(code, 1)
 	}
+	return r.finish(code, storeenv.CI())
 }
