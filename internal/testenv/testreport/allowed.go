@@ -100,5 +100,11 @@ func allowances() []allowance {
 			message:   "the backend refuses TTL",
 			reason:    "a ZooKeeper lock lives as long as its session, whose timeout is the connection's: a per-lock TTL is refused",
 		},
+		{
+			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
+			cases:     []string{"LockTTL"},
+			message:   "the backend refuses TTL",
+			reason:    "an etcd Locker keeps all its locks on one lease, of the Locker's TTL: a per-lock TTL is refused",
+		},
 	}
 }
