@@ -153,11 +153,10 @@ func dockerHostNetwork() (bool, error) {
 // server listens on the host's ports, on 127.0.0.1 only.
 type containerSpec struct {
 	image string
-	// ports holds one element per port the server listens on (the values
-	// are replaced by free ports); only the first publish of them are
-	// reached from the host (the others, such as a cluster bus, are
-	// internal).
-	ports   []int
+	// nports is the number of ports the server listens on; only the first
+	// publish of them are reached from the host (the others, such as a
+	// cluster bus, are internal).
+	nports  int
 	publish int
 	// opts returns the container's options for a server listening on ports,
 	// on 127.0.0.1 only when loopback is true.
@@ -181,16 +180,16 @@ func startContainer(spec containerSpec) ([]string, testcontainers.Container, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(len(spec.ports))
-		if err != nil {
-			return nil, nil, err
-		}
-		addrs, c, err := tryContainer(ctx, spec, ports, host)
-		if err == nil || attempt == 3 || !errors.Is(err, errExited) {
-			return addrs, c, err
-		}
-	}
+	var (
+		addrs []string
+		c     testcontainers.Container
+	)
+	err = retryPorts(spec.nports, func(ports []int) error {
+		var err error
+		addrs, c, err = tryContainer(ctx, spec, ports, host)
+		return err
+	})
+	return addrs, c, err
 }
 
 // tryContainer is one attempt of startContainer on ports.

@@ -289,7 +289,7 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 func mysqlContainer() (*MySQLServer, func(), error) {
 	addrs, c, err := startContainer(containerSpec{
 		image:   mysqlImage,
-		ports:   make([]int, 1),
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			args := append([]string{"--port=" + strconv.Itoa(ports[0])}, mysqlServerArgs...)

@@ -184,7 +184,7 @@ func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 func redisContainer() (*RedisServer, func(), error) {
 	addrs, c, err := startContainer(containerSpec{
 		image:   redisImage,
-		ports:   make([]int, 1),
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			cmd := []string{"redis-server", "--port", strconv.Itoa(ports[0]),
@@ -339,7 +339,7 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 func redisClusterContainer() (*RedisClusterServer, func(), error) {
 	addrs, c, err := startContainer(containerSpec{
 		image:   redisImage,
-		ports:   make([]int, 2*clusterNodes), // clients', then buses'
+		nports:  2 * clusterNodes, // clients', then buses'
 		publish: clusterNodes,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			var script strings.Builder

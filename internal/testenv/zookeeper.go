@@ -191,7 +191,7 @@ admin.enableServer=false
 func zkContainer() (*ZooKeeperServer, func(), error) {
 	addrs, c, err := startContainer(containerSpec{
 		image:   zkImage,
-		ports:   make([]int, 1),
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			client := strconv.Itoa(ports[0])
