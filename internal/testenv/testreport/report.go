@@ -13,14 +13,13 @@ import (
 // modulePrefix is left out of package names in the summary.
 const modulePrefix = "github.com/golocker/locker/"
 
-// event is one line of go test -json (see go doc test2json).
+// event is one line of go test -json (see go doc test2json), with the
+// fields used here.
 type event struct {
-	Action      string
-	Package     string
-	Test        string
-	Output      string
-	ImportPath  string // build-output and build-fail
-	FailedBuild string
+	Action  string
+	Package string
+	Test    string
+	Output  string
 }
 
 // report prints go test's usual output from its -json events and counts
