@@ -1,6 +1,8 @@
 // Command testreport runs go test -json (or reads its output from stdin),
-// prints what go test prints without -json, then counts the conformance
-// cases of every harness: run, passed, failed and skipped.
+// prints what go test prints without -json and -v (the output of a failed
+// test keeps -v's lines that name the test running, as parallel tests
+// interleave), then counts the conformance cases of every harness: run,
+// passed, failed and skipped.
 //
 //	go run ./internal/testenv/testreport -- go test -json -race ./integration/...
 //	go test -json ./... | go run ./internal/testenv/testreport

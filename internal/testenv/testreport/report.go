@@ -217,15 +217,17 @@ func logged(l string) bool {
 // CONT, NAME), which go test without -v does not print.
 func framing(l string) bool { return strings.HasPrefix(l, "=== ") }
 
-// flush prints a finished package as go test without -v would: the output
-// of its failed (and unfinished) tests and its own lines.
+// flush prints a finished package as go test without -v would (its own
+// lines, and the output of its failed and unfinished tests), except that
+// the output of those tests keeps go test -v's lines naming the test that
+// runs (=== RUN, CONT, NAME): parallel tests interleave.
 func (r *report) flush(name string, p *pkgState, action string) {
 	if p.done {
 		return
 	}
 	p.done = true
 	for _, l := range p.lines {
-		if framing(l.text) {
+		if strings.HasPrefix(l.text, "=== PAUSE") || l.test == "" && framing(l.text) {
 			continue
 		}
 		if l.test == "" {

@@ -124,12 +124,12 @@ func TestFailurePrintsLikeGoTest(t *testing.T) {
 	if code != 1 {
 		t.Errorf("a failed test: exit %d; want 1", code)
 	}
-	for _, want := range []string{"    b.go:9: two holders at once\n--- FAIL: TestConformanceFake/B (0.00s)\n--- FAIL: TestConformanceFake (0.00s)\nFAIL\nFAIL\t" + pkg} {
+	for _, want := range []string{"=== RUN   TestConformanceFake/B\n    b.go:9: two holders at once\n--- FAIL: TestConformanceFake/B (0.00s)\n--- FAIL: TestConformanceFake (0.00s)\nFAIL\nFAIL\t" + pkg} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report does not print %q:\n%s", want, out)
 		}
 	}
-	for _, unwanted := range []string{"=== RUN", "a passing case's log"} {
+	for _, unwanted := range []string{"=== RUN   TestConformanceFake/A", "a passing case's log"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("the report prints %q, which go test without -v does not:\n%s", unwanted, out)
 		}
