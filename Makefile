@@ -8,7 +8,10 @@
 # every module against real
 # servers: withstores starts the servers that the tests inside the backend
 # modules read from LOCKER_* variables; the integration module starts its
-# own through the harness.
+# own through the harness (a test that restarts its server gets one of its
+# own). testreport prints go test's usual output from go test -json, then the
+# conformance cases run, passed and skipped per harness; under CI=true a
+# conformance skip that is not a documented property of the backend fails.
 
 GO           ?= go
 PKGS         ?= work
@@ -16,6 +19,7 @@ TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCHTIME    ?= 1s
 WITHSTORES   := $(GO) run ./internal/testenv/withstores --
+TESTREPORT   := $(GO) run ./internal/testenv/testreport --
 # go test starts the packages in the order given, as many at once as there
 # are cores: the longest go first, so that none of them starts last.
 LONGEST      := ./integration/redis ./integration/mysql ./integration/etcd
@@ -27,7 +31,7 @@ TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 .PHONY: test vet fmt-check modules-check tidy-check bench install-servers release release-check
 
 test: fmt-check modules-check tidy-check install-servers vet
-	$(WITHSTORES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTPKGS)
+	$(WITHSTORES) $(TESTREPORT) $(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTPKGS)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -194,6 +194,17 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
+// Cases returns the names of the cases, in the order Run runs them: each is
+// the name of a subtest of the test that called Run. The caller may modify
+// the returned slice.
+func Cases() []string {
+	names := make([]string, len(cases))
+	for i, tc := range cases {
+		names[i] = tc.name
+	}
+	return names
+}
+
 // testCase is one case of the suite.
 type testCase struct {
 	name string

@@ -124,6 +124,27 @@ func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config,
 	}
 }
 
+// proxiedDialer returns a dialer that reaches each of addrs through a proxy
+// of its own (and refuses any other address), and the proxies, for a client
+// whose every connection Isolate must cut.
+func proxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, network, addr string) (net.Conn, error), []*testenv.Proxy) {
+	proxies := make(map[string]*testenv.Proxy, len(addrs))
+	all := make([]*testenv.Proxy, 0, len(addrs))
+	for _, a := range addrs {
+		p := testenv.NewProxy(t, a)
+		proxies[a] = p
+		all = append(all, p)
+	}
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		p := proxies[addr] // read-only once made
+		if p == nil {
+			return nil, fmt.Errorf("test dialer: no proxy for %s", addr)
+		}
+		return d.DialContext(ctx, network, p.Addr())
+	}, all
+}
+
 // clusterHarness is the conformance harness on a three-master Cluster: every
 // Locker has its own cluster client whose connections to each node go
 // through a proxy of its own.
@@ -133,24 +154,7 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 	return conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
-			var mu sync.Mutex
-			proxies := map[string]*testenv.Proxy{}
-			var all []*testenv.Proxy
-			for _, a := range cl.Addrs() {
-				p := testenv.NewProxy(t, a)
-				proxies[a] = p
-				all = append(all, p)
-			}
-			var d net.Dialer
-			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-				mu.Lock()
-				p := proxies[addr]
-				mu.Unlock()
-				if p == nil {
-					return nil, fmt.Errorf("test dialer: no proxy for node %s", addr)
-				}
-				return d.DialContext(ctx, network, p.Addr())
-			}
+			dial, all := proxiedDialer(t, cl.Addrs())
 			c := newCluster(t, cl.Addrs(), dial)
 			l, err := redis.New(c, locker.WithTTL(testTTL))
 			if err != nil {

@@ -14,18 +14,25 @@ import (
 
 // TestConformanceNoPubSub runs the suite with Lockers whose ACL user may
 // not use pub/sub (-@pubsub): each Locker finds out at its first refusal and
-// polls. A restart would lose the user (no persistence): the restart cases
-// run in TestConformanceNoPubSubForced.
+// polls. A restart loses the user (no persistence): the Restart hook makes
+// it again once the server answers.
 func TestConformanceNoPubSub(t *testing.T) {
 	srv := testenv.NewRedis(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	admin := newClient(t, srv.Addr())
 	const user, pass = "locker-nopubsub", "secret"
-	if err := newClient(t, srv.Addr()).Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass, "~*", "+@all", "allchannels", "-@pubsub").Err(); err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
+	setUser := func(t testing.TB) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">"+pass, "~*", "+@all", "allchannels", "-@pubsub").Err(); err != nil {
+			t.Fatalf("ACL SETUSER: %v", err)
+		}
 	}
+	setUser(t)
 	h := singleHarnessWith(t, srv, redis.Config{}, func(o *goredis.Options) { o.Username, o.Password = user, pass })
-	h.Restart = nil
+	h.Restart = func(t testing.TB) {
+		srv.Restart(t)
+		setUser(t)
+	}
 	conformance.Run(t, h)
 }
 

@@ -25,63 +25,20 @@ func failoverClient(t testing.TB, srv *testenv.RedisSentinelServer) *goredis.Cli
 	return failoverClientVia(t, srv, nil)
 }
 
-// failoverClientVia is failoverClient dialling every server, sentinels
-// included, through dial (nil: directly).
+// failoverClientVia is failoverClient with every connection, to the
+// sentinels and to the data nodes, made by dial (nil: directly).
 func failoverClientVia(t testing.TB, srv *testenv.RedisSentinelServer, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.Client {
 	c := goredis.NewFailoverClient(&goredis.FailoverOptions{
+		Dialer:                dial,
 		MasterName:            testenv.SentinelMaster,
 		SentinelAddrs:         srv.SentinelAddrs(),
 		ContextTimeoutEnabled: true,
 		ReadTimeout:           time.Second,
 		WriteTimeout:          time.Second,
 		DialTimeout:           time.Second,
-		Dialer:                dial,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// proxiedDialer dials every address through a proxy of its own, made on
-// first use, so that one cut reaches a failover client's connections to
-// the sentinels and to whichever server is primary.
-type proxiedDialer struct {
-	t       testing.TB
-	mu      sync.Mutex
-	cut     bool
-	proxies map[string]*testenv.Proxy
-}
-
-func (p *proxiedDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	p.mu.Lock()
-	px := p.proxies[addr]
-	if px == nil {
-		px = testenv.NewProxy(p.t, addr)
-		if p.cut {
-			px.Cut()
-		}
-		p.proxies[addr] = px
-	}
-	p.mu.Unlock()
-	var d net.Dialer
-	return d.DialContext(ctx, network, px.Addr())
-}
-
-// isolate cuts every proxy, those made later included, until the heal.
-func (p *proxiedDialer) isolate() (heal func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, px := range p.proxies {
-		px.Cut()
-	}
-	return func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.cut = false
-		for _, px := range p.proxies {
-			px.Heal()
-		}
-	}
 }
 
 // TestOpenSentinel opens a Locker by URL through the sentinels (the route
@@ -351,7 +308,9 @@ func failover(t testing.TB, ctx context.Context, srv *testenv.RedisSentinelServe
 }
 
 // TestConformanceSentinel runs the suite through go-redis's failover client
-// with Config.Replicas 1, its Failover hook running SENTINEL FAILOVER.
+// with Config.Replicas 1, its Failover hook running SENTINEL FAILOVER and its
+// Isolate hook cutting the proxies through which a Locker's client reaches
+// the sentinels and the data nodes.
 func TestConformanceSentinel(t *testing.T) {
 	srv := testenv.NewRedisSentinel(t)
 	admin := failoverClient(t, srv)
@@ -359,38 +318,24 @@ func TestConformanceSentinel(t *testing.T) {
 		return redis.Config{Replicas: 1}.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 	}
 	var reps replicas
-	var mu sync.Mutex
-	dialers := map[locker.Locker]*proxiedDialer{}
 	conformance.Run(t, conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
-			pd := &proxiedDialer{t: t, proxies: map[string]*testenv.Proxy{}}
-			c := failoverClientVia(t, srv, pd.dial)
+			dial, proxies := proxiedDialer(t, append(srv.SentinelAddrs(), srv.DataAddrs()...))
+			c := failoverClientVia(t, srv, dial)
 			l, err := mk(t, c)
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: c})
-			mu.Lock()
-			dialers[l] = pd
-			mu.Unlock()
+			reps.add(l, replica{client: c, proxies: proxies})
 			return l
-		},
-		Isolate: func(t testing.TB, l locker.Locker) func() {
-			mu.Lock()
-			pd := dialers[l]
-			mu.Unlock()
-			if pd == nil {
-				t.Errorf("Isolate: not a Locker of this harness")
-				return func() {}
-			}
-			return pd.isolate()
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			return mk(t, failoverClient(t, srv), opts...)
 		},
-		Crash: reps.crash,
+		Crash:   reps.crash,
+		Isolate: reps.isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)

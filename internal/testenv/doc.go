@@ -42,17 +42,23 @@
 // way only and fail, even outside CI, naming why when it cannot serve (with
 // docker and binary the endpoint variables are ignored). The servers that
 // only a binary can give ([NewRedisTLS], [NewMySQLTLS]) then skip under
-// docker and env, and Restart skips for servers that are not processes of
-// this package.
+// docker and env.
 //
 // # Shared and dedicated servers
 //
 // [Redis], [RedisCluster], [MySQL] and [ZooKeeper] return a server shared by
 // every test of the test binary: it is started on first use and stays up
 // until [Shutdown]. Tests that share it must use their own keys (or their own
-// database, see [NewDatabase]). [NewRedis] and [NewZooKeeper] start a server
-// for one test only, stopped by t.Cleanup; use them for tests that restart
-// the server, so that tests running in parallel are not disturbed.
+// database, see [NewDatabase]).
+//
+// [NewRedis], [NewRedisCluster], [NewMySQL] and [NewZooKeeper] start a server
+// of one test's own, stopped by t.Cleanup, which its Restart method may
+// restart: a container (stopped and started again on the same ports) or a
+// binary, never the endpoint of an environment variable, which other
+// processes may be using. That endpoint stands in only under
+// LOCKER_TESTENV=env or when neither Docker nor a binary can serve. Restart
+// of a server this package did not start fails the test under CI and skips
+// it elsewhere.
 //
 // Shared servers outlive single tests, so every package that uses them stops
 // them from TestMain:

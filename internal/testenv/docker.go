@@ -145,19 +145,19 @@ func dockerHostNetwork() (bool, error) {
 
 // containerSpec describes a container whose server listens on TCP ports.
 //
-// On the bridge network (the default) the ports are published on 127.0.0.1:
-// each on a random host port, or with fixed on the same port as inside the
-// container (then chosen free on the host, for servers that announce their
-// address). On the host network (LOCKER_DOCKER_NETWORK=host) nothing is
-// published: the server listens on free host ports, on 127.0.0.1 only.
+// The ports are chosen free on the host, and the server listens on the same
+// ports inside the container: a container stopped and started again keeps
+// its address, and servers that announce their address announce the right
+// one. On the bridge network (the default) they are published on 127.0.0.1.
+// On the host network (LOCKER_DOCKER_NETWORK=host) nothing is published: the
+// server listens on the host's ports, on 127.0.0.1 only.
 type containerSpec struct {
 	image string
-	// ports are the server's default ports in the image; only the first
+	// nports is the number of ports the server listens on; only the first
 	// publish of them are reached from the host (the others, such as a
 	// cluster bus, are internal).
-	ports   []int
+	nports  int
 	publish int
-	fixed   bool
 	// opts returns the container's options for a server listening on ports,
 	// on 127.0.0.1 only when loopback is true.
 	opts func(ports []int, loopback bool) []testcontainers.ContainerCustomizer
@@ -168,35 +168,32 @@ type containerSpec struct {
 }
 
 // startContainer runs the container and waits until its server is ready. It
-// returns the host:port of each published port and the function that removes
-// the container. Every container runs with an init process (docker run
-// --init), so that it stops at once even when its main process is a shell.
-// A server that exits during startup is tried again on other ports when the
-// ports were chosen here.
-func startContainer(spec containerSpec) ([]string, func(), error) {
+// returns the host:port of each published port, and the container, which
+// the caller removes with terminateContainer. Every container runs with an
+// init process (docker run --init), so that it stops at once even when its
+// main process is a shell. A server that exits during startup is tried
+// again on other ports.
+func startContainer(spec containerSpec) ([]string, testcontainers.Container, error) {
 	host, err := dockerHostNetwork()
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
 	defer cancel()
-	choose := host || spec.fixed
-	for attempt := 1; ; attempt++ {
-		ports := spec.ports
-		if choose {
-			if ports, err = freePorts(len(spec.ports)); err != nil {
-				return nil, nil, err
-			}
-		}
-		addrs, stop, err := tryContainer(ctx, spec, ports, host)
-		if err == nil || !choose || attempt == 3 || !errors.Is(err, errExited) {
-			return addrs, stop, err
-		}
-	}
+	var (
+		addrs []string
+		c     testcontainers.Container
+	)
+	err = retryPorts(spec.nports, func(ports []int) error {
+		var err error
+		addrs, c, err = tryContainer(ctx, spec, ports, host)
+		return err
+	})
+	return addrs, c, err
 }
 
 // tryContainer is one attempt of startContainer on ports.
-func tryContainer(ctx context.Context, spec containerSpec, ports []int, host bool) ([]string, func(), error) {
+func tryContainer(ctx context.Context, spec containerSpec, ports []int, host bool) ([]string, testcontainers.Container, error) {
 	published := ports[:spec.publish]
 	names := make([]string, len(published))
 	for i, p := range published {
@@ -214,10 +211,7 @@ func tryContainer(ctx context.Context, spec containerSpec, ports []int, host boo
 				hc.PortBindings = network.PortMap{}
 			}
 			for i, name := range names {
-				hostPort := ""
-				if spec.fixed {
-					hostPort = strconv.Itoa(published[i])
-				}
+				hostPort := strconv.Itoa(published[i])
 				hc.PortBindings[network.MustParsePort(name)] = []network.PortBinding{{HostIP: loopback, HostPort: hostPort}}
 			}
 		}),
@@ -239,24 +233,15 @@ func tryContainer(ctx context.Context, spec containerSpec, ports []int, host boo
 		return nil, nil, fmt.Errorf("run container %s: %w", spec.image, err)
 	}
 	addrs := make([]string, len(published))
-	for i, name := range names {
-		port := strconv.Itoa(published[i])
-		if !host {
-			mapped, err := c.MappedPort(ctx, name)
-			if err != nil {
-				terminateContainer(c)
-				return nil, nil, fmt.Errorf("container %s: port %s: %w", spec.image, name, err)
-			}
-			port = mapped.Port()
-		}
-		addrs[i] = net.JoinHostPort("127.0.0.1", port)
+	for i, p := range published {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	if err := waitContainer(ctx, c, spec.readyWithin, func(ctx context.Context) error { return spec.ready(ctx, addrs) }); err != nil {
 		err = fmt.Errorf("container %s: %w; log:\n%s", spec.image, err, containerLogTail(c))
 		terminateContainer(c)
 		return nil, nil, err
 	}
-	return addrs, func() { terminateContainer(c) }, nil
+	return addrs, c, nil
 }
 
 // waitContainer polls probe until it succeeds, the container exits (an
@@ -303,4 +288,25 @@ func containerLogTail(c testcontainers.Container) string {
 		b = b[len(b)-4000:]
 	}
 	return indent(string(b))
+}
+
+// restartContainer stops c and starts it again, then waits until every
+// probe succeeds, within timeout. The container keeps its file system (and
+// so the server's data directory) and its ports.
+func restartContainer(c testcontainers.Container, timeout time.Duration, probes []func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	grace := stopTimeout
+	if err := c.Stop(ctx, &grace); err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	for _, probe := range probes {
+		if err := waitContainer(ctx, c, timeout, probe); err != nil {
+			return fmt.Errorf("%w; log:\n%s", err, containerLogTail(c))
+		}
+	}
+	return nil
 }

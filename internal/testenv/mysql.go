@@ -73,12 +73,11 @@ func NewMySQLTLS(t testing.TB, files TLSFiles) *MySQLServer {
 	})
 }
 
-// NewMySQL returns a MariaDB server for this test only, stopped when the
-// test ends. A server named by LOCKER_MYSQL_DSN is returned as is (and
-// cannot be restarted).
+// NewMySQL returns a MariaDB server of this test's own, which it may
+// restart, stopped when the test ends (see [ownServer]).
 func NewMySQL(t testing.TB) *MySQLServer {
 	t.Helper()
-	return dedicatedServer(t, startMySQL)
+	return ownServer(t, mysqlSource())
 }
 
 // DSN returns a go-sql-driver DSN of the server's locker_test database (or
@@ -172,14 +171,17 @@ func mysqlPing(ctx context.Context, cfg *mysql.Config) error {
 
 // startMySQL finds a MariaDB server: from the environment, Docker or a
 // binary.
-func startMySQL() (*MySQLServer, func(), error) {
+func startMySQL() (*MySQLServer, func(), error) { return mysqlSource().provision() }
+
+// mysqlSource is the ways to a MariaDB server.
+func mysqlSource() source[*MySQLServer] {
 	return source[*MySQLServer]{
 		what: "mysql (mariadb)", env: EnvMySQLDSN, install: mysqlInstall,
 		fromEnv:   mysqlFromEnv,
 		container: mysqlContainer,
 		binaries:  func() ([]string, error) { return lookPaths("mariadbd", "mariadb-install-db") },
 		start:     func(p []string) (*MySQLServer, func(), error) { return mysqlBinary(p[0], p[1], nil) },
-	}.provision()
+	}
 }
 
 // mysqlFromEnv uses the server named by LOCKER_MYSQL_DSN. Without a database
@@ -285,9 +287,9 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 
 // mysqlContainer runs mariadb:10.11 in Docker with root without a password.
 func mysqlContainer() (*MySQLServer, func(), error) {
-	addrs, stop, err := startContainer(containerSpec{
+	addrs, c, err := startContainer(containerSpec{
 		image:   mysqlImage,
-		ports:   []int{3306},
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			args := append([]string{"--port=" + strconv.Itoa(ports[0])}, mysqlServerArgs...)
@@ -312,5 +314,6 @@ func mysqlContainer() (*MySQLServer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &MySQLServer{cfg: rootConfig(addrs[0], mysqlDatabase), origin: "docker " + mysqlImage}, stop, nil
+	s := &MySQLServer{cfg: rootConfig(addrs[0], mysqlDatabase), origin: "docker " + mysqlImage, ps: containerSet(c)}
+	return s, s.ps.stop, nil
 }

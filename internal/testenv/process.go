@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // process is a server process started by this package. It is stopped by its
@@ -301,20 +303,27 @@ func dialCheck(addrs ...string) error {
 	return errors.Join(errs...)
 }
 
-// procSet is the processes of one server started by this package: none for
-// a server from the environment or Docker. It serialises restarts and the
-// final stop.
+// procSet is the processes of one server started by this package, or the
+// container it runs in; neither for a server from the environment. It
+// serialises restarts and the final stop.
 type procSet struct {
 	mu    sync.Mutex
 	procs []*process
+	ctr   testcontainers.Container
 }
 
 func newProcSet(procs ...*process) procSet { return procSet{procs: procs} }
 
-// stop stops every process, in parallel.
+// containerSet is the procSet of a server that runs in c: stop removes c.
+func containerSet(c testcontainers.Container) procSet { return procSet{ctr: c} }
+
+// stop stops every process, in parallel, or removes the container.
 func (ps *procSet) stop() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if ps.ctr != nil {
+		terminateContainer(ps.ctr)
+	}
 	stopAll(ps.procs)
 }
 
@@ -328,16 +337,28 @@ func stopAll(procs []*process) {
 }
 
 // restart stops every process and starts each again, until probes[i]
-// answers for process i, then waits for settle[i] (when given) as well.
-// server names the server in messages. It skips t when the set has no
-// processes, and fails it when one does not come back.
+// answers for process i, then waits for settle[i] (when given) as well; a
+// container is stopped and started again, until every probe answers. server
+// names the server in messages. A server with neither (one named by an
+// environment variable) cannot be restarted: t fails under [CI] and skips
+// elsewhere. t fails when the server does not come back.
 func (ps *procSet) restart(t testing.TB, server string, probes, settle []func(context.Context) error) {
 	t.Helper()
-	if len(ps.procs) == 0 {
-		t.Skipf("testenv: cannot restart %s", server)
+	if len(ps.procs) == 0 && ps.ctr == nil {
+		msg := fmt.Sprintf("testenv: cannot restart %s, which this package did not start (a test that restarts its server gets one of its own from New*)", server)
+		if CI() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	if ps.ctr != nil {
+		if err := restartContainer(ps.ctr, containerTimeout, append(probes, settle...)); err != nil {
+			t.Fatalf("testenv: restart %s: %v", server, err)
+		}
+		return
+	}
 	stopAll(ps.procs)
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()

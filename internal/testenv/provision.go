@@ -48,10 +48,17 @@ func onlyWay() (string, error) {
 // LOCKER_TESTENV asks for and that cannot serve fails, even outside CI; so
 // does, under CI, a container that does not start although Docker answers:
 // it must not hide behind the binaries.
-func (src source[S]) provision() (S, func(), error) { return src.provisionWith(dockerStatus) }
+func (src source[S]) provision() (S, func(), error) { return src.provisionWith(dockerStatus, false) }
 
-// provisionWith is provision with docker telling whether Docker answers.
-func (src source[S]) provisionWith(docker func() (bool, error)) (S, func(), error) {
+// provisionOwn is provision for a server of the caller's own, which it may
+// restart: the endpoint variable is passed over for Docker and the binaries,
+// and used only when LOCKER_TESTENV=env asks for it or when neither of the
+// others can serve.
+func (src source[S]) provisionOwn() (S, func(), error) { return src.provisionWith(dockerStatus, true) }
+
+// provisionWith is provision (or provisionOwn, with own) with docker telling
+// whether Docker answers.
+func (src source[S]) provisionWith(docker func() (bool, error), own bool) (S, func(), error) {
 	var zero S
 	only, err := onlyWay()
 	if err != nil {
@@ -81,7 +88,7 @@ func (src source[S]) provisionWith(docker func() (bool, error)) (S, func(), erro
 		return src.start(paths)
 	}
 
-	if v != "" {
+	if v != "" && !own {
 		return src.fromEnv(v)
 	}
 	var reasons []string
@@ -99,6 +106,10 @@ func (src source[S]) provisionWith(docker func() (bool, error)) (S, func(), erro
 	}
 	paths, err := src.binaries()
 	if err != nil {
+		if v != "" {
+			// Not a server of the caller's own: its Restart cannot serve.
+			return src.fromEnv(v)
+		}
 		reasons = append(reasons, err.Error())
 		return zero, nil, &unavailableError{
 			what:    src.what,
@@ -153,6 +164,17 @@ func dedicatedBinary[S any](t testing.TB, what, install string, names []string, 
 		}
 		return start(paths)
 	})
+}
+
+// ownServer returns a server of t's own, which t may restart (its Restart
+// method), stopped when t ends: a container or a binary in the package's
+// order, never the endpoint of the environment variable, which another
+// process may be using. That endpoint stands in only when LOCKER_TESTENV=env
+// asks for it, or when neither Docker nor a binary can serve; its Restart
+// then fails the test under [CI] and skips it elsewhere.
+func ownServer[S any](t testing.TB, src source[S]) S {
+	t.Helper()
+	return dedicatedServer(t, src.provisionOwn)
 }
 
 // dedicatedServer returns a server for t only, stopped when t ends.

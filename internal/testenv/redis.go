@@ -79,16 +79,18 @@ func Redis(t testing.TB) *RedisServer {
 	return sharedServer(t, "redis", startRedis)
 }
 
-// NewRedis returns a Redis server for this test only, stopped when the test
-// ends. A server named by LOCKER_REDIS_ADDR is returned as is (and cannot be
-// restarted).
+// NewRedis returns a Redis server of this test's own, which it may restart,
+// stopped when the test ends (see [ownServer]).
 func NewRedis(t testing.TB) *RedisServer {
 	t.Helper()
-	return dedicatedServer(t, startRedis)
+	return ownServer(t, redisSource())
 }
 
 // startRedis finds a Redis server: from the environment, Docker or a binary.
-func startRedis() (*RedisServer, func(), error) {
+func startRedis() (*RedisServer, func(), error) { return redisSource().provision() }
+
+// redisSource is the ways to a Redis server.
+func redisSource() source[*RedisServer] {
 	return source[*RedisServer]{
 		what: "redis", env: EnvRedisAddr, install: redisInstall,
 		fromEnv: func(addr string) (*RedisServer, func(), error) {
@@ -100,7 +102,7 @@ func startRedis() (*RedisServer, func(), error) {
 		container: redisContainer,
 		binaries:  func() ([]string, error) { return lookPaths("redis-server") },
 		start:     func(p []string) (*RedisServer, func(), error) { return redisBinary(p[0], nil) },
-	}.provision()
+	}
 }
 
 // redisArgs are the arguments of a throw-away redis-server on port in dir.
@@ -180,9 +182,9 @@ func redisBinary(path string, tls *TLSFiles) (*RedisServer, func(), error) {
 
 // redisContainer runs redis:7 in Docker.
 func redisContainer() (*RedisServer, func(), error) {
-	addrs, stop, err := startContainer(containerSpec{
+	addrs, c, err := startContainer(containerSpec{
 		image:   redisImage,
-		ports:   []int{6379},
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			cmd := []string{"redis-server", "--port", strconv.Itoa(ports[0]),
@@ -198,7 +200,8 @@ func redisContainer() (*RedisServer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &RedisServer{addr: addrs[0], origin: "docker " + redisImage}, stop, nil
+	s := &RedisServer{addr: addrs[0], origin: "docker " + redisImage, ps: containerSet(c)}
+	return s, s.ps.stop, nil
 }
 
 // RedisClusterServer is a Redis Cluster of three masters (no replicas) for
@@ -228,12 +231,11 @@ func (s *RedisClusterServer) Restart(t testing.TB) {
 	s.ps.restart(t, fmt.Sprintf("the redis cluster at %v from %s", s.addrs, s.origin), probes, settle)
 }
 
-// NewRedisCluster returns a Redis Cluster for this test only, stopped when
-// the test ends. A cluster named by LOCKER_REDIS_CLUSTER_ADDRS is returned as
-// is (and cannot be restarted).
+// NewRedisCluster returns a Redis Cluster of this test's own, which it may
+// restart, stopped when the test ends (see [ownServer]).
 func NewRedisCluster(t testing.TB) *RedisClusterServer {
 	t.Helper()
-	return dedicatedServer(t, startRedisCluster)
+	return ownServer(t, redisClusterSource())
 }
 
 // Addrs returns the addresses (host:port) of the cluster's nodes; any of
@@ -255,6 +257,11 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 // startRedisCluster finds a Redis Cluster: from the environment, Docker or
 // binaries.
 func startRedisCluster() (*RedisClusterServer, func(), error) {
+	return redisClusterSource().provision()
+}
+
+// redisClusterSource is the ways to a Redis Cluster.
+func redisClusterSource() source[*RedisClusterServer] {
 	return source[*RedisClusterServer]{
 		what: "redis cluster", env: EnvRedisClusterAddrs, install: redisClusterInstall,
 		fromEnv: func(v string) (*RedisClusterServer, func(), error) {
@@ -269,7 +276,7 @@ func startRedisCluster() (*RedisClusterServer, func(), error) {
 		start: func(p []string) (*RedisClusterServer, func(), error) {
 			return redisClusterBinary(p[0], p[1])
 		},
-	}.provision()
+	}
 }
 
 // redisClusterBinary starts three cluster-enabled redis-server processes,
@@ -330,11 +337,10 @@ func redisClusterBinary(server, cli string) (*RedisClusterServer, func(), error)
 // from the host. The script's last command waits forever; the container's
 // init process ends it when the container stops.
 func redisClusterContainer() (*RedisClusterServer, func(), error) {
-	addrs, stop, err := startContainer(containerSpec{
+	addrs, c, err := startContainer(containerSpec{
 		image:   redisImage,
-		ports:   make([]int, 2*clusterNodes), // chosen free: clients', then buses'
+		nports:  2 * clusterNodes, // clients', then buses'
 		publish: clusterNodes,
-		fixed:   true,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			var script strings.Builder
 			var nodes []string
@@ -366,5 +372,6 @@ func redisClusterContainer() (*RedisClusterServer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &RedisClusterServer{addrs: addrs, origin: "docker " + redisImage}, stop, nil
+	s := &RedisClusterServer{addrs: addrs, origin: "docker " + redisImage, ps: containerSet(c)}
+	return s, s.ps.stop, nil
 }

@@ -518,16 +518,32 @@ func TestEnvEndpoints(t *testing.T) {
 		t.Errorf("EtcdEndpoints() with the variable unset = %q, true; want false", eps)
 	}
 
-	// An endpoint from the environment is used as is and cannot be restarted.
+	// An endpoint from the environment is used as is and cannot be
+	// restarted: that fails under CI and skips elsewhere.
 	redis := Redis(t)
 	t.Setenv(EnvRedisAddr, redis.Addr())
-	s := NewRedis(t)
-	if s.Addr() != redis.Addr() {
-		t.Errorf("NewRedis with %s=%s gave %s", EnvRedisAddr, redis.Addr(), s.Addr())
+	s, stop, err := startRedis()
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := outcome(t, s.Restart)
-	if !r.skipped {
-		t.Errorf("Restart of a server from %s: skipped=%v failed=%v; want a skip", EnvRedisAddr, r.skipped, r.failed)
+	defer stop()
+	if s.Addr() != redis.Addr() {
+		t.Errorf("startRedis with %s=%s gave %s", EnvRedisAddr, redis.Addr(), s.Addr())
+	}
+	for _, ci := range []string{"", "true"} {
+		t.Setenv("CI", ci)
+		r := outcome(t, s.Restart)
+		if r.skipped == (ci == "true") || r.failed != (ci == "true") {
+			t.Errorf("CI=%q: Restart of a server from %s: skipped=%v failed=%v; want a failure under CI, a skip elsewhere", ci, EnvRedisAddr, r.skipped, r.failed)
+		}
+	}
+
+	// NewRedis gives a server of the test's own, which it may restart,
+	// whatever the variable names.
+	if own := NewRedis(t); own.Addr() == redis.Addr() {
+		t.Errorf("NewRedis with %s=%s gave that server; want one of its own", EnvRedisAddr, redis.Addr())
+	} else if r := outcome(t, own.Restart); r.skipped || r.failed {
+		t.Errorf("Restart of NewRedis's server: skipped=%v failed=%v (%s); want it restarted", r.skipped, r.failed, r.msg)
 	}
 
 	// An endpoint that does not answer fails, even outside CI.
@@ -537,8 +553,8 @@ func TestEnvEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(EnvRedisAddr, fmt.Sprintf("127.0.0.1:%d", port))
-	if r := outcome(t, func(t testing.TB) { NewRedis(t) }); !r.failed {
-		t.Errorf("NewRedis with an unreachable %s: failed=%v skipped=%v; want a failure", EnvRedisAddr, r.failed, r.skipped)
+	if r := outcome(t, func(t testing.TB) { _, _, err := startRedis(); report(t, err) }); !r.failed {
+		t.Errorf("a Redis server from an unreachable %s: failed=%v skipped=%v; want a failure", EnvRedisAddr, r.failed, r.skipped)
 	}
 }
 
@@ -640,7 +656,7 @@ func TestContainerFailureDoesNotFallBack(t *testing.T) {
 		t.Setenv("CI", tc.ci)
 		t.Setenv(EnvTestenv, tc.only)
 		var f fakeSource
-		got, _, err := f.source(broken).provisionWith(dockerUp)
+		got, _, err := f.source(broken).provisionWith(dockerUp, false)
 		if tc.want == "" {
 			if err == nil || !errors.Is(err, broken) && !strings.Contains(err.Error(), broken.Error()) {
 				t.Errorf("CI=%q %s=%q, container fails: got %q, %v; want the container's error", tc.ci, EnvTestenv, tc.only, got, err)
@@ -664,6 +680,7 @@ func TestOnlyOneWay(t *testing.T) {
 	for _, tc := range []struct {
 		only, envValue string
 		docker         func() (bool, error)
+		own            bool   // provisionOwn: a server the test may restart
 		want, errPart  string // want "" for an error containing errPart
 	}{
 		{only: "env", envValue: "x", docker: dockerUp, want: "env"},
@@ -675,12 +692,18 @@ func TestOnlyOneWay(t *testing.T) {
 		{only: "", docker: dockerUp, want: "docker"},
 		{only: "", docker: dockerDown, want: "binary"},
 		{only: "containers", docker: dockerUp, errPart: EnvTestenv + `="containers"`},
+		// A server of the test's own passes the endpoint over, unless it
+		// is the only way allowed.
+		{own: true, only: "", envValue: "x", docker: dockerUp, want: "docker"},
+		{own: true, only: "", envValue: "x", docker: dockerDown, want: "binary"},
+		{own: true, only: "env", envValue: "x", docker: dockerUp, want: "env"},
+		{own: true, only: "docker", envValue: "x", docker: dockerUp, want: "docker"},
 	} {
 		t.Setenv(EnvTestenv, tc.only)
 		t.Setenv(addr, tc.envValue)
 		var f fakeSource
-		got, _, err := f.source(nil).provisionWith(tc.docker)
-		name := fmt.Sprintf("%s=%q %s=%q", EnvTestenv, tc.only, addr, tc.envValue)
+		got, _, err := f.source(nil).provisionWith(tc.docker, tc.own)
+		name := fmt.Sprintf("%s=%q %s=%q own=%v", EnvTestenv, tc.only, addr, tc.envValue, tc.own)
 		switch {
 		case tc.want != "" && (err != nil || got != tc.want):
 			t.Errorf("%s: got %q, %v; want %q", name, got, err, tc.want)
@@ -691,6 +714,17 @@ func TestOnlyOneWay(t *testing.T) {
 		if tc.want == "" && errors.As(err, &ue) {
 			t.Errorf("%s: error %v is an unavailability (a skip outside CI); want a failure", name, err)
 		}
+	}
+
+	// With neither Docker nor a binary, the endpoint stands in for a server
+	// of the test's own.
+	t.Setenv(EnvTestenv, "")
+	t.Setenv(addr, "x")
+	var f fakeSource
+	src := f.source(nil)
+	src.binaries = func() ([]string, error) { return nil, errors.New("no fake here") }
+	if got, _, err := src.provisionWith(dockerDown, true); err != nil || got != "env" {
+		t.Errorf("own server without Docker and binaries, %s=x: got %q, %v; want %q", addr, got, err, "env")
 	}
 
 	// Missing binaries fail when binaries were asked for.

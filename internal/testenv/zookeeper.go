@@ -66,17 +66,19 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 	return sharedServer(t, "zookeeper", startZooKeeper)
 }
 
-// NewZooKeeper returns a ZooKeeper server for this test only, stopped when
-// the test ends. Servers named by LOCKER_ZK_SERVERS are returned as is (and
-// cannot be restarted).
+// NewZooKeeper returns a ZooKeeper server of this test's own, which it may
+// restart, stopped when the test ends (see [ownServer]).
 func NewZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
-	return dedicatedServer(t, startZooKeeper)
+	return ownServer(t, zkSource())
 }
 
 // startZooKeeper finds a ZooKeeper server: from the environment, Docker or
 // the jars.
-func startZooKeeper() (*ZooKeeperServer, func(), error) {
+func startZooKeeper() (*ZooKeeperServer, func(), error) { return zkSource().provision() }
+
+// zkSource is the ways to a ZooKeeper server.
+func zkSource() source[*ZooKeeperServer] {
 	var cp string
 	return source[*ZooKeeperServer]{
 		what: "zookeeper", env: EnvZooKeeperServers, install: zkInstall,
@@ -95,7 +97,7 @@ func startZooKeeper() (*ZooKeeperServer, func(), error) {
 			return paths, errors.Join(err1, err2)
 		},
 		start: func(p []string) (*ZooKeeperServer, func(), error) { return zkBinary(p[0], cp) },
-	}.provision()
+	}
 }
 
 // zkClasspath finds the ZooKeeper jars: a distribution directory
@@ -187,9 +189,9 @@ admin.enableServer=false
 // in the image's default "server.1=localhost:2888:3888;2181"; a standalone
 // server opens no quorum port.
 func zkContainer() (*ZooKeeperServer, func(), error) {
-	addrs, stop, err := startContainer(containerSpec{
+	addrs, c, err := startContainer(containerSpec{
 		image:   zkImage,
-		ports:   []int{2181},
+		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
 			client := strconv.Itoa(ports[0])
@@ -213,7 +215,8 @@ func zkContainer() (*ZooKeeperServer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &ZooKeeperServer{servers: addrs, origin: "docker " + zkImage}, stop, nil
+	s := &ZooKeeperServer{servers: addrs, origin: "docker " + zkImage, ps: containerSet(c)}
+	return s, s.ps.stop, nil
 }
 
 // zkServing checks with the "srvr" four-letter word that the server at addr

@@ -16,19 +16,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/golocker/locker/internal/etcdserver"
 	"github.com/golocker/locker/internal/storeenv"
 	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/internal/testenv/internal/child"
 )
 
 // store starts one kind of server and returns the value of its variable.
@@ -140,33 +138,13 @@ func run(only string, args []string) int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Signals go on to the command; this process outlives it to stop the
 	// servers.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	err := cmd.Start()
+	wait, err := child.Start(cmd)
+	code := 1
 	if err == nil {
-		done := make(chan struct{})
-		go func() {
-			for {
-				select {
-				case s := <-sigs:
-					_ = cmd.Process.Signal(s)
-				case <-done:
-					return
-				}
-			}
-		}()
-		err = cmd.Wait()
-		close(done)
+		code, err = wait()
 	}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return max(exit.ExitCode(), 1)
-	default:
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "withstores: %v\n", err)
-		return 1
 	}
+	return code
 }
