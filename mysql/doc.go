@@ -26,80 +26,18 @@
 //
 // # How it works
 //
-// Acquire: one conditional UPDATE takes an existing row when it is not
-// RUNNING or its lock_until has passed, setting RUNNING, the owner token and
-// label, start_time, lock_until = now + TTL and version = version + 1 (read
-// back in the same round trip through LAST_INSERT_ID(expr)). Exactly one
-// affected row means acquired. A missing row is created already taken by
-// INSERT IGNORE (no duplicate-key error when another replica creates it
-// first). Uncontended: one round trip for a known key, two for a new one.
-// When both statements affect nothing, one SELECT reads the holder's
-// remaining time, so that waiters never sleep past it.
+// The row is the lock. Acquire is one conditional UPDATE of a row that is
+// free or expired, or an INSERT IGNORE of a missing row; it advances the
+// version, which is the fencing token. Renew moves lock_until forward for
+// all of a Locker's locks in one UPDATE per 512. Release sets FINISH where
+// owner and version match. Every instant is the database's clock
+// (UTC_TIMESTAMP(6)), never a replica's.
 //
-// Every acquiring statement carries a fence, an instant of the database
-// clock after which it takes nothing: a quarter of the TTL after it was
-// sent (at least 250 ms, at most 2 s), or the call's ctx deadline if
-// sooner. The Locker maps its own clock to the database's through readings
-// of UTC_TIMESTAMP(6). A statement whose outcome is unknown (its ctx ended,
-// its connection broke) is undone in the background once the database
-// clock has passed its fence, retried until the database answers. So a
-// statement that a healed partition delivers late, after the caller gave
-// up, finds either its fence passed or its undo still to come.
-//
-// Renew moves lock_until forward where key, owner and version still match:
-// all the locks a Locker holds in one UPDATE per 512 (two statements per
-// renewal tick for 1,000 held locks), plus one SELECT when some lock did not
-// match, to tell which were lost. Release sets FINISH and finish_time where
-// owner and version match.
-//
-// Every instant is the database's clock (UTC_TIMESTAMP(6)): expiry never
-// depends on a replica's clock, so skewed replicas cannot both believe a
-// lock expired. UTC_TIMESTAMP rather than NOW: NOW follows each session's
-// time_zone, and two sessions in different zones (or one across a daylight
-// saving change) would disagree about expiry.
-//
-// Waiting: waiters of a contended key line up for a MariaDB/MySQL named lock
-// (GET_LOCK), each on a connection of its own; the server queues them in
-// arrival order. The first in line gets the name when the holder lets it go,
-// in its release UPDATE (RELEASE_LOCK is evaluated once the statement holds
-// the row: the woken waiter's UPDATE waits for the row until the release
-// commits), takes the row with one UPDATE and keeps the name while it holds
-// the row: a release wakes exactly the next waiter, nobody polls, and a
-// Locker that locks the key again right after its Unlock lines up behind
-// the others instead of taking the key back (a key counts as
-// contended for a Locker from the moment it found it held until a second
-// after its last acquisition from the line; other keys take the fast path,
-// one UPDATE, whose holder's Locker takes the name 5 ms later, so a
-// Lock+Unlock shorter than that sends no named-lock statement at all). A
-// cancelled wait is killed in the server (KILL QUERY on its own connection)
-// before Lock returns, so the name is never granted to a waiter that gave up.
-//
-// The named lock is only an order and a wake-up signal, never a source of
-// truth: when it is missing or wrong (a crashed holder, a broken connection,
-// a TryLock holder that has not taken it) the first in line finds the row
-// held, gives the name back and lines up again after a polling step, never
-// sleeping past the holder's lock_until. Nor is it ever a reason to wait
-// much longer than polling would: each GET_LOCK waits the Locker's next
-// backoff step (locker.WithBackoff), at least 500 ms so that waiters keep
-// their place in line and at most 1 s, and then the waiter tries the table,
-// so a session that holds a key's named lock without holding the key (the
-// names are predictable, and GET_LOCK needs no privilege) delays a hand-off
-// by about that much. MySQL rounds GET_LOCK timeouts to whole seconds: there
-// a wait is 1 s. It costs one pooled connection per Locker while it holds
-// fast-path locks (all their named locks share it) and one per Lock call
-// waiting in line or holding what it got from the line, at most 16 per
-// Locker (a quarter of the pool's MaxOpenConns when set), returned to the
-// pool after 10 s idle; more waiters poll. [Config.PollOnly] turns it off.
-//
-// Measured on MariaDB 10.11 over loopback, on a 2-core machine at load 6–9,
-// one run of integration/mysql BenchmarkScenarios (the implementations
-// alternate in rounds): clients on one key, hand-offs/s at 4 / 16 / 64
-// clients 1,461 / 1,260 / 1,537, per-client min/max 0.96 / 0.94 / 0.85,
-// wait p99 8 / 30 / 148 ms; the raw poller (the same UPDATE every
-// millisecond) 1,253 / 472 / 74, and the previous wake-ups (every waiter
-// woken to race for the row, polling while the holder had no named lock)
-// 1,377 / 684 / 62, min/max 0.06 at 16 clients, p99 483 ms. Hand-off from
-// Unlock to the waiter's Lock returning: 1.6 ms p50.
+// Waiters line up for a named lock (GET_LOCK), which a release hands to the
+// next waiter; the named lock is a wake-up, never the truth. Every
+// acquiring statement carries a fence on the database clock, after which it
+// takes nothing, so a statement delivered late cannot leave a phantom
+// holder. docs/design.md in the repository gives the reasons.
 //
 // # Guarantees
 //
@@ -117,9 +55,8 @@
 //   - The row records the latest run: state, holder label, start, finish
 //     and update times, readable with [LastRun]. A RUNNING row that is no
 //     longer held is a run that never released (crashed or lost).
-//   - Uncontended Lock+Unlock is two round trips (prepared statements on
-//     db's pool, outside GORM's default transaction), within 1.3× the same
-//     SQL issued directly through database/sql.
+//   - Uncontended Lock+Unlock is two round trips, on prepared statements
+//     outside GORM's default transaction.
 //
 // # Limits
 //
@@ -168,6 +105,11 @@
 //     as not acquired) or their ctx. Keep guarded transactions short.
 //   - A contended attempt costs three statements (UPDATE, INSERT IGNORE,
 //     SELECT of the remaining time); waiters make one per wake-up.
+//   - Wake-ups cost one pooled connection per Locker for its fast-path
+//     locks, and one per Lock waiting in line, at most 16 per Locker (a
+//     quarter of MaxOpenConns when set); more waiters poll. Each GET_LOCK
+//     waits 500 ms to 1 s, so a session that holds a key's named lock
+//     without the key delays a hand-off by about that much.
 //   - The owner label is cut to 255 characters.
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.
