@@ -47,10 +47,11 @@
 //     that expires (reported on the events channel given to [New]) or a
 //     connection that is closed ends every lock taken in it at once; later
 //     locks use the new session the client establishes. A node deleted
-//     behind its holder's back ends that lock at the next renewal round
-//     (within TTL/3); so does a waiter's node deleted behind its back once
-//     the waiter knows it is next, which gets the lock when the holder's
-//     node goes. (Deleting another's nodes is outside what the lock
+//     behind its holder's back ends that lock when ZooKeeper's event
+//     arrives (the holder watches its node), at the latest at the next
+//     renewal round (within TTL/3); so does a waiter's node deleted behind
+//     its back once the waiter knows it is next, which gets the lock when
+//     the holder's node goes. (Deleting another's nodes is outside what the lock
 //     protects against: see Trust in Limits.)
 //   - A lock whose holder gave up on it (its renewals failed until the local
 //     deadline, or its Unlock's outcome was unknown) while the session lives
