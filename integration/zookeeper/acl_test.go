@@ -94,6 +94,22 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	if _, err := other.Set(node, []byte("x"), -1); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("Set(%s) by another client = %v; want zk.ErrNoAuth (lock nodes are READ-only)", node, err)
 	}
+	// A second Locker without credentials, whose first node is a lock node
+	// under an existing key's node, finds out too.
+	var logs2 lockedBuffer
+	conn2, events2 := connectWith(t, srv, testTTL)
+	l2, err := zookeeper.Config{Root: root}.New(conn2, events2, locker.WithTTL(testTTL),
+		locker.WithLogger(slog.New(slog.NewTextHandler(&logs2, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if _, err := l2.TryLock(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("TryLock of a held key by a Locker without credentials = %v; want ErrNotAcquired", err)
+	}
+	if out := logs2.String(); !strings.Contains(out, "anyone who reaches ZooKeeper can break the locks") {
+		t.Errorf("a Locker on a connection without credentials must warn that anyone can break its locks; logged:\n%s", out)
+	}
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
