@@ -1,13 +1,11 @@
 package zookeeper_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +15,6 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/zookeeper"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use, for a Locker's
-// log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // lockNode returns the path of the only lock node of key under root.
 func lockNode(t *testing.T, c *zk.Conn, root, key string) (parent, node string) {
@@ -69,7 +48,7 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	root := "/locker-acl-" + rand.Text()[:10]
 	conn, events := connectWith(t, srv, testTTL)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	l, err := zookeeper.Config{Root: root}.New(conn, events, locker.WithTTL(testTTL),
 		locker.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
@@ -96,7 +75,7 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	}
 	// A second Locker without credentials, whose first node is a lock node
 	// under an existing key's node, finds out too.
-	var logs2 lockedBuffer
+	var logs2 testenv.LogBuffer
 	conn2, events2 := connectWith(t, srv, testTTL)
 	l2, err := zookeeper.Config{Root: root}.New(conn2, events2, locker.WithTTL(testTTL),
 		locker.WithLogger(slog.New(slog.NewTextHandler(&logs2, nil))))
