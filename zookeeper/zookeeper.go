@@ -67,7 +67,7 @@ type Config struct {
 	ACL []zk.ACL
 
 	// Digest, when set ("user:password"), is added to the connection
-	// (conn.AddAuth("digest", …)) by New, and so makes the default ACL the
+	// (conn.AddAuth("digest", …)) by New, and makes the default ACL the
 	// creator's alone.
 	Digest string
 }
@@ -134,15 +134,13 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 
 // nodeACL returns the ACLs of the nodes a Locker made with c creates.
 func (c Config) nodeACL() *nodeACL {
-	switch {
-	case len(c.ACL) > 0:
+	if len(c.ACL) > 0 {
 		return &nodeACL{containers: c.ACL, locks: c.ACL}
-	case c.Digest != "":
-		containers, locks := DefaultACL(true)
-		return &nodeACL{containers: containers, locks: locks}
 	}
+	// Without Digest, the connection may carry the caller's credentials,
+	// or none: the first create tells.
 	containers, locks := DefaultACL(true)
-	return &nodeACL{containers: containers, locks: locks, probe: true}
+	return &nodeACL{containers: containers, locks: locks, probe: c.Digest == ""}
 }
 
 // Guard returns a ZooKeeper operation that succeeds only while lk is still
