@@ -195,7 +195,8 @@ func TestCancelledCreateInFlight(t *testing.T) {
 }
 
 // Waiters are served in arrival order, and each watches only the two nodes
-// just before its own: no watch on the queue itself, at most two per node.
+// just before its own: no watch on the queue itself, at most two per node,
+// and one more on the holder's node, its holder's own.
 func TestFIFOAndPredecessorWatches(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
@@ -236,6 +237,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 	for i, n := range queue[:waiters] { // every node but the last is watched by its next two successors
 		want[parent+"/"+n] = min(2, waiters-i)
 	}
+	want[parent+"/"+queue[0]]++ // the holder's
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		watched, err := watchesByPath(e.srv.Servers()[0], parent)
 		if err != nil {
@@ -246,7 +248,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("watches under %s = %v, want two on each node but the last two (%v): each waiter watches only the two nodes before its own", parent, watched, want)
+			t.Errorf("watches under %s = %v, want two on each node but the last two, and the holder's own (%v): each waiter watches only the two nodes before its own", parent, watched, want)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
