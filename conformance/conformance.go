@@ -36,7 +36,7 @@
 //     bounds only the wait, cancelling it later does not release the lock.
 //   - Cancellation: Lock calls whose ctx ends fail with ErrNotAcquired and
 //     ctx.Err(), and leave nothing behind: once the holder unlocks, the key
-//     is free at once and stays free.
+//     is free within TTL/2 and stays free.
 //   - Ownership: a second Unlock, or the Unlock of a stale handle, fails with
 //     ErrNotHeld and never releases the current holder.
 //   - OwnershipAfterCrash (Crash): the same after the holder crashed and
