@@ -61,6 +61,14 @@
 // RenewBatch, Release and Keep act on that holder only. A store that lets
 // several holders share a key (a semaphore, read holds) keeps this
 // contract: each holder has its own owner token and its own lease.
+//
+// # Shared holds
+//
+// A [Sharer] grants semaphore permits and read or write holds of a
+// read-write lock. Each is a lease like a lock's: renewed in the same batch,
+// lost, released and kept by key and owner token. The engine waits for a
+// shared hold with [Backoff.Poll], woken by the [Notifier] when there is
+// one; the store queues the waiter where it can (see [Share.Queue]).
 package driver
 
 import (
