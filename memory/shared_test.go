@@ -1,0 +1,102 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/memory"
+)
+
+// TestSharedConflicts checks that a key is one kind of lock at a time: a
+// semaphore with two limits, a semaphore and a read-write lock, a shared
+// hold and a plain lock all fail with ErrInvalidOption naming both sides.
+func TestSharedConflicts(t *testing.T) {
+	store := memory.NewStore()
+	l, err := memory.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := t.Context()
+	four, _ := locker.NewSemaphore(l, "k", 4)
+	five, _ := locker.NewSemaphore(l, "k", 5)
+	rw, _ := locker.NewRWMutex(l, "k")
+	p, err := four.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"limit 5": func() error { _, err := five.TryAcquire(ctx); return err },
+		"rwmutex": func() error { _, err := rw.RLock(ctx); return err },
+		"lock":    func() error { _, err := l.Lock(ctx, "k"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "4") {
+			t.Errorf("%s on a semaphore of 4: got %v, want ErrInvalidOption naming the limit 4", name, err)
+		}
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("the key must be free for a plain lock once the last permit is back: %v", err)
+	}
+	if _, err := five.TryAcquire(ctx); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("TryAcquire on a plain lock's key: got %v, want ErrInvalidOption", err)
+	}
+	_ = lk.Unlock(ctx)
+}
+
+// TestSemaphoreWeights checks weighted permits and that a heavy waiter is
+// not overtaken by later light ones.
+func TestSemaphoreWeights(t *testing.T) {
+	store := memory.NewStore()
+	a, _ := memory.New(store)
+	b, _ := memory.New(store)
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	sa, _ := locker.NewSemaphore(a, "w", 3)
+	sb, _ := locker.NewSemaphore(b, "w", 3)
+	p1, err := sa.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.TryAcquireN(ctx, 2); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("2 permits of 3 with 2 taken: got %v, want ErrNotAcquired", err)
+	}
+	heavy := make(chan error, 1)
+	go func() {
+		p, err := sb.AcquireN(ctx, 3)
+		if err == nil {
+			err = p.Unlock(ctx)
+		}
+		heavy <- err
+	}()
+	// Once the heavy request waits in line, a light one must not pass it.
+	for store.Subscribers("w") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if p, err := sa.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Error("a permit was granted past a waiting request for 3")
+	}
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-heavy; err != nil {
+		t.Fatalf("AcquireN(3) once the permits were back: %v", err)
+	}
+	if _, err := sa.AcquireN(ctx, 4); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("AcquireN above the limit: got %v, want ErrInvalidOption", err)
+	}
+	if _, err := locker.NewSemaphore(a, "w", 0); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("NewSemaphore with limit 0: got %v, want ErrInvalidOption", err)
+	}
+}
