@@ -100,3 +100,55 @@ func TestSemaphoreWeights(t *testing.T) {
 		t.Errorf("NewSemaphore with limit 0: got %v, want ErrInvalidOption", err)
 	}
 }
+
+// TestSharedRenewAndClose checks that permits and read holds are renewed
+// past their TTL, and that Close ends and releases them.
+func TestSharedRenewAndClose(t *testing.T) {
+	store := memory.NewStore()
+	const ttl = 300 * time.Millisecond
+	a, _ := memory.New(store, locker.WithTTL(ttl))
+	b, _ := memory.New(store, locker.WithTTL(ttl))
+	defer b.Close()
+	ctx := t.Context()
+	sa, _ := locker.NewSemaphore(a, "s", 1)
+	ra, _ := locker.NewRWMutex(a, "r")
+	p, err := sa.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ra.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	for _, lk := range []locker.Lock{p, r} {
+		if lk.Err() != nil {
+			t.Fatalf("a shared hold must be renewed while held: %v", lk.Err())
+		}
+	}
+	sb, _ := locker.NewSemaphore(b, "s", 1)
+	rb, _ := locker.NewRWMutex(b, "r")
+	if _, err := sb.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the only permit, renewed, must stay taken: got %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, lk := range []locker.Lock{p, r} {
+		select {
+		case <-lk.Done():
+		default:
+			t.Fatal("Close must close the Done of every shared hold")
+		}
+	}
+	if q, err := sb.TryAcquire(ctx); err != nil {
+		t.Fatalf("Close must give the permit back: %v", err)
+	} else {
+		_ = q.Unlock(ctx)
+	}
+	if w, err := rb.TryLock(ctx); err != nil {
+		t.Fatalf("Close must release the read hold: %v", err)
+	} else {
+		_ = w.Unlock(ctx)
+	}
+}
