@@ -357,6 +357,12 @@ type Status struct {
 	// Waiters is how many contenders are queued for the key in the store; 0
 	// for stores where waiters poll (MySQL).
 	Waiters int
+	// Limit is the number of permits of a semaphore's key; 0 for other keys.
+	Limit int
+	// Holders lists every holder of a key held by shared holds (semaphore
+	// permits, read or write holds); nil for other keys. Held, Label,
+	// Token, Acquired and Expires then describe the newest holder.
+	Holders []Holder
 }
 
 // Inspector is implemented by drivers that can tell who holds a key

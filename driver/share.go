@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Mode is the kind of a shared hold.
@@ -89,4 +90,18 @@ type Sharer interface {
 	// does not fit now, one matching ErrConflict when it never can (see
 	// ErrConflict), and any other error when the store failed.
 	TryAcquireShared(ctx context.Context, req Request, s Share) (Grant, error)
+}
+
+// Holder is one holder of a key held by shared holds, in [Status.Holders].
+type Holder struct {
+	// Mode is the kind of hold.
+	Mode Mode
+	// Weight is how many permits it takes (Permits), or 1.
+	Weight int
+	// Label is the holder's owner label.
+	Label string
+	// Token is the hold's fencing token.
+	Token uint64
+	// Acquired and Expires are as in [Status]; zero when unknown.
+	Acquired, Expires time.Time
 }

@@ -300,13 +300,15 @@ func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 		st.Acquired, st.Expires = e.acquired.Round(0), e.expires.Round(0) // wall clock only
 	}
 	if sh := s.liveShared(key, now); sh != nil {
-		// The newest holder stands for them all.
 		st.Waiters = len(sh.waiters)
-		for _, h := range sh.holders {
-			if h.token > st.Token {
-				st.Held, st.Label, st.Token = true, h.label, h.token
-				st.Acquired, st.Expires = h.acquired.Round(0), h.expires.Round(0)
-			}
+		if !sh.rw {
+			st.Limit = sh.limit
+		}
+		st.Holders = sh.status()
+		if n := len(st.Holders); n > 0 {
+			newest := st.Holders[n-1]
+			st.Held, st.Label, st.Token = true, newest.Label, newest.Token
+			st.Acquired, st.Expires = newest.Acquired, newest.Expires
 		}
 	}
 	return st, nil

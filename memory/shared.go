@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -224,4 +225,15 @@ func (s *Store) releaseShared(key, owner string, now time.Time) bool {
 	s.notifyLocked(key)
 	s.liveShared(key, now) // drops it when empty
 	return true
+}
+
+// status lists the holders, oldest first, for Inspect (wall clock only).
+func (sh *shared) status() []driver.Holder {
+	hs := make([]driver.Holder, 0, len(sh.holders))
+	for _, h := range sh.holders {
+		hs = append(hs, driver.Holder{Mode: h.mode, Weight: h.weight, Label: h.label, Token: h.token,
+			Acquired: h.acquired.Round(0), Expires: h.expires.Round(0)})
+	}
+	slices.SortFunc(hs, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return hs
 }

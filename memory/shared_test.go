@@ -152,3 +152,42 @@ func TestSharedRenewAndClose(t *testing.T) {
 		_ = w.Unlock(ctx)
 	}
 }
+
+// TestSharedInspect checks that Inspect of a semaphore's key lists its
+// holders with their weights, and its limit.
+func TestSharedInspect(t *testing.T) {
+	store := memory.NewStore()
+	l, _ := memory.New(store, locker.WithOwnerLabel("worker-1"))
+	defer l.Close()
+	ctx := t.Context()
+	sem, _ := locker.NewSemaphore(l, "s", 4)
+	p1, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := sem.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := locker.Inspect(ctx, l, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Limit != 4 || len(st.Holders) != 2 || st.Token != p2.Token() {
+		t.Fatalf("Inspect = %+v, want held, limit 4, 2 holders, newest token %d", st, p2.Token())
+	}
+	for i, want := range []struct {
+		token  uint64
+		weight int
+	}{{p1.Token(), 1}, {p2.Token(), 2}} {
+		h := st.Holders[i]
+		if h.Token != want.token || h.Weight != want.weight || h.Mode != locker.Permits || h.Label != "worker-1" || h.Expires.IsZero() {
+			t.Errorf("holder %d = %+v, want token %d, weight %d, permits, label worker-1, an expiry", i, h, want.token, want.weight)
+		}
+	}
+	_ = p1.Unlock(ctx)
+	_ = p2.Unlock(ctx)
+	if st, err := locker.Inspect(ctx, l, "s"); err != nil || st.Held || st.Holders != nil || st.Limit != 0 {
+		t.Fatalf("Inspect of a free key = %+v, %v; want nothing", st, err)
+	}
+}
