@@ -149,8 +149,11 @@
 //   - SharedCancellation: a writer whose wait ended leaves no place in line
 //     that holds readers up; waits for a permit whose ctx ended leave
 //     nothing that takes it later.
+//   - SharedLossIsolate (Isolate): the holders of a permit and of a read
+//     hold, cut off from the store, have their Done closed before another
+//     Locker gets the permit or the key.
 //
-// The shared-hold cases (the last six) skip, saying so, for a Locker with no
+// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
@@ -281,6 +284,7 @@ var cases = []testCase{
 	{name: "RWWriterFirst", run: testRWWriterFirst},
 	{name: "SharedFencing", run: testSharedFencing},
 	{name: "SharedCancellation", run: testSharedCancellation},
+	{name: "SharedLossIsolate", run: testSharedLossIsolate},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

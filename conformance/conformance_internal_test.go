@@ -228,7 +228,7 @@ const (
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
 		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits", "SharedFencing"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},

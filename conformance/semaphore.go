@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/golocker/locker"
 )
 
 // testSemaphoreLimit races more Lockers and goroutines than the limit on
@@ -104,4 +106,42 @@ func testSemaphoreCrash(c *caseT) {
 	c.held(pb, "the permit of a holder that did not crash must stay held")
 	c.unlock(ctx, p, heldUntil)
 	c.unlock(ctx, pb, heldUntil)
+}
+
+// testSharedLossIsolate cuts the holders of a semaphore's permit and of a
+// read hold off from the store and checks that each one's Done closes
+// before another Locker gets what it held.
+func testSharedLossIsolate(c *caseT) {
+	c.need("Isolate", c.h.Isolate != nil, "cut a Locker off from the store")
+	ctx := c.ctx(c.within(4))
+	a, b := c.newLocker(), c.newLocker()
+	sa := c.semaphore(a, c.key(), 1)
+	sb := c.semaphore(b, sa.Key(), 1)
+	ma := c.rwmutex(a, c.key())
+	mb := c.rwmutex(b, ma.Key())
+	p, err := sa.TryAcquire(ctx)
+	if err != nil {
+		c.Fatalf("%s: TryAcquire on a free semaphore: %v", withinLimit, err)
+	}
+	r, err := ma.TryRLock(ctx)
+	if err != nil {
+		c.Fatalf("%s: TryRLock on a free key: %v", readersShare, err)
+	}
+	c.isolate(a)
+	for _, tc := range []struct {
+		what string
+		held locker.Lock
+		try  func(context.Context, ...locker.LockOption) (locker.Lock, error)
+	}{{"the permit", p, sb.TryAcquire}, {"the key of the read hold", r, mb.TryLock}} {
+		got, err := pollTry(ctx, c.every(), tc.try)
+		if err != nil {
+			c.Fatalf("an isolated holder's hold must end after its TTL, and %s be free for others: %v", tc.what, err)
+		}
+		select {
+		case <-tc.held.Done():
+		default:
+			c.Errorf("%s: another Locker got %s (token %d) while the isolated holder's Done was still open", doneBeforeFree, tc.what, got.Token())
+		}
+		c.unlock(ctx, got, heldUntil)
+	}
 }

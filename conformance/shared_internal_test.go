@@ -49,8 +49,11 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		}
 		return nil, err
 	}
-	if b.kind == reusesTokens {
+	switch b.kind {
+	case reusesTokens:
 		return &tokenOneLock{Lock: lk}, nil
+	case neverDone:
+		return &neverDoneLock{Lock: lk}, nil
 	}
 	return lk, nil
 }

@@ -42,7 +42,7 @@ func allowances() []allowance {
 				"integration/mysql TestConformancePollOnly",
 			},
 			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
-				"SharedFencing", "SharedCancellation"},
+				"SharedFencing", "SharedCancellation", "SharedLossIsolate"},
 			message: "has no shared holds",
 			reason: "semaphores and read-write locks are in the memory backend only so far; " +
 				"Redis, etcd, ZooKeeper and MySQL get a driver.Sharer in a later change (issue 30)",
