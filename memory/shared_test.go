@@ -191,3 +191,36 @@ func TestSharedInspect(t *testing.T) {
 		t.Fatalf("Inspect of a free key = %+v, %v; want nothing", st, err)
 	}
 }
+
+// BenchmarkUncontended compares an uncontended semaphore permit and read
+// hold with a lock: one acquire and one release each.
+func BenchmarkUncontended(b *testing.B) {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	sem, _ := locker.NewSemaphore(l, "s", 4)
+	rw, _ := locker.NewRWMutex(l, "r")
+	for _, bc := range []struct {
+		name    string
+		acquire func() (locker.Lock, error)
+	}{
+		{"Lock", func() (locker.Lock, error) { return l.Lock(ctx, "k") }},
+		{"Semaphore", func() (locker.Lock, error) { return sem.Acquire(ctx) }},
+		{"RLock", func() (locker.Lock, error) { return rw.RLock(ctx) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				lk, err := bc.acquire()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
