@@ -41,7 +41,8 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi
 
 # go.work uses exactly the modules of modules.txt, each go.mod declares the
-# path of its directory, and published modules require only published ones.
+# path of its directory and the minimum Go version modules.txt gives it, and
+# published modules require only published ones.
 modules-check:
 	@GO=$(GO) ./.ci/modules check
 

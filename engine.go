@@ -61,6 +61,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		name:       info.Name,
 		max:        info.MaxKeyBytes,
 		perLockTTL: info.PerLockTTL,
+		inline:     info.PromptCancel,
 		cfg:        cfg,
 		holds:      make(map[*hold]struct{}),
 		gates:      make(map[string]*gate),
@@ -107,8 +108,11 @@ type engine struct {
 	name     string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
-	max        int
-	cfg        config
+	// inline: the driver's calls return promptly when their ctx ends
+	// (driver.Info), so detached runs them in the caller's goroutine.
+	inline bool
+	max    int
+	cfg    config
 
 	ctx    context.Context // cancelled by Close: ends waits and store calls
 	cancel context.CancelCauseFunc

@@ -331,7 +331,7 @@ const selfSlack = 3 * time.Second
 // whether it finished within limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, slack: selfSlack}
+	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

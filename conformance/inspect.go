@@ -13,7 +13,7 @@ import (
 // expiry, and the key as free again after Unlock. A waiter shows in
 // Waiters on stores that queue (logged, not required: some stores poll).
 func testInspect(c *caseT) {
-	const contract = "Inspect tells who holds a key, as the store says"
+	contract := c.contract
 	ctx := c.ctx(c.within(4))
 	key := c.key()
 	b := c.newLocker()

@@ -82,6 +82,9 @@ type etcdDriver struct {
 	sem    chan struct{} // serialises grants and keep-alives
 	// newCtx, when set (NewContext), also bounds Configure's first grant.
 	newCtx context.Context
+	// dial, when set, bounds Configure's wait for a connection: the first
+	// grant then fails with the connection's error.
+	dial time.Duration
 
 	mu   sync.Mutex
 	sess *session // the live lease, or nil
@@ -95,6 +98,9 @@ func (d *etcdDriver) Info() driver.Info {
 }
 
 // Configure checks the TTL against the server by granting the first lease.
+// It refuses a bad TTL before it talks to the server. With d.dial set, the
+// grant fails with the connection's error once no connection came up
+// within d.dial.
 func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 	if cfg.TTL%time.Second != 0 {
 		return fmt.Errorf("%w WithTTL: etcd leases count whole seconds; %v is not", locker.ErrInvalidOption, cfg.TTL)
@@ -107,13 +113,28 @@ func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		defer cancel()
 		defer context.AfterFunc(d.newCtx, cancel)()
 	}
+	if d.dial > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		awaited := make(chan struct{})
+		go func() {
+			defer close(awaited)
+			if err := awaitConnection(ctx, d.cli, d.dial); err != nil {
+				cancel(err)
+			}
+		}()
+		defer func() {
+			cancel(nil)
+			<-awaited
+		}()
+	}
 	if err := d.acquireSem(ctx); err != nil {
-		return err
+		return d.notConnected(ctx, err)
 	}
 	defer d.releaseSem()
 	s, err := d.grantLocked(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd %s: grant lease: %w", strings.Join(d.cli.Endpoints(), ","), err)
+		return d.notConnected(ctx, fmt.Errorf("etcd %s: grant lease: %w", strings.Join(d.cli.Endpoints(), ","), err))
 	}
 	if s.ttl > d.ttl {
 		d.revoke(ctx, s)

@@ -52,8 +52,8 @@ func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Opt
 // newLocker is NewContext once its arguments are checked, with dial
 // bounding the wait for a connection.
 func newLocker(ctx context.Context, client *clientv3.Client, dial time.Duration, opts []locker.Option) (locker.Locker, error) {
-	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}
-	return locker.New(dialingDriver{etcdDriver: d, dial: dial}, opts...)
+	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx, dial: dial}
+	return locker.New(d, opts...)
 }
 
 // Guard returns a comparison that holds while lk is still held: the

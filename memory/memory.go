@@ -171,7 +171,9 @@ func (d *memDriver) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (d *memDriver) Info() driver.Info { return driver.Info{Name: "memory", PerLockTTL: true} }
+func (d *memDriver) Info() driver.Info {
+	return driver.Info{Name: "memory", PerLockTTL: true, PromptCancel: true}
+}
 
 func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := d.check(ctx); err != nil {
