@@ -134,6 +134,11 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - Watch (Crash optional): locker.Watch reports a free key, then its
+//     holder, then nobody after the Unlock, within one TTL of each change,
+//     never a lower token after a higher one; with Crash, it reports the
+//     next holder's higher token within one TTL of its grant after the
+//     holder crashed. Skipped for a Locker that is not a locker.Inspector.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -257,6 +262,7 @@ var cases = []testCase{
 	{name: "CheckOptions", run: testCheckOptions},
 	{name: "LateDelivery", run: testLateDelivery},
 	{name: "PromptCancel", run: testPromptCancel},
+	{name: "Watch", run: testWatch},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -209,6 +209,7 @@ const (
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
+	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -257,6 +258,7 @@ var mustCatch = map[string][]string{
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	slowFirstCall:   {"PromptCancel"},
+	inspectsFirst:   {"Watch", "Inspect"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -517,7 +519,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -530,16 +532,25 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state.
+// the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
-	if b.kind != inspectsStale || err != nil {
+	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen == nil {
 		b.seen = make(map[string]locker.Status)
+	}
+	if b.kind == inspectsFirst {
+		if first, ok := b.seen[key]; ok {
+			return first, nil
+		}
+		if st.Held {
+			b.seen[key] = st
+		}
+		return st, nil
 	}
 	prev := b.seen[key]
 	b.seen[key] = st
