@@ -139,6 +139,11 @@
 //     never a lower token after a higher one; with Crash, it reports the
 //     next holder's higher token within one TTL of its grant after the
 //     holder crashed. Skipped for a Locker that is not a locker.Inspector.
+//   - Extend: locker.Extend raises a held lock's MaxHold (it stays held
+//     past the old one) and lowers it (it ends then with ErrMaxHold,
+//     Deadline no later); a MinHold it sets keeps the key claimed after an
+//     early Unlock; it refuses TTL, and fails with ErrNotHeld once the lock
+//     ended. Skipped for a Lock that is not a locker.Extender.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -263,6 +268,7 @@ var cases = []testCase{
 	{name: "LateDelivery", run: testLateDelivery},
 	{name: "PromptCancel", run: testPromptCancel},
 	{name: "Watch", run: testWatch},
+	{name: "Extend", run: testExtend},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

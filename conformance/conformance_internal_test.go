@@ -210,6 +210,7 @@ const (
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
+	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -259,6 +260,7 @@ var mustCatch = map[string][]string{
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	slowFirstCall:   {"PromptCancel"},
 	inspectsFirst:   {"Watch", "Inspect"},
+	extendsNothing:  {"Extend"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -662,6 +664,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 			return lk, err
 		}
+	case extendsNothing:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &noopExtendLock{lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -826,6 +834,11 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its
 // goroutine: the key stays held and renewed, as it did when Do released
 // only after its function returned.
+// noopExtendLock is an Extender whose Extend changes nothing.
+type noopExtendLock struct{ locker.Lock }
+
+func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
 type keepsOnPanicLock struct{ locker.Lock }
 
 func (l *keepsOnPanicLock) Unlock(ctx context.Context) error {
