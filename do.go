@@ -58,13 +58,19 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 	} else if outer != nil {
 		return fn(ctx)
 	}
-	var lk Lock
-	var err error
-	if wait {
-		lk, err = l.Lock(ctx, key, opts...)
-	} else {
-		lk, err = l.TryLock(ctx, key, opts...)
-	}
+	return runHeld(ctx, l, key, fn, func() (Lock, error) {
+		if wait {
+			return l.Lock(ctx, key, opts...)
+		}
+		return l.TryLock(ctx, key, opts...)
+	})
+}
+
+// runHeld takes a lock with acquire, runs fn while it is held, and releases
+// it, as Do does. Inside fn's ctx the lock counts as l's hold on key (nil l:
+// as nobody's, for a shared hold, which is never reentrant).
+func runHeld(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, acquire func() (Lock, error)) error {
+	lk, err := acquire()
 	if err != nil {
 		return err
 	}

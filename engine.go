@@ -74,6 +74,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.acquirer, _ = d.(driver.Acquirer)
 	e.renewer, e.batcher = renewer, batcher
 	e.keeper, _ = d.(driver.Keeper)
+	e.sharer, _ = d.(driver.Sharer)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
 	go e.watchdog()
@@ -102,6 +103,7 @@ type engine struct {
 	renewer  driver.Renewer // used only without batcher
 	batcher  driver.BatchRenewer
 	keeper   driver.Keeper
+	sharer   driver.Sharer
 	name     string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
@@ -167,15 +169,18 @@ func (e *engine) storeKey(op, key string) (string, error) {
 
 // Lock implements Locker.
 func (e *engine) Lock(ctx context.Context, key string, opts ...LockOption) (Lock, error) {
-	return e.lock(ctx, "lock", key, true, opts)
+	return e.lock(ctx, "lock", key, true, nil, opts)
 }
 
 // TryLock implements Locker.
 func (e *engine) TryLock(ctx context.Context, key string, opts ...LockOption) (Lock, error) {
-	return e.lock(ctx, "trylock", key, false, opts)
+	return e.lock(ctx, "trylock", key, false, nil, opts)
 }
 
-func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []LockOption) (lk Lock, err error) {
+// lock takes key: exclusively when share is nil, else the shared hold it
+// describes, which skips the reentrancy and the local gate (several
+// callers of one Locker may hold a key's permits).
+func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *driver.Share, opts []LockOption) (lk Lock, err error) {
 	var queued bool
 	if e.cfg.observer != nil {
 		start := time.Now()
@@ -203,10 +208,15 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 	if err != nil {
 		return nil, e.err(op, key, nil, err)
 	}
-	if outer, err := e.heldIn(ctx, key); err != nil {
-		return nil, e.err(op, key, ErrNotAcquired, err)
-	} else if outer != nil {
-		return &nestedLock{outer: outer}, nil
+	if share != nil && e.sharer == nil {
+		return nil, e.err(op, key, ErrInvalidOption, errNoSharer(e.name))
+	}
+	if share == nil {
+		if outer, err := e.heldIn(ctx, key); err != nil {
+			return nil, e.err(op, key, ErrNotAcquired, err)
+		} else if outer != nil {
+			return &nestedLock{outer: outer}, nil
+		}
 	}
 	if !e.enter() {
 		return nil, e.err(op, key, ErrClosed, nil)
@@ -218,14 +228,17 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 
-	g, err := e.enterGate(cctx, skey, wait)
-	if err == errHeldLocally {
-		return nil, e.err(op, key, ErrNotAcquired, err)
+	var g *gateTicket
+	if share == nil {
+		g, err = e.enterGate(cctx, skey, wait)
+		if err == errHeldLocally {
+			return nil, e.err(op, key, ErrNotAcquired, err)
+		}
+		if err != nil {
+			return nil, e.waitErr(op, key, ctx, err, nil)
+		}
 	}
-	if err != nil {
-		return nil, e.waitErr(op, key, ctx, err, nil)
-	}
-	h := &hold{e: e, key: key, gate: g, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
+	h := &hold{e: e, key: key, gate: g, shared: share != nil, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
 	req := driver.Request{Key: skey, Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
 	if e.perLockTTL {
 		// The key outlives a crash of its holder until its MinHold ends.
@@ -243,6 +256,12 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 		req.Owner = rand.Text()
 		a, err, gone := detached(e, cctx, func() (a tryOutcome, err error) {
 			switch {
+			case share != nil && !wait:
+				a.sent = time.Now()
+				a.grant, err = e.sharer.TryAcquireShared(cctx, req, *share)
+			case share != nil:
+				a.sent = time.Now()
+				a.grant, err = e.pollShared(cctx, req, *share)
 			case !wait:
 				a.sent = time.Now()
 				a.grant, err = e.drv.TryAcquire(cctx, req)
@@ -270,6 +289,10 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, opts []Loc
 		if errors.Is(err, driver.ErrHeld) {
 			h.gate.leave()
 			return nil, e.err(op, key, ErrNotAcquired, err)
+		}
+		if errors.Is(err, driver.ErrConflict) {
+			h.gate.leave()
+			return nil, e.err(op, key, ErrInvalidOption, err)
 		}
 		if !wait || cctx.Err() != nil || permanent(err) {
 			h.gate.leave()
@@ -331,8 +354,13 @@ func (s callScope) end() {
 // returns an error when that lock was lost.
 func (e *engine) heldIn(ctx context.Context, key string) (Lock, error) {
 	return liveHold(ctx, func(en *heldEntry) bool {
-		if h, ok := en.lock.(*handle); ok && h.h.e == e && h.h.key == key {
-			return true
+		if h, ok := en.lock.(*handle); ok {
+			if h.h.shared {
+				return false // a permit or a read hold is no lock
+			}
+			if h.h.e == e && h.h.key == key {
+				return true
+			}
 		}
 		return en.key == key && sameLocker(en.locker, e)
 	})
@@ -381,17 +409,22 @@ func (e *engine) retryDelay(attempt int) time.Duration {
 // send time.
 func (e *engine) poll(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	try := func(ctx context.Context) (driver.Grant, error) { return e.drv.TryAcquire(ctx, req) }
-	var subscribe driver.Subscribe
-	if e.notifier != nil {
-		subscribe = func(ctx context.Context) (<-chan struct{}, func(), error) {
-			ch, cancel, err := e.notifier.Subscribe(ctx, req.Key)
-			if err != nil && ctx.Err() == nil {
-				e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", req.Key, "err", err)
-			}
-			return ch, cancel, err
-		}
+	return driver.Backoff(e.cfg.backoff).Poll(ctx, try, e.subscriber(req.Key))
+}
+
+// subscriber returns the Subscribe of a wait for key: nil without a
+// Notifier.
+func (e *engine) subscriber(key string) driver.Subscribe {
+	if e.notifier == nil {
+		return nil
 	}
-	return driver.Backoff(e.cfg.backoff).Poll(ctx, try, subscribe)
+	return func(ctx context.Context) (<-chan struct{}, func(), error) {
+		ch, cancel, err := e.notifier.Subscribe(ctx, key)
+		if err != nil && ctx.Err() == nil {
+			e.cfg.logger.Warn("locker: subscribe failed, polling instead", "backend", e.name, "key", key, "err", err)
+		}
+		return ch, cancel, err
+	}
 }
 
 // register records a granted lock so that the watchdog renews it.
@@ -550,8 +583,10 @@ type hold struct {
 	e     *engine
 	key   string
 	lease driver.Lease
-	gate  *gateTicket
+	gate  *gateTicket // nil for a shared hold
 	done  chan struct{}
+	// shared: a semaphore permit or a read or write hold, never reentrant
+	shared bool
 
 	// The lock's options (see lockConfig), and the moments its MinHold and
 	// MaxHold end (zero: none); set before the hold is registered, and
@@ -770,6 +805,9 @@ func (e *engine) enterGate(ctx context.Context, key string, wait bool) (*gateTic
 }
 
 func (t *gateTicket) leave() {
+	if t == nil {
+		return // a shared hold has no gate
+	}
 	t.once.Do(func() {
 		<-t.g.ch
 		t.e.dropGate(t.key, t.g)

@@ -28,6 +28,27 @@ type Status struct {
 	// Waiters is how many contenders are queued for the key in the store; 0
 	// for stores where waiters poll (MySQL).
 	Waiters int
+	// Limit is the number of permits of a semaphore's key; 0 for other keys.
+	Limit int
+	// Holders lists every holder of a semaphore's or read-write lock's key
+	// (see [NewSemaphore], [NewRWMutex]); nil for other keys. Held, Label,
+	// Token, Acquired and Expires then describe the newest holder.
+	Holders []Holder
+}
+
+// Holder is one holder of a semaphore's or read-write lock's key, in
+// [Status.Holders].
+type Holder struct {
+	// Mode is the kind of hold.
+	Mode Mode
+	// Weight is how many permits it takes (Permits), or 1.
+	Weight int
+	// Label is the holder's owner label (WithOwnerLabel).
+	Label string
+	// Token is the hold's fencing token.
+	Token uint64
+	// Acquired and Expires are as in [Status]; zero when unknown.
+	Acquired, Expires time.Time
 }
 
 // Inspector is implemented by Lockers that can tell who holds a key: every
@@ -74,5 +95,11 @@ func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
 	if err != nil {
 		return Status{}, e.err("inspect", key, nil, err)
 	}
-	return Status(st), nil
+	out := Status{Held: st.Held, Label: st.Label, Token: st.Token, Acquired: st.Acquired, Expires: st.Expires,
+		Waiters: st.Waiters, Limit: st.Limit}
+	for _, h := range st.Holders {
+		out.Holders = append(out.Holders, Holder{Mode: Mode(h.Mode), Weight: h.Weight, Label: h.Label, Token: h.Token,
+			Acquired: h.Acquired, Expires: h.Expires})
+	}
+	return out, nil
 }

@@ -26,6 +26,14 @@
 //   - Locks are renewed automatically (every TTL/3, all of a Locker's locks
 //     together) until unlocked, lost, or the Locker is closed.
 //
+// # Semaphores and read-write locks
+//
+// [NewSemaphore] caps how many hold a key at once; [NewRWMutex] shares a key
+// among readers and gives it to one writer alone. Each permit and each read
+// or write hold is a [Lock] with every guarantee above. They need a backend
+// whose driver is a driver.Sharer (memory so far); other Lockers refuse them
+// with [ErrInvalidOption].
+//
 // # Limits
 //
 // It is NOT safe to assume that a lock is held until Unlock. A process pause

@@ -41,13 +41,14 @@ type watchSource interface {
 
 // Watch follows who holds key in l's store, for any replica, holder or not.
 // It yields the key's [Status] at once, then each time the holder changes:
-// another token, another label, or nobody. It ends when ctx ends or the
-// loop body breaks.
+// another token, another label, or nobody; for a shared key, each time its
+// set of holders changes. It ends when ctx ends or the loop body breaks.
 //
 // A change is reported within one poll interval of the store's change
 // ([WatchEvery]; a quarter of the TTL by default). Where the backend pushes
 // releases, a release is reported as soon as the store tells it. Holders
-// are reported in the store's order: never a lower token after a higher.
+// of a key held exclusively are reported in the store's order: never a
+// lower token after a higher.
 //
 // A failed read yields the error with a zero Status, and Watch goes on: the
 // holder is unknown until the next Status. Watch ends after yielding an
@@ -119,9 +120,10 @@ func watchLoop(ctx context.Context, ins Inspector, key string, every time.Durati
 			if !yield(Status{}, err) || watchFatal(err) {
 				return
 			}
-		case st.Held && st.Token < high:
+		case st.Held && st.Holders == nil && st.Token < high:
 			// An older read overtaken by a newer one (a lagging replica):
-			// the store has moved on already.
+			// the store has moved on already. (A shared key's newest
+			// holder may leave before older ones.)
 		case !known || !sameHolder(last, st):
 			last, known = st, true
 			high = max(high, st.Token)
@@ -133,12 +135,24 @@ func watchLoop(ctx context.Context, ins Inspector, key string, every time.Durati
 	}
 }
 
-// sameHolder reports whether a and b name the same hold of the key.
+// sameHolder reports whether a and b name the same holds of the key.
 func sameHolder(a, b Status) bool {
 	if !a.Held || !b.Held {
 		return a.Held == b.Held
 	}
-	return a.Token == b.Token && a.Label == b.Label
+	if a.Token != b.Token || a.Label != b.Label || len(a.Holders) != len(b.Holders) {
+		return false
+	}
+	tokens := make(map[uint64]bool, len(a.Holders))
+	for _, h := range a.Holders {
+		tokens[h.Token] = true
+	}
+	for _, h := range b.Holders {
+		if !tokens[h.Token] {
+			return false
+		}
+	}
+	return true
 }
 
 // watchFatal reports whether a read error ends the watch.

@@ -49,9 +49,32 @@ func TestWatchLoopOrder(t *testing.T) {
 		t.Fatalf("reported %+v; want %+v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if got[i].Held != want[i].Held || got[i].Token != want[i].Token {
 			t.Errorf("report %d = %+v; want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestWatchLoopShared: a shared key's holders are followed as a set, and
+// the newest holder leaving before an older one is reported.
+func TestWatchLoopShared(t *testing.T) {
+	two := Status{Held: true, Token: 7, Holders: []Holder{{Token: 5}, {Token: 7}}}
+	ins := &scripted{steps: []Status{
+		two, {Held: true, Token: 7, Holders: []Holder{{Token: 7}, {Token: 5}}},
+		{Held: true, Token: 5, Holders: []Holder{{Token: 5}}},
+	}}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var got []Status
+	watchLoop(ctx, ins, "k", time.Millisecond, nil, func(st Status, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, st)
+		return len(got) < 2
+	})
+	if len(got) != 2 || len(got[0].Holders) != 2 || got[1].Token != 5 || len(got[1].Holders) != 1 {
+		t.Errorf("reported %+v; want the two holders, then holder 5 alone", got)
 	}
 }
 

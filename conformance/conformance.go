@@ -36,7 +36,7 @@
 //     bounds only the wait, cancelling it later does not release the lock.
 //   - Cancellation: Lock calls whose ctx ends fail with ErrNotAcquired and
 //     ctx.Err(), and leave nothing behind: once the holder unlocks, the key
-//     is free at once and stays free.
+//     is free within TTL/2 and stays free.
 //   - Ownership: a second Unlock, or the Unlock of a stale handle, fails with
 //     ErrNotHeld and never releases the current holder.
 //   - OwnershipAfterCrash (Crash): the same after the holder crashed and
@@ -144,6 +144,27 @@
 //     Deadline no later); a MinHold it sets keeps the key claimed after an
 //     early Unlock; it refuses TTL, and fails with ErrNotHeld once the lock
 //     ended. Skipped for a Lock that is not a locker.Extender.
+//   - SemaphoreLimit: five Lockers race three goroutines each, some taking
+//     two permits, on a semaphore of three; never more than three permits
+//     are held at once.
+//   - SemaphoreCrash (Crash): the permit of a crashed holder is back within
+//     one TTL, after its Done closed; the other holder's permit stays held.
+//   - RWExclusion: readers of several Lockers share the key; a writer is
+//     refused while they hold, and refuses readers and writers while it
+//     holds; racing readers and writers never overlap a writer.
+//   - RWWriterFirst: a writer waiting while readers of four Lockers keep
+//     the key always held gets it.
+//   - SharedFencing: permits and read and write holds, some at once, each
+//     get a token greater than every earlier one of their key.
+//   - SharedCancellation: a writer whose wait ended leaves no place in line
+//     that holds readers up; waits for a permit whose ctx ended leave
+//     nothing that takes it later.
+//   - SharedLossIsolate (Isolate): the holders of a permit and of a read
+//     hold, cut off from the store, have their Done closed before another
+//     Locker gets the permit or the key.
+//
+// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
+// shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -269,6 +290,13 @@ var cases = []testCase{
 	{name: "PromptCancel", run: testPromptCancel},
 	{name: "Watch", run: testWatch},
 	{name: "Extend", run: testExtend},
+	{name: "SemaphoreLimit", run: testSemaphoreLimit},
+	{name: "SemaphoreCrash", run: testSemaphoreCrash},
+	{name: "RWExclusion", run: testRWExclusion},
+	{name: "RWWriterFirst", run: testRWWriterFirst},
+	{name: "SharedFencing", run: testSharedFencing},
+	{name: "SharedCancellation", run: testSharedCancellation},
+	{name: "SharedLossIsolate", run: testSharedLossIsolate},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -209,6 +209,9 @@ const (
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
+	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
+	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
+	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
 	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
 	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
 
@@ -227,12 +230,12 @@ const (
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
 		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect"},
-	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate"},
+	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits", "SharedFencing"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated"},
-	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
@@ -259,6 +262,9 @@ var mustCatch = map[string][]string{
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	slowFirstCall:   {"PromptCancel"},
+	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
+	writerAsReader:  {"RWExclusion", "SharedCancellation"},
+	readersOvertake: {"RWWriterFirst"},
 	inspectsFirst:   {"Watch", "Inspect"},
 	extendsNothing:  {"Extend"},
 }

@@ -127,14 +127,16 @@ func testCancellation(c *caseT) {
 		}
 	}
 
-	// Nothing may be left behind: once A unlocks, the key is free at once,
-	// and stays free.
+	// Nothing may be left behind: once A unlocks, the key is free within
+	// TTL/2, and stays free. A Lock returns when its ctx ends, while a store
+	// call it made may still be on its way: what that call leaves (a grant
+	// that comes late, a waiter entry) goes in the background, promptly.
 	c.unlock(ctx, la, heldUntil)
-	const residue = "a Lock that failed because its ctx ended must leave no waiter behind: once the holder unlocked, the key must be free at once and stay free"
+	const residue = "a Lock that failed because its ctx ended must leave no waiter behind: once the holder unlocked, the key must be free within TTL/2 and stay free"
 	fresh := c.newLocker()
-	lk, err = fresh.TryLock(ctx, key)
+	lk, err = soonTryLock(ctx, fresh, key, c.h.TTL/2, c.every())
 	if err != nil {
-		c.Fatalf("%s: the first TryLock after Unlock failed: %v", residue, err)
+		c.Fatalf("%s: no TryLock succeeded within TTL/2 of the Unlock: %v", residue, err)
 	}
 	c.unlock(ctx, lk, heldUntil)
 	takers := append([]locker.Locker{fresh}, waiters...)

@@ -61,6 +61,14 @@
 // RenewBatch, Release and Keep act on that holder only. A store that lets
 // several holders share a key (a semaphore, read holds) keeps this
 // contract: each holder has its own owner token and its own lease.
+//
+// # Shared holds
+//
+// A [Sharer] grants semaphore permits and read or write holds of a
+// read-write lock. Each is a lease like a lock's: renewed in the same batch,
+// lost, released and kept by key and owner token. The engine waits for a
+// shared hold with [Backoff.Poll], woken by the [Notifier] when there is
+// one; the store queues the waiter where it can (see [Share.Queue]).
 package driver
 
 import (
@@ -351,6 +359,12 @@ type Status struct {
 	// Waiters is how many contenders are queued for the key in the store; 0
 	// for stores where waiters poll (MySQL).
 	Waiters int
+	// Limit is the number of permits of a semaphore's key; 0 for other keys.
+	Limit int
+	// Holders lists every holder of a key held by shared holds (semaphore
+	// permits, read or write holds); nil for other keys. Held, Label,
+	// Token, Acquired and Expires then describe the newest holder.
+	Holders []Holder
 }
 
 // Inspector is implemented by drivers that can tell who holds a key

@@ -18,6 +18,12 @@
 // Store; waiters are woken at once by releases (no polling) and by the
 // holder's expiry; expiry uses the monotonic clock.
 //
+// Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
+// grant their waiters in the order they lined up: a request for several
+// permits is not overtaken by later single ones, and a waiting writer
+// blocks later readers. A waiter's place lasts one TTL past its last
+// attempt. The limit lives with the key while it has holders or waiters.
+//
 // # Limits
 //
 // One process only: it is not a distributed lock. State is lost with the

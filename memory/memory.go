@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,10 +19,11 @@ var ErrUnreachable = errors.New("memory: store unreachable (fault injected)")
 // Store is the shared lock table. It is safe for concurrent use. The zero
 // value is not usable: call [NewStore].
 type Store struct {
-	mu    sync.Mutex
-	locks map[string]*entry
-	subs  map[string]*subSet
-	seq   uint64 // last fencing token handed out, for every key
+	mu     sync.Mutex
+	locks  map[string]*entry
+	shares map[string]*shared // keys held by semaphore permits or read-write holds
+	subs   map[string]*subSet
+	seq    uint64 // last fencing token handed out, for every key
 }
 
 // subSet is the set of waiters subscribed to one key.
@@ -39,8 +41,9 @@ type entry struct {
 // NewStore returns an empty Store.
 func NewStore() *Store {
 	return &Store{
-		locks: make(map[string]*entry),
-		subs:  make(map[string]*subSet),
+		locks:  make(map[string]*entry),
+		shares: make(map[string]*shared),
+		subs:   make(map[string]*subSet),
 	}
 }
 
@@ -101,6 +104,10 @@ func (s *Store) DeleteKey(key string) {
 	defer s.mu.Unlock()
 	if _, ok := s.locks[key]; ok {
 		delete(s.locks, key)
+		s.notifyLocked(key)
+	}
+	if _, ok := s.shares[key]; ok {
+		delete(s.shares, key)
 		s.notifyLocked(key)
 	}
 }
@@ -177,6 +184,9 @@ func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.
 	if e := s.live(req.Key, now); e != nil {
 		return driver.Grant{}, driver.Held(e.expires.Sub(now))
 	}
+	if sh := s.liveShared(req.Key, now); sh != nil {
+		return driver.Grant{}, fmt.Errorf("%w: the key is %s, not a plain lock", driver.ErrConflict, sh.kind())
+	}
 	s.seq++
 	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, token: s.seq, expires: now.Add(req.TTL), acquired: now}
 	return driver.Grant{Token: s.seq, Validity: req.TTL}, nil
@@ -191,6 +201,10 @@ func (d *memDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if h := s.sharedHolder(l.Key, l.Owner, now); h != nil && !h.kept {
+		h.expires = now.Add(l.TTL)
+		return l.TTL, nil
+	}
 	e := s.live(l.Key, now)
 	if e == nil || e.owner != l.Owner || e.kept {
 		return 0, driver.ErrNotHeld
@@ -209,6 +223,11 @@ func (d *memDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Dur
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if h := s.sharedHolder(l.Key, l.Owner, now); h != nil {
+		h.kept = true
+		h.expires = now.Add(remaining)
+		return nil
+	}
 	e := s.live(l.Key, now)
 	if e == nil || e.owner != l.Owner {
 		return driver.ErrNotHeld
@@ -225,7 +244,11 @@ func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.live(l.Key, time.Now())
+	now := time.Now()
+	if s.releaseShared(l.Key, l.Owner, now) {
+		return nil
+	}
+	e := s.live(l.Key, now)
 	if e == nil || e.owner != l.Owner {
 		return driver.ErrNotHeld
 	}
@@ -243,7 +266,14 @@ func (d *memDriver) Break(ctx context.Context, key string) error {
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live(key, time.Now()) == nil {
+	now := time.Now()
+	if sh := s.liveShared(key, now); sh != nil && len(sh.holders) > 0 {
+		clear(sh.holders)
+		s.notifyLocked(key)
+		s.liveShared(key, now) // drops it when empty
+		return nil
+	}
+	if s.live(key, now) == nil {
 		return driver.ErrNotHeld
 	}
 	delete(s.locks, key)
@@ -264,9 +294,22 @@ func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 	if set := s.subs[key]; set != nil {
 		st.Waiters = len(set.chans)
 	}
-	if e := s.live(key, time.Now()); e != nil {
+	now := time.Now()
+	if e := s.live(key, now); e != nil {
 		st.Held, st.Label, st.Token = true, e.label, e.token
 		st.Acquired, st.Expires = e.acquired.Round(0), e.expires.Round(0) // wall clock only
+	}
+	if sh := s.liveShared(key, now); sh != nil {
+		st.Waiters = len(sh.waiters)
+		if !sh.rw {
+			st.Limit = sh.limit
+		}
+		st.Holders = sh.status()
+		if n := len(st.Holders); n > 0 {
+			newest := st.Holders[n-1]
+			st.Held, st.Label, st.Token = true, newest.Label, newest.Token
+			st.Acquired, st.Expires = newest.Acquired, newest.Expires
+		}
 	}
 	return st, nil
 }

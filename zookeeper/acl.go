@@ -115,3 +115,32 @@ func needsAuth(acl []zk.ACL) bool {
 	}
 	return false
 }
+
+// nodeACL is the ACLs of the nodes a Locker creates.
+type nodeACL struct {
+	containers []zk.ACL // Root, its ancestors, the key nodes
+	locks      []zk.ACL // the lock nodes
+	// probe marks the default creator's ACL of a connection not yet known
+	// to carry credentials: a zk.ErrInvalidACL refusal means it has none.
+	probe bool
+}
+
+// currentACL returns the ACLs the Locker sets on the nodes it creates.
+func (d *zkDriver) currentACL() *nodeACL { return d.acls.Load() }
+
+// fallBack handles err, the outcome of creating a node with the ACLs tried.
+// When tried was the default creator's ACL and ZooKeeper refused it with
+// zk.ErrInvalidACL, the connection carries no credentials: the Locker takes
+// the world's default ACLs from now on, warns once, and fallBack reports
+// true (create the node again).
+func (d *zkDriver) fallBack(tried *nodeACL, err error) bool {
+	if !tried.probe || !errors.Is(err, zk.ErrInvalidACL) {
+		return false
+	}
+	containers, locks := DefaultACL(false)
+	if d.acls.CompareAndSwap(tried, &nodeACL{containers: containers, locks: locks}) {
+		d.logger.Warn("locker: zookeeper connection has no credentials, so the lock nodes are world-deletable: anyone who reaches ZooKeeper can break the locks; authenticate the connection (conn.AddAuth before New, or Config.Digest)",
+			"root", d.root)
+	}
+	return true
+}

@@ -102,13 +102,14 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 // mzxid, the zxid of our create, our fencing token. On any failure it
 // removes what it may have created before returning.
 func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte) (string, *zk.Stat, error) {
-	ops := []any{
-		&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: d.lockACL, Flags: zk.FlagEphemeral | zk.FlagSequence},
-		&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
-	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return "", nil, err
+		}
+		acl := d.currentACL()
+		ops := []any{
+			&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: acl.locks, Flags: zk.FlagEphemeral | zk.FlagSequence},
+			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 		}
 		ch := start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 		var r result[[]zk.MultiResponse]
@@ -122,6 +123,8 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte)
 		switch {
 		case err == nil:
 			return node, stat, nil
+		case d.fallBack(acl, err):
+			continue
 		case errors.Is(err, zk.ErrNoNode) && attempt < maxParentAttempts:
 			if err := d.ensureParent(ctx, parent); err != nil {
 				return "", nil, err
@@ -253,9 +256,15 @@ func (d *zkDriver) ensureParent(ctx context.Context, parent string) error {
 
 // createContainer creates a container node at p; an existing node is fine.
 func (d *zkDriver) createContainer(ctx context.Context, p string) error {
-	_, err := call(ctx, d, func() (string, error) { return d.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl) })
-	if err == nil || errors.Is(err, zk.ErrNodeExists) {
-		return nil
+	for {
+		acl := d.currentACL()
+		_, err := call(ctx, d, func() (string, error) { return d.conn.CreateContainer(p, nil, zk.FlagContainer, acl.containers) })
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case d.fallBack(acl, err):
+			continue
+		}
+		return fmt.Errorf("create container node %s: %w", p, err)
 	}
-	return fmt.Errorf("create container node %s: %w", p, err)
 }

@@ -47,10 +47,11 @@
 //     that expires (reported on the events channel given to [New]) or a
 //     connection that is closed ends every lock taken in it at once; later
 //     locks use the new session the client establishes. A node deleted
-//     behind its holder's back ends that lock at the next renewal round
-//     (within TTL/3); so does a waiter's node deleted behind its back once
-//     the waiter knows it is next, which gets the lock when the holder's
-//     node goes. (Deleting another's nodes is outside what the lock
+//     behind its holder's back ends that lock when ZooKeeper's event
+//     arrives (the holder watches its node), at the latest at the next
+//     renewal round (within TTL/3); so does a waiter's node deleted behind
+//     its back once the waiter knows it is next, which gets the lock when
+//     the holder's node goes. (Deleting another's nodes is outside what the lock
 //     protects against: see Trust in Limits.)
 //   - A lock whose holder gave up on it (its renewals failed until the local
 //     deadline, or its Unlock's outcome was unknown) while the session lives
@@ -98,15 +99,18 @@
 //   - Every identity that locks a key needs READ on the others' lock nodes
 //     (see [Config].ACL): ZooKeeper sends no watch event of a node its
 //     watcher may not read, so a waiter behind such a node fails.
-//   - Trust: by default the world gets no ADMIN on any node the Locker
-//     creates (nobody can re-ACL a key's node to block it) and lock nodes
-//     are READ-only, but without credentials anyone who reaches ZooKeeper
-//     can delete a lock node through its key's node. With [Config].Digest
-//     every node is its creator's alone ("auth" scheme): give every Locker
-//     of a root the same credentials; the zk:// URL's acl parameter and
-//     [Config].ACL set others. A key node tampered with (another ACL, or
-//     made by another identity) makes Lock, TryLock or Unlock fail at once
-//     with zk.ErrNoAuth, naming the node and the permission it lacks.
+//   - Trust: on a connection that carries credentials ([Config].Digest,
+//     or the caller's own conn.AddAuth before [New]), every node the
+//     Locker creates is its creator's alone by default ("auth" scheme):
+//     give every Locker of a root the same credentials. On a connection
+//     without credentials the world gets no ADMIN on any node (nobody can
+//     re-ACL a key's node to block it) and lock nodes are READ-only, but
+//     anyone who reaches ZooKeeper can delete a lock node through its
+//     key's node: the Locker logs a warning saying so. The zk:// URL's acl
+//     parameter and [Config].ACL set other ACLs. A key node tampered with
+//     (another ACL, or made by another identity) makes Lock, TryLock or
+//     Unlock fail at once with zk.ErrNoAuth, naming the node and the
+//     permission it lacks.
 //   - Nodes other than the Locker's own must not be created under the root.
 //     A key whose node has a child that is not a lock node makes TryLock
 //     fail with [ErrForeignNode] naming that child when no lock is ahead

@@ -54,11 +54,10 @@ var ErrConnClosed = errors.New("zookeeper: connection closed")
 // zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer and
 // driver.Configurer on one go-zookeeper connection.
 type zkDriver struct {
-	conn    *zk.Conn
-	events  <-chan zk.Event // nil when the caller gave none
-	root    string
-	acl     []zk.ACL // of the container nodes: Root, its ancestors, the key nodes
-	lockACL []zk.ACL // of the lock nodes
+	conn   *zk.Conn
+	events <-chan zk.Event // nil when the caller gave none
+	root   string
+	acls   atomic.Pointer[nodeACL] // see currentACL and fallBack
 
 	// Set by Configure, read-only afterwards.
 	ttl    time.Duration
@@ -85,20 +84,20 @@ type zkDriver struct {
 	keeps map[*time.Timer]struct{}
 }
 
-func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl []zk.ACL) *zkDriver {
+func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &zkDriver{
-		conn:    conn,
-		events:  events,
-		root:    root,
-		acl:     acl,
-		lockACL: acl,
-		logger:  slog.New(slog.DiscardHandler),
-		ctx:     ctx,
-		cancel:  cancel,
-		stop:    make(chan struct{}),
-		holds:   make(map[*hold]struct{}),
+	d := &zkDriver{
+		conn:   conn,
+		events: events,
+		root:   root,
+		logger: slog.New(slog.DiscardHandler),
+		ctx:    ctx,
+		cancel: cancel,
+		stop:   make(chan struct{}),
+		holds:  make(map[*hold]struct{}),
 	}
+	d.acls.Store(acl)
+	return d
 }
 
 // Info implements driver.Driver.

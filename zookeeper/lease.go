@@ -28,18 +28,26 @@ type hold struct {
 	session int64  // the session the node belongs to
 	lost    func(error)
 	state   atomic.Int32
+	done    chan struct{} // closed when the hold ends
+	// releasing is set by Release before it deletes the node: the
+	// deletion its watch then sees is no loss.
+	releasing atomic.Bool
 }
 
 // end moves h from held to ended; only the first call reports true.
 func (h *hold) end() bool {
-	return h.state.CompareAndSwap(int32(holdHeld), int32(holdEnded))
+	if !h.state.CompareAndSwap(int32(holdHeld), int32(holdEnded)) {
+		return false
+	}
+	close(h.done)
+	return true
 }
 
 func (h *hold) held() bool { return holdState(h.state.Load()) == holdHeld }
 
 // grant records a held lock for renewals and session tracking.
 func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, node string, session, zxid int64, since time.Time) (driver.Grant, error) {
-	h := &hold{path: node, session: session, lost: req.Lost}
+	h := &hold{path: node, session: session, lost: req.Lost, done: make(chan struct{})}
 	d.mu.Lock()
 	d.holds[h] = struct{}{}
 	d.mu.Unlock()
@@ -50,6 +58,8 @@ func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, 
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, fmt.Errorf("session %#x ended while acquiring: %w", session, zk.ErrSessionExpired)
 	}
+	d.wg.Add(1)
+	go d.followHold(h)
 	return driver.Grant{Token: uint64(zxid), Validity: time.Duration(d.validity.Load()), Since: since, State: h}, nil
 }
 
@@ -186,7 +196,9 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	// The hold stays held until the node is gone: ending it first would
-	// make a renewal round overlapping the Delete report a loss.
+	// make a renewal round overlapping the Delete report a loss. Its watch
+	// sees the deletion before the Delete's reply comes.
+	h.releasing.Store(true)
 	err := call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
 	switch {
 	case err == nil:

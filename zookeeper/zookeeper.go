@@ -51,13 +51,19 @@ type Config struct {
 	// ADMIN is never needed. A refusal names the node and the permission
 	// it lacks.
 	//
-	// The default is [DefaultACL]: with Digest set, every node is the
-	// creator's alone (the "auth" scheme: every Locker must use the same
-	// credentials); without, the world may do what locking needs and no
+	// The default is [DefaultACL], chosen by what the connection carries.
+	// On a connection with credentials (Digest, or the user's own
+	// conn.AddAuth before New), every node is the creator's alone (the
+	// "auth" scheme: every Locker of a Root must use the same credentials).
+	// On a connection without, the world may do what locking needs and no
 	// more: no ADMIN anywhere (nobody can re-ACL a node to block a key),
 	// and lock nodes are READ-only (they are deleted through their key's
-	// node). Without credentials anyone who reaches ZooKeeper can still
-	// delete a lock node: use Digest where that matters.
+	// node). Anyone who reaches ZooKeeper can then delete a lock node, and
+	// the Locker logs a warning saying so. The Locker finds out at the
+	// first node it creates: it asks for the creator's ACL, and takes the
+	// world's only when ZooKeeper refuses that with zk.ErrInvalidACL (the
+	// connection has no credentials). The choice holds for the Locker's
+	// life.
 	ACL []zk.ACL
 
 	// Digest, when set ("user:password"), is added to the connection
@@ -66,11 +72,12 @@ type Config struct {
 	Digest string
 }
 
-// DefaultACL returns the ACLs a Locker sets when Config.ACL is empty: for
-// the container nodes (Root, its ancestors and the key nodes) and for the
-// lock nodes. See Config.ACL.
-func DefaultACL(withDigest bool) (containers, locks []zk.ACL) {
-	if withDigest {
+// DefaultACL returns the ACLs a Locker sets when Config.ACL is empty, on a
+// connection that carries credentials (authenticated) or none: for the
+// container nodes (Root, its ancestors and the key nodes) and for the lock
+// nodes. See Config.ACL.
+func DefaultACL(authenticated bool) (containers, locks []zk.ACL) {
+	if authenticated {
 		return zk.AuthACL(zk.PermAll), zk.AuthACL(zk.PermAll)
 	}
 	return zk.WorldACL(zk.PermRead | zk.PermWrite | zk.PermCreate | zk.PermDelete), zk.WorldACL(zk.PermRead)
@@ -114,10 +121,6 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 	if err := validateACL(c.ACL); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: fmt.Errorf("Config.ACL: %w", err)}
 	}
-	containers, locks := DefaultACL(c.Digest != "")
-	if len(c.ACL) > 0 {
-		containers, locks = c.ACL, c.ACL
-	}
 	if c.Digest != "" {
 		if !strings.Contains(c.Digest, ":") {
 			return nil, &locker.Error{Op: "new", Backend: backendName, Err: locker.ErrInvalidOption, Cause: errors.New(`Config.Digest is not "user:password"`)}
@@ -126,9 +129,18 @@ func (c Config) New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option
 			return nil, &locker.Error{Op: "new", Backend: backendName, Cause: fmt.Errorf("add digest auth: %w", err)}
 		}
 	}
-	d := newDriver(conn, events, root, containers)
-	d.lockACL = locks
-	return locker.New(d, opts...)
+	return locker.New(newDriver(conn, events, root, c.nodeACL()), opts...)
+}
+
+// nodeACL returns the ACLs of the nodes a Locker made with c creates.
+func (c Config) nodeACL() *nodeACL {
+	if len(c.ACL) > 0 {
+		return &nodeACL{containers: c.ACL, locks: c.ACL}
+	}
+	// Without Digest, the connection may carry the caller's credentials,
+	// or none: the first create tells.
+	containers, locks := DefaultACL(true)
+	return &nodeACL{containers: containers, locks: locks, probe: c.Digest == ""}
 }
 
 // Guard returns a ZooKeeper operation that succeeds only while lk is still

@@ -407,7 +407,7 @@ var oneDash = regexp.MustCompile(`(^|[ :])-[a-z]`)
 func TestUsageErrors(t *testing.T) {
 	stores := map[string]string{}
 	for _, s := range storeurl.Backends {
-		if s.Name == "redis" || s.Name == "etcd" {
+		if s.Name == "redis" || s.Name == "etcd" || s.Name == "zookeeper" {
 			stores[s.Name] = s.URL(t)
 		}
 	}
@@ -428,7 +428,8 @@ func TestUsageErrors(t *testing.T) {
 		{"redis", []string{"run", "--min-hold", "5s", "--max-hold", "1s", "k", "--", "true"}, []string{"--max-hold", "--min-hold"}},
 		{"redis", []string{"inspect", ""}, []string{"key"}},
 		{"etcd", []string{"run", "--ttl", "1500ms", "k", "--", "true"}, []string{"--ttl"}},
-		{"etcd", []string{"run", "--try", "--min-hold", "1h", "k", "--", "true"}, []string{"--min-hold", "--ttl"}},
+		// etcd lengthens one lock's TTL for a MinHold; ZooKeeper cannot.
+		{"zookeeper", []string{"run", "--try", "--min-hold", "1h", "k", "--", "true"}, []string{"--min-hold", "--ttl"}},
 	} {
 		url := "redis://127.0.0.1:1/0"
 		if c.store != "" {

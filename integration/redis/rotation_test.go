@@ -1,12 +1,10 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestPasswordRotationNamesTheCause: after the password of a Locker's ACL
 // user changes and its connections are dropped, every new connection fails
@@ -53,7 +33,7 @@ func TestPasswordRotationNamesTheCause(t *testing.T) {
 	o.Username, o.Password = user, "old"
 	client := goredis.NewClient(o)
 	t.Cleanup(func() { _ = client.Close() })
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	l, err := redis.New(client, locker.WithTTL(time.Second),
 		locker.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {

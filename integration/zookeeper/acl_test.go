@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -41,12 +42,15 @@ func configLocker(t *testing.T, srv *testenv.ZooKeeperServer, cfg zookeeper.Conf
 
 // TestDefaultACLGivesTheWorldNoAdmin: without credentials, nobody can
 // re-ACL the Locker's nodes (a way to block a key for good) or write a lock
-// node; the world may still do what locking needs.
+// node; the world may still do what locking needs, and the Locker warns
+// that anyone can break its locks.
 func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	root := "/locker-acl-" + rand.Text()[:10]
 	conn, events := connectWith(t, srv, testTTL)
-	l, err := zookeeper.Config{Root: root}.New(conn, events, locker.WithTTL(testTTL))
+	var logs testenv.LogBuffer
+	l, err := zookeeper.Config{Root: root}.New(conn, events, locker.WithTTL(testTTL),
+		locker.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +59,9 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	lk, err := l.TryLock(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out := logs.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "anyone who reaches ZooKeeper can break the locks") {
+		t.Errorf("a Locker on a connection without credentials must warn once that anyone can break its locks; logged:\n%s", out)
 	}
 	other, _ := connectWith(t, srv, testTTL)
 	parent, node := lockNode(t, other, root, "k")
@@ -65,6 +72,22 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	}
 	if _, err := other.Set(node, []byte("x"), -1); !errors.Is(err, zk.ErrNoAuth) {
 		t.Errorf("Set(%s) by another client = %v; want zk.ErrNoAuth (lock nodes are READ-only)", node, err)
+	}
+	// A second Locker without credentials, whose first node is a lock node
+	// under an existing key's node, finds out too.
+	var logs2 testenv.LogBuffer
+	conn2, events2 := connectWith(t, srv, testTTL)
+	l2, err := zookeeper.Config{Root: root}.New(conn2, events2, locker.WithTTL(testTTL),
+		locker.WithLogger(slog.New(slog.NewTextHandler(&logs2, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if _, err := l2.TryLock(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("TryLock of a held key by a Locker without credentials = %v; want ErrNotAcquired", err)
+	}
+	if out := logs2.String(); !strings.Contains(out, "anyone who reaches ZooKeeper can break the locks") {
+		t.Errorf("a Locker on a connection without credentials must warn that anyone can break its locks; logged:\n%s", out)
 	}
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -127,5 +150,117 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 	_, err = plain.Lock(wctx, "k")
 	if !errors.Is(err, zk.ErrNoAuth) || wctx.Err() != nil || !strings.Contains(err.Error(), parent) {
 		t.Errorf("Lock without the credentials = %v; want zk.ErrNoAuth naming %s, at once", err, parent)
+	}
+}
+
+// TestAuthenticatedConnGetsCreatorACL: on a connection the user
+// authenticated (conn.AddAuth, then New without Config.Digest), every node
+// of a held lock is its creator's: an anonymous client can neither delete
+// nor re-ACL the root's ancestor, the root, the key's node, the holder's
+// node or a waiter's node, and the holder keeps its lock. Where the ACL
+// asks for world-read, the anonymous client can still read them.
+func TestAuthenticatedConnGetsCreatorACL(t *testing.T) {
+	srv := testenv.ZooKeeper(t)
+	const creds = "app:s3cret"
+	for _, c := range []struct {
+		name      string
+		acl       string // Config.ACL in ParseACL's syntax; "" for the default
+		worldRead bool
+	}{
+		{name: "default"},
+		{name: "creator,world-read", acl: zookeeper.ACLCreator + "," + zookeeper.ACLWorldRead, worldRead: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			top := "/locker-authacl-" + rand.Text()[:10]
+			cfg := zookeeper.Config{Root: top + "/locks"}
+			if c.acl != "" {
+				acl, err := zookeeper.ParseACL(c.acl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.ACL = acl
+			}
+			authed := func() locker.Locker {
+				conn, events := connectWith(t, srv, testTTL)
+				if err := conn.AddAuth("digest", []byte(creds)); err != nil {
+					t.Fatal(err)
+				}
+				l, err := cfg.New(conn, events, locker.WithTTL(testTTL))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+				return l
+			}
+			holder, waiter := authed(), authed()
+			ctx := testCtx(t, 30*time.Second)
+			lk, err := holder.TryLock(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A waiter's node joins the queue.
+			wctx, cancel := context.WithCancel(ctx)
+			waited := make(chan error, 1)
+			go func() {
+				lw, err := waiter.Lock(wctx, "k")
+				if err == nil {
+					err = lw.Unlock(ctx)
+				}
+				waited <- err
+			}()
+			defer func() {
+				cancel()
+				<-waited
+			}()
+			admin, _ := connectWith(t, srv, testTTL)
+			if err := admin.AddAuth("digest", []byte(creds)); err != nil {
+				t.Fatal(err)
+			}
+			parent := zookeeper.QueuePath(cfg.Root, "k")
+			var queue []string
+			for deadline := time.Now().Add(20 * time.Second); len(queue) < 2; time.Sleep(10 * time.Millisecond) {
+				if queue, _, err = admin.Children(parent); err != nil || time.Now().After(deadline) {
+					t.Fatalf("the queue %s: %v, %v; want the holder's and the waiter's nodes", parent, queue, err)
+				}
+			}
+			nodes := []string{top, cfg.Root, parent}
+			for _, q := range queue {
+				nodes = append(nodes, parent+"/"+q)
+			}
+
+			anon, _ := connectWith(t, srv, testTTL)
+			for _, p := range nodes {
+				// The top node's parent is "/", which is the world's: it
+				// cannot go only because it is not empty.
+				if err := anon.Delete(p, -1); p != top && !errors.Is(err, zk.ErrNoAuth) || err == nil {
+					t.Errorf("Delete(%s) by an anonymous client = %v; want zk.ErrNoAuth (the node's parent is its creator's)", p, err)
+				}
+				if _, err := anon.SetACL(p, zk.WorldACL(zk.PermAll), -1); !errors.Is(err, zk.ErrNoAuth) {
+					t.Errorf("SetACL(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
+				}
+				_, _, err := anon.Get(p)
+				if c.worldRead && err != nil {
+					t.Errorf("Get(%s) by an anonymous client with world-read = %v; want the node", p, err)
+				}
+				if !c.worldRead && !errors.Is(err, zk.ErrNoAuth) {
+					t.Errorf("Get(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
+				}
+			}
+			if _, _, err := anon.Children(parent); c.worldRead && err != nil {
+				t.Errorf("Children(%s) by an anonymous client with world-read = %v; want the queue", parent, err)
+			}
+			select {
+			case <-lk.Done():
+				t.Fatalf("the holder lost its lock: %v", lk.Err())
+			default:
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+			if err := <-waited; err != nil {
+				t.Errorf("the waiter, after the holder's Unlock: %v", err)
+			}
+			waited <- nil // for the deferred receive
+		})
 	}
 }

@@ -107,12 +107,13 @@ func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 	// The last waiter watches the second waiter's node (and the first's).
 	waitWatchers(t, e, parent+"/"+queue[2], 1)
 	// The first waiter gives up: the last one looks again and also
-	// watches the holder.
+	// watches the holder's node (as do the holder, the first waiter, whose
+	// watch stays set, and the second).
 	cancels[0]()
 	if err := <-gaveUp[0]; !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("the first waiter, cancelled: %v, want ErrNotAcquired", err)
 	}
-	waitWatchers(t, e, parent+"/"+queue[0], 3)
+	waitWatchers(t, e, parent+"/"+queue[0], 4)
 	notYet("after the first waiter gave up")
 	// The second waiter gives up: the last waiter's predecessor goes while
 	// the holder holds.

@@ -1,0 +1,59 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+
+	"github.com/golocker/locker"
+)
+
+// LockShared implements locker.SharedLocker: the inner Locker's, broken
+// the way kind says.
+func (b *brokenLocker) LockShared(ctx context.Context, key string, s locker.Share, opts ...locker.LockOption) (locker.Lock, error) {
+	return b.acquireShared(ctx, key, s, true, opts)
+}
+
+// TryLockShared implements locker.SharedLocker.
+func (b *brokenLocker) TryLockShared(ctx context.Context, key string, s locker.Share, opts ...locker.LockOption) (locker.Lock, error) {
+	return b.acquireShared(ctx, key, s, false, opts)
+}
+
+func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.Share, wait bool, opts []locker.LockOption) (locker.Lock, error) {
+	inner, ok := b.inner.(locker.SharedLocker)
+	if !ok {
+		return nil, &locker.Error{Op: "lockshared", Key: key, Err: locker.ErrInvalidOption, Cause: errors.New("the inner Locker " + noShared)}
+	}
+	call := func(ctx context.Context, s locker.Share) (locker.Lock, error) {
+		if wait {
+			return inner.LockShared(ctx, key, s, opts...)
+		}
+		return inner.TryLockShared(ctx, key, s, opts...)
+	}
+	switch {
+	case b.kind == overLimit && s.Mode == locker.Permits:
+		s.Limit++
+	case b.kind == writerAsReader && s.Mode == locker.Write:
+		s.Mode = locker.Read
+	case b.kind == readersOvertake && s.Mode == locker.Write && wait:
+		// No place in line: a poll of one-shot attempts.
+		return pollTry(ctx, b.env.ttl/20, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+			return inner.TryLockShared(ctx, key, s, opts...)
+		})
+	}
+	lk, err := call(ctx, s)
+	if err != nil {
+		if b.kind == leavesResidue && wait && ctx.Err() != nil {
+			// An orphaned waiter: it takes the hold later and keeps it
+			// until the Locker is closed.
+			go func() { _, _ = inner.LockShared(context.Background(), key, s, opts...) }()
+		}
+		return nil, err
+	}
+	switch b.kind {
+	case reusesTokens:
+		return &tokenOneLock{Lock: lk}, nil
+	case neverDone:
+		return &neverDoneLock{Lock: lk}, nil
+	}
+	return lk, nil
+}

@@ -1,0 +1,127 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Mode is the kind of a shared hold.
+type Mode uint8
+
+// The kinds of shared hold.
+const (
+	// Permits takes Weight of the key's Limit permits (a [Semaphore]).
+	Permits Mode = Mode(driver.Permits)
+	// Read is a read hold (a [RWMutex]): shared with other reads.
+	Read Mode = Mode(driver.Read)
+	// Write is a write hold (a [RWMutex]): exclusive.
+	Write Mode = Mode(driver.Write)
+)
+
+// String returns the mode's name.
+func (m Mode) String() string { return driver.Mode(m).String() }
+
+// Share describes a shared hold on a key: see [SharedLocker].
+type Share struct {
+	// Mode is the kind of hold.
+	Mode Mode
+	// Limit is the key's number of permits, for Permits; 0 otherwise.
+	Limit int
+	// Weight is how many permits the hold takes, for Permits; 0 means 1.
+	Weight int
+}
+
+// SharedLocker is implemented by Lockers that hand out shared holds:
+// every Locker [New] builds on a backend whose driver is a
+// [driver.Sharer], and wrappers that pass it on. [NewSemaphore] and
+// [NewRWMutex] use it; users call those.
+//
+// A shared hold is a [Lock] like any other: renewed with the Locker's
+// locks, lost when renewals fail, released by Unlock and Close. It is
+// never reentrant, and a key holds either plain locks or shared holds of
+// one kind, never both.
+type SharedLocker interface {
+	// LockShared waits until the hold s describes fits, then takes it. It
+	// fails like [Locker.Lock], and with an error matching
+	// ErrInvalidOption when s is invalid or the key is in use another way.
+	LockShared(ctx context.Context, key string, s Share, opts ...LockOption) (Lock, error)
+	// TryLockShared is LockShared without waiting: ErrNotAcquired when the
+	// hold does not fit now.
+	TryLockShared(ctx context.Context, key string, s Share, opts ...LockOption) (Lock, error)
+}
+
+// errNoSharer is the cause of the ErrInvalidOption of a shared hold asked
+// of a backend that cannot share a key.
+func errNoSharer(backend string) error {
+	return fmt.Errorf("the %s backend has no shared holds (semaphores, read-write locks): its driver does not implement driver.Sharer", backend)
+}
+
+// checkShare validates s and returns the driver's view of it.
+func checkShare(s Share) (driver.Share, error) {
+	ds := driver.Share{Mode: driver.Mode(s.Mode), Limit: s.Limit, Weight: s.Weight}
+	switch s.Mode {
+	case Permits:
+		if ds.Weight == 0 {
+			ds.Weight = 1
+		}
+		switch {
+		case s.Limit <= 0:
+			return ds, invalidOption("limit", "%d is not positive", s.Limit)
+		case ds.Weight < 0:
+			return ds, invalidOption("weight", "%d is not positive", s.Weight)
+		case ds.Weight > s.Limit:
+			return ds, invalidOption("weight", "%d is more than the limit %d: it could never be granted", ds.Weight, s.Limit)
+		}
+	case Read, Write:
+		if s.Limit != 0 || (s.Weight != 0 && s.Weight != 1) {
+			return ds, invalidOption("Share", "a %s hold has no limit and a weight of 1 (got limit %d, weight %d)", s.Mode, s.Limit, s.Weight)
+		}
+		ds.Weight = 1
+	default:
+		return ds, invalidOption("Share", "unknown mode %d", s.Mode)
+	}
+	return ds, nil
+}
+
+// LockShared implements SharedLocker.
+func (e *engine) LockShared(ctx context.Context, key string, s Share, opts ...LockOption) (Lock, error) {
+	return e.lockShared(ctx, "lockshared", key, true, s, opts)
+}
+
+// TryLockShared implements SharedLocker.
+func (e *engine) TryLockShared(ctx context.Context, key string, s Share, opts ...LockOption) (Lock, error) {
+	return e.lockShared(ctx, "trylockshared", key, false, s, opts)
+}
+
+func (e *engine) lockShared(ctx context.Context, op, key string, wait bool, s Share, opts []LockOption) (Lock, error) {
+	ds, err := checkShare(s)
+	if err != nil {
+		return nil, e.err(op, key, nil, err)
+	}
+	return e.lock(ctx, op, key, wait, &ds, opts)
+}
+
+// pollShared is the wait for a shared hold: [driver.Backoff.Poll] with the
+// Locker's backoff, queued in the store where it queues. When the wait
+// ends without a grant, what its refusals recorded is cleaned up.
+func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	s.Queue = true
+	var queued error // the last refusal that recorded the waiter
+	try := func(ctx context.Context) (driver.Grant, error) {
+		g, err := e.sharer.TryAcquireShared(ctx, req, s)
+		var r *driver.Residue
+		if err != nil && errors.Is(err, driver.ErrHeld) && errors.As(err, &r) {
+			queued = err
+		}
+		return g, err
+	}
+	g, err := driver.Backoff(e.cfg.backoff).Poll(ctx, try, e.subscriber(req.Key))
+	var r *driver.Residue
+	if err != nil && queued != nil && !errors.As(err, &r) {
+		e.keepResidue(req.Key, queued)
+	}
+	return g, err
+}

@@ -1,0 +1,92 @@
+package zookeeper
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestHolderSeesItsNodeDeleted: a holder whose node is deleted behind its
+// back learns it from a watch, without waiting for a renewal (the driver
+// runs none by itself), and its own Release or Keep reports no loss.
+func TestHolderSeesItsNodeDeleted(t *testing.T) {
+	srv := storeenv.ZooKeeper(t)
+	connect := func() *zk.Conn {
+		conn, _, err := zk.Connect(srv.Addrs(), 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		return conn
+	}
+	conn, admin := connect(), connect()
+	d := newDriver(conn, nil, "/locker-holdwatch-"+rand.Text()[:10], Config{}.nodeACL())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := d.Configure(ctx, driver.Config{TTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	acquire := func(key string) (driver.Lease, <-chan error) {
+		lost := make(chan error, 10)
+		g, err := d.TryAcquire(ctx, driver.Request{Key: key, Lost: func(err error) { lost <- err }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return driver.Lease{Key: key, State: g.State}, lost
+	}
+
+	l, lost := acquire("deleted")
+	if err := admin.Delete(l.State.(*hold).path, -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, errNodeGone) {
+			t.Errorf("Lost(%v); want a cause matching errNodeGone", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the holder of a lock whose node was deleted behind its back was never told (Request.Lost)")
+	}
+
+	// The holder's own release and keep are no loss.
+	l, lost = acquire("released")
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	k, klost := acquire("kept")
+	if err := d.Keep(ctx, k, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for ok, _, err := admin.Exists(k.State.(*hold).path); ok; ok, _, err = admin.Exists(k.State.(*hold).path) {
+		if err != nil || ctx.Err() != nil {
+			t.Fatalf("the kept node is still there: %v, %v", err, ctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A later loss is reported after the earlier events were: a third
+	// lock, deleted, tells when the watches had their turn.
+	l3, lost3 := acquire("marker")
+	if err := admin.Delete(l3.State.(*hold).path, -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost3:
+	case <-ctx.Done():
+		t.Fatal("the holder of a lock whose node was deleted behind its back was never told (Request.Lost)")
+	}
+	select {
+	case err := <-lost:
+		t.Errorf("a Release reported a loss: %v", err)
+	case err := <-klost:
+		t.Errorf("a Keep reported a loss: %v", err)
+	default:
+	}
+}
