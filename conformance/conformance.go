@@ -134,6 +134,16 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - Watch (Crash optional): locker.Watch reports a free key, then its
+//     holder, then nobody after the Unlock, within one TTL of each change,
+//     never a lower token after a higher one; with Crash, it reports the
+//     next holder's higher token within one TTL of its grant after the
+//     holder crashed. Skipped for a Locker that is not a locker.Inspector.
+//   - Extend: locker.Extend raises a held lock's MaxHold (it stays held
+//     past the old one) and lowers it (it ends then with ErrMaxHold,
+//     Deadline no later); a MinHold it sets keeps the key claimed after an
+//     early Unlock; it refuses TTL, and fails with ErrNotHeld once the lock
+//     ended. Skipped for a Lock that is not a locker.Extender.
 //   - SemaphoreLimit: five Lockers race three goroutines each, some taking
 //     two permits, on a semaphore of three; never more than three permits
 //     are held at once.
@@ -281,6 +291,8 @@ var cases = []testCase{
 	{name: "CheckOptions", contract: "CheckLockOptions must refuse exactly the LockOptions that Lock and TryLock refuse", run: testCheckOptions},
 	{name: "LateDelivery", contract: noLateHolder, run: testLateDelivery},
 	{name: "PromptCancel", contract: promptCancel, run: testPromptCancel},
+	{name: "Watch", contract: watchBound, run: testWatch},
+	{name: "Extend", contract: extended, run: testExtend},
 	{name: "SemaphoreLimit", contract: withinLimit, run: testSemaphoreLimit},
 	{name: "SemaphoreCrash", contract: "a crashed holder's permit must come back within its TTL", run: testSemaphoreCrash},
 	{name: "RWExclusion", contract: readersShare, run: testRWExclusion},

@@ -212,6 +212,8 @@ const (
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
+	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
+	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -263,6 +265,8 @@ var mustCatch = map[string][]string{
 	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},
 	readersOvertake: {"RWWriterFirst"},
+	inspectsFirst:   {"Watch", "Inspect"},
+	extendsNothing:  {"Extend"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -523,7 +527,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -536,16 +540,25 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state.
+// the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
-	if b.kind != inspectsStale || err != nil {
+	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen == nil {
 		b.seen = make(map[string]locker.Status)
+	}
+	if b.kind == inspectsFirst {
+		if first, ok := b.seen[key]; ok {
+			return first, nil
+		}
+		if st.Held {
+			b.seen[key] = st
+		}
+		return st, nil
 	}
 	prev := b.seen[key]
 	b.seen[key] = st
@@ -657,6 +670,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 			return lk, err
 		}
+	case extendsNothing:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &noopExtendLock{lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -821,6 +840,11 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its
 // goroutine: the key stays held and renewed, as it did when Do released
 // only after its function returned.
+// noopExtendLock is an Extender whose Extend changes nothing.
+type noopExtendLock struct{ locker.Lock }
+
+func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
 type keepsOnPanicLock struct{ locker.Lock }
 
 func (l *keepsOnPanicLock) Unlock(ctx context.Context) error {

@@ -300,7 +300,9 @@ type Configurer interface {
 // Notifier is implemented by drivers that can tell waiters that a key may have
 // become free, so waiting needs no polling. The engine subscribes only after
 // a TryAcquire found the key held, then tries once more before it waits, so
-// no release is missed and the uncontended path never subscribes.
+// no release is missed and the uncontended path never subscribes. It also
+// subscribes for locker.Watch, for as long as the watch runs, also when the
+// driver is an [Acquirer].
 type Notifier interface {
 	// Subscribe starts watching key. The returned channel receives a value
 	// (it is never closed) whenever the key may have become free. cancel
