@@ -26,6 +26,9 @@ const (
 	// EnvMySQLDSN is a go-sql-driver DSN of a MySQL or MariaDB server to use
 	// instead of starting one.
 	EnvMySQLDSN = storeenv.MySQLDSN
+	// EnvPostgresURL is a connection URL of a PostgreSQL database to use
+	// instead of starting a server.
+	EnvPostgresURL = storeenv.PostgresURL
 	// EnvEtcdEndpoints names the endpoints (comma-separated) of an etcd
 	// cluster.
 	EnvEtcdEndpoints = storeenv.EtcdEndpoints
