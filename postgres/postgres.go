@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -239,12 +240,16 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		label = cleanLabel(req.Label)
 	}
 	for try := 0; ; try++ {
+		// Each statement stores a token of its own, so that the undo of
+		// one whose outcome is unknown never frees a later attempt's
+		// grant (the engine keeps req.Owner across a Lock's attempts).
+		owner := fmt.Sprintf("%s.%016x", req.Owner, rand.Uint64())
 		sent := time.Now()
 		var (
 			taken, remaining sql.NullInt64
 			rows             int
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, req.Owner, label, ttlMicros(req.TTL)}, func(scan func(...any) error) error {
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL)}, func(scan func(...any) error) error {
 			rows++
 			return scan(&taken, &remaining)
 		})
@@ -257,16 +262,17 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		case retryable(err):
 			return driver.Grant{}, driver.Held(0)
 		case err != nil:
+			err = classify(fmt.Errorf("acquire: %w", err))
 			if !definite(err) {
-				d.undoAcquire(ctx, req)
+				return driver.Grant{}, d.undoAcquire(ctx, req, owner, err)
 			}
-			return driver.Grant{}, classify(fmt.Errorf("acquire: %w", err))
+			return driver.Grant{}, err
 		case taken.Valid:
 			return driver.Grant{
 				Token:    uint64(taken.Int64),
 				Validity: req.TTL,
 				Since:    sent,
-				State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: taken.Int64},
+				State:    &lockState{table: d.cfg.Table, key: req.Key, owner: owner, version: taken.Int64},
 			}, nil
 		case remaining.Valid && remaining.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
@@ -278,15 +284,40 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 	}
 }
 
-// undoAcquire frees the row if req.Owner took it in a statement whose
-// outcome is unknown, on a fresh context: ctx may be why it failed.
-func (d *pgDriver) undoAcquire(ctx context.Context, req driver.Request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
-	defer cancel()
-	if err := d.q.query(ctx, d.sql.undo, []any{req.Key, req.Owner, d.cfg.Table}, func(func(...any) error) error { return nil }); err != nil {
-		d.logger.Warn("locker: postgres: could not undo an acquisition with an unknown outcome; the key stays held until its TTL if it was taken",
-			"key", req.Key, "err", err)
+// undoAcquire frees the row if owner took it in a statement whose
+// outcome is unknown, on a fresh context: ctx may be why it failed. The
+// statement may also still be on its way (held by a partition, queued in
+// PgBouncer) and take the row later: the returned error carries a
+// driver.Residue whose Cleanup, once the database answers, keeps undoing
+// for a TTL.
+func (d *pgDriver) undoAcquire(ctx context.Context, req driver.Request, owner string, err error) error {
+	undo := func(ctx context.Context) (int, error) {
+		return d.freeing(ctx, d.sql.undo, req.Key, owner, d.cfg.Table)
 	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
+	n, uerr := undo(uctx)
+	cancel()
+	if uerr == nil && n > 0 {
+		return err // the acquisition happened, and is undone
+	}
+	return &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
+		n, err := undo(ctx)
+		if err != nil || n > 0 {
+			return err
+		}
+		// The database answers: a statement still on its way arrives
+		// now. Sweep for a TTL (or as long as ctx lasts).
+		end := time.Now().Add(req.TTL)
+		for time.Now().Before(end) {
+			if !driver.Sleep(ctx, max(req.TTL/10, time.Millisecond)) {
+				return nil
+			}
+			if n, err := undo(ctx); err != nil || n > 0 {
+				return err
+			}
+		}
+		return nil
+	}}
 }
 
 // leaseState returns the lock state of a lease.
