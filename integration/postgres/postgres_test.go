@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/testenv"
@@ -248,5 +250,76 @@ func TestHolderSurvivesRecycledPool(t *testing.T) {
 	}
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// TestGuard: a transaction guarded by a lock that another holder took over
+// (ForceUnlock, then TryLock) fails with ErrLost, on pgx and database/sql.
+func TestGuard(t *testing.T) {
+	srv := testenv.Postgres(t)
+	pool := openPool(t, srv.URL())
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ls := newLockers(t, pool, 2, postgres.Config{Table: "guard_locks"})
+	key := freshKey(t)
+	lk, err := ls[0].TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	guards := map[string]func() error{
+		"pgx": func() error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			return postgres.Guard(ctx, tx, lk)
+		},
+		"sql": func() error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			return postgres.GuardSQL(ctx, tx, lk)
+		},
+	}
+	for name, g := range guards {
+		if err := g(); err != nil {
+			t.Errorf("%s: Guard of a held lock: %v", name, err)
+		}
+	}
+	if err := locker.ForceUnlock(ctx, ls[1], key); err != nil {
+		t.Fatalf("ForceUnlock: %v", err)
+	}
+	lk2, err := ls[1].TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after ForceUnlock: %v", err)
+	}
+	defer lk2.Unlock(ctx)
+	for name, g := range guards {
+		if err := g(); !errors.Is(err, locker.ErrLost) {
+			t.Errorf("%s: Guard of a lock taken over must fail with ErrLost: %v", name, err)
+		}
+	}
+	if err := postgres.Guard(ctx, nil, lk2); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard without a transaction must fail with ErrInvalidOption: %v", err)
+	}
+}
+
+// TestNewRefuses bad arguments with ErrInvalidOption naming them.
+func TestNewRefuses(t *testing.T) {
+	if _, err := postgres.New(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("New(nil) = %v; want ErrInvalidOption", err)
+	}
+	if _, err := postgres.NewDB(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("NewDB(nil) = %v; want ErrInvalidOption", err)
+	}
+	pool := openPool(t, testenv.Postgres(t).URL())
+	_, err := postgres.NewWithConfig(pool, postgres.Config{Table: `x"; DROP TABLE y; --`})
+	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "Config.Table") {
+		t.Errorf("a bad table name must fail with ErrInvalidOption naming Config.Table: %v", err)
 	}
 }
