@@ -35,6 +35,7 @@ const (
 type fleet struct {
 	url    string // server (or pooler) URL
 	client client
+	direct bool // no proxies (benchmarks): Isolate is not available
 	prefix string
 	ttl    time.Duration
 	cfg    postgres.Config
@@ -104,10 +105,14 @@ func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.
 // newLocker is Harness.NewLocker.
 func (f *fleet) newLocker(t testing.TB) locker.Locker {
 	t.Helper()
-	p := testenv.NewProxy(t, hostOf(t, f.url))
-	url, err := testenv.WithHost(f.url, p.Addr())
-	if err != nil {
-		t.Fatalf("proxy URL: %v", err)
+	var p *testenv.Proxy
+	url := f.url
+	if !f.direct {
+		p = testenv.NewProxy(t, hostOf(t, f.url))
+		var err error
+		if url, err = testenv.WithHost(f.url, p.Addr()); err != nil {
+			t.Fatalf("proxy URL: %v", err)
+		}
 	}
 	l, closeDB, err := f.open(t, url)
 	if err != nil {
@@ -150,13 +155,16 @@ func (f *fleet) harness() conformance.Harness {
 		// A crashed process: its connections drop, nothing is released.
 		Crash: func(t testing.TB, l locker.Locker) {
 			if r, ok := f.get(t, l); ok {
-				r.proxy.Cut()
+				if r.proxy != nil {
+					r.proxy.Cut()
+				}
 				r.close()
 			}
 		},
 		Isolate: func(t testing.TB, l locker.Locker) func() {
 			r, ok := f.get(t, l)
-			if !ok {
+			if !ok || r.proxy == nil {
+				t.Errorf("Isolate needs a proxied Locker")
 				return func() {}
 			}
 			r.proxy.Cut()
