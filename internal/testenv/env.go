@@ -29,6 +29,10 @@ const (
 	// EnvPostgresURL is a connection URL of a PostgreSQL database to use
 	// instead of starting a server.
 	EnvPostgresURL = storeenv.PostgresURL
+	// EnvPostgresBin names the directory of initdb and postgres when they
+	// are not on PATH (default /usr/lib/postgresql/15/bin, Debian's; set
+	// empty, none).
+	EnvPostgresBin = "LOCKER_POSTGRES_BIN"
 	// EnvEtcdEndpoints names the endpoints (comma-separated) of an etcd
 	// cluster.
 	EnvEtcdEndpoints = storeenv.EtcdEndpoints

@@ -136,17 +136,25 @@ func startPostgres() (*PostgresServer, func(), error) {
 	}.provision()
 }
 
-// lookPostgres finds PostgreSQL programs on PATH, else in Debian's
-// versioned directory.
+// lookPostgres finds PostgreSQL programs on PATH, else in the directory
+// LOCKER_POSTGRES_BIN names (Debian's versioned one when unset; none when
+// set empty).
 func lookPostgres(names ...string) ([]string, error) {
 	paths, err := lookPaths(names...)
 	if err == nil {
 		return paths, nil
 	}
+	dir, set := os.LookupEnv(EnvPostgresBin)
+	if !set {
+		dir = postgresBin
+	}
+	if dir == "" {
+		return nil, err
+	}
 	for i, n := range names {
-		p := filepath.Join(postgresBin, n)
+		p := filepath.Join(dir, n)
 		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s not on PATH nor in %s", n, postgresBin)
+			return nil, fmt.Errorf("%s not on PATH nor in %s", n, dir)
 		}
 		paths[i] = p
 	}
