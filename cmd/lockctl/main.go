@@ -51,7 +51,8 @@
 // --url takes a locker URL of any built-in backend (redis://, rediss://,
 // mysql://, postgres://, postgresql://, etcd://, etcds://, zk://; see
 // package backends), default $LOCKER_URL. Passwords and secret parameters
-// of the URL are never printed, in errors either. Flags may come before or after KEY, up to "--".
+// of the URL are never printed, in errors either. Flags may come before or
+// after KEY, up to "--".
 //
 // # Exit codes
 //
