@@ -27,6 +27,10 @@ const (
 	// Longer keys fail with locker.ErrInvalidKey naming this limit.
 	MaxKeyBytes = 2048
 
+	// minPoolForListen is the smallest MaxOpenConns (when set) of a
+	// *sql.DB with which the Locker keeps one of its connections for
+	// LISTEN.
+	minPoolForListen = 4
 	// maxTableName is PostgreSQL's identifier limit (NAMEDATALEN - 1).
 	maxTableName = 63
 	// serializationRetries is how often an acquisition retries a statement
@@ -88,11 +92,15 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // NewDBWithConfig is NewWithConfig on a *sql.DB opened with pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
 // postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
-// keeps one of db's connections for LISTEN. It returns an error matching
+// keeps one of db's connections for LISTEN; PollOnly is implied when db's
+// MaxOpenConns is set below 4. It returns an error matching
 // locker.ErrInvalidOption for a db on another driver.
 func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
 	if err := checkStdlib(db); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
+		cfg.PollOnly = true // no room for the LISTEN connection
 	}
 	return newLocker(dbQuerier{db}, cfg, opts)
 }
