@@ -22,7 +22,7 @@ WITHSTORES   := $(GO) run ./internal/testenv/withstores --
 TESTREPORT   := $(GO) run ./internal/testenv/testreport --
 # go test starts the packages in the order given, as many at once as there
 # are cores: the longest go first, so that none of them starts last.
-LONGEST      := ./integration/redis ./integration/mysql ./integration/etcd
+LONGEST      := ./integration/redis ./integration/mysql ./integration/postgres ./integration/etcd
 TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 
 .DEFAULT_GOAL := test

@@ -49,9 +49,10 @@
 // # URL
 //
 // --url takes a locker URL of any built-in backend (redis://, rediss://,
-// mysql://, etcd://, etcds://, zk://; see package backends), default
-// $LOCKER_URL. Passwords and secret parameters of the URL are never printed,
-// in errors either. Flags may come before or after KEY, up to "--".
+// mysql://, postgres://, postgresql://, etcd://, etcds://, zk://; see
+// package backends), default $LOCKER_URL. Passwords and secret parameters
+// of the URL are never printed, in errors either. Flags may come before or
+// after KEY, up to "--".
 //
 // # Exit codes
 //
