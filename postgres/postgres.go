@@ -149,7 +149,6 @@ type pgDriver struct {
 	sql    statements
 	logger *slog.Logger
 	label  string
-	wait   func(attempt int, remaining time.Duration) time.Duration
 
 	listen *listener // nil with PollOnly
 }
@@ -175,7 +174,6 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
-	d.wait = cfg.Wait
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.q, d.cfg.Table); err != nil {
 			return classify(err)
@@ -185,7 +183,7 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		return classify(err)
 	}
 	if !d.cfg.PollOnly {
-		d.listen = newListener(d.q, d.cfg.Table, func(attempt int) time.Duration { return cfg.Wait(attempt, 0) }, d.logger)
+		d.listen = newListener(d.q, d.cfg.Table, cfg.Backoff, d.logger)
 	}
 	return nil
 }
@@ -424,15 +422,6 @@ func utc(us sql.NullInt64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(us.Int64).UTC()
-}
-
-// Renew implements driver.Driver through RenewBatch.
-func (d *pgDriver) Renew(ctx context.Context, l driver.Lease) (time.Duration, error) {
-	v, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
-	if err != nil {
-		return 0, err
-	}
-	return v[0], errs[0]
 }
 
 // rowKey identifies one acquisition's row.
