@@ -134,6 +134,11 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - List: locker.List yields every key held under a prefix (more than
+//     one page of them, from two Lockers) once, with its holder's token
+//     and label, and no free key; keys taken and released between them
+//     during the listing never make a key held throughout go missing;
+//     skipped for a Locker that is not a locker.Lister.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -257,6 +262,7 @@ var cases = []testCase{
 	{name: "CheckOptions", run: testCheckOptions},
 	{name: "LateDelivery", run: testLateDelivery},
 	{name: "PromptCancel", run: testPromptCancel},
+	{name: "List", run: testList},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

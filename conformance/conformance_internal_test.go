@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -209,6 +210,9 @@ const (
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
+	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
+	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
+	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -257,6 +261,9 @@ var mustCatch = map[string][]string{
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	slowFirstCall:   {"PromptCancel"},
+	listsFirstPage:  {"List"},
+	listsTwice:      {"List"},
+	listsByOffset:   {"List"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -544,6 +551,50 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// List passes the inner Locker's listing on, except for the broken
+// listers: listsFirstPage stops after one page, listsTwice repeats the
+// last key of each page, and listsByOffset reads each page of a fresh
+// listing from an offset, a store round trip after the last.
+func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
+	inner := locker.List(ctx, b.inner, prefix)
+	return func(yield func(locker.KeyStatus, error) bool) {
+		switch b.kind {
+		case listsByOffset:
+			const page = 50
+			for off := 0; ; off += page {
+				n := 0
+				for ks, err := range inner {
+					if err != nil {
+						yield(ks, err)
+						return
+					}
+					if n++; n > off && n <= off+page && !yield(ks, nil) {
+						return
+					}
+				}
+				if n <= off+page {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		default:
+			n := 0
+			for ks, err := range inner {
+				if err != nil {
+					yield(ks, err)
+					return
+				}
+				if n++; b.kind == listsFirstPage && n > locker.ListPage {
+					return
+				}
+				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // CheckLockOptions passes the inner Locker's answer on; checksNothing

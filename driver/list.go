@@ -1,0 +1,25 @@
+package driver
+
+import "context"
+
+// KeyStatus is one held key of a listing ([Lister]): the store key and
+// what the store says of it.
+type KeyStatus struct {
+	// Key is the store key (with the Locker's prefix).
+	Key string
+	Status
+}
+
+// Lister is implemented by drivers that can list the held keys under a
+// prefix (locker.List), page by page, with a cursor kept by the store. It
+// only reads.
+type Lister interface {
+	// List returns the held keys whose store key starts with prefix, at
+	// most limit of them, from the position cursor names ("" starts at the
+	// beginning), and the cursor of the next page ("" when the listing is
+	// done). A page may be short, even empty, before the end. Free keys
+	// are left out. A key held from the first call to the last must
+	// appear in one page; a key taken or freed meanwhile may or may not.
+	// Stores with an order return keys in ascending order, each once.
+	List(ctx context.Context, prefix, cursor string, limit int) (page []KeyStatus, next string, err error)
+}
