@@ -1,0 +1,56 @@
+package etcd
+
+import (
+	"context"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker/driver"
+)
+
+// List implements driver.Lister: a range read of the waiters' keys under
+// the prefix, from the cursor (an etcd key), in key order; each lock
+// directory met is then read as Inspect reads it. The next page starts
+// after the last directory.
+func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
+	from := KeyPrefix(prefix)
+	start := max(cursor, from)
+	opts := []clientv3.OpOption{clientv3.WithKeysOnly(), clientv3.WithLimit(int64(max(limit, 1))),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	if from == "" {
+		opts = append(opts, clientv3.WithFromKey())
+	} else {
+		opts = append(opts, clientv3.WithRange(clientv3.GetPrefixRangeEnd(from)))
+	}
+	resp, err := d.cli.Get(ctx, start, opts...)
+	if err != nil {
+		return nil, "", d.classify(err)
+	}
+	var page []driver.KeyStatus
+	last := ""
+	for _, kv := range resp.Kvs {
+		enc, _, ok := strings.Cut(string(kv.Key), "\x00")
+		if !ok || enc == last {
+			continue // not a lock's waiter, or a directory already read
+		}
+		last = enc
+		key := strings.NewReplacer("%25", "%", "%00", "\x00").Replace(enc)
+		st, err := d.Inspect(ctx, key)
+		if err != nil {
+			return nil, "", err
+		}
+		if st.Held {
+			page = append(page, driver.KeyStatus{Key: key, Status: st})
+		}
+	}
+	switch {
+	case !resp.More:
+		return page, "", nil
+	case last == "":
+		return page, string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00", nil
+	}
+	// Every key of last's directory is below last+"\x01": the encoded key
+	// holds no NUL.
+	return page, last + "\x01", nil
+}
