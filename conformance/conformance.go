@@ -386,6 +386,21 @@ func (c *caseT) newLocker() locker.Locker {
 	return l
 }
 
+// labelled returns a fresh Locker whose owner label is label, closed when
+// the test ends; without Harness.NewLockerWith, a plain Locker and "".
+func (c *caseT) labelled(label string) (locker.Locker, string) {
+	c.Helper()
+	if c.h.NewLockerWith == nil {
+		return c.newLocker(), ""
+	}
+	l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
+	if err != nil {
+		c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
+	}
+	c.t.Cleanup(func() { _ = l.Close() })
+	return l, label
+}
+
 // mustTryLock takes a key that the case knows to be free.
 func (c *caseT) mustTryLock(ctx context.Context, l locker.Locker, key, contract string) locker.Lock {
 	c.Helper()

@@ -28,16 +28,8 @@ func testList(c *caseT) {
 	} else if err != nil {
 		c.Fatalf("%s: List of an empty prefix: %v", contract, err)
 	}
-	a, b, label := c.newLocker(), c.newLocker(), ""
-	if c.h.NewLockerWith != nil {
-		label = "list-holder"
-		l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
-		if err != nil {
-			c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
-		}
-		c.t.Cleanup(func() { _ = l.Close() })
-		a = l
-	}
+	a, label := c.labelled("list-holder")
+	b := c.newLocker()
 	key := func(i int, kind string) string { return fmt.Sprintf("%s%04d-%s", prefix, i, kind) }
 
 	// Free keys: taken and released, so the store may keep traces of them.

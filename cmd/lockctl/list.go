@@ -37,14 +37,7 @@ func (c *cli) onPrefix(args []string, do func(ctx context.Context, l locker.Lock
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	ctx, cancel := interrupted()
-	defer cancel()
-	l, err := c.open(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	defer l.Close()
-	return do(ctx, l, prefix)
+	return c.withStore(func(ctx context.Context, l locker.Locker) int { return do(ctx, l, prefix) })
 }
 
 // statusOf is the printed form of one listed key.

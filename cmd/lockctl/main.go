@@ -312,6 +312,12 @@ func (c *cli) onKey(args []string, check func() error, do func(ctx context.Conte
 	if err != nil {
 		return c.usageError(err)
 	}
+	return c.withStore(func(ctx context.Context, l locker.Locker) int { return do(ctx, l, key) })
+}
+
+// withStore opens the store and calls do with a ctx that ends at SIGINT,
+// SIGTERM or SIGHUP; it returns the exit code.
+func (c *cli) withStore(do func(ctx context.Context, l locker.Locker) int) int {
 	ctx, cancel := interrupted()
 	defer cancel()
 	l, err := c.open(ctx)
@@ -319,7 +325,7 @@ func (c *cli) onKey(args []string, check func() error, do func(ctx context.Conte
 		return c.fail(err)
 	}
 	defer l.Close()
-	return do(ctx, l, key)
+	return do(ctx, l)
 }
 
 // urlHas reports whether c.url has query parameter name.
