@@ -1,6 +1,10 @@
 package driver
 
-import "context"
+import (
+	"context"
+	"iter"
+	"slices"
+)
 
 // KeyStatus is one held key of a listing ([Lister]): the store key and
 // what the store says of it.
@@ -22,4 +26,28 @@ type Lister interface {
 	// appear in one page; a key taken or freed meanwhile may or may not.
 	// Stores with an order return keys in ascending order, each once.
 	List(ctx context.Context, prefix, cursor string, limit int) (page []KeyStatus, next string, err error)
+}
+
+// Page picks from keys, in any order, the limit smallest after cursor, in
+// ascending order, and the cursor of the next page ("" when none is left).
+// It is List's paging for stores that can only read every name at once. It
+// holds at most 2*limit keys; limit is at least 1.
+func Page(keys iter.Seq[string], cursor string, limit int) (page []string, next string) {
+	limit = max(limit, 1)
+	page, more, top := make([]string, 0, 2*limit), false, ""
+	for k := range keys {
+		if k <= cursor || more && k >= top {
+			continue
+		}
+		if page = append(page, k); len(page) == 2*limit {
+			slices.Sort(page)
+			page, more, top = page[:limit], true, page[limit-1]
+		}
+	}
+	slices.Sort(page)
+	if more || len(page) > limit {
+		page = page[:min(len(page), limit)]
+		next = page[len(page)-1]
+	}
+	return page, next
 }

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"time"
 
@@ -10,7 +9,7 @@ import (
 )
 
 // List implements driver.Lister: the held keys under prefix in ascending
-// order; the cursor is the last key of the previous page.
+// order (driver.Page); the cursor is the last key of the previous page.
 func (d *memDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	if err := d.check(ctx); err != nil {
 		return nil, "", err
@@ -18,18 +17,13 @@ func (d *memDriver) List(ctx context.Context, prefix, cursor string, limit int) 
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	limit = max(limit, 1)
-	var keys []string
-	for k := range s.locks {
-		if strings.HasPrefix(k, prefix) && k > cursor {
-			keys = append(keys, k)
+	keys, next := driver.Page(func(yield func(string) bool) {
+		for k := range s.locks {
+			if strings.HasPrefix(k, prefix) && !yield(k) {
+				return
+			}
 		}
-	}
-	slices.Sort(keys)
-	next := ""
-	if len(keys) > limit {
-		keys, next = keys[:limit], keys[limit-1]
-	}
+	}, cursor, limit)
 	now := time.Now()
 	page := make([]driver.KeyStatus, 0, len(keys))
 	for _, k := range keys {

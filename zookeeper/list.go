@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -27,18 +26,14 @@ func (d *zkDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 	if err != nil {
 		return nil, "", fmt.Errorf("zookeeper: list %s: %w", d.root, classify(err))
 	}
-	var keys []string
-	for _, n := range names {
-		k, err := unescapeKey(n)
-		if err == nil && strings.HasPrefix(k, prefix) && k > cursor {
-			keys = append(keys, k)
+	keys, next := driver.Page(func(yield func(string) bool) {
+		for _, n := range names {
+			k, err := unescapeKey(n)
+			if err == nil && strings.HasPrefix(k, prefix) && !yield(k) {
+				return
+			}
 		}
-	}
-	slices.Sort(keys)
-	next := ""
-	if limit = max(limit, 1); len(keys) > limit {
-		keys, next = keys[:limit], keys[limit-1]
-	}
+	}, cursor, limit)
 	var page []driver.KeyStatus
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
