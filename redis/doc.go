@@ -76,6 +76,9 @@
 //     WATCH/MULTI/EXEC are never used.
 //   - Through a proxy that shards by key, hash on "{}" tags. WAIT, CONFIG GET
 //     and TIME fail there: no Config.Replicas, no eviction check, no Inspect.
+//   - locker.List scans with SCAN, which may yield a key twice when Redis
+//     resizes its table meanwhile; keys come in no order. On a Cluster it
+//     scans every primary. The Redlock Locker cannot list.
 //
 // # Keys
 //
