@@ -21,23 +21,34 @@ import (
 // "<primary>:<form>:<SCAN cursor>". As SCAN does, it may yield a key twice
 // when Redis resizes its table during the listing.
 func (d *redisDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
-	node, form, scan, err := parseListCursor(cursor)
-	if err != nil {
-		return nil, "", err
-	}
 	nodes, err := d.scanners(ctx)
 	if err != nil {
 		return nil, "", err
 	}
+	names, form, _, next, err := scanPage(ctx, nodes, prefix, cursor, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	page, err := d.readLocks(ctx, names, form)
+	return page, next, err
+}
+
+// scanPage runs the SCAN call of the page cursor names, on nodes, and
+// returns the lock names it found, their form and node, and the cursor of
+// the next page.
+func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limit int) (names []string, form, node int, next string, err error) {
+	node, form, scan, err := parseListCursor(cursor)
+	if err != nil {
+		return nil, 0, 0, "", err
+	}
 	if node >= len(nodes) {
-		return nil, "", nil // the Cluster lost primaries since the last page
+		return nil, 0, 0, "", nil // the Cluster lost primaries since the last page
 	}
 	match := []string{namespace + "{" + globEscape(prefix) + "*}", namespace + hashTagGlob + kindLock + ":" + globEscape(prefix) + "*"}
-	names, scan, err := nodes[node](ctx, scan, match[form], int64(max(limit, 1)))
+	names, scan, err = nodes[node](ctx, scan, match[form], int64(max(limit, 1)))
 	if err != nil {
-		return nil, "", fmt.Errorf("list: %w", classify(err))
+		return nil, 0, 0, "", fmt.Errorf("list: %w", classify(err))
 	}
-	next := ""
 	switch {
 	case scan != 0:
 		next = fmt.Sprintf("%d:%d:%d", node, form, scan)
@@ -46,8 +57,7 @@ func (d *redisDriver) List(ctx context.Context, prefix, cursor string, limit int
 	case node+1 < len(nodes):
 		next = fmt.Sprintf("%d:0:0", node+1)
 	}
-	page, err := d.readLocks(ctx, names, form)
-	return page, next, err
+	return names, form, node, next, nil
 }
 
 // readLocks reads the locks named names (of the given form) in one
@@ -116,14 +126,7 @@ type scanFunc func(ctx context.Context, cursor uint64, match string, count int64
 func (d *redisDriver) scanners(ctx context.Context) ([]scanFunc, error) {
 	cc, ok := d.client.(*goredis.ClusterClient)
 	if !ok {
-		return []scanFunc{func(ctx context.Context, cursor uint64, match string, count int64) ([]string, uint64, error) {
-			pipe := d.client.Pipeline()
-			cmd := pipe.Scan(ctx, cursor, match, count)
-			if _, err := pipe.Exec(ctx); err != nil {
-				return nil, 0, err
-			}
-			return cmd.Result()
-		}}, nil
+		return []scanFunc{pipelineScan(d.client)}, nil
 	}
 	var mu sync.Mutex
 	var masters []*goredis.Client
@@ -144,6 +147,19 @@ func (d *redisDriver) scanners(ctx context.Context) ([]scanFunc, error) {
 		}
 	}
 	return fns, nil
+}
+
+// pipelineScan is a SCAN through a pipeline of c, for a client of one node
+// that offers nothing more (Client, Master).
+func pipelineScan(c interface{ Pipeline() goredis.Pipeliner }) scanFunc {
+	return func(ctx context.Context, cursor uint64, match string, count int64) ([]string, uint64, error) {
+		pipe := c.Pipeline()
+		cmd := pipe.Scan(ctx, cursor, match, count)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, 0, err
+		}
+		return cmd.Result()
+	}
 }
 
 // parseListCursor splits a cursor made by List; "" is the start.
