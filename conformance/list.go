@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/golocker/locker"
 )
@@ -130,6 +131,7 @@ func testList(c *caseT) {
 				if err == nil {
 					_ = lk.Unlock(context.WithoutCancel(cctx))
 				}
+				sleep(cctx, time.Millisecond) // churn, not a busy loop that starves the other cases
 			}
 		}()
 	}
