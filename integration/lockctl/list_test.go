@@ -130,19 +130,36 @@ func TestTop(t *testing.T) {
 	if !strings.Contains(screen, "1 held") {
 		t.Errorf("top's header must count the held key; the screen:\n%s", screen)
 	}
-	if out, err := tm("send-keys", "-t", "top", "q"); err != nil {
-		t.Fatalf("tmux send-keys: %v: %s", err, out)
-	}
-	for {
-		if _, err := tm("has-session", "-t", "top"); err != nil {
-			return // top quit, and its session ended with it
+	quits := func(session, keys string) {
+		t.Helper()
+		if out, err := tm("send-keys", "-t", session, keys); err != nil {
+			t.Fatalf("tmux send-keys: %v: %s", err, out)
 		}
+		for {
+			if _, err := tm("has-session", "-t", session); err != nil {
+				return // top quit, and its session ended with it
+			}
+			if time.Now().After(deadline) {
+				screen, _ := tm("capture-pane", "-p", "-t", session)
+				t.Fatalf("top did not quit on %s within %v; the screen:\n%s", keys, bound, screen)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	quits("top", "q")
+
+	// Ctrl-C quits too, once the first screen is up.
+	if out, err := tm("new-session", "-d", "-s", "top2", "-x", "160", "-y", "30", "-e", "LOCKER_URL="+url,
+		lockctl, "top", prefix); err != nil {
+		t.Fatalf("tmux new-session: %v: %s", err, out)
+	}
+	for screen, _ = tm("capture-pane", "-p", "-t", "top2"); !strings.Contains(screen, "q quits"); screen, _ = tm("capture-pane", "-p", "-t", "top2") {
 		if time.Now().After(deadline) {
-			screen, _ = tm("capture-pane", "-p", "-t", "top")
-			t.Fatalf("top did not quit on q within %v; the screen:\n%s", bound, screen)
+			t.Fatalf("top did not draw within %v; the screen:\n%s", bound, screen)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	quits("top2", "C-c")
 }
 
 // lineWith is the first line of screen that contains s, or "".
