@@ -51,3 +51,22 @@ func Page(keys iter.Seq[string], cursor string, limit int) (page []string, next 
 	}
 	return page, next
 }
+
+// InspectAll reads keys with ins one by one and returns the held ones, in
+// the order of keys: List for stores without a read of many locks at once.
+func InspectAll(ctx context.Context, ins Inspector, keys []string) ([]KeyStatus, error) {
+	var page []KeyStatus
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		st, err := ins.Inspect(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if st.Held {
+			page = append(page, KeyStatus{Key: k, Status: st})
+		}
+	}
+	return page, nil
+}

@@ -27,22 +27,19 @@ func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int)
 	if err != nil {
 		return nil, "", d.classify(err)
 	}
-	var page []driver.KeyStatus
-	last := ""
+	var keys []string
+	last, unescape := "", strings.NewReplacer("%25", "%", "%00", "\x00")
 	for _, kv := range resp.Kvs {
 		enc, _, ok := strings.Cut(string(kv.Key), "\x00")
 		if !ok || enc == last {
-			continue // not a lock's waiter, or a directory already read
+			continue // not a lock's waiter, or a directory already met
 		}
 		last = enc
-		key := strings.NewReplacer("%25", "%", "%00", "\x00").Replace(enc)
-		st, err := d.Inspect(ctx, key)
-		if err != nil {
-			return nil, "", err
-		}
-		if st.Held {
-			page = append(page, driver.KeyStatus{Key: key, Status: st})
-		}
+		keys = append(keys, unescape.Replace(enc))
+	}
+	page, err := driver.InspectAll(ctx, d, keys)
+	if err != nil {
+		return nil, "", err
 	}
 	switch {
 	case !resp.More:

@@ -33,19 +33,15 @@ func (d *redlockDriver) List(ctx context.Context, prefix, cursor string, limit i
 			return nil, "", err
 		}
 	}
-	var page []driver.KeyStatus
+	keys := make([]string, 0, len(names))
 	for _, n := range names {
-		key, ok := storeKeyOf(n, form)
-		if !ok {
-			continue
+		if key, ok := storeKeyOf(n, form); ok {
+			keys = append(keys, key)
 		}
-		st, err := d.Inspect(ctx, key)
-		if err != nil {
-			return nil, "", err
-		}
-		if st.Held {
-			page = append(page, driver.KeyStatus{Key: key, Status: st})
-		}
+	}
+	page, err := driver.InspectAll(ctx, d, keys)
+	if err != nil {
+		return nil, "", err
 	}
 	return page, next, nil
 }

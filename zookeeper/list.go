@@ -34,18 +34,9 @@ func (d *zkDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 			}
 		}
 	}, cursor, limit)
-	var page []driver.KeyStatus
-	for _, k := range keys {
-		if err := ctx.Err(); err != nil {
-			return nil, "", err
-		}
-		st, err := d.Inspect(ctx, k)
-		if err != nil {
-			return nil, "", err
-		}
-		if st.Held {
-			page = append(page, driver.KeyStatus{Key: k, Status: st})
-		}
+	page, err := driver.InspectAll(ctx, d, keys)
+	if err != nil {
+		return nil, "", err
 	}
 	return page, next, nil
 }
