@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/golocker/locker/driver"
 )
@@ -37,8 +38,9 @@ type Lister interface {
 // ascending order, each once (Redis may yield a key twice, see its doc).
 //
 // A failed read yields the error and ends the listing. It yields an error
-// matching [errors.ErrUnsupported] for a Locker that is not a [Lister], or
-// whose backend cannot list.
+// matching [ErrInvalidKey] for a prefix that is not UTF-8, and one matching
+// [errors.ErrUnsupported] for a Locker that is not a [Lister], or whose
+// backend cannot list.
 func List(ctx context.Context, l Locker, prefix string) iter.Seq2[KeyStatus, error] {
 	if ctx == nil {
 		return failed(&Error{Op: "list", Key: prefix, Err: ErrInvalidOption, Cause: errNilContext})
@@ -64,6 +66,9 @@ func (e *engine) List(ctx context.Context, prefix string) iter.Seq2[KeyStatus, e
 	ls, ok := e.drv.(driver.Lister)
 	if !ok {
 		return failed(e.err("list", prefix, errors.ErrUnsupported, fmt.Errorf("the %s backend cannot list keys", e.name)))
+	}
+	if !utf8.ValidString(prefix) {
+		return failed(e.err("list", prefix, ErrInvalidKey, errors.New("prefix is not valid UTF-8")))
 	}
 	sprefix := e.cfg.prefix + prefix
 	return func(yield func(KeyStatus, error) bool) {

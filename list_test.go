@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/golocker/locker"
@@ -63,7 +64,8 @@ func TestListPrefix(t *testing.T) {
 	}
 }
 
-// TestListErrors: a nil ctx and a Locker that cannot list yield one error
+// TestListErrors: a nil ctx, a prefix that is not UTF-8 and a Locker that
+// cannot list yield one error
 // naming the problem.
 func TestListErrors(t *testing.T) {
 	l, err := memory.New(memory.NewStore())
@@ -75,6 +77,11 @@ func TestListErrors(t *testing.T) {
 	for _, err := range locker.List(nilCtx, l, "") {
 		if !errors.Is(err, locker.ErrInvalidOption) {
 			t.Errorf("List with a nil ctx: %v; want ErrInvalidOption", err)
+		}
+	}
+	for _, err := range locker.List(t.Context(), l, "bad\xff") {
+		if !errors.Is(err, locker.ErrInvalidKey) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("List with a prefix that is not UTF-8: %v; want ErrInvalidKey naming UTF-8", err)
 		}
 	}
 	for _, err := range locker.List(t.Context(), struct{ locker.Locker }{l}, "") {
