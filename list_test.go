@@ -65,8 +65,7 @@ func TestListPrefix(t *testing.T) {
 }
 
 // TestListErrors: a nil ctx, a prefix that is not UTF-8 and a Locker that
-// cannot list yield one error
-// naming the problem.
+// cannot list each yield one error naming the problem.
 func TestListErrors(t *testing.T) {
 	l, err := memory.New(memory.NewStore())
 	if err != nil {
