@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -10,9 +11,10 @@ import (
 )
 
 // List implements driver.Lister: a range read of the waiters' keys under
-// the prefix, from the cursor (an etcd key), in key order; each lock
-// directory met is then read as Inspect reads it. The next page starts
-// after the last directory.
+// the prefix, from the cursor (an etcd key), in key order; the lock
+// directories met are then read as Inspect reads them, [txnOps] to a
+// transaction, with one TimeToLive per lease. The next page starts after
+// the last directory.
 func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	from := KeyPrefix(prefix)
 	start := max(cursor, from)
@@ -37,7 +39,7 @@ func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int)
 		last = enc
 		keys = append(keys, unescape.Replace(enc))
 	}
-	page, err := driver.InspectAll(ctx, d, keys)
+	page, err := d.inspectAll(ctx, keys)
 	if err != nil {
 		return nil, "", err
 	}
@@ -50,4 +52,43 @@ func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int)
 	// Every key of last's directory is below last+"\x01": the encoded key
 	// holds no NUL.
 	return page, last + "\x01", nil
+}
+
+// txnOps is how many reads List puts in one transaction, below etcd's
+// default --max-txn-ops of 128.
+const txnOps = 64
+
+// inspectAll is Inspect of every key, txnOps keys a round trip, and
+// returns the held ones in the order of keys.
+func (d *etcdDriver) inspectAll(ctx context.Context, keys []string) ([]driver.KeyStatus, error) {
+	var page []driver.KeyStatus
+	expiry := map[clientv3.LeaseID]time.Time{}
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), txnOps)]
+		keys = keys[len(chunk):]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = inspectOp(k)
+		}
+		resp, err := d.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, d.classify(err)
+		}
+		for i, r := range resp.Responses {
+			st, lease := statusOf((*clientv3.GetResponse)(r.GetResponseRange()))
+			if !st.Held {
+				continue
+			}
+			if lease != 0 {
+				at, ok := expiry[lease]
+				if !ok {
+					at = d.leaseExpiry(ctx, lease)
+					expiry[lease] = at
+				}
+				st.Expires = at
+			}
+			page = append(page, driver.KeyStatus{Key: chunk[i], Status: st})
+		}
+	}
+	return page, nil
 }
