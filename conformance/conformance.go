@@ -134,6 +134,11 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - List: locker.List yields every key held under a prefix (more than
+//     one page of them, from two Lockers) once, with its holder's token
+//     and label, and no free key; keys taken and released between them
+//     during the listing never make a key held throughout go missing;
+//     skipped for a Locker that is not a locker.Lister.
 //   - Watch (Crash optional): locker.Watch reports a free key, then its
 //     holder, then nobody after the Unlock, within one TTL of each change,
 //     never a lower token after a higher one; with Crash, it reports the
@@ -293,6 +298,7 @@ var cases = []testCase{
 	{name: "PromptCancel", contract: promptCancel, run: testPromptCancel},
 	{name: "Watch", contract: watchBound, run: testWatch},
 	{name: "Extend", contract: extended, run: testExtend},
+	{name: "List", contract: "List must yield every key held under the prefix once, with its holder's token, and no free key", run: testList},
 	{name: "SemaphoreLimit", contract: withinLimit, run: testSemaphoreLimit},
 	{name: "SemaphoreCrash", contract: "a crashed holder's permit must come back within its TTL", run: testSemaphoreCrash},
 	{name: "RWExclusion", contract: readersShare, run: testRWExclusion},
@@ -422,6 +428,21 @@ func (c *caseT) newLocker() locker.Locker {
 		}
 	})
 	return l
+}
+
+// labelled returns a fresh Locker whose owner label is label, closed when
+// the test ends; without Harness.NewLockerWith, a plain Locker and "".
+func (c *caseT) labelled(label string) (locker.Locker, string) {
+	c.Helper()
+	if c.h.NewLockerWith == nil {
+		return c.newLocker(), ""
+	}
+	l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
+	if err != nil {
+		c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
+	}
+	c.t.Cleanup(func() { _ = l.Close() })
+	return l, label
 }
 
 // mustTryLock takes a key that the case knows to be free.

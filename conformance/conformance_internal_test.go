@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -214,6 +215,9 @@ const (
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
 	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
 	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
+	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
+	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
+	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -267,6 +271,9 @@ var mustCatch = map[string][]string{
 	readersOvertake: {"RWWriterFirst"},
 	inspectsFirst:   {"Watch", "Inspect"},
 	extendsNothing:  {"Extend"},
+	listsFirstPage:  {"List"},
+	listsTwice:      {"List"},
+	listsByOffset:   {"List"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -563,6 +570,50 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// List passes the inner Locker's listing on, except for the broken
+// listers: listsFirstPage stops after one page, listsTwice repeats the
+// last key of each page, and listsByOffset reads each page of a fresh
+// listing from an offset, a store round trip after the last.
+func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
+	inner := locker.List(ctx, b.inner, prefix)
+	return func(yield func(locker.KeyStatus, error) bool) {
+		switch b.kind {
+		case listsByOffset:
+			const page = 50
+			for off := 0; ; off += page {
+				n := 0
+				for ks, err := range inner {
+					if err != nil {
+						yield(ks, err)
+						return
+					}
+					if n++; n > off && n <= off+page && !yield(ks, nil) {
+						return
+					}
+				}
+				if n <= off+page {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		default:
+			n := 0
+			for ks, err := range inner {
+				if err != nil {
+					yield(ks, err)
+					return
+				}
+				if n++; b.kind == listsFirstPage && n > locker.ListPage {
+					return
+				}
+				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // CheckLockOptions passes the inner Locker's answer on; checksNothing
