@@ -187,9 +187,6 @@ func lockMulti(ctx context.Context, op string, l Locker, keys []string, wait boo
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckLockOptions(l, opts...); err != nil {
-		return nil, err
-	}
 	locks := make([]Lock, 0, len(sorted))
 	rollback := func(cause error) (*MultiLock, error) {
 		// The caller's ctx: when it has ended, each Unlock releases in

@@ -134,6 +134,21 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - MultiNoDeadlock: two Lockers take the same two keys with
+//     locker.LockMulti, given in opposite orders, hundreds of times: no
+//     call waits for ever, and no key is held by both at once.
+//   - MultiAllOrNothing: TryLockMulti and LockMulti that fail on their
+//     last key (held elsewhere) leave the keys they took free within
+//     TTL/2.
+//   - MultiCrash (Crash): the keys of a crashed LockMulti holder are all
+//     free within one TTL.
+//   - MultiLoss (DeleteBehind): when one key vanishes from the store, the
+//     MultiLock's Done closes and Err matches ErrLost; DoMulti cancels its
+//     function's ctx with ErrLost.
+//   - MultiCancel: LockMulti calls whose ctx ends while they wait for a
+//     held key fail with ErrNotAcquired and ctx.Err(), and leave nothing
+//     behind: once the holder unlocks, every key is free within TTL/2 and
+//     stays free.
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.
@@ -257,6 +272,11 @@ var cases = []testCase{
 	{name: "CheckOptions", run: testCheckOptions},
 	{name: "LateDelivery", run: testLateDelivery},
 	{name: "PromptCancel", run: testPromptCancel},
+	{name: "MultiNoDeadlock", run: testMultiNoDeadlock},
+	{name: "MultiAllOrNothing", run: testMultiAllOrNothing},
+	{name: "MultiCrash", run: testMultiCrash},
+	{name: "MultiLoss", run: testMultiLoss},
+	{name: "MultiCancel", run: testMultiCancel},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

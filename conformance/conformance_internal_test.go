@@ -210,6 +210,11 @@ const (
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 
+	// Broken LockMulti implementations, over unbroken Lockers.
+	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
+	multiKeepsSome = "multiKeepsSome" // a failed LockMulti or TryLockMulti keeps the keys it took
+	multiDoneFirst = "multiDoneFirst" // a MultiLock's Done and Err watch only its first key
+
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
 	keyLimit = "keyLimit"
@@ -224,13 +229,14 @@ const (
 // inner engine looks itself up, so no wrapper can be reentrant.)
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
-		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect"},
+		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do",
+		"MultiNoDeadlock", "MultiAllOrNothing"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "MultiLoss"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated"},
-	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "MultiCancel"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
@@ -239,7 +245,7 @@ var mustCatch = map[string][]string{
 	staleGrants:     {"StaleDoContext"},
 	closeLate:       {"CloseWhileIsolated"},
 	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
-	unlockNeedsCtx:  {"UnlockEndedContext"},
+	unlockNeedsCtx:  {"UnlockEndedContext", "MultiAllOrNothing", "MultiCancel"},
 	unlockGivesUp:   {"UnlockWhileIsolated"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
@@ -257,6 +263,9 @@ var mustCatch = map[string][]string{
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	slowFirstCall:   {"PromptCancel"},
+	multiUnordered:  {"MultiNoDeadlock"},
+	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
+	multiDoneFirst:  {"MultiLoss"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -466,6 +475,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			for _, k := range keys {
 				e.store.DeleteKey(e.prefix + k)
 			}
+		}
+	}
+	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return brokenLockMulti(ctx, kind, l, keys, wait)
 		}
 	}
 	if kind == neverExpires {
@@ -1086,4 +1100,86 @@ func (l *handOffErrLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
+}
+
+// brokenMulti is a MultiLock broken the way kind says.
+type brokenMulti struct {
+	kind  string
+	keys  []string
+	locks []locker.Lock
+	done  chan struct{}
+}
+
+// brokenLockMulti takes keys one by one through l, broken the way kind
+// says, and otherwise as locker.LockMulti does.
+func brokenLockMulti(ctx context.Context, kind string, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	order := slices.Clone(keys)
+	if kind != multiUnordered {
+		slices.Sort(order)
+	}
+	m := &brokenMulti{kind: kind, keys: order, done: make(chan struct{})}
+	for _, k := range order {
+		var lk locker.Lock
+		var err error
+		if wait {
+			lk, err = l.Lock(ctx, k)
+		} else {
+			lk, err = l.TryLock(ctx, k)
+		}
+		if err != nil {
+			if kind != multiKeepsSome {
+				for _, lk := range m.locks {
+					_ = lk.Unlock(context.WithoutCancel(ctx))
+				}
+			}
+			return nil, err
+		}
+		m.locks = append(m.locks, lk)
+	}
+	var once sync.Once
+	for _, lk := range m.locks {
+		go func() {
+			<-lk.Done()
+			once.Do(func() { close(m.done) })
+		}()
+	}
+	return m, nil
+}
+
+func (m *brokenMulti) Keys() []string { return m.keys }
+
+func (m *brokenMulti) Token(key string) uint64 {
+	for i, k := range m.keys {
+		if k == key {
+			return m.locks[i].Token()
+		}
+	}
+	return 0
+}
+
+func (m *brokenMulti) Done() <-chan struct{} {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Done()
+	}
+	return m.done
+}
+
+func (m *brokenMulti) Err() error {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Err()
+	}
+	for _, lk := range m.locks {
+		if err := lk.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *brokenMulti) Unlock(ctx context.Context) error {
+	var errs []error
+	for _, lk := range m.locks {
+		errs = append(errs, lk.Unlock(ctx))
+	}
+	return errors.Join(errs...)
 }
