@@ -7,6 +7,11 @@
 // items and the stock ends negative. With locker.Do around each sale, the
 // stock ends at exactly 0 with exactly as many orders as items.
 //
+// Then orders of two or three SKUs, listed in random order, sell several
+// SKUs under locker.LockMulti: no SKU is oversold, no two orders deadlock,
+// and each write carries its SKU's fencing token, which the stock table
+// checks.
+//
 //	go run ./examples/inventory
 package main
 
@@ -71,6 +76,24 @@ func run(ctx context.Context, out io.Writer, workers, stock int) error {
 	fmt.Fprintf(out, "%-22s %12d %12d\n", "oversold", unlocked.orders-stock, locked.orders-stock)
 	if locked.finalStock != 0 || locked.orders != stock {
 		return fmt.Errorf("with the lock: %d orders and stock %d, want %d and 0", locked.orders, locked.finalStock, stock)
+	}
+
+	const skus = 4
+	multi, err := sellMulti(ctx, srv.Endpoints(), workers, skus, stock)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\norders of 2-3 SKUs (locker.LockMulti): %d orders\n", multi.orders)
+	oversold := 0
+	for s := range skus {
+		fmt.Fprintf(out, "%-22s %6d sold %6d left\n", skuKey(s), multi.sold[s], multi.finalStock[s])
+		if multi.finalStock[s] < 0 || multi.sold[s] != stock-multi.finalStock[s] {
+			oversold++
+		}
+	}
+	fmt.Fprintf(out, "%-22s %6d\n", "SKUs oversold", oversold)
+	if oversold != 0 {
+		return fmt.Errorf("with LockMulti: %d SKUs oversold or miscounted", oversold)
 	}
 	return nil
 }
