@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/memory"
 )
 
 func TestLockMultiRefusesBadInput(t *testing.T) {
@@ -116,4 +117,38 @@ func TestDoMultiPanicReleases(t *testing.T) {
 		t.Fatalf("a panic in DoMulti's function must release its keys: %v", err)
 	}
 	_ = m.Unlock(ctx)
+}
+
+// BenchmarkLockMulti compares, uncontended on a memory store, a Lock and
+// Unlock of one key with a LockMulti and Unlock of three.
+func BenchmarkLockMulti(b *testing.B) {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := b.Context()
+	b.Run("Lock1", func(b *testing.B) {
+		for b.Loop() {
+			lk, err := l.Lock(ctx, "a")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("LockMulti3", func(b *testing.B) {
+		keys := []string{"a", "b", "c"}
+		for b.Loop() {
+			ml, err := locker.LockMulti(ctx, l, keys)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ml.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
