@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/memory"
@@ -151,4 +152,39 @@ func BenchmarkLockMulti(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestLockMultiStopsWaitingWhenAHeldKeyIsLost(t *testing.T) {
+	a, b, store := newPair(t, locker.WithPrefix("t/"))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	k2, err := b.TryLock(ctx, "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Unlock(ctx)
+	res := make(chan error, 1)
+	go func() {
+		m, err := locker.LockMulti(ctx, a, []string{"k2", "k1"})
+		if err == nil {
+			_ = m.Unlock(ctx)
+		}
+		res <- err
+	}()
+	// Wait until LockMulti holds k1 and waits for k2.
+	for {
+		st, err := locker.Inspect(ctx, b, "k1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Held {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	store.DeleteKey("t/k1")
+	err = <-res
+	if !errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, locker.ErrLost) {
+		t.Fatalf("a LockMulti whose first key was lost while it waited for the second: got %v, want an error matching ErrNotAcquired and ErrLost", err)
+	}
 }
