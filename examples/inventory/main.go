@@ -135,15 +135,11 @@ func sell(ctx context.Context, endpoints []string, workers, stock int, withLock 
 
 // worker is one seller with its own etcd client and Locker.
 func worker(ctx context.Context, endpoints []string, key string, withLock bool, ordered func()) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	cli, l, err := newSeller(endpoints)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	l, err := etcd.New(cli, locker.WithTTL(5*time.Second), locker.WithPrefix("inventory-demo/"))
-	if err != nil {
-		return err
-	}
 	defer l.Close()
 
 	errSoldOut := errors.New("sold out")
@@ -176,6 +172,21 @@ func worker(ctx context.Context, endpoints []string, key string, withLock bool, 
 			return err
 		}
 	}
+}
+
+// newSeller returns a seller's own etcd client and the Locker on it, as
+// one replica has.
+func newSeller(endpoints []string) (*clientv3.Client, locker.Locker, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := etcd.New(cli, locker.WithTTL(5*time.Second), locker.WithPrefix("inventory-demo/"))
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return cli, l, nil
 }
 
 // decrement is the store's "UPDATE stock SET n = n - 1": atomic on its own

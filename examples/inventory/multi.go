@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/etcd"
 )
 
 // multiResult is the outcome of the multi-SKU run.
@@ -78,15 +77,11 @@ func sellMulti(ctx context.Context, endpoints []string, workers, skus, stock int
 // multiWorker is one seller of multi-SKU orders with its own client and
 // Locker.
 func multiWorker(ctx context.Context, endpoints []string, skus int, ordered func([]int)) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	cli, l, err := newSeller(endpoints)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	l, err := etcd.New(cli, locker.WithTTL(5*time.Second), locker.WithPrefix("inventory-demo/"))
-	if err != nil {
-		return err
-	}
 	defer l.Close()
 
 	errSoldOut := errors.New("sold out")
