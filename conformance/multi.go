@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,13 @@ func testMultiNoDeadlock(c *caseT) {
 					return
 				}
 				for j := range occupancy {
-					if n := occupancy[j].Add(1); n != 1 {
+					occupancy[j].Add(1)
+				}
+				// Stay a moment, so that an overlap shows.
+				runtime.Gosched()
+				time.Sleep(50 * time.Microsecond)
+				for j := range occupancy {
+					if n := occupancy[j].Load(); n != 1 {
 						errs.add(fmt.Errorf("round %d: %s held by %d LockMulti holders at once", i, short(keys[j]), n))
 					}
 				}
