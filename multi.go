@@ -16,15 +16,15 @@ import (
 //
 // Keys are taken one by one in byte order, whatever their order in keys.
 // A held key is kept while LockMulti waits for the next one. Two callers
-// therefore never wait for each other in a cycle: the one that holds the
-// lower of their shared keys waits only for keys that the other does not
-// hold. A caller waits at most as long as a Lock on each of its keys in
-// turn would, so the store's fairness per key bounds its wait.
+// therefore never wait for each other in a cycle. A caller waits at most
+// as long as a Lock on each of its keys in turn would: the store's
+// fairness per key bounds its wait.
 //
 // When LockMulti returns an error, no key is held: the keys taken so far
 // are released through Unlock (in the background when ctx has ended), and
-// the engine leaves no waiter entry behind. The wait also ends when a key
-// already taken is lost; the error then matches [ErrNotAcquired] and
+// the engine leaves no waiter entry behind. Keys taken with [MinHold] stay
+// claimed until it ends, as after any Unlock. The wait also ends when a
+// key already taken is lost; the error then matches [ErrNotAcquired] and
 // [ErrLost].
 //
 // Errors match [ErrInvalidOption] for a nil ctx, a nil Locker or no keys,
