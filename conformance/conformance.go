@@ -134,6 +134,21 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - MultiNoDeadlock: two Lockers take the same two keys with
+//     locker.LockMulti, given in opposite orders, hundreds of times: no
+//     call waits for ever, and no key is held by both at once.
+//   - MultiAllOrNothing: TryLockMulti and LockMulti that fail on their
+//     last key (held elsewhere) leave the keys they took free within
+//     TTL/2.
+//   - MultiCrash (Crash): the keys of a crashed LockMulti holder are all
+//     free within one TTL.
+//   - MultiLoss (DeleteBehind): when one key vanishes from the store, the
+//     MultiLock's Done closes and Err matches ErrLost; DoMulti cancels its
+//     function's ctx with ErrLost.
+//   - MultiCancel: LockMulti calls whose ctx ends while they wait for a
+//     held key fail with ErrNotAcquired and ctx.Err(), and leave nothing
+//     behind: once the holder unlocks, every key is free within TTL/2 and
+//     stays free.
 //   - List: locker.List yields every key held under a prefix (more than
 //     one page of them, from two Lockers) once, with its holder's token
 //     and label, and no free key; keys taken and released between them
@@ -296,6 +311,11 @@ var cases = []testCase{
 	{name: "CheckOptions", contract: "CheckLockOptions must refuse exactly the LockOptions that Lock and TryLock refuse", run: testCheckOptions},
 	{name: "LateDelivery", contract: noLateHolder, run: testLateDelivery},
 	{name: "PromptCancel", contract: promptCancel, run: testPromptCancel},
+	{name: "MultiNoDeadlock", contract: multiNoCycle, run: testMultiNoDeadlock},
+	{name: "MultiAllOrNothing", contract: multiAllOrNone, run: testMultiAllOrNothing},
+	{name: "MultiCrash", contract: multiCrash, run: testMultiCrash},
+	{name: "MultiLoss", contract: multiLoss, run: testMultiLoss},
+	{name: "MultiCancel", contract: multiResidue, run: testMultiCancel},
 	{name: "Watch", contract: watchBound, run: testWatch},
 	{name: "Extend", contract: extended, run: testExtend},
 	{name: "List", contract: "List must yield every key held under the prefix once, with its holder's token, and no free key", run: testList},

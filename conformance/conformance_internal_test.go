@@ -219,6 +219,11 @@ const (
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 
+	// Broken LockMulti implementations, over unbroken Lockers.
+	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
+	multiKeepsSome = "multiKeepsSome" // a failed LockMulti or TryLockMulti keeps the keys it took
+	multiDoneFirst = "multiDoneFirst" // a MultiLock's Done and Err watch only its first key
+
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
 	keyLimit = "keyLimit"
@@ -233,13 +238,14 @@ const (
 // inner engine looks itself up, so no wrapper can be reentrant.)
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
-		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate"},
+		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do",
+		"MultiNoDeadlock", "MultiAllOrNothing"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate", "MultiLoss"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits", "SharedFencing"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation"},
-	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation", "MultiCancel"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
@@ -248,7 +254,7 @@ var mustCatch = map[string][]string{
 	staleGrants:     {"StaleDoContext"},
 	closeLate:       {"CloseWhileIsolated"},
 	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
-	unlockNeedsCtx:  {"UnlockEndedContext"},
+	unlockNeedsCtx:  {"UnlockEndedContext", "MultiAllOrNothing", "MultiCancel"},
 	unlockGivesUp:   {"UnlockWhileIsolated"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
@@ -274,6 +280,9 @@ var mustCatch = map[string][]string{
 	listsFirstPage:  {"List"},
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
+	multiUnordered:  {"MultiNoDeadlock"},
+	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
+	multiDoneFirst:  {"MultiLoss"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -483,6 +492,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			for _, k := range keys {
 				e.store.DeleteKey(e.prefix + k)
 			}
+		}
+	}
+	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return brokenLockMulti(ctx, kind, l, keys, wait)
 		}
 	}
 	if kind == neverExpires {
@@ -1167,4 +1181,86 @@ func (l *handOffErrLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
+}
+
+// brokenMulti is a MultiLock broken the way kind says.
+type brokenMulti struct {
+	kind  string
+	keys  []string
+	locks []locker.Lock
+	done  chan struct{}
+}
+
+// brokenLockMulti takes keys one by one through l, broken the way kind
+// says, and otherwise as locker.LockMulti does.
+func brokenLockMulti(ctx context.Context, kind string, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	order := slices.Clone(keys)
+	if kind != multiUnordered {
+		slices.Sort(order)
+	}
+	m := &brokenMulti{kind: kind, keys: order, done: make(chan struct{})}
+	for _, k := range order {
+		var lk locker.Lock
+		var err error
+		if wait {
+			lk, err = l.Lock(ctx, k)
+		} else {
+			lk, err = l.TryLock(ctx, k)
+		}
+		if err != nil {
+			if kind != multiKeepsSome {
+				for _, lk := range m.locks {
+					_ = lk.Unlock(context.WithoutCancel(ctx))
+				}
+			}
+			return nil, err
+		}
+		m.locks = append(m.locks, lk)
+	}
+	var once sync.Once
+	for _, lk := range m.locks {
+		go func() {
+			<-lk.Done()
+			once.Do(func() { close(m.done) })
+		}()
+	}
+	return m, nil
+}
+
+func (m *brokenMulti) Keys() []string { return m.keys }
+
+func (m *brokenMulti) Token(key string) uint64 {
+	for i, k := range m.keys {
+		if k == key {
+			return m.locks[i].Token()
+		}
+	}
+	return 0
+}
+
+func (m *brokenMulti) Done() <-chan struct{} {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Done()
+	}
+	return m.done
+}
+
+func (m *brokenMulti) Err() error {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Err()
+	}
+	for _, lk := range m.locks {
+		if err := lk.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *brokenMulti) Unlock(ctx context.Context) error {
+	var errs []error
+	for _, lk := range m.locks {
+		errs = append(errs, lk.Unlock(ctx))
+	}
+	return errors.Join(errs...)
 }
