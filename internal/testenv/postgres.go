@@ -78,12 +78,11 @@ func Postgres(t testing.TB) *PostgresServer {
 	return sharedServer(t, "postgres", startPostgres)
 }
 
-// NewPostgres returns a PostgreSQL server for this test only, stopped when
-// the test ends. A server named by LOCKER_POSTGRES_URL is returned as is
-// (and cannot be restarted).
+// NewPostgres returns a PostgreSQL server of this test's own, which it may
+// restart, stopped when the test ends (see [ownServer]).
 func NewPostgres(t testing.TB) *PostgresServer {
 	t.Helper()
-	return dedicatedServer(t, startPostgres)
+	return ownServer(t, postgresSource())
 }
 
 // SharedPostgres is [SharedRedis] for the PostgreSQL server of [Postgres].
@@ -122,7 +121,10 @@ func postgresExec(ctx context.Context, rawURL, stmt string) error {
 
 // startPostgres finds a PostgreSQL server: from the environment or a
 // binary (there is no container yet).
-func startPostgres() (*PostgresServer, func(), error) {
+func startPostgres() (*PostgresServer, func(), error) { return postgresSource().provision() }
+
+// postgresSource is the ways to a PostgreSQL server.
+func postgresSource() source[*PostgresServer] {
 	return source[*PostgresServer]{
 		what: "postgres", env: EnvPostgresURL, install: postgresInstall,
 		fromEnv: postgresFromEnv,
@@ -133,7 +135,7 @@ func startPostgres() (*PostgresServer, func(), error) {
 			return lookPostgres("postgres", "initdb")
 		},
 		start: func(p []string) (*PostgresServer, func(), error) { return postgresBinary(p[0], p[1]) },
-	}.provision()
+	}
 }
 
 // lookPostgres finds PostgreSQL programs on PATH, else in the directory
