@@ -229,6 +229,9 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
 			return err
 		}
+		if err := migrateShared(ctx, d.db, d.cfg.Table); err != nil {
+			return err
+		}
 	}
 	if err := checkTable(ctx, d.db, d.cfg.Table); err != nil {
 		return err

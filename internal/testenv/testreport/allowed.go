@@ -38,14 +38,12 @@ func allowances() []allowance {
 				"integration/etcd TestConformance/embedded",
 				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
-				"integration/mysql TestConformance",
-				"integration/mysql TestConformancePollOnly",
 			},
 			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
 				"SharedFencing", "SharedCancellation", "SharedLossIsolate"},
 			message: "has no shared holds",
 			reason: "semaphores and read-write locks are in the memory backend only so far; " +
-				"Redis, etcd, ZooKeeper and MySQL get a driver.Sharer in a later change (issue 30)",
+				"Redis, etcd and ZooKeeper get a driver.Sharer in a later change (issue 30)",
 		},
 		{
 			harnesses: []string{
