@@ -1,0 +1,133 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/mysql"
+)
+
+// sharedLocker returns a Locker on the test database with a fresh prefix.
+func sharedLocker(t *testing.T, c mysql.Config) (locker.Locker, context.Context) {
+	t.Helper()
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	l, err := c.New(db, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return l, ctx
+}
+
+// TestSharedConflicts checks that a key is one kind of lock at a time: a
+// semaphore with two limits, a semaphore and a read-write lock, a shared
+// hold and a plain lock all fail with ErrInvalidOption naming both sides.
+func TestSharedConflicts(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	four, _ := locker.NewSemaphore(l, "k", 4)
+	five, _ := locker.NewSemaphore(l, "k", 5)
+	rw, _ := locker.NewRWMutex(l, "k")
+	p, err := four.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"limit 5": func() error { _, err := five.TryAcquire(ctx); return err },
+		"rwmutex": func() error { _, err := rw.RLock(ctx); return err },
+		"lock":    func() error { _, err := l.Lock(ctx, "k"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, locker.ErrInvalidOption) {
+			t.Errorf("%s on a semaphore of 4: got %v, want ErrInvalidOption", name, err)
+		} else if name != "lock" && !strings.Contains(err.Error(), "4") {
+			t.Errorf("%s on a semaphore of 4: got %v, want an error naming the limit 4", name, err)
+		}
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("the key must be free for a plain lock once the last permit is back: %v", err)
+	}
+	if _, err := five.TryAcquire(ctx); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("TryAcquire on a plain lock's key: got %v, want ErrInvalidOption", err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := five.TryAcquire(ctx); err != nil {
+		t.Errorf("a semaphore on a key whose plain lock was released: %v", err)
+	} else if p.Token() <= lk.Token() {
+		t.Errorf("a permit after a lock got token %d, not above the lock's %d", p.Token(), lk.Token())
+	}
+}
+
+// TestSharedInspectBreakKeep checks Inspect of a semaphore's key (limit,
+// holders, waiters), ForceUnlock of its holders, and MinHold of a permit.
+func TestSharedInspectBreakKeep(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 4)
+	p1, err := s.TryAcquireN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.TryAcquireN(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := locker.Inspect(ctx, l, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Limit != 4 || len(st.Holders) != 2 || st.Token != p2.Token() {
+		t.Fatalf("Inspect of a semaphore of 4 with two holders: %+v", st)
+	}
+	if st.Holders[0].Weight != 1 || st.Holders[1].Weight != 3 || st.Holders[0].Token != p1.Token() {
+		t.Errorf("Inspect must list the holders oldest first with their weights: %+v", st.Holders)
+	}
+	if err := locker.ForceUnlock(ctx, l, "s"); err != nil {
+		t.Fatalf("ForceUnlock of a semaphore's key: %v", err)
+	}
+	if st, err := locker.Inspect(ctx, l, "s"); err != nil || st.Held || len(st.Holders) != 0 {
+		t.Fatalf("Inspect after ForceUnlock: %+v, %v; want no holder", st, err)
+	}
+	if !errors.Is(locker.ForceUnlock(ctx, l, "s"), locker.ErrNotHeld) {
+		t.Error("ForceUnlock of a semaphore without holders must fail with ErrNotHeld")
+	}
+	p, err := s.TryAcquireN(ctx, 4, locker.MinHold(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("a permit given up with a MinHold left must stay taken: got %v", err)
+	}
+}
+
+// TestSharedLongTableName checks that a lock table whose name leaves no room
+// for the table of shared holds still serves plain locks, and that shared
+// holds fail with an error naming the problem.
+func TestSharedLongTableName(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{Table: strings.Repeat("t", 60)})
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Unlock(ctx)
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	if _, err := s.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "Config.Table") {
+		t.Errorf("a semaphore on a lock table with a 60-byte name: got %v, want an error naming Config.Table", err)
+	}
+}
