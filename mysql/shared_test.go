@@ -131,3 +131,31 @@ func TestSharedLongTableName(t *testing.T) {
 		t.Errorf("a semaphore on a lock table with a 60-byte name: got %v, want an error naming Config.Table", err)
 	}
 }
+
+// TestPurgeShared checks that Purge deletes the rows of shared holds that
+// ended idle ago, which nothing else deletes once their key is unused.
+func TestPurgeShared(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	if _, err := s.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	like := t.Name() + "-%"
+	// The permit ended two seconds ago (a crashed holder).
+	if err := db.Exec("UPDATE "+mysql.DefaultTable+"_shared SET lock_until = TIMESTAMPADD(SECOND, -2, UTC_TIMESTAMP(6)) WHERE task_name LIKE ?", like).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.Purge(ctx, db, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := db.Raw("SELECT COUNT(*) FROM "+mysql.DefaultTable+"_shared WHERE task_name LIKE ?", like).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("Purge left %d rows of shared holds that ended two seconds ago", n)
+	}
+}
