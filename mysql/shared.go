@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,7 +168,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		live    bool
 	)
 	lock := func() error {
-		return tx.QueryRowContext(ctx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+t+
+		return d.txQueryRow(ctx, tx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+t+
 			" WHERE task_name = ? FOR UPDATE", req.Key).Scan(&status, &version, &live)
 	}
 	err = lock()
@@ -175,7 +176,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		// The key's row, free, when it is missing. The INSERT comes
 		// second: on an existing row it would take a shared lock, which
 		// two attempts would both upgrade, a deadlock.
-		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+t+
+		if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+t+
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
 			" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", req.Key); err != nil {
 			return driver.Grant{}, err
@@ -188,12 +189,16 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 	if status == string(Running) && live {
 		return driver.Grant{}, fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, req.Key); err != nil {
-		return driver.Grant{}, err
-	}
-	rows, err := d.shareRows(ctx, tx, st, req.Key)
+	all, err := d.shareRows(ctx, tx, st, req.Key)
 	if err != nil {
 		return driver.Grant{}, err
+	}
+	rows := slices.DeleteFunc(slices.Clone(all), func(r shareRow) bool { return r.remaining <= 0 })
+	if len(rows) < len(all) {
+		// Expired holders and waiters (crashed) go.
+		if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, req.Key); err != nil {
+			return driver.Grant{}, err
+		}
 	}
 	var (
 		used, holders int
@@ -230,7 +235,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 	if !fits && (!s.Queue || me != nil) {
 		if me != nil {
 			// Still in line: the place lasts another TTL.
-			if _, err := tx.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+" WHERE task_name = ? AND owner_token = ?",
+			if _, err := d.txExec(ctx, tx, "UPDATE "+st+" SET lock_until = "+untilExpr+" WHERE task_name = ? AND owner_token = ?",
 				ttl, req.Key, req.Owner); err != nil {
 				return driver.Grant{}, err
 			}
@@ -254,7 +259,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 	if !fits {
 		token, queued = 0, version+1
 	}
-	if _, err := tx.ExecContext(ctx, "REPLACE INTO "+st+
+	if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
 		" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
 		" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
 		req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
@@ -290,7 +295,7 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 	if advance {
 		set = "version = version + 1, "
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
+	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
 		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
 		" WHERE task_name = ? AND "+beforeFence, ttl, key, f.db)
 	if err != nil {
@@ -305,12 +310,12 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 	return nil
 }
 
-// shareRows reads the key's live holders and waiters, holders first, then
-// waiters in line order.
+// shareRows reads the key's holders and waiters, expired ones included
+// (remaining not above 0), holders first, then waiters in line order.
 func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) ([]shareRow, error) {
-	rs, err := tx.QueryContext(ctx, "SELECT owner_token, mode, weight, share_limit, queued,"+
+	rs, err := d.txQuery(ctx, tx, "SELECT owner_token, mode, weight, share_limit, queued,"+
 		" TIMESTAMPDIFF(MICROSECOND, "+dbNow+", lock_until) FROM "+st+
-		" WHERE task_name = ? AND lock_until > "+dbNow+" ORDER BY queued", key)
+		" WHERE task_name = ? ORDER BY queued", key)
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +349,7 @@ func (d *sqlDriver) dropShare(ctx context.Context, key, owner string, token uint
 		cond += " AND queued > 0"
 	}
 	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
-		res, err := tx.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND "+cond+" AND lock_until > "+dbNow, args...)
 		if err != nil {
 			return 0, err
 		}
@@ -386,7 +391,7 @@ func (d *sqlDriver) shareTx(ctx context.Context, key, st string, change func(*sq
 	}
 	defer func() { _ = tx.Rollback() }()
 	var status string
-	err = tx.QueryRowContext(ctx, "SELECT task_status FROM "+t+" WHERE task_name = ? FOR UPDATE", key).Scan(&status)
+	err = d.txQueryRow(ctx, tx, "SELECT task_status FROM "+t+" WHERE task_name = ? FOR UPDATE", key).Scan(&status)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && status != sharedStatus {
 		return 0, nil
 	}
@@ -397,7 +402,7 @@ func (d *sqlDriver) shareTx(ctx context.Context, key, st string, change func(*sq
 	if err != nil || n == 0 {
 		return n, err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+t+" SET"+
+	if _, err := d.txExec(ctx, tx, "UPDATE "+t+" SET"+
 		" task_status = IF(EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+"), '"+sharedStatus+"', 'FINISH'),"+
 		" lock_until = GREATEST("+dbNow+", COALESCE((SELECT MAX(lock_until) FROM "+st+" WHERE task_name = ?), "+dbNow+")),"+
 		" finish_time = IF(task_status = 'FINISH', "+dbNow+", finish_time), update_time = "+dbNow+
@@ -420,7 +425,7 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining time.Duration) error {
 	us := max(remaining.Microseconds(), 1)
 	err := d.inShareTx(ctx, s.key, func(tx *sql.Tx, st string) (int64, error) {
-		res, err := tx.ExecContext(ctx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
+		res, err := d.txExec(ctx, tx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
 			" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
 			us, s.key, s.owner, s.token)
 		if err != nil {
@@ -438,7 +443,7 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 // stay in line.
 func (d *sqlDriver) breakShared(ctx context.Context, key string) error {
 	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
-		res, err := tx.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND queued = 0 AND lock_until > "+dbNow, key)
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND queued = 0 AND lock_until > "+dbNow, key)
 		if err != nil {
 			return 0, err
 		}
@@ -580,4 +585,67 @@ func shareKindOf(mode driver.Mode, limit int) string {
 		return fmt.Sprintf("a semaphore of %d permits", limit)
 	}
 	return "a read-write lock"
+}
+
+// prepared returns the prepared statement of text on tx, preparing it on
+// the pool on first use: a transaction on shared holds runs up to seven
+// statements, and each unprepared one with arguments costs three round
+// trips.
+func (d *sqlDriver) prepared(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
+	d.mu.Lock()
+	s := d.shared[text]
+	closed := d.closed
+	d.mu.Unlock()
+	if s == nil {
+		if closed {
+			return nil, errors.New("driver closed")
+		}
+		var err error
+		if s, err = d.db.PrepareContext(ctx, text); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		switch old := d.shared[text]; {
+		case d.closed:
+			d.mu.Unlock()
+			_ = s.Close()
+			return nil, errors.New("driver closed")
+		case old != nil:
+			_ = s.Close()
+			s = old
+		default:
+			d.shared[text] = s
+		}
+		d.mu.Unlock()
+	}
+	return tx.StmtContext(ctx, s), nil
+}
+
+func (d *sqlDriver) txExec(ctx context.Context, tx *sql.Tx, text string, args ...any) (sql.Result, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(ctx, args...)
+}
+
+func (d *sqlDriver) txQuery(ctx context.Context, tx *sql.Tx, text string, args ...any) (*sql.Rows, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, args...)
+}
+
+// errRow is a Scan that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (d *sqlDriver) txQueryRow(ctx context.Context, tx *sql.Tx, text string, args ...any) interface{ Scan(...any) error } {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return errRow{err}
+	}
+	return s.QueryRowContext(ctx, args...)
 }

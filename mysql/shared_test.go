@@ -159,3 +159,37 @@ func TestPurgeShared(t *testing.T) {
 		t.Errorf("Purge left %d rows of shared holds that ended two seconds ago", n)
 	}
 }
+
+// BenchmarkShared measures an uncontended permit (TryAcquire+Unlock of a
+// semaphore) and read hold beside a plain TryLock+Unlock, on the test
+// database (run with -bench=Shared).
+func BenchmarkShared(b *testing.B) {
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	b.Cleanup(func() { _ = sqlDB.Close() })
+	l, err := mysql.New(db, locker.WithPrefix("bench-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := b.Context()
+	s, _ := locker.NewSemaphore(l, "s", 4)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for name, take := range map[string]func() (locker.Lock, error){
+		"Lock":     func() (locker.Lock, error) { return l.TryLock(ctx, "k") },
+		"Permit":   func() (locker.Lock, error) { return s.TryAcquire(ctx) },
+		"ReadHold": func() (locker.Lock, error) { return rw.TryRLock(ctx) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				lk, err := take()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
