@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/mysql"
 )
@@ -113,6 +115,24 @@ func TestSharedInspectBreakKeep(t *testing.T) {
 	}
 	if _, err := s.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Errorf("a permit given up with a MinHold left must stay taken: got %v", err)
+	}
+}
+
+// TestGuardRefusesSharedHolds checks that Guard refuses a permit with an
+// error naming the problem.
+func TestGuardRefusesSharedHolds(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return mysql.Guard(tx, p) })
+	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "permit") {
+		t.Errorf("Guard of a permit: got %v, want ErrInvalidOption naming the permit", err)
 	}
 }
 
