@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/mysql"
 )
 
@@ -211,5 +212,62 @@ func BenchmarkShared(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestSemaphoreLine checks that a heavy request waiting in line is not
+// overtaken by a later light one, and that Inspect counts it as a waiter.
+func TestSemaphoreLine(t *testing.T) {
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	prefix := locker.WithPrefix(t.Name() + "-" + rand.Text()[:8] + "/")
+	a, err := mysql.New(db, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := mysql.New(db, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sa, _ := locker.NewSemaphore(a, "w", 3)
+	sb, _ := locker.NewSemaphore(b, "w", 3)
+	p1, err := sa.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := make(chan error, 1)
+	go func() {
+		p, err := sb.AcquireN(ctx, 3)
+		if err == nil {
+			err = p.Unlock(ctx)
+		}
+		heavy <- err
+	}()
+	for {
+		st, err := locker.Inspect(ctx, a, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 {
+			break
+		}
+		if !driver.Sleep(ctx, 10*time.Millisecond) {
+			t.Fatal("Inspect never counted the request for 3 permits as a waiter")
+		}
+	}
+	if p, err := sa.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Error("a permit was granted past a waiting request for 3")
+	}
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-heavy; err != nil {
+		t.Fatalf("AcquireN(3) once the permits were back: %v", err)
 	}
 }
