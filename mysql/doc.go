@@ -125,7 +125,9 @@
 //     locker.ErrInvalidOption while the key has holders.
 //   - Semaphores and read-write locks need a lock table name of at most
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
-//     costs one transaction of five to seven statements.
+//     costs one transaction of five to seven statements. The transactions
+//     run at READ COMMITTED, which binlog_format=STATEMENT refuses for
+//     writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.
