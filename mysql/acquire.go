@@ -62,13 +62,17 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	}
 	var rem sql.NullInt64
 	var now int64
+	var shared sql.NullBool
 	sent := time.Now()
-	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now); err != nil {
+	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now, &shared); err != nil {
 		return driver.Grant{}, fmt.Errorf("read holder: %w", err)
 	}
 	// A fence already past on arrival (a database clock that jumped) takes
 	// nothing: the retry below uses the fresh reading.
 	d.clock.observe(now, sent, time.Since(sent))
+	if rem.Valid && rem.Int64 > 0 && shared.Valid && shared.Bool {
+		return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
+	}
 	if rem.Valid && rem.Int64 > 0 {
 		return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 	}

@@ -39,6 +39,16 @@
 // takes nothing, so a statement delivered late cannot leave a phantom
 // holder. docs/design.md in the repository gives the reasons.
 //
+// Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
+// keep one row per holder or waiter in a second table, the lock table's
+// name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one
+// transaction that locks the key's row in the lock table, drops the
+// expired holders and waiters, and grants the hold or records the waiter
+// in line. A grant advances the key's version, so tokens increase across
+// locks and shared holds; the key's row is SHARED until its last holder or
+// waiter ends. Waiters poll, with the Locker's backoff: there are no
+// wake-ups for shared holds.
+//
 // # Guarantees
 //
 //   - Mutual exclusion as strong as the database: the row is the lock, and
@@ -110,6 +120,14 @@
 //     quarter of MaxOpenConns when set); more waiters poll. Each GET_LOCK
 //     waits 500 ms to 1 s, so a session that holds a key's named lock
 //     without the key delays a hand-off by about that much.
+//   - A key is one kind of lock at a time: a plain lock, a semaphore of
+//     one limit or a read-write lock; asking for another kind fails with
+//     locker.ErrInvalidOption while the key has holders.
+//   - Semaphores and read-write locks need a lock table name of at most
+//     57 bytes, to leave room for the "_shared" suffix. A shared attempt
+//     costs one transaction of five to seven statements. The transactions
+//     run at READ COMMITTED, which binlog_format=STATEMENT refuses for
+//     writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.

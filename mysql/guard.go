@@ -33,8 +33,9 @@ import (
 // Guard returns nil when the lock is held; an error matching
 // locker.ErrLost when it was lost (expired, taken by another holder, its row
 // deleted); locker.ErrNotHeld when lk was released; locker.ErrInvalidOption
-// when tx is not a transaction or lk was not handed out by this package's
-// Locker; and the database's error otherwise.
+// when tx is not a transaction, lk was not handed out by this package's
+// Locker or is a semaphore permit or read-write hold; and the database's
+// error otherwise.
 func Guard(tx *gorm.DB, lk locker.Lock) error {
 	if lk == nil {
 		return &locker.Error{Op: "guard", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil Lock")}
@@ -43,6 +44,9 @@ func Guard(tx *gorm.DB, lk locker.Lock) error {
 		return &locker.Error{Op: "guard", Backend: backend, Key: lk.Key(), Err: sentinel, Cause: cause}
 	}
 	st, _ := locker.DriverState(lk)
+	if _, ok := st.(*shareState); ok {
+		return fail(locker.ErrInvalidOption, errors.New("Guard takes a plain lock, not a semaphore permit or a read-write hold"))
+	}
 	s, ok := st.(*lockState)
 	if !ok {
 		return fail(locker.ErrInvalidOption, errors.New("the Lock was not handed out by a mysql Locker"))

@@ -193,6 +193,7 @@ type sqlDriver struct {
 	mu     sync.Mutex
 	renew  map[int]*sql.Stmt // by padded batch size
 	live   map[int]*sql.Stmt
+	shared map[string]*sql.Stmt // by text: the statements on shared holds
 	closed bool
 
 	notify *notifier // nil with PollOnly
@@ -209,6 +210,7 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 		logger:      slog.New(slog.DiscardHandler),
 		renew:       make(map[int]*sql.Stmt),
 		live:        make(map[int]*sql.Stmt),
+		shared:      make(map[string]*sql.Stmt),
 	}
 }
 
@@ -227,6 +229,9 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	d.backoff = cfg.Backoff
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
+			return err
+		}
+		if err := migrateShared(ctx, d.db, d.cfg.Table); err != nil {
 			return err
 		}
 	}
@@ -305,6 +310,9 @@ func (d *sqlDriver) closeStatements() {
 		stmts = append(stmts, s)
 	}
 	for _, s := range d.live {
+		stmts = append(stmts, s)
+	}
+	for _, s := range d.shared {
 		stmts = append(stmts, s)
 	}
 	d.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/golocker/locker"
@@ -27,6 +28,8 @@ const (
 // not held (kept rows, locker.MinHold, count as held until their end); it
 // returns how many it deleted. The table keeps one row per key ever locked:
 // run Purge from time to time (a cron job) when keys come and go.
+// Purge also deletes the rows of the table of shared holds whose hold or
+// place in line ended at least idle ago; they are not counted.
 //
 // Fencing tokens stay strictly increasing across a purge: a row's version
 // grows by one per acquisition from the database clock in microseconds at
@@ -71,9 +74,35 @@ func Purge(ctx context.Context, db *gorm.DB, table string, idle time.Duration) (
 		}
 		total += n
 		if n < purgeBatch {
+			break
+		}
+	}
+	if len(table)+len(sharedSuffix) > maxTableName {
+		return total, nil
+	}
+	// The table of shared holds: rows of holders and waiters that ended
+	// idle ago. Only the lock table's rows count in the total.
+	for {
+		res, err := sqlDB.ExecContext(ctx, purgeSharedSQL(table), idle.Microseconds(), purgeBatch)
+		var me *gomysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return total, nil // no table of shared holds (Config.SkipMigration)
+		}
+		if err != nil {
+			return total, &locker.Error{Op: "purge", Backend: backend, Cause: fmt.Errorf("delete ended rows of %s%s: %w", table, sharedSuffix, err)}
+		}
+		if n, err := res.RowsAffected(); err != nil || n < purgeBatch {
 			return total, nil
 		}
 	}
+}
+
+// purgeSharedSQL deletes up to a batch of rows of the table of shared holds
+// whose hold or place in line ended at least an idle time ago. Args: idle
+// µs, batch size.
+func purgeSharedSQL(table string) string {
+	return "DELETE FROM `" + table + sharedSuffix + "` WHERE lock_until < TIMESTAMPADD(MICROSECOND, -?, " + dbNow + ")" +
+		" ORDER BY task_name, owner_token LIMIT ?"
 }
 
 // purgeSQL deletes up to a batch of rows idle for a time. A row is idle when

@@ -31,6 +31,9 @@ func leaseState(l driver.Lease) lockState {
 // Release implements driver.Driver: FINISH and finish_time, only where owner
 // and version still match and the row is RUNNING.
 func (d *sqlDriver) Release(ctx context.Context, l driver.Lease) error {
+	if s, ok := l.State.(*shareState); ok {
+		return d.releaseShared(ctx, s)
+	}
 	s := leaseState(l)
 	// A lock from the line gives its named lock up in the release
 	// statement itself, on its session.
@@ -80,7 +83,10 @@ func (d *sqlDriver) Break(ctx context.Context, key string) error {
 		return fmt.Errorf("break: %w", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+		// Not a plain lock: the key's shared holds, if any.
+		if err := d.breakShared(ctx, key); err != nil {
+			return fmt.Errorf("break: %w", err)
+		}
 	}
 	return nil
 }
@@ -99,6 +105,12 @@ func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 		return driver.Status{}, nil
 	case err != nil:
 		return driver.Status{}, fmt.Errorf("inspect: %w", err)
+	case r.State == sharedStatus:
+		st, err := d.inspectShared(ctx, key)
+		if err != nil {
+			return driver.Status{}, fmt.Errorf("inspect: %w", err)
+		}
+		return st, nil
 	case !r.Held:
 		return driver.Status{}, nil
 	}
@@ -114,6 +126,9 @@ func (r Run) status() driver.Status {
 // (finish_time set) but the row stays RUNNING until remaining from now on
 // the database's clock, renewed by nobody; waiters poll until then.
 func (d *sqlDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	if s, ok := l.State.(*shareState); ok {
+		return d.keepShared(ctx, s, remaining)
+	}
 	s := leaseState(l)
 	// Nobody runs the key any more: the waiters may line up for its
 	// lock_until (they find the row held and poll until then).

@@ -26,11 +26,26 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 		byTTL[l.TTL] = append(byTTL[l.TTL], i)
 	}
 	for _, ttl := range ttls {
-		idx := byTTL[ttl]
-		for len(idx) > 0 {
-			n := min(len(idx), renewChunk)
-			d.renewChunk(ctx, ls, idx[:n], ttl, validity, errs)
-			idx = idx[n:]
+		// Shared holds (their State tells them apart) live in a table of
+		// their own.
+		var plain, shared []int
+		for _, i := range byTTL[ttl] {
+			if _, ok := ls[i].State.(*shareState); ok {
+				shared = append(shared, i)
+			} else {
+				plain = append(plain, i)
+			}
+		}
+		for _, p := range []struct {
+			idx   []int
+			renew func(context.Context, []driver.Lease, []int, time.Duration, []time.Duration, []error)
+		}{{plain, d.renewChunk}, {shared, d.renewShared}} {
+			idx := p.idx
+			for len(idx) > 0 {
+				n := min(len(idx), renewChunk)
+				p.renew(ctx, ls, idx[:n], ttl, validity, errs)
+				idx = idx[n:]
+			}
 		}
 	}
 	return validity, errs, nil

@@ -45,8 +45,8 @@ type statements struct {
 	// passed. Args: key, owner, label, ttl µs, fence µs.
 	insert string
 	// remaining reads how long the holder's claim still runs (µs; NULL or
-	// negative when the row is free or missing), and the database clock
-	// (µs since the epoch). Args: key.
+	// negative when the row is free or missing), the database clock (µs
+	// since the epoch), and whether shared holds hold the key. Args: key.
 	remaining string
 	// now reads the database clock (µs since the epoch).
 	now string
@@ -94,13 +94,14 @@ func newStatements(table string) statements {
 		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
 			" owner_token = ?, owner_label = ?, start_time = " + dbNow + ", finish_time = NULL," +
 			" lock_until = " + untilExpr + ", update_time = " + dbNow +
-			" WHERE task_name = ? AND (task_status <> 'RUNNING' OR lock_until <= " + dbNow + ") AND " + beforeFence,
+			" WHERE task_name = ? AND (task_status NOT IN ('RUNNING', 'SHARED') OR lock_until <= " + dbNow + ") AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
 			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
 			" FROM DUAL WHERE " + beforeFence,
-		remaining: "SELECT (SELECT IF(task_status = 'RUNNING', TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1)" +
-			" FROM " + t + " WHERE task_name = ?), " + epochMicros,
+		remaining: "SELECT r.rem, " + epochMicros + ", r.status = 'SHARED' FROM (SELECT NULL) AS dual_" +
+			" LEFT JOIN (SELECT IF(task_status IN ('RUNNING', 'SHARED'), TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1) AS rem," +
+			" task_status AS status FROM " + t + " WHERE task_name = ?) AS r ON TRUE",
 		now: "SELECT " + epochMicros,
 		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +

@@ -38,8 +38,6 @@ func allowances() []allowance {
 				"integration/etcd TestConformance/embedded",
 				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
-				"integration/mysql TestConformance",
-				"integration/mysql TestConformancePollOnly",
 				"integration/postgres TestConformance",
 				"integration/postgres TestConformanceSQLDB",
 				"integration/postgres TestConformancePgBouncer",
@@ -48,7 +46,7 @@ func allowances() []allowance {
 				"SharedFencing", "SharedCancellation", "SharedLossIsolate"},
 			message: "has no shared holds",
 			reason: "semaphores and read-write locks are in the memory backend only so far; " +
-				"Redis, etcd, ZooKeeper and MySQL get a driver.Sharer in a later change (issue 30)",
+				"Redis, etcd and ZooKeeper get a driver.Sharer in a later change (issue 30)",
 		},
 		{
 			harnesses: []string{

@@ -1,0 +1,651 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Shared holds (semaphore permits, read and write holds) live in a second
+// table, the lock table's name plus sharedSuffix, one row per holder or
+// waiter. The key's row in the lock table stays the key's mutex and token
+// sequence: every attempt is one transaction that locks it first (SELECT …
+// FOR UPDATE), so attempts on one key run one at a time, and every grant
+// advances its version, so tokens increase across plain locks and shared
+// holds. While a key has shared holders or waiters its row is SHARED, with
+// a lock_until no earlier than any of theirs: a plain acquisition treats it
+// as held.
+
+// sharedSuffix names the table of shared holds after the lock table's.
+const sharedSuffix = "_shared"
+
+// sharedStatus is the task_status of a key held by shared holds.
+const sharedStatus = "SHARED"
+
+// maxAttempts is how many times a transaction on shared holds runs
+// before a deadlock is reported.
+const maxAttempts = 5
+
+// shareTxOptions returns the options of the transactions on shared holds:
+// READ COMMITTED takes no gap locks, so that transactions on neighbouring
+// keys do not block each other; the key's row, locked first, orders those
+// on one key.
+func shareTxOptions() *sql.TxOptions {
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
+// SharedTableSQL returns the DDL of the table of shared holds of lock table
+// table, which New creates unless Config.SkipMigration is set.
+func SharedTableSQL(table string) string { return sharedTableSQL(table) }
+
+func sharedTableSQL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS `" + table + sharedSuffix + "` (\n" +
+		"  `task_name`   VARBINARY(255)   NOT NULL COMMENT 'lock key, as in the lock table',\n" +
+		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter',\n" +
+		"  `mode`        TINYINT UNSIGNED NOT NULL COMMENT '1 permits, 2 read, 3 write',\n" +
+		"  `weight`      INT UNSIGNED     NOT NULL COMMENT 'permits taken, or 1',\n" +
+		"  `share_limit` INT UNSIGNED     NOT NULL COMMENT 'the semaphore''s permits, 0 for a read-write lock',\n" +
+		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter',\n" +
+		"  `queued`      BIGINT UNSIGNED  NOT NULL COMMENT 'place in line of a waiter, 0 for a holder',\n" +
+		"  `kept`        TINYINT UNSIGNED NOT NULL COMMENT '1 when given up with a MinHold left',\n" +
+		"  `owner_label` VARCHAR(255)     NOT NULL COMMENT 'human-readable holder, e.g. host:pid',\n" +
+		"  `lock_until`  DATETIME(6)      NOT NULL COMMENT 'UTC; the hold or the place in line ends then unless renewed',\n" +
+		"  `start_time`  DATETIME(6)      NOT NULL COMMENT 'UTC; the grant or the arrival in line',\n" +
+		"  PRIMARY KEY (`task_name`, `owner_token`)\n" +
+		") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='github.com/golocker/locker/mysql shared holds'"
+}
+
+// migrateShared creates the table of shared holds unless it exists; a lock
+// table whose name leaves no room for the suffix has none.
+func migrateShared(ctx context.Context, db *sql.DB, table string) error {
+	if len(table)+len(sharedSuffix) > maxTableName {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, sharedTableSQL(table)); err != nil {
+		return fmt.Errorf("create table %s%s: %w", table, sharedSuffix, err)
+	}
+	return nil
+}
+
+// shareState is the driver's state of a shared hold.
+type shareState struct {
+	key, owner string
+	token      uint64
+}
+
+// sharedTable returns the quoted name of the table of shared holds, or an
+// error when the lock table's name leaves no room for it.
+func (d *sqlDriver) sharedTable() (string, error) {
+	if len(d.cfg.Table)+len(sharedSuffix) > maxTableName {
+		return "", driver.Permanent(fmt.Errorf("Config.Table %q leaves no room for the suffix %q of the table of shared holds: use a name of at most %d bytes",
+			d.cfg.Table, sharedSuffix, maxTableName-len(sharedSuffix)))
+	}
+	return "`" + d.cfg.Table + sharedSuffix + "`", nil
+}
+
+// shareRow is one live row of the table of shared holds.
+type shareRow struct {
+	owner     string
+	mode      driver.Mode
+	weight    int
+	limit     int
+	queued    uint64
+	remaining time.Duration
+}
+
+// TryAcquireShared implements driver.Sharer. Each attempt is one
+// transaction (run again after a deadlock) that locks the key's row, drops
+// the expired holders and waiters, checks the kind and limit, and grants
+// the hold or records the waiter. Waiters poll, with the Locker's backoff.
+func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	if len(req.Owner) > maxOwnerBytes {
+		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
+	}
+	st, err := d.sharedTable()
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	label := d.label
+	if req.Label != "" && req.Label != label {
+		label = cleanLabel(req.Label)
+	}
+	for range maxAttempts {
+		sent := time.Now()
+		f := d.fenceFor(ctx, sent, req.TTL)
+		g, err := d.shareAttempt(ctx, st, req, s, label, f)
+		if err == nil {
+			g.Since = sent
+			return g, nil
+		}
+		if contended(err) {
+			continue // rolled back by a deadlock: certainly nothing done
+		}
+		var me *gomysql.MySQLError
+		if errors.As(err, &me) && me.Number == 1146 {
+			return driver.Grant{}, driver.Permanent(fmt.Errorf("shared hold: table %s is missing: create it with mysql.SharedTableSQL: %w", st, err))
+		}
+		if errors.Is(err, driver.ErrHeld) || errors.Is(err, driver.ErrConflict) {
+			return driver.Grant{}, err
+		}
+		err = fmt.Errorf("shared hold: %w", classify(err))
+		if !definite(err) {
+			key, owner := req.Key, req.Owner
+			err = &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
+				if !driver.Sleep(ctx, time.Until(f.local)) {
+					return fmt.Errorf("undo: %w", ctx.Err())
+				}
+				return d.dropShare(ctx, key, owner, 0, false)
+			}}
+		}
+		return driver.Grant{}, err
+	}
+	return driver.Grant{}, driver.Held(0)
+}
+
+// shareAttempt is one transaction of TryAcquireShared.
+func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f fence) (g driver.Grant, err error) {
+	t := d.sql.table
+	tx, err := d.db.BeginTx(ctx, shareTxOptions())
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer func() {
+		if err != nil || g.Token == 0 {
+			_ = tx.Rollback()
+		}
+	}()
+	var (
+		status  string
+		version uint64
+		live    bool
+	)
+	lock := func() error {
+		return d.txQueryRow(ctx, tx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+t+
+			" WHERE task_name = ? FOR UPDATE", req.Key).Scan(&status, &version, &live)
+	}
+	err = lock()
+	if errors.Is(err, sql.ErrNoRows) {
+		// The key's row, free, when it is missing. The INSERT comes
+		// second: on an existing row it would take a shared lock, which
+		// two attempts would both upgrade, a deadlock.
+		if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+t+
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
+			" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", req.Key); err != nil {
+			return driver.Grant{}, err
+		}
+		err = lock()
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if status == string(Running) && live {
+		return driver.Grant{}, fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
+	}
+	all, err := d.shareRows(ctx, tx, st, req.Key)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	rows := slices.DeleteFunc(slices.Clone(all), func(r shareRow) bool { return r.remaining <= 0 })
+	if len(rows) < len(all) {
+		// Expired holders and waiters (crashed) go.
+		if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, req.Key); err != nil {
+			return driver.Grant{}, err
+		}
+	}
+	var (
+		used, holders int
+		write         bool
+		me            *shareRow
+		next          time.Duration // until the first holder's claim ends
+	)
+	for i := range rows {
+		r := &rows[i]
+		if (r.mode == driver.Permits) != (s.Mode == driver.Permits) || r.limit != s.Limit {
+			return driver.Grant{}, fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, shareKindOf(r.mode, r.limit), shareKindOf(s.Mode, s.Limit))
+		}
+		if r.owner == req.Owner && r.queued > 0 {
+			me = r
+		}
+		if r.queued == 0 {
+			holders++
+			used += r.weight
+			write = write || r.mode == driver.Write
+			if next == 0 || r.remaining < next {
+				next = r.remaining
+			}
+		}
+	}
+	fits := !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit)
+	for _, r := range rows {
+		// Behind every earlier waiter (all of them when not in line):
+		// readers only behind writers.
+		if r.queued > 0 && (me == nil || r.queued < me.queued) && (s.Mode != driver.Read || r.mode == driver.Write) {
+			fits = false
+		}
+	}
+	ttl := ttlMicros(req.TTL)
+	if !fits && (!s.Queue || me != nil) {
+		if me != nil {
+			// Still in line: the place lasts another TTL.
+			if _, err := d.txExec(ctx, tx, "UPDATE "+st+" SET lock_until = "+untilExpr+" WHERE task_name = ? AND owner_token = ?",
+				ttl, req.Key, req.Owner); err != nil {
+				return driver.Grant{}, err
+			}
+			if err := d.coverShare(ctx, tx, req.Key, ttl, f, false); err != nil {
+				return driver.Grant{}, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return driver.Grant{}, err
+		}
+		if !s.Queue {
+			return driver.Grant{}, driver.Held(next)
+		}
+		return driver.Grant{}, d.queued(req, next)
+	}
+	// A grant, or a new place in line: both take the next version.
+	if err := d.coverShare(ctx, tx, req.Key, ttl, f, true); err != nil {
+		return driver.Grant{}, err
+	}
+	token, queued := version+1, uint64(0)
+	if !fits {
+		token, queued = 0, version+1
+	}
+	if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
+		" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
+		" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
+		req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
+		return driver.Grant{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return driver.Grant{}, err
+	}
+	if !fits {
+		return driver.Grant{}, d.queued(req, next)
+	}
+	return driver.Grant{Token: token, Validity: req.TTL,
+		State: &shareState{key: req.Key, owner: req.Owner, token: token}}, nil
+}
+
+// queued is the refusal of a request recorded in line: back before the
+// record expires, and a Residue that withdraws it.
+func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
+	if r := req.TTL / 3; next <= 0 || next > r {
+		next = r
+	}
+	key, owner := req.Key, req.Owner
+	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
+		return d.dropShare(ctx, key, owner, 0, true)
+	}}
+}
+
+// coverShare marks the key's row SHARED with a lock_until no earlier than
+// ttl µs from now, so that plain acquisitions wait; with advance it also
+// advances the version. It fails with a Held error once the fence passed.
+func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f fence, advance bool) error {
+	set := ""
+	if advance {
+		set = "version = version + 1, "
+	}
+	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
+		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
+		" WHERE task_name = ? AND "+beforeFence, ttl, key, f.db)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if err != nil {
+			return err
+		}
+		return driver.Held(0) // the fence passed: take nothing
+	}
+	return nil
+}
+
+// shareRows reads the key's holders and waiters, expired ones included
+// (remaining not above 0), holders first, then waiters in line order.
+func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) ([]shareRow, error) {
+	rs, err := d.txQuery(ctx, tx, "SELECT owner_token, mode, weight, share_limit, queued,"+
+		" TIMESTAMPDIFF(MICROSECOND, "+dbNow+", lock_until) FROM "+st+
+		" WHERE task_name = ? ORDER BY queued", key)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var rows []shareRow
+	for rs.Next() {
+		var r shareRow
+		var owner []byte
+		var mode uint8
+		var rem int64
+		if err := rs.Scan(&owner, &mode, &r.weight, &r.limit, &r.queued, &rem); err != nil {
+			return nil, err
+		}
+		r.owner, r.mode, r.remaining = string(owner), driver.Mode(mode), time.Duration(rem)*time.Microsecond
+		rows = append(rows, r)
+	}
+	return rows, rs.Err()
+}
+
+// dropShare deletes owner's live row of key (its hold when token is not 0,
+// else its hold or place in line; its place in line only with waiter) and
+// settles the key's row. It returns driver.ErrNotHeld when there was none.
+func (d *sqlDriver) dropShare(ctx context.Context, key, owner string, token uint64, waiter bool) error {
+	cond := "owner_token = ?"
+	args := []any{key, owner}
+	switch {
+	case token != 0:
+		cond += " AND token = ? AND queued = 0"
+		args = append(args, token)
+	case waiter:
+		cond += " AND queued > 0"
+	}
+	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+}
+
+// inShareTx runs change in a transaction that holds the key's row, then
+// settles the row: SHARED until the last live row of the table of shared
+// holds ends, FINISH when there is none. It returns driver.ErrNotHeld
+// when change affected no row.
+func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.Tx, string) (int64, error)) (err error) {
+	st, err := d.sharedTable()
+	if err != nil {
+		return err
+	}
+	for range maxAttempts {
+		var n int64
+		n, err = d.shareTx(ctx, key, st, change)
+		if contended(err) {
+			continue
+		}
+		if err != nil {
+			return classify(err)
+		}
+		if n == 0 {
+			return driver.ErrNotHeld
+		}
+		return nil
+	}
+	return err
+}
+
+func (d *sqlDriver) shareTx(ctx context.Context, key, st string, change func(*sql.Tx, string) (int64, error)) (int64, error) {
+	t := d.sql.table
+	tx, err := d.db.BeginTx(ctx, shareTxOptions())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var status string
+	err = d.txQueryRow(ctx, tx, "SELECT task_status FROM "+t+" WHERE task_name = ? FOR UPDATE", key).Scan(&status)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && status != sharedStatus {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := change(tx, st)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	if _, err := d.txExec(ctx, tx, "UPDATE "+t+" SET"+
+		" task_status = IF(EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+"), '"+sharedStatus+"', 'FINISH'),"+
+		" lock_until = GREATEST("+dbNow+", COALESCE((SELECT MAX(lock_until) FROM "+st+" WHERE task_name = ?), "+dbNow+")),"+
+		" finish_time = IF(task_status = 'FINISH', "+dbNow+", finish_time), update_time = "+dbNow+
+		" WHERE task_name = ?", key, key, key); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
+}
+
+// releaseShared ends a shared hold (driver.Driver.Release).
+func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
+	if err := d.dropShare(ctx, s.key, s.owner, s.token, false); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// keepShared leaves a shared hold in place for remaining, renewed by
+// nobody (driver.Keeper.Keep).
+func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining time.Duration) error {
+	us := max(remaining.Microseconds(), 1)
+	err := d.inShareTx(ctx, s.key, func(tx *sql.Tx, st string) (int64, error) {
+		res, err := d.txExec(ctx, tx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
+			" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
+			us, s.key, s.owner, s.token)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+	if err != nil {
+		return fmt.Errorf("keep: %w", err)
+	}
+	return nil
+}
+
+// breakShared ends every hold on key (driver.Breaker.Break); the waiters
+// stay in line.
+func (d *sqlDriver) breakShared(ctx context.Context, key string) error {
+	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND queued = 0 AND lock_until > "+dbNow, key)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+}
+
+// inspectShared reads the holders of a key held by shared holds.
+func (d *sqlDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
+	st, err := d.sharedTable()
+	if err != nil {
+		return driver.Status{}, err
+	}
+	rs, err := d.db.QueryContext(ctx, "SELECT mode, weight, share_limit, token, queued, owner_label, "+
+		micros("start_time")+", "+micros("lock_until")+" FROM "+st+
+		" WHERE task_name = ? AND lock_until > "+dbNow+" ORDER BY queued, token", key)
+	if err != nil {
+		return driver.Status{}, err
+	}
+	defer rs.Close()
+	var s driver.Status
+	for rs.Next() {
+		var (
+			h              driver.Holder
+			mode           uint8
+			limit          int
+			queued         uint64
+			label          []byte
+			start, expires sql.NullInt64
+		)
+		if err := rs.Scan(&mode, &h.Weight, &limit, &h.Token, &queued, &label, &start, &expires); err != nil {
+			return driver.Status{}, err
+		}
+		if driver.Mode(mode) == driver.Permits {
+			s.Limit = limit
+		}
+		if queued > 0 {
+			s.Waiters++
+			continue
+		}
+		h.Mode, h.Label, h.Acquired, h.Expires = driver.Mode(mode), string(label), utc(start), utc(expires)
+		s.Holders = append(s.Holders, h)
+	}
+	if err := rs.Err(); err != nil {
+		return driver.Status{}, err
+	}
+	if n := len(s.Holders); n > 0 {
+		h := s.Holders[n-1]
+		s.Held, s.Label, s.Token, s.Acquired, s.Expires = true, h.Label, h.Token, h.Acquired, h.Expires
+	}
+	return s, nil
+}
+
+// renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of the
+// keys' rows (so that their lock_until covers the holds), one of the holds,
+// and one SELECT when some lease did not match, to tell which.
+func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("renew: %w", err)
+		}
+	}
+	st, err := d.sharedTable()
+	if err != nil {
+		fail(err)
+		return
+	}
+	us := ttlMicros(ttl)
+	keys := make([]any, 0, len(idx))
+	holds := make([]any, 0, 3*len(idx))
+	want := map[shareState]bool{}
+	for _, i := range idx {
+		s := ls[i].State.(*shareState)
+		keys = append(keys, s.key)
+		holds = append(holds, s.key, s.owner, s.token)
+		want[*s] = true
+	}
+	var b strings.Builder
+	placeholders(&b, len(idx), "?")
+	inKeys := b.String()
+	b.Reset()
+	placeholders(&b, len(idx), "(?, ?, ?)")
+	inHolds := b.String()
+	if _, err := d.db.ExecContext(ctx, "UPDATE "+d.sql.table+" SET lock_until = GREATEST(lock_until, "+untilExpr+")"+
+		" WHERE task_name IN ("+inKeys+") AND task_status = '"+sharedStatus+"' AND lock_until > "+dbNow,
+		append([]any{us}, keys...)...); err != nil {
+		fail(classify(err))
+		return
+	}
+	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+
+		" WHERE task_name IN ("+inKeys+") AND (task_name, owner_token, token) IN ("+inHolds+")"+
+		" AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
+		append(append([]any{us}, keys...), holds...)...)
+	if err != nil {
+		fail(classify(err))
+		return
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		fail(err)
+		return
+	}
+	renewed := want
+	if int(n) != len(want) {
+		renewed = map[shareState]bool{}
+		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
+			" WHERE task_name IN ("+inKeys+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, keys...)
+		if err != nil {
+			fail(classify(err))
+			return
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var key, owner []byte
+			var token uint64
+			if err := rs.Scan(&key, &owner, &token); err != nil {
+				fail(err)
+				return
+			}
+			renewed[shareState{key: string(key), owner: string(owner), token: token}] = true
+		}
+		if err := rs.Err(); err != nil {
+			fail(err)
+			return
+		}
+	}
+	for _, i := range idx {
+		if renewed[*ls[i].State.(*shareState)] {
+			validity[i] = ttl
+		} else {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+}
+
+// shareKindOf names the use of a key, for conflict errors.
+func shareKindOf(mode driver.Mode, limit int) string {
+	if mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", limit)
+	}
+	return "a read-write lock"
+}
+
+// prepared returns the prepared statement of text on tx, preparing it on
+// the pool on first use: a transaction on shared holds runs up to seven
+// statements, and each unprepared one with arguments costs three round
+// trips.
+func (d *sqlDriver) prepared(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
+	d.mu.Lock()
+	s := d.shared[text]
+	closed := d.closed
+	d.mu.Unlock()
+	if s == nil {
+		if closed {
+			return nil, errors.New("driver closed")
+		}
+		var err error
+		if s, err = d.db.PrepareContext(ctx, text); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		switch old := d.shared[text]; {
+		case d.closed:
+			d.mu.Unlock()
+			_ = s.Close()
+			return nil, errors.New("driver closed")
+		case old != nil:
+			_ = s.Close()
+			s = old
+		default:
+			d.shared[text] = s
+		}
+		d.mu.Unlock()
+	}
+	return tx.StmtContext(ctx, s), nil
+}
+
+func (d *sqlDriver) txExec(ctx context.Context, tx *sql.Tx, text string, args ...any) (sql.Result, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(ctx, args...)
+}
+
+func (d *sqlDriver) txQuery(ctx context.Context, tx *sql.Tx, text string, args ...any) (*sql.Rows, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, args...)
+}
+
+// errRow is a Scan that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (d *sqlDriver) txQueryRow(ctx context.Context, tx *sql.Tx, text string, args ...any) interface{ Scan(...any) error } {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return errRow{err}
+	}
+	return s.QueryRowContext(ctx, args...)
+}

@@ -1,0 +1,273 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/mysql"
+)
+
+// sharedLocker returns a Locker on the test database with a fresh prefix.
+func sharedLocker(t *testing.T, c mysql.Config) (locker.Locker, context.Context) {
+	t.Helper()
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	l, err := c.New(db, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return l, ctx
+}
+
+// TestSharedConflicts checks that a key is one kind of lock at a time: a
+// semaphore with two limits, a semaphore and a read-write lock, a shared
+// hold and a plain lock all fail with ErrInvalidOption naming both sides.
+func TestSharedConflicts(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	four, _ := locker.NewSemaphore(l, "k", 4)
+	five, _ := locker.NewSemaphore(l, "k", 5)
+	rw, _ := locker.NewRWMutex(l, "k")
+	p, err := four.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"limit 5": func() error { _, err := five.TryAcquire(ctx); return err },
+		"rwmutex": func() error { _, err := rw.RLock(ctx); return err },
+		"lock":    func() error { _, err := l.Lock(ctx, "k"); return err },
+	} {
+		err := call()
+		if !errors.Is(err, locker.ErrInvalidOption) {
+			t.Errorf("%s on a semaphore of 4: got %v, want ErrInvalidOption", name, err)
+		} else if name != "lock" && !strings.Contains(err.Error(), "4") {
+			t.Errorf("%s on a semaphore of 4: got %v, want an error naming the limit 4", name, err)
+		}
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatalf("the key must be free for a plain lock once the last permit is back: %v", err)
+	}
+	if _, err := five.TryAcquire(ctx); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("TryAcquire on a plain lock's key: got %v, want ErrInvalidOption", err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := five.TryAcquire(ctx); err != nil {
+		t.Errorf("a semaphore on a key whose plain lock was released: %v", err)
+	} else if p.Token() <= lk.Token() {
+		t.Errorf("a permit after a lock got token %d, not above the lock's %d", p.Token(), lk.Token())
+	}
+}
+
+// TestSharedInspectBreakKeep checks Inspect of a semaphore's key (limit,
+// holders, waiters), ForceUnlock of its holders, and MinHold of a permit.
+func TestSharedInspectBreakKeep(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 4)
+	p1, err := s.TryAcquireN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := s.TryAcquireN(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := locker.Inspect(ctx, l, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Limit != 4 || len(st.Holders) != 2 || st.Token != p2.Token() {
+		t.Fatalf("Inspect of a semaphore of 4 with two holders: %+v", st)
+	}
+	if st.Holders[0].Weight != 1 || st.Holders[1].Weight != 3 || st.Holders[0].Token != p1.Token() {
+		t.Errorf("Inspect must list the holders oldest first with their weights: %+v", st.Holders)
+	}
+	if err := locker.ForceUnlock(ctx, l, "s"); err != nil {
+		t.Fatalf("ForceUnlock of a semaphore's key: %v", err)
+	}
+	if st, err := locker.Inspect(ctx, l, "s"); err != nil || st.Held || len(st.Holders) != 0 {
+		t.Fatalf("Inspect after ForceUnlock: %+v, %v; want no holder", st, err)
+	}
+	if !errors.Is(locker.ForceUnlock(ctx, l, "s"), locker.ErrNotHeld) {
+		t.Error("ForceUnlock of a semaphore without holders must fail with ErrNotHeld")
+	}
+	p, err := s.TryAcquireN(ctx, 4, locker.MinHold(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("a permit given up with a MinHold left must stay taken: got %v", err)
+	}
+}
+
+// TestGuardRefusesSharedHolds checks that Guard refuses a permit with an
+// error naming the problem.
+func TestGuardRefusesSharedHolds(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return mysql.Guard(tx, p) })
+	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "permit") {
+		t.Errorf("Guard of a permit: got %v, want ErrInvalidOption naming the permit", err)
+	}
+}
+
+// TestSharedLongTableName checks that a lock table whose name leaves no room
+// for the table of shared holds still serves plain locks, and that shared
+// holds fail with an error naming the problem.
+func TestSharedLongTableName(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{Table: strings.Repeat("t", 60)})
+	lk, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Unlock(ctx)
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	if _, err := s.TryAcquire(ctx); err == nil || !strings.Contains(err.Error(), "Config.Table") {
+		t.Errorf("a semaphore on a lock table with a 60-byte name: got %v, want an error naming Config.Table", err)
+	}
+}
+
+// TestPurgeShared checks that Purge deletes the rows of shared holds that
+// ended idle ago, which nothing else deletes once their key is unused.
+func TestPurgeShared(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "s", 2)
+	if _, err := s.TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	like := t.Name() + "-%"
+	// The permit ended two seconds ago (a crashed holder).
+	if err := db.Exec("UPDATE "+mysql.DefaultTable+"_shared SET lock_until = TIMESTAMPADD(SECOND, -2, UTC_TIMESTAMP(6)) WHERE task_name LIKE ?", like).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.Purge(ctx, db, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := db.Raw("SELECT COUNT(*) FROM "+mysql.DefaultTable+"_shared WHERE task_name LIKE ?", like).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("Purge left %d rows of shared holds that ended two seconds ago", n)
+	}
+}
+
+// BenchmarkShared measures an uncontended permit (TryAcquire+Unlock of a
+// semaphore) and read hold beside a plain TryLock+Unlock, on the test
+// database (run with -bench=Shared).
+func BenchmarkShared(b *testing.B) {
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	b.Cleanup(func() { _ = sqlDB.Close() })
+	l, err := mysql.New(db, locker.WithPrefix("bench-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := b.Context()
+	s, _ := locker.NewSemaphore(l, "s", 4)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for name, take := range map[string]func() (locker.Lock, error){
+		"Lock":     func() (locker.Lock, error) { return l.TryLock(ctx, "k") },
+		"Permit":   func() (locker.Lock, error) { return s.TryAcquire(ctx) },
+		"ReadHold": func() (locker.Lock, error) { return rw.TryRLock(ctx) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				lk, err := take()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSemaphoreLine checks that a heavy request waiting in line is not
+// overtaken by a later light one, and that Inspect counts it as a waiter.
+func TestSemaphoreLine(t *testing.T) {
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	prefix := locker.WithPrefix(t.Name() + "-" + rand.Text()[:8] + "/")
+	a, err := mysql.New(db, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := mysql.New(db, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	sa, _ := locker.NewSemaphore(a, "w", 3)
+	sb, _ := locker.NewSemaphore(b, "w", 3)
+	p1, err := sa.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := make(chan error, 1)
+	go func() {
+		p, err := sb.AcquireN(ctx, 3)
+		if err == nil {
+			err = p.Unlock(ctx)
+		}
+		heavy <- err
+	}()
+	for {
+		st, err := locker.Inspect(ctx, a, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 {
+			break
+		}
+		if !driver.Sleep(ctx, 10*time.Millisecond) {
+			t.Fatal("Inspect never counted the request for 3 permits as a waiter")
+		}
+	}
+	if p, err := sa.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Error("a permit was granted past a waiting request for 3")
+	}
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-heavy; err != nil {
+		t.Fatalf("AcquireN(3) once the permits were back: %v", err)
+	}
+}
