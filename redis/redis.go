@@ -218,8 +218,11 @@ type redisDriver struct {
 	acquire *goredis.Script
 	release *goredis.Script
 	renew   *goredis.Script
-	logger  *slog.Logger
-	notify  *notifier
+	// The scripts of shared holds (shared.go).
+	shareAcquire, shareRelease, shareRenew *goredis.Script
+
+	logger *slog.Logger
+	notify *notifier
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
@@ -261,7 +264,11 @@ func newDriver(client Client) *redisDriver {
 		acquire: goredis.NewScript(include(acquireLua)),
 		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
-		logger:  logger,
+
+		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
+		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
+		shareRenew:   goredis.NewScript(shareRenewLua),
+		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),
