@@ -1,0 +1,190 @@
+package redis
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestSharedConflicts checks that a key is one kind of lock at a time in
+// Redis: a semaphore with two limits, a semaphore and a read-write lock, a
+// shared hold and a plain lock (TryLock and a waiting Lock, both ways) all
+// fail with ErrInvalidOption naming both sides, never a hang or a grant.
+func TestSharedConflicts(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t)
+	four, _ := locker.NewSemaphore(l, key, 4)
+	five, _ := locker.NewSemaphore(l, key, 5)
+	rw, _ := locker.NewRWMutex(l, key)
+	p, err := four.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"limit 5":  func() error { _, err := five.TryAcquire(ctx); return err },
+		"rwmutex":  func() error { _, err := rw.RLock(ctx); return err },
+		"lock":     func() error { _, err := l.Lock(ctx, key); return err },
+		"try lock": func() error { _, err := l.TryLock(ctx, key); return err },
+	} {
+		err := call()
+		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "semaphore of 4 permits") {
+			t.Errorf("%s on a semaphore of 4: got %v, want ErrInvalidOption naming the limit 4", name, err)
+		}
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, sharedKeys(key)[2:]...).Val(); n != 0 {
+		t.Fatalf("%d shared names of the key are left once its last permit is back, want none", n)
+	}
+	lk, err := l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key must be free for a plain lock once the last permit is back: %v", err)
+	}
+	if _, err := five.TryAcquire(ctx); !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "plain lock") {
+		t.Errorf("TryAcquire on a plain lock's key: got %v, want ErrInvalidOption naming the plain lock", err)
+	}
+	_ = lk.Unlock(ctx)
+}
+
+// TestSharedLine checks that a heavy request waits in Redis's line and is
+// not overtaken by a later light one, and that the release of the permits
+// in its way wakes it.
+func TestSharedLine(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	a, _ := newTestLocker(t, c)
+	b, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	sa, _ := locker.NewSemaphore(a, key, 3)
+	sb, _ := locker.NewSemaphore(b, key, 3)
+	p1, err := sa.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := make(chan error, 1)
+	go func() {
+		p, err := sb.AcquireN(ctx, 3)
+		if err == nil {
+			err = p.Unlock(ctx)
+		}
+		heavy <- err
+	}()
+	for c.ZCard(ctx, sharedKeys(key)[4]).Val() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the request for 3 permits never lined up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p, err := sa.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Error("a permit was granted past a waiting request for 3")
+	}
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-heavy; err != nil {
+		t.Fatalf("AcquireN(3) once the permits were back: %v", err)
+	}
+}
+
+// TestSharedRenewInspectBreak checks that a permit and a read hold are
+// renewed past their TTL in the same batch as a plain lock, that Inspect
+// lists a semaphore's holders and limit, that Keep (MinHold) holds a permit
+// after Unlock, and that ForceUnlock frees a shared key.
+func TestSharedRenewInspectBreak(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	const ttl = 300 * time.Millisecond
+	a, _ := newTestLocker(t, c, locker.WithTTL(ttl), locker.WithOwnerLabel("worker-1"))
+	b, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	sa, _ := locker.NewSemaphore(a, key, 4)
+	ra, _ := locker.NewRWMutex(a, key+"-rw")
+	p1, err := sa.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := sa.TryAcquireN(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ra.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := a.TryLock(ctx, key+"-plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	for _, h := range []locker.Lock{p1, p2, r, lk} {
+		if h.Err() != nil {
+			t.Fatalf("a hold must be renewed while held: %v", h.Err())
+		}
+	}
+	sb, _ := locker.NewSemaphore(b, key, 4)
+	if _, err := sb.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("the permits, renewed, must stay taken: got %v", err)
+	}
+	if w, err := (func() (locker.Lock, error) { rb, _ := locker.NewRWMutex(b, key+"-rw"); return rb.TryLock(ctx) })(); err == nil {
+		_ = w.Unlock(ctx)
+		t.Fatal("a write hold was granted beside a renewed read hold")
+	}
+
+	st, err := locker.Inspect(ctx, b, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Limit != 4 || len(st.Holders) != 2 || st.Token != p2.Token() {
+		t.Fatalf("Inspect = %+v, want held, limit 4, 2 holders, newest token %d", st, p2.Token())
+	}
+	for i, want := range []struct {
+		token  uint64
+		weight int
+	}{{p1.Token(), 1}, {p2.Token(), 3}} {
+		h := st.Holders[i]
+		if h.Token != want.token || h.Weight != want.weight || h.Mode != locker.Permits || h.Label != "worker-1" ||
+			h.Expires.IsZero() || h.Acquired.IsZero() {
+			t.Errorf("holder %d = %+v, want token %d, weight %d, permits, label worker-1, times", i, h, want.token, want.weight)
+		}
+	}
+
+	// Kept for a MinHold far longer than the test: only Break ends it.
+	if err := p1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p3, err := a.(locker.SharedLocker).TryLockShared(ctx, key, locker.Share{Mode: locker.Permits, Limit: 4}, locker.MinHold(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p3.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * ttl)
+	if st, err := locker.Inspect(ctx, b, key); err != nil || len(st.Holders) != 2 {
+		t.Fatalf("a permit kept for its MinHold must stay held after Unlock: %+v, %v", st, err)
+	}
+	if err := locker.ForceUnlock(ctx, b, key); err != nil {
+		t.Fatalf("ForceUnlock of a semaphore's key: %v", err)
+	}
+	select {
+	case <-p2.Done():
+	case <-ctx.Done():
+		t.Fatal("a broken permit's holder must learn it at its next renewal")
+	}
+	if n := c.Exists(ctx, sharedKeys(key)[2:]...).Val(); n != 0 {
+		t.Fatalf("%d shared names of the key are left after ForceUnlock, want none", n)
+	}
+	if st, err := locker.Inspect(ctx, b, key); err != nil || st.Held || st.Holders != nil || st.Limit != 0 {
+		t.Fatalf("Inspect of a free key = %+v, %v; want nothing", st, err)
+	}
+	_ = r.Unlock(ctx)
+	_ = lk.Unlock(ctx)
+}
