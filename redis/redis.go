@@ -54,6 +54,8 @@ var (
 	releaseLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed token.lua
+	tokenLua string
 )
 
 // Client is the part of a go-redis v9 client the Locker uses: scripts,
@@ -252,9 +254,16 @@ type redisDriver struct {
 	checked   chan struct{}
 }
 
-// include inserts lib.lua where a script says "-- #include lib.lua".
+// include inserts lib.lua where a script says "-- #include lib.lua", and
+// token.lua where lib.lua says so.
 func include(script string) string {
-	return strings.Replace(script, "-- #include lib.lua\n", libLua, 1)
+	return includeToken(strings.Replace(script, "-- #include lib.lua\n", libLua, 1))
+}
+
+// includeToken inserts token.lua where a script says "-- #include
+// token.lua".
+func includeToken(script string) string {
+	return strings.Replace(script, "-- #include token.lua\n", tokenLua, 1)
 }
 
 func newDriver(client Client) *redisDriver {

@@ -46,9 +46,9 @@ var (
 )
 
 // includeShared inserts shared_lib.lua where a script says
-// "-- #include shared_lib.lua".
+// "-- #include shared_lib.lua", and token.lua where shared_lib.lua says so.
 func includeShared(script string) string {
-	return strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1)
+	return includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1))
 }
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for

@@ -108,13 +108,7 @@ if fits and not behind then
     redis.call('HDEL', KEYS[6], owner)
     changed = true -- the next in line may go
   end
-  local token = now
-  local last = tonumber(redis.call('GET', KEYS[2]))
-  if last and last >= token then
-    token = last + 1
-  end
-  local s = string.format('%d', token)
-  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  local _, s = next_token(now, ARGV[4])
   redis.call('ZADD', KEYS[3], ms + ttl, owner)
   redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit,
     owner, mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. label)

@@ -14,11 +14,7 @@
 --
 -- meta lives while the key has holders or waiters; all four go together.
 
--- now_us returns the server clock in microseconds.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- #include token.lua
 
 -- extend makes key live at least ms more milliseconds.
 local function extend(key, ms)
