@@ -87,10 +87,17 @@ var errNotReplicated = errors.New("the lock did not reach the replicas in time")
 // included). Otherwise it returns an error matching errNotReplicated, and
 // the caller undoes the acquisition.
 func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
+	return d.runReplicated(ctx, d.acquire, took, keys, args...)
+}
+
+// runReplicated runs script with keys and args; with Config.Replicas, a
+// reply that took reports as a grant is followed by WAIT, as in
+// runAcquire.
+func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, took func(any) bool, keys []string, args ...any) (any, error) {
 	if d.replicas == 0 {
-		return d.acquire.Run(ctx, d.client, keys, args...).Result()
+		return script.Run(ctx, d.client, keys, args...).Result()
 	}
-	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{d.acquire.EvalSha, d.acquire.Eval} {
+	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
 		cmd := eval(ctx, pipe, keys, args...)
 		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
@@ -110,7 +117,7 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any
 		}
 		return reply, nil
 	}
-	return nil, errors.New("the script cache dropped acquire.lua twice")
+	return nil, errors.New("the script cache dropped the acquisition script twice")
 }
 
 // took reports whether an acquire.lua reply says the lock was taken.

@@ -77,8 +77,8 @@
 //   - A key is a plain lock, a semaphore of one limit, or a read-write lock
 //     until its last holder and waiter are gone. Other requests fail with an
 //     error matching locker.ErrInvalidOption that names both uses.
-//   - Config.Replicas does not cover shared holds: they are granted without
-//     WAIT.
+//   - With Config.Replicas, a grant counts once WAIT confirms it, as for a
+//     lock. Otherwise it is undone and reported as a store error.
 //
 // # Limits
 //

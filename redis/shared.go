@@ -93,14 +93,21 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	reply, err := d.shareAcquire.Run(ctx, d.client, keys, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
-		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key)).Slice()
+	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, keys, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key))
+	if errors.Is(err, errNotReplicated) {
+		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
+	}
 	if err != nil {
 		err = fmt.Errorf("acquire: %w", classify(err))
 		if s.Queue || maybeExecuted(err) {
 			return driver.Grant{}, d.cleanUp(ctx, req, err, d.withdraw)
 		}
 		return driver.Grant{}, err
+	}
+	reply, _ := v.([]any)
+	if len(reply) == 0 {
+		return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", v)
 	}
 	status, _ := reply[0].(string)
 	switch {
@@ -138,6 +145,12 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 		}}
 	}
 	return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// sharedTook reports whether a shared_acquire.lua reply is a grant.
+func sharedTook(reply any) bool {
+	r, ok := reply.([]any)
+	return ok && len(r) > 0 && r[0] == "ok"
 }
 
 // runShared runs shared_release.lua with op for owner on store key s and

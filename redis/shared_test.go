@@ -188,3 +188,33 @@ func TestSharedRenewInspectBreak(t *testing.T) {
 	_ = r.Unlock(ctx)
 	_ = lk.Unlock(ctx)
 }
+
+// TestSharedReplicasUnconfirmedIsUndone: on a primary without replicas,
+// with Config.Replicas 1, a permit is refused (WAIT never confirms) and
+// leaves nothing behind, for TryAcquire and for a waiting Acquire.
+func TestSharedReplicasUnconfirmedIsUndone(t *testing.T) {
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	l, err := Config{Replicas: 1, ReplicaTimeout: 20 * time.Millisecond}.New(newClient(t, srv.Addr()), locker.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	key := uniqueKey(t)
+	sem, _ := locker.NewSemaphore(l, key, 2)
+	if p, err := sem.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Fatal("TryAcquire must fail when no replica confirms the permit")
+	} else if !errors.Is(err, errNotReplicated) {
+		t.Errorf("TryAcquire: %v; want an error saying the grant did not reach the replicas", err)
+	}
+	wctx := ctxFor(t, 300*time.Millisecond)
+	if p, err := sem.Acquire(wctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Fatal("Acquire must not return a permit no replica confirmed")
+	}
+	if n := admin.Exists(ctx, sharedKeys(key)[2:]...).Val(); n != 0 {
+		t.Errorf("%d shared names of the key are left behind by the undone grants", n)
+	}
+}
