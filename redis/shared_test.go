@@ -218,3 +218,42 @@ func TestSharedReplicasUnconfirmedIsUndone(t *testing.T) {
 		t.Errorf("%d shared names of the key are left behind by the undone grants", n)
 	}
 }
+
+// TestSharedReleaseWakes checks that a released permit reaches a waiter
+// through pub/sub: with a TTL of minutes, a waiter left to poll would
+// sleep past the test's deadline.
+func TestSharedReleaseWakes(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	const ttl = 3 * time.Minute
+	a, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+	b, _ := newTestLocker(t, newClient(t, storeenv.Redis(t).Addr()), locker.WithTTL(ttl))
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t)
+	sa, _ := locker.NewSemaphore(a, key, 1)
+	sb, _ := locker.NewSemaphore(b, key, 1)
+	p, err := sa.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		q, err := sb.Acquire(ctx)
+		if err == nil {
+			err = q.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for c.ZCard(ctx, sharedKeys(key)[4]).Val() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never lined up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitSubscribers(t, ctx, c, channelName(key), 1)
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a waiter must be woken by the release of the permit it waits for: %v", err)
+	}
+}
