@@ -46,13 +46,21 @@ local function wake(channel)
   end
 end
 
+-- hdel removes the fields of list from hash key, in chunks: unpack has a
+-- limit of a few thousand values.
+local function hdel(key, list)
+  for i = 1, #list, 1000 do
+    redis.call('HDEL', key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
 -- prune drops the holders and waiters whose time ran out before ms, and
 -- reports whether it dropped any.
 local function prune(ms)
   local changed = false
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)
   if #gone > 0 then
-    redis.call('HDEL', KEYS[4], unpack(gone))
+    hdel(KEYS[4], gone)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
     changed = true
   end

@@ -46,7 +46,7 @@ elseif op == 'keep' then
 elseif op == 'break' then
   local hs = redis.call('ZRANGE', KEYS[3], 0, -1)
   if #hs > 0 then
-    redis.call('HDEL', KEYS[4], unpack(hs))
+    hdel(KEYS[4], hs)
     redis.call('DEL', KEYS[3])
     n, changed = 1, true
   end

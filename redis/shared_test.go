@@ -2,9 +2,12 @@ package redis
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
@@ -255,5 +258,43 @@ func TestSharedReleaseWakes(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("a waiter must be woken by the release of the permit it waits for: %v", err)
+	}
+}
+
+// TestSharedManyExpire checks that a key whose many holders all expired at
+// once (more than Lua's unpack takes) is pruned, and that Break ends as
+// many at once.
+func TestSharedManyExpire(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, d := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	ks := sharedKeys(key)
+	const n = 20000
+	seed := func(expiry int64) {
+		pipe := c.Pipeline()
+		pipe.HSet(ctx, ks[3], " kind", "permits", " limit", "1")
+		for i := range n {
+			owner := "o" + strconv.Itoa(i)
+			pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
+			pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed(1) // expired long ago
+	sem, _ := locker.NewSemaphore(l, key, 1)
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire on a key whose %d holders expired: %v", n, err)
+	}
+	_ = p.Unlock(ctx)
+	seed(time.Now().Add(time.Hour).UnixMilli())
+	if ok, err := d.breakShared(ctx, key); err != nil || !ok {
+		t.Fatalf("break of %d holders: %v, %v", n, ok, err)
+	}
+	if m := c.Exists(ctx, ks[2:]...).Val(); m != 0 {
+		t.Fatalf("%d shared names left after the break", m)
 	}
 }
