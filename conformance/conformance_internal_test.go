@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -212,6 +213,16 @@ const (
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
+	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
+	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
+	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
+	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
+	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+
+	// Broken LockMulti implementations, over unbroken Lockers.
+	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
+	multiKeepsSome = "multiKeepsSome" // a failed LockMulti or TryLockMulti keeps the keys it took
+	multiDoneFirst = "multiDoneFirst" // a MultiLock's Done and Err watch only its first key
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -227,13 +238,14 @@ const (
 // inner engine looks itself up, so no wrapper can be reentrant.)
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
-		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate"},
+		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do",
+		"MultiNoDeadlock", "MultiAllOrNothing"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate", "MultiLoss"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits", "SharedFencing"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation"},
-	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation", "MultiCancel"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
@@ -242,7 +254,7 @@ var mustCatch = map[string][]string{
 	staleGrants:     {"StaleDoContext"},
 	closeLate:       {"CloseWhileIsolated"},
 	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
-	unlockNeedsCtx:  {"UnlockEndedContext"},
+	unlockNeedsCtx:  {"UnlockEndedContext", "MultiAllOrNothing", "MultiCancel"},
 	unlockGivesUp:   {"UnlockWhileIsolated"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
@@ -263,6 +275,14 @@ var mustCatch = map[string][]string{
 	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},
 	readersOvertake: {"RWWriterFirst"},
+	inspectsFirst:   {"Watch", "Inspect"},
+	extendsNothing:  {"Extend"},
+	listsFirstPage:  {"List"},
+	listsTwice:      {"List"},
+	listsByOffset:   {"List"},
+	multiUnordered:  {"MultiNoDeadlock"},
+	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
+	multiDoneFirst:  {"MultiLoss"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -331,7 +351,7 @@ const selfSlack = 3 * time.Second
 // whether it finished within limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, slack: selfSlack}
+	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -474,6 +494,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			}
 		}
 	}
+	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return brokenLockMulti(ctx, kind, l, keys, wait)
+		}
+	}
 	if kind == neverExpires {
 		// The "crashed" Locker goes on renewing.
 		h.Crash = func(testing.TB, locker.Locker) {}
@@ -523,7 +548,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -536,10 +561,10 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state.
+// the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
-	if b.kind != inspectsStale || err != nil {
+	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
 	b.mu.Lock()
@@ -547,9 +572,62 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	if b.seen == nil {
 		b.seen = make(map[string]locker.Status)
 	}
+	if b.kind == inspectsFirst {
+		if first, ok := b.seen[key]; ok {
+			return first, nil
+		}
+		if st.Held {
+			b.seen[key] = st
+		}
+		return st, nil
+	}
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// List passes the inner Locker's listing on, except for the broken
+// listers: listsFirstPage stops after one page, listsTwice repeats the
+// last key of each page, and listsByOffset reads each page of a fresh
+// listing from an offset, a store round trip after the last.
+func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
+	inner := locker.List(ctx, b.inner, prefix)
+	return func(yield func(locker.KeyStatus, error) bool) {
+		switch b.kind {
+		case listsByOffset:
+			const page = 50
+			for off := 0; ; off += page {
+				n := 0
+				for ks, err := range inner {
+					if err != nil {
+						yield(ks, err)
+						return
+					}
+					if n++; n > off && n <= off+page && !yield(ks, nil) {
+						return
+					}
+				}
+				if n <= off+page {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		default:
+			n := 0
+			for ks, err := range inner {
+				if err != nil {
+					yield(ks, err)
+					return
+				}
+				if n++; b.kind == listsFirstPage && n > locker.ListPage {
+					return
+				}
+				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // CheckLockOptions passes the inner Locker's answer on; checksNothing
@@ -657,6 +735,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 			return lk, err
 		}
+	case extendsNothing:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &noopExtendLock{lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -821,6 +905,11 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its
 // goroutine: the key stays held and renewed, as it did when Do released
 // only after its function returned.
+// noopExtendLock is an Extender whose Extend changes nothing.
+type noopExtendLock struct{ locker.Lock }
+
+func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
 type keepsOnPanicLock struct{ locker.Lock }
 
 func (l *keepsOnPanicLock) Unlock(ctx context.Context) error {
@@ -1092,4 +1181,86 @@ func (l *handOffErrLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
+}
+
+// brokenMulti is a MultiLock broken the way kind says.
+type brokenMulti struct {
+	kind  string
+	keys  []string
+	locks []locker.Lock
+	done  chan struct{}
+}
+
+// brokenLockMulti takes keys one by one through l, broken the way kind
+// says, and otherwise as locker.LockMulti does.
+func brokenLockMulti(ctx context.Context, kind string, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	order := slices.Clone(keys)
+	if kind != multiUnordered {
+		slices.Sort(order)
+	}
+	m := &brokenMulti{kind: kind, keys: order, done: make(chan struct{})}
+	for _, k := range order {
+		var lk locker.Lock
+		var err error
+		if wait {
+			lk, err = l.Lock(ctx, k)
+		} else {
+			lk, err = l.TryLock(ctx, k)
+		}
+		if err != nil {
+			if kind != multiKeepsSome {
+				for _, lk := range m.locks {
+					_ = lk.Unlock(context.WithoutCancel(ctx))
+				}
+			}
+			return nil, err
+		}
+		m.locks = append(m.locks, lk)
+	}
+	var once sync.Once
+	for _, lk := range m.locks {
+		go func() {
+			<-lk.Done()
+			once.Do(func() { close(m.done) })
+		}()
+	}
+	return m, nil
+}
+
+func (m *brokenMulti) Keys() []string { return m.keys }
+
+func (m *brokenMulti) Token(key string) uint64 {
+	for i, k := range m.keys {
+		if k == key {
+			return m.locks[i].Token()
+		}
+	}
+	return 0
+}
+
+func (m *brokenMulti) Done() <-chan struct{} {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Done()
+	}
+	return m.done
+}
+
+func (m *brokenMulti) Err() error {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Err()
+	}
+	for _, lk := range m.locks {
+		if err := lk.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *brokenMulti) Unlock(ctx context.Context) error {
+	var errs []error
+	for _, lk := range m.locks {
+		errs = append(errs, lk.Unlock(ctx))
+	}
+	return errors.Join(errs...)
 }
