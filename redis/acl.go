@@ -29,7 +29,8 @@ func ACLRules(prefix string) []string {
 	if !strings.Contains(prefix, "}") {
 		rules = append(rules, "~"+namespace+"{"+p+"*")
 	}
-	for _, kind := range []string{kindLock, kindFence, kindQueue, kindWaiters} {
+	for _, kind := range []string{kindLock, kindFence, kindQueue, kindWaiters,
+		kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters} {
 		rules = append(rules, "~"+namespace+hashTagGlob+kind+":"+p+"*")
 	}
 	if !strings.Contains(prefix, "}") {

@@ -1,6 +1,7 @@
 -- acquire.lua: one attempt to take the lock.
 --
--- KEYS     lock, fence, queue, waiters (see lib.lua)
+-- KEYS     lock, fence, queue, waiters (see lib.lua), and meta: the hash
+--          of the key's shared holds (see shared_lib.lua)
 -- ARGV[1]  owner      random, unique to this acquisition, without spaces
 -- ARGV[2]  ttl        milliseconds
 -- ARGV[3]  label      human-readable holder name, recorded only
@@ -17,7 +18,8 @@
 -- ARGV[9]  unfair     "1": a free key goes to the caller even when others
 --                     wait (barging); "0": to the first live waiter
 --
--- Returns one integer r, or {r} when the attempt handed the lock over to
+-- Returns {'shared', kind, limit} when the key is held or awaited by
+-- shared holds (see shared_lib.lua), else one integer r, or {r} when the attempt handed the lock over to
 -- the first waiter but the server refused to publish the message:
 --   r > 0   the lock is ARGV[1]'s, with fencing token r: newly taken, or
 --           already ARGV[1]'s (handed over by the previous holder, or a
@@ -45,7 +47,13 @@ if v then
   if not waiting then
     return 0
   end
-elseif redis.call('EXISTS', KEYS[3]) == 0 then
+else
+  local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
+  if sh[1] then
+    return { 'shared', sh[1], sh[2] }
+  end
+end
+if not v and redis.call('EXISTS', KEYS[3]) == 0 then
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = tonumber(redis.call('GET', KEYS[2]))

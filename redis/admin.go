@@ -14,9 +14,16 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// Break implements driver.Breaker (locker.ForceUnlock): release.lua without
-// its owner check, so the key goes to the first waiter as on a release.
+// Break implements driver.Breaker (locker.ForceUnlock): every shared hold
+// of the key ends, or else release.lua runs without its owner check, so
+// the key goes to the first waiter as on a release.
 func (d *redisDriver) Break(ctx context.Context, key string) error {
+	switch broke, err := d.breakShared(ctx, key); {
+	case err != nil:
+		return fmt.Errorf("break: %w", err)
+	case broke:
+		return nil
+	}
 	n, err := d.runRelease(ctx, key, "", "force")
 	if err != nil {
 		return fmt.Errorf("break: %w", classify(err))
@@ -28,9 +35,10 @@ func (d *redisDriver) Break(ctx context.Context, key string) error {
 }
 
 // Inspect implements driver.Inspector: the lock's value, its PTTL, the
-// queue's length and the server's clock, in one pipeline. The token is the
-// server's clock in µs at the acquisition (unless two acquisitions of the
-// key fell in one µs), which gives Acquired.
+// queue's length, the server's clock and a shared key's holders, in one
+// pipeline. The token is the server's clock in µs at the acquisition
+// (unless two acquisitions of the key fell in one µs), which gives
+// Acquired.
 func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	ks := KeysOf(key)
 	pipe := d.client.Pipeline()
@@ -38,8 +46,16 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, e
 	pttl := pipe.PTTL(ctx, ks.Lock)
 	queued := pipe.ZCard(ctx, ks.Queue)
 	now := pipe.Time(ctx)
+	sk := sharedKeys(key)
+	holders := pipe.ZRangeWithScores(ctx, sk[2], 0, -1)
+	meta := pipe.HGetAll(ctx, sk[3])
+	shareQueued := pipe.ZCard(ctx, sk[4])
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		return driver.Status{}, fmt.Errorf("inspect: %w", classify(err))
+	}
+	if len(meta.Val()) > 0 {
+		var st driver.Status
+		return st, inspectShared(&st, now.Val(), holders.Val(), meta.Val(), shareQueued.Val())
 	}
 	v, err := get.Result()
 	return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now.Val())

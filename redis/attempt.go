@@ -34,8 +34,8 @@ func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (drive
 // queues. On an error after which the lock may be ours, or the owner may be
 // queued, it cleans up (see leave) before returning.
 func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []string, ttlArg any, seq string) (int64, error) {
-	if req.Owner == "" || strings.IndexByte(req.Owner, ' ') >= 0 {
-		return 0, driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", req.Owner))
+	if err := checkOwner(req.Owner); err != nil {
+		return 0, err
 	}
 	reply, err := d.runAcquire(ctx, keys,
 		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
@@ -53,6 +53,9 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 	case int64:
 		return r, nil
 	case []any:
+		if len(r) == 3 && r[0] == "shared" {
+			return 0, fmt.Errorf("acquire: %w: the key is %s, not a plain lock", driver.ErrConflict, shareKindOf(r[1], r[2]))
+		}
 		// {r}: a hand-over to the first waiter was written, its
 		// message refused.
 		if len(r) == 1 {
@@ -63,6 +66,14 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		}
 	}
 	return 0, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// checkOwner refuses an owner token the scripts cannot store.
+func checkOwner(owner string) error {
+	if owner == "" || strings.IndexByte(owner, ' ') >= 0 {
+		return driver.Permanent(fmt.Errorf("acquire: owner token %q is empty or contains a space", owner))
+	}
+	return nil
 }
 
 // errNotReplicated is the error of an acquisition that Config.Replicas
@@ -76,10 +87,17 @@ var errNotReplicated = errors.New("the lock did not reach the replicas in time")
 // included). Otherwise it returns an error matching errNotReplicated, and
 // the caller undoes the acquisition.
 func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
+	return d.runReplicated(ctx, d.acquire, took, keys, args...)
+}
+
+// runReplicated runs script with keys and args; with Config.Replicas, a
+// reply that took reports as a grant is followed by WAIT, as in
+// runAcquire.
+func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, took func(any) bool, keys []string, args ...any) (any, error) {
 	if d.replicas == 0 {
-		return d.acquire.Run(ctx, d.client, keys, args...).Result()
+		return script.Run(ctx, d.client, keys, args...).Result()
 	}
-	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{d.acquire.EvalSha, d.acquire.Eval} {
+	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
 		cmd := eval(ctx, pipe, keys, args...)
 		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
@@ -99,7 +117,7 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any
 		}
 		return reply, nil
 	}
-	return nil, errors.New("the script cache dropped acquire.lua twice")
+	return nil, errors.New("the script cache dropped the acquisition script twice")
 }
 
 // took reports whether an acquire.lua reply says the lock was taken.
@@ -116,13 +134,20 @@ func took(reply any) bool {
 // cause, wrapped in a driver.Residue when the store could not be reached:
 // the engine then retries until it can.
 func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error) error {
+	return d.cleanUp(ctx, req, cause, d.leaveQueue)
+}
+
+// cleanUp runs out(key, owner) for req with a fresh context bounded by
+// cleanupTimeout, and returns cause, wrapped in a driver.Residue that runs
+// out again when the store could not be reached.
+func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause error, out func(ctx context.Context, key, owner string) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
-	if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil {
+	if err := out(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
 			"key", req.Key, "err", err)
 		key, owner := req.Key, req.Owner
-		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return d.leaveQueue(ctx, key, owner) }}
+		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(ctx, key, owner) }}
 	}
 	return cause
 }

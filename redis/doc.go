@@ -56,6 +56,30 @@
 // all replicas, a Sentinel failover keeps every granted lock. New refuses
 // Replicas with a Cluster client.
 //
+// # Semaphores and read-write locks
+//
+// The Locker implements locker.SharedLocker (locker.NewSemaphore,
+// locker.NewRWMutex) on every client but Redlock's.
+//
+//   - Each permit or read or write hold is a lease of its own. It is renewed
+//     in the same pipeline as the Locker's locks, and expires on the server's
+//     clock.
+//   - One script per attempt drops expired holders and waiters, checks the
+//     key's kind and limit, and grants only holds that fit.
+//   - A waiting request lines up in Redis. Later requests are not granted
+//     ahead of it: a waiting writer blocks later readers, a waiting heavy
+//     request later light ones.
+//   - Tokens come from the key's fence: a hold's token is greater than every
+//     earlier token of the key, a plain lock's included.
+//   - A release, an expiry or a withdrawal that moves the line wakes the
+//     waiting Lockers through pub/sub. Without pub/sub they poll with the
+//     Locker's backoff.
+//   - A key is a plain lock, a semaphore of one limit, or a read-write lock
+//     until its last holder and waiter are gone. Other requests fail with an
+//     error matching locker.ErrInvalidOption that names both uses.
+//   - With Config.Replicas, a grant counts once WAIT confirms it, as for a
+//     lock. Otherwise it is undone and reported as a store error.
+//
 // # Limits
 //
 //   - Replication is asynchronous: a failover before a lock reached the
@@ -85,7 +109,8 @@
 // # Keys
 //
 // For a key k (prefix included) the lock is "locker:{k}", beside
-// "locker:{k}:fence", ":q", ":w" and the channel ":rel". All share one hash
+// "locker:{k}:fence", ":q", ":w" and the channel ":rel". Shared holds use
+// ":sh", ":sm", ":sq" and ":sw" besides the fence. All share one hash
 // tag, so every script touches one Cluster slot. A key containing '}' is
 // tagged with a hash of it: "locker:#{<hex>}:lock:k". [KeysOf] returns the
 // names; [ACLRules] the ACL selectors of a prefix.

@@ -70,6 +70,12 @@ type Keys struct {
 	Fence   string // string, the last fencing token
 	Queue   string // sorted set of waiting owners, by arrival
 	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>", and " woke" -> "<until> <owner>"
+	// Holders, Meta, SharedQueue and SharedWaiters hold the key's
+	// semaphore permits or read-write holds (see shared.go).
+	Holders       string // sorted set of holders, by expiry (server ms)
+	Meta          string // hash " kind", " limit", and owner -> its hold
+	SharedQueue   string // sorted set of waiting owners, by arrival
+	SharedWaiters string // hash owner -> "<deadline> <mode> <weight> <lid>"
 	// Channel is the pub/sub channel of releases; hand-overs go to
 	// Channel + ":" + the id of the waiter's Locker (16 hex digits).
 	Channel string
@@ -85,6 +91,11 @@ func KeysOf(s string) Keys {
 		Queue:   name(kindQueue, s),
 		Waiters: name(kindWaiters, s),
 		Channel: name(kindChannel, s),
+
+		Holders:       name(kindShareHolders, s),
+		Meta:          name(kindShareMeta, s),
+		SharedQueue:   name(kindShareQueue, s),
+		SharedWaiters: name(kindShareWaiters, s),
 	}
 }
 
@@ -108,7 +119,7 @@ func newLockerID() string {
 }
 
 // scriptKeys returns KEYS of acquire.lua and release.lua for store key s:
-// lock, fence, queue, waiters.
+// lock, fence, queue, waiters, and the meta hash of shared holds.
 func scriptKeys(s string) []string {
-	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s)}
+	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareMeta, s)}
 }

@@ -34,6 +34,9 @@ func leaseKey(l driver.Lease) string {
 // Release implements driver.Driver: compare-and-delete, or hand-over to the
 // first waiter, with a message on the key's channel, in one script.
 func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
+	if isShared(l) {
+		return d.releaseShared(ctx, l)
+	}
 	n, err := d.runRelease(ctx, l.Key, l.Owner, "0")
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -48,6 +51,9 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 // remaining; nobody renews the key after that, and the waiters take it when
 // it expires.
 func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	if isShared(l) {
+		return d.keepShared(ctx, l, remaining)
+	}
 	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, millis(remaining)).Int64()
 	switch {
 	case err != nil:
@@ -69,14 +75,21 @@ func renewResult(ttl, n int64, err error) (time.Duration, error) {
 }
 
 // RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
-// leases (on a Cluster, go-redis sends one pipeline per node, in parallel).
+// leases (on a Cluster, go-redis sends one pipeline per node, in parallel):
+// renew.lua for a lock, shared_renew.lua for a shared hold.
 func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	ttls := make([]int64, len(ls))
-	args := make([]any, len(ls))
+	calls := make([]evalCall, len(ls))
 	for i, l := range ls {
-		args[i], ttls[i] = d.ttlArgs(l.TTL)
+		var arg any
+		arg, ttls[i] = d.ttlArgs(l.TTL)
+		if st, ok := l.State.(*shareState); ok {
+			calls[i] = evalCall{script: d.shareRenew, keys: st.keys[2:4], args: []any{l.Owner, arg}}
+		} else {
+			calls[i] = evalCall{script: d.renew, keys: []string{leaseKey(l)}, args: []any{l.Owner, arg}}
+		}
 	}
-	cmds := renewPipelined(ctx, d.client, d.renew, ls, leaseKey, args)
+	cmds := evalPipelined(ctx, d.client, calls)
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {
@@ -91,10 +104,28 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 // the leases whose EVALSHA found the script missing from the server's cache
 // again with EVAL in a second pipeline. Errors are per command.
 func renewPipelined(ctx context.Context, c Master, renew *goredis.Script, ls []driver.Lease, key func(driver.Lease) string, ttls []any) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(ls))
-	pipe := c.Pipeline()
+	calls := make([]evalCall, len(ls))
 	for i, l := range ls {
-		cmds[i] = renew.EvalSha(ctx, pipe, []string{key(l)}, l.Owner, ttls[i])
+		calls[i] = evalCall{script: renew, keys: []string{key(l)}, args: []any{l.Owner, ttls[i]}}
+	}
+	return evalPipelined(ctx, c, calls)
+}
+
+// evalCall is one script call of evalPipelined.
+type evalCall struct {
+	script *goredis.Script
+	keys   []string
+	args   []any
+}
+
+// evalPipelined runs every call with EVALSHA in one pipeline on c, and the
+// calls that found their script missing from the server's cache again with
+// EVAL in a second pipeline. Errors are per command.
+func evalPipelined(ctx context.Context, c Master, calls []evalCall) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(calls))
+	pipe := c.Pipeline()
+	for i, e := range calls {
+		cmds[i] = e.script.EvalSha(ctx, pipe, e.keys, e.args...)
 	}
 	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
 	blame(cmds, execErr)
@@ -107,7 +138,7 @@ func renewPipelined(ctx context.Context, c Master, renew *goredis.Script, ls []d
 	if len(again) > 0 {
 		pipe := c.Pipeline()
 		for _, i := range again {
-			cmds[i] = renew.Eval(ctx, pipe, []string{key(ls[i])}, ls[i].Owner, ttls[i])
+			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, execErr := pipe.Exec(ctx)
 		blame(cmds, execErr)

@@ -19,23 +19,13 @@
 --
 -- Every name carries the same Cluster hash tag.
 
--- now_us returns the server clock in microseconds.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- #include token.lua
 
 -- take gives the lock to owner and returns its fencing token, as a number
--- and as a string: max(last token + 1, server clock in microseconds).
+-- and as a string (see next_token).
 local function take(now, owner, ttl, label, retention)
-  local token = now
-  local last = tonumber(redis.call('GET', KEYS[2]))
-  if last and last >= token then
-    token = last + 1
-  end
-  local s = string.format('%d', token)
+  local token, s = next_token(now, retention)
   redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. label, 'PX', ttl)
-  redis.call('SET', KEYS[2], s, 'PX', retention)
   return token, s
 end
 

@@ -54,6 +54,8 @@ var (
 	releaseLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed token.lua
+	tokenLua string
 )
 
 // Client is the part of a go-redis v9 client the Locker uses: scripts,
@@ -218,8 +220,11 @@ type redisDriver struct {
 	acquire *goredis.Script
 	release *goredis.Script
 	renew   *goredis.Script
-	logger  *slog.Logger
-	notify  *notifier
+	// The scripts of shared holds (shared.go).
+	shareAcquire, shareRelease, shareRenew *goredis.Script
+
+	logger *slog.Logger
+	notify *notifier
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
@@ -249,9 +254,16 @@ type redisDriver struct {
 	checked   chan struct{}
 }
 
-// include inserts lib.lua where a script says "-- #include lib.lua".
+// include inserts lib.lua where a script says "-- #include lib.lua", and
+// token.lua where lib.lua says so.
 func include(script string) string {
-	return strings.Replace(script, "-- #include lib.lua\n", libLua, 1)
+	return includeToken(strings.Replace(script, "-- #include lib.lua\n", libLua, 1))
+}
+
+// includeToken inserts token.lua where a script says "-- #include
+// token.lua".
+func includeToken(script string) string {
+	return strings.Replace(script, "-- #include token.lua\n", tokenLua, 1)
 }
 
 func newDriver(client Client) *redisDriver {
@@ -261,7 +273,11 @@ func newDriver(client Client) *redisDriver {
 		acquire: goredis.NewScript(include(acquireLua)),
 		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
-		logger:  logger,
+
+		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
+		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
+		shareRenew:   goredis.NewScript(shareRenewLua),
+		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),

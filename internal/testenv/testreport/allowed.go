@@ -27,14 +27,17 @@ func allowances() []allowance {
 	return []allowance{
 		{
 			harnesses: []string{
-				"integration/redis TestConformance",
-				"integration/redis TestConformanceUnfair",
-				"integration/redis TestConformanceNoPubSub",
-				"integration/redis TestConformanceNoPubSubForced",
-				"integration/redis TestConformanceCluster",
-				"integration/redis TestConformanceSentinel",
 				"integration/redis TestConformanceRedlock3",
 				"integration/redis TestConformanceRedlock5",
+			},
+			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
+				"SharedFencing", "SharedCancellation", "SharedLossIsolate"},
+			message: "has no shared holds",
+			reason: "Redlock has no shared holds: a count of permits kept on a quorum of independent masters " +
+				"is not one count (issue 30 lets Redlock refuse); the other Redis harnesses run these cases",
+		},
+		{
+			harnesses: []string{
 				"integration/etcd TestConformance/embedded",
 				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",

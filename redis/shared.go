@@ -1,0 +1,285 @@
+package redis
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Shared holds (semaphore permits, read and write holds) keep all of one
+// key's state under the key's hash tag, beside the plain lock's names (see
+// keys.go), so that a Cluster keeps it in one slot:
+//
+//	holders  locker:{s}:sh  sorted set owner -> expiry (server ms)
+//	meta     locker:{s}:sm  hash " kind", " limit", and owner -> its hold
+//	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
+//	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
+//
+// Tokens come from the plain lock's fence key, so that they increase across
+// plain locks and shared holds of the key. shared_lib.lua has the details.
+const (
+	kindShareHolders = "sh"
+	kindShareMeta    = "sm"
+	kindShareQueue   = "sq"
+	kindShareWaiters = "sw"
+)
+
+var (
+	//go:embed shared_lib.lua
+	shareLibLua string
+	//go:embed shared_acquire.lua
+	shareAcquireLua string
+	//go:embed shared_release.lua
+	shareReleaseLua string
+	//go:embed shared_renew.lua
+	shareRenewLua string
+)
+
+// includeShared inserts shared_lib.lua where a script says
+// "-- #include shared_lib.lua", and token.lua where shared_lib.lua says so.
+func includeShared(script string) string {
+	return includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1))
+}
+
+// sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
+// store key s: lock, fence, holders, meta, queue, waiters.
+func sharedKeys(s string) []string {
+	return []string{name(kindLock, s), name(kindFence, s), name(kindShareHolders, s),
+		name(kindShareMeta, s), name(kindShareQueue, s), name(kindShareWaiters, s)}
+}
+
+// shareState is the Lease.State of a shared hold: RenewBatch, Release and
+// Keep tell it from a plain lock's by its type.
+type shareState struct{ keys []string }
+
+// shareKindOf names the use of a key from a script's kind and limit.
+func shareKindOf(kind, limit any) string {
+	if kind == "permits" {
+		return fmt.Sprintf("a semaphore of %v permits", limit)
+	}
+	return "a read-write lock"
+}
+
+// wantedKind names the use of a key that s asks for.
+func wantedKind(s driver.Share) string {
+	if s.Mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", s.Limit)
+	}
+	return "a read-write lock"
+}
+
+// TryAcquireShared implements driver.Sharer: one round trip of
+// shared_acquire.lua. It drops the expired holders and waiters, checks the
+// key's kind and limit, and grants when the hold fits and nobody is ahead
+// in line. Refused with s.Queue, it records the caller in line and returns
+// a driver.Residue whose Cleanup withdraws it.
+func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	if err := checkOwner(req.Owner); err != nil {
+		return driver.Grant{}, err
+	}
+	keys := sharedKeys(req.Key)
+	ttlArg, ttl := d.ttlArgs(req.TTL)
+	queue := "0"
+	if s.Queue {
+		queue = "1"
+	}
+	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, keys, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key))
+	if errors.Is(err, errNotReplicated) {
+		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
+	}
+	if err != nil {
+		err = fmt.Errorf("acquire: %w", classify(err))
+		if s.Queue || maybeExecuted(err) {
+			return driver.Grant{}, d.cleanUp(ctx, req, err, d.withdraw)
+		}
+		return driver.Grant{}, err
+	}
+	reply, _ := v.([]any)
+	if len(reply) == 0 {
+		return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", v)
+	}
+	status, _ := reply[0].(string)
+	switch {
+	case status == "plain":
+		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is a plain lock, not %s", driver.ErrConflict, wantedKind(s))
+	case status == "conflict" && len(reply) == 3:
+		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is %s, not %s", driver.ErrConflict, shareKindOf(reply[1], reply[2]), wantedKind(s))
+	case len(reply) != 3:
+		return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", reply)
+	}
+	if reply[2] == int64(1) {
+		d.noPubSub(errPublishRefused)
+	}
+	switch status {
+	case "ok":
+		v, _ := reply[1].(string)
+		token, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return driver.Grant{}, fmt.Errorf("acquire: malformed token %q", v)
+		}
+		return driver.Grant{Token: token, Validity: time.Duration(ttl) * time.Millisecond, State: &shareState{keys: keys}}, nil
+	case "held":
+		ms, _ := reply[1].(int64)
+		remaining := time.Duration(ms) * time.Millisecond
+		if !s.Queue {
+			return driver.Grant{}, driver.Held(remaining)
+		}
+		// Back before the record expires.
+		if r := req.TTL / 3; remaining <= 0 || remaining > r {
+			remaining = r
+		}
+		key, owner := req.Key, req.Owner
+		return driver.Grant{}, &driver.Residue{Err: driver.Held(remaining), Cleanup: func(ctx context.Context) error {
+			return d.withdraw(ctx, key, owner)
+		}}
+	}
+	return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// sharedTook reports whether a shared_acquire.lua reply is a grant.
+func sharedTook(reply any) bool {
+	r, ok := reply.([]any)
+	return ok && len(r) > 0 && r[0] == "ok"
+}
+
+// runShared runs shared_release.lua with op for owner on store key s and
+// reports whether there was something to act on.
+func (d *redisDriver) runShared(ctx context.Context, s, owner, op string, keep time.Duration) (bool, error) {
+	reply, err := d.shareRelease.Run(ctx, d.client, sharedKeys(s), owner, d.channelArg(s), op, millis(keep)).Int64Slice()
+	if err != nil {
+		return false, classify(err)
+	}
+	if len(reply) != 2 {
+		return false, fmt.Errorf("unexpected reply %v", reply)
+	}
+	if reply[1] == 1 {
+		d.noPubSub(errPublishRefused)
+	}
+	return reply[0] == 1, nil
+}
+
+// withdraw takes owner out of key's line, and gives up its hold should an
+// attempt whose reply was lost have granted one. It returns an error
+// matching driver.ErrNotHeld when there was neither.
+func (d *redisDriver) withdraw(ctx context.Context, key, owner string) error {
+	ok, err := d.runShared(ctx, key, owner, "leave", 0)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// isShared reports whether l is a shared hold.
+func isShared(l driver.Lease) bool {
+	_, ok := l.State.(*shareState)
+	return ok
+}
+
+// releaseShared ends l's hold and wakes the key's waiters.
+func (d *redisDriver) releaseShared(ctx context.Context, l driver.Lease) error {
+	ok, err := d.runShared(ctx, l.Key, l.Owner, "release", 0)
+	switch {
+	case err != nil:
+		return fmt.Errorf("release: %w", err)
+	case !ok:
+		return fmt.Errorf("release: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// keepShared marks l's hold kept (renewals refuse it) and sets its expiry
+// remaining from now.
+func (d *redisDriver) keepShared(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	ok, err := d.runShared(ctx, l.Key, l.Owner, "keep", remaining)
+	switch {
+	case err != nil:
+		return fmt.Errorf("keep: %w", err)
+	case !ok:
+		return fmt.Errorf("keep: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// breakShared ends every shared hold of key; it reports whether there was
+// one.
+func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error) {
+	return d.runShared(ctx, key, "", "break", 0)
+}
+
+// inspectShared fills st from a shared key's holders, meta hash and line
+// length, read at the server time now; expired holders are left out.
+func inspectShared(st *driver.Status, now time.Time, holders []goredis.Z, meta map[string]string, queued int64) error {
+	st.Waiters = int(queued)
+	if meta[" kind"] == "permits" {
+		st.Limit, _ = strconv.Atoi(meta[" limit"])
+	}
+	for _, z := range holders {
+		owner, _ := z.Member.(string)
+		f := strings.SplitN(meta[owner], " ", 6)
+		if len(f) != 6 {
+			continue
+		}
+		h := driver.Holder{Label: f[5], Expires: time.UnixMilli(int64(z.Score)).UTC()}
+		if !h.Expires.After(now) {
+			continue
+		}
+		switch f[0] {
+		case "permits":
+			h.Mode = driver.Permits
+		case "read":
+			h.Mode = driver.Read
+		case "write":
+			h.Mode = driver.Write
+		}
+		var err1, err2, err3 error
+		h.Weight, err1 = strconv.Atoi(f[1])
+		h.Token, err2 = strconv.ParseUint(f[2], 10, 64)
+		acquired, err3 := strconv.ParseInt(f[3], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return fmt.Errorf("inspect: malformed holder record %q", meta[owner])
+		}
+		h.Acquired = time.UnixMilli(acquired).UTC()
+		st.Holders = append(st.Holders, h)
+	}
+	// Newest last, as the Status describes the newest holder.
+	slices.SortFunc(st.Holders, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	if n := len(st.Holders); n > 0 {
+		newest := st.Holders[n-1]
+		st.Held, st.Label, st.Token = true, newest.Label, newest.Token
+		st.Acquired, st.Expires = newest.Acquired, newest.Expires
+	}
+	return nil
+}
+
+// Subscribe implements driver.Notifier for the waits of shared holds (a
+// plain Lock queues through Acquire): the key's channel for this Locker
+// wakes the wait when a hold ends or the line moves. Without pub/sub the
+// channel never receives, and the wait polls.
+func (d *redisDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	w, unregister, err := d.notify.register(key, "", false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w == nil { // no pub/sub
+		return nil, func() {}, nil
+	}
+	d.notify.held(key)
+	return w.wake, unregister, nil
+}

@@ -1,0 +1,84 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+)
+
+// floorSemLua is the raw floor of a permit: the classic sorted-set counting
+// semaphore, with no queue, no token and no limit check against other
+// processes' limits.
+//
+// KEYS[1] the set of holders; ARGV[1] owner, ARGV[2] limit, ARGV[3] ttl ms.
+const floorSemLua = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+  return 1
+end
+return 0`
+
+// BenchmarkSemaphoreUncontended: an uncontended permit (Acquire+Unlock of a
+// semaphore of 4) against the floor's sorted-set semaphore (EVALSHA, then
+// ZREM) and against this package's Lock+Unlock, timed back to back in each
+// iteration. Targets: x-floor <= 1.2, x-lock <= 1.3.
+func BenchmarkSemaphoreUncontended(b *testing.B) {
+	srv := benchServer(b)
+	fc := newClient(b, srv.Addr())
+	acquire := goredis.NewScript(floorSemLua)
+	if err := acquire.Load(b.Context(), fc).Err(); err != nil {
+		b.Fatal(err)
+	}
+	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	ctx := b.Context()
+	key := uniqueKey(b)
+	fkey, lkey := key+"-floor", key+"-lock"
+	sem, _ := locker.NewSemaphore(l, key, 4)
+	var p pair
+	var lockTime []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if n, err := acquire.EvalSha(ctx, fc, []string{fkey}, "owner", 4, benchTTL.Milliseconds()).Int64(); err != nil || n != 1 {
+			b.Fatalf("floor acquire: %v %v", n, err)
+		}
+		if err := fc.ZRem(ctx, fkey, "owner").Err(); err != nil {
+			b.Fatalf("floor release: %v", err)
+		}
+		t1 := time.Now()
+		if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, lkey) }); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		p.floor = append(p.floor, t1.Sub(t0))
+		p.ours = append(p.ours, t2.Sub(t1))
+		lockTime = append(lockTime, t3.Sub(t2))
+	}
+	p.report(b)
+	if len(lockTime) > 0 {
+		var sem, lock time.Duration
+		for i := range lockTime {
+			sem, lock = sem+p.ours[i], lock+lockTime[i]
+		}
+		b.ReportMetric(float64(lock)/float64(len(lockTime)), "lock-ns/op")
+		b.ReportMetric(float64(sem)/float64(max(lock, 1)), "x-lock")
+	}
+}
+
+// acquireRelease takes a lock with acquire and unlocks it.
+func acquireRelease(ctx context.Context, acquire func() (locker.Lock, error)) error {
+	lk, err := acquire()
+	if err != nil {
+		return err
+	}
+	return lk.Unlock(ctx)
+}
