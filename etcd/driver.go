@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -444,6 +446,13 @@ func (d *etcdDriver) Break(ctx context.Context, key string) error {
 		return driver.ErrNotHeld
 	}
 	kv := resp.Kvs[0]
+	if _, ok := parseShared(kv.Value); ok {
+		kvs, err := d.listDir(ctx, key)
+		if err != nil || len(kvs) == 0 {
+			return cmp.Or(err, driver.ErrNotHeld)
+		}
+		return d.breakShared(ctx, kvs)
+	}
 	del, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 		Then(clientv3.OpDelete(string(kv.Key))).
@@ -471,14 +480,39 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.Status, er
 		return driver.Status{}, nil
 	}
 	kv := resp.Kvs[0]
+	if _, ok := parseShared(kv.Value); ok {
+		kvs, err := d.listDir(ctx, key)
+		if err != nil || len(kvs) == 0 {
+			return driver.Status{}, err
+		}
+		return d.inspectShared(ctx, kvs), nil
+	}
 	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
 	st := driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1}
-	if kv.Lease != 0 {
-		if ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
-			st.Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
-		}
-	}
+	st.Expires = d.leaseExpiry(ctx, kv.Lease)
 	return st, nil
+}
+
+// listDir returns every key of key's directory, in create revision order.
+func (d *etcdDriver) listDir(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
+	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, d.classify(err)
+	}
+	return resp.Kvs, nil
+}
+
+// leaseExpiry is when lease ends, read as seconds left; zero when unknown.
+func (d *etcdDriver) leaseExpiry(ctx context.Context, lease int64) time.Time {
+	if lease == 0 {
+		return time.Time{}
+	}
+	ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil || ttl.TTL <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
 }
 
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.

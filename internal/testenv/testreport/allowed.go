@@ -35,8 +35,6 @@ func allowances() []allowance {
 				"integration/redis TestConformanceSentinel",
 				"integration/redis TestConformanceRedlock3",
 				"integration/redis TestConformanceRedlock5",
-				"integration/etcd TestConformance/embedded",
-				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
 				"integration/mysql TestConformance",
 				"integration/mysql TestConformancePollOnly",
