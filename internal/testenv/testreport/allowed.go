@@ -35,7 +35,6 @@ func allowances() []allowance {
 				"integration/redis TestConformanceSentinel",
 				"integration/redis TestConformanceRedlock3",
 				"integration/redis TestConformanceRedlock5",
-				"integration/zookeeper TestConformance",
 				"integration/mysql TestConformance",
 				"integration/mysql TestConformancePollOnly",
 			},
@@ -61,7 +60,6 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/zookeeper TestConformance",
 				"integration/mysql TestConformance",
 				"integration/mysql TestConformancePollOnly",
 				"integration/etcd TestConformance/embedded",
