@@ -1,0 +1,73 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestSharedWaiterTokenAfterLaterArrival: a queued request that fits once
+// a holder leaves, and is granted at its next attempt after a later
+// arrival was granted behind it, gets a token greater than the later
+// arrival's. Its key's create revision is smaller: a token taken from it
+// would let a store guarded by the tokens refuse the waiter's writes.
+func TestSharedWaiterTokenAfterLaterArrival(t *testing.T) {
+	srv := storeenv.Etcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	const ttl = 2 * time.Second
+	d := &etcdDriver{cli: cli, sem: make(chan struct{}, 1)}
+	if err := d.Configure(ctx, driver.Config{TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	key := fmt.Sprintf("shared-internal/%x", rand.Uint64())
+	req := func(owner string) driver.Request {
+		return driver.Request{Key: key, Owner: owner, Label: owner, TTL: ttl, Lost: func(error) {}}
+	}
+	permits := func(weight int, queue bool) driver.Share {
+		return driver.Share{Mode: driver.Permits, Limit: 2, Weight: weight, Queue: queue}
+	}
+	release := func(owner string, g driver.Grant) {
+		if err := d.Release(ctx, driver.Lease{Key: key, Owner: owner, Token: g.Token, TTL: ttl, State: g.State}); err != nil {
+			t.Errorf("release %s: %v", owner, err)
+		}
+	}
+
+	a, err := d.TryAcquireShared(ctx, req("a"), permits(2, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.TryAcquireShared(ctx, req("b"), permits(1, true))
+	var r *driver.Residue
+	if !errors.Is(err, driver.ErrHeld) || !errors.As(err, &r) {
+		t.Fatalf("a queued request behind a full semaphore: got %v, want a Residue matching ErrHeld", err)
+	}
+	release("a", a)
+	c, err := d.TryAcquireShared(ctx, req("c"), permits(1, false))
+	if err != nil {
+		t.Fatalf("a permit behind a waiter for the other one: %v", err)
+	}
+	b, err := d.TryAcquireShared(ctx, req("b"), permits(1, true))
+	if err != nil {
+		t.Fatalf("the waiter's next attempt: %v", err)
+	}
+	if b.Token <= c.Token {
+		t.Errorf("the waiter granted after a later arrival got token %d, not more than the later arrival's %d", b.Token, c.Token)
+	}
+	release("b", b)
+	release("c", c)
+}
