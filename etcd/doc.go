@@ -91,8 +91,9 @@
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
 //     every revision until it compacts, so run it with auto-compaction
 //     (--auto-compaction-mode=periodic --auto-compaction-retention=1h).
-//   - A waiter for a permit or a shared hold polls with the Locker's
-//     backoff: its key keeps its place in line, but no watch wakes it.
+//   - A waiter for a permit or a shared hold keeps its place in line with
+//     its key, and a watch of the deletions in the key's directory wakes
+//     it: every release wakes every waiter of the key.
 //   - A plain lock on a key held by permits or shared holds, or the other
 //     way round, waits for them (TryLock: ErrNotAcquired); only a shared
 //     request behind a plain lock gets the conflict error.

@@ -71,3 +71,41 @@ func TestSharedWaiterTokenAfterLaterArrival(t *testing.T) {
 	release("b", b)
 	release("c", c)
 }
+
+// TestSubscribeSeesSharedRelease: a subscription to a key wakes when a
+// permit of it is released, and its cancel returns.
+func TestSubscribeSeesSharedRelease(t *testing.T) {
+	srv := storeenv.Etcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	const ttl = 2 * time.Second
+	d := &etcdDriver{cli: cli, sem: make(chan struct{}, 1)}
+	if err := d.Configure(ctx, driver.Config{TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	key := fmt.Sprintf("shared-internal/%x", rand.Uint64())
+	g, err := d.TryAcquireShared(ctx, driver.Request{Key: key, Owner: "a", TTL: ttl, Lost: func(error) {}},
+		driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := d.Release(ctx, driver.Lease{Key: key, Owner: "a", Token: g.Token, TTL: ttl, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("a subscription to a key was not notified of a released permit")
+	}
+}

@@ -93,8 +93,9 @@
 //     until the session ends or the Locker closes. A waiter that crashed
 //     while queued holds up the key until its session expires: the granted
 //     session timeout.
-//   - A waiter for a permit or a shared hold polls with the Locker's
-//     backoff: its node keeps its place in line, but no watch wakes it.
+//   - A waiter for a permit or a shared hold keeps its place in line with
+//     its node, and a watch of the key's queue wakes it: every arrival and
+//     every release wakes every waiter of the key.
 //   - A plain lock on a key held by permits or shared holds, or the other
 //     way round, waits for them (TryLock: ErrNotAcquired); only a shared
 //     request behind a plain lock gets the conflict error.

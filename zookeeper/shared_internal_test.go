@@ -70,3 +70,41 @@ func TestSharedWaiterTokenAfterLaterArrival(t *testing.T) {
 	release("b", b)
 	release("c", c)
 }
+
+// TestSubscribeSeesSharedRelease: a subscription to a key wakes when a
+// permit of it is released, and its cancel returns.
+func TestSubscribeSeesSharedRelease(t *testing.T) {
+	srv := storeenv.ZooKeeper(t)
+	conn, _, err := zk.Connect(srv.Addrs(), 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const ttl = 3 * time.Second
+	d := newDriver(conn, nil, "/locker-shared-"+rand.Text()[:10], Config{}.nodeACL())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := d.Configure(ctx, driver.Config{TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const key = "permits"
+	g, err := d.TryAcquireShared(ctx, driver.Request{Key: key, Owner: "a", TTL: ttl, Lost: func(error) {}},
+		driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := d.Release(ctx, driver.Lease{Key: key, Owner: "a", Token: g.Token, TTL: ttl, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatal("a subscription to a key was not notified of a released permit")
+	}
+}
