@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -11,101 +10,41 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/sharetest"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
-// TestSharedWaiterTokenAfterLaterArrival: a queued request that fits once
-// a holder leaves, and is granted at its next attempt after a later
-// arrival was granted behind it, gets a token greater than the later
-// arrival's. Its key's create revision is smaller: a token taken from it
-// would let a store guarded by the tokens refuse the waiter's writes.
-func TestSharedWaiterTokenAfterLaterArrival(t *testing.T) {
+const sharedTTL = 2 * time.Second
+
+// sharedDriver returns a driver on the test server with a TTL of
+// sharedTTL, a ctx for the test, and a free key.
+func sharedDriver(t *testing.T) (*etcdDriver, context.Context, string) {
 	srv := storeenv.Etcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
-	const ttl = 2 * time.Second
+	t.Cleanup(func() { _ = cli.Close() })
 	d := &etcdDriver{cli: cli, sem: make(chan struct{}, 1)}
-	if err := d.Configure(ctx, driver.Config{TTL: ttl}); err != nil {
+	if err := d.Configure(ctx, driver.Config{TTL: sharedTTL}); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	key := fmt.Sprintf("shared-internal/%x", rand.Uint64())
-	req := func(owner string) driver.Request {
-		return driver.Request{Key: key, Owner: owner, Label: owner, TTL: ttl, Lost: func(error) {}}
-	}
-	permits := func(weight int, queue bool) driver.Share {
-		return driver.Share{Mode: driver.Permits, Limit: 2, Weight: weight, Queue: queue}
-	}
-	release := func(owner string, g driver.Grant) {
-		if err := d.Release(ctx, driver.Lease{Key: key, Owner: owner, Token: g.Token, TTL: ttl, State: g.State}); err != nil {
-			t.Errorf("release %s: %v", owner, err)
-		}
-	}
-
-	a, err := d.TryAcquireShared(ctx, req("a"), permits(2, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = d.TryAcquireShared(ctx, req("b"), permits(1, true))
-	var r *driver.Residue
-	if !errors.Is(err, driver.ErrHeld) || !errors.As(err, &r) {
-		t.Fatalf("a queued request behind a full semaphore: got %v, want a Residue matching ErrHeld", err)
-	}
-	release("a", a)
-	c, err := d.TryAcquireShared(ctx, req("c"), permits(1, false))
-	if err != nil {
-		t.Fatalf("a permit behind a waiter for the other one: %v", err)
-	}
-	b, err := d.TryAcquireShared(ctx, req("b"), permits(1, true))
-	if err != nil {
-		t.Fatalf("the waiter's next attempt: %v", err)
-	}
-	if b.Token <= c.Token {
-		t.Errorf("the waiter granted after a later arrival got token %d, not more than the later arrival's %d", b.Token, c.Token)
-	}
-	release("b", b)
-	release("c", c)
+	t.Cleanup(func() { _ = d.Close() })
+	return d, ctx, fmt.Sprintf("shared-internal/%x", rand.Uint64())
 }
 
-// TestSubscribeSeesSharedRelease: a subscription to a key wakes when a
-// permit of it is released, and its cancel returns.
+// TestSharedWaiterTokenAfterLaterArrival: a waiter's token is the revision
+// of the write that granted it, not its key's create revision.
+func TestSharedWaiterTokenAfterLaterArrival(t *testing.T) {
+	d, ctx, key := sharedDriver(t)
+	sharetest.WaiterTokenAfterLaterArrival(ctx, t, d, key, sharedTTL)
+}
+
+// TestSubscribeSeesSharedRelease: the watch of a key's directory wakes on a
+// released permit.
 func TestSubscribeSeesSharedRelease(t *testing.T) {
-	srv := storeenv.Etcd(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	const ttl = 2 * time.Second
-	d := &etcdDriver{cli: cli, sem: make(chan struct{}, 1)}
-	if err := d.Configure(ctx, driver.Config{TTL: ttl}); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	key := fmt.Sprintf("shared-internal/%x", rand.Uint64())
-	g, err := d.TryAcquireShared(ctx, driver.Request{Key: key, Owner: "a", TTL: ttl, Lost: func(error) {}},
-		driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, stop, err := d.Subscribe(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if err := d.Release(ctx, driver.Lease{Key: key, Owner: "a", Token: g.Token, TTL: ttl, State: g.State}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		t.Fatal("a subscription to a key was not notified of a released permit")
-	}
+	d, ctx, key := sharedDriver(t)
+	sharetest.SubscribeSeesRelease(ctx, t, d, key, sharedTTL)
 }
