@@ -3,8 +3,6 @@ package zookeeper
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -35,13 +33,6 @@ type share struct {
 // shareTag is the part of the node name of a hold of s after its GUID.
 func shareTag(s driver.Share) string {
 	return fmt.Sprintf("%s%d.%d.%d", shareMarker, s.Mode, s.Weight, s.Limit)
-}
-
-// shareGUID is the GUID of owner's node: the same at every attempt, so that
-// a waiter finds the node its first attempt created.
-func shareGUID(owner string) string {
-	sum := sha256.Sum256([]byte(owner))
-	return hex.EncodeToString(sum[:guidLen/2])
 }
 
 // parseShare reads a lock node's name; ok is false for other children.
@@ -118,8 +109,8 @@ func fits(ahead []share, s driver.Share) bool {
 // TryAcquireShared implements driver.Sharer, as Curator's semaphore and
 // read-write lock recipes do: each holder or waiter is an ephemeral
 // sequential node of the key's queue whose name carries its mode, weight
-// and limit, and its GUID is derived from the owner token, so that a
-// waiter's later attempts find the node its first one created. The request
+// and limit. The driver remembers the node of a request that queued, for
+// its later attempts; a first attempt creates its node at once. The request
 // holds once the nodes ahead of it fit (see fits); the first node's limit
 // is the key's. A request that does not fit keeps its node when it queues,
 // and deletes it when it does not. A crashed holder's node goes with its
@@ -136,28 +127,34 @@ func (d *zkDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 
 func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	parent := d.parentOf(req.Key)
-	guid := shareGUID(req.Owner)
-	tag := guid + shareTag(s)
+	tag := newGUID() + shareTag(s)
 	sent := time.Now()
-	children, err := d.children(ctx, parent)
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return driver.Grant{}, err
-	}
-	var node string
-	for _, c := range children {
-		if strings.HasPrefix(c, protectedPrefix+tag+lockMarker) {
-			node = parent + "/" + c
+	// Only a request that queued has a node to find: the first attempt
+	// creates one at once.
+	d.mu.Lock()
+	node := d.queued[req.Owner]
+	delete(d.queued, req.Owner)
+	d.mu.Unlock()
+	var children []string
+	var err error
+	if node != "" {
+		if children, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, err
+		}
+		if !slices.Contains(children, node[len(parent)+1:]) {
+			node = "" // gone with its session, or deleted: queue again
 		}
 	}
 	fresh := node == ""
 	var zxid int64
 	session := d.conn.SessionID()
 	if fresh {
-		n, pstat, err := d.create(ctx, parent, tag, []byte(req.Label))
-		if err != nil {
+		var pstat *zk.Stat
+		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label)); err != nil {
 			return driver.Grant{}, err
 		}
-		node, zxid = n, pstat.Mzxid
+		zxid = pstat.Mzxid
 		if pstat.NumChildren > 1 {
 			if children, err = d.children(ctx, parent); err != nil {
 				d.cleanup(ctx, parent, tag, node)
@@ -188,7 +185,19 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, driver.Held(0)
 		}
+		d.mu.Lock()
+		if d.queued == nil {
+			d.queued = make(map[string]string)
+		}
+		d.queued[req.Owner] = node
+		d.mu.Unlock()
+		owner := req.Owner
 		return driver.Grant{}, &driver.Residue{Err: driver.Held(req.TTL / 3), Cleanup: func(ctx context.Context) error {
+			d.mu.Lock()
+			if d.queued[owner] == node {
+				delete(d.queued, owner)
+			}
+			d.mu.Unlock()
 			err := call0(ctx, d, func() error { return d.conn.Delete(node, -1) })
 			if errors.Is(err, zk.ErrNoNode) {
 				return nil
