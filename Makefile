@@ -22,7 +22,7 @@ WITHSTORES   := $(GO) run ./internal/testenv/withstores --
 TESTREPORT   := $(GO) run ./internal/testenv/testreport --
 # go test starts the packages in the order given, as many at once as there
 # are cores: the longest go first, so that none of them starts last.
-LONGEST      := ./integration/redis ./integration/mysql ./integration/etcd
+LONGEST      := ./integration/redis ./integration/mysql ./integration/postgres ./integration/etcd
 TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 
 .DEFAULT_GOAL := test
@@ -41,7 +41,8 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi
 
 # go.work uses exactly the modules of modules.txt, each go.mod declares the
-# path of its directory, and published modules require only published ones.
+# path of its directory and the minimum Go version modules.txt gives it, and
+# published modules require only published ones.
 modules-check:
 	@GO=$(GO) ./.ci/modules check
 

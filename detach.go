@@ -12,7 +12,9 @@ import (
 // caller when the caller's ctx ends: the caller returns at once, whatever
 // the driver does, and the call goes on in the background. A driver that
 // honours ctx ends it soon after; one that must finish something first (a
-// session to set up, an attempt to undo) finishes it there.
+// session to set up, an attempt to undo) finishes it there. A driver that
+// promises to return promptly (driver.Info.PromptCancel) has its calls
+// made inline, in the caller's goroutine, which costs no goroutine.
 
 // Outcomes of a detached call, decided once by compare-and-swap.
 const (
@@ -25,7 +27,13 @@ const (
 // ends (gone is then true). A call still running then goes on in its
 // goroutine, counted in e.calls so that Close waits for it, and hands its
 // outcome to late instead. The caller must hold e.calls (see enter).
+// For a driver that promises PromptCancel, call runs inline and gone is
+// always false.
 func detached[T any](e *engine, ctx context.Context, call func() (T, error), late func(T, error)) (v T, err error, gone bool) {
+	if e.inline {
+		v, err = call()
+		return v, err, false
+	}
 	type result struct {
 		v   T
 		err error

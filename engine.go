@@ -61,6 +61,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		name:       info.Name,
 		max:        info.MaxKeyBytes,
 		perLockTTL: info.PerLockTTL,
+		inline:     info.PromptCancel,
 		cfg:        cfg,
 		holds:      make(map[*hold]struct{}),
 		gates:      make(map[string]*gate),
@@ -107,8 +108,11 @@ type engine struct {
 	name     string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
-	max        int
-	cfg        config
+	// inline: the driver's calls return promptly when their ctx ends
+	// (driver.Info), so detached runs them in the caller's goroutine.
+	inline bool
+	max    int
+	cfg    config
 
 	ctx    context.Context // cancelled by Close: ends waits and store calls
 	cancel context.CancelCauseFunc
@@ -457,7 +461,7 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	if e.closed {
 		// Granted as the Locker closed: Close, which waits for this call,
 		// releases it with the others.
-		e.cleanups = append(e.cleanups, h.cleanup())
+		e.cleanups = append(e.cleanups, h.cleanupAt(h.minHoldEnd))
 		e.mu.Unlock()
 		h.end(nil)
 		return e.err("lock", h.key, ErrClosed, nil)
@@ -589,11 +593,14 @@ type hold struct {
 	shared bool
 
 	// The lock's options (see lockConfig), and the moments its MinHold and
-	// MaxHold end (zero: none); set before the hold is registered.
+	// MaxHold end (zero: none); set before the hold is registered, and
+	// changed by Extend under e.mu.
 	ttl                    time.Duration
 	minHold, maxHold       time.Duration
 	minHoldEnd, maxHoldEnd time.Time
 	acquired               time.Time // when the grant arrived
+
+	extending sync.Mutex // held by Extend
 
 	token   atomic.Uint64 // the fencing token, for the loss report
 	claimed atomic.Bool   // set by the one Unlock or Close that releases it
@@ -616,11 +623,21 @@ func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }
 
 // release gives the lock up in the store, or keeps its key claimed for
 // the rest of its MinHold.
-func (h *hold) release(ctx context.Context) error { return h.e.giveUp(ctx, h.lease, h.minHoldEnd) }
+func (h *hold) release(ctx context.Context) error { return h.e.giveUp(ctx, h.lease, h.keepUntil()) }
 
 // cleanup is the background release of the hold's lease.
-func (h *hold) cleanup() cleanup {
-	return cleanup{key: h.lease.Key, lease: &h.lease, keepUntil: h.minHoldEnd}
+func (h *hold) cleanup() cleanup { return h.cleanupAt(h.keepUntil()) }
+
+// cleanupAt is cleanup with the MinHold end given (e.mu may be held).
+func (h *hold) cleanupAt(keepUntil time.Time) cleanup {
+	return cleanup{key: h.lease.Key, lease: &h.lease, keepUntil: keepUntil}
+}
+
+// keepUntil is the end of the hold's MinHold, which Extend may move.
+func (h *hold) keepUntil() time.Time {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	return h.minHoldEnd
 }
 
 // end marks the lock as no longer held: err is nil after a release, and an
@@ -675,7 +692,8 @@ func (l *handle) Done() <-chan struct{} {
 }
 
 // Deadline implements Lock.
-func (l *handle) Deadline() time.Time { return l.h.deadlineLocked(l.h.e) }
+// It is at most the lock's MaxHold end.
+func (l *handle) Deadline() time.Time { return l.h.publicDeadline() }
 
 // Err implements Lock; like Done, it ends an overdue hold first.
 func (l *handle) Err() error {

@@ -21,11 +21,14 @@ type tableDriver struct {
 	batches atomic.Int64 // RenewBatch calls
 	renewed atomic.Int64 // leases renewed
 	hang    atomic.Bool  // renewals block until ctx ends
+	prompt  bool         // Info promises PromptCancel
 }
 
 func newTableDriver() *tableDriver { return &tableDriver{owners: make(map[string]string)} }
 
-func (d *tableDriver) Info() driver.Info { return driver.Info{Name: "table", MaxKeyBytes: 16} }
+func (d *tableDriver) Info() driver.Info {
+	return driver.Info{Name: "table", MaxKeyBytes: 16, PromptCancel: d.prompt}
+}
 
 func (d *tableDriver) TryAcquire(_ context.Context, r driver.Request) (driver.Grant, error) {
 	d.mu.Lock()
@@ -222,10 +225,13 @@ func TestAbandonedLockIsReleased(t *testing.T) {
 // over an in-process driver that costs nothing: the part of a backend's
 // ratio to its raw floor that is ours rather than the store's. The Observer
 // sub-benchmark adds an observer that does nothing, for the price of the
-// events.
+// events. Both use a driver that promises PromptCancel, as memory does;
+// Detached uses one that does not, whose calls each run in a goroutine.
 func BenchmarkEngineOverhead(b *testing.B) {
-	run := func(b *testing.B, opts ...Option) {
-		l, err := New(newTableDriver(), opts...)
+	run := func(b *testing.B, prompt bool, opts ...Option) {
+		d := newTableDriver()
+		d.prompt = prompt
+		l, err := New(d, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -242,8 +248,9 @@ func BenchmarkEngineOverhead(b *testing.B) {
 			}
 		}
 	}
-	b.Run("NoObserver", func(b *testing.B) { run(b) })
-	b.Run("Observer", func(b *testing.B) { run(b, WithObserver(ObserverFunc(func(Event) {}))) })
+	b.Run("NoObserver", func(b *testing.B) { run(b, true) })
+	b.Run("Observer", func(b *testing.B) { run(b, true, WithObserver(ObserverFunc(func(Event) {}))) })
+	b.Run("Detached", func(b *testing.B) { run(b, false) })
 }
 
 // stalledWatchdog returns an engine on d whose watchdog, once renewals

@@ -27,6 +27,8 @@ type lockConfig struct {
 	ttl     time.Duration
 	minHold time.Duration
 	maxHold time.Duration
+	// minHoldSet: MinHold was given, 0 included (Extend drops a MinHold).
+	minHoldSet bool
 }
 
 // TTL sets this lock's time to live instead of the Locker's (WithTTL): how
@@ -59,7 +61,7 @@ func MinHold(d time.Duration) LockOption {
 		if d < 0 {
 			return invalidOption("MinHold", "%v is negative", d)
 		}
-		c.minHold = d
+		c.minHold, c.minHoldSet = d, true
 		return nil
 	}
 }
@@ -95,15 +97,22 @@ func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 	if c.ttl != e.cfg.ttl && !e.perLockTTL {
 		return c, invalidOption("TTL", "the %s backend has one TTL for all the locks of a Locker (%v): set it with WithTTL", e.name, e.cfg.ttl)
 	}
-	if c.minHold > 0 {
-		if e.keeper == nil {
-			return c, invalidOption("MinHold", "the %s backend cannot keep a key claimed after its holder let go", e.name)
-		}
-		if c.minHold > c.ttl && !e.perLockTTL {
-			return c, invalidOption("MinHold", "%v is longer than the TTL %v, and the %s backend cannot lengthen one lock's TTL: raise WithTTL", c.minHold, c.ttl, e.name)
-		}
+	return c, e.checkMinHold(c.minHold, c.ttl)
+}
+
+// checkMinHold refuses a MinHold of d for a lock of TTL ttl that the
+// backend cannot honour.
+func (e *engine) checkMinHold(d, ttl time.Duration) error {
+	if d <= 0 {
+		return nil
 	}
-	return c, nil
+	if e.keeper == nil {
+		return invalidOption("MinHold", "the %s backend cannot keep a key claimed after its holder let go", e.name)
+	}
+	if d > ttl && !e.perLockTTL {
+		return invalidOption("MinHold", "%v is longer than the TTL %v, and the %s backend cannot lengthen one lock's TTL: raise WithTTL", d, ttl, e.name)
+	}
+	return nil
 }
 
 // applyLockOptions applies opts to a zero lockConfig, with the checks that
@@ -126,14 +135,18 @@ func applyLockOptions(opts []LockOption) (lockConfig, error) {
 
 // storeTTL is the TTL to ask the store for at now: the lock's own, or more
 // while its MinHold runs past it, so that the key outlives a crash of its
-// holder until the MinHold ends.
-func (h *hold) storeTTL(now time.Time) time.Duration {
-	if h.minHoldEnd.IsZero() || h.minHoldEnd.Sub(now) <= h.ttl {
-		return h.ttl
+// holder until the MinHold ends (e.mu held).
+func (h *hold) storeTTL(now time.Time) time.Duration { return storeTTLUntil(h.ttl, h.minHoldEnd, now) }
+
+// storeTTLUntil is the TTL to ask the store for at now, for a lock of
+// TTL ttl whose MinHold ends at minHoldEnd (zero: none).
+func storeTTLUntil(ttl time.Duration, minHoldEnd, now time.Time) time.Duration {
+	if minHoldEnd.IsZero() || minHoldEnd.Sub(now) <= ttl {
+		return ttl
 	}
 	// Rounded up, so that the leases of one renewal round share a few
 	// TTLs (stores that renew in batches group them by TTL).
-	return h.minHoldEnd.Sub(now).Truncate(storeTTLStep) + storeTTLStep
+	return minHoldEnd.Sub(now).Truncate(storeTTLStep) + storeTTLStep
 }
 
 // storeTTLStep is the rounding of the TTLs that a MinHold lengthens.

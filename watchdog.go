@@ -178,6 +178,7 @@ func (e *engine) renew(holds []*hold) renewResult {
 		errs:     make([]error, len(holds)),
 	}
 	leases := make([]driver.Lease, len(holds))
+	e.mu.Lock() // Extend may move a MinHold
 	for i, h := range holds {
 		leases[i] = h.lease
 		if e.perLockTTL {
@@ -185,6 +186,7 @@ func (e *engine) renew(holds []*hold) renewResult {
 		}
 		r.ttls[i] = leases[i].TTL
 	}
+	e.mu.Unlock()
 	// No round may outlive the earliest deadline it serves.
 	deadline := holds[0].deadlineLocked(e)
 	for _, h := range holds[1:] {
@@ -231,8 +233,11 @@ func (e *engine) expire(h *hold, lastErr error) {
 // maxOut ends h at the end of its MaxHold: the holder may run on, but the
 // key is released (its MinHold, not longer, has passed).
 func (e *engine) maxOut(h *hold) {
-	if h.claim() && h.end(e.err("hold", h.key, ErrLost, maxHoldError(h.maxHold))) {
-		e.cfg.logger.Info("locker: MaxHold reached, lock released", "backend", e.name, "key", h.key, "maxhold", h.maxHold)
+	e.mu.Lock()
+	d := h.maxHold // Extend may change it
+	e.mu.Unlock()
+	if h.claim() && h.end(e.err("hold", h.key, ErrLost, maxHoldError(d))) {
+		e.cfg.logger.Info("locker: MaxHold reached, lock released", "backend", e.name, "key", h.key, "maxhold", d)
 		e.abandon(h)
 	}
 }

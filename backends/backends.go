@@ -13,11 +13,13 @@
 // | rediss      | rediss://h:6380?ca_file=ca.pem                       | the same with TLS                   |
 // | redlock(s)  | redlock://h1:6379,h2:6379,h3:6379                    | one go-redis Client per master      |
 // | mysql       | mysql://user:pass@127.0.0.1:3306/app?table=my_locks  | GORM on go-sql-driver/mysql         |
+// | postgres(ql)| postgres://app:pass@127.0.0.1:5432/app?table=locks   | pgxpool (pgx v5)                    |
 // | etcd        | etcd://127.0.0.1:2379,127.0.0.1:22379                | clientv3                            |
 // | etcds       | etcds://h:2379?cacert=ca.pem&cert=c.pem&key=k.pem    | clientv3 over TLS (mTLS with cert)  |
 // | zk          | zk://user:pass@127.0.0.1:2181/locks                  | go-zookeeper (digest auth)          |
 //
-// TLS: rediss:// and mysql:// take ca_file, cert_file and key_file, etcds://
+// TLS: rediss:// and mysql:// take ca_file, cert_file and key_file,
+// postgres:// takes pgx's sslmode, sslrootcert, sslcert and sslkey, etcds://
 // takes cacert, cert and key (PEM files: a private CA, a client certificate
 // and its key). A password is never sent in cleartext to a host other than
 // this machine (localhost, a loopback address) unless the URL says
@@ -46,6 +48,7 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/etcd"
 	"github.com/golocker/locker/mysql"
+	"github.com/golocker/locker/postgres"
 	"github.com/golocker/locker/redis"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -53,7 +56,7 @@ import (
 // Register registers every built-in scheme with m: redis and rediss
 // ([redis.Open] for one host, [redis.OpenCluster] for a host list,
 // [redis.OpenSentinel] with parameter master_name), redlock and redlocks
-// ([redis.OpenRedlock]), mysql ([mysql.Open]), etcd and etcds ([etcd.Open]) and zk
+// ([redis.OpenRedlock]), mysql ([mysql.Open]), postgres and postgresql ([postgres.Open]), etcd and etcds ([etcd.Open]) and zk
 // ([zookeeper.Open]).
 func Register(m *locker.Mux) error {
 	if m == nil {
@@ -65,6 +68,8 @@ func Register(m *locker.Mux) error {
 		m.Register("redlock", redis.OpenRedlock),
 		m.Register("redlocks", redis.OpenRedlock),
 		m.Register("mysql", mysql.Open),
+		m.Register("postgres", postgres.Open),
+		m.Register("postgresql", postgres.Open),
 		m.Register("etcd", etcd.Open),
 		m.Register("etcds", etcd.Open),
 		m.Register("zk", zookeeper.Open),

@@ -12,7 +12,7 @@ import (
 // ErrInvalidOption), so that an adapter can refuse a misconfiguration when
 // it is built instead of at every acquisition.
 func testCheckOptions(c *caseT) {
-	const contract = "CheckLockOptions must refuse exactly the LockOptions that Lock and TryLock refuse"
+	contract := c.contract
 	ctx := c.ctx(c.within(3))
 	l := c.newLocker()
 	if _, ok := l.(locker.OptionChecker); !ok {

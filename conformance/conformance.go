@@ -134,6 +134,21 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - List: locker.List yields every key held under a prefix (more than
+//     one page of them, from two Lockers) once, with its holder's token
+//     and label, and no free key; keys taken and released between them
+//     during the listing never make a key held throughout go missing;
+//     skipped for a Locker that is not a locker.Lister.
+//   - Watch (Crash optional): locker.Watch reports a free key, then its
+//     holder, then nobody after the Unlock, within one TTL of each change,
+//     never a lower token after a higher one; with Crash, it reports the
+//     next holder's higher token within one TTL of its grant after the
+//     holder crashed. Skipped for a Locker that is not a locker.Inspector.
+//   - Extend: locker.Extend raises a held lock's MaxHold (it stays held
+//     past the old one) and lowers it (it ends then with ErrMaxHold,
+//     Deadline no later); a MinHold it sets keeps the key claimed after an
+//     early Unlock; it refuses TTL, and fails with ErrNotHeld once the lock
+//     ended. Skipped for a Lock that is not a locker.Extender.
 //   - SemaphoreLimit: five Lockers race three goroutines each, some taking
 //     two permits, on a semaphore of three; never more than three permits
 //     are held at once.
@@ -210,7 +225,7 @@ func Run(t *testing.T, h Harness) {
 			if !tc.serial {
 				t.Parallel()
 			}
-			tc.run(&caseT{reporter: t, t: t, h: h, name: t.Name(), slack: defaultSlack})
+			tc.run(&caseT{reporter: t, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack})
 		})
 	}
 }
@@ -229,6 +244,9 @@ func Cases() []string {
 // testCase is one case of the suite.
 type testCase struct {
 	name string
+	// contract is what the case checks, in one or two sentences: its
+	// failure messages quote it.
+	contract string
 	// serial cases disturb the whole store (Restart) and must not overlap
 	// other cases.
 	serial bool
@@ -237,54 +255,57 @@ type testCase struct {
 
 // cases is every case, in the order Run runs them.
 var cases = []testCase{
-	{name: "TryLock", run: testTryLock},
-	{name: "MutualExclusion", run: testMutualExclusion},
-	{name: "LockWaits", run: testLockWaits},
-	{name: "Cancellation", run: testCancellation},
-	{name: "Ownership", run: testOwnership},
-	{name: "OwnershipAfterCrash", run: testOwnershipAfterCrash},
-	{name: "Expiry", run: testExpiry},
-	{name: "Renewal", run: testRenewal},
-	{name: "LossDeleteBehind", run: testLossDeleteBehind},
-	{name: "LossIsolate", run: testLossIsolate},
-	{name: "DoneAtDeadline", run: testDoneAtDeadline},
-	{name: "Fencing", run: testFencing},
-	{name: "FencingAfterCrash", run: testFencingAfterCrash},
-	{name: "FencingAfterRestart", serial: true, run: testFencingAfterRestart},
-	{name: "Scale", run: testScale},
-	{name: "Reentrancy", run: testReentrancy},
-	{name: "Keys", run: testKeys},
-	{name: "Close", run: testClose},
-	{name: "Do", run: testDo},
-	{name: "StaleDoContext", run: testStaleDoContext},
-	{name: "CloseWhileIsolated", run: testCloseWhileIsolated},
-	{name: "UnlockRacingRenewal", run: testUnlockRacingRenewal},
-	{name: "UnlockEndedContext", run: testUnlockEndedContext},
-	{name: "NilContext", run: testNilContext},
-	{name: "BadPrefix", run: testBadPrefix},
-	{name: "CancelWhileIsolated", run: testCancelWhileIsolated},
-	{name: "LockRidesOutRestart", serial: true, run: testLockRidesOutRestart},
-	{name: "WaiterCrash", run: testWaiterCrash},
-	{name: "UnlockWhileIsolated", run: testUnlockWhileIsolated},
-	{name: "MinHold", run: testMinHold},
-	{name: "MaxHold", run: testMaxHold},
-	{name: "LockTTL", run: testLockTTL},
-	{name: "Inspect", run: testInspect},
-	{name: "ForceUnlock", run: testForceUnlock},
-	{name: "Elect", run: testElect},
-	{name: "HandOff", run: testHandOff},
-	{name: "Failover", serial: true, run: testFailover},
-	{name: "DoPanic", run: testDoPanic},
-	{name: "CheckOptions", run: testCheckOptions},
-	{name: "LateDelivery", run: testLateDelivery},
-	{name: "PromptCancel", run: testPromptCancel},
-	{name: "SemaphoreLimit", run: testSemaphoreLimit},
-	{name: "SemaphoreCrash", run: testSemaphoreCrash},
-	{name: "RWExclusion", run: testRWExclusion},
-	{name: "RWWriterFirst", run: testRWWriterFirst},
-	{name: "SharedFencing", run: testSharedFencing},
-	{name: "SharedCancellation", run: testSharedCancellation},
-	{name: "SharedLossIsolate", run: testSharedLossIsolate},
+	{name: "TryLock", contract: "TryLock must grant a free key, refuse a held one to every other caller with an error matching ErrNotAcquired, and grant it again once it is unlocked", run: testTryLock},
+	{name: "MutualExclusion", contract: exclusive, run: testMutualExclusion},
+	{name: "LockWaits", contract: "Lock must wait while the key is held elsewhere and get it once the holder unlocks it; its ctx bounds only the wait", run: testLockWaits},
+	{name: "Cancellation", contract: "a Lock whose ctx ends while the key is held elsewhere must fail with an error matching ErrNotAcquired and ctx.Err()", run: testCancellation},
+	{name: "Ownership", contract: ownership, run: testOwnership},
+	{name: "OwnershipAfterCrash", contract: ownership, run: testOwnershipAfterCrash},
+	{name: "Expiry", contract: "a crashed holder's key must become free within its TTL (give or take clock slack)", run: testExpiry},
+	{name: "Renewal", contract: "a lock must be renewed automatically and stay held, for as long as it takes, until it is unlocked", run: testRenewal},
+	{name: "LossDeleteBehind", contract: "when a lock vanishes from the store, its holder must learn it: Done must close (by the next renewal at the latest) and Err match ErrLost", run: testLossDeleteBehind},
+	{name: "LossIsolate", contract: doneBeforeFree, run: testLossIsolate},
+	{name: "DoneAtDeadline", contract: doneAtDeadline, run: testDoneAtDeadline},
+	{name: "Fencing", contract: fencing, run: testFencing},
+	{name: "FencingAfterCrash", contract: fencing, run: testFencingAfterCrash},
+	{name: "FencingAfterRestart", serial: true, contract: fencing, run: testFencingAfterRestart},
+	{name: "Scale", contract: "every lock of a Locker holding many keys must stay held, and be renewed, until unlocked", run: testScale},
+	{name: "Reentrancy", contract: "inside Do's ctx, the same Locker must hand out nested holds of the key, whose release does not release it; outside it, the Locker waits like any other contender", run: testReentrancy},
+	{name: "Keys", contract: "a key must either work as a distinct, exclusive key or be refused with an error matching ErrInvalidKey; the empty key is refused, and nothing panics", run: testKeys},
+	{name: "Close", contract: "Close must end waits and refuse further calls with errors matching ErrClosed, close every held lock's Done, and release their keys", run: testClose},
+	{name: "Do", contract: "Do and TryDo must run their function only while they hold the key, return its error, and release the key once it returns", run: testDo},
+	{name: "StaleDoContext", contract: staleCtx, run: testStaleDoContext},
+	{name: "CloseWhileIsolated", contract: closeIsolate, run: testCloseWhileIsolated},
+	{name: "UnlockRacingRenewal", contract: noFalseLoss, run: testUnlockRacingRenewal},
+	{name: "UnlockEndedContext", contract: endedUnlock, run: testUnlockEndedContext},
+	{name: "NilContext", contract: nilCtx, run: testNilContext},
+	{name: "BadPrefix", contract: badPrefix, run: testBadPrefix},
+	{name: "CancelWhileIsolated", contract: noResidue, run: testCancelWhileIsolated},
+	{name: "LockRidesOutRestart", serial: true, contract: ridesOut, run: testLockRidesOutRestart},
+	{name: "WaiterCrash", contract: deadWaiterEnd, run: testWaiterCrash},
+	{name: "UnlockWhileIsolated", contract: laterRelease, run: testUnlockWhileIsolated},
+	{name: "MinHold", contract: "a lock taken with MinHold(m) keeps its key claimed until m after the acquisition, after an early Unlock as after a crash", run: testMinHold},
+	{name: "MaxHold", contract: "a lock taken with MaxHold(d) ends d after its acquisition, however long its holder runs", run: testMaxHold},
+	{name: "LockTTL", contract: "a lock taken with TTL(t) is kept by the store for t without renewal", run: testLockTTL},
+	{name: "Inspect", contract: "Inspect tells who holds a key, as the store says", run: testInspect},
+	{name: "ForceUnlock", contract: "ForceUnlock frees a key whoever holds it: the holder's Done closes, and others get the key", run: testForceUnlock},
+	{name: "Elect", contract: "with locker.Elect one replica leads at a time, and another takes over after the leader crashes", run: testElect},
+	{name: "HandOff", contract: handedOver + "; " + triedOnly, run: testHandOff},
+	{name: "Failover", serial: true, contract: survives, run: testFailover},
+	{name: "DoPanic", contract: "a panic in the function of Do or TryDo must release the key and reach the caller with its own value", run: testDoPanic},
+	{name: "CheckOptions", contract: "CheckLockOptions must refuse exactly the LockOptions that Lock and TryLock refuse", run: testCheckOptions},
+	{name: "LateDelivery", contract: noLateHolder, run: testLateDelivery},
+	{name: "PromptCancel", contract: promptCancel, run: testPromptCancel},
+	{name: "Watch", contract: watchBound, run: testWatch},
+	{name: "Extend", contract: extended, run: testExtend},
+	{name: "List", contract: "List must yield every key held under the prefix once, with its holder's token, and no free key", run: testList},
+	{name: "SemaphoreLimit", contract: withinLimit, run: testSemaphoreLimit},
+	{name: "SemaphoreCrash", contract: "a crashed holder's permit must come back within its TTL", run: testSemaphoreCrash},
+	{name: "RWExclusion", contract: readersShare, run: testRWExclusion},
+	{name: "RWWriterFirst", contract: writerNotLast, run: testRWWriterFirst},
+	{name: "SharedFencing", contract: sharedFencing, run: testSharedFencing},
+	{name: "SharedCancellation", contract: sharedNoResidu, run: testSharedCancellation},
+	{name: "SharedLossIsolate", contract: doneBeforeFree, run: testSharedLossIsolate},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the
@@ -303,10 +324,11 @@ type reporter interface {
 // only; t provides the context, cleanups and the testing.TB given to hooks.
 type caseT struct {
 	reporter
-	t     *testing.T
-	h     Harness
-	name  string        // source of the case's keys
-	slack time.Duration // added to TTL-based deadlines
+	t        *testing.T
+	h        Harness
+	name     string        // source of the case's keys
+	contract string        // the case's contract (testCase)
+	slack    time.Duration // added to TTL-based deadlines
 }
 
 // ctx returns a context that ends after d (or when the test ends).
@@ -406,6 +428,21 @@ func (c *caseT) newLocker() locker.Locker {
 		}
 	})
 	return l
+}
+
+// labelled returns a fresh Locker whose owner label is label, closed when
+// the test ends; without Harness.NewLockerWith, a plain Locker and "".
+func (c *caseT) labelled(label string) (locker.Locker, string) {
+	c.Helper()
+	if c.h.NewLockerWith == nil {
+		return c.newLocker(), ""
+	}
+	l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
+	if err != nil {
+		c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
+	}
+	c.t.Cleanup(func() { _ = l.Close() })
+	return l, label
 }
 
 // mustTryLock takes a key that the case knows to be free.

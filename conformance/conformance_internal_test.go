@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -212,6 +213,11 @@ const (
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
+	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
+	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
+	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
+	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
+	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -263,6 +269,11 @@ var mustCatch = map[string][]string{
 	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},
 	readersOvertake: {"RWWriterFirst"},
+	inspectsFirst:   {"Watch", "Inspect"},
+	extendsNothing:  {"Extend"},
+	listsFirstPage:  {"List"},
+	listsTwice:      {"List"},
+	listsByOffset:   {"List"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -331,7 +342,7 @@ const selfSlack = 3 * time.Second
 // whether it finished within limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, slack: selfSlack}
+	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -523,7 +534,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -536,10 +547,10 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state.
+// the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
-	if b.kind != inspectsStale || err != nil {
+	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
 	b.mu.Lock()
@@ -547,9 +558,62 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	if b.seen == nil {
 		b.seen = make(map[string]locker.Status)
 	}
+	if b.kind == inspectsFirst {
+		if first, ok := b.seen[key]; ok {
+			return first, nil
+		}
+		if st.Held {
+			b.seen[key] = st
+		}
+		return st, nil
+	}
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// List passes the inner Locker's listing on, except for the broken
+// listers: listsFirstPage stops after one page, listsTwice repeats the
+// last key of each page, and listsByOffset reads each page of a fresh
+// listing from an offset, a store round trip after the last.
+func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
+	inner := locker.List(ctx, b.inner, prefix)
+	return func(yield func(locker.KeyStatus, error) bool) {
+		switch b.kind {
+		case listsByOffset:
+			const page = 50
+			for off := 0; ; off += page {
+				n := 0
+				for ks, err := range inner {
+					if err != nil {
+						yield(ks, err)
+						return
+					}
+					if n++; n > off && n <= off+page && !yield(ks, nil) {
+						return
+					}
+				}
+				if n <= off+page {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		default:
+			n := 0
+			for ks, err := range inner {
+				if err != nil {
+					yield(ks, err)
+					return
+				}
+				if n++; b.kind == listsFirstPage && n > locker.ListPage {
+					return
+				}
+				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // CheckLockOptions passes the inner Locker's answer on; checksNothing
@@ -657,6 +721,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 			return lk, err
 		}
+	case extendsNothing:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &noopExtendLock{lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -821,6 +891,11 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its
 // goroutine: the key stays held and renewed, as it did when Do released
 // only after its function returned.
+// noopExtendLock is an Extender whose Extend changes nothing.
+type noopExtendLock struct{ locker.Lock }
+
+func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
 type keepsOnPanicLock struct{ locker.Lock }
 
 func (l *keepsOnPanicLock) Unlock(ctx context.Context) error {

@@ -48,7 +48,7 @@ func testDo(c *caseT) {
 		c.Fatalf("Do must run its function on a free key: %v", err)
 	}
 	if !errors.Is(err, errFn) {
-		c.Errorf("Do must return its function's error: got %v", err)
+		c.Errorf("%s: Do returned %v, want its function's error", c.contract, err)
 	}
 	lk, err := b.TryLock(ctx, key)
 	if err != nil {

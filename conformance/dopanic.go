@@ -17,7 +17,7 @@ func (v *doPanicValue) String() string { return "conformance: panic in " + v.cal
 // with its own value and the key is free for another Locker within one
 // release timeout.
 func testDoPanic(c *caseT) {
-	const contract = "a panic in the function of Do or TryDo must release the key and reach the caller with its own value"
+	contract := c.contract
 	wait := locker.DefaultReleaseTimeout + c.slack
 	ctx := c.ctx(c.within(1) + 2*wait)
 	key := c.key()

@@ -12,7 +12,7 @@ import (
 // leader's lock is over (its Done closed), and with a higher token.
 func testElect(c *caseT) {
 	c.need("Crash", c.h.Crash != nil, "crash a leader")
-	const contract = "with locker.Elect one replica leads at a time, and another takes over after the leader crashes"
+	contract := c.contract
 	ctx := c.ctx(c.within(8))
 	key := c.key()
 

@@ -14,7 +14,7 @@ func testExpiry(c *caseT) {
 	c.h.Crash(c.t, a)
 	lb, err := pollTryLock(ctx, b, key, c.every())
 	if err != nil {
-		c.Fatalf("a crashed holder's key must become free within its TTL (give or take clock slack): %v", err)
+		c.Fatalf("%s: %v", c.contract, err)
 	}
 	c.unlock(ctx, lb, heldUntil)
 }
@@ -25,7 +25,7 @@ func testRenewal(c *caseT) {
 	a, b := c.newLocker(), c.newLocker()
 
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
-	const contract = "a lock must be renewed automatically and stay held, for as long as it takes, until it is unlocked"
+	contract := c.contract
 	if c.keepsHeld(ctx, 3*c.h.TTL+c.h.TTL/4, b, []locker.Lock{la}, contract) {
 		c.unlock(ctx, la, contract)
 	}

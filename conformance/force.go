@@ -12,7 +12,7 @@ import (
 // (by its next renewal at the latest) with Err matching ErrLost, and hands
 // the key to a waiting Lock.
 func testForceUnlock(c *caseT) {
-	const contract = "ForceUnlock frees a key whoever holds it: the holder's Done closes, and others get the key"
+	contract := c.contract
 	ctx := c.ctx(c.within(5))
 	key := c.key()
 	a, b := c.newLocker(), c.newLocker()

@@ -52,7 +52,7 @@ func (c *caseT) optionRefused(err error, option string) {
 // acquisition, whether its holder unlocked early (through TryDo), or
 // crashed before it could unlock; then it is free.
 func testMinHold(c *caseT) {
-	const contract = "a lock taken with MinHold(m) keeps its key claimed until m after the acquisition, after an early Unlock as after a crash"
+	contract := c.contract
 	m := c.h.TTL
 	ctx := c.ctx(c.within(10))
 	a, b := c.newLocker(), c.newLocker()
@@ -105,7 +105,7 @@ func testMinHold(c *caseT) {
 // at d (Do's function sees its ctx cancelled with cause ErrMaxHold, never
 // earlier), and another Locker gets the key after d and at most a TTL.
 func testMaxHold(c *caseT) {
-	const contract = "a lock taken with MaxHold(d) ends d after its acquisition, however long its holder runs"
+	contract := c.contract
 	d := c.h.TTL
 	ctx := c.ctx(c.within(8))
 	key := c.key()
@@ -151,7 +151,7 @@ func testMaxHold(c *caseT) {
 // t, not the Locker's TTL, and Deadline reports when Done would close.
 func testLockTTL(c *caseT) {
 	c.need("Crash", c.h.Crash != nil, "crash a holder")
-	const contract = "a lock taken with TTL(t) is kept by the store for t without renewal"
+	contract := c.contract
 	ttl := 3 * c.h.TTL
 	ctx := c.ctx(c.within(10))
 	key := c.key()

@@ -13,20 +13,11 @@ import (
 // expiry, and the key as free again after Unlock. A waiter shows in
 // Waiters on stores that queue (logged, not required: some stores poll).
 func testInspect(c *caseT) {
-	const contract = "Inspect tells who holds a key, as the store says"
+	contract := c.contract
 	ctx := c.ctx(c.within(4))
 	key := c.key()
 	b := c.newLocker()
-	a, label := c.newLocker(), ""
-	if c.h.NewLockerWith != nil {
-		label = "inspect-holder"
-		l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
-		if err != nil {
-			c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
-		}
-		c.t.Cleanup(func() { _ = l.Close() })
-		a = l
-	}
+	a, label := c.labelled("inspect-holder")
 
 	st, err := locker.Inspect(ctx, b, key)
 	if errors.Is(err, errors.ErrUnsupported) {

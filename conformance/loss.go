@@ -17,7 +17,7 @@ func testLossDeleteBehind(c *caseT) {
 
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
 	c.h.DeleteBehind(c.t, key)
-	const contract = "when a lock vanishes from the store, its holder must learn it: Done must close (by the next renewal at the latest) and Err match ErrLost"
+	contract := c.contract
 	select {
 	case <-la.Done():
 	case <-ctx.Done():

@@ -38,7 +38,7 @@ func testScale(c *caseT) {
 			}
 		}
 	}
-	const contract = "every lock of a Locker holding many keys must stay held, and be renewed, until unlocked"
+	contract := c.contract
 	for i := range sampled {
 		if !c.refusedWhileHeld(ctx, b, locks[i], contract) {
 			c.stop()

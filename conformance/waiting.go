@@ -23,13 +23,13 @@ func testLockWaits(c *caseT) {
 			_ = r.lk.Unlock(ctx)
 			c.Fatalf("%s: Lock from another Locker returned a lock while the key was held", exclusive)
 		}
-		c.Fatalf("Lock must wait while the key is held elsewhere, not fail: %v", r.err)
+		c.Fatalf("%s: Lock failed while the key was held elsewhere: %v", c.contract, r.err)
 	case <-time.After(c.pause()):
 	}
 	c.unlock(ctx, la, heldUntil)
 	r := <-res // b's Lock ends by itself at the case's deadline
 	if r.err != nil {
-		c.Fatalf("a waiting Lock must get the key once its holder unlocked it: %v", r.err)
+		c.Fatalf("%s: the waiting Lock after the Unlock: %v", c.contract, r.err)
 	}
 	if r.lk.Token() <= la.Token() {
 		c.Errorf("%s: the waiter got token %d after token %d", fencing, r.lk.Token(), la.Token())
@@ -68,7 +68,7 @@ func testCancellation(c *caseT) {
 	a := c.newLocker()
 	la := c.mustTryLock(ctx, a, key, "TryLock on a free key must succeed")
 
-	const contract = "a Lock whose ctx ends while the key is held elsewhere must fail with an error matching ErrNotAcquired and ctx.Err()"
+	contract := c.contract
 	check := func(r lockResult, want error) bool {
 		c.Helper()
 		switch {

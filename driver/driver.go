@@ -197,6 +197,13 @@ type Info struct {
 	// false, the engine always sends Config.TTL and refuses the options
 	// that need another.
 	PerLockTTL bool
+	// PromptCancel promises that every call of the driver returns soon after
+	// its ctx ends, whatever the store does, the first call included. The
+	// engine then makes the store calls of Lock, TryLock and Unlock in the
+	// caller's goroutine. When false, it makes each in a goroutine of its
+	// own, and returns without it when the caller's ctx ends. The
+	// conformance case PromptCancel checks the promise.
+	PromptCancel bool
 }
 
 // Request describes one acquisition attempt.
@@ -293,7 +300,9 @@ type Configurer interface {
 // Notifier is implemented by drivers that can tell waiters that a key may have
 // become free, so waiting needs no polling. The engine subscribes only after
 // a TryAcquire found the key held, then tries once more before it waits, so
-// no release is missed and the uncontended path never subscribes.
+// no release is missed and the uncontended path never subscribes. It also
+// subscribes for locker.Watch, for as long as the watch runs, also when the
+// driver is an [Acquirer].
 type Notifier interface {
 	// Subscribe starts watching key. The returned channel receives a value
 	// (it is never closed) whenever the key may have become free. cancel

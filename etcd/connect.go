@@ -11,8 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-
-	"github.com/golocker/locker/driver"
 )
 
 // DefaultDialTimeout bounds how long [New] and [NewContext] wait for a
@@ -23,29 +21,10 @@ const DefaultDialTimeout = 5 * time.Second
 // error: a server (or a firewall) that accepts TCP and never answers.
 var errNoAnswer = errors.New("no answer from the server: the connection is still being set up")
 
-// dialingDriver is the etcd driver whose Configure (the first lease grant)
-// fails once no connection came up within dial, with the connection's error.
-type dialingDriver struct {
-	*etcdDriver
-	dial time.Duration
-}
-
-// Configure runs the driver's Configure while the connection is awaited,
-// so that a bad option is still refused first, without a server.
-func (d dialingDriver) Configure(ctx context.Context, cfg driver.Config) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	awaited := make(chan struct{})
-	go func() {
-		defer close(awaited)
-		if err := awaitConnection(ctx, d.cli, d.dial); err != nil {
-			cancel(err)
-		}
-	}()
-	err := d.etcdDriver.Configure(ctx, cfg)
-	cancel(nil)
-	<-awaited
-	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errNotConnected) {
+// notConnected returns the cause of ctx's end when awaitConnection ended
+// it (no connection came up within the dial timeout), else err.
+func (d *etcdDriver) notConnected(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errNotConnected) {
 		return cause
 	}
 	return err

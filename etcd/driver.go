@@ -84,6 +84,9 @@ type etcdDriver struct {
 	sem    chan struct{} // serialises grants and keep-alives
 	// newCtx, when set (NewContext), also bounds Configure's first grant.
 	newCtx context.Context
+	// dial, when set, bounds Configure's wait for a connection: the first
+	// grant then fails with the connection's error.
+	dial time.Duration
 
 	mu   sync.Mutex
 	sess *session // the live lease, or nil
@@ -97,6 +100,9 @@ func (d *etcdDriver) Info() driver.Info {
 }
 
 // Configure checks the TTL against the server by granting the first lease.
+// It refuses a bad TTL before it talks to the server. With d.dial set, the
+// grant fails with the connection's error once no connection came up
+// within d.dial.
 func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 	if cfg.TTL%time.Second != 0 {
 		return fmt.Errorf("%w WithTTL: etcd leases count whole seconds; %v is not", locker.ErrInvalidOption, cfg.TTL)
@@ -109,13 +115,28 @@ func (d *etcdDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		defer cancel()
 		defer context.AfterFunc(d.newCtx, cancel)()
 	}
+	if d.dial > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		awaited := make(chan struct{})
+		go func() {
+			defer close(awaited)
+			if err := awaitConnection(ctx, d.cli, d.dial); err != nil {
+				cancel(err)
+			}
+		}()
+		defer func() {
+			cancel(nil)
+			<-awaited
+		}()
+	}
 	if err := d.acquireSem(ctx); err != nil {
-		return err
+		return d.notConnected(ctx, err)
 	}
 	defer d.releaseSem()
 	s, err := d.grantLocked(ctx)
 	if err != nil {
-		return fmt.Errorf("etcd %s: grant lease: %w", strings.Join(d.cli.Endpoints(), ","), err)
+		return d.notConnected(ctx, fmt.Errorf("etcd %s: grant lease: %w", strings.Join(d.cli.Endpoints(), ","), err))
 	}
 	if s.ttl > d.ttl {
 		d.revoke(ctx, s)
@@ -471,26 +492,51 @@ func (d *etcdDriver) Break(ctx context.Context, key string) error {
 // label), the others are queued waiters. etcd records no time: Acquired is
 // zero, and Expires is read from the holder's lease as seconds left.
 func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
-	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	resp, err := d.cli.Do(ctx, inspectOp(key))
 	if err != nil {
 		return driver.Status{}, d.classify(err)
 	}
+	if kvs := resp.Get().Kvs; len(kvs) > 0 {
+		if _, ok := parseShared(kvs[0].Value); ok {
+			return d.inspectShared(ctx, key)
+		}
+	}
+	st, lease := statusOf(resp.Get())
+	if lease != 0 {
+		st.Expires = d.leaseExpiry(ctx, lease)
+	}
+	return st, nil
+}
+
+// inspectOp reads the first key of key's directory by create revision, and
+// counts them all.
+func inspectOp(key string) clientv3.Op {
+	return clientv3.OpGet(Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+}
+
+// statusOf is the Status an inspectOp's answer gives, but for Expires, and
+// the holder's lease (0 for none).
+func statusOf(resp *clientv3.GetResponse) (driver.Status, clientv3.LeaseID) {
 	if len(resp.Kvs) == 0 {
-		return driver.Status{}, nil
+		return driver.Status{}, 0
 	}
 	kv := resp.Kvs[0]
-	if _, ok := parseShared(kv.Value); ok {
-		kvs, err := d.listDir(ctx, key)
-		if err != nil || len(kvs) == 0 {
-			return driver.Status{}, err
-		}
-		return d.inspectShared(ctx, kvs), nil
+	if r, ok := parseShared(kv.Value); ok {
+		return sharedStatusOf(r, kv, int(resp.Count)), clientv3.LeaseID(kv.Lease)
 	}
 	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
-	st := driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1}
-	st.Expires = d.leaseExpiry(ctx, kv.Lease)
-	return st, nil
+	return driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1},
+		clientv3.LeaseID(kv.Lease)
+}
+
+// leaseExpiry is when lease ends, in whole seconds as etcd counts them;
+// zero when unknown.
+func (d *etcdDriver) leaseExpiry(ctx context.Context, lease clientv3.LeaseID) time.Time {
+	if ttl, err := d.cli.TimeToLive(ctx, lease); err == nil && ttl.TTL > 0 {
+		return time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
+	}
+	return time.Time{}
 }
 
 // listDir returns every key of key's directory, in create revision order.
@@ -501,18 +547,6 @@ func (d *etcdDriver) listDir(ctx context.Context, key string) ([]*mvccpb.KeyValu
 		return nil, d.classify(err)
 	}
 	return resp.Kvs, nil
-}
-
-// leaseExpiry is when lease ends, read as seconds left; zero when unknown.
-func (d *etcdDriver) leaseExpiry(ctx context.Context, lease int64) time.Time {
-	if lease == 0 {
-		return time.Time{}
-	}
-	ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
-	if err != nil || ttl.TTL <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
 }
 
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.

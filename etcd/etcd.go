@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -20,23 +21,31 @@ const MaxKeyBytes = 4096
 // a TTL) or it was revoked.
 var ErrLeaseLost = errors.New("etcd: the Locker's lease expired or was revoked")
 
+// Config holds the etcd backend's own settings. The zero Config is the
+// default: New(client, opts...) is Config{}.New(client, opts...).
+type Config struct {
+	// DialTimeout bounds the wait for a connection to the server when the
+	// Locker is made; 0 means [DefaultDialTimeout].
+	DialTimeout time.Duration
+}
+
 // New returns a Locker that keeps its locks in etcd through client. client is
 // the caller's: the Locker never closes it. The options are the shared locker
 // options; the TTL must be whole seconds and at least the server's minimum
 // lease TTL (see the package doc). New grants the Locker's lease, so it fails
 // when etcd cannot be reached: with the connection's error once no
-// connection is up within [DefaultDialTimeout].
+// connection is up within c.DialTimeout.
 //
-// It returns an error matching locker.ErrInvalidOption for a nil client or a
-// TTL the server cannot honour.
-func New(client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
-	return NewContext(context.Background(), client, opts...)
+// It returns an error matching locker.ErrInvalidOption for a nil client, a
+// negative DialTimeout, or a TTL the server cannot honour.
+func (c Config) New(client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+	return c.NewContext(context.Background(), client, opts...)
 }
 
-// NewContext is [New] with ctx bounding its first lease grant (New itself
-// gives it 30 seconds): for a service that must start, or fail naming the
-// endpoints, within its own deadline.
-func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+// NewContext is [Config.New] with ctx bounding its first lease grant (New
+// itself gives it 30 seconds): for a service that must start, or fail
+// naming the endpoints, within its own deadline.
+func (c Config) NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
 	if ctx == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("nil context.Context")}
 	}
@@ -46,14 +55,31 @@ func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Opt
 	if client.KV == nil || client.Lease == nil || client.Watcher == nil || client.Ctx() == nil {
 		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: errors.New("zero clientv3.Client: make it with clientv3.New")}
 	}
-	return newLocker(ctx, client, DefaultDialTimeout, opts)
+	dial := c.DialTimeout
+	switch {
+	case dial < 0:
+		return nil, &locker.Error{Op: "new", Backend: "etcd", Err: locker.ErrInvalidOption, Cause: fmt.Errorf("Config.DialTimeout %v is negative", dial)}
+	case dial == 0:
+		dial = DefaultDialTimeout
+	}
+	return newLocker(ctx, client, dial, opts)
+}
+
+// New is Config{}.New: a Locker on client with the default settings.
+func New(client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+	return Config{}.New(client, opts...)
+}
+
+// NewContext is Config{}.NewContext.
+func NewContext(ctx context.Context, client *clientv3.Client, opts ...locker.Option) (locker.Locker, error) {
+	return Config{}.NewContext(ctx, client, opts...)
 }
 
 // newLocker is NewContext once its arguments are checked, with dial
 // bounding the wait for a connection.
 func newLocker(ctx context.Context, client *clientv3.Client, dial time.Duration, opts []locker.Option) (locker.Locker, error) {
-	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx}
-	return locker.New(dialingDriver{etcdDriver: d, dial: dial}, opts...)
+	d := &etcdDriver{cli: client, sem: make(chan struct{}, 1), newCtx: ctx, dial: dial}
+	return locker.New(d, opts...)
 }
 
 // Guard returns a comparison that holds while lk is still held: the

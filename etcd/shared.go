@@ -227,24 +227,39 @@ func sharedHolders(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	return held
 }
 
-// inspectShared is Inspect of a key held by shared holds; kvs is its
-// directory in create revision order. The token of a holder is its key's
-// last write (a kept hold's key was written again by Keep).
-func (d *etcdDriver) inspectShared(ctx context.Context, kvs []*mvccpb.KeyValue) driver.Status {
+// inspectShared is Inspect of a key held by shared holds. The token of a
+// holder is its key's last write (a kept hold's key was written again by
+// Keep).
+func (d *etcdDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
+	kvs, err := d.listDir(ctx, key)
+	if err != nil || len(kvs) == 0 {
+		return driver.Status{}, err
+	}
 	first, _ := parseShared(kvs[0].Value)
 	held := sharedHolders(kvs)
-	st := driver.Status{Held: len(held) > 0, Waiters: len(kvs) - len(held)}
-	if first.mode == driver.Permits {
-		st.Limit = first.limit
-	}
+	st := sharedStatusOf(first, kvs[0], len(kvs))
+	st.Held, st.Label, st.Token, st.Waiters = len(held) > 0, "", 0, len(kvs)-len(held)
 	for _, kv := range held {
 		r, _ := parseShared(kv.Value)
 		h := driver.Holder{Mode: r.mode, Weight: r.weight, Label: r.label, Token: uint64(kv.ModRevision)}
-		h.Expires = d.leaseExpiry(ctx, kv.Lease)
+		if kv.Lease != 0 {
+			h.Expires = d.leaseExpiry(ctx, clientv3.LeaseID(kv.Lease))
+		}
 		st.Holders = append(st.Holders, h)
 		if h.Token >= st.Token {
 			st.Label, st.Token, st.Expires = h.Label, h.Token, h.Expires
 		}
+	}
+	return st, nil
+}
+
+// sharedStatusOf is the Status of a key held by shared holds as far as its
+// first key, r read from kv, tells: its holder, and n keys in all. Inspect
+// completes it with every holder.
+func sharedStatusOf(r shareRecord, kv *mvccpb.KeyValue, n int) driver.Status {
+	st := driver.Status{Held: true, Label: r.label, Token: uint64(kv.ModRevision), Waiters: n - 1}
+	if r.mode == driver.Permits {
+		st.Limit = r.limit
 	}
 	return st
 }

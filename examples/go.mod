@@ -12,7 +12,15 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.45.0
 )
 
-require github.com/prometheus/otlptranslator v1.0.0 // indirect
+require (
+	github.com/golocker/locker/postgres v0.1.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+)
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -98,3 +106,5 @@ replace (
 )
 
 replace github.com/golocker/locker/lockerotel => ../lockerotel
+
+replace github.com/golocker/locker/postgres => ../postgres

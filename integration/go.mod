@@ -15,6 +15,7 @@ require (
 	github.com/golocker/locker/mysql v0.1.0
 	github.com/golocker/locker/redis v0.1.0
 	github.com/golocker/locker/zookeeper v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.opentelemetry.io/otel/sdk/metric v1.45.0
@@ -23,7 +24,13 @@ require (
 	gorm.io/gorm v1.31.2
 )
 
-require github.com/robfig/cron/v3 v3.0.1 // indirect
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -54,6 +61,7 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/golocker/locker/gocronlock v0.1.0
 	github.com/golocker/locker/lockerotel v0.1.0
+	github.com/golocker/locker/postgres v0.1.0
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
@@ -142,3 +150,5 @@ replace (
 replace github.com/golocker/locker/gocronlock => ../gocronlock
 
 replace github.com/golocker/locker/lockerotel => ../lockerotel
+
+replace github.com/golocker/locker/postgres => ../postgres

@@ -57,7 +57,7 @@ func exercise(t *testing.T, m *locker.Mux, url string) {
 
 func TestEverySchemeOpens(t *testing.T) {
 	m := newMux(t)
-	if got := strings.Join(m.Schemes(), ","); got != "etcd,etcds,mysql,redis,rediss,redlock,redlocks,zk" {
+	if got := strings.Join(m.Schemes(), ","); got != "etcd,etcds,mysql,postgres,postgresql,redis,rediss,redlock,redlocks,zk" {
 		t.Fatalf("Register must add the built-in schemes, got %s", got)
 	}
 	t.Run("redis", func(t *testing.T) {
@@ -73,6 +73,11 @@ func TestEverySchemeOpens(t *testing.T) {
 		}
 		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_locks&ttl=3s")
 		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_poll_locks&poll_only=true&skip_migration=false&timeout=5s&ttl=3s")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		u := testenv.Postgres(t).URL()
+		exercise(t, m, u+"&table=url_locks&ttl=3s")
+		exercise(t, m, strings.Replace(u, "postgres://", "postgresql://", 1)+"&table=url_poll_locks&poll_only=true&skip_migration=false&connect_timeout=5&ttl=3s")
 	})
 	t.Run("etcd", func(t *testing.T) {
 		eps, ok := testenv.EtcdEndpoints()
@@ -109,6 +114,11 @@ func TestBadBackendURLs(t *testing.T) {
 		{"mysql://127.0.0.1:1/db?table=bad-name", "table"},
 		{"mysql://127.0.0.1:1/db?nosuchparam=1", "unknown parameters nosuchparam"},
 		{"mysql://127.0.0.1:1/db?skip_migration=maybe", "skip_migration"},
+		{"postgres://127.0.0.1:1/db?table=bad-name", "Config.Table"},
+		{"postgres://127.0.0.1:1/db?poll_only=maybe", "poll_only"},
+		{"postgres://u:pw@0.0.0.0:1/db", "cleartext"},
+		{"postgresql://u:pw@0.0.0.0:1/db?sslmode=prefer", "cleartext"},
+		{"postgres://,127.0.0.1:1/db", "empty host"},
 		{"etcd://127.0.0.1:1?dial_timeout=forever", "dial_timeout"},
 		{"etcd://127.0.0.1:1?what=1", "what"},
 		{"zk://127.0.0.1:1?x=1", "unknown parameters x"},
@@ -123,7 +133,7 @@ func TestBadBackendURLs(t *testing.T) {
 		{"mysql://u:pw@0.0.0.0:1/db?tls=preferred", "cleartext"},
 		{"zk://u:pw@0.0.0.0:1", "cleartext"},
 		{"redis://u:pw@0.0.0.0:1/0?insecure=maybe", "insecure"},
-		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, redis, rediss, redlock, redlocks, zk"},
+		{"memcached://127.0.0.1:11211", "known schemes: etcd, etcds, mysql, postgres, postgresql, redis, rediss, redlock, redlocks, zk"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

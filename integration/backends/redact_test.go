@@ -11,6 +11,7 @@ import (
 	"github.com/golocker/locker/integration/internal/secreturl"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/mysql"
+	"github.com/golocker/locker/postgres"
 	"github.com/golocker/locker/redis"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -30,6 +31,7 @@ var openers = []struct {
 	{"redis.OpenSentinel", []string{"redis", "rediss"}, redis.OpenSentinel},
 	{"redis.OpenRedlock", []string{"redlock", "redlocks"}, redis.OpenRedlock},
 	{"mysql.Open", []string{"mysql"}, mysql.Open},
+	{"postgres.Open", []string{"postgres", "postgresql"}, postgres.Open},
 	{"etcd.Open", []string{"etcd", "etcds"}, etcd.Open},
 	{"zookeeper.Open", []string{"zk"}, zookeeper.Open},
 }

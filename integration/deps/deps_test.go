@@ -37,6 +37,7 @@ var (
 	clients   = map[string]string{
 		"redis":     "github.com/redis/go-redis",
 		"mysql":     "gorm.io/",
+		"postgres":  "github.com/jackc/pgx",
 		"etcd":      "go.etcd.io/etcd",
 		"zookeeper": "github.com/go-zookeeper/zk",
 	}
@@ -55,6 +56,7 @@ var budgets = []budget{
 	{backend: "redis", imports: []string{module, module + "/redis"}, alone: []string{"github.com/redis/go-redis/v9"}},
 	{backend: "etcd", imports: []string{module, module + "/etcd"}, alone: []string{"go.etcd.io/etcd/client/v3"}, forbid: []string{"go.etcd.io/etcd/server"}},
 	{backend: "mysql", imports: []string{module, module + "/mysql"}, alone: []string{"gorm.io/gorm", "gorm.io/driver/mysql"}},
+	{backend: "postgres", imports: []string{module, module + "/postgres"}, alone: []string{"github.com/jackc/pgx/v5/pgxpool", "github.com/jackc/pgx/v5/stdlib"}},
 	{backend: "zookeeper", imports: []string{module, module + "/zookeeper"}, alone: []string{"github.com/go-zookeeper/zk"}},
 }
 

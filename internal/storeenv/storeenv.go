@@ -38,6 +38,9 @@ const (
 	// MySQLDSN is a go-sql-driver DSN of a MySQL or MariaDB account that
 	// may create databases.
 	MySQLDSN = "LOCKER_MYSQL_DSN"
+	// PostgresURL is a connection URL (postgres://…) of a PostgreSQL
+	// database.
+	PostgresURL = "LOCKER_POSTGRES_URL"
 	// EtcdEndpoints names the endpoints (comma-separated) of an etcd
 	// cluster.
 	EtcdEndpoints = "LOCKER_ETCD_ENDPOINTS"
@@ -63,6 +66,10 @@ func RedisCluster(t testing.TB) *Server { t.Helper(); return need(t, RedisCluste
 
 // MySQL returns the MySQL server of [MySQLDSN] (Addr is the DSN).
 func MySQL(t testing.TB) *Server { t.Helper(); return need(t, MySQLDSN) }
+
+// Postgres returns the PostgreSQL database of [PostgresURL] (Addr is the
+// URL).
+func Postgres(t testing.TB) *Server { t.Helper(); return need(t, PostgresURL) }
 
 // Etcd returns the etcd cluster of [EtcdEndpoints].
 func Etcd(t testing.TB) *Server { t.Helper(); return need(t, EtcdEndpoints) }

@@ -13,7 +13,8 @@
 //
 //  1. An endpoint named by an environment variable:
 //     LOCKER_REDIS_ADDR (host:port), LOCKER_REDIS_CLUSTER_ADDRS (comma list),
-//     LOCKER_MYSQL_DSN (go-sql-driver DSN), LOCKER_ZK_SERVERS (comma list of
+//     LOCKER_MYSQL_DSN (go-sql-driver DSN), LOCKER_POSTGRES_URL
+//     (postgres:// URL), LOCKER_ZK_SERVERS (comma list of
 //     host:port), LOCKER_ETCD_ENDPOINTS (comma list). An endpoint that does
 //     not answer fails the test: it was asked for explicitly.
 //  2. A container started with testcontainers-go, when a Docker engine
@@ -26,8 +27,11 @@
 //     --bridge=none (.ci/docker-suite). Set LOCKER_NO_DOCKER=1 to skip this
 //     step.
 //  3. A server binary found on PATH (redis-server; mariadbd with
-//     mariadb-install-db; java with the ZooKeeper jars), started on a free
-//     127.0.0.1 port in a fresh temporary directory.
+//     mariadb-install-db; postgres with initdb, on PATH or in Debian's
+//     /usr/lib/postgresql/15/bin, run as the postgres account under root;
+//     java with the ZooKeeper jars), started on a free 127.0.0.1 port in a
+//     fresh temporary directory. [NewPgBouncer] starts pgbouncer
+//     (transaction pooling) in front of a PostgreSQL server.
 //
 // When none is available the test is skipped, or fails when the environment
 // variable CI is true ([Unavailable]); the message names the reason and the

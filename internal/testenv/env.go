@@ -26,6 +26,13 @@ const (
 	// EnvMySQLDSN is a go-sql-driver DSN of a MySQL or MariaDB server to use
 	// instead of starting one.
 	EnvMySQLDSN = storeenv.MySQLDSN
+	// EnvPostgresURL is a connection URL of a PostgreSQL database to use
+	// instead of starting a server.
+	EnvPostgresURL = storeenv.PostgresURL
+	// EnvPostgresBin names the directory of initdb and postgres when they
+	// are not on PATH (default /usr/lib/postgresql/15/bin, Debian's; set
+	// empty, none).
+	EnvPostgresBin = "LOCKER_POSTGRES_BIN"
 	// EnvEtcdEndpoints names the endpoints (comma-separated) of an etcd
 	// cluster.
 	EnvEtcdEndpoints = storeenv.EtcdEndpoints

@@ -42,6 +42,8 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/klauspost/compress v1.18.7 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
@@ -109,6 +111,9 @@ require (
 
 replace github.com/golocker/locker => ../..
 
-require github.com/golocker/locker/internal/etcdserver v0.1.0
+require (
+	github.com/golocker/locker/internal/etcdserver v0.1.0
+	github.com/jackc/pgx/v5 v5.12.0
+)
 
 replace github.com/golocker/locker/internal/etcdserver => ../etcdserver

@@ -31,6 +31,12 @@ type process struct {
 	args []string
 	dir  string // working directory
 	log  string // log file
+	// user, when set, is the account the process runs as (servers that
+	// refuse to run as root: PostgreSQL, PgBouncer).
+	user string
+	// stopSig is the signal that stops the server at once; 0 means
+	// SIGTERM (PostgreSQL's SIGTERM waits for its clients: it takes SIGINT).
+	stopSig syscall.Signal
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -63,6 +69,11 @@ func (p *process) start() error {
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = sysProcAttr()
+	if p.user != "" {
+		if err := runAs(cmd.SysProcAttr, p.user); err != nil {
+			return fmt.Errorf("start %s: %w", p.name, err)
+		}
+	}
 
 	// PR_SET_PDEATHSIG fires when the thread that forked the child exits, not
 	// the process. Go only ends a thread when a goroutine exits while locked
@@ -121,7 +132,11 @@ func (p *process) stop() {
 		return
 	default:
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	sig := p.stopSig
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = cmd.Process.Signal(sig)
 	timer := time.NewTimer(stopTimeout)
 	defer timer.Stop()
 	select {
@@ -219,9 +234,19 @@ func retryPorts(nports int, try func(ports []int) error) error {
 // runTool runs a one-shot command (mariadb-install-db, redis-cli) with a
 // bounded time and returns its combined output in the error when it fails.
 func runTool(ctx context.Context, dir, path string, args ...string) error {
+	return runToolAs(ctx, "", dir, path, args...)
+}
+
+// runToolAs is runTool as user ("" means this process's user).
+func runToolAs(ctx context.Context, user, dir, path string, args ...string) error {
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = sysProcAttr()
+	if user != "" {
+		if err := runAs(cmd.SysProcAttr, user); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(path), err)
+		}
+	}
 	cmd.WaitDelay = time.Second
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -3,7 +3,9 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,4 +37,22 @@ func removeStaleDirs() {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// runAs makes the child run as the account name.
+func runAs(attr *syscall.SysProcAttr, name string) error {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return err
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return fmt.Errorf("user %s: uid %q: %w", name, u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return fmt.Errorf("user %s: gid %q: %w", name, u.Gid, err)
+	}
+	attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return nil
 }

@@ -425,7 +425,7 @@ func noServers(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	t.Setenv(EnvNoDocker, "1")
 	t.Setenv(EnvTestenv, "")
-	for _, v := range []string{EnvRedisAddr, EnvRedisClusterAddrs, EnvMySQLDSN, EnvZooKeeperServers} {
+	for _, v := range []string{EnvRedisAddr, EnvRedisClusterAddrs, EnvMySQLDSN, EnvPostgresURL, EnvPostgresBin, EnvZooKeeperServers} {
 		t.Setenv(v, "")
 	}
 	t.Setenv("ZOOKEEPER_HOME", "")
@@ -492,6 +492,7 @@ func TestMissingServerUnderCI(t *testing.T) {
 			{"redis", "apt-get install -y redis-server", func(t testing.TB) { NewRedis(t) }},
 			{"zookeeper", "apt-get install -y zookeeper", func(t testing.TB) { NewZooKeeper(t) }},
 			{"mysql", "apt-get install -y mariadb-server", func(t testing.TB) { _, _, err := startMySQL(); report(t, err) }},
+			{"postgres", "apt-get install -y postgresql", func(t testing.TB) { NewPostgres(t) }},
 			{"redis cluster", "apt-get install -y redis-server redis-tools", func(t testing.TB) { _, _, err := startRedisCluster(); report(t, err) }},
 		} {
 			r := outcome(t, tc.provision)

@@ -40,7 +40,7 @@ func main() {
 		fmt.Fprintln(flag.CommandLine.Output(), "usage: withstores [-only redis,mysql,…] -- command [args]")
 		flag.PrintDefaults()
 	}
-	only := flag.String("only", "", "start only these stores (redis, redis-cluster, mysql, etcd, zookeeper); default all")
+	only := flag.String("only", "", "start only these stores (redis, redis-cluster, mysql, postgres, etcd, zookeeper); default all")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		flag.Usage()
@@ -79,6 +79,13 @@ func run(only string, args []string) int {
 			}
 			return s.DSN(), nil
 		}},
+		{storeenv.PostgresURL, func() (string, error) {
+			s, err := testenv.SharedPostgres()
+			if err != nil {
+				return "", err
+			}
+			return s.URL(), nil
+		}},
 		{storeenv.ZooKeeperServers, func() (string, error) {
 			s, err := testenv.SharedZooKeeper()
 			if err != nil {
@@ -101,7 +108,7 @@ func run(only string, args []string) int {
 		}},
 	}
 	names := map[string]string{"redis": storeenv.RedisAddr, "redis-cluster": storeenv.RedisClusterAddrs,
-		"mysql": storeenv.MySQLDSN, "zookeeper": storeenv.ZooKeeperServers, "etcd": storeenv.EtcdEndpoints}
+		"mysql": storeenv.MySQLDSN, "postgres": storeenv.PostgresURL, "zookeeper": storeenv.ZooKeeperServers, "etcd": storeenv.EtcdEndpoints}
 	want := map[string]bool{}
 	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s == "" {

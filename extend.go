@@ -1,0 +1,164 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Extender is implemented by Locks whose MaxHold and MinHold can change
+// while they are held: every Lock of a Locker built by [New], and wrappers
+// that pass it on.
+type Extender interface {
+	Extend(ctx context.Context, opts ...LockOption) error
+}
+
+// Extend changes what a held lock asked for at acquisition, counting from
+// this call. [MaxHold](d) ends the lock d from now instead. [MinHold](d)
+// keeps its key claimed until d from now instead; MinHold(0) drops it.
+// Either may be raised or lowered. [Lock.Deadline], [Lock.Done] and the
+// ctx that [Do] passes follow the new MaxHold.
+//
+// Extend renews the lock in the store first, with the TTL the new MinHold
+// needs where the backend has a TTL per lock. The change takes effect only
+// once the store confirmed that the lock is still held.
+//
+// Errors match [ErrNotHeld] when the lock is no longer held (unlocked,
+// lost, ended by its MaxHold, its Locker closed). They match
+// [ErrInvalidOption], naming the option, for a bad value, a [TTL] (a held
+// lock's TTL cannot change), a MaxHold that would end before the MinHold,
+// or a MinHold the backend cannot honour, as Lock refuses it. They match
+// [errors.ErrUnsupported] for a Lock that is not an [Extender] (a nested
+// hold inside Do). Otherwise they wrap the store's error, and nothing
+// changed.
+func Extend(ctx context.Context, lk Lock, opts ...LockOption) error {
+	if lk == nil {
+		return &Error{Op: "extend", Err: ErrInvalidOption, Cause: errors.New("nil Lock")}
+	}
+	x, ok := lk.(Extender)
+	if !ok {
+		return &Error{Op: "extend", Key: lk.Key(), Err: errors.ErrUnsupported, Cause: fmt.Errorf("%T cannot change its MaxHold or MinHold", lk)}
+	}
+	return x.Extend(ctx, opts...)
+}
+
+// Extend implements Extender.
+func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
+	h, e := l.h, l.h.e
+	if ctx == nil {
+		return e.err("extend", h.key, ErrInvalidOption, errNilContext)
+	}
+	c, err := applyLockOptions(opts)
+	if err == nil && c.ttl != 0 {
+		err = invalidOption("TTL", "a held lock's TTL cannot change")
+	}
+	if err == nil {
+		err = e.checkMinHold(c.minHold, h.ttl)
+	}
+	if err != nil {
+		return e.err("extend", h.key, nil, err)
+	}
+	if !e.enter() {
+		return e.err("extend", h.key, ErrNotHeld, ErrClosed)
+	}
+	defer e.calls.Done()
+	h.extending.Lock() // one Extend of a lock at a time
+	defer h.extending.Unlock()
+	if h.claimed.Load() || h.ended.Load() {
+		return e.err("extend", h.key, ErrNotHeld, l.Err())
+	}
+
+	now := time.Now()
+	e.mu.Lock()
+	minEnd, maxEnd, deadline := h.minHoldEnd, h.maxHoldEnd, h.deadline
+	e.mu.Unlock()
+	if c.minHoldSet {
+		minEnd = time.Time{}
+		if c.minHold > 0 {
+			minEnd = now.Add(c.minHold)
+		}
+	}
+	if c.maxHold > 0 {
+		maxEnd = now.Add(c.maxHold)
+	}
+	if !minEnd.IsZero() && !maxEnd.IsZero() && maxEnd.Before(minEnd) {
+		name := "MaxHold"
+		if c.maxHold == 0 {
+			name = "MinHold"
+		}
+		return e.err("extend", h.key, nil, invalidOption(name, "the MaxHold would end %v before the MinHold", minEnd.Sub(maxEnd).Round(time.Millisecond)))
+	}
+
+	// The store's answer: a renewal, with the TTL the new MinHold needs.
+	lease := h.lease
+	if e.perLockTTL {
+		lease.TTL = storeTTLUntil(h.ttl, minEnd, now)
+	}
+	cctx, scope := e.callContext(ctx)
+	defer scope.end()
+	rctx, cancel := context.WithDeadline(cctx, deadline)
+	defer cancel()
+	sent := time.Now()
+	v, err := e.renewOne(rctx, lease)
+	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		h.lost(err)
+		return e.err("extend", h.key, ErrNotHeld, err)
+	case err != nil && e.isClosed():
+		return e.err("extend", h.key, ErrNotHeld, ErrClosed)
+	case err != nil && ctx.Err() != nil:
+		return e.err("extend", h.key, nil, ctxCause(ctx))
+	case err != nil:
+		return e.err("extend", h.key, nil, err)
+	}
+	if v <= 0 {
+		v = lease.TTL
+	}
+
+	e.mu.Lock()
+	if h.ended.Load() || h.claimed.Load() {
+		e.mu.Unlock()
+		return e.err("extend", h.key, ErrNotHeld, l.Err())
+	}
+	h.minHoldEnd, h.maxHoldEnd = minEnd, maxEnd
+	if !maxEnd.IsZero() {
+		h.maxHold = maxEnd.Sub(h.acquired)
+	}
+	d := h.deadline
+	if nd := sent.Add(safeValidity(v)); nd.After(d) {
+		d = nd
+	}
+	h.setDeadline(d) // also when unchanged: the MaxHold end caps it
+	e.mu.Unlock()
+	e.poke()
+	return nil
+}
+
+// renewOne renews one lease with the driver's Renew or RenewBatch.
+func (e *engine) renewOne(ctx context.Context, l driver.Lease) (time.Duration, error) {
+	if e.batcher == nil {
+		return e.renewer.Renew(ctx, l)
+	}
+	v, errs, err := e.batcher.RenewBatch(ctx, []driver.Lease{l})
+	switch {
+	case err != nil:
+		return 0, err
+	case len(v) != 1 || len(errs) != 1:
+		return 0, errors.New("driver returned a batch result of the wrong length")
+	}
+	return v[0], errs[0]
+}
+
+// publicDeadline is the Lock's Deadline: the local deadline, or the
+// MaxHold end when it comes first.
+func (h *hold) publicDeadline() time.Time {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	if !h.maxHoldEnd.IsZero() && h.maxHoldEnd.Before(h.deadline) {
+		return h.maxHoldEnd
+	}
+	return h.deadline
+}

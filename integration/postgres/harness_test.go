@@ -1,0 +1,216 @@
+package postgres_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/postgres"
+)
+
+// testTTL is the TTL of the conformance harness: renewals every 0.5 s, and
+// room for the race detector on a busy machine.
+const testTTL = 1500 * time.Millisecond
+
+// client says how a fleet's Lockers reach the database.
+type client int
+
+const (
+	viaPool client = iota // *pgxpool.Pool
+	viaDB                 // *sql.DB on pgx/stdlib
+)
+
+// fleet makes Lockers on one database for a harness: each Locker has its
+// own pool, dialling through its own proxy, so that it can crash or be cut
+// off alone.
+type fleet struct {
+	url    string // server (or pooler) URL
+	client client
+	direct bool // no proxies (benchmarks): Isolate is not available
+	prefix string
+	ttl    time.Duration
+	cfg    postgres.Config
+	admin  *pgxpool.Pool
+
+	mu       sync.Mutex
+	replicas map[locker.Locker]replica
+}
+
+type replica struct {
+	close func()
+	proxy *testenv.Proxy
+}
+
+func newFleet(t testing.TB, url string, c client, cfg postgres.Config) *fleet {
+	t.Helper()
+	return &fleet{
+		url:      url,
+		client:   c,
+		prefix:   "conf/",
+		ttl:      testTTL,
+		cfg:      cfg,
+		admin:    openPool(t, url),
+		replicas: map[locker.Locker]replica{},
+	}
+}
+
+// openPool opens a pgx pool on url, closed when the test ends.
+func openPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse URL: %v", err)
+	}
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	p, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatalf("pgxpool: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// open makes a Locker on url with the fleet's client kind; close closes
+// its handle.
+func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.Locker, close func(), err error) {
+	t.Helper()
+	opts = append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix)}, opts...)
+	switch f.client {
+	case viaDB:
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatalf("parse URL: %v", err)
+		}
+		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+		db := stdlib.OpenDB(*pc.ConnConfig)
+		t.Cleanup(func() { _ = db.Close() })
+		l, err := postgres.NewDBWithConfig(db, f.cfg, opts...)
+		return l, func() { _ = db.Close() }, err
+	default:
+		p := openPool(t, url)
+		l, err := postgres.NewWithConfig(p, f.cfg, opts...)
+		return l, p.Close, err
+	}
+}
+
+// newLocker is Harness.NewLocker.
+func (f *fleet) newLocker(t testing.TB) locker.Locker {
+	t.Helper()
+	var p *testenv.Proxy
+	url := f.url
+	if !f.direct {
+		p = testenv.NewProxy(t, hostOf(t, f.url))
+		var err error
+		if url, err = testenv.WithHost(f.url, p.Addr()); err != nil {
+			t.Fatalf("proxy URL: %v", err)
+		}
+	}
+	l, closeDB, err := f.open(t, url)
+	if err != nil {
+		t.Errorf("postgres.New: %v", err)
+		return nil
+	}
+	f.mu.Lock()
+	f.replicas[l] = replica{close: closeDB, proxy: p}
+	f.mu.Unlock()
+	return l
+}
+
+func hostOf(t testing.TB, url string) string {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse URL: %v", err)
+	}
+	return net.JoinHostPort(pc.ConnConfig.Host, strconv.Itoa(int(pc.ConnConfig.Port)))
+}
+
+func (f *fleet) get(t testing.TB, l locker.Locker) (replica, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.replicas[l]
+	if !ok {
+		t.Errorf("the Locker was not made by this harness")
+	}
+	return r, ok
+}
+
+func (f *fleet) harness() conformance.Harness {
+	return conformance.Harness{
+		NewLocker: f.newLocker,
+		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
+			l, _, err := f.open(t, f.url, opts...)
+			return l, err
+		},
+		TTL: f.ttl,
+		// A crashed process: its connections drop, nothing is released.
+		Crash: func(t testing.TB, l locker.Locker) {
+			if r, ok := f.get(t, l); ok {
+				if r.proxy != nil {
+					r.proxy.Cut()
+				}
+				r.close()
+			}
+		},
+		Isolate: func(t testing.TB, l locker.Locker) func() {
+			r, ok := f.get(t, l)
+			if !ok || r.proxy == nil {
+				t.Errorf("Isolate needs a proxied Locker")
+				return func() {}
+			}
+			r.proxy.Cut()
+			return r.proxy.Heal
+		},
+		DeleteBehind: func(t testing.TB, key string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := f.admin.Exec(ctx, `DELETE FROM "`+f.table()+`" WHERE task_name = $1`, f.prefix+key); err != nil {
+				t.Errorf("delete behind: %v", err)
+			}
+		},
+		MaxKeyBytes: postgres.MaxKeyBytes - len(f.prefix),
+	}
+}
+
+func (f *fleet) table() string {
+	if f.cfg.Table != "" {
+		return f.cfg.Table
+	}
+	return postgres.DefaultTable
+}
+
+// TestConformance runs the suite on a pgx pool, on a server of its own,
+// which its Restart hook restarts.
+func TestConformance(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	h := newFleet(t, srv.URL(), viaPool, postgres.Config{}).harness()
+	h.Restart = srv.Restart
+	conformance.Run(t, h)
+}
+
+// TestConformanceSQLDB runs the suite on *sql.DB through pgx/stdlib.
+func TestConformanceSQLDB(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	h := newFleet(t, srv.URL(), viaDB, postgres.Config{Table: "sqldb_locks"}).harness()
+	h.Restart = srv.Restart
+	conformance.Run(t, h)
+}
+
+// TestConformancePgBouncer runs the suite through PgBouncer in transaction
+// pooling mode, polling.
+func TestConformancePgBouncer(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	b := testenv.NewPgBouncer(t, srv)
+	h := newFleet(t, b.URL(), viaPool, postgres.Config{Table: "bouncer_locks", PollOnly: true}).harness()
+	h.Restart = srv.Restart
+	conformance.Run(t, h)
+}

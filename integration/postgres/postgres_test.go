@@ -1,0 +1,325 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/postgres"
+)
+
+// freshKey returns a key no earlier run used.
+func freshKey(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return t.Name() + "-" + hex.EncodeToString(b[:])
+}
+
+// withParam returns rawURL with the query parameter name=value.
+func withParam(t testing.TB, rawURL, name, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(name, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// newLockers makes n Lockers on one pool.
+func newLockers(t *testing.T, pool *pgxpool.Pool, n int, cfg postgres.Config) []locker.Locker {
+	t.Helper()
+	ls := make([]locker.Locker, n)
+	for i := range ls {
+		l, err := postgres.NewWithConfig(pool, cfg, locker.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatalf("postgres.New: %v", err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		ls[i] = l
+	}
+	return ls
+}
+
+// raceFirstInsert has every Locker TryLock the same fresh keys at once, and
+// fails unless exactly one of them gets each key and the others are told
+// ErrNotAcquired.
+func raceFirstInsert(t *testing.T, ls []locker.Locker, rounds int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for range rounds {
+		key := freshKey(t)
+		var (
+			wg      sync.WaitGroup
+			granted atomic.Int32
+			mu      sync.Mutex
+			held    []locker.Lock
+		)
+		start := make(chan struct{})
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				lk, err := l.TryLock(ctx, key)
+				switch {
+				case err == nil:
+					granted.Add(1)
+					mu.Lock()
+					held = append(held, lk)
+					mu.Unlock()
+				case !errors.Is(err, locker.ErrNotAcquired):
+					t.Errorf("a contender must be told ErrNotAcquired, got %v", err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if n := granted.Load(); n != 1 {
+			t.Fatalf("%d contenders racing the first insert of a key were granted it; exactly one must be", n)
+		}
+		for _, lk := range held {
+			if err := lk.Unlock(ctx); err != nil {
+				t.Errorf("Unlock: %v", err)
+			}
+		}
+	}
+}
+
+// TestConcurrentFirstInsert races 200 Lockers for fresh keys.
+func TestConcurrentFirstInsert(t *testing.T) {
+	pool := openPool(t, withParam(t, testenv.Postgres(t).URL(), "pool_max_conns", "40"))
+	raceFirstInsert(t, newLockers(t, pool, 200, postgres.Config{Table: "race_locks", PollOnly: true}), 5)
+}
+
+// TestSerializable races Lockers whose sessions default to SERIALIZABLE:
+// serialization failures are retried inside the attempt, and never reach
+// the caller as anything but ErrNotAcquired.
+func TestSerializable(t *testing.T) {
+	u := withParam(t, testenv.Postgres(t).URL(), "default_transaction_isolation", "serializable")
+	pool := openPool(t, withParam(t, u, "pool_max_conns", "40"))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var iso string
+	if err := pool.QueryRow(ctx, "SHOW transaction_isolation").Scan(&iso); err != nil || iso != "serializable" {
+		t.Fatalf("the pool's sessions must be serializable: %q, %v", iso, err)
+	}
+	raceFirstInsert(t, newLockers(t, pool, 50, postgres.Config{Table: "serializable_locks", PollOnly: true}), 10)
+}
+
+// TestForgedNotify: any role may NOTIFY the lock channel; a notification
+// wakes a waiter, which then finds the key held: it grants nothing.
+func TestForgedNotify(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := openPool(t, srv.URL())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(ctx, "DO $$ BEGIN CREATE ROLE forger LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"); err != nil {
+		t.Fatalf("create role: %v", err)
+	}
+	fu, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fu.User = url.User("forger")
+	forger := openPool(t, fu.String())
+
+	const table = "forged_locks"
+	ls := newLockers(t, openPool(t, srv.URL()), 2, postgres.Config{Table: table})
+	key := freshKey(t)
+	lk, err := ls[0].TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	defer lk.Unlock(ctx)
+
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer wcancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			for _, payload := range []string{key, ""} {
+				if _, err := forger.Exec(ctx, "SELECT pg_notify($1, $2)", table, payload); err != nil {
+					t.Errorf("forged notify: %v", err)
+					return
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	got, err := ls[1].Lock(wctx, key)
+	close(stop)
+	wg.Wait()
+	if err == nil {
+		_ = got.Unlock(ctx)
+		t.Fatalf("a forged NOTIFY must never grant a held key; Lock returned it")
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the wait must end with its ctx: %v", err)
+	}
+	select {
+	case <-lk.Done():
+		t.Fatalf("the holder lost its lock: %v", lk.Err())
+	default:
+	}
+}
+
+// TestHolderSurvivesTerminatedBackends: no lock state lives in a session,
+// so terminating every connection of the holder's pool (a failover, a
+// pooler recycling connections) loses nothing while renewals get through.
+func TestHolderSurvivesTerminatedBackends(t *testing.T) {
+	srv := testenv.Postgres(t)
+	admin := openPool(t, srv.URL())
+	pool := openPool(t, withParam(t, srv.URL(), "application_name", "terminated_holder"))
+	l, err := postgres.NewWithConfig(pool, postgres.Config{Table: "terminated_locks"}, locker.WithTTL(testTTL))
+	if err != nil {
+		t.Fatalf("postgres.New: %v", err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lk, err := l.TryLock(ctx, freshKey(t))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	for end := time.Now().Add(3 * testTTL); time.Now().Before(end); {
+		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'terminated_holder'"); err != nil {
+			t.Fatalf("terminate: %v", err)
+		}
+		select {
+		case <-lk.Done():
+			t.Fatalf("a holder whose connections are terminated must keep its lock while renewals get through: %v", lk.Err())
+		case <-time.After(testTTL / 5):
+		}
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// TestHolderSurvivesRecycledPool holds a lock on a pool whose connections
+// live a fraction of a second (MaxConnLifetime): nothing is lost.
+func TestHolderSurvivesRecycledPool(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(testenv.Postgres(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConnLifetime, pc.MaxConnLifetimeJitter, pc.HealthCheckPeriod = 200*time.Millisecond, 0, 100*time.Millisecond
+	pool, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l, err := postgres.NewWithConfig(pool, postgres.Config{Table: "recycled_locks"}, locker.WithTTL(testTTL))
+	if err != nil {
+		t.Fatalf("postgres.New: %v", err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lk, err := l.TryLock(ctx, freshKey(t))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	select {
+	case <-lk.Done():
+		t.Fatalf("a holder on a recycling pool must keep its lock: %v", lk.Err())
+	case <-time.After(3 * testTTL):
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// TestGuard: a transaction guarded by a lock that another holder took over
+// (ForceUnlock, then TryLock) fails with ErrLost, on pgx and database/sql.
+func TestGuard(t *testing.T) {
+	srv := testenv.Postgres(t)
+	pool := openPool(t, srv.URL())
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ls := newLockers(t, pool, 2, postgres.Config{Table: "guard_locks"})
+	key := freshKey(t)
+	lk, err := ls[0].TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	guards := map[string]func() error{
+		"pgx": func() error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			return postgres.Guard(ctx, tx, lk)
+		},
+		"sql": func() error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			return postgres.GuardSQL(ctx, tx, lk)
+		},
+	}
+	for name, g := range guards {
+		if err := g(); err != nil {
+			t.Errorf("%s: Guard of a held lock: %v", name, err)
+		}
+	}
+	if err := locker.ForceUnlock(ctx, ls[1], key); err != nil {
+		t.Fatalf("ForceUnlock: %v", err)
+	}
+	lk2, err := ls[1].TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock after ForceUnlock: %v", err)
+	}
+	defer lk2.Unlock(ctx)
+	for name, g := range guards {
+		if err := g(); !errors.Is(err, locker.ErrLost) {
+			t.Errorf("%s: Guard of a lock taken over must fail with ErrLost: %v", name, err)
+		}
+	}
+	if err := postgres.Guard(ctx, nil, lk2); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("Guard without a transaction must fail with ErrInvalidOption: %v", err)
+	}
+}
+
+// TestNewRefuses bad arguments with ErrInvalidOption naming them.
+func TestNewRefuses(t *testing.T) {
+	if _, err := postgres.New(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("New(nil) = %v; want ErrInvalidOption", err)
+	}
+	if _, err := postgres.NewDB(nil); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Errorf("NewDB(nil) = %v; want ErrInvalidOption", err)
+	}
+	pool := openPool(t, testenv.Postgres(t).URL())
+	_, err := postgres.NewWithConfig(pool, postgres.Config{Table: `x"; DROP TABLE y; --`})
+	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "Config.Table") {
+		t.Errorf("a bad table name must fail with ErrInvalidOption naming Config.Table: %v", err)
+	}
+}

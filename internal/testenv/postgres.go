@@ -1,0 +1,372 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const (
+	postgresInstall = "apt-get install -y postgresql pgbouncer"
+	// postgresBin is where Debian's postgresql package puts the server.
+	postgresBin = "/usr/lib/postgresql/15/bin"
+	// postgresDatabase is the database every PostgreSQL server gets.
+	postgresDatabase = "locker_test"
+	// postgresAccount runs the servers when the tests run as root, which
+	// initdb, postgres and pgbouncer refuse.
+	postgresAccount = "postgres"
+	// postgresInitTimeout bounds initdb.
+	postgresInitTimeout = 60 * time.Second
+)
+
+// postgresServerArgs are server settings for tests: room for many pools,
+// and no fsync (durability does not matter in tests).
+var postgresServerArgs = []string{
+	"-c", "max_connections=800",
+	"-c", "fsync=off",
+	"-c", "synchronous_commit=off",
+	"-c", "full_page_writes=off",
+	"-c", "shared_buffers=32MB",
+}
+
+// PostgresServer is a PostgreSQL server for tests. Its methods are safe for
+// concurrent use.
+type PostgresServer struct {
+	url    string // of the locker_test database
+	addr   string
+	origin string // where the server came from, for messages
+
+	ps procSet // empty unless started from a binary
+}
+
+// URL returns a connection URL of the server's locker_test database (or
+// the one given in LOCKER_POSTGRES_URL), for example
+// "postgres://postgres@127.0.0.1:PORT/locker_test?sslmode=disable".
+func (s *PostgresServer) URL() string { return s.url }
+
+// Addr returns the server's host:port. To route one client through a
+// [Proxy], replace the host of URL with the proxy's address.
+func (s *PostgresServer) Addr() string { return s.addr }
+
+// Restart stops the server (fast shutdown: clients are disconnected) and
+// starts it again on the same address and data directory. It returns when
+// the server answers again. Only a server started from a binary can be
+// restarted: otherwise Restart skips the test.
+func (s *PostgresServer) Restart(t testing.TB) {
+	t.Helper()
+	s.ps.restart(t, fmt.Sprintf("the postgres server at %s from %s", s.addr, s.origin),
+		[]func(context.Context) error{func(ctx context.Context) error { return postgresPing(ctx, s.url) }}, nil)
+}
+
+// Postgres returns the PostgreSQL server shared by the tests of this test
+// binary, starting it on first use. It skips or fails the test when no
+// server can be had.
+func Postgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	return sharedServer(t, "postgres", startPostgres)
+}
+
+// NewPostgres returns a PostgreSQL server for this test only, stopped when
+// the test ends. A server named by LOCKER_POSTGRES_URL is returned as is
+// (and cannot be restarted).
+func NewPostgres(t testing.TB) *PostgresServer {
+	t.Helper()
+	return dedicatedServer(t, startPostgres)
+}
+
+// SharedPostgres is [SharedRedis] for the PostgreSQL server of [Postgres].
+func SharedPostgres() (*PostgresServer, error) { return shared("postgres", startPostgres) }
+
+// WithHost returns u with its host:port replaced by addr (a [Proxy]'s).
+func WithHost(rawURL, addr string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	u.Host = addr
+	return u.String(), nil
+}
+
+// postgresPing checks that the server of rawURL accepts a connection.
+func postgresPing(ctx context.Context, rawURL string) error {
+	c, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	return c.Ping(ctx)
+}
+
+// postgresExec runs one statement on a new connection.
+func postgresExec(ctx context.Context, rawURL, stmt string) error {
+	c, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	_, err = c.Exec(ctx, stmt)
+	return err
+}
+
+// startPostgres finds a PostgreSQL server: from the environment or a
+// binary (there is no container yet).
+func startPostgres() (*PostgresServer, func(), error) {
+	return source[*PostgresServer]{
+		what: "postgres", env: EnvPostgresURL, install: postgresInstall,
+		fromEnv: postgresFromEnv,
+		container: func() (*PostgresServer, func(), error) {
+			return nil, nil, fmt.Errorf("no postgres container yet: use %s or the binaries", EnvPostgresURL)
+		},
+		binaries: func() ([]string, error) {
+			return lookPostgres("postgres", "initdb")
+		},
+		start: func(p []string) (*PostgresServer, func(), error) { return postgresBinary(p[0], p[1]) },
+	}.provision()
+}
+
+// lookPostgres finds PostgreSQL programs on PATH, else in the directory
+// LOCKER_POSTGRES_BIN names (Debian's versioned one when unset; none when
+// set empty).
+func lookPostgres(names ...string) ([]string, error) {
+	paths, err := lookPaths(names...)
+	if err == nil {
+		return paths, nil
+	}
+	dir, set := os.LookupEnv(EnvPostgresBin)
+	if !set {
+		dir = postgresBin
+	}
+	if dir == "" {
+		return nil, err
+	}
+	for i, n := range names {
+		p := filepath.Join(dir, n)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s not on PATH nor in %s", n, dir)
+		}
+		paths[i] = p
+	}
+	return paths, nil
+}
+
+// postgresFromEnv uses the server named by LOCKER_POSTGRES_URL.
+func postgresFromEnv(rawURL string) (*PostgresServer, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s: %w", EnvPostgresURL, err)
+	}
+	if err := postgresPing(ctx, rawURL); err != nil {
+		return nil, nil, fmt.Errorf("postgres from %s: %w", EnvPostgresURL, err)
+	}
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	return &PostgresServer{url: rawURL, addr: addr, origin: EnvPostgresURL}, func() {}, nil
+}
+
+// serverAccount returns the account the servers run as: none (this
+// process's) unless this process is root.
+func serverAccount() (string, error) {
+	if os.Geteuid() != 0 {
+		return "", nil
+	}
+	if _, err := user.Lookup(postgresAccount); err != nil {
+		return "", fmt.Errorf("running as root, and PostgreSQL refuses root: no %s account (%w)", postgresAccount, err)
+	}
+	return postgresAccount, nil
+}
+
+// chownTo gives dir to account (nothing for "").
+func chownTo(dir, account string) error {
+	if account == "" {
+		return nil
+	}
+	u, err := user.Lookup(account)
+	if err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+// postgresURL is the URL of the superuser without a password at addr.
+func postgresURL(addr, db string) string {
+	return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable"
+}
+
+// postgresBinary initialises a data directory with initdb (trust
+// authentication, loopback only) and runs postgres on it on a free port.
+func postgresBinary(postgres, initdb string) (*PostgresServer, func(), error) {
+	account, err := serverAccount()
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := tempDir("postgres")
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*PostgresServer, func(), error) {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	if err := chownTo(dir, account); err != nil {
+		return fail(fmt.Errorf("give %s to %s: %w", dir, account, err))
+	}
+	datadir := filepath.Join(dir, "data")
+	ctx, cancel := context.WithTimeout(context.Background(), postgresInitTimeout)
+	defer cancel()
+	if err := runToolAs(ctx, account, dir, initdb, "-D", datadir, "-U", "postgres", "--auth=trust",
+		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
+		return fail(fmt.Errorf("initdb: %w", err))
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var (
+		p    *process
+		addr string
+	)
+	err = retryPorts(1, func(ports []int) error {
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		args := append([]string{
+			"-D", datadir,
+			"-h", "127.0.0.1",
+			"-p", strconv.Itoa(ports[0]),
+			"-k", dir,
+		}, postgresServerArgs...)
+		p = newProcess("postgres", postgres, dir, args...)
+		p.user, p.stopSig = account, syscall.SIGINT
+		return startReady(ctx, p, func(ctx context.Context) error { return postgresPing(ctx, postgresURL(addr, "postgres")) })
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if err := postgresExec(ctx, postgresURL(addr, "postgres"), "CREATE DATABASE "+postgresDatabase); err != nil {
+		p.stop()
+		return fail(fmt.Errorf("create database %s: %w", postgresDatabase, err))
+	}
+	s := &PostgresServer{url: postgresURL(addr, postgresDatabase), addr: addr, origin: postgres, ps: newProcSet(p)}
+	return s, func() {
+		s.ps.stop()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// PgBouncer is a PgBouncer in transaction pooling mode in front of a
+// [PostgresServer], for tests.
+type PgBouncer struct {
+	url  string
+	addr string
+}
+
+// URL returns a connection URL of the locker_test database through the
+// pooler. It sets pgx's default_query_exec_mode=simple_protocol: PgBouncer
+// before 1.21 does not carry prepared statements across transactions.
+func (b *PgBouncer) URL() string { return b.url }
+
+// Addr returns the pooler's host:port.
+func (b *PgBouncer) Addr() string { return b.addr }
+
+// NewPgBouncer starts a PgBouncer (pool_mode=transaction, trust
+// authentication, loopback only) in front of srv for this test only. It
+// needs the pgbouncer binary: LOCKER_TESTENV=docker or env skips the test.
+func NewPgBouncer(t testing.TB, srv *PostgresServer) *PgBouncer {
+	t.Helper()
+	return dedicatedBinary(t, "pgbouncer", postgresInstall, []string{"pgbouncer"}, func(p []string) (*PgBouncer, func(), error) {
+		return pgbouncerBinary(p[0], srv)
+	})
+}
+
+// pgbouncerBinary writes a configuration and starts pgbouncer on a free
+// port in front of srv.
+func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), error) {
+	if _, err := exec.LookPath(path); err != nil {
+		return nil, nil, err
+	}
+	account, err := serverAccount()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := pgx.ParseConfig(srv.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := tempDir("pgbouncer")
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*PgBouncer, func(), error) {
+		_ = os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	users := filepath.Join(dir, "users.txt")
+	if err := os.WriteFile(users, []byte(fmt.Sprintf("%q \"\"\n", cfg.User)), 0o600); err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var (
+		p   *process
+		bu  string
+		adr string
+	)
+	err = retryPorts(1, func(ports []int) error {
+		adr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		ini := filepath.Join(dir, "pgbouncer.ini")
+		conf := strings.Join([]string{
+			"[databases]",
+			fmt.Sprintf("* = host=%s port=%d", cfg.Host, cfg.Port),
+			"[pgbouncer]",
+			"listen_addr = 127.0.0.1",
+			"listen_port = " + strconv.Itoa(ports[0]),
+			"unix_socket_dir =",
+			"auth_type = trust",
+			"auth_file = " + users,
+			"pool_mode = transaction",
+			"max_client_conn = 2000",
+			"default_pool_size = 40",
+			"ignore_startup_parameters = extra_float_digits",
+			"",
+		}, "\n")
+		if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
+			return err
+		}
+		if err := chownTo(dir, account); err != nil {
+			return err
+		}
+		p = newProcess("pgbouncer", path, dir, ini)
+		p.user = account
+		u, _ := url.Parse(srv.url)
+		u.Host = adr
+		q := u.Query()
+		q.Set("default_query_exec_mode", "simple_protocol")
+		u.RawQuery = q.Encode()
+		bu = u.String()
+		return startReady(ctx, p, func(ctx context.Context) error { return postgresPing(ctx, bu) })
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return &PgBouncer{url: bu, addr: adr}, func() {
+		p.stop()
+		_ = os.RemoveAll(dir)
+	}, nil
+}

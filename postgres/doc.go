@@ -1,0 +1,85 @@
+// Package postgres is a locker backend on PostgreSQL through pgx v5: a lock
+// is a row of a lease table, taken, renewed and released on the database's
+// clock.
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db:5432/app")
+//	l, err := postgres.New(pool, locker.WithTTL(30*time.Second))
+//
+// [New] takes a *pgxpool.Pool, [NewDB] a *sql.DB opened with pgx/stdlib
+// (GORM users pass gormDB.DB()). The Locker never closes either.
+//
+// # Guarantees
+//
+// The lease row is the truth. No lock state lives in a session: a holder
+// keeps its lock while its connections are recycled, terminated or pooled,
+// as long as its renewals get through.
+//
+// Acquire is one statement: INSERT … ON CONFLICT (task_name) DO UPDATE …
+// WHERE the row is free or its lock_until has passed on the database clock
+// (clock_timestamp()). Exactly one of many Lockers racing the first insert
+// of a key gets it. Sessions at SERIALIZABLE are supported: a statement
+// rolled back with SQLSTATE 40001 or 40P01 runs again within the attempt.
+//
+// The fencing token is the row's version: it grows by one per acquisition.
+// A new row starts at the database clock in microseconds since the epoch,
+// so a deleted and recreated row never hands out a lower token. [Guard] and
+// [GuardSQL] make a transaction's writes conditional on the lock.
+//
+// One statement renews every lock of a Locker that is due (UPDATE … FROM
+// unnest(…)). Release, ForceUnlock and MinHold (a row kept until a point on
+// the database clock, renewed by nobody) are conditional UPDATEs.
+//
+// Waiting: without Config.PollOnly a Locker keeps one connection that
+// LISTENs on the table's channel; a release notifies it in the releasing
+// statement. A notification only wakes a waiter, which then tries the row:
+// a forged NOTIFY grants nothing. Under it, waiters always retry when the
+// holder's lock_until passes. A LISTEN connection that does not hear its
+// own test notification is given up with a warning, and waiters poll.
+//
+// # Limits
+//
+// Keys are text of at most [MaxKeyBytes] bytes, prefix included, without NUL
+// bytes; other keys fail with locker.ErrInvalidKey. Keys are stored as they
+// are, never hashed.
+//
+// Behind PgBouncer in transaction pooling mode LISTEN does not work: set
+// Config.PollOnly (poll_only=true in a URL), and use pgx's simple protocol
+// (default_query_exec_mode=simple_protocol) before PgBouncer 1.21.
+//
+// Waiters poll the row: there is no queue and no FIFO order.
+//
+// Consensus is the database's: an asynchronous replica promoted after a
+// failover may have lost recent acquisitions.
+//
+// # Errors
+//
+// Errors wrap the database's (*pgconn.PgError). Missing privileges, a
+// missing table or database, failed authentication and a closed pool match
+// driver.ErrPermanent: a waiting Lock returns them at once. A statement
+// whose outcome is unknown is undone by its own owner token, in the
+// background until the database answers; a key may stay held for at most
+// one TTL meanwhile.
+//
+// # URLs
+//
+// [Open] serves postgres:// and postgresql:// URLs; see its doc for the
+// parameters.
+//
+// # Schema
+//
+// New creates the table unless Config.SkipMigration is set ([CreateTableSQL]):
+//
+//	CREATE TABLE IF NOT EXISTS "distribute_task_lock" (
+//	  task_name   text        PRIMARY KEY,
+//	  task_status text        NOT NULL CHECK (task_status IN ('RUNNING', 'FINISH')),
+//	  version     bigint      NOT NULL,
+//	  owner_token text        NOT NULL,
+//	  owner_label text        NOT NULL,
+//	  lock_until  timestamptz NOT NULL,
+//	  start_time  timestamptz,
+//	  finish_time timestamptz,
+//	  update_time timestamptz NOT NULL
+//	)
+//
+// Rows are never deleted by the Locker.
+package postgres

@@ -1,0 +1,475 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
+)
+
+const (
+	// DefaultTable is the lock table's default name, the seed design's.
+	DefaultTable = "distribute_task_lock"
+
+	// MaxKeyBytes is the longest key accepted, in bytes, counting the
+	// Locker's prefix (locker.WithPrefix). It keeps the primary key's index
+	// entries and the release notifications within PostgreSQL's limits.
+	// Longer keys fail with locker.ErrInvalidKey naming this limit.
+	MaxKeyBytes = 2048
+
+	// minPoolForListen is the smallest MaxOpenConns (when set) of a
+	// *sql.DB with which the Locker keeps one of its connections for
+	// LISTEN.
+	minPoolForListen = 4
+	// maxTableName is PostgreSQL's identifier limit (NAMEDATALEN - 1).
+	maxTableName = 63
+	// serializationRetries is how often an acquisition retries a statement
+	// rolled back by a serialization failure or a deadlock before it
+	// reports the key as held.
+	serializationRetries = 3
+	// cleanupTimeout bounds the undo of an acquisition whose outcome is
+	// unknown.
+	cleanupTimeout = 2 * time.Second
+	// backend names the backend in errors.
+	backend = "postgres"
+)
+
+// Config is the backend-specific configuration of [NewWithConfig] and
+// [NewDBWithConfig]. The zero value is the default.
+type Config struct {
+	// Table is the lock table's name in the current schema (default
+	// [DefaultTable]): letters, digits and underscores, at most 63 bytes.
+	// It also names the notification channel.
+	Table string
+
+	// SkipMigration makes New leave DDL alone: the table must then exist
+	// with the columns of [CreateTableSQL]. New checks them either way.
+	SkipMigration bool
+
+	// PollOnly turns off the LISTEN connection: Lock then waits by
+	// polling the table with the Locker's backoff. Set it behind PgBouncer
+	// in transaction pooling mode, where LISTEN does not work.
+	PollOnly bool
+}
+
+// New returns a Locker that keeps its locks in the table [DefaultTable] of
+// pool's database, creating the table if needed. It is NewWithConfig with
+// the zero Config.
+func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
+	return NewWithConfig(pool, Config{}, opts...)
+}
+
+// NewWithConfig returns a Locker on the caller's own pgx pool. The Locker
+// never closes pool. Without cfg.PollOnly it opens one connection of its
+// own, with pool's connection settings, for LISTEN.
+//
+// NewWithConfig creates the table (unless cfg.SkipMigration) and checks its
+// columns, bounded by 30 seconds. It returns an error matching
+// locker.ErrInvalidOption for a nil pool, a bad table name or option, and an
+// error wrapping the database's otherwise.
+func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locker.Locker, error) {
+	if pool == nil {
+		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
+	}
+	return newLocker(poolQuerier{pool}, cfg, opts)
+}
+
+// NewDB is NewDBWithConfig with the zero Config.
+func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
+	return NewDBWithConfig(db, Config{}, opts...)
+}
+
+// NewDBWithConfig is NewWithConfig on a *sql.DB opened with pgx's
+// database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
+// postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
+// keeps one of db's connections for LISTEN; PollOnly is implied when db's
+// MaxOpenConns is set below 4. It returns an error matching
+// locker.ErrInvalidOption for a db on another driver.
+func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
+	if err := checkStdlib(db); err != nil {
+		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
+		cfg.PollOnly = true // no room for the LISTEN connection
+	}
+	return newLocker(dbQuerier{db}, cfg, opts)
+}
+
+func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := validTable(cfg.Table); err != nil {
+		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
+	}
+	d := &pgDriver{q: q, cfg: cfg, sql: newStatements(cfg.Table), logger: slog.New(slog.DiscardHandler)}
+	if cfg.PollOnly {
+		return locker.New(d, opts...)
+	}
+	return locker.New(notifyingDriver{d}, opts...)
+}
+
+// validTable checks a table name: only [A-Za-z0-9_], at most 63 bytes.
+func validTable(name string) error {
+	if len(name) > maxTableName {
+		return fmt.Errorf("Config.Table: %q is %d bytes; PostgreSQL allows at most %d", name, len(name), maxTableName)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("Config.Table: %q may contain only letters, digits and underscores", name)
+		}
+	}
+	return nil
+}
+
+// lockState is the driver's state of a held lock, handed back by
+// locker.DriverState for [Guard].
+type lockState struct {
+	table   string
+	key     string
+	owner   string
+	version int64
+}
+
+// pgDriver implements driver.Driver, driver.BatchRenewer,
+// driver.Configurer, driver.Keeper, driver.Inspector and driver.Breaker.
+type pgDriver struct {
+	q      querier
+	cfg    Config
+	sql    statements
+	logger *slog.Logger
+	label  string
+
+	listen *listener // nil with PollOnly
+}
+
+// notifyingDriver adds driver.Notifier; without Config.PollOnly New hands
+// this one to the engine.
+type notifyingDriver struct{ *pgDriver }
+
+// Subscribe implements driver.Notifier through the Locker's LISTEN
+// connection.
+func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return d.listen.subscribe(ctx, key)
+}
+
+// Info implements driver.Driver.
+func (d *pgDriver) Info() driver.Info {
+	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
+}
+
+// Configure implements driver.Configurer: it creates and checks the table.
+func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
+	if cfg.Logger != nil {
+		d.logger = cfg.Logger
+	}
+	d.label = cleanLabel(cfg.Label)
+	if !d.cfg.SkipMigration {
+		if err := migrate(ctx, d.q, d.cfg.Table); err != nil {
+			return classify(err)
+		}
+	}
+	if err := checkTable(ctx, d.q, d.cfg.Table); err != nil {
+		return classify(err)
+	}
+	if !d.cfg.PollOnly {
+		d.listen = newListener(d.q, d.cfg.Table, cfg.Backoff, d.logger)
+	}
+	return nil
+}
+
+// cleanLabel makes the owner label valid UTF-8 without NUL, which text
+// refuses.
+func cleanLabel(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "?")
+}
+
+// ttlMicros converts a TTL to whole microseconds, at least 1.
+func ttlMicros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// classify marks the database errors no retry can cure: missing
+// privileges, tables or databases, failed authentication, and a closed
+// handle.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s := err.Error(); strings.Contains(s, "closed pool") || strings.Contains(s, "sql: database is closed") {
+		return driver.Permanent(err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "42501", pe.Code == "42P01", pe.Code == "3D000", strings.HasPrefix(pe.Code, "28"):
+			return driver.Permanent(err)
+		}
+	}
+	return err
+}
+
+// retryable reports whether err is a serialization failure (40001) or a
+// deadlock (40P01): the statement was rolled back and may run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// definite reports whether a failed statement certainly did not take
+// effect: the server answered with an error (the statement's transaction
+// was rolled back), or nothing was sent.
+func definite(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
+}
+
+// TryAcquire implements driver.Driver with one statement: an INSERT … ON
+// CONFLICT DO UPDATE that takes the row when it is missing, free or
+// expired, and otherwise reads the holder's remaining time. A statement
+// rolled back by a serialization failure or a deadlock runs again, up to
+// three times, then the key counts as held.
+func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if strings.ContainsRune(req.Key, 0) {
+		return driver.Grant{}, fmt.Errorf("%w: the key contains a NUL byte, which PostgreSQL text refuses", locker.ErrInvalidKey)
+	}
+	label := d.label
+	if req.Label != "" && req.Label != label {
+		label = cleanLabel(req.Label)
+	}
+	for try := 0; ; try++ {
+		// Each statement stores a token of its own, so that the undo of
+		// one whose outcome is unknown never frees a later attempt's
+		// grant (the engine keeps req.Owner across a Lock's attempts).
+		owner := fmt.Sprintf("%s.%016x", req.Owner, rand.Uint64())
+		sent := time.Now()
+		var (
+			taken, remaining sql.NullInt64
+			rows             int
+		)
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL)}, func(scan func(...any) error) error {
+			rows++
+			return scan(&taken, &remaining)
+		})
+		switch {
+		case retryable(err) && try < serializationRetries:
+			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
+				return driver.Grant{}, ctx.Err()
+			}
+			continue
+		case retryable(err):
+			return driver.Grant{}, driver.Held(0)
+		case err != nil:
+			err = classify(fmt.Errorf("acquire: %w", err))
+			if !definite(err) {
+				return driver.Grant{}, d.undoAcquire(ctx, req, owner, err)
+			}
+			return driver.Grant{}, err
+		case taken.Valid:
+			return driver.Grant{
+				Token:    uint64(taken.Int64),
+				Validity: req.TTL,
+				Since:    sent,
+				State:    &lockState{table: d.cfg.Table, key: req.Key, owner: owner, version: taken.Int64},
+			}, nil
+		case remaining.Valid && remaining.Int64 > 0:
+			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
+		default:
+			// The holder committed after this statement's snapshot, or
+			// freed the row meanwhile: held, for an unknown time.
+			return driver.Grant{}, driver.Held(0)
+		}
+	}
+}
+
+// undoAcquire frees the row if owner took it in a statement whose
+// outcome is unknown, on a fresh context: ctx may be why it failed. The
+// statement may also still be on its way (held by a partition, queued in
+// PgBouncer) and take the row later: the returned error carries a
+// driver.Residue whose Cleanup, once the database answers, keeps undoing
+// for a TTL.
+func (d *pgDriver) undoAcquire(ctx context.Context, req driver.Request, owner string, err error) error {
+	undo := func(ctx context.Context) (int, error) {
+		return d.freeing(ctx, d.sql.undo, req.Key, owner, d.cfg.Table)
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
+	n, uerr := undo(uctx)
+	cancel()
+	if uerr == nil && n > 0 {
+		return err // the acquisition happened, and is undone
+	}
+	return &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
+		n, err := undo(ctx)
+		if err != nil || n > 0 {
+			return err
+		}
+		// The database answers: a statement still on its way arrives
+		// now. Sweep for a TTL (or as long as ctx lasts).
+		end := time.Now().Add(req.TTL)
+		for time.Now().Before(end) {
+			if !driver.Sleep(ctx, max(req.TTL/10, time.Millisecond)) {
+				return nil
+			}
+			if n, err := undo(ctx); err != nil || n > 0 {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// leaseState returns the lock state of a lease.
+func leaseState(l driver.Lease) lockState {
+	if s, ok := l.State.(*lockState); ok {
+		return *s
+	}
+	return lockState{key: l.Key, owner: l.Owner, version: int64(l.Token)}
+}
+
+// freeing runs a statement that frees rows and notifies, and returns how
+// many rows it freed.
+func (d *pgDriver) freeing(ctx context.Context, stmt string, args ...any) (int, error) {
+	n := 0
+	err := d.q.query(ctx, stmt, args, func(scan func(...any) error) error {
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// Release implements driver.Driver: FINISH where owner and version still
+// match and the row is RUNNING, and a notification to the waiters in the
+// same statement.
+func (d *pgDriver) Release(ctx context.Context, l driver.Lease) error {
+	s := leaseState(l)
+	n, err := d.freeing(ctx, d.sql.release, s.key, s.owner, s.version, d.cfg.Table)
+	if err != nil {
+		return classify(fmt.Errorf("release: %w", err))
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// Break implements driver.Breaker (locker.ForceUnlock).
+func (d *pgDriver) Break(ctx context.Context, key string) error {
+	n, err := d.freeing(ctx, d.sql.force, key, d.cfg.Table)
+	if err != nil {
+		return classify(fmt.Errorf("break: %w", err))
+	}
+	if n == 0 {
+		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+	}
+	return nil
+}
+
+// Keep implements driver.Keeper (locker.MinHold): the run is over
+// (finish_time set) but the row stays RUNNING until remaining from now on
+// the database clock, renewed by nobody.
+func (d *pgDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	s := leaseState(l)
+	n, err := d.q.exec(ctx, d.sql.keep, ttlMicros(remaining), s.key, s.owner, s.version)
+	if err != nil {
+		return classify(fmt.Errorf("keep: %w", err))
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+// Inspect implements driver.Inspector from the key's row.
+func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
+	var (
+		st    driver.Status
+		found bool
+	)
+	err := d.q.query(ctx, d.sql.inspect, []any{key}, func(scan func(...any) error) error {
+		var (
+			status, label string
+			version       int64
+			start, until  sql.NullInt64
+			alive         bool
+		)
+		if err := scan(&status, &version, &label, &start, &until, &alive); err != nil {
+			return err
+		}
+		found = status == "RUNNING" && alive
+		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}
+		return nil
+	})
+	if err != nil {
+		return driver.Status{}, classify(fmt.Errorf("inspect: %w", err))
+	}
+	if !found {
+		return driver.Status{}, nil
+	}
+	return st, nil
+}
+
+// utc converts microseconds since the epoch to a UTC time; NULL is zero.
+func utc(us sql.NullInt64) time.Time {
+	if !us.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(us.Int64).UTC()
+}
+
+// rowKey identifies one acquisition's row.
+type rowKey struct {
+	key, owner string
+	version    int64
+}
+
+// RenewBatch implements driver.BatchRenewer: one UPDATE … FROM unnest(…)
+// for every lease, whose RETURNING names the rows it renewed.
+func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	keys := make([]string, len(ls))
+	owners := make([]string, len(ls))
+	versions := make([]int64, len(ls))
+	ttls := make([]int64, len(ls))
+	for i, l := range ls {
+		s := leaseState(l)
+		keys[i], owners[i], versions[i], ttls[i] = s.key, s.owner, s.version, ttlMicros(l.TTL)
+	}
+	renewed := make(map[rowKey]bool, len(ls))
+	err := d.q.query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
+		var r rowKey
+		if err := scan(&r.key, &r.owner, &r.version); err != nil {
+			return err
+		}
+		renewed[r] = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, classify(fmt.Errorf("renew: %w", err))
+	}
+	validity := make([]time.Duration, len(ls))
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		if renewed[rowKey{keys[i], owners[i], versions[i]}] {
+			validity[i] = l.TTL
+		} else {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	return validity, errs, nil
+}
+
+// Close implements driver.Driver: it stops the LISTEN connection. The
+// caller's pool stays open.
+func (d *pgDriver) Close() error {
+	if d.listen != nil {
+		d.listen.close()
+	}
+	return nil
+}

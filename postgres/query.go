@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// querier is the little the driver needs of a database handle: statements
+// on a pool, and one dedicated connection for LISTEN. It hides whether the
+// caller gave a *pgxpool.Pool or a *sql.DB.
+type querier interface {
+	// exec runs a statement and returns the rows it affected.
+	exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// query runs a statement and calls row for each row it returns.
+	query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
+	// listen calls use with a connection of its own, outside the pool,
+	// and closes that connection when use returns.
+	listen(ctx context.Context, use func(*pgx.Conn) error) error
+}
+
+// poolQuerier runs statements on a *pgxpool.Pool.
+type poolQuerier struct{ p *pgxpool.Pool }
+
+func (q poolQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := q.p.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := q.p.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
+	c, err := pgx.ConnectConfig(ctx, q.p.Config().ConnConfig)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	return use(c)
+}
+
+// dbQuerier runs statements on a *sql.DB opened with pgx/stdlib.
+type dbQuerier struct{ db *sql.DB }
+
+// checkStdlib reports an error unless db's driver is pgx's: the driver
+// sends Go slices as PostgreSQL arrays, and LISTEN needs a pgx connection.
+func checkStdlib(db *sql.DB) error {
+	if db == nil {
+		return errors.New("nil *sql.DB")
+	}
+	if _, ok := db.Driver().(*stdlib.Driver); !ok {
+		return fmt.Errorf("*sql.DB uses the driver %T; the postgres backend needs github.com/jackc/pgx/v5/stdlib", db.Driver())
+	}
+	return nil
+}
+
+func (q dbQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := q.db.ExecContext(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := q.db.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// listen holds one connection of db's pool while use runs, and discards
+// it afterwards: its session listened.
+func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
+	c, err := q.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("connection of type %T is not pgx's", dc)
+		}
+		err := use(sc.Conn())
+		// The session listened: never hand it back to the pool.
+		return errors.Join(err, sqldriver.ErrBadConn)
+	})
+}

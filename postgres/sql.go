@@ -1,0 +1,87 @@
+package postgres
+
+// The SQL of the driver. Every instant comes from the database's clock,
+// clock_timestamp() (never now(), which stands still for a whole
+// transaction). Statements are built once per table name, which New
+// validated, and the name is always quoted.
+
+// dbNow is the database clock.
+const dbNow = "clock_timestamp()"
+
+// micros renders a timestamptz as microseconds since the epoch (NULL stays
+// NULL), so that reading it depends on no session time zone.
+func micros(col string) string {
+	return "floor(extract(epoch FROM " + col + ") * 1000000)::bigint"
+}
+
+// statements holds the SQL texts for one table.
+type statements struct {
+	// acquire takes the row when it is missing, free or expired, in one
+	// statement. It returns one row: (version, NULL) when taken, (NULL,
+	// the holder's remaining µs or NULL) when not, or no row when the
+	// holder's row is not visible yet. Args: key, owner, label, ttl µs.
+	acquire string
+	// release frees the row and notifies the waiters, returning one row
+	// when it was ours. Args: key, owner, version, channel.
+	release string
+	// undo frees a row this owner may hold after an acquisition whose
+	// outcome is unknown. Args: key, owner, channel.
+	undo string
+	// keep ends a run but leaves the row claimed for a while (MinHold).
+	// Args: remaining µs, key, owner, version.
+	keep string
+	// force frees the row whoever holds it. Args: key, channel.
+	force string
+	// renew renews many leases in one statement and returns the renewed
+	// rows. Args: keys, owners, versions, ttls µs (arrays).
+	renew string
+	// inspect reads the row. Args: key.
+	inspect string
+	// guard reads and row-locks the row. Args: key.
+	guard string
+}
+
+// quoteIdent quotes a validated identifier.
+func quoteIdent(name string) string { return `"` + name + `"` }
+
+func newStatements(table string) statements {
+	t := quoteIdent(table)
+	until := dbNow + " + $4::float8 * interval '1 microsecond'"
+	free := "task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow + ", update_time = " + dbNow
+	return statements{
+		acquire: "WITH a AS (INSERT INTO " + t + " AS l" +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
+			" VALUES ($1, 'RUNNING', " + micros(dbNow) + ", $2, $3, " + until + ", " + dbNow + ", " + dbNow + ")" +
+			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
+			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
+			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
+			" WHERE l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow +
+			" RETURNING l.version)" +
+			" SELECT version, NULL::bigint FROM a" +
+			" UNION ALL SELECT NULL::bigint, CASE WHEN task_status = 'RUNNING' THEN " +
+			micros("lock_until") + " - " + micros(dbNow) + " END" +
+			" FROM " + t + " WHERE task_name = $1 AND NOT EXISTS (SELECT 1 FROM a)",
+		release: "WITH r AS (UPDATE " + t + " SET " + free +
+			" WHERE task_name = $1 AND owner_token = $2 AND version = $3 AND task_status = 'RUNNING' RETURNING task_name)" +
+			" SELECT pg_notify($4, task_name)::text FROM r",
+		undo: "WITH r AS (UPDATE " + t + " SET " + free +
+			" WHERE task_name = $1 AND owner_token = $2 AND task_status = 'RUNNING' RETURNING task_name)" +
+			" SELECT pg_notify($3, task_name)::text FROM r",
+		keep: "UPDATE " + t + " SET finish_time = " + dbNow + ", lock_until = " + dbNow + " + $1::float8 * interval '1 microsecond'," +
+			" update_time = " + dbNow +
+			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING'",
+		force: "WITH r AS (UPDATE " + t + " SET " + free +
+			" WHERE task_name = $1 AND task_status = 'RUNNING' AND lock_until > " + dbNow + " RETURNING task_name)" +
+			" SELECT pg_notify($2, task_name)::text FROM r",
+		renew: "UPDATE " + t + " AS l SET lock_until = " + dbNow + " + r.ttl::float8 * interval '1 microsecond'," +
+			" update_time = " + dbNow +
+			" FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS r(task_name, owner_token, version, ttl)" +
+			" WHERE l.task_name = r.task_name AND l.owner_token = r.owner_token AND l.version = r.version" +
+			" AND l.task_status = 'RUNNING' AND l.lock_until > " + dbNow +
+			" RETURNING l.task_name, l.owner_token, l.version",
+		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
+			", lock_until > " + dbNow + " FROM " + t + " WHERE task_name = $1",
+		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
+			" FROM " + t + " WHERE task_name = $1 FOR UPDATE",
+	}
+}
