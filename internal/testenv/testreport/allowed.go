@@ -60,6 +60,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
+				"integration/zookeeper TestConformance",
 				"integration/mysql TestConformance",
 				"integration/mysql TestConformancePollOnly",
 				"integration/etcd TestConformance/embedded",
