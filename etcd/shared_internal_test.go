@@ -48,3 +48,10 @@ func TestSubscribeSeesSharedRelease(t *testing.T) {
 	d, ctx, key := sharedDriver(t)
 	sharetest.SubscribeSeesRelease(ctx, t, d, key, sharedTTL)
 }
+
+// TestSharedInspectAndBreak: Inspect lists a semaphore's holders, Break
+// frees them.
+func TestSharedInspectAndBreak(t *testing.T) {
+	d, ctx, key := sharedDriver(t)
+	sharetest.InspectAndBreak(ctx, t, d, key, sharedTTL)
+}

@@ -47,3 +47,10 @@ func TestSubscribeSeesSharedRelease(t *testing.T) {
 	d, ctx := sharedDriver(t)
 	sharetest.SubscribeSeesRelease(ctx, t, d, "permits", sharedTTL)
 }
+
+// TestSharedInspectAndBreak: Inspect lists a semaphore's holders, Break
+// frees them.
+func TestSharedInspectAndBreak(t *testing.T) {
+	d, ctx := sharedDriver(t)
+	sharetest.InspectAndBreak(ctx, t, d, "permits", sharedTTL)
+}

@@ -90,3 +90,53 @@ func SubscribeSeesRelease(ctx context.Context, t *testing.T, d interface {
 		t.Fatal("a subscription to a key was not notified of a released permit")
 	}
 }
+
+// InspectAndBreak checks that Inspect of a semaphore shows its limit,
+// every holder (mode, weight, label, token) and its waiters, and that
+// Break frees the permits of every holder. d must be a driver.Inspector
+// and a driver.Breaker; key must be free; d's Locker TTL is ttl.
+func InspectAndBreak(ctx context.Context, t *testing.T, d interface {
+	Sharer
+	driver.Inspector
+	driver.Breaker
+}, key string, ttl time.Duration) {
+	t.Helper()
+	a, err := d.TryAcquireShared(ctx, request(key, "a", ttl), permits(3, 1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.TryAcquireShared(ctx, request(key, "b", ttl), permits(3, 2, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.TryAcquireShared(ctx, request(key, "w", ttl), permits(3, 1, true))
+	var r *driver.Residue
+	if !errors.As(err, &r) {
+		t.Fatalf("a permit of a full semaphore, queued: got %v, want a Residue", err)
+	}
+	st, err := d.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Held || st.Limit != 3 || st.Waiters != 1 || len(st.Holders) != 2 {
+		t.Errorf("Inspect = %+v; want held, limit 3, 1 waiter, 2 holders", st)
+	}
+	want := map[string]driver.Holder{"a": {Weight: 1, Token: a.Token}, "b": {Weight: 2, Token: b.Token}}
+	for _, h := range st.Holders {
+		w, ok := want[h.Label]
+		if !ok || h.Mode != driver.Permits || h.Weight != w.Weight || h.Token != w.Token {
+			t.Errorf("Inspect's holder %+v; want one of %+v, mode permits", h, want)
+		}
+	}
+	if err := d.Break(ctx, key); err != nil {
+		t.Fatalf("Break: %v", err)
+	}
+	if err := r.Cleanup(ctx); err != nil {
+		t.Errorf("the waiter's cleanup: %v", err)
+	}
+	c, err := d.TryAcquireShared(ctx, request(key, "c", ttl), permits(3, 3, false))
+	if err != nil {
+		t.Fatalf("all the permits after Break: %v", err)
+	}
+	release(ctx, t, d, key, "c", ttl, c)
+}
