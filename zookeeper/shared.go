@@ -137,7 +137,19 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	d.mu.Unlock()
 	var children []string
 	var err error
+	var claim <-chan result[[]zk.MultiResponse]
 	if node != "" {
+		// The claim of a waiter that fits is sent along with the listing
+		// (one round trip), and wasted when it does not fit: a write to
+		// the key's node (lock nodes are read-only) whose zxid is the
+		// token, with a check that our node is still there. A write
+		// proves the session alive.
+		sent = time.Now()
+		ops := []any{
+			&zk.CheckVersionRequest{Path: node, Version: -1},
+			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+		}
+		claim = start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 		if children, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
@@ -206,15 +218,14 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 		}}
 	}
 	if !fresh {
-		// Claim: a write (to the key's node: lock nodes are read-only)
-		// whose zxid is the token, with a check that our node is still
-		// there. A write proves the session alive.
-		sent = time.Now()
-		ops := []any{
-			&zk.CheckVersionRequest{Path: node, Version: -1},
-			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+		var r result[[]zk.MultiResponse]
+		select {
+		case r = <-claim:
+		case <-ctx.Done():
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, ctx.Err()
 		}
-		res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		res, err := r.v, r.err
 		if err == nil && (len(res) != 2 || res[1].Stat == nil) {
 			err = fmt.Errorf("zookeeper: unexpected reply to a claim multi-operation: %d results", len(res))
 		}
