@@ -52,6 +52,16 @@
 //     again.
 //   - [Guard] makes the caller's own transactions conditional on still
 //     holding the lock: fencing enforced by etcd itself.
+//   - Semaphores and read-write locks (locker.NewSemaphore,
+//     locker.NewRWMutex): each permit or hold, granted or waiting, is a key
+//     of the key's directory on the lease, queued by create revision. A
+//     request holds once the keys ahead of it and its own fit: a writer
+//     must be first, a reader needs no writer ahead, permits need their
+//     weights to add up to at most the limit. Later arrivals never overtake
+//     a waiter. The limit is the first key's: another limit gets an error
+//     naming both. A grant's token is the revision of the write that made
+//     it (the key's creation, or a rewrite of a waiter's key), so it is
+//     greater than every token handed out before.
 //
 // # Limits
 //
@@ -81,6 +91,12 @@
 //   - Each acquisition writes a key and its release deletes it: etcd keeps
 //     every revision until it compacts, so run it with auto-compaction
 //     (--auto-compaction-mode=periodic --auto-compaction-retention=1h).
+//   - A waiter for a permit or a shared hold keeps its place in line with
+//     its key, and a watch of the deletions in the key's directory wakes
+//     it: every release wakes every waiter of the key.
+//   - A plain lock on a key held by permits or shared holds, or the other
+//     way round, waits for them (TryLock: ErrNotAcquired); only a shared
+//     request behind a plain lock gets the conflict error.
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
 //   - etcd keys: the lock on store key k (prefix included) lives under
 //     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -465,6 +467,13 @@ func (d *etcdDriver) Break(ctx context.Context, key string) error {
 		return driver.ErrNotHeld
 	}
 	kv := resp.Kvs[0]
+	if _, ok := parseShared(kv.Value); ok {
+		kvs, err := d.listDir(ctx, key)
+		if err != nil || len(kvs) == 0 {
+			return cmp.Or(err, driver.ErrNotHeld)
+		}
+		return d.breakShared(ctx, kvs)
+	}
 	del, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 		Then(clientv3.OpDelete(string(kv.Key))).
@@ -487,6 +496,11 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.Status, er
 	if err != nil {
 		return driver.Status{}, d.classify(err)
 	}
+	if kvs := resp.Get().Kvs; len(kvs) > 0 {
+		if _, ok := parseShared(kvs[0].Value); ok {
+			return d.inspectShared(ctx, key)
+		}
+	}
 	st, lease := statusOf(resp.Get())
 	if lease != 0 {
 		st.Expires = d.leaseExpiry(ctx, lease)
@@ -508,6 +522,9 @@ func statusOf(resp *clientv3.GetResponse) (driver.Status, clientv3.LeaseID) {
 		return driver.Status{}, 0
 	}
 	kv := resp.Kvs[0]
+	if r, ok := parseShared(kv.Value); ok {
+		return sharedStatusOf(r, kv, int(resp.Count)), clientv3.LeaseID(kv.Lease)
+	}
 	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
 	return driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1},
 		clientv3.LeaseID(kv.Lease)
@@ -520,6 +537,16 @@ func (d *etcdDriver) leaseExpiry(ctx context.Context, lease clientv3.LeaseID) ti
 		return time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
 	}
 	return time.Time{}
+}
+
+// listDir returns every key of key's directory, in create revision order.
+func (d *etcdDriver) listDir(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
+	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, d.classify(err)
+	}
+	return resp.Kvs, nil
 }
 
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.

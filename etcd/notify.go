@@ -2,18 +2,41 @@ package etcd
 
 import (
 	"context"
+	"errors"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Subscribe implements driver.Notifier, for locker.Watch: a watch on the
-// key's directory wakes on every deletion there (a release, an expired
-// lease, a waiter that left). The engine's own waits go through Acquire and
-// do not use it. A watch that fails ends the wake-ups; the engine's polling
+// Subscribe implements driver.Notifier, for locker.Watch and the waits of
+// shared holds: a watch on the key's directory wakes on every deletion
+// there (a release, an expired lease, a waiter that left). The engine's
+// waits for a plain lock go through Acquire and do not use it. The watch is
+// established when Subscribe returns, so that no deletion after it is
+// missed. A watch that fails later ends the wake-ups; the engine's polling
 // goes on.
 func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := d.cli.Watch(wctx, Dir(key), clientv3.WithPrefix(), clientv3.WithFilterPut())
+	wch := d.cli.Watch(wctx, Dir(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	stop := func() {
+		cancel()
+		for range wch { // closed once the watch has ended
+		}
+	}
+	select {
+	case resp, ok := <-wch:
+		if ok && resp.Created && resp.Err() == nil {
+			break
+		}
+		stop()
+		err := errors.New("etcd: watch ended before it was established")
+		if ok && resp.Err() != nil {
+			err = resp.Err()
+		}
+		return nil, nil, d.classify(err)
+	case <-ctx.Done():
+		stop()
+		return nil, nil, ctx.Err()
+	}
 	ch := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {

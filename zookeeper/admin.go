@@ -16,7 +16,7 @@ import (
 // token; ctime: when it was taken, on the server's clock), the others are
 // queued waiters. A holder's node lives as long as its session: Expires is
 // zero.
-func (d *zkDriver) Inspect(_ context.Context, key string) (driver.Status, error) {
+func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	parent := d.parentOf(key)
 	children, _, err := d.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -28,6 +28,9 @@ func (d *zkDriver) Inspect(_ context.Context, key string) (driver.Status, error)
 	first, n := head(children)
 	if first == "" {
 		return driver.Status{}, nil
+	}
+	if q := queueOf(children); !q[0].plain {
+		return d.inspectShared(ctx, parent, q)
 	}
 	data, stat, err := d.conn.Get(parent + "/" + first)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -58,6 +61,9 @@ func (d *zkDriver) Break(ctx context.Context, key string) error {
 	first, _ := head(children)
 	if first == "" {
 		return driver.ErrNotHeld
+	}
+	if q := queueOf(children); !q[0].plain {
+		return d.breakShared(ctx, parent, q)
 	}
 	err = call0(ctx, d, func() error { return d.conn.Delete(parent+"/"+first, -1) })
 	if errors.Is(err, zk.ErrNoNode) {

@@ -58,6 +58,18 @@
 //     on is deleted in the background, so that it never blocks the key.
 //   - [Guard] makes the caller's own ZooKeeper multi-operations conditional on
 //     still holding the lock: fencing enforced by ZooKeeper itself.
+//   - Semaphores and read-write locks (locker.NewSemaphore,
+//     locker.NewRWMutex), as in Curator's recipes: each permit or hold,
+//     granted or waiting, is an ephemeral sequential node of the key's
+//     queue whose name carries its mode, weight and limit. A request holds
+//     once the nodes ahead of it and its own fit: a writer must be first,
+//     a reader needs no writer ahead, permits need their weights to add up
+//     to at most the limit. Later arrivals never overtake a waiter. The
+//     limit is the first node's: another limit gets an error naming both.
+//     A crashed holder's permit goes with its session. A grant's token is
+//     the zxid of the write that made it (the node's creation, or for a
+//     waiter a write to the key's node with a check of its own), so it is
+//     greater than every token handed out before.
 //
 // # Limits
 //
@@ -81,6 +93,14 @@
 //     until the session ends or the Locker closes. A waiter that crashed
 //     while queued holds up the key until its session expires: the granted
 //     session timeout.
+//   - A waiter for a permit or a shared hold keeps its place in line with
+//     its node, and a watch of the key's queue wakes it: every arrival and
+//     every release wakes every waiter of the key.
+//   - A plain lock on a key held by permits or shared holds, or the other
+//     way round, waits for them (TryLock: ErrNotAcquired); only a shared
+//     request behind a plain lock gets the conflict error.
+//   - Inspect reports a holder's czxid as its token: for a hold granted
+//     after waiting, that is below the token it was granted.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes

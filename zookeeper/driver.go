@@ -82,6 +82,9 @@ type zkDriver struct {
 	// keeps are the timers that delete kept lock nodes when their MinHold
 	// ends (Keep); Close stops them and leaves the nodes to the session.
 	keeps map[*time.Timer]struct{}
+	// queued are the nodes of the shared requests waiting in line, by
+	// owner token (see TryAcquireShared).
+	queued map[string]string
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {

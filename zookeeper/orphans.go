@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -47,7 +48,7 @@ func (d *zkDriver) deleteOrphan(ctx context.Context, o *orphan) error {
 			return fmt.Errorf("list %s: %w", o.parent, err)
 		}
 		for _, c := range children {
-			if guidOf(c) == o.guid {
+			if strings.HasPrefix(c, protectedPrefix+o.guid+lockMarker) {
 				node = o.parent + "/" + c
 				break
 			}

@@ -1,0 +1,287 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker/driver"
+)
+
+// sharedPrefix starts the value of a shared hold's key, which is followed
+// by the mode, the weight, the limit, the owner token and the label.
+const sharedPrefix = "shared "
+
+// shareRecord is a shared hold's key as read from the store.
+type shareRecord struct {
+	mode   driver.Mode
+	weight int
+	limit  int
+	label  string
+}
+
+// sharedValue is the value of the key of req's shared hold.
+func sharedValue(req driver.Request, s driver.Share) string {
+	return fmt.Sprintf("%s%d %d %d %s %s", sharedPrefix, s.Mode, s.Weight, s.Limit, req.Owner, req.Label)
+}
+
+// parseShared reads a key's value; ok is false for a plain lock's key.
+func parseShared(value []byte) (r shareRecord, ok bool) {
+	v, found := strings.CutPrefix(strings.TrimPrefix(string(value), keptPrefix), sharedPrefix)
+	if !found {
+		return r, false
+	}
+	f := strings.SplitN(v, " ", 5)
+	if len(f) < 4 {
+		return r, false
+	}
+	mode, err1 := strconv.Atoi(f[0])
+	weight, err2 := strconv.Atoi(f[1])
+	limit, err3 := strconv.Atoi(f[2])
+	if err := errors.Join(err1, err2, err3); err != nil || weight < 1 {
+		return r, false
+	}
+	r = shareRecord{mode: driver.Mode(mode), weight: weight, limit: limit}
+	if len(f) == 5 {
+		r.label = f[4]
+	}
+	return r, true
+}
+
+// kind names the use of a key, for conflict errors.
+func (r shareRecord) kind() string {
+	if r.mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", r.limit)
+	}
+	return "a read-write lock"
+}
+
+func shareKind(s driver.Share) string {
+	return shareRecord{mode: s.Mode, limit: s.Limit}.kind()
+}
+
+// conflict returns the ErrConflict of a request of s behind first, the
+// first key of the key's directory, or nil when s may join it.
+func conflict(first *mvccpb.KeyValue, s driver.Share) error {
+	r, ok := parseShared(first.Value)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKind(s))
+	case (r.mode == driver.Permits) != (s.Mode == driver.Permits):
+		return fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, r.kind(), shareKind(s))
+	case r.limit != s.Limit:
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, r.limit, s.Limit)
+	}
+	return nil
+}
+
+// fits reports whether a hold of s may be held behind the keys ahead of
+// it (holders and waiters, in create revision order): a writer must be
+// first, a reader needs no writer ahead, permits need the weights ahead
+// and their own to fit the limit. A plain lock's key blocks everything.
+func fits(ahead []*mvccpb.KeyValue, s driver.Share) bool {
+	used := s.Weight
+	for _, kv := range ahead {
+		r, ok := parseShared(kv.Value)
+		if !ok || s.Mode == driver.Write || r.mode != s.Mode {
+			return false
+		}
+		used += r.weight
+	}
+	return s.Mode != driver.Permits || used <= s.Limit
+}
+
+// TryAcquireShared implements driver.Sharer. Each holder or waiter is a
+// key of the key's directory on the Locker's lease, named after the lease
+// and the owner token, so that a waiter's later attempts find the key its
+// first one created. One transaction creates the key, or finds it, and
+// reads the directory; the request holds once the keys ahead of it fit (see
+// fits). A request that does not fit keeps its key when it queues, and
+// deletes it when it does not.
+//
+// A grant's token is the revision of a write that made it: the key's
+// creation, or for a waiter a rewrite of its key. A key's create revision
+// would not do: a waiter that fits is granted at its next attempt, after
+// a later arrival may have been granted behind it.
+func (d *etcdDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	g, err := d.tryAcquireShared(ctx, req, s)
+	return g, d.classify(err)
+}
+
+func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	for attempt := 0; ; attempt++ {
+		sess, err := d.session(ctx)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		st := d.newState(sess, req, false)
+		st.key += "." + req.Owner
+		st.value = sharedValue(req, s)
+		list := clientv3.OpGet(st.dir, clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		tctx, cancel := detached(ctx)
+		resp, err := d.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", 0)).
+			Then(list, clientv3.OpPut(st.key, st.value, clientv3.WithLease(sess.id))).
+			Else(list).
+			Commit()
+		cancel()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+				d.kill(sess, fmt.Errorf("%w: %w", ErrLeaseLost, err))
+				continue
+			}
+			return driver.Grant{}, d.cleanup(ctx, st, false, err)
+		}
+		fresh := resp.Succeeded
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		st.rev = resp.Header.Revision
+		if !fresh {
+			// Queued by an earlier attempt: the keys ahead are those
+			// created before ours.
+			i := 0
+			for i < len(kvs) && string(kvs[i].Key) != st.key {
+				i++
+			}
+			if i == len(kvs) || string(kvs[i].Value) != st.value {
+				return driver.Grant{}, fmt.Errorf("etcd: key %q of a queued shared hold changed", st.key)
+			}
+			st.rev = kvs[i].CreateRevision
+			kvs = kvs[:i]
+		}
+		if len(kvs) > 0 {
+			if err := conflict(kvs[0], s); err != nil {
+				return driver.Grant{}, d.cleanup(ctx, st, true, err)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return driver.Grant{}, d.cleanup(ctx, st, true, err)
+		}
+		if !fits(kvs, s) {
+			return driver.Grant{}, d.refuseShared(ctx, st, s)
+		}
+		token := st.rev
+		if !fresh {
+			if token, err = d.claimShared(ctx, st); err != nil {
+				return driver.Grant{}, err
+			}
+		}
+		g, err := d.grant(ctx, st)
+		if err == nil {
+			g.Token, g.Queued = uint64(token), !fresh
+		}
+		return g, err
+	}
+}
+
+// claimShared rewrites the key of a waiter that fits, and returns the
+// revision of that write: the grant's token.
+func (d *etcdDriver) claimShared(ctx context.Context, st *lockState) (int64, error) {
+	tctx, cancel := detached(ctx)
+	resp, err := d.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", st.rev)).
+		Then(clientv3.OpPut(st.key, st.value, clientv3.WithIgnoreLease())).
+		Commit()
+	cancel()
+	if err != nil {
+		return 0, d.cleanup(ctx, st, true, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("etcd: key %q of a queued shared hold deleted", st.key)
+	}
+	return resp.Header.Revision, nil
+}
+
+// refuseShared is the refusal of a hold that does not fit: a Residue that
+// deletes its key when it queues, the deletion of its key otherwise.
+func (d *etcdDriver) refuseShared(ctx context.Context, st *lockState, s driver.Share) error {
+	if !s.Queue {
+		return d.cleanup(ctx, st, true, driver.Held(0))
+	}
+	// Back before the lease, which the attempts keep alive, expires.
+	return &driver.Residue{Err: driver.Held(min(st.ttl, d.ttl) / 3), Cleanup: func(ctx context.Context) error {
+		_, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
+		return d.classify(err)
+	}}
+}
+
+// sharedHolders returns the keys of the directory kvs (in create revision
+// order, a shared hold's first) that hold the key: those that fit behind
+// the keys ahead of them.
+func sharedHolders(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	first, _ := parseShared(kvs[0].Value)
+	var held []*mvccpb.KeyValue
+	for i, kv := range kvs {
+		r, ok := parseShared(kv.Value)
+		if !ok || !fits(kvs[:i], driver.Share{Mode: r.mode, Weight: r.weight, Limit: first.limit}) {
+			break
+		}
+		held = append(held, kv)
+	}
+	return held
+}
+
+// inspectShared is Inspect of a key held by shared holds. The token of a
+// holder is its key's last write (a kept hold's key was written again by
+// Keep).
+func (d *etcdDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
+	kvs, err := d.listDir(ctx, key)
+	if err != nil || len(kvs) == 0 {
+		return driver.Status{}, err
+	}
+	first, _ := parseShared(kvs[0].Value)
+	held := sharedHolders(kvs)
+	st := sharedStatusOf(first, kvs[0], len(kvs))
+	st.Held, st.Label, st.Token, st.Waiters = len(held) > 0, "", 0, len(kvs)-len(held)
+	for _, kv := range held {
+		r, _ := parseShared(kv.Value)
+		h := driver.Holder{Mode: r.mode, Weight: r.weight, Label: r.label, Token: uint64(kv.ModRevision)}
+		if kv.Lease != 0 {
+			h.Expires = d.leaseExpiry(ctx, clientv3.LeaseID(kv.Lease))
+		}
+		st.Holders = append(st.Holders, h)
+		if h.Token >= st.Token {
+			st.Label, st.Token, st.Expires = h.Label, h.Token, h.Expires
+		}
+	}
+	return st, nil
+}
+
+// sharedStatusOf is the Status of a key held by shared holds as far as its
+// first key, r read from kv, tells: its holder, and n keys in all. Inspect
+// completes it with every holder.
+func sharedStatusOf(r shareRecord, kv *mvccpb.KeyValue, n int) driver.Status {
+	st := driver.Status{Held: true, Label: r.label, Token: uint64(kv.ModRevision), Waiters: n - 1}
+	if r.mode == driver.Permits {
+		st.Limit = r.limit
+	}
+	return st
+}
+
+// breakShared deletes the keys that hold a key held by shared holds, each
+// if it has not changed since it was read.
+func (d *etcdDriver) breakShared(ctx context.Context, kvs []*mvccpb.KeyValue) error {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, kv := range sharedHolders(kvs) {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+	}
+	if len(ops) == 0 {
+		return driver.ErrNotHeld
+	}
+	resp, err := d.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return d.classify(err)
+	}
+	if !resp.Succeeded {
+		return errors.New("etcd: the holders' keys changed while they were being deleted; try again")
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package sharedbench holds the benchmarks of semaphores and read-write
+// locks that every backend with shared holds runs on its own store, so that
+// their figures compare.
+package sharedbench
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// handoffWait is how long the waiter has been waiting when the holder
+// releases.
+const handoffWait = 20 * time.Millisecond
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Uncontended compares an uncontended semaphore permit and read hold with
+// a lock of l, on keys under key: one acquire and one release each, in
+// turn, in a rotating order.
+func Uncontended(b *testing.B, l locker.Locker, key string) {
+	ctx := b.Context()
+	sem, err := locker.NewSemaphore(l, key+"/sem", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rw, err := locker.NewRWMutex(l, key+"/rw")
+	if err != nil {
+		b.Fatal(err)
+	}
+	acquire := []func() (locker.Lock, error){
+		func() (locker.Lock, error) { return l.Lock(ctx, key+"/lock") },
+		func() (locker.Lock, error) { return sem.Acquire(ctx) },
+		func() (locker.Lock, error) { return rw.RLock(ctx) },
+	}
+	var spent [3]time.Duration
+	n := 0
+	for b.Loop() {
+		for j := range 3 {
+			k := (n + j) % 3
+			t := time.Now()
+			lk, err := acquire[k]()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			spent[k] += time.Since(t)
+		}
+		n++
+	}
+	b.ReportMetric(float64(spent[0].Nanoseconds())/float64(n), "lock-ns/op")
+	b.ReportMetric(float64(spent[1].Nanoseconds())/float64(n), "sem-ns/op")
+	b.ReportMetric(float64(spent[2].Nanoseconds())/float64(n), "rlock-ns/op")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "sem-x-lock")
+	b.ReportMetric(float64(spent[2])/float64(spent[0]), "rlock-x-lock")
+}
+
+// Handoff times how long a released lock, and a released permit of a
+// semaphore of one, take to reach waiter, which waits for them on keys
+// under key, in turn; it reports the permit's p50 as a multiple of the
+// lock's.
+func Handoff(b *testing.B, holder, waiter locker.Locker, key string) {
+	ctx := b.Context()
+	hs, err := locker.NewSemaphore(holder, key+"/sem", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws, err := locker.NewSemaphore(waiter, key+"/sem", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kinds := []struct {
+		hold, wait func() (locker.Lock, error)
+	}{
+		{func() (locker.Lock, error) { return holder.Lock(ctx, key+"/lock") }, func() (locker.Lock, error) { return waiter.Lock(ctx, key+"/lock") }},
+		{func() (locker.Lock, error) { return hs.Acquire(ctx) }, func() (locker.Lock, error) { return ws.Acquire(ctx) }},
+	}
+	var lats [2][]time.Duration
+	for b.Loop() {
+		for k, kind := range kinds {
+			b.StopTimer()
+			lk, err := kind.hold()
+			if err != nil {
+				b.Fatal(err)
+			}
+			res := make(chan time.Time, 1)
+			go func() {
+				wl, err := kind.wait()
+				if err != nil {
+					b.Error(err)
+					res <- time.Time{}
+					return
+				}
+				res <- time.Now()
+				_ = wl.Unlock(ctx)
+			}()
+			time.Sleep(handoffWait)
+			b.StartTimer()
+			start := time.Now()
+			if err := lk.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			at := <-res
+			if at.IsZero() {
+				b.FailNow()
+			}
+			lats[k] = append(lats[k], at.Sub(start))
+		}
+	}
+	for k := range lats {
+		slices.Sort(lats[k])
+	}
+	lock, permit := lats[0][len(lats[0])/2], lats[1][len(lats[1])/2]
+	b.ReportMetric(ms(lock), "lock-p50-ms")
+	b.ReportMetric(ms(permit), "permit-p50-ms")
+	b.ReportMetric(float64(permit)/float64(lock), "permit-x-lock")
+}

@@ -1,0 +1,315 @@
+package zookeeper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/golocker/locker/driver"
+)
+
+// shareMarker starts the part of a shared hold's node name that follows
+// its GUID: _c_<guid>-s<mode>.<weight>.<limit>-lock-<sequence>. The node
+// is a lock node of the key's queue, so a plain lock queues behind it.
+const shareMarker = "-s"
+
+// share is a shared hold's node as named in the key's queue.
+type share struct {
+	name   string
+	seq    int64
+	mode   driver.Mode
+	weight int
+	limit  int
+	plain  bool // a plain lock's node
+}
+
+// shareTag is the part of the node name of a hold of s after its GUID.
+func shareTag(s driver.Share) string {
+	return fmt.Sprintf("%s%d.%d.%d", shareMarker, s.Mode, s.Weight, s.Limit)
+}
+
+// parseShare reads a lock node's name; ok is false for other children.
+func parseShare(name string) (sh share, ok bool) {
+	seq, ok := sequenceOf(name)
+	if !ok || len(name) < len(protectedPrefix)+guidLen {
+		return sh, false
+	}
+	sh = share{name: name, seq: seq, plain: true}
+	tag := name[len(protectedPrefix)+guidLen : strings.LastIndex(name, lockMarker)]
+	f := strings.Split(strings.TrimPrefix(tag, shareMarker), ".")
+	if !strings.HasPrefix(tag, shareMarker) || len(f) != 3 {
+		return sh, true
+	}
+	mode, err1 := strconv.Atoi(f[0])
+	weight, err2 := strconv.Atoi(f[1])
+	limit, err3 := strconv.Atoi(f[2])
+	if errors.Join(err1, err2, err3) != nil || weight < 1 {
+		return sh, true
+	}
+	sh.mode, sh.weight, sh.limit, sh.plain = driver.Mode(mode), weight, limit, false
+	return sh, true
+}
+
+// queueOf returns the lock nodes among children, in sequence order.
+func queueOf(children []string) []share {
+	var q []share
+	for _, c := range children {
+		if sh, ok := parseShare(c); ok {
+			q = append(q, sh)
+		}
+	}
+	slices.SortFunc(q, func(a, b share) int { return cmp.Compare(a.seq, b.seq) })
+	return q
+}
+
+func (sh share) kind() string {
+	if sh.mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", sh.limit)
+	}
+	return "a read-write lock"
+}
+
+// conflict returns the ErrConflict of a request of s behind first, the
+// first node of the key's queue, or nil when s may join it.
+func conflict(first share, s driver.Share) error {
+	want := share{mode: s.Mode, limit: s.Limit}.kind()
+	switch {
+	case first.plain:
+		return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, want)
+	case (first.mode == driver.Permits) != (s.Mode == driver.Permits):
+		return fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, first.kind(), want)
+	case first.limit != s.Limit:
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, first.limit, s.Limit)
+	}
+	return nil
+}
+
+// fits reports whether a hold of s may be held behind the nodes ahead of
+// it (holders and waiters, in sequence order): a writer must be first, a
+// reader needs no writer ahead, permits need the weights ahead and their
+// own to fit the limit. A plain lock's node blocks everything.
+func fits(ahead []share, s driver.Share) bool {
+	used := s.Weight
+	for _, sh := range ahead {
+		if sh.plain || s.Mode == driver.Write || sh.mode != s.Mode {
+			return false
+		}
+		used += sh.weight
+	}
+	return s.Mode != driver.Permits || used <= s.Limit
+}
+
+// TryAcquireShared implements driver.Sharer, as Curator's semaphore and
+// read-write lock recipes do: each holder or waiter is an ephemeral
+// sequential node of the key's queue whose name carries its mode, weight
+// and limit. The driver remembers the node of a request that queued, for
+// its later attempts; a first attempt creates its node at once. The request
+// holds once the nodes ahead of it fit (see fits); the first node's limit
+// is the key's. A request that does not fit keeps its node when it queues,
+// and deletes it when it does not. A crashed holder's node goes with its
+// session.
+//
+// A grant's token is the zxid of a write that made it: the node's creation,
+// or for a waiter a rewrite of its data. Its czxid would not do: a waiter
+// that fits is granted at its next attempt, after a later arrival may have
+// been granted behind it.
+func (d *zkDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	g, err := d.tryAcquireShared(ctx, req, s)
+	return g, classify(err)
+}
+
+func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	parent := d.parentOf(req.Key)
+	tag := newGUID() + shareTag(s)
+	sent := time.Now()
+	// Only a request that queued has a node to find: the first attempt
+	// creates one at once.
+	d.mu.Lock()
+	node := d.queued[req.Owner]
+	delete(d.queued, req.Owner)
+	d.mu.Unlock()
+	var children []string
+	var err error
+	var claim <-chan result[[]zk.MultiResponse]
+	if node != "" {
+		// The claim of a waiter that fits is sent along with the listing
+		// (one round trip), and wasted when it does not fit: a write to
+		// the key's node (lock nodes are read-only) whose zxid is the
+		// token, with a check that our node is still there. A write
+		// proves the session alive.
+		sent = time.Now()
+		ops := []any{
+			&zk.CheckVersionRequest{Path: node, Version: -1},
+			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+		}
+		claim = start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		if children, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, err
+		}
+		if !slices.Contains(children, node[len(parent)+1:]) {
+			node = "" // gone with its session, or deleted: queue again
+		}
+	}
+	fresh := node == ""
+	var zxid int64
+	session := d.conn.SessionID()
+	if fresh {
+		var pstat *zk.Stat
+		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label)); err != nil {
+			return driver.Grant{}, err
+		}
+		zxid = pstat.Mzxid
+		if pstat.NumChildren > 1 {
+			if children, err = d.children(ctx, parent); err != nil {
+				d.cleanup(ctx, parent, tag, node)
+				return driver.Grant{}, err
+			}
+		} else {
+			children = []string{node[len(parent)+1:]}
+		}
+	}
+	q := queueOf(children)
+	mine := slices.IndexFunc(q, func(sh share) bool { return parent+"/"+sh.name == node })
+	if mine < 0 {
+		d.cleanup(ctx, parent, tag, node)
+		return driver.Grant{}, errNodeGone
+	}
+	if mine > 0 {
+		if err := conflict(q[0], s); err != nil {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		d.cleanup(ctx, parent, tag, node)
+		return driver.Grant{}, err
+	}
+	if !fits(q[:mine], s) {
+		if !s.Queue {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, driver.Held(0)
+		}
+		d.mu.Lock()
+		if d.queued == nil {
+			d.queued = make(map[string]string)
+		}
+		d.queued[req.Owner] = node
+		d.mu.Unlock()
+		owner := req.Owner
+		return driver.Grant{}, &driver.Residue{Err: driver.Held(req.TTL / 3), Cleanup: func(ctx context.Context) error {
+			d.mu.Lock()
+			if d.queued[owner] == node {
+				delete(d.queued, owner)
+			}
+			d.mu.Unlock()
+			err := call0(ctx, d, func() error { return d.conn.Delete(node, -1) })
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			return classify(err)
+		}}
+	}
+	if !fresh {
+		var r result[[]zk.MultiResponse]
+		select {
+		case r = <-claim:
+		case <-ctx.Done():
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, ctx.Err()
+		}
+		res, err := r.v, r.err
+		if err == nil && (len(res) != 2 || res[1].Stat == nil) {
+			err = fmt.Errorf("zookeeper: unexpected reply to a claim multi-operation: %d results", len(res))
+		}
+		if err != nil {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, fmt.Errorf("claim %s: %w", node, denied(err, parent, "WRITE"))
+		}
+		zxid = res[1].Stat.Mzxid
+	}
+	if s := d.conn.SessionID(); s != session || s == 0 {
+		// The session changed during the create: ask the node which one
+		// it belongs to.
+		if session, err = d.ownerOf(ctx, node); err != nil {
+			d.cleanup(ctx, parent, tag, node)
+			return driver.Grant{}, err
+		}
+	}
+	g, err := d.grant(ctx, req, parent, tag, node, session, zxid, sent)
+	g.Queued = !fresh
+	return g, err
+}
+
+// children lists parent's children.
+func (d *zkDriver) children(ctx context.Context, parent string) ([]string, error) {
+	c, err := call(ctx, d, func() ([]string, error) {
+		c, _, err := d.conn.Children(parent)
+		return c, err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		err = fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
+	}
+	return c, err
+}
+
+// sharedHolders returns the nodes of q (a queue whose first node is a
+// shared hold's) that hold the key: those that fit behind the nodes ahead
+// of them.
+func sharedHolders(q []share) []share {
+	var held []share
+	for i, sh := range q {
+		if sh.plain || !fits(q[:i], driver.Share{Mode: sh.mode, Weight: sh.weight, Limit: q[0].limit}) {
+			break
+		}
+		held = append(held, sh)
+	}
+	return held
+}
+
+// inspectShared is Inspect of a key whose queue q starts with a shared
+// hold: each holder's data is its label, its ctime when it queued, and its
+// czxid its token, or a lower number for a hold granted after waiting.
+func (d *zkDriver) inspectShared(ctx context.Context, parent string, q []share) (driver.Status, error) {
+	held := sharedHolders(q)
+	st := driver.Status{Waiters: len(q) - len(held)}
+	if q[0].mode == driver.Permits {
+		st.Limit = q[0].limit
+	}
+	for _, sh := range held {
+		data, stat, err := d.conn.Get(parent + "/" + sh.name)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return driver.Status{}, fmt.Errorf("zookeeper: read %s/%s: %w", parent, sh.name, err)
+		}
+		h := driver.Holder{Mode: sh.mode, Weight: sh.weight, Label: string(data), Token: uint64(stat.Czxid),
+			Acquired: time.UnixMilli(stat.Ctime).UTC()}
+		st.Holders = append(st.Holders, h)
+		if h.Token >= st.Token {
+			st.Held, st.Label, st.Token, st.Acquired = true, h.Label, h.Token, h.Acquired
+		}
+	}
+	return st, ctx.Err()
+}
+
+// breakShared deletes the nodes that hold a key whose queue q starts with
+// a shared hold.
+func (d *zkDriver) breakShared(ctx context.Context, parent string, q []share) error {
+	var errs []error
+	for _, sh := range sharedHolders(q) {
+		err := call0(ctx, d, func() error { return d.conn.Delete(parent+"/"+sh.name, -1) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			errs = append(errs, fmt.Errorf("zookeeper: delete %s/%s: %w", parent, sh.name, classify(err)))
+		}
+	}
+	return errors.Join(errs...)
+}
