@@ -1,0 +1,250 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// releaseShared ends a shared hold (driver.Driver.Release).
+func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
+	if err := d.dropShare(ctx, s.key, s.owner, s.token, false); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// keepShared leaves a shared hold in place for remaining, renewed by
+// nobody (driver.Keeper.Keep).
+func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining time.Duration) error {
+	us := max(remaining.Microseconds(), 1)
+	err := d.inShareTx(ctx, s.key, func(tx *sql.Tx, st string) (int64, error) {
+		res, err := d.txExec(ctx, tx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
+			" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
+			us, s.key, s.owner, s.token)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+	if err != nil {
+		return fmt.Errorf("keep: %w", err)
+	}
+	return nil
+}
+
+// breakShared ends every hold on key (driver.Breaker.Break); the waiters
+// stay in line.
+func (d *sqlDriver) breakShared(ctx context.Context, key string) error {
+	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND queued = 0 AND lock_until > "+dbNow, key)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+}
+
+// inspectShared reads the holders of a key held by shared holds.
+func (d *sqlDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
+	st, err := d.sharedTable()
+	if err != nil {
+		return driver.Status{}, err
+	}
+	rs, err := d.db.QueryContext(ctx, "SELECT mode, weight, share_limit, token, queued, owner_label, "+
+		micros("start_time")+", "+micros("lock_until")+" FROM "+st+
+		" WHERE task_name = ? AND lock_until > "+dbNow+" ORDER BY queued, token", key)
+	if err != nil {
+		return driver.Status{}, err
+	}
+	defer rs.Close()
+	var s driver.Status
+	for rs.Next() {
+		var (
+			h              driver.Holder
+			mode           uint8
+			limit          int
+			queued         uint64
+			label          []byte
+			start, expires sql.NullInt64
+		)
+		if err := rs.Scan(&mode, &h.Weight, &limit, &h.Token, &queued, &label, &start, &expires); err != nil {
+			return driver.Status{}, err
+		}
+		if driver.Mode(mode) == driver.Permits {
+			s.Limit = limit
+		}
+		if queued > 0 {
+			s.Waiters++
+			continue
+		}
+		h.Mode, h.Label, h.Acquired, h.Expires = driver.Mode(mode), string(label), utc(start), utc(expires)
+		s.Holders = append(s.Holders, h)
+	}
+	if err := rs.Err(); err != nil {
+		return driver.Status{}, err
+	}
+	if n := len(s.Holders); n > 0 {
+		h := s.Holders[n-1]
+		s.Held, s.Label, s.Token, s.Acquired, s.Expires = true, h.Label, h.Token, h.Acquired, h.Expires
+	}
+	return s, nil
+}
+
+// renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of the
+// keys' rows (so that their lock_until covers the holds), one of the holds,
+// and one SELECT when some lease did not match, to tell which.
+func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
+	fail := func(err error) {
+		for _, i := range idx {
+			errs[i] = fmt.Errorf("renew: %w", err)
+		}
+	}
+	st, err := d.sharedTable()
+	if err != nil {
+		fail(err)
+		return
+	}
+	us := ttlMicros(ttl)
+	keys := make([]any, 0, len(idx))
+	holds := make([]any, 0, 3*len(idx))
+	want := map[shareState]bool{}
+	for _, i := range idx {
+		s := ls[i].State.(*shareState)
+		keys = append(keys, s.key)
+		holds = append(holds, s.key, s.owner, s.token)
+		want[*s] = true
+	}
+	var b strings.Builder
+	placeholders(&b, len(idx), "?")
+	inKeys := b.String()
+	b.Reset()
+	placeholders(&b, len(idx), "(?, ?, ?)")
+	inHolds := b.String()
+	if _, err := d.db.ExecContext(ctx, "UPDATE "+d.sql.table+" SET lock_until = GREATEST(lock_until, "+untilExpr+")"+
+		" WHERE task_name IN ("+inKeys+") AND task_status = '"+sharedStatus+"' AND lock_until > "+dbNow,
+		append([]any{us}, keys...)...); err != nil {
+		fail(classify(err))
+		return
+	}
+	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+
+		" WHERE task_name IN ("+inKeys+") AND (task_name, owner_token, token) IN ("+inHolds+")"+
+		" AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
+		append(append([]any{us}, keys...), holds...)...)
+	if err != nil {
+		fail(classify(err))
+		return
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		fail(err)
+		return
+	}
+	renewed := want
+	if int(n) != len(want) {
+		renewed = map[shareState]bool{}
+		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
+			" WHERE task_name IN ("+inKeys+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, keys...)
+		if err != nil {
+			fail(classify(err))
+			return
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var key, owner []byte
+			var token uint64
+			if err := rs.Scan(&key, &owner, &token); err != nil {
+				fail(err)
+				return
+			}
+			renewed[shareState{key: string(key), owner: string(owner), token: token}] = true
+		}
+		if err := rs.Err(); err != nil {
+			fail(err)
+			return
+		}
+	}
+	for _, i := range idx {
+		if renewed[*ls[i].State.(*shareState)] {
+			validity[i] = ttl
+		} else {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+}
+
+// shareKindOf names the use of a key, for conflict errors.
+func shareKindOf(mode driver.Mode, limit int) string {
+	if mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", limit)
+	}
+	return "a read-write lock"
+}
+
+// prepared returns the prepared statement of text on tx, preparing it on
+// the pool on first use: a transaction on shared holds runs up to seven
+// statements, and each unprepared one with arguments costs three round
+// trips.
+func (d *sqlDriver) prepared(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
+	d.mu.Lock()
+	s := d.shared[text]
+	closed := d.closed
+	d.mu.Unlock()
+	if s == nil {
+		if closed {
+			return nil, errors.New("driver closed")
+		}
+		var err error
+		if s, err = d.db.PrepareContext(ctx, text); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		switch old := d.shared[text]; {
+		case d.closed:
+			d.mu.Unlock()
+			_ = s.Close()
+			return nil, errors.New("driver closed")
+		case old != nil:
+			_ = s.Close()
+			s = old
+		default:
+			d.shared[text] = s
+		}
+		d.mu.Unlock()
+	}
+	return tx.StmtContext(ctx, s), nil
+}
+
+func (d *sqlDriver) txExec(ctx context.Context, tx *sql.Tx, text string, args ...any) (sql.Result, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.ExecContext(ctx, args...)
+}
+
+func (d *sqlDriver) txQuery(ctx context.Context, tx *sql.Tx, text string, args ...any) (*sql.Rows, error) {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, args...)
+}
+
+// errRow is a Scan that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (d *sqlDriver) txQueryRow(ctx context.Context, tx *sql.Tx, text string, args ...any) interface{ Scan(...any) error } {
+	s, err := d.prepared(ctx, tx, text)
+	if err != nil {
+		return errRow{err}
+	}
+	return s.QueryRowContext(ctx, args...)
+}
