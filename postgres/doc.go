@@ -46,6 +46,10 @@
 // Config.PollOnly (poll_only=true in a URL), and use pgx's simple protocol
 // (default_query_exec_mode=simple_protocol) before PgBouncer 1.21.
 //
+// Behind PgBouncer, keep server_login_retry well below TTL/3. After a
+// database restart PgBouncer refuses logins for that long: renewals fail,
+// and a longer refusal loses every lock.
+//
 // Waiters poll the row: there is no queue and no FIFO order.
 //
 // Consensus is the database's: an asynchronous replica promoted after a
