@@ -69,7 +69,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	}
 	// A fence already past on arrival (a database clock that jumped) takes
 	// nothing: the retry below uses the fresh reading.
-	d.clock.observe(now, sent, time.Since(sent))
+	d.clock.Observe(now, sent, time.Since(sent))
 	if rem.Valid && rem.Int64 > 0 && shared.Valid && shared.Bool {
 		return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
 	}
@@ -92,8 +92,8 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 	// The row's lock_until counts from the statement, not from the call:
 	// a Lock that waited in Acquire must not lose the time it waited.
 	sent := time.Now()
-	f := d.fenceFor(ctx, sent, req.TTL)
-	res, err := stmt.ExecContext(ctx, append(args, f.db)...)
+	f := d.clock.Fence(ctx, sent, req.TTL)
+	res, err := stmt.ExecContext(ctx, append(args, f.Store)...)
 	if err != nil {
 		if contended(err) {
 			// Rolled back by a deadlock or a lock wait timeout on the

@@ -198,7 +198,7 @@ type sqlDriver struct {
 
 	notify *notifier // nil with PollOnly
 
-	clock dbClock // for the fences of acquiring statements
+	clock driver.StoreClock // for the fences of acquiring statements
 }
 
 func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
@@ -242,7 +242,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	if err != nil {
 		return err
 	}
-	if _, err := d.clock.sample(ctx, d.db, d.sql.now); err != nil {
+	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return err
 	}
 	defer func() {

@@ -118,7 +118,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	}
 	for range maxAttempts {
 		sent := time.Now()
-		f := d.fenceFor(ctx, sent, req.TTL)
+		f := d.clock.Fence(ctx, sent, req.TTL)
 		g, err := d.shareAttempt(ctx, st, req, s, label, f)
 		if err == nil {
 			g.Since = sent
@@ -138,8 +138,8 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 		if !definite(err) {
 			key, owner := req.Key, req.Owner
 			err = &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
-				if !driver.Sleep(ctx, time.Until(f.local)) {
-					return fmt.Errorf("undo: %w", ctx.Err())
+				if err := d.clock.AwaitFence(ctx, f, d.queryNow); err != nil {
+					return fmt.Errorf("undo: %w", classify(err))
 				}
 				return d.dropShare(ctx, key, owner, 0, false)
 			}}
@@ -150,7 +150,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 }
 
 // shareAttempt is one transaction of TryAcquireShared.
-func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f fence) (g driver.Grant, err error) {
+func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f driver.Fence) (g driver.Grant, err error) {
 	t := d.sql.table
 	tx, err := d.db.BeginTx(ctx, shareTxOptions())
 	if err != nil {
@@ -289,14 +289,14 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 // coverShare marks the key's row SHARED with a lock_until no earlier than
 // ttl µs from now, so that plain acquisitions wait; with advance it also
 // advances the version. It fails with a Held error once the fence passed.
-func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f fence, advance bool) error {
+func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f driver.Fence, advance bool) error {
 	set := ""
 	if advance {
 		set = "version = version + 1, "
 	}
 	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
 		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
-		" WHERE task_name = ? AND "+beforeFence, ttl, key, f.db)
+		" WHERE task_name = ? AND "+beforeFence, ttl, key, f.Store)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,10 @@
 // Config.PollOnly (poll_only=true in a URL), and use pgx's simple protocol
 // (default_query_exec_mode=simple_protocol) before PgBouncer 1.21.
 //
+// Behind PgBouncer, keep server_login_retry well below TTL/3. After a
+// database restart PgBouncer refuses logins for that long: renewals fail,
+// and a longer refusal loses every lock.
+//
 // Waiters poll the row: there is no queue and no FIFO order.
 //
 // Consensus is the database's: an asynchronous replica promoted after a
@@ -55,10 +59,15 @@
 //
 // Errors wrap the database's (*pgconn.PgError). Missing privileges, a
 // missing table or database, failed authentication and a closed pool match
-// driver.ErrPermanent: a waiting Lock returns them at once. A statement
-// whose outcome is unknown is undone by its own owner token, in the
-// background until the database answers; a key may stay held for at most
-// one TTL meanwhile.
+// driver.ErrPermanent: a waiting Lock returns them at once.
+//
+// Every acquiring statement carries a fence on the database clock, after
+// which it takes nothing. A Lock or TryLock that gave up while its
+// statement was on the way (held by a partition, queued in PgBouncer) may
+// have taken the row for nobody. The row then stays claimed until the fence
+// passed and the database answers the undo (or, if the Locker is closed
+// first, until its lock_until). A database clock stepped back by more than
+// the fence window in that time can let the statement land after its undo.
 //
 // # URLs
 //

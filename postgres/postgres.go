@@ -37,9 +37,6 @@ const (
 	// rolled back by a serialization failure or a deadlock before it
 	// reports the key as held.
 	serializationRetries = 3
-	// cleanupTimeout bounds the undo of an acquisition whose outcome is
-	// unknown.
-	cleanupTimeout = 2 * time.Second
 	// backend names the backend in errors.
 	backend = "postgres"
 )
@@ -151,6 +148,8 @@ type pgDriver struct {
 	label  string
 
 	listen *listener // nil with PollOnly
+
+	clock driver.StoreClock // for the fences of acquiring statements
 }
 
 // notifyingDriver adds driver.Notifier; without Config.PollOnly New hands
@@ -180,6 +179,9 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		}
 	}
 	if err := checkTable(ctx, d.q, d.cfg.Table); err != nil {
+		return classify(err)
+	}
+	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return classify(err)
 	}
 	if !d.cfg.PollOnly {
@@ -236,7 +238,8 @@ func definite(err error) bool {
 // CONFLICT DO UPDATE that takes the row when it is missing, free or
 // expired, and otherwise reads the holder's remaining time. A statement
 // rolled back by a serialization failure or a deadlock runs again, up to
-// three times, then the key counts as held.
+// three times, then the key counts as held. A statement that arrived after
+// its fence runs once more with a fence from the fresh clock reading.
 func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if strings.ContainsRune(req.Key, 0) {
 		return driver.Grant{}, fmt.Errorf("%w: the key contains a NUL byte, which PostgreSQL text refuses", locker.ErrInvalidKey)
@@ -245,20 +248,26 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
+	fenced := false
 	for try := 0; ; try++ {
 		// Each statement stores a token of its own, so that the undo of
 		// one whose outcome is unknown never frees a later attempt's
 		// grant (the engine keeps req.Owner across a Lock's attempts).
 		owner := fmt.Sprintf("%s.%016x", req.Owner, rand.Uint64())
+		// The row's lock_until counts from the statement, not from the
+		// call: a Lock that waited must not lose the time it waited.
 		sent := time.Now()
+		f := d.clock.Fence(ctx, sent, req.TTL)
 		var (
 			taken, remaining sql.NullInt64
-			rows             int
+			now              int64
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL)}, func(scan func(...any) error) error {
-			rows++
-			return scan(&taken, &remaining)
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store}, func(scan func(...any) error) error {
+			return scan(&taken, &remaining, &now)
 		})
+		if err == nil && now > 0 {
+			d.clock.Observe(now, sent, time.Since(sent))
+		}
 		switch {
 		case retryable(err) && try < serializationRetries:
 			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
@@ -270,7 +279,7 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		case err != nil:
 			err = classify(fmt.Errorf("acquire: %w", err))
 			if !definite(err) {
-				return driver.Grant{}, d.undoAcquire(ctx, req, owner, err)
+				return driver.Grant{}, d.residue(err, req.Key, owner, f)
 			}
 			return driver.Grant{}, err
 		case taken.Valid:
@@ -282,48 +291,18 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			}, nil
 		case remaining.Valid && remaining.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
+		case now >= f.Store && !fenced && ctx.Err() == nil:
+			// Fenced out on arrival (a stale clock mapping, or a
+			// database clock that jumped): the next fence comes from
+			// this statement's reading.
+			fenced = true
+			continue
 		default:
 			// The holder committed after this statement's snapshot, or
 			// freed the row meanwhile: held, for an unknown time.
 			return driver.Grant{}, driver.Held(0)
 		}
 	}
-}
-
-// undoAcquire frees the row if owner took it in a statement whose
-// outcome is unknown, on a fresh context: ctx may be why it failed. The
-// statement may also still be on its way (held by a partition, queued in
-// PgBouncer) and take the row later: the returned error carries a
-// driver.Residue whose Cleanup, once the database answers, keeps undoing
-// for a TTL.
-func (d *pgDriver) undoAcquire(ctx context.Context, req driver.Request, owner string, err error) error {
-	undo := func(ctx context.Context) (int, error) {
-		return d.freeing(ctx, d.sql.undo, req.Key, owner, d.cfg.Table)
-	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
-	n, uerr := undo(uctx)
-	cancel()
-	if uerr == nil && n > 0 {
-		return err // the acquisition happened, and is undone
-	}
-	return &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
-		n, err := undo(ctx)
-		if err != nil || n > 0 {
-			return err
-		}
-		// The database answers: a statement still on its way arrives
-		// now. Sweep for a TTL (or as long as ctx lasts).
-		end := time.Now().Add(req.TTL)
-		for time.Now().Before(end) {
-			if !driver.Sleep(ctx, max(req.TTL/10, time.Millisecond)) {
-				return nil
-			}
-			if n, err := undo(ctx); err != nil || n > 0 {
-				return err
-			}
-		}
-		return nil
-	}}
 }
 
 // leaseState returns the lock state of a lease.

@@ -8,6 +8,11 @@ package postgres
 // dbNow is the database clock.
 const dbNow = "clock_timestamp()"
 
+// beforeFence is true while the database clock is before the fence given
+// in microseconds since the epoch by $5: an acquiring statement that
+// reaches the server later takes nothing (see fence.go).
+const beforeFence = dbNow + " < timestamptz 'epoch' + $5::float8 * interval '1 microsecond'"
+
 // micros renders a timestamptz as microseconds since the epoch (NULL stays
 // NULL), so that reading it depends on no session time zone.
 func micros(col string) string {
@@ -17,10 +22,13 @@ func micros(col string) string {
 // statements holds the SQL texts for one table.
 type statements struct {
 	// acquire takes the row when it is missing, free or expired, in one
-	// statement. It returns one row: (version, NULL) when taken, (NULL,
-	// the holder's remaining µs or NULL) when not, or no row when the
-	// holder's row is not visible yet. Args: key, owner, label, ttl µs.
+	// statement, unless the fence passed. It returns one row: the version
+	// taken or NULL, the holder's remaining µs or NULL (none, or the
+	// holder's row is not visible yet), and the database clock (µs since
+	// the epoch). Args: key, owner, label, ttl µs, fence µs.
 	acquire string
+	// now reads the database clock (µs since the epoch).
+	now string
 	// release frees the row and notifies the waiters, returning one row
 	// when it was ours. Args: key, owner, version, channel.
 	release string
@@ -51,16 +59,17 @@ func newStatements(table string) statements {
 	return statements{
 		acquire: "WITH a AS (INSERT INTO " + t + " AS l" +
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" VALUES ($1, 'RUNNING', " + micros(dbNow) + ", $2, $3, " + until + ", " + dbNow + ", " + dbNow + ")" +
+			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", $2::text, $3::text, " + until + ", " + dbNow + ", " + dbNow +
+			" WHERE " + beforeFence +
 			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
 			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
-			" WHERE l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow +
+			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND " + beforeFence +
 			" RETURNING l.version)" +
-			" SELECT version, NULL::bigint FROM a" +
-			" UNION ALL SELECT NULL::bigint, CASE WHEN task_status = 'RUNNING' THEN " +
+			" SELECT (SELECT version FROM a), (SELECT CASE WHEN task_status = 'RUNNING' THEN " +
 			micros("lock_until") + " - " + micros(dbNow) + " END" +
-			" FROM " + t + " WHERE task_name = $1 AND NOT EXISTS (SELECT 1 FROM a)",
+			" FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a)), " + micros(dbNow),
+		now: "SELECT " + micros(dbNow),
 		release: "WITH r AS (UPDATE " + t + " SET " + free +
 			" WHERE task_name = $1 AND owner_token = $2 AND version = $3 AND task_status = 'RUNNING' RETURNING task_name)" +
 			" SELECT pg_notify($4, task_name)::text FROM r",

@@ -346,6 +346,9 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 			"max_client_conn = 2000",
 			"default_pool_size = 40",
 			"ignore_startup_parameters = extra_float_digits",
+			// The default, 15 s, refuses logins for longer than a TTL
+			// after a restart of the server: every lock would be lost.
+			"server_login_retry = 1",
 			"",
 		}, "\n")
 		if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
