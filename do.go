@@ -58,7 +58,7 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 	} else if outer != nil {
 		return fn(ctx)
 	}
-	return runHeld(ctx, l, key, fn, func() (Lock, error) {
+	return runAcquired(ctx, l, key, fn, func() (Lock, error) {
 		if wait {
 			return l.Lock(ctx, key, opts...)
 		}
@@ -66,25 +66,45 @@ func do(ctx context.Context, op string, l Locker, key string, fn func(ctx contex
 	})
 }
 
-// runHeld takes a lock with acquire, runs fn while it is held, and releases
-// it, as Do does. Inside fn's ctx the lock counts as l's hold on key (nil l:
-// as nobody's, for a shared hold, which is never reentrant).
-func runHeld(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, acquire func() (Lock, error)) error {
+// runAcquired takes a lock with acquire, runs fn while it is held, and
+// releases it, as Do does. Inside fn's ctx the lock counts as l's hold on
+// key (nil l: as nobody's, for a shared hold, which is never reentrant).
+func runAcquired(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, acquire func() (Lock, error)) error {
 	lk, err := acquire()
 	if err != nil {
 		return err
 	}
 
 	entry := &heldEntry{locker: l, key: key, lock: lk, next: heldList(ctx)}
-	entry.running.Store(true)
-	cctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, entry))
-	fctx := &heldContext{Context: cctx, lock: lk, cancel: cancel}
+	return runHeld(ctx, lk, []*heldEntry{entry}, fn)
+}
+
+// held is what Do and DoMulti hold while their function runs: a Lock or a
+// MultiLock.
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Unlock(ctx context.Context) error
+}
+
+// runHeld runs fn while h is held and releases h after it, as Do says.
+// entries record h's keys in fn's ctx: entries[0].next is ctx's list and
+// each later entry's next is the one before it.
+func runHeld(ctx context.Context, h held, entries []*heldEntry, fn func(ctx context.Context) error) error {
+	running := func(on bool) {
+		for _, e := range entries {
+			e.running.Store(on)
+		}
+	}
+	running(true)
+	cctx, cancel := context.WithCancelCause(context.WithValue(ctx, heldKey{}, entries[len(entries)-1]))
+	fctx := &heldContext{Context: cctx, lock: h, cancel: cancel}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
-		case <-lk.Done():
-			if err := lk.Err(); err != nil {
+		case <-h.Done():
+			if err := h.Err(); err != nil {
 				cancel(err)
 			}
 		case <-fctx.Done():
@@ -94,12 +114,12 @@ func runHeld(ctx context.Context, l Locker, key string, fn func(ctx context.Cont
 		// From here on fctx, and every ctx derived from it that fn handed
 		// out, confers nothing: it is cancelled, and no longer counts as a
 		// hold.
-		entry.running.Store(false)
+		running(false)
 		cancel(context.Canceled)
 		<-watched
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
 		defer ucancel()
-		return lk.Unlock(uctx)
+		return h.Unlock(uctx)
 	}
 	returned := false
 	defer func() {
@@ -113,7 +133,7 @@ func runHeld(ctx context.Context, l Locker, key string, fn func(ctx context.Cont
 	fnErr := fn(fctx)
 	returned = true
 	uerr := release()
-	if lost := lk.Err(); lost != nil {
+	if lost := h.Err(); lost != nil {
 		return join(fnErr, lost)
 	}
 	return join(fnErr, uerr)
@@ -125,7 +145,7 @@ func runHeld(ctx context.Context, l Locker, key string, fn func(ctx context.Cont
 // process, where the lock's own Done closes when asked past its deadline).
 type heldContext struct {
 	context.Context
-	lock   Lock
+	lock   held
 	cancel context.CancelCauseFunc
 }
 

@@ -183,3 +183,24 @@ func ExampleForceUnlock() {
 	// holder lost it: true
 	// again: true
 }
+
+// An order of several SKUs takes all their locks or none. The keys are taken
+// in byte order, so two orders never deadlock, whatever order they list
+// their SKUs in. Each key keeps its own fencing token.
+func ExampleLockMulti() {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+
+	ml, err := locker.LockMulti(ctx, l, []string{"sku:9", "sku:1", "sku:7"})
+	if err != nil {
+		log.Fatal(err) // no key is held
+	}
+	defer ml.Unlock(ctx)
+	fmt.Println(ml.Keys(), ml.Token("sku:7") > 0)
+	// <-ml.Done() closes when any key's hold ends.
+	// Output: [sku:1 sku:7 sku:9] true
+}

@@ -95,11 +95,16 @@ func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
 	if err != nil {
 		return Status{}, e.err("inspect", key, nil, err)
 	}
+	return statusOf(st), nil
+}
+
+// statusOf is what a driver says of a key, as package locker says it.
+func statusOf(st driver.Status) Status {
 	out := Status{Held: st.Held, Label: st.Label, Token: st.Token, Acquired: st.Acquired, Expires: st.Expires,
 		Waiters: st.Waiters, Limit: st.Limit}
 	for _, h := range st.Holders {
 		out.Holders = append(out.Holders, Holder{Mode: Mode(h.Mode), Weight: h.Weight, Label: h.Label, Token: h.Token,
 			Acquired: h.Acquired, Expires: h.Expires})
 	}
-	return out, nil
+	return out
 }

@@ -6,6 +6,7 @@
 // example redis.New(rdb), etcd.New(cli), mysql.New(db), zookeeper.New(conn,
 // events) or memory.New(store); all return a [Locker]. Job code only sees
 // [Locker], [Lock], [Do] and [TryDo], so dev and prod can use different stores.
+// [LockMulti] and [DoMulti] take several keys at once, all or none.
 //
 // The reasons behind the design are in docs/design.md, and measurements in
 // docs/benchmarks.md, of the repository

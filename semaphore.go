@@ -110,5 +110,5 @@ func sharedDo(ctx context.Context, op, key string, fn func(ctx context.Context) 
 	case fn == nil:
 		return &Error{Op: op, Key: key, Err: ErrInvalidOption, Cause: errors.New("nil function")}
 	}
-	return runHeld(ctx, nil, key, fn, acquire)
+	return runAcquired(ctx, nil, key, fn, acquire)
 }

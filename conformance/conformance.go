@@ -134,6 +134,26 @@
 //     a fresh Locker included; a Lock fails with ErrNotAcquired and
 //     ctx.Err(); once the store answers, the key is free within that
 //     bound of the holder's Unlock.
+//   - MultiNoDeadlock: two Lockers take the same two keys with
+//     locker.LockMulti, given in opposite orders, hundreds of times: no
+//     call waits for ever, and no key is held by both at once.
+//   - MultiAllOrNothing: TryLockMulti and LockMulti that fail on their
+//     last key (held elsewhere) leave the keys they took free within
+//     TTL/2.
+//   - MultiCrash (Crash): the keys of a crashed LockMulti holder are all
+//     free within one TTL.
+//   - MultiLoss (DeleteBehind): when one key vanishes from the store, the
+//     MultiLock's Done closes and Err matches ErrLost; DoMulti cancels its
+//     function's ctx with ErrLost.
+//   - MultiCancel: LockMulti calls whose ctx ends while they wait for a
+//     held key fail with ErrNotAcquired and ctx.Err(), and leave nothing
+//     behind: once the holder unlocks, every key is free within TTL/2 and
+//     stays free.
+//   - List: locker.List yields every key held under a prefix (more than
+//     one page of them, from two Lockers) once, with its holder's token
+//     and label, and no free key; keys taken and released between them
+//     during the listing never make a key held throughout go missing;
+//     skipped for a Locker that is not a locker.Lister.
 //   - Watch (Crash optional): locker.Watch reports a free key, then its
 //     holder, then nobody after the Unlock, within one TTL of each change,
 //     never a lower token after a higher one; with Crash, it reports the
@@ -291,8 +311,14 @@ var cases = []testCase{
 	{name: "CheckOptions", contract: "CheckLockOptions must refuse exactly the LockOptions that Lock and TryLock refuse", run: testCheckOptions},
 	{name: "LateDelivery", contract: noLateHolder, run: testLateDelivery},
 	{name: "PromptCancel", contract: promptCancel, run: testPromptCancel},
+	{name: "MultiNoDeadlock", contract: multiNoCycle, run: testMultiNoDeadlock},
+	{name: "MultiAllOrNothing", contract: multiAllOrNone, run: testMultiAllOrNothing},
+	{name: "MultiCrash", contract: multiCrash, run: testMultiCrash},
+	{name: "MultiLoss", contract: multiLoss, run: testMultiLoss},
+	{name: "MultiCancel", contract: multiResidue, run: testMultiCancel},
 	{name: "Watch", contract: watchBound, run: testWatch},
 	{name: "Extend", contract: extended, run: testExtend},
+	{name: "List", contract: "List must yield every key held under the prefix once, with its holder's token, and no free key", run: testList},
 	{name: "SemaphoreLimit", contract: withinLimit, run: testSemaphoreLimit},
 	{name: "SemaphoreCrash", contract: "a crashed holder's permit must come back within its TTL", run: testSemaphoreCrash},
 	{name: "RWExclusion", contract: readersShare, run: testRWExclusion},
@@ -422,6 +448,21 @@ func (c *caseT) newLocker() locker.Locker {
 		}
 	})
 	return l
+}
+
+// labelled returns a fresh Locker whose owner label is label, closed when
+// the test ends; without Harness.NewLockerWith, a plain Locker and "".
+func (c *caseT) labelled(label string) (locker.Locker, string) {
+	c.Helper()
+	if c.h.NewLockerWith == nil {
+		return c.newLocker(), ""
+	}
+	l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
+	if err != nil {
+		c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
+	}
+	c.t.Cleanup(func() { _ = l.Close() })
+	return l, label
 }
 
 // mustTryLock takes a key that the case knows to be free.

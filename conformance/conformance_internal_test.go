@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"runtime"
 	"slices"
 	"strings"
@@ -214,6 +215,14 @@ const (
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
 	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
 	extendsNothing  = "extendsNothing"  // Extend reports success and changes nothing
+	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
+	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
+	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+
+	// Broken LockMulti implementations, over unbroken Lockers.
+	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
+	multiKeepsSome = "multiKeepsSome" // a failed LockMulti or TryLockMulti keeps the keys it took
+	multiDoneFirst = "multiDoneFirst" // a MultiLock's Done and Err watch only its first key
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -229,13 +238,14 @@ const (
 // inner engine looks itself up, so no wrapper can be reentrant.)
 var mustCatch = map[string][]string{
 	grantsAll: {"TryLock", "MutualExclusion", "Renewal", "Scale", "Cancellation",
-		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do"},
-	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate"},
+		"LockWaits", "Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Keys", "Close", "Do",
+		"MultiNoDeadlock", "MultiAllOrNothing"},
+	neverDone:       {"LossDeleteBehind", "LossIsolate", "Close", "TryLock", "OwnershipAfterCrash", "Elect", "SharedLossIsolate", "MultiLoss"},
 	reusesTokens:    {"Fencing", "FencingAfterCrash", "FencingAfterRestart", "TryLock", "MutualExclusion", "LockWaits", "SharedFencing"},
 	unlockAnyone:    {"Ownership", "OwnershipAfterCrash", "LossDeleteBehind", "LossIsolate", "Close"},
 	lockCtxReleases: {"LockWaits"},
-	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation"},
-	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash"},
+	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation", "MultiCancel"},
+	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
@@ -244,7 +254,7 @@ var mustCatch = map[string][]string{
 	staleGrants:     {"StaleDoContext"},
 	closeLate:       {"CloseWhileIsolated"},
 	lostOnUnlock:    {"UnlockRacingRenewal", "TryLock"},
-	unlockNeedsCtx:  {"UnlockEndedContext"},
+	unlockNeedsCtx:  {"UnlockEndedContext", "MultiAllOrNothing", "MultiCancel"},
 	unlockGivesUp:   {"UnlockWhileIsolated"},
 	nilCtxPanics:    {"NilContext"},
 	acceptsPrefix:   {"BadPrefix"},
@@ -267,6 +277,12 @@ var mustCatch = map[string][]string{
 	readersOvertake: {"RWWriterFirst"},
 	inspectsFirst:   {"Watch", "Inspect"},
 	extendsNothing:  {"Extend"},
+	listsFirstPage:  {"List"},
+	listsTwice:      {"List"},
+	listsByOffset:   {"List"},
+	multiUnordered:  {"MultiNoDeadlock"},
+	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
+	multiDoneFirst:  {"MultiLoss"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -478,6 +494,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			}
 		}
 	}
+	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return brokenLockMulti(ctx, kind, l, keys, wait)
+		}
+	}
 	if kind == neverExpires {
 		// The "crashed" Locker goes on renewing.
 		h.Crash = func(testing.TB, locker.Locker) {}
@@ -563,6 +584,50 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 	prev := b.seen[key]
 	b.seen[key] = st
 	return prev, nil
+}
+
+// List passes the inner Locker's listing on, except for the broken
+// listers: listsFirstPage stops after one page, listsTwice repeats the
+// last key of each page, and listsByOffset reads each page of a fresh
+// listing from an offset, a store round trip after the last.
+func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
+	inner := locker.List(ctx, b.inner, prefix)
+	return func(yield func(locker.KeyStatus, error) bool) {
+		switch b.kind {
+		case listsByOffset:
+			const page = 50
+			for off := 0; ; off += page {
+				n := 0
+				for ks, err := range inner {
+					if err != nil {
+						yield(ks, err)
+						return
+					}
+					if n++; n > off && n <= off+page && !yield(ks, nil) {
+						return
+					}
+				}
+				if n <= off+page {
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		default:
+			n := 0
+			for ks, err := range inner {
+				if err != nil {
+					yield(ks, err)
+					return
+				}
+				if n++; b.kind == listsFirstPage && n > locker.ListPage {
+					return
+				}
+				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // CheckLockOptions passes the inner Locker's answer on; checksNothing
@@ -1116,4 +1181,86 @@ func (l *handOffErrLock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return errors.New("conformance: handOffErrs: release: the server refused PUBLISH")
+}
+
+// brokenMulti is a MultiLock broken the way kind says.
+type brokenMulti struct {
+	kind  string
+	keys  []string
+	locks []locker.Lock
+	done  chan struct{}
+}
+
+// brokenLockMulti takes keys one by one through l, broken the way kind
+// says, and otherwise as locker.LockMulti does.
+func brokenLockMulti(ctx context.Context, kind string, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	order := slices.Clone(keys)
+	if kind != multiUnordered {
+		slices.Sort(order)
+	}
+	m := &brokenMulti{kind: kind, keys: order, done: make(chan struct{})}
+	for _, k := range order {
+		var lk locker.Lock
+		var err error
+		if wait {
+			lk, err = l.Lock(ctx, k)
+		} else {
+			lk, err = l.TryLock(ctx, k)
+		}
+		if err != nil {
+			if kind != multiKeepsSome {
+				for _, lk := range m.locks {
+					_ = lk.Unlock(context.WithoutCancel(ctx))
+				}
+			}
+			return nil, err
+		}
+		m.locks = append(m.locks, lk)
+	}
+	var once sync.Once
+	for _, lk := range m.locks {
+		go func() {
+			<-lk.Done()
+			once.Do(func() { close(m.done) })
+		}()
+	}
+	return m, nil
+}
+
+func (m *brokenMulti) Keys() []string { return m.keys }
+
+func (m *brokenMulti) Token(key string) uint64 {
+	for i, k := range m.keys {
+		if k == key {
+			return m.locks[i].Token()
+		}
+	}
+	return 0
+}
+
+func (m *brokenMulti) Done() <-chan struct{} {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Done()
+	}
+	return m.done
+}
+
+func (m *brokenMulti) Err() error {
+	if m.kind == multiDoneFirst {
+		return m.locks[0].Err()
+	}
+	for _, lk := range m.locks {
+		if err := lk.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *brokenMulti) Unlock(ctx context.Context) error {
+	var errs []error
+	for _, lk := range m.locks {
+		errs = append(errs, lk.Unlock(ctx))
+	}
+	return errors.Join(errs...)
 }

@@ -70,4 +70,9 @@ type Harness struct {
 	// already subtracted): keys up to it must work, longer keys must fail
 	// with ErrInvalidKey.
 	MaxKeyBytes int
+
+	// lockMulti, when set, stands in for locker.LockMulti and
+	// locker.TryLockMulti in the multi-key cases: the suite's own test
+	// sets broken ones there.
+	lockMulti lockMultiFunc
 }

@@ -17,16 +17,7 @@ func testInspect(c *caseT) {
 	ctx := c.ctx(c.within(4))
 	key := c.key()
 	b := c.newLocker()
-	a, label := c.newLocker(), ""
-	if c.h.NewLockerWith != nil {
-		label = "inspect-holder"
-		l, err := c.h.NewLockerWith(c.t, locker.WithOwnerLabel(label))
-		if err != nil {
-			c.Fatalf("NewLockerWith(WithOwnerLabel): %v", err)
-		}
-		c.t.Cleanup(func() { _ = l.Close() })
-		a = l
-	}
+	a, label := c.labelled("inspect-holder")
 
 	st, err := locker.Inspect(ctx, b, key)
 	if errors.Is(err, errors.ErrUnsupported) {

@@ -483,23 +483,43 @@ func (d *etcdDriver) Break(ctx context.Context, key string) error {
 // label), the others are queued waiters. etcd records no time: Acquired is
 // zero, and Expires is read from the holder's lease as seconds left.
 func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
-	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	resp, err := d.cli.Do(ctx, inspectOp(key))
 	if err != nil {
 		return driver.Status{}, d.classify(err)
 	}
+	st, lease := statusOf(resp.Get())
+	if lease != 0 {
+		st.Expires = d.leaseExpiry(ctx, lease)
+	}
+	return st, nil
+}
+
+// inspectOp reads the first key of key's directory by create revision, and
+// counts them all.
+func inspectOp(key string) clientv3.Op {
+	return clientv3.OpGet(Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+}
+
+// statusOf is the Status an inspectOp's answer gives, but for Expires, and
+// the holder's lease (0 for none).
+func statusOf(resp *clientv3.GetResponse) (driver.Status, clientv3.LeaseID) {
 	if len(resp.Kvs) == 0 {
-		return driver.Status{}, nil
+		return driver.Status{}, 0
 	}
 	kv := resp.Kvs[0]
 	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
-	st := driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1}
-	if kv.Lease != 0 {
-		if ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && ttl.TTL > 0 {
-			st.Expires = time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
-		}
+	return driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1},
+		clientv3.LeaseID(kv.Lease)
+}
+
+// leaseExpiry is when lease ends, in whole seconds as etcd counts them;
+// zero when unknown.
+func (d *etcdDriver) leaseExpiry(ctx context.Context, lease clientv3.LeaseID) time.Time {
+	if ttl, err := d.cli.TimeToLive(ctx, lease); err == nil && ttl.TTL > 0 {
+		return time.Now().Add(time.Duration(ttl.TTL) * time.Second).Round(0)
 	}
-	return st, nil
+	return time.Time{}
 }
 
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.

@@ -292,11 +292,15 @@ func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.statusLocked(key, time.Now()), nil
+}
+
+// statusLocked is what the store says of key at now; s.mu is held.
+func (s *Store) statusLocked(key string, now time.Time) driver.Status {
 	var st driver.Status
 	if set := s.subs[key]; set != nil {
 		st.Waiters = len(set.chans)
 	}
-	now := time.Now()
 	if e := s.live(key, now); e != nil {
 		st.Held, st.Label, st.Token = true, e.label, e.token
 		st.Acquired, st.Expires = e.acquired.Round(0), e.expires.Round(0) // wall clock only
@@ -313,7 +317,7 @@ func (d *memDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 			st.Acquired, st.Expires = newest.Acquired, newest.Expires
 		}
 	}
-	return st, nil
+	return st
 }
 
 // Subscribe implements driver.Notifier: releases wake waiters at once.

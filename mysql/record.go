@@ -92,13 +92,19 @@ func scanRun(rows *sql.Rows, key string) (Run, error) {
 		}
 		return Run{}, ErrNoRun
 	}
+	return scanRunRow(rows, key)
+}
+
+// scanRunRow reads the current row of rows, whose columns are those of the
+// inspect statement, after the leading ones given in dest.
+func scanRunRow(rows *sql.Rows, key string, dest ...any) (Run, error) {
 	var (
 		r                            Run
 		status, label                []byte
 		start, finish, update, until sql.NullInt64
 		held                         sql.NullBool
 	)
-	if err := rows.Scan(&status, &r.Version, &label, &start, &finish, &update, &until, &held); err != nil {
+	if err := rows.Scan(append(dest, &status, &r.Version, &label, &start, &finish, &update, &until, &held)...); err != nil {
 		return Run{}, fmt.Errorf("scan: %w", err)
 	}
 	r.Key, r.State, r.OwnerLabel = key, RunState(status), string(label)

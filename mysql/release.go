@@ -102,7 +102,12 @@ func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 	case !r.Held:
 		return driver.Status{}, nil
 	}
-	return driver.Status{Held: true, Label: r.OwnerLabel, Token: r.Version, Acquired: r.StartTime, Expires: r.LockUntil}, nil
+	return r.status(), nil
+}
+
+// status is the driver.Status of a held run.
+func (r Run) status() driver.Status {
+	return driver.Status{Held: true, Label: r.OwnerLabel, Token: r.Version, Acquired: r.StartTime, Expires: r.LockUntil}
 }
 
 // Keep implements driver.Keeper (locker.MinHold): the run is over

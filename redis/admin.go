@@ -41,9 +41,15 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, e
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		return driver.Status{}, fmt.Errorf("inspect: %w", classify(err))
 	}
-	st := driver.Status{Waiters: int(queued.Val())}
 	v, err := get.Result()
-	if errors.Is(err, goredis.Nil) {
+	return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now.Val())
+}
+
+// lockStatus is the Status of a lock from its value (absent: free), its
+// PTTL, its queue's length and the server's clock.
+func lockStatus(v string, absent bool, ttl time.Duration, queued int64, now time.Time) (driver.Status, error) {
+	st := driver.Status{Waiters: int(queued)}
+	if absent {
 		return st, nil
 	}
 	parts := strings.SplitN(v, " ", 3)
@@ -59,8 +65,8 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, e
 		st.Label = parts[2]
 	}
 	st.Acquired = time.UnixMicro(int64(min(token, math.MaxInt64))).UTC()
-	if ttl := pttl.Val(); ttl > 0 {
-		st.Expires = now.Val().Add(ttl).UTC()
+	if ttl > 0 {
+		st.Expires = now.Add(ttl).UTC()
 	}
 	return st, nil
 }

@@ -76,6 +76,11 @@
 //     WATCH/MULTI/EXEC are never used.
 //   - Through a proxy that shards by key, hash on "{}" tags. WAIT, CONFIG GET
 //     and TIME fail there: no Config.Replicas, no eviction check, no Inspect.
+//   - locker.List scans with SCAN, which may yield a key twice when Redis
+//     resizes its table meanwhile; keys come in no order. On a Cluster it
+//     scans every primary. The Redlock Locker scans the first
+//     len(masters)-quorum+1 masters and reads each key on every master;
+//     its listing fails while one of the scanned masters is unreachable.
 //
 // # Keys
 //

@@ -121,6 +121,8 @@
 //   - Sequence numbers are ZooKeeper's signed 32-bit counters of the parent:
 //     FIFO order breaks after 2^31 waiters on one key without the key's
 //     parent ever becoming empty.
+//   - locker.List reads the names of all the root's children for each page
+//     (ZooKeeper has no paged read of children), then each page's keys.
 //
 // # URLs
 //

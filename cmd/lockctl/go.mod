@@ -7,6 +7,7 @@ require (
 	github.com/golocker/locker v0.1.0
 	github.com/golocker/locker/backends v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
@@ -36,7 +37,6 @@ require (
 	go.uber.org/zap v1.27.1 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect

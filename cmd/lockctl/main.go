@@ -1,8 +1,8 @@
 //go:build unix
 
 // Command lockctl uses locker's locks from the shell, on any backend a
-// locker URL names: it runs a command under a lock, tells who holds a key,
-// and frees a key for operators.
+// locker URL names: it runs a command under a lock, tells who holds a key
+// or lists the held keys (live with top), and frees a key for operators.
 //
 //	go install github.com/golocker/locker/cmd/lockctl@latest
 //
@@ -37,6 +37,23 @@
 //
 // inspect prints who holds KEY: the owner label, fencing token, when it was
 // taken and when it expires unless renewed, and how many waiters are queued.
+//
+// # ls
+//
+//	lockctl ls [--url URL] [--json] [PREFIX]
+//
+// ls prints every key held under PREFIX (all keys without it), with the
+// fields of inspect, as a table or with --json as an array of inspect's
+// objects. It reads the store a page at a time, so it works for any number
+// of keys. Keys taken or freed while it runs may or may not show.
+//
+// # top
+//
+//	lockctl top [--url URL] [--interval D] [PREFIX]
+//
+// top shows the keys held under PREFIX live in the terminal, read again
+// every --interval (default 1s): most waiters first, then the longest held.
+// q or Ctrl-C quits.
 //
 // # unlock
 //
@@ -113,6 +130,8 @@ const usage = `lockctl uses locker's locks from the shell, on any backend.
 Usage:
   lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
   lockctl inspect [--url URL] [--json] KEY
+  lockctl ls [--url URL] [--json] [PREFIX]
+  lockctl top [--url URL] [--interval D] [PREFIX]
   lockctl unlock --force [--url URL] KEY
 
 run takes KEY, runs CMD with LOCKER_KEY, LOCKER_TOKEN and LOCKER_OWNER in its
@@ -126,6 +145,9 @@ Examples:
   lockctl run --url etcd://10.0.0.1:2379,10.0.0.2:2379 migrate -- ./migrate.sh up
   lockctl inspect nightly-report
   lockctl inspect --json nightly-report
+  lockctl ls nightly-
+  lockctl ls --json
+  lockctl top jobs/
   lockctl unlock --force nightly-report
 
 Exit codes: 0 ok; 1 store or other error (unlock: nobody held KEY); 2 usage
@@ -152,11 +174,15 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 		return inspectCmd(args[1:], stdout, stderr)
 	case "unlock":
 		return unlockCmd(args[1:], stdout, stderr)
+	case "ls":
+		return lsCmd(args[1:], stdout, stderr)
+	case "top":
+		return topCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "lockctl: unknown command %q; want run, inspect or unlock (see lockctl --help)\n", args[0])
+	fmt.Fprintf(stderr, "lockctl: unknown command %q; want run, inspect, ls, top or unlock (see lockctl --help)\n", args[0])
 	return exitUsage
 }
 
@@ -287,6 +313,12 @@ func (c *cli) onKey(args []string, check func() error, do func(ctx context.Conte
 	if err != nil {
 		return c.usageError(err)
 	}
+	return c.withStore(func(ctx context.Context, l locker.Locker) int { return do(ctx, l, key) })
+}
+
+// withStore opens the store and calls do with a ctx that ends at SIGINT,
+// SIGTERM or SIGHUP; it returns the exit code.
+func (c *cli) withStore(do func(ctx context.Context, l locker.Locker) int) int {
 	ctx, cancel := interrupted()
 	defer cancel()
 	l, err := c.open(ctx)
@@ -294,7 +326,7 @@ func (c *cli) onKey(args []string, check func() error, do func(ctx context.Conte
 		return c.fail(err)
 	}
 	defer l.Close()
-	return do(ctx, l, key)
+	return do(ctx, l)
 }
 
 // urlHas reports whether c.url has query parameter name.

@@ -7,6 +7,11 @@
 // items and the stock ends negative. With locker.Do around each sale, the
 // stock ends at exactly 0 with exactly as many orders as items.
 //
+// Then orders of two or three SKUs, listed in random order, sell several
+// SKUs under locker.LockMulti: no SKU is oversold, no two orders deadlock,
+// and each write carries its SKU's fencing token, which the stock table
+// checks.
+//
 //	go run ./examples/inventory
 package main
 
@@ -72,6 +77,24 @@ func run(ctx context.Context, out io.Writer, workers, stock int) error {
 	if locked.finalStock != 0 || locked.orders != stock {
 		return fmt.Errorf("with the lock: %d orders and stock %d, want %d and 0", locked.orders, locked.finalStock, stock)
 	}
+
+	const skus = 4
+	multi, err := sellMulti(ctx, srv.Endpoints(), workers, skus, stock)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\norders of 2-3 SKUs (locker.LockMulti): %d orders\n", multi.orders)
+	oversold := 0
+	for s := range skus {
+		fmt.Fprintf(out, "%-22s %6d sold %6d left\n", skuKey(s), multi.sold[s], multi.finalStock[s])
+		if multi.finalStock[s] < 0 || multi.sold[s] != stock-multi.finalStock[s] {
+			oversold++
+		}
+	}
+	fmt.Fprintf(out, "%-22s %6d\n", "SKUs oversold", oversold)
+	if oversold != 0 {
+		return fmt.Errorf("with LockMulti: %d SKUs oversold or miscounted", oversold)
+	}
 	return nil
 }
 
@@ -112,15 +135,11 @@ func sell(ctx context.Context, endpoints []string, workers, stock int, withLock 
 
 // worker is one seller with its own etcd client and Locker.
 func worker(ctx context.Context, endpoints []string, key string, withLock bool, ordered func()) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	cli, l, err := newSeller(endpoints)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	l, err := etcd.New(cli, locker.WithTTL(5*time.Second), locker.WithPrefix("inventory-demo/"))
-	if err != nil {
-		return err
-	}
 	defer l.Close()
 
 	errSoldOut := errors.New("sold out")
@@ -153,6 +172,21 @@ func worker(ctx context.Context, endpoints []string, key string, withLock bool, 
 			return err
 		}
 	}
+}
+
+// newSeller returns a seller's own etcd client and the Locker on it, as
+// one replica has.
+func newSeller(endpoints []string) (*clientv3.Client, locker.Locker, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := etcd.New(cli, locker.WithTTL(5*time.Second), locker.WithPrefix("inventory-demo/"))
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return cli, l, nil
 }
 
 // decrement is the store's "UPDATE stock SET n = n - 1": atomic on its own

@@ -19,4 +19,7 @@ func TestOversellDemo(t *testing.T) {
 	if !regexp.MustCompile(`orders taken\s+\d+\s+40\n`).MatchString(out.String()) {
 		t.Fatalf("with locker.Do there must be exactly as many orders as items")
 	}
+	if !regexp.MustCompile(`SKUs oversold\s+0\n`).MatchString(out.String()) {
+		t.Fatalf("with locker.LockMulti no SKU may be oversold")
+	}
 }

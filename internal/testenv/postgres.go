@@ -283,11 +283,7 @@ func postgresContainer() (*PostgresServer, func(), error) {
 		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
-			listen := "*"
-			if loopback {
-				listen = "127.0.0.1"
-			}
-			args := append([]string{"-c", "listen_addresses=" + listen, "-c", "port=" + strconv.Itoa(ports[0])},
+			args := append([]string{"-c", "listen_addresses=" + containerListen(loopback), "-c", "port=" + strconv.Itoa(ports[0])},
 				postgresServerArgs...)
 			return []testcontainers.ContainerCustomizer{
 				testcontainers.WithEnv(map[string]string{
@@ -310,6 +306,15 @@ func postgresContainer() (*PostgresServer, func(), error) {
 	s := &PostgresServer{url: postgresURL(addrs[0], postgresDatabase), addr: addrs[0],
 		origin: "docker " + postgresImage, ps: containerSet(c)}
 	return s, s.ps.stop, nil
+}
+
+// containerListen is the address a server in a container listens on: the
+// loopback on the host's network, every interface on a bridge.
+func containerListen(loopback bool) string {
+	if loopback {
+		return "127.0.0.1"
+	}
+	return "*"
 }
 
 // PgBouncer is a PgBouncer in transaction pooling mode in front of a
@@ -469,14 +474,10 @@ func pgbouncerContainer(srv *PostgresServer) (*PgBouncer, func(), error) {
 		nports:  1,
 		publish: 1,
 		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
-			listen := "*"
-			if loopback {
-				listen = "127.0.0.1"
-			}
 			return []testcontainers.ContainerCustomizer{
 				testcontainers.WithFiles(
 					testcontainers.ContainerFile{ContainerFilePath: ini, FileMode: 0o644,
-						Reader: strings.NewReader(pgbouncerConfig(host, cfg.Port, listen, ports[0], users))},
+						Reader: strings.NewReader(pgbouncerConfig(host, cfg.Port, containerListen(loopback), ports[0], users))},
 					testcontainers.ContainerFile{ContainerFilePath: users, FileMode: 0o644,
 						Reader: strings.NewReader(pgbouncerUsers(cfg.User))}),
 				testcontainers.WithCmd("pgbouncer", ini),

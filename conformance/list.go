@@ -1,0 +1,170 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golocker/locker"
+)
+
+// listHeld is how many keys the List case holds: more than one page of
+// locker.List, so that its cursor is used.
+const listHeld = locker.ListPage + locker.ListPage/5
+
+// testList: locker.List yields every key held under a prefix once, with its
+// holder's token (and label), and no free key, no key outside the prefix;
+// keys taken and released during the listing (between the held ones) never
+// make a key held throughout go missing.
+func testList(c *caseT) {
+	const contract = "List yields every held key under the prefix once, with its holder's token"
+	ctx := c.ctx(c.within(6) + c.slack)
+	prefix := c.key() + "-"
+	reader := c.newLocker()
+	if err := firstErr(locker.List(ctx, reader, prefix)); errors.Is(err, errors.ErrUnsupported) {
+		c.Skipf("the Locker cannot list: %v", err)
+	} else if err != nil {
+		c.Fatalf("%s: List of an empty prefix: %v", contract, err)
+	}
+	a, label := c.labelled("list-holder")
+	b := c.newLocker()
+	key := func(i int, kind string) string { return fmt.Sprintf("%s%04d-%s", prefix, i, kind) }
+
+	// Free keys: taken and released, so the store may keep traces of them.
+	for i := range 20 {
+		lk := c.mustTryLock(ctx, b, key(i*listHeld/20, "free"), contract)
+		c.unlock(ctx, lk, contract)
+	}
+	// Held keys, half by each Locker (a, labelled, the even ones), taken by a few goroutines.
+	held := make([]locker.Lock, listHeld)
+	var wg sync.WaitGroup
+	errs := make(chan error, listHeld)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < listHeld; i += 8 {
+				l := a
+				if i%2 == 1 {
+					l = b
+				}
+				lk, err := l.TryLock(ctx, key(i, "held"))
+				if err != nil {
+					errs <- fmt.Errorf("TryLock(%s) on a free key: %w", short(key(i, "held")), err)
+					return
+				}
+				held[i] = lk
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		c.Fatalf("%s: %v", contract, err)
+	}
+	c.t.Cleanup(func() {
+		for _, lk := range held {
+			_ = lk.Unlock(context.WithoutCancel(ctx))
+		}
+	})
+	want := make(map[string]int, listHeld) // key -> index in held
+	for i, lk := range held {
+		want[lk.Key()] = i
+	}
+
+	check := func(round string, onFirst func()) {
+		c.Helper()
+		seen := make(map[string]int, listHeld)
+		for ks, err := range locker.List(ctx, reader, prefix) {
+			if err != nil {
+				c.Fatalf("%s: List (%s): %v", contract, round, err)
+			}
+			if onFirst != nil {
+				onFirst()
+				onFirst = nil
+			}
+			seen[ks.Key]++
+			switch {
+			case !strings.HasPrefix(ks.Key, prefix):
+				c.Errorf("%s: List(%q) yielded %q, outside the prefix (%s)", contract, prefix, ks.Key, round)
+			case strings.HasSuffix(ks.Key, "-free"):
+				c.Errorf("%s: List yielded the free key %s (%s)", contract, short(ks.Key), round)
+			case !ks.Held:
+				c.Errorf("%s: List yielded %s with Held false (%s)", contract, short(ks.Key), round)
+			}
+			i, ok := want[ks.Key]
+			if !ok {
+				continue // a churned key, which may or may not show
+			}
+			if seen[ks.Key] == 2 {
+				c.Errorf("%s: List yielded %s twice (%s)", contract, short(ks.Key), round)
+			}
+			if ks.Token != held[i].Token() {
+				c.Errorf("%s: List gives %s token %d, its holder's is %d (%s)", contract, short(ks.Key), ks.Token, held[i].Token(), round)
+			}
+			if label != "" && i%2 == 0 && ks.Label != label {
+				c.Errorf("%s: List gives %s label %q, its holder's is %q (%s)", contract, short(ks.Key), ks.Label, label, round)
+			}
+		}
+		missing := 0
+		for k := range want {
+			if seen[k] == 0 {
+				if missing++; missing <= 5 {
+					c.Errorf("%s: List missed %s, held throughout (%s)", contract, short(k), round)
+				}
+			}
+		}
+		if missing > 5 {
+			c.Errorf("%s: List missed %d held keys of %d in all (%s)", contract, missing, listHeld, round)
+		}
+	}
+	check("quiet", nil)
+
+	// Keys of the first page released once the listing has begun: a
+	// cursor that counts keys instead of naming the last one would skip as
+	// many held keys on the next page.
+	var early []locker.Lock
+	for i := 0; i < locker.ListPage/2; i += 2 {
+		early = append(early, c.mustTryLock(ctx, b, key(i, "churn"), contract))
+	}
+	check("with keys of the first page released after it was read", func() {
+		for _, lk := range early {
+			c.unlock(ctx, lk, contract)
+		}
+	})
+
+	// Churn: keys between the held ones taken and released while listing.
+	cctx, stop := context.WithCancel(ctx)
+	var churn sync.WaitGroup
+	for w := range 2 {
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			for i := w; cctx.Err() == nil; i = (i + 2) % listHeld {
+				lk, err := b.TryLock(cctx, key(i, "churn"))
+				if err == nil {
+					_ = lk.Unlock(context.WithoutCancel(cctx))
+				}
+				sleep(cctx, time.Millisecond) // churn, not a busy loop that starves the other cases
+			}
+		}()
+	}
+	for r := range 3 {
+		check(fmt.Sprintf("with keys taken and released meanwhile, round %d", r+1), nil)
+	}
+	stop()
+	churn.Wait()
+}
+
+// firstErr runs a listing until its first error.
+func firstErr(seq func(func(locker.KeyStatus, error) bool)) error {
+	for _, err := range seq {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

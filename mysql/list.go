@@ -1,0 +1,48 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/golocker/locker/driver"
+)
+
+// List implements driver.Lister: the held runs (RUNNING and not expired on
+// the database's clock) whose task_name starts with prefix, after the
+// cursor (the last task_name of the previous page), in task_name order, at
+// most limit of them: one range read of the primary key per page. Waiters
+// is 0, as for Inspect.
+func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
+	limit = max(limit, 1)
+	q := "SELECT task_name, task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
+		", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
+		" FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status = 'RUNNING' AND lock_until > " + dbNow +
+		" ORDER BY task_name LIMIT ?"
+	like := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix) + "%"
+	rows, err := d.db.QueryContext(ctx, q, []byte(cursor), []byte(like), limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("list: %w", err)
+	}
+	defer rows.Close()
+	var page []driver.KeyStatus
+	n, last := 0, ""
+	for rows.Next() {
+		var name []byte
+		r, err := scanRunRow(rows, "", &name)
+		if err != nil {
+			return nil, "", fmt.Errorf("list: %w", err)
+		}
+		n, last = n+1, string(name)
+		if r.Held {
+			page = append(page, driver.KeyStatus{Key: last, Status: r.status()})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list: %w", err)
+	}
+	if n < limit {
+		return page, "", nil
+	}
+	return page, last, nil
+}

@@ -1,0 +1,184 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// List implements driver.Lister with SCAN: one SCAN call per page, with
+// MATCH on the lock names of the prefix and COUNT limit, then the page's
+// locks read in one pipeline. Both name forms are scanned in turn (see
+// KeysOf), and on a Cluster every primary in turn. The cursor is
+// "<primary>:<form>:<SCAN cursor>". As SCAN does, it may yield a key twice
+// when Redis resizes its table during the listing.
+func (d *redisDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
+	nodes, err := d.scanners(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	names, form, _, next, err := scanPage(ctx, nodes, prefix, cursor, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	page, err := d.readLocks(ctx, names, form)
+	return page, next, err
+}
+
+// scanPage runs the SCAN call of the page cursor names, on nodes, and
+// returns the lock names it found, their form and node, and the cursor of
+// the next page.
+func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limit int) (names []string, form, node int, next string, err error) {
+	node, form, scan, err := parseListCursor(cursor)
+	if err != nil {
+		return nil, 0, 0, "", err
+	}
+	if node >= len(nodes) {
+		return nil, 0, 0, "", nil // the Cluster lost primaries since the last page
+	}
+	match := []string{namespace + "{" + globEscape(prefix) + "*}", namespace + hashTagGlob + kindLock + ":" + globEscape(prefix) + "*"}
+	names, scan, err = nodes[node](ctx, scan, match[form], int64(max(limit, 1)))
+	if err != nil {
+		return nil, 0, 0, "", fmt.Errorf("list: %w", classify(err))
+	}
+	switch {
+	case scan != 0:
+		next = fmt.Sprintf("%d:%d:%d", node, form, scan)
+	case form == 0:
+		next = fmt.Sprintf("%d:1:0", node)
+	case node+1 < len(nodes):
+		next = fmt.Sprintf("%d:0:0", node+1)
+	}
+	return names, form, node, next, nil
+}
+
+// readLocks reads the locks named names (of the given form) in one
+// pipeline, and returns the held ones.
+func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	pipe := d.client.Pipeline()
+	type read struct {
+		key    string
+		get    *goredis.StringCmd
+		pttl   *goredis.DurationCmd
+		queued *goredis.IntCmd
+	}
+	reads := make([]read, 0, len(names))
+	for _, n := range names {
+		key, ok := storeKeyOf(n, form)
+		if !ok {
+			continue
+		}
+		ks := KeysOf(key)
+		reads = append(reads, read{key: key, get: pipe.Get(ctx, ks.Lock), pttl: pipe.PTTL(ctx, ks.Lock), queued: pipe.ZCard(ctx, ks.Queue)})
+	}
+	now := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("list: %w", classify(err))
+	}
+	page := make([]driver.KeyStatus, 0, len(reads))
+	for _, r := range reads {
+		v, err := r.get.Result()
+		st, err := lockStatus(v, errors.Is(err, goredis.Nil), r.pttl.Val(), r.queued.Val(), now.Val())
+		if err != nil {
+			return nil, fmt.Errorf("list: %s: %w", r.key, err)
+		}
+		if st.Held {
+			page = append(page, driver.KeyStatus{Key: r.key, Status: st})
+		}
+	}
+	return page, nil
+}
+
+// storeKeyOf is the store key of a lock name of the given form, and
+// whether name is one.
+func storeKeyOf(name string, form int) (string, bool) {
+	if form == 0 {
+		s, ok := strings.CutPrefix(name, namespace+"{")
+		s, ok2 := strings.CutSuffix(s, "}")
+		return s, ok && ok2 && strings.IndexByte(s, '}') < 0
+	}
+	const tag = len(namespace + "#{0123456789abcdef}:" + kindLock + ":")
+	if len(name) < tag || !strings.HasPrefix(name, namespace+"#{") {
+		return "", false
+	}
+	s := name[tag:]
+	return s, lockKey(s) == name
+}
+
+// scanFunc runs one SCAN on one node.
+type scanFunc func(ctx context.Context, cursor uint64, match string, count int64) ([]string, uint64, error)
+
+// scanners returns a SCAN per node to list: every primary of a Cluster,
+// ordered by address, or the one node of any other client.
+func (d *redisDriver) scanners(ctx context.Context) ([]scanFunc, error) {
+	cc, ok := d.client.(*goredis.ClusterClient)
+	if !ok {
+		return []scanFunc{pipelineScan(d.client)}, nil
+	}
+	var mu sync.Mutex
+	var masters []*goredis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *goredis.Client) error {
+		mu.Lock()
+		masters = append(masters, c)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", classify(err))
+	}
+	slices.SortFunc(masters, func(a, b *goredis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	fns := make([]scanFunc, len(masters))
+	for i, c := range masters {
+		fns[i] = func(ctx context.Context, cursor uint64, match string, count int64) ([]string, uint64, error) {
+			return c.Scan(ctx, cursor, match, count).Result()
+		}
+	}
+	return fns, nil
+}
+
+// pipelineScan is a SCAN through a pipeline of c, for a client of one node
+// that offers nothing more (Client, Master).
+func pipelineScan(c interface{ Pipeline() goredis.Pipeliner }) scanFunc {
+	return func(ctx context.Context, cursor uint64, match string, count int64) ([]string, uint64, error) {
+		pipe := c.Pipeline()
+		cmd := pipe.Scan(ctx, cursor, match, count)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, 0, err
+		}
+		return cmd.Result()
+	}
+}
+
+// parseListCursor splits a cursor made by List; "" is the start.
+func parseListCursor(cursor string) (node, form int, scan uint64, err error) {
+	if cursor == "" {
+		return 0, 0, 0, nil
+	}
+	parts := strings.Split(cursor, ":")
+	if len(parts) == 3 {
+		node, err = strconv.Atoi(parts[0])
+		if err == nil {
+			form, err = strconv.Atoi(parts[1])
+		}
+		if err == nil {
+			scan, err = strconv.ParseUint(parts[2], 10, 64)
+		}
+		if err == nil && node >= 0 && (form == 0 || form == 1) {
+			return node, form, scan, nil
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("list: malformed cursor %q", cursor)
+}
