@@ -426,6 +426,9 @@ func pgbouncerConfig(host string, serverPort uint16, listen string, port int, us
 		"max_client_conn = 2000",
 		"default_pool_size = 40",
 		"ignore_startup_parameters = extra_float_digits",
+		// After a failed login to a restarting server, PgBouncer refuses
+		// clients for this long (15 s by default, longer than a lease).
+		"server_login_retry = 1",
 		"",
 	}, "\n")
 }
