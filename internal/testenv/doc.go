@@ -19,19 +19,21 @@
 //     not answer fails the test: it was asked for explicitly.
 //  2. A container started with testcontainers-go, when a Docker engine
 //     answers a /_ping within one second ([DockerAvailable]). Images:
-//     redis:7, mariadb:10.11, zookeeper:3.8, each run with an init process
-//     (so that it stops at once), ports published on 127.0.0.1 only. With
-//     LOCKER_DOCKER_NETWORK=host (Linux) containers run in the host's
-//     network instead and their servers listen on free ports of 127.0.0.1
-//     only: no bridge and no published port, for an engine started with
-//     --bridge=none (.ci/docker-suite). Set LOCKER_NO_DOCKER=1 to skip this
-//     step.
+//     redis:7, mariadb:10.11, postgres:15, zookeeper:3.8, each run with an
+//     init process (so that it stops at once), ports published on 127.0.0.1
+//     only. With LOCKER_DOCKER_NETWORK=host (Linux) containers run in the
+//     host's network instead and their servers listen on free ports of
+//     127.0.0.1 only: no bridge and no published port, for an engine
+//     started with --bridge=none (.ci/docker-suite). Set LOCKER_NO_DOCKER=1
+//     to skip this step.
 //  3. A server binary found on PATH (redis-server; mariadbd with
 //     mariadb-install-db; postgres with initdb, on PATH or in Debian's
 //     /usr/lib/postgresql/15/bin, run as the postgres account under root;
 //     java with the ZooKeeper jars), started on a free 127.0.0.1 port in a
 //     fresh temporary directory. [NewPgBouncer] starts pgbouncer
-//     (transaction pooling) in front of a PostgreSQL server.
+//     (transaction pooling) in front of a PostgreSQL server: the binary,
+//     or under LOCKER_TESTENV=docker a container of the image that
+//     .ci/docker-suite builds for postgres:15.
 //
 // When none is available the test is skipped, or fails when the environment
 // variable CI is true ([Unavailable]); the message names the reason and the
@@ -50,19 +52,19 @@
 //
 // # Shared and dedicated servers
 //
-// [Redis], [RedisCluster], [MySQL] and [ZooKeeper] return a server shared by
-// every test of the test binary: it is started on first use and stays up
-// until [Shutdown]. Tests that share it must use their own keys (or their own
-// database, see [NewDatabase]).
+// [Redis], [RedisCluster], [MySQL], [Postgres] and [ZooKeeper] return a
+// server shared by every test of the test binary: it is started on first use
+// and stays up until [Shutdown]. Tests that share it must use their own keys
+// (or their own database, see [NewDatabase]).
 //
-// [NewRedis], [NewRedisCluster], [NewMySQL] and [NewZooKeeper] start a server
-// of one test's own, stopped by t.Cleanup, which its Restart method may
-// restart: a container (stopped and started again on the same ports) or a
-// binary, never the endpoint of an environment variable, which other
-// processes may be using. That endpoint stands in only under
-// LOCKER_TESTENV=env or when neither Docker nor a binary can serve. Restart
-// of a server this package did not start fails the test under CI and skips
-// it elsewhere.
+// [NewRedis], [NewRedisCluster], [NewMySQL], [NewPostgres] and
+// [NewZooKeeper] start a server of one test's own, stopped by t.Cleanup,
+// which its Restart method may restart: a container (stopped and started
+// again on the same ports) or a binary, never the endpoint of an environment
+// variable, which other processes may be using. That endpoint stands in only
+// under LOCKER_TESTENV=env or when neither Docker nor a binary can serve.
+// Restart of a server this package did not start fails the test under CI
+// and skips it elsewhere.
 //
 // Shared servers outlive single tests, so every package that uses them stops
 // them from TestMain:

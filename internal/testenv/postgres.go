@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 const (
 	postgresInstall = "apt-get install -y postgresql pgbouncer"
+	postgresImage   = "postgres:15"
 	// postgresBin is where Debian's postgresql package puts the server.
 	postgresBin = "/usr/lib/postgresql/15/bin"
 	// postgresDatabase is the database every PostgreSQL server gets.
@@ -27,12 +29,14 @@ const (
 	// postgresAccount runs the servers when the tests run as root, which
 	// initdb, postgres and pgbouncer refuse.
 	postgresAccount = "postgres"
-	// postgresInitTimeout bounds initdb.
+	// postgresInitTimeout bounds initdb and the container's first start,
+	// which initialises its data directory.
 	postgresInitTimeout = 60 * time.Second
 )
 
-// postgresServerArgs are server settings for tests: room for many pools,
-// and no fsync (durability does not matter in tests).
+// postgresServerArgs are server settings for tests, shared by the binary
+// and the container: room for many pools, and no fsync (durability does not
+// matter in tests).
 var postgresServerArgs = []string{
 	"-c", "max_connections=800",
 	"-c", "fsync=off",
@@ -48,7 +52,7 @@ type PostgresServer struct {
 	addr   string
 	origin string // where the server came from, for messages
 
-	ps procSet // empty unless started from a binary
+	ps procSet // empty when named by LOCKER_POSTGRES_URL
 }
 
 // URL returns a connection URL of the server's locker_test database (or
@@ -62,8 +66,9 @@ func (s *PostgresServer) Addr() string { return s.addr }
 
 // Restart stops the server (fast shutdown: clients are disconnected) and
 // starts it again on the same address and data directory. It returns when
-// the server answers again. Only a server started from a binary can be
-// restarted: otherwise Restart skips the test.
+// the server answers again. Only a server this package started (a container
+// or a binary) can be restarted: otherwise Restart fails the test under
+// [CI] and skips it elsewhere.
 func (s *PostgresServer) Restart(t testing.TB) {
 	t.Helper()
 	s.ps.restart(t, fmt.Sprintf("the postgres server at %s from %s", s.addr, s.origin),
@@ -119,18 +124,16 @@ func postgresExec(ctx context.Context, rawURL, stmt string) error {
 	return err
 }
 
-// startPostgres finds a PostgreSQL server: from the environment or a
-// binary (there is no container yet).
+// startPostgres finds a PostgreSQL server: from the environment, Docker or
+// a binary.
 func startPostgres() (*PostgresServer, func(), error) { return postgresSource().provision() }
 
 // postgresSource is the ways to a PostgreSQL server.
 func postgresSource() source[*PostgresServer] {
 	return source[*PostgresServer]{
 		what: "postgres", env: EnvPostgresURL, install: postgresInstall,
-		fromEnv: postgresFromEnv,
-		container: func() (*PostgresServer, func(), error) {
-			return nil, nil, fmt.Errorf("no postgres container yet: use %s or the binaries", EnvPostgresURL)
-		},
+		fromEnv:   postgresFromEnv,
+		container: postgresContainer,
 		binaries: func() ([]string, error) {
 			return lookPostgres("postgres", "initdb")
 		},
@@ -272,6 +275,48 @@ func postgresBinary(postgres, initdb string) (*PostgresServer, func(), error) {
 	}, nil
 }
 
+// postgresContainer runs postgres:15 in Docker with trust authentication
+// and the locker_test database.
+func postgresContainer() (*PostgresServer, func(), error) {
+	addrs, c, err := startContainer(containerSpec{
+		image:   postgresImage,
+		nports:  1,
+		publish: 1,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			args := append([]string{"-c", "listen_addresses=" + containerListen(loopback), "-c", "port=" + strconv.Itoa(ports[0])},
+				postgresServerArgs...)
+			return []testcontainers.ContainerCustomizer{
+				testcontainers.WithEnv(map[string]string{
+					"POSTGRES_HOST_AUTH_METHOD": "trust",
+					"POSTGRES_DB":               postgresDatabase,
+				}),
+				testcontainers.WithCmd(args...),
+			}
+		},
+		// The image initialises its data directory with networking off,
+		// so a TCP connection that works is the final server.
+		ready: func(ctx context.Context, addrs []string) error {
+			return postgresPing(ctx, postgresURL(addrs[0], postgresDatabase))
+		},
+		readyWithin: postgresInitTimeout,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &PostgresServer{url: postgresURL(addrs[0], postgresDatabase), addr: addrs[0],
+		origin: "docker " + postgresImage, ps: containerSet(c)}
+	return s, s.ps.stop, nil
+}
+
+// containerListen is the address a server in a container listens on: the
+// loopback on the host's network, every interface on a bridge.
+func containerListen(loopback bool) string {
+	if loopback {
+		return "127.0.0.1"
+	}
+	return "*"
+}
+
 // PgBouncer is a PgBouncer in transaction pooling mode in front of a
 // [PostgresServer], for tests.
 type PgBouncer struct {
@@ -289,9 +334,14 @@ func (b *PgBouncer) Addr() string { return b.addr }
 
 // NewPgBouncer starts a PgBouncer (pool_mode=transaction, trust
 // authentication, loopback only) in front of srv for this test only. It
-// needs the pgbouncer binary: LOCKER_TESTENV=docker or env skips the test.
+// runs the pgbouncer binary, or under LOCKER_TESTENV=docker a container of
+// the postgres:15 stand-in that .ci/docker-suite builds (the official image
+// has no pgbouncer). LOCKER_TESTENV=env skips the test.
 func NewPgBouncer(t testing.TB, srv *PostgresServer) *PgBouncer {
 	t.Helper()
+	if only, err := onlyWay(); err == nil && only == viaDocker {
+		return dedicatedServer(t, func() (*PgBouncer, func(), error) { return pgbouncerContainer(srv) })
+	}
 	return dedicatedBinary(t, "pgbouncer", postgresInstall, []string{"pgbouncer"}, func(p []string) (*PgBouncer, func(), error) {
 		return pgbouncerBinary(p[0], srv)
 	})
@@ -320,7 +370,7 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 		return nil, nil, err
 	}
 	users := filepath.Join(dir, "users.txt")
-	if err := os.WriteFile(users, []byte(fmt.Sprintf("%q \"\"\n", cfg.User)), 0o600); err != nil {
+	if err := os.WriteFile(users, []byte(pgbouncerUsers(cfg.User)), 0o600); err != nil {
 		return fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
@@ -333,24 +383,7 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 	err = retryPorts(1, func(ports []int) error {
 		adr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		ini := filepath.Join(dir, "pgbouncer.ini")
-		conf := strings.Join([]string{
-			"[databases]",
-			fmt.Sprintf("* = host=%s port=%d", cfg.Host, cfg.Port),
-			"[pgbouncer]",
-			"listen_addr = 127.0.0.1",
-			"listen_port = " + strconv.Itoa(ports[0]),
-			"unix_socket_dir =",
-			"auth_type = trust",
-			"auth_file = " + users,
-			"pool_mode = transaction",
-			"max_client_conn = 2000",
-			"default_pool_size = 40",
-			"ignore_startup_parameters = extra_float_digits",
-			// The default, 15 s, refuses logins for longer than a TTL
-			// after a restart of the server: every lock would be lost.
-			"server_login_retry = 1",
-			"",
-		}, "\n")
+		conf := pgbouncerConfig(cfg.Host, cfg.Port, "127.0.0.1", ports[0], users)
 		if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
 			return err
 		}
@@ -359,12 +392,9 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 		}
 		p = newProcess("pgbouncer", path, dir, ini)
 		p.user = account
-		u, _ := url.Parse(srv.url)
-		u.Host = adr
-		q := u.Query()
-		q.Set("default_query_exec_mode", "simple_protocol")
-		u.RawQuery = q.Encode()
-		bu = u.String()
+		if bu, err = pgbouncerURL(srv.url, adr); err != nil {
+			return err
+		}
 		return startReady(ctx, p, func(ctx context.Context) error { return postgresPing(ctx, bu) })
 	})
 	if err != nil {
@@ -374,4 +404,104 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 		p.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
+}
+
+// pgbouncerUsers is the auth_file that lets user in (trust authentication
+// still wants the name listed).
+func pgbouncerUsers(user string) string { return fmt.Sprintf("%q \"\"\n", user) }
+
+// pgbouncerConfig is the configuration of a PgBouncer listening on
+// listen:port in front of the server at host:serverPort.
+func pgbouncerConfig(host string, serverPort uint16, listen string, port int, usersFile string) string {
+	return strings.Join([]string{
+		"[databases]",
+		fmt.Sprintf("* = host=%s port=%d", host, serverPort),
+		"[pgbouncer]",
+		"listen_addr = " + listen,
+		"listen_port = " + strconv.Itoa(port),
+		"unix_socket_dir =",
+		"auth_type = trust",
+		"auth_file = " + usersFile,
+		"pool_mode = transaction",
+		"max_client_conn = 2000",
+		"default_pool_size = 40",
+		"ignore_startup_parameters = extra_float_digits",
+		// After a failed login to a restarting server, PgBouncer refuses
+		// clients for this long (15 s by default, longer than a lease).
+		"server_login_retry = 1",
+		"",
+	}, "\n")
+}
+
+// pgbouncerURL is the server's URL serverURL with the pooler's address and
+// the simple protocol.
+func pgbouncerURL(serverURL, addr string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", err
+	}
+	u.Host = addr
+	q := u.Query()
+	q.Set("default_query_exec_mode", "simple_protocol")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// pgbouncerContainer runs pgbouncer from the postgres:15 stand-in image in
+// front of srv, with the configuration of the binary path. On the bridge
+// network it reaches the server at its container's address, so srv must be
+// a container there.
+func pgbouncerContainer(srv *PostgresServer) (*PgBouncer, func(), error) {
+	cfg, err := pgx.ParseConfig(srv.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	hostNet, err := dockerHostNetwork()
+	if err != nil {
+		return nil, nil, err
+	}
+	host := cfg.Host
+	if !hostNet {
+		if srv.ps.ctr == nil {
+			return nil, nil, fmt.Errorf("pgbouncer container on the bridge network: the postgres server at %s is not a container", srv.addr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if host, err = srv.ps.ctr.ContainerIP(ctx); err != nil {
+			return nil, nil, fmt.Errorf("address of the postgres container: %w", err)
+		}
+	}
+	const ini, users = "/tmp/pgbouncer.ini", "/tmp/pgbouncer-users.txt"
+	addrs, c, err := startContainer(containerSpec{
+		image:   postgresImage,
+		nports:  1,
+		publish: 1,
+		opts: func(ports []int, loopback bool) []testcontainers.ContainerCustomizer {
+			return []testcontainers.ContainerCustomizer{
+				testcontainers.WithFiles(
+					testcontainers.ContainerFile{ContainerFilePath: ini, FileMode: 0o644,
+						Reader: strings.NewReader(pgbouncerConfig(host, cfg.Port, containerListen(loopback), ports[0], users))},
+					testcontainers.ContainerFile{ContainerFilePath: users, FileMode: 0o644,
+						Reader: strings.NewReader(pgbouncerUsers(cfg.User))}),
+				testcontainers.WithCmd("pgbouncer", ini),
+			}
+		},
+		ready: func(ctx context.Context, addrs []string) error {
+			u, err := pgbouncerURL(srv.url, addrs[0])
+			if err != nil {
+				return err
+			}
+			return postgresPing(ctx, u)
+		},
+		readyWithin: readyTimeout,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	bu, err := pgbouncerURL(srv.url, addrs[0])
+	if err != nil {
+		terminateContainer(c)
+		return nil, nil, err
+	}
+	return &PgBouncer{url: bu, addr: addrs[0]}, func() { terminateContainer(c) }, nil
 }
