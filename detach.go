@@ -70,9 +70,13 @@ type tryOutcome struct {
 
 // lateAttempt deals with the outcome of an acquisition attempt whose caller
 // has returned: a grant is released in the background, and whatever a
-// failure left in the store is cleaned up.
-func (e *engine) lateAttempt(req driver.Request) func(tryOutcome, error) {
+// failure left in the store is cleaned up. The attempt keeps its caller's
+// place in the key's local gate until it ends (t, nil for a shared hold), so
+// that the Locker's next attempt on the key comes after it: after its
+// waiter entry is gone, behind the waiters that came meanwhile.
+func (e *engine) lateAttempt(req driver.Request, t *gateTicket) func(tryOutcome, error) {
 	return func(a tryOutcome, err error) {
+		defer t.leave()
 		if err != nil {
 			e.keepResidue(req.Key, err)
 			return

@@ -279,11 +279,12 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 				a.grant, err = e.poll(cctx, req)
 			}
 			return a, err
-		}, e.lateAttempt(req))
+		}, e.lateAttempt(req, h.gate))
 		if gone {
 			// The attempt goes on without its caller: a loss it reports
-			// is nobody's.
+			// is nobody's, and it gives the gate back when it ends.
 			h.claim()
+			h.gate = nil
 		}
 		grant, sent = a.grant, a.sent
 		if err == nil {
