@@ -83,6 +83,7 @@ func testMultiNoDeadlock(c *caseT) {
 	ctx := c.ctx(c.within(4))
 	keys := c.multiKeys(2)
 	orders := [][]string{keys, {keys[1], keys[0]}}
+	c.multiOrderProbe(ctx, keys)
 	var occupancy [2]atomic.Int32
 	var errs errList
 	const rounds = 200
@@ -276,5 +277,43 @@ func testMultiCancel(c *caseT) {
 		if err := m.Unlock(ctx); err != nil {
 			c.Errorf("%s: Unlock of a MultiLock: %v", heldUntil, err)
 		}
+	}
+}
+
+// multiOrderProbe checks, without a race, that a LockMulti given its keys
+// in descending order waits for the lowest key while holding nothing: the
+// order that keeps two callers from waiting on each other in a cycle. keys
+// are in ascending order.
+func (c *caseT) multiOrderProbe(ctx context.Context, keys []string) {
+	c.Helper()
+	x, a, probe := c.newLocker(), c.newLocker(), c.newLocker()
+	low := c.mustTryLock(ctx, x, keys[0], multiNoCycle)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		m, err := c.lockMulti(wctx, a, []string{keys[1], keys[0]}, true)
+		if err == nil {
+			err = m.Unlock(context.WithoutCancel(ctx))
+		}
+		done <- err
+	}()
+	// While the lowest key is held elsewhere, a LockMulti that took its keys
+	// in byte order holds nothing: the higher key stays free.
+	for range 3 {
+		if !sleep(ctx, c.pause()) {
+			break
+		}
+		lk, err := probe.TryLock(ctx, keys[1])
+		if err != nil {
+			c.Errorf("%s: while %s is held elsewhere, a waiting LockMulti(%s, %s) holds %s: it takes keys in the caller's order, so two callers can wait for each other in a cycle (%v)",
+				multiNoCycle, short(keys[0]), short(keys[1]), short(keys[0]), short(keys[1]), err)
+			break
+		}
+		c.unlock(ctx, lk, multiNoCycle)
+	}
+	c.unlock(ctx, low, multiNoCycle)
+	if err := <-done; err != nil {
+		c.Errorf("%s: LockMulti after the lowest key was freed: %v", multiNoCycle, err)
 	}
 }
