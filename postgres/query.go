@@ -42,12 +42,7 @@ func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, row)
 }
 
 func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
@@ -88,12 +83,7 @@ func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(s
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows.Scan); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, row)
 }
 
 // listen holds one connection of db's pool while use runs, and discards
@@ -113,4 +103,19 @@ func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error 
 		// The session listened: never hand it back to the pool.
 		return errors.Join(err, sqldriver.ErrBadConn)
 	})
+}
+
+// eachRow hands every row of rows to row, for pgx's rows and database/sql's
+// alike.
+func eachRow(rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}, row func(scan func(dest ...any) error) error) error {
+	for rows.Next() {
+		if err := row(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
