@@ -182,8 +182,12 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - ForceUnlockShared: ForceUnlock of a semaphore with 200 holders (more
+//     than etcd takes in one transaction) closes every holder's Done with
+//     ErrLost and frees all the permits at once; skipped for a Locker that
+//     is not a locker.ForceUnlocker.
 //
-// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
+// The shared-hold cases (the last eight) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
