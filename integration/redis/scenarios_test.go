@@ -25,21 +25,23 @@ import (
 // bsm/redislock (retrying every millisecond) and "fenced", redislock's
 // retry with a fencing token (fencedAcquire): the least a fenced lock
 // costs, which bounds what this library can reach against the peers
-// without one. Each client is on a connection of its own:
+// without one. Every implementation reports its ratios to "fenced"
+// ("fair-x-fenced", "unfair-x-fenced", ...). Each client is on a
+// connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
 	addr := testenv.Redis(b).Addr()
 	const ttl = 10 * time.Second
 	impls := []scen.Impl{
-		scen.Locker(func(b *testing.B) locker.Locker {
+		{Name: "fair", New: scen.Locker(func(b *testing.B) locker.Locker {
 			l, err := redis.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = l.Close() })
 			return l
-		}),
+		}).New},
 		{Name: "unfair", New: scen.Locker(func(b *testing.B) locker.Locker {
 			l, err := redis.Config{Unfair: true}.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
@@ -81,7 +83,7 @@ func BenchmarkScenarios(b *testing.B) {
 				}
 			})
 		}},
-		{Name: "fenced", New: func(b *testing.B, key string) scen.Mutex {
+		{Name: "fenced", Reference: true, New: func(b *testing.B, key string) scen.Mutex {
 			c := newClient(b, addr)
 			keys := []string{key, key + ":fence"}
 			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {

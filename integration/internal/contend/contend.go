@@ -18,7 +18,10 @@
 //
 // Every figure is reported with b.ReportMetric, named after the
 // implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every
-// ratio as "<name>-x-<other>". Timings are never asserted: only lost
+// ratio as "<name>-x-<other>": the first implementation's to each other's,
+// and each implementation's to the reference (Impl.Reference), when there
+// is one. OneKey at 64 clients also reports "<name>-x-4-clients", its
+// hand-offs/s over those at 4. Timings are never asserted: only lost
 // updates and errors fail a benchmark.
 //
 // OneKey and ManyKeys also report what an acquisition (with its release)
@@ -57,6 +60,10 @@ type Impl struct {
 	// ServerCPU, when not nil, returns the CPU time the store's server
 	// has used so far (Redis: INFO cpu).
 	ServerCPU func(ctx context.Context) (time.Duration, error)
+	// Reference, when set, makes every other implementation report its
+	// ratios to this one ("<name>-x-<reference>", and for CPU
+	// "<name>-client-cpu-x-<reference>"). At most one Impl sets it.
+	Reference bool
 }
 
 // Result is what OneKey or ManyKeys measured for one implementation.
@@ -240,10 +247,27 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 		}
 		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), cpu)
 	}
-	for i := 1; i < len(rs); i++ {
-		b.ReportMetric(rs[0].Rate()/rs[i].Rate(), impls[0].Name+"-x-"+impls[i].Name)
+	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "")
+	if rs[0].ClientCPU > 0 {
+		ratios(b, impls, func(i, j int) float64 {
+			return perAcquisition(rs[i].ClientCPU, rs[i]) / perAcquisition(rs[j].ClientCPU, rs[j])
+		}, "client-cpu-")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// ratios reports ratio(i, j) as "<impls[i]>-<what>x-<impls[j]>" for the
+// first implementation against each other one, and for each one against
+// the reference (Impl.Reference) when there is one.
+func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what string) {
+	ref := slices.IndexFunc(impls, func(impl Impl) bool { return impl.Reference })
+	for i := range impls {
+		for j := range impls {
+			if i != j && (i == 0 || j == ref) {
+				b.ReportMetric(ratio(i, j), impls[i].Name+"-"+what+"x-"+impls[j].Name)
+			}
+		}
+	}
 }
 
 // OneKey runs the one-key scenario for each implementation in turn, clients
@@ -331,9 +355,7 @@ func Uncontended(b *testing.B, impls []Impl) {
 		p50[i] = pct(times[i], 0.5)
 		b.ReportMetric(float64(p50[i].Microseconds()), impls[i].Name+"-p50-µs")
 	}
-	for i := 1; i < len(impls); i++ {
-		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
-	}
+	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
 }
 
 // Handoff measures, rounds times per implementation, the time from the
@@ -381,27 +403,26 @@ func Handoff(b *testing.B, impls []Impl, rounds int) {
 		b.ReportMetric(ms(p50[i]), impl.Name+"-handoff-p50-ms")
 		b.ReportMetric(ms(pct(lats, 0.99)), impl.Name+"-handoff-p99-ms")
 	}
-	for i := 1; i < len(impls); i++ {
-		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
-	}
+	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
 	b.ReportMetric(0, "ns/op")
 }
 
 // Scenarios runs every scenario as sub-benchmarks of b: OneKey at 4, 16 and
-// 64 clients (and the 64-over-4 throughput ratio of the first
-// implementation, the "does not fall as waiters grow" target), ManyKeys at
+// 64 clients (at 64 with each implementation's hand-offs/s over its
+// 4-client figure, "<name>-x-4-clients": the "does not fall as waiters
+// grow" target), ManyKeys at
 // 16, Uncontended and Handoff. d is each contended run's length.
 func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
 	var by = map[int][]Result{}
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
 			by[n] = OneKey(b, impls, n, d)
+			if n == 64 && len(by[4]) == len(impls) {
+				for i, impl := range impls {
+					b.ReportMetric(by[64][i].Rate()/by[4][i].Rate(), impl.Name+"-x-4-clients")
+				}
+			}
 		})
-	}
-	if len(by[4]) == len(impls) && len(by[64]) == len(impls) {
-		for i, impl := range impls {
-			b.Logf("%s: 64 clients %.2f× the 4-client hand-offs/s", impl.Name, by[64][i].Rate()/by[4][i].Rate())
-		}
 	}
 	b.Run("ManyKeys/clients=16", func(b *testing.B) { ManyKeys(b, impls, 16, d) })
 	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })
