@@ -107,9 +107,10 @@ func BenchmarkScenarios(b *testing.B) {
 			})
 		}},
 	}
-	cpu := serverCPU(newClient(b, addr))
+	stats := newClient(b, addr)
 	for i := range impls {
-		impls[i].ServerCPU = cpu
+		impls[i].ServerCPU = serverCPU(stats)
+		impls[i].ServerCalls = serverCalls(stats)
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
 }
@@ -140,6 +141,40 @@ func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
 			return 0, errors.New("INFO cpu: no used_cpu_sys and used_cpu_user")
 		}
 		return time.Duration(total * float64(time.Second)), nil
+	}
+}
+
+// serverCalls returns a reader of the commands the server of c has run
+// (the calls of INFO commandstats, which count the commands scripts call),
+// and of the scripts among them (EVAL, EVALSHA and their read-only forms).
+// The INFO commands of the readers are left out.
+func serverCalls(c *goredis.Client) func(context.Context) (int64, int64, error) {
+	return func(ctx context.Context) (int64, int64, error) {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return 0, 0, err
+		}
+		var calls, scripts int64
+		for line := range strings.Lines(info) {
+			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			cmd := strings.TrimPrefix(name, "cmdstat_")
+			v, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("INFO commandstats: %s: %w", name, err)
+			}
+			switch {
+			case cmd == "info":
+				continue
+			case strings.HasPrefix(cmd, "eval"):
+				scripts += n
+			}
+			calls += n
+		}
+		return calls, scripts, nil
 	}
 }
 
