@@ -32,7 +32,8 @@ end
 if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
   return 0
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local q = redis.call('ZRANGE', KEYS[3], 0, 1)
+if not q[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -41,7 +42,7 @@ end
 
 do
   local now = now_us()
-  local h, seq, ttl, lid, label = head(now)
+  local h, seq, ttl, lid, label = head(now, q)
   if ARGV[5] == '1' then
     redis.call('DEL', KEYS[1])
     if h and ARGV[2] ~= '' and wake_due(now, h) then
