@@ -114,10 +114,10 @@ end
 -- hand_over gives the free lock to waiter h (of Locker lid) for its claim
 -- window, and tells it on its Locker's channel: "grant <owner> <seq> <token>
 -- <claim>", claim in milliseconds. h is what head returned last. It also
--- tells the next waiter in line (next_lid), if any, how long the claim lasts ("claim <claim>"), so that it tries again
--- when a waiter that died while queued never confirms. Two messages, each
--- to one Locker, however many wait: a hand-off costs the same with 4
--- waiters or 400.
+-- tells the next waiter in line (next_lid), if any, how long the claim
+-- lasts ("claim <claim>"), so that it tries again when a waiter that died
+-- while queued never confirms. Two messages, each to one Locker, however
+-- many wait: a hand-off costs the same with 4 waiters or 400.
 local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
   local _, s = take(now, h, claim, label, retention)
@@ -139,9 +139,9 @@ end
 -- failed attempt per hand-off, the most of an unfair hand-off's work.
 local wake_gap_us = 1000
 
--- wake_due reports whether an unfair release may wake waiter h, what head
--- returned last, now, and if so records the wake-up: h was not woken within
--- wake_gap_us.
+-- wake_due reports whether an unfair release may wake waiter h (what head
+-- returned last) now, and if so records the wake-up: h was not woken
+-- within wake_gap_us.
 local function wake_due(now, h)
   if woke then
     local untl, who = string.match(woke, '^(%d+) (%S+)$')
