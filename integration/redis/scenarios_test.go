@@ -144,37 +144,43 @@ func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
 	}
 }
 
-// serverCalls returns a reader of the commands the server of c has run
-// (the calls of INFO commandstats, which count the commands scripts call),
-// and of the scripts among them (EVAL, EVALSHA and their read-only forms).
-// The INFO commands of the readers are left out.
-func serverCalls(c *goredis.Client) func(context.Context) (int64, int64, error) {
-	return func(ctx context.Context) (int64, int64, error) {
+// serverCalls returns a reader of what the server of c has run (INFO
+// commandstats, whose calls count the commands scripts call): its
+// commands, the scripts among them (EVAL, EVALSHA and their read-only
+// forms) and their time. The INFO commands of the readers are left out.
+func serverCalls(c *goredis.Client) func(context.Context) (scen.Calls, error) {
+	return func(ctx context.Context) (scen.Calls, error) {
 		info, err := c.Info(ctx, "commandstats").Result()
 		if err != nil {
-			return 0, 0, err
+			return scen.Calls{}, err
 		}
-		var calls, scripts int64
+		var calls scen.Calls
 		for line := range strings.Lines(info) {
 			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			cmd, isCmd := strings.CutPrefix(name, "cmdstat_")
+			if !ok || !isCmd || cmd == "info" {
 				continue
 			}
-			cmd := strings.TrimPrefix(name, "cmdstat_")
-			v, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return 0, 0, fmt.Errorf("INFO commandstats: %s: %w", name, err)
+			var n, usec int64
+			for field := range strings.SplitSeq(stats, ",") {
+				k, v, _ := strings.Cut(field, "=")
+				switch k {
+				case "calls":
+					n, err = strconv.ParseInt(v, 10, 64)
+				case "usec":
+					usec, err = strconv.ParseInt(v, 10, 64)
+				}
+				if err != nil {
+					return scen.Calls{}, fmt.Errorf("INFO commandstats: %s: %w", name, err)
+				}
 			}
-			switch {
-			case cmd == "info":
-				continue
-			case strings.HasPrefix(cmd, "eval"):
-				scripts += n
+			calls.Commands += n
+			if strings.HasPrefix(cmd, "eval") {
+				calls.Scripts += n
+				calls.ScriptTime += time.Duration(usec) * time.Microsecond
 			}
-			calls += n
 		}
-		return calls, scripts, nil
+		return calls, nil
 	}
 }
 

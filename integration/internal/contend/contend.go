@@ -31,7 +31,8 @@
 // when the Impl can read it (Impl.ServerCPU): they say where a difference
 // in rate comes from. "<name>-server-calls" and "<name>-scripts" count the
 // store's commands per acquisition, those run by scripts included, and the
-// scripts among them, when the Impl can read them (Impl.ServerCalls).
+// scripts among them, and "<name>-script-µs" is the server's time per
+// script, when the Impl can read them (Impl.ServerCalls).
 package contend
 
 import (
@@ -62,10 +63,9 @@ type Impl struct {
 	// ServerCPU, when not nil, returns the CPU time the store's server
 	// has used so far (Redis: INFO cpu).
 	ServerCPU func(ctx context.Context) (time.Duration, error)
-	// ServerCalls, when not nil, returns how many commands the store's
-	// server has run so far, those called from scripts included, and how
-	// many of them were scripts (Redis: INFO commandstats).
-	ServerCalls func(ctx context.Context) (calls, scripts int64, err error)
+	// ServerCalls, when not nil, returns what the store's server has run
+	// so far (Redis: INFO commandstats).
+	ServerCalls func(ctx context.Context) (Calls, error)
 	// Reference, when set, makes every other implementation report its
 	// ratios to this one ("<name>-x-<reference>", and for CPU
 	// "<name>-client-cpu-x-<reference>"). At most one Impl sets it.
@@ -82,8 +82,18 @@ type Result struct {
 	WaitP99      time.Duration
 	ClientCPU    time.Duration // this process's CPU time over the turns; 0: unknown
 	ServerCPU    time.Duration // the server's; 0: unknown (no Impl.ServerCPU)
-	Calls        int64         // the server's commands, scripts' included; 0: unknown (no Impl.ServerCalls)
-	Scripts      int64         // the scripts among Calls
+	Calls        Calls         // the server's; zero: unknown (no Impl.ServerCalls)
+}
+
+// Calls counts what a store's server ran.
+type Calls struct {
+	Commands   int64         // commands, those that scripts called included
+	Scripts    int64         // the scripts among Commands
+	ScriptTime time.Duration // the time the server spent running the scripts
+}
+
+func (c Calls) sub(d Calls) Calls {
+	return Calls{c.Commands - d.Commands, c.Scripts - d.Scripts, c.ScriptTime - d.ScriptTime}
 }
 
 // Rate is acquisitions per second.
@@ -113,8 +123,7 @@ type tally struct {
 	elapsed   time.Duration
 	clientCPU time.Duration
 	serverCPU time.Duration
-	calls     int64
-	scripts   int64
+	calls     Calls
 }
 
 func (t *tally) result() Result {
@@ -128,7 +137,7 @@ func (t *tally) result() Result {
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
-		Calls: t.calls, Scripts: t.scripts,
+		Calls: t.calls,
 	}
 }
 
@@ -159,17 +168,17 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 		}
 		return d
 	}
-	serverCalls := func() (int64, int64) {
+	serverCalls := func() Calls {
 		if impl.ServerCalls == nil || t == nil {
-			return 0, 0
+			return Calls{}
 		}
-		c, s, err := impl.ServerCalls(ctx)
+		c, err := impl.ServerCalls(ctx)
 		if err != nil {
 			b.Fatalf("%s: the server's command counts: %v", impl.Name, err)
 		}
-		return c, s
+		return c
 	}
-	calls0, scripts0 := serverCalls()
+	calls0 := serverCalls()
 	server0, client0 := serverCPU(), processCPU()
 	start := time.Now()
 	stop := start.Add(d)
@@ -203,7 +212,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	wg.Wait()
 	elapsed := time.Since(start)
 	client, server := processCPU()-client0, serverCPU()-server0
-	calls1, scripts1 := serverCalls()
+	calls := serverCalls().sub(calls0)
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
@@ -227,8 +236,9 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	t.elapsed += elapsed
 	t.clientCPU += client
 	t.serverCPU += server
-	t.calls += calls1 - calls0
-	t.scripts += scripts1 - scripts0
+	t.calls.Commands += calls.Commands
+	t.calls.Scripts += calls.Scripts
+	t.calls.ScriptTime += calls.ScriptTime
 }
 
 func cmpOr(a, b error) error {
@@ -270,11 +280,17 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 			b.ReportMetric(perAcquisition(r.ServerCPU, r), n+"-server-cpu-µs")
 			cpu += fmt.Sprintf(", %.1f µs in the server", perAcquisition(r.ServerCPU, r))
 		}
-		if r.Calls > 0 {
+		if c := r.Calls; c.Commands > 0 {
 			per := func(n int64) float64 { return float64(n) / float64(max(r.Acquisitions, 1)) }
-			b.ReportMetric(per(r.Calls), n+"-server-calls")
-			b.ReportMetric(per(r.Scripts), n+"-scripts")
-			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts)", per(r.Calls), per(r.Scripts))
+			b.ReportMetric(per(c.Commands), n+"-server-calls")
+			b.ReportMetric(per(c.Scripts), n+"-scripts")
+			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts", per(c.Commands), per(c.Scripts))
+			if c.Scripts > 0 {
+				us := float64(c.ScriptTime) / float64(time.Microsecond) / float64(c.Scripts)
+				b.ReportMetric(us, n+"-script-µs")
+				cpu += fmt.Sprintf(", %.1f µs each", us)
+			}
+			cpu += ")"
 		}
 		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), cpu)
 	}
