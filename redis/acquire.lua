@@ -38,7 +38,8 @@ local waiting = ARGV[5] ~= '0'
 -- Fast paths: the lock is held and the caller does not wait; the lock is
 -- the caller's; the lock is free, and neither waiters nor shared holds
 -- exist (take, as in lib.lua).
-local v = redis.call('GET', KEYS[1])
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local v = got[1]
 if v then
   local n = #owner
   if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
@@ -56,7 +57,7 @@ elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
 else
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]))
+  local last = tonumber(got[2])
   if last and last >= token then
     token = last + 1
   end
@@ -67,6 +68,7 @@ else
 end
 
 -- #include lib.lua
+fence = got[2]
 
 local function enqueue(now)
   local stale = tonumber(ARGV[6])

@@ -21,10 +21,15 @@
 
 -- #include token.lua
 
+-- fence is KEYS[2] as the including script read it at its start (false:
+-- absent), set by that script, or nil. Only take writes KEYS[2], once per
+-- script.
+local fence
+
 -- take gives the lock to owner and returns its fencing token, as a number
 -- and as a string (see next_token).
 local function take(now, owner, ttl, label, retention)
-  local token, s = next_token(now, retention)
+  local token, s = next_token(now, retention, fence)
   redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. label, 'PX', ttl)
   return token, s
 end

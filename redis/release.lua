@@ -24,7 +24,8 @@ if ARGV[4] == '1' then
   redis.call('ZREM', KEYS[3], owner)
   redis.call('HDEL', KEYS[4], owner)
 end
-local v = redis.call('GET', KEYS[1])
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local v = got[1]
 local n = #owner
 if not v then
   return 0
@@ -39,6 +40,7 @@ if not q[1] then
 end
 
 -- #include lib.lua
+fence = got[2]
 
 do
   local now = now_us()
