@@ -92,8 +92,12 @@ type Calls struct {
 	ScriptTime time.Duration // the time the server spent running the scripts
 }
 
+func (c Calls) add(d Calls) Calls {
+	return Calls{c.Commands + d.Commands, c.Scripts + d.Scripts, c.ScriptTime + d.ScriptTime}
+}
+
 func (c Calls) sub(d Calls) Calls {
-	return Calls{c.Commands - d.Commands, c.Scripts - d.Scripts, c.ScriptTime - d.ScriptTime}
+	return c.add(Calls{-d.Commands, -d.Scripts, -d.ScriptTime})
 }
 
 // Rate is acquisitions per second.
@@ -236,9 +240,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	t.elapsed += elapsed
 	t.clientCPU += client
 	t.serverCPU += server
-	t.calls.Commands += calls.Commands
-	t.calls.Scripts += calls.Scripts
-	t.calls.ScriptTime += calls.ScriptTime
+	t.calls = t.calls.add(calls)
 }
 
 func cmpOr(a, b error) error {
