@@ -182,8 +182,12 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - MultiTryAtomic (MultiAtomic): a TryLockMulti that fails because its
+//     last key is held elsewhere never holds any of its keys, not even for
+//     a moment: another Locker polling them with TryLock never finds one
+//     taken.
 //
-// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
+// The shared-hold cases (the seven before MultiTryAtomic) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
