@@ -82,9 +82,24 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	}
 	start := time.Now()
 	a, err, gone := detached(e, cctx, func() (a multiOutcome, err error) {
-		a.sent = time.Now()
-		a.grants, err = ma.TryAcquireMulti(cctx, reqs)
-		return a, err
+		// A waiting LockMulti polls, holding nothing, for one TTL at
+		// most; then the caller takes the keys one by one.
+		until := time.Now().Add(e.cfg.ttl)
+		for attempt := 0; ; attempt++ {
+			a.sent = time.Now()
+			a.grants, err = ma.TryAcquireMulti(cctx, reqs)
+			if !wait || !errors.Is(err, driver.ErrHeld) {
+				return a, err
+			}
+			e.keepResidue(reqs[0].Key, err)
+			d := driver.Backoff(e.cfg.backoff).Delay(attempt, driver.Remaining(err), false)
+			if time.Now().Add(d).After(until) || !driver.Sleep(cctx, d) {
+				return a, err
+			}
+			for i := range reqs {
+				reqs[i].Owner = rand.Text()
+			}
+		}
 	}, func(a multiOutcome, err error) {
 		// The caller has returned: give back what the attempt took.
 		defer leave()
@@ -119,7 +134,9 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 			return nil, true, nil
 		case errors.Is(err, driver.ErrConflict):
 			err = e.err(op, keys[0], ErrInvalidOption, err)
-		case wait && cctx.Err() == nil && !permanent(err):
+		case wait && cctx.Err() != nil:
+			err = e.waitErr(op, keys[0], ctx, cctx.Err(), nil)
+		case wait && !permanent(err):
 			return nil, true, nil // the ordered path waits
 		case errors.Is(err, driver.ErrHeld):
 			err = e.err(op, keys[0], ErrNotAcquired, err)
