@@ -25,7 +25,8 @@ import (
 // bsm/redislock (retrying every millisecond) and "fenced", redislock's
 // retry with a fencing token (fencedAcquire): the least a fenced lock
 // costs, which bounds what this library can reach against the peers
-// without one. Each client is on a connection of its own:
+// without one; and the multi-key scenario, LockMulti beside redislock's
+// ObtainMulti. Each client is on a connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
@@ -110,6 +111,13 @@ func BenchmarkScenarios(b *testing.B) {
 		impls[i].ServerCPU = cpu
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
+	// Three keys at once: LockMulti beside redislock's ObtainMulti;
+	// locker-x-redislock is the ratio of their rates.
+	multi := multiImpls(addr, ttl)
+	for i := range multi {
+		multi[i].ServerCPU = cpu
+	}
+	b.Run("MultiKey/clients=8", func(b *testing.B) { scen.MultiKey(b, multi, 8, 3*time.Second) })
 }
 
 // serverCPU returns a reader of the CPU time the server of c has used
