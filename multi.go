@@ -14,15 +14,17 @@ import (
 // ctx ends, l is closed, or the backend fails. It takes all the keys or
 // none.
 //
-// The first attempt takes every key in one store operation when the
-// backend can (a [driver.MultiAcquirer]: one Redis script, one etcd
-// transaction, ...). When it cannot (no such driver, keys that do not fit
-// in one operation, a key held up ctx's call chain) or when a key is held,
-// the keys are taken one by one in byte order, whatever their order in
-// keys. A held key is kept while LockMulti waits for the next one. Two
-// callers therefore never wait for each other in a cycle. A caller waits
-// at most as long as a Lock on each of its keys in turn would: the store's
-// fairness per key bounds its wait.
+// Where the backend can take every key in one store operation (a
+// [driver.MultiAcquirer]: one Redis script, one etcd transaction, ...),
+// LockMulti does so. While a key is held it tries again with the Locker's
+// backoff, holding nothing, for at most one TTL. Then, or when the backend
+// cannot (no such driver, keys that do not fit in one operation, a key
+// held up ctx's call chain, a store error), it takes the keys one by one in
+// byte order, whatever their order in keys. A held key is kept while
+// LockMulti waits for the next one. Two callers therefore never wait for
+// each other in a cycle. Past that first TTL a caller waits at most as long
+// as a Lock on each of its keys in turn would: the store's fairness per key
+// bounds its wait.
 //
 // When LockMulti returns an error, no key is held: the keys taken so far
 // are released through Unlock (in the background when ctx has ended), and
