@@ -117,7 +117,7 @@ func BenchmarkScenarios(b *testing.B) {
 	for i := range multi {
 		multi[i].ServerCPU = cpu
 	}
-	b.Run("MultiKey/clients=8", func(b *testing.B) { scen.MultiKey(b, multi, 8, 3*time.Second) })
+	b.Run("MultiKey/clients=8", func(b *testing.B) { scen.OneKey(b, multi, 8, 3*time.Second) })
 }
 
 // serverCPU returns a reader of the CPU time the server of c has used
