@@ -182,10 +182,10 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
-//   - MultiTryAtomic (MultiAtomic): a TryLockMulti that fails because its
-//     last key is held elsewhere never holds any of its keys, not even for
-//     a moment: another Locker polling them with TryLock never finds one
-//     taken.
+//   - MultiTryAtomic (MultiAtomic): a TryLockMulti of eight keys that
+//     fails because its last key is held elsewhere never holds any of its
+//     keys, not even for a moment: another Locker polling the first with
+//     TryLock never finds it taken.
 //
 // The shared-hold cases (the seven before MultiTryAtomic) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

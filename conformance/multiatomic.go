@@ -15,19 +15,21 @@ import (
 // multiAtomic is the contract of MultiTryAtomic.
 const multiAtomic = "a TryLockMulti that fails because a key is held elsewhere must never hold any of its keys, not even for a moment, where the backend takes the keys in one store operation"
 
-// testMultiTryAtomic: while one Locker fails TryLockMulti on three keys
-// again and again (the last one held elsewhere), another polls the first two
-// with TryLock and must never find one taken.
+// testMultiTryAtomic: while one Locker fails TryLockMulti on eight keys
+// again and again (the last one held elsewhere), another polls the first
+// with TryLock and must never find it taken. Taken one by one, the first key
+// would be held for most of each failed call.
 func testMultiTryAtomic(c *caseT) {
 	if !c.h.MultiAtomic {
 		c.Skipf("Harness.MultiAtomic is false: the backend takes a multi-key lock's keys one by one")
 	}
 	ctx := c.ctx(c.within(4))
-	keys := c.multiKeys(3)
+	keys := c.multiKeys(8)
 	a, holder, probe := c.newLocker(), c.newLocker(), c.newLocker()
-	last := c.mustTryLock(ctx, holder, keys[2], "TryLock on a free key must succeed")
+	last := c.mustTryLock(ctx, holder, keys[len(keys)-1], "TryLock on a free key must succeed")
 
 	var errs errList
+	var caught atomic.Bool
 	var stopped atomic.Bool
 	var probes atomic.Int64
 	var wg sync.WaitGroup
@@ -36,33 +38,34 @@ func testMultiTryAtomic(c *caseT) {
 		defer wg.Done()
 		for ; !stopped.Load(); probes.Add(1) {
 			runtime.Gosched()
-			for _, k := range keys[:2] {
-				lk, err := probe.TryLock(ctx, k)
-				switch {
-				case err == nil:
-					if err := lk.Unlock(ctx); err != nil {
-						errs.add(fmt.Errorf("probe: Unlock(%s): %w", short(k), err))
-					}
-				case errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil:
-					errs.add(fmt.Errorf("%s was held while TryLockMulti failed: %w", short(k), err))
-				default:
-					errs.add(fmt.Errorf("probe: TryLock(%s): %w", short(k), err))
+			lk, err := probe.TryLock(ctx, keys[0])
+			switch {
+			case err == nil:
+				if err := lk.Unlock(ctx); err != nil {
+					errs.add(fmt.Errorf("probe: Unlock(%s): %w", short(keys[0]), err))
 					return
 				}
+			case errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil:
+				errs.add(fmt.Errorf("%s was held while TryLockMulti failed: %w", short(keys[0]), err))
+				caught.Store(true)
+				return
+			default:
+				errs.add(fmt.Errorf("probe: TryLock(%s): %w", short(keys[0]), err))
+				return
 			}
 		}
 	}()
-	// A second at least, and 50 rounds of each side, so that they
-	// interleave on a loaded machine; 3 s at most.
+	// A second and 100 rounds of each side at least, so that they
+	// interleave on a loaded machine; 5 s at most.
 	start := time.Now()
-	for i := 0; time.Since(start) < 3*time.Second; i++ {
-		if time.Since(start) > time.Second && i >= 50 && probes.Load() >= 50 {
+	for i := 0; time.Since(start) < 5*time.Second && !caught.Load(); i++ {
+		if time.Since(start) > time.Second && i >= 100 && probes.Load() >= 100 {
 			break
 		}
 		runtime.Gosched()
 		m, err := c.lockMulti(ctx, a, keys, false)
 		if err == nil {
-			errs.add(fmt.Errorf("%s: round %d: TryLockMulti succeeded while %s was held elsewhere", exclusive, i, short(keys[2])))
+			errs.add(fmt.Errorf("%s: round %d: TryLockMulti succeeded while %s was held elsewhere", exclusive, i, short(keys[len(keys)-1])))
 			_ = m.Unlock(ctx)
 			break
 		}
