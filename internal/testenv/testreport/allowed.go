@@ -30,17 +30,14 @@ func allowances() []allowance {
 				"integration/redis TestConformanceCluster",
 				"integration/redis TestConformanceRedlock3",
 				"integration/redis TestConformanceRedlock5",
-				"integration/postgres TestConformance",
-				"integration/postgres TestConformanceSQLDB",
-				"integration/postgres TestConformancePgBouncer",
 				"integration/zookeeper TestConformance",
 			},
 			cases:   []string{"MultiTryAtomic"},
 			message: "Harness.MultiAtomic is false",
 			reason: "these take a multi-key lock's keys one by one (locker.LockMulti's ordered path): " +
 				"a Cluster's keys lie in different hash slots unless they share one, Redlock's masters are independent, " +
-				"the PostgreSQL backend has no driver.MultiAcquirer yet, and ZooKeeper cannot make one Multi conditional on empty queues " +
-				"(issue 31); memory, Redis (single, Sentinel), etcd and MySQL run the case",
+				"and ZooKeeper cannot make one Multi conditional on empty queues (issue 31); " +
+				"memory, Redis (single, Sentinel), etcd, MySQL and PostgreSQL run the case",
 		},
 		{
 			harnesses: []string{
