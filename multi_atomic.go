@@ -84,7 +84,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	a, err, gone := detached(e, cctx, func() (a multiOutcome, err error) {
 		// A waiting LockMulti polls, holding nothing, for one TTL at
 		// most; then the caller takes the keys one by one.
-		until := time.Now().Add(e.cfg.ttl)
+		until := time.Now().Add(lc.ttl)
 		for attempt := 0; ; attempt++ {
 			a.sent = time.Now()
 			a.grants, err = ma.TryAcquireMulti(cctx, reqs)
