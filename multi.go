@@ -14,11 +14,17 @@ import (
 // ctx ends, l is closed, or the backend fails. It takes all the keys or
 // none.
 //
-// Keys are taken one by one in byte order, whatever their order in keys.
-// A held key is kept while LockMulti waits for the next one. Two callers
-// therefore never wait for each other in a cycle. A caller waits at most
-// as long as a Lock on each of its keys in turn would: the store's
-// fairness per key bounds its wait.
+// Where the backend can take every key in one store operation (a
+// [driver.MultiAcquirer]: one Redis script, one etcd transaction, ...),
+// LockMulti does so. While a key is held it tries again with the Locker's
+// backoff, holding nothing, for at most one TTL. Then, or when the backend
+// cannot (no such driver, keys that do not fit in one operation, a key
+// held up ctx's call chain, a store error), it takes the keys one by one in
+// byte order, whatever their order in keys. A held key is kept while
+// LockMulti waits for the next one. Two callers therefore never wait for
+// each other in a cycle. Past that first TTL a caller waits at most as long
+// as a Lock on each of its keys in turn would: the store's fairness per key
+// bounds its wait.
 //
 // When LockMulti returns an error, no key is held: the keys taken so far
 // are released through Unlock (in the background when ctx has ended), and
@@ -35,7 +41,9 @@ func LockMulti(ctx context.Context, l Locker, keys []string, opts ...LockOption)
 }
 
 // TryLockMulti is LockMulti without waiting: when a key is held elsewhere it
-// releases the keys it took and returns an error matching [ErrNotAcquired].
+// returns an error matching [ErrNotAcquired]. Where the backend takes the
+// keys in one store operation it never holds any of them then, not even for
+// a moment; otherwise it releases the keys it took.
 func TryLockMulti(ctx context.Context, l Locker, keys []string, opts ...LockOption) (*MultiLock, error) {
 	return lockMulti(ctx, "trylockmulti", l, keys, false, opts)
 }
@@ -187,6 +195,15 @@ func lockMulti(ctx context.Context, op string, l Locker, keys []string, wait boo
 	if err != nil {
 		return nil, err
 	}
+	if mt, ok := l.(multiTaker); ok {
+		locks, fallback, err := mt.tryMulti(ctx, op, sorted, wait, opts)
+		if err != nil {
+			return nil, err
+		}
+		if !fallback {
+			return newMultiLock(sorted, locks), nil
+		}
+	}
 	locks := make([]Lock, 0, len(sorted))
 	rollback := func(cause error) (*MultiLock, error) {
 		// The caller's ctx: when it has ended, each Unlock releases in
@@ -211,9 +228,15 @@ func lockMulti(ctx context.Context, op string, l Locker, keys []string, wait boo
 		}
 		locks = append(locks, lk)
 	}
-	m := &MultiLock{keys: sorted, locks: locks, done: make(chan struct{}), watched: make(chan struct{})}
+	return newMultiLock(sorted, locks), nil
+}
+
+// newMultiLock returns the MultiLock of locks, which hold keys, and starts
+// its watcher.
+func newMultiLock(keys []string, locks []Lock) *MultiLock {
+	m := &MultiLock{keys: keys, locks: locks, done: make(chan struct{}), watched: make(chan struct{})}
 	go m.watch()
-	return m, nil
+	return m
 }
 
 // lockWatching is l.Lock(ctx, key) that gives up, with an error matching

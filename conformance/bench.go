@@ -28,6 +28,9 @@ const handoffWait = 20 * time.Millisecond
 //     handoff-p90-ms and handoff-p99-ms, and ns/op as the mean hand-off.
 //   - ParallelDistinctKeys: Lock and Unlock from b.RunParallel goroutines of
 //     one Locker, each on its own key.
+//   - LockMulti: an uncontended LockMulti and Unlock of three keys,
+//     interleaved with a Lock and Unlock of one; ns/op is the LockMulti's,
+//     lock-ns/op the Lock's, and x-lock their ratio.
 //
 // Only NewLocker and TTL of h are used.
 func RunBenchmarks(b *testing.B, h Harness) {
@@ -39,6 +42,7 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	b.Run("TryLockHeld", func(b *testing.B) { benchTryLockHeld(b, h) })
 	b.Run("Handoff", func(b *testing.B) { benchHandoff(b, h) })
 	b.Run("ParallelDistinctKeys", func(b *testing.B) { benchParallel(b, h) })
+	b.Run("LockMulti", func(b *testing.B) { benchLockMulti(b, h) })
 }
 
 // benchLocker returns a fresh Locker that is closed when the benchmark ends.

@@ -103,6 +103,8 @@ func (e *memEnv) harness() Harness {
 		NewLocker:     e.newInner,
 		NewLockerWith: e.newInnerWith,
 		TTL:           e.ttl,
+		// memory implements driver.MultiAcquirer.
+		MultiAtomic: true,
 		Crash: func(t testing.TB, l locker.Locker) {
 			if f := e.fault(l); f != nil {
 				e.mu.Lock()
@@ -224,6 +226,7 @@ const (
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
 	multiKeepsSome = "multiKeepsSome" // a failed LockMulti or TryLockMulti keeps the keys it took
 	multiDoneFirst = "multiDoneFirst" // a MultiLock's Done and Err watch only its first key
+	multiPiecemeal = "multiPiecemeal" // TryLockMulti takes the keys one by one on a backend that says it takes them at once
 
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
@@ -285,6 +288,7 @@ var mustCatch = map[string][]string{
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
+	multiPiecemeal:  {"MultiTryAtomic"},
 }
 
 // mustPass lists the cases that must pass against Lockers that are wrapped
@@ -496,7 +500,7 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			}
 		}
 	}
-	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst {
+	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst || kind == multiPiecemeal {
 		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
 			return brokenLockMulti(ctx, kind, l, keys, wait)
 		}

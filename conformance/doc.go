@@ -186,8 +186,12 @@
 //     than etcd takes in one transaction) closes every holder's Done with
 //     ErrLost and frees all the permits at once; skipped for a Locker that
 //     is not a locker.ForceUnlocker.
+//   - MultiTryAtomic (MultiAtomic): a TryLockMulti of eight keys that
+//     fails because its last key is held elsewhere never holds any of its
+//     keys, not even for a moment: another Locker polling the first with
+//     TryLock never finds it taken.
 //
-// The shared-hold cases (the last eight) skip, saying so, for a Locker with no
+// The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

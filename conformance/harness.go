@@ -71,6 +71,12 @@ type Harness struct {
 	// with ErrInvalidKey.
 	MaxKeyBytes int
 
+	// MultiAtomic reports that the backend takes the keys of a
+	// TryLockMulti in one store operation (it implements
+	// driver.MultiAcquirer and the case's keys fit in one), so that a
+	// failed TryLockMulti never holds any key, even for a moment.
+	MultiAtomic bool
+
 	// lockMulti, when set, stands in for locker.LockMulti and
 	// locker.TryLockMulti in the multi-key cases: the suite's own test
 	// sets broken ones there.

@@ -62,6 +62,11 @@
 //     naming both. A grant's token is the revision of the write that made
 //     it (the key's creation, or a rewrite of a waiter's key), so it is
 //     greater than every token handed out before.
+//   - locker.TryLockMulti, and each attempt of a waiting
+//     locker.LockMulti, take every key in one transaction or none: it puts
+//     every waiter key when every key's directory is empty. The keys share
+//     that transaction's revision as their tokens. More than 100 keys, or
+//     more than the server's --max-txn-ops, are taken one by one.
 //
 // # Limits
 //

@@ -24,6 +24,9 @@
 // blocks later readers. A waiter's place lasts one TTL past its last
 // attempt. The limit lives with the key while it has holders or waiters.
 //
+// locker.TryLockMulti and locker.LockMulti take every key of a set under
+// one hold of the Store's mutex, or none.
+//
 // # Limits
 //
 // One process only: it is not a distributed lock. State is lost with the

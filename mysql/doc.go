@@ -67,6 +67,10 @@
 //     longer held is a run that never released (crashed or lost).
 //   - Uncontended Lock+Unlock is two round trips, on prepared statements
 //     outside GORM's default transaction.
+//   - locker.TryLockMulti, and each attempt of a waiting
+//     locker.LockMulti, take every key in one transaction or none: one
+//     acquiring statement per key, then COMMIT, so n keys cost n+2 round
+//     trips. More than 100 keys are taken one by one.
 //
 // # Limits
 //

@@ -80,6 +80,18 @@
 //   - With Config.Replicas, a grant counts once WAIT confirms it, as for a
 //     lock. Otherwise it is undone and reported as a store error.
 //
+// # Several keys at once
+//
+// locker.TryLockMulti, and each attempt of a waiting locker.LockMulti, take
+// every key in one script or none, each key with its own token from its
+// fence. A key with waiters counts as held, unless the Locker is unfair.
+// With Config.Replicas the keys count once WAIT confirms them. The keys are
+// taken one by one instead (locker.LockMulti's ordered path) on a Ring, for
+// more than 256 keys, and on a Cluster when they are in different hash
+// slots: each key carries a hash tag of its own, so keys of several store
+// keys share a slot only by chance. The Redlock Locker always takes them
+// one by one.
+//
 // # Limits
 //
 //   - Replication is asynchronous: a failover before a lock reached the

@@ -222,6 +222,8 @@ type redisDriver struct {
 	renew   *goredis.Script
 	// The scripts of shared holds (shared.go).
 	shareAcquire, shareRelease, shareRenew *goredis.Script
+	// multiAcquire takes several locks at once (multi.go).
+	multiAcquire *goredis.Script
 
 	logger *slog.Logger
 	notify *notifier
@@ -277,6 +279,7 @@ func newDriver(client Client) *redisDriver {
 		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
 		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
 		shareRenew:   goredis.NewScript(shareRenewLua),
+		multiAcquire: goredis.NewScript(multiAcquireLua),
 		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),

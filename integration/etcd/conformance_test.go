@@ -118,6 +118,7 @@ func (f *fleet) harness() conformance.Harness {
 			}
 		},
 		MaxKeyBytes: etcd.MaxKeyBytes - len(testPrefix),
+		MultiAtomic: true, // one transaction
 	}
 }
 

@@ -156,6 +156,7 @@ func (f *fleet) harness() conformance.Harness {
 			}
 		},
 		MaxKeyBytes: mysql.MaxKeyBytes - len(f.prefix),
+		MultiAtomic: true, // one transaction
 	}
 }
 

@@ -178,6 +178,7 @@ func (f *fleet) harness() conformance.Harness {
 			}
 		},
 		MaxKeyBytes: postgres.MaxKeyBytes - len(f.prefix),
+		MultiAtomic: true, // one statement
 	}
 }
 

@@ -121,6 +121,7 @@ func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config,
 		},
 		Restart:     srv.Restart,
 		MaxKeyBytes: redis.MaxKeyBytes,
+		MultiAtomic: true, // one script on one server
 	}
 }
 

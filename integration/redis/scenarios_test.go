@@ -26,7 +26,8 @@ import (
 // retry with a fencing token (fencedAcquire): the least a fenced lock
 // costs, which bounds what this library can reach against the peers
 // without one. Every implementation reports its ratios to "fenced"
-// ("fair-x-fenced", "unfair-x-fenced", ...). Each client is on a
+// ("fair-x-fenced", "unfair-x-fenced", ...). The multi-key scenario runs
+// LockMulti beside redislock's ObtainMulti. Each client is on a
 // connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
@@ -113,6 +114,14 @@ func BenchmarkScenarios(b *testing.B) {
 		impls[i].ServerCalls = serverCalls(stats)
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
+	// Three keys at once: LockMulti beside redislock's ObtainMulti;
+	// locker-x-redislock is the ratio of their rates.
+	multi := multiImpls(addr, ttl)
+	for i := range multi {
+		multi[i].ServerCPU = serverCPU(stats)
+		multi[i].ServerCalls = serverCalls(stats)
+	}
+	b.Run("MultiKey/clients=8", func(b *testing.B) { scen.OneKey(b, multi, 8, 3*time.Second) })
 }
 
 // serverCPU returns a reader of the CPU time the server of c has used

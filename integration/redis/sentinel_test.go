@@ -319,7 +319,8 @@ func TestConformanceSentinel(t *testing.T) {
 	}
 	var reps replicas
 	conformance.Run(t, conformance.Harness{
-		TTL: testTTL,
+		TTL:         testTTL,
+		MultiAtomic: true, // one script on the primary
 		NewLocker: func(t testing.TB) locker.Locker {
 			dial, proxies := proxiedDialer(t, append(srv.SentinelAddrs(), srv.DataAddrs()...))
 			c := failoverClientVia(t, srv, dial)

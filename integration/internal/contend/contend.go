@@ -15,6 +15,8 @@
 //     interleaved so that the machine's load weighs on all alike.
 //   - Handoff: B waits 10–30 ms for a key A holds, A unlocks; the time from
 //     A's Unlock call to B's Lock returning.
+//   - MultiKey: OneKey with the three keys of MultiKeys taken together
+//     (LockerMulti; a peer's multi-key lock).
 //
 // Every figure is reported with b.ReportMetric, named after the
 // implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every

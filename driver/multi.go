@@ -1,0 +1,30 @@
+package driver
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotAtomic is returned (wrapped) by [MultiAcquirer.TryAcquireMulti] when
+// the keys cannot be taken in one store operation: too many for one
+// transaction, or keys the store keeps apart (Redis Cluster keys in
+// different hash slots). The store must be left untouched. The engine then
+// takes the keys one by one, in byte order.
+var ErrNotAtomic = errors.New("driver: keys cannot be taken in one operation")
+
+// MultiAcquirer is implemented by drivers that can take several keys in one
+// store operation, all or none. The engine uses it for locker.TryLockMulti
+// and for the first attempt of locker.LockMulti. Each key granted is then an
+// ordinary lock: renewed, released and kept one lease at a time.
+type MultiAcquirer interface {
+	// TryAcquireMulti makes one attempt to take every reqs[i].Key for
+	// reqs[i].Owner, all or none. The keys are distinct and in byte order.
+	// On success it returns one Grant per request, in order, each with the
+	// key's own fencing token. It returns an error matching ErrHeld when
+	// another owner holds any of the keys, ErrConflict when one is held by
+	// shared holds, and ErrNotAtomic when the keys cannot go in one
+	// operation; in all three cases it took none. When the outcome is
+	// unknown it undoes every possible acquisition, at once or through a
+	// [Residue], as TryAcquire does for one key.
+	TryAcquireMulti(ctx context.Context, reqs []Request) ([]Grant, error)
+}

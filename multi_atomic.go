@@ -1,0 +1,181 @@
+package locker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// multiTaker is implemented by Lockers that can take several keys in one
+// store operation: the engine over a [driver.MultiAcquirer].
+type multiTaker interface {
+	// tryMulti makes one all-or-nothing attempt on keys (distinct, in
+	// byte order). fallback reports that it took nothing and that the
+	// caller should take the keys one by one instead: the driver cannot
+	// take them together, a key is held up ctx's call chain (a nested
+	// hold), or, when wait is set, the attempt failed in a way a waiting
+	// LockMulti rides out (a key held, a store error).
+	tryMulti(ctx context.Context, op string, keys []string, wait bool, opts []LockOption) (locks []Lock, fallback bool, err error)
+}
+
+// multiOutcome is the outcome of one TryAcquireMulti call.
+type multiOutcome struct {
+	grants []driver.Grant
+	sent   time.Time
+}
+
+func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bool, opts []LockOption) (locks []Lock, fallback bool, err error) {
+	ma, ok := e.drv.(driver.MultiAcquirer)
+	if !ok {
+		return nil, true, nil
+	}
+	if ctx.Err() != nil {
+		return nil, false, e.err(op, keys[0], ErrNotAcquired, ctxCause(ctx))
+	}
+	skeys := make([]string, len(keys))
+	for i, k := range keys {
+		if skeys[i], err = e.storeKey(op, k); err != nil {
+			return nil, false, err
+		}
+		if outer, err := e.heldIn(ctx, k); err != nil || outer != nil {
+			return nil, true, nil // the ordered path nests or reports it
+		}
+	}
+	lc, err := e.lockOptions(opts)
+	if err != nil {
+		return nil, false, e.err(op, keys[0], nil, err)
+	}
+	if !e.enter() {
+		return nil, false, e.err(op, keys[0], ErrClosed, nil)
+	}
+	defer e.calls.Done()
+	cctx, scope := e.callContext(ctx)
+	defer scope.end()
+
+	holds := make([]*hold, 0, len(keys))
+	leave := func() {
+		for _, h := range holds {
+			h.gate.leave()
+		}
+	}
+	for i, k := range keys {
+		g, err := e.enterGate(cctx, skeys[i], false)
+		if err != nil {
+			// Another caller of this Locker holds or takes the key.
+			leave()
+			if wait {
+				return nil, true, nil
+			}
+			return nil, false, e.err(op, k, ErrNotAcquired, err)
+		}
+		holds = append(holds, &hold{e: e, key: k, gate: g, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold})
+	}
+	reqs := make([]driver.Request, len(keys))
+	for i, h := range holds {
+		reqs[i] = driver.Request{Key: skeys[i], Owner: rand.Text(), Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+		if e.perLockTTL {
+			reqs[i].TTL = max(lc.ttl, lc.minHold)
+		}
+	}
+	start := time.Now()
+	a, err, gone := detached(e, cctx, func() (a multiOutcome, err error) {
+		// A waiting LockMulti polls, holding nothing, for one TTL at
+		// most; then the caller takes the keys one by one.
+		until := time.Now().Add(lc.ttl)
+		for attempt := 0; ; attempt++ {
+			a.sent = time.Now()
+			a.grants, err = ma.TryAcquireMulti(cctx, reqs)
+			if !wait || !errors.Is(err, driver.ErrHeld) {
+				return a, err
+			}
+			e.keepResidue(reqs[0].Key, err)
+			d := driver.Backoff(e.cfg.backoff).Delay(attempt, driver.Remaining(err), false)
+			if time.Now().Add(d).After(until) || !driver.Sleep(cctx, d) {
+				return a, err
+			}
+			for i := range reqs {
+				reqs[i].Owner = rand.Text()
+			}
+		}
+	}, func(a multiOutcome, err error) {
+		// The caller has returned: give back what the attempt took.
+		defer leave()
+		if err != nil {
+			e.keepResidue(reqs[0].Key, err)
+			return
+		}
+		for i, g := range a.grants {
+			lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
+			e.addCleanup(cleanup{key: lease.Key, lease: &lease})
+		}
+	})
+	if gone {
+		for _, h := range holds {
+			h.claim() // a loss the late attempt reports is nobody's
+		}
+		return nil, false, e.waitErr(op, keys[0], ctx, err, nil)
+	}
+	if err == nil && len(a.grants) != len(reqs) {
+		// A broken driver: release what it says it took.
+		for i := range min(len(a.grants), len(reqs)) {
+			lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: a.grants[i].Token, State: a.grants[i].State}
+			e.addCleanup(cleanup{key: lease.Key, lease: &lease})
+		}
+		err = errMultiGrants
+	}
+	if err != nil {
+		leave()
+		e.keepResidue(reqs[0].Key, err)
+		switch {
+		case errors.Is(err, driver.ErrNotAtomic):
+			return nil, true, nil
+		case errors.Is(err, driver.ErrConflict):
+			err = e.err(op, keys[0], ErrInvalidOption, err)
+		case wait && cctx.Err() != nil:
+			err = e.waitErr(op, keys[0], ctx, cctx.Err(), nil)
+		case wait && !permanent(err):
+			return nil, true, nil // the ordered path waits
+		case errors.Is(err, driver.ErrHeld):
+			err = e.err(op, keys[0], ErrNotAcquired, err)
+		default:
+			err = e.waitErr(op, keys[0], ctx, err, nil)
+		}
+		e.observeMulti(ctx, keys, start, wait, nil, err)
+		return nil, false, err
+	}
+	locks = make([]Lock, len(holds))
+	var regErr error
+	for i, h := range holds {
+		h.lease = driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL}
+		if err := e.register(h, a.grants[i], a.sent); err != nil && regErr == nil {
+			regErr = err // closed: Close releases them all
+		}
+		locks[i] = &handle{h: h}
+	}
+	if regErr != nil {
+		return nil, false, regErr
+	}
+	e.observeMulti(ctx, keys, start, wait, locks, nil)
+	return locks, false, nil
+}
+
+// errMultiGrants is the error of a driver whose TryAcquireMulti returned
+// a number of grants other than the number of requests.
+var errMultiGrants = errors.New("driver returned a grant count other than the key count")
+
+// observeMulti reports one acquisition event per key of an atomic attempt.
+func (e *engine) observeMulti(ctx context.Context, keys []string, start time.Time, wait bool, locks []Lock, err error) {
+	if e.cfg.observer == nil {
+		return
+	}
+	for i, k := range keys {
+		ev := Event{Kind: EventAcquire, Ctx: ctx, Key: k, Start: start, Wait: time.Since(start), Try: !wait, Err: err}
+		if locks != nil {
+			ev.Token = locks[i].Token()
+		}
+		e.observe(ev)
+	}
+}

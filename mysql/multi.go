@@ -1,0 +1,130 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// maxMultiKeys is the most keys TryAcquireMulti takes in one transaction;
+// more are taken one by one, so that one transaction never holds many
+// rows for long.
+const maxMultiKeys = 100
+
+// TryAcquireMulti implements driver.MultiAcquirer: one transaction runs
+// each key's acquiring UPDATE, or INSERT IGNORE for a missing row, and
+// commits only when every key was taken. A key held (by a lock or shared
+// holds) or a row another transaction holds rolls it back with
+// driver.ErrHeld. A commit whose outcome is unknown is undone key by key
+// once its fence has passed.
+func (d *sqlDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	gs, err := d.tryAcquireMulti(ctx, reqs)
+	if err == nil && d.notify != nil {
+		for _, req := range reqs {
+			d.notify.acquired(req.Key, req.Owner)
+		}
+	}
+	return gs, classify(err)
+}
+
+func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	if len(reqs) > maxMultiKeys {
+		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one transaction", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
+	}
+	ttl := reqs[0].TTL
+	for _, req := range reqs {
+		if len(req.Owner) > maxOwnerBytes {
+			return nil, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
+		}
+		ttl = min(ttl, req.TTL)
+	}
+	label := d.label
+	if l := reqs[0].Label; l != "" && l != label {
+		label = cleanLabel(l)
+	}
+	sent := time.Now()
+	f := d.clock.Fence(ctx, sent, ttl)
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("acquire: begin: %w", err)
+	}
+	acquire, insert := tx.StmtContext(ctx, d.acquire), tx.StmtContext(ctx, d.insert)
+	grants := make([]driver.Grant, len(reqs))
+	for i, req := range reqs {
+		ttl := ttlMicros(req.TTL)
+		id, err := took(acquire.ExecContext(ctx, req.Owner, label, ttl, req.Key, f.Store))
+		if err == nil && id == 0 {
+			id, err = took(insert.ExecContext(ctx, req.Key, req.Owner, label, ttl, f.Store))
+		}
+		if err == nil && id == 0 {
+			err = driver.Held(0)
+		}
+		if err != nil {
+			// Nothing is committed: the rollback, or the server when
+			// the connection is gone, undoes the statements so far.
+			_ = tx.Rollback()
+			if contended(err) {
+				return nil, driver.Held(0)
+			}
+			if errors.Is(err, driver.ErrHeld) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("acquire %q: %w", req.Key, err)
+		}
+		grants[i] = driver.Grant{
+			Token:    uint64(id),
+			Validity: req.TTL,
+			Since:    sent,
+			State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: uint64(id)},
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		err = fmt.Errorf("acquire: commit: %w", err)
+		if definite(err) {
+			return nil, err
+		}
+		return nil, d.undoMulti(ctx, reqs, f, err)
+	}
+	return grants, nil
+}
+
+// took returns the version an acquiring statement set (its fencing token),
+// or 0 when it took no row.
+func took(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("no version returned (LAST_INSERT_ID %d): %v", id, err)
+	}
+	return id, nil
+}
+
+// undoMulti gives up every row reqs may hold after a commit whose outcome
+// is unknown, once the fence f has passed, and returns cause; wrapped in a
+// driver.Residue that tries again when the database could not be reached.
+func (d *sqlDriver) undoMulti(ctx context.Context, reqs []driver.Request, f driver.Fence, cause error) error {
+	out := func(ctx context.Context) error {
+		var errs []error
+		for _, req := range reqs {
+			if err := d.undoAcquire(ctx, req.Key, req.Owner, f); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, 5*time.Second))
+	defer cancel()
+	if err := out(cctx); err != nil {
+		return &driver.Residue{Err: cause, Cleanup: out}
+	}
+	return cause
+}

@@ -1,0 +1,137 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+//go:embed multi_acquire.lua
+var multiAcquireLua string
+
+// maxMultiKeys is the most keys TryAcquireMulti takes in one script; more
+// are taken one by one, so that one script never blocks the server for
+// long.
+const maxMultiKeys = 256
+
+// TryAcquireMulti implements driver.MultiAcquirer: one script takes every
+// key or none. A key with waiters counts as held, unless the Locker is
+// unfair. It answers driver.ErrNotAtomic, without a round trip, for a
+// *goredis.Ring, for Cluster keys in different hash slots and for more than
+// maxMultiKeys keys; and when the server refuses the keys as cross-slot (a
+// wrapped Cluster client).
+func (d *redisDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	if len(reqs) > maxMultiKeys {
+		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one script", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
+	}
+	if _, ok := d.client.(*goredis.Ring); ok {
+		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
+	}
+	keys := make([]string, 0, 5*len(reqs))
+	args := make([]any, 0, 3+2*len(reqs))
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg)
+	ttls := make([]int64, len(reqs))
+	for i, req := range reqs {
+		if err := checkOwner(req.Owner); err != nil {
+			return nil, err
+		}
+		keys = append(keys, scriptKeys(req.Key)...)
+		var ttlArg any
+		ttlArg, ttls[i] = d.ttlArgs(req.TTL)
+		args = append(args, req.Owner, ttlArg)
+	}
+	if _, ok := d.client.(*goredis.ClusterClient); ok {
+		slot := hashSlot(keys[0])
+		for _, k := range keys[5:] {
+			if hashSlot(k) != slot {
+				return nil, fmt.Errorf("acquire: %w: the keys are in different Cluster hash slots", driver.ErrNotAtomic)
+			}
+		}
+	}
+	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, keys, args...)
+	if errors.Is(err, errNotReplicated) {
+		return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: %w", err))
+	}
+	if err != nil {
+		if hasPrefix(err, "CROSSSLOT") {
+			return nil, fmt.Errorf("acquire: %w: %w", driver.ErrNotAtomic, err)
+		}
+		err = fmt.Errorf("acquire: %w", classify(err))
+		if maybeExecuted(err) {
+			return nil, d.undoMulti(ctx, reqs, err)
+		}
+		return nil, err
+	}
+	reply, _ := v.([]any)
+	if len(reply) == len(reqs) && multiTook(v) {
+		grants := make([]driver.Grant, len(reqs))
+		for i, r := range reply {
+			s, _ := r.(string)
+			token, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: malformed token %q", s))
+			}
+			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[5*i]}
+		}
+		return grants, nil
+	}
+	if len(reply) >= 3 {
+		i, _ := reply[1].(int64)
+		switch {
+		case reply[0] == "held" && len(reply) == 3:
+			ms, _ := reply[2].(int64)
+			return nil, fmt.Errorf("acquire %s: %w", reqKey(reqs, i), driver.Held(time.Duration(ms)*time.Millisecond))
+		case reply[0] == "shared" && len(reply) == 4:
+			return nil, fmt.Errorf("acquire %s: %w: the key is %s, not a plain lock", reqKey(reqs, i), driver.ErrConflict, shareKindOf(reply[2], reply[3]))
+		}
+	}
+	return nil, fmt.Errorf("acquire: unexpected reply %v", v)
+}
+
+// reqKey names the store key of reqs[i-1] (i from the script, from 1).
+func reqKey(reqs []driver.Request, i int64) string {
+	if i < 1 || int(i) > len(reqs) {
+		return "?"
+	}
+	return strconv.Quote(reqs[i-1].Key)
+}
+
+// multiTook reports whether a multi_acquire.lua reply says the locks were
+// taken: a list of tokens, not a status.
+func multiTook(reply any) bool {
+	r, ok := reply.([]any)
+	if !ok || len(r) == 0 {
+		return false
+	}
+	s, ok := r[0].(string)
+	return ok && s != "held" && s != "shared"
+}
+
+// undoMulti gives up every lock reqs may have taken, as leave does for one,
+// and returns cause; wrapped in a driver.Residue that tries them all again
+// when the store could not be reached.
+func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
+	defer cancel()
+	out := func(ctx context.Context) error {
+		var errs []error
+		for _, req := range reqs {
+			if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := out(ctx); err != nil {
+		d.logger.Warn("locker: redis: could not undo a multi-key acquisition; retrying in the background", "keys", len(reqs), "err", err)
+		return &driver.Residue{Err: cause, Cleanup: out}
+	}
+	return cause
+}
