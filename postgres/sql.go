@@ -33,7 +33,10 @@ type statements struct {
 	// when it was ours. Args: key, owner, version, channel.
 	release string
 	// undo frees a row this owner may hold after an acquisition whose
-	// outcome is unknown. Args: key, owner, channel.
+	// outcome is unknown. Its ON CONFLICT locks the row before it compares
+	// the owner, so it waits for a statement still writing the row, an
+	// insert of a missing row included; it inserts a missing row free.
+	// It returns one row when it freed the row. Args: key, owner, channel.
 	undo string
 	// keep ends a run but leaves the row claimed for a while (MinHold).
 	// Args: remaining µs, key, owner, version.
@@ -73,9 +76,12 @@ func newStatements(table string) statements {
 		release: "WITH r AS (UPDATE " + t + " SET " + free +
 			" WHERE task_name = $1 AND owner_token = $2 AND version = $3 AND task_status = 'RUNNING' RETURNING task_name)" +
 			" SELECT pg_notify($4, task_name)::text FROM r",
-		undo: "WITH r AS (UPDATE " + t + " SET " + free +
-			" WHERE task_name = $1 AND owner_token = $2 AND task_status = 'RUNNING' RETURNING task_name)" +
-			" SELECT pg_notify($3, task_name)::text FROM r",
+		undo: "WITH r AS (INSERT INTO " + t + " AS l" +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)" +
+			" VALUES ($1::text, 'FINISH', " + micros(dbNow) + ", '', '', " + dbNow + ", " + dbNow + ")" +
+			" ON CONFLICT (task_name) DO UPDATE SET " + free +
+			" WHERE l.owner_token = $2::text AND l.task_status = 'RUNNING' RETURNING l.task_name, l.owner_token)" +
+			" SELECT pg_notify($3, task_name)::text FROM r WHERE owner_token = $2::text",
 		keep: "UPDATE " + t + " SET finish_time = " + dbNow + ", lock_until = " + dbNow + " + $1::float8 * interval '1 microsecond'," +
 			" update_time = " + dbNow +
 			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING'",
