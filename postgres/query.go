@@ -12,14 +12,23 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// querier is the little the driver needs of a database handle: statements
-// on a pool, and one dedicated connection for LISTEN. It hides whether the
-// caller gave a *pgxpool.Pool or a *sql.DB.
-type querier interface {
+// runner runs statements, on a pool or in a transaction.
+type runner interface {
 	// exec runs a statement and returns the rows it affected.
 	exec(ctx context.Context, sql string, args ...any) (int64, error)
 	// query runs a statement and calls row for each row it returns.
 	query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
+}
+
+// querier is the little the driver needs of a database handle: statements
+// on a pool, transactions, and one dedicated connection for LISTEN. It
+// hides whether the caller gave a *pgxpool.Pool or a *sql.DB.
+type querier interface {
+	runner
+	// inTx runs fn in a READ COMMITTED transaction, whatever the
+	// session's default isolation. It commits when fn returns nil and
+	// rolls back otherwise.
+	inTx(ctx context.Context, fn func(runner) error) error
 	// listen calls use with a connection of its own, outside the pool,
 	// and closes that connection when use returns.
 	listen(ctx context.Context, use func(*pgx.Conn) error) error
@@ -38,6 +47,40 @@ func (q poolQuerier) exec(ctx context.Context, sql string, args ...any) (int64, 
 
 func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
 	rows, err := q.p.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return eachRow(rows, row)
+}
+
+func (q poolQuerier) inTx(ctx context.Context, fn func(runner) error) error {
+	tx, err := q.p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return err
+	}
+	// After a commit, Rollback does nothing; after a failure whose
+	// outcome is unknown, pgx closes the connection.
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := fn(pgxTx{tx}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// pgxTx runs statements in a pgx transaction.
+type pgxTx struct{ tx pgx.Tx }
+
+func (t pgxTx) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+func (t pgxTx) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := t.tx.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
@@ -79,6 +122,38 @@ func (q dbQuerier) exec(ctx context.Context, sql string, args ...any) (int64, er
 
 func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
 	rows, err := q.db.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return eachRow(rows, row)
+}
+
+func (q dbQuerier) inTx(ctx context.Context, fn func(runner) error) error {
+	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(sqlTx{tx}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// sqlTx runs statements in a database/sql transaction.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := t.tx.QueryContext(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
