@@ -209,6 +209,7 @@ const (
 	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
+	lateShared      = "lateShared"      // lateDelivery for waits for shared holds: the delivered request takes a permit or a read hold
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
@@ -271,6 +272,7 @@ var mustCatch = map[string][]string{
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
+	lateShared:      {"SharedLateDelivery"},
 	slowFirstCall:   {"PromptCancel"},
 	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},

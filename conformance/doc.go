@@ -182,8 +182,11 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - SharedLateDelivery (Isolate): LateDelivery for waits for a permit and
+//     for a read hold: every permit, and the write hold, is free within
+//     TTL/2 of the heal, and stays free.
 //
-// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
+// The shared-hold cases (the last eight) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

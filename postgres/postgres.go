@@ -149,6 +149,7 @@ type pgDriver struct {
 	shared sharedStatements
 	logger *slog.Logger
 	label  string
+	ttl    time.Duration // the Locker's TTL
 
 	listen *listener // nil with PollOnly
 
@@ -176,6 +177,7 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
+	d.ttl = cfg.TTL
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.q, d.cfg.Table, createTableSQL(d.cfg.Table)); err != nil {
 			return classify(err)

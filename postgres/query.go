@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,8 +28,10 @@ type querier interface {
 	runner
 	// inTx runs fn in a READ COMMITTED transaction, whatever the
 	// session's default isolation. It commits when fn returns nil and
-	// rolls back otherwise.
-	inTx(ctx context.Context, fn func(runner) error) error
+	// rolls back otherwise. The server ends the session when the
+	// transaction waits for the client for longer than idle, so that a
+	// client cut off in the middle does not keep its row locks.
+	inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error
 	// listen calls use with a connection of its own, outside the pool,
 	// and closes that connection when use returns.
 	listen(ctx context.Context, use func(*pgx.Conn) error) error
@@ -54,8 +57,9 @@ func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func
 	return eachRow(rows, row)
 }
 
-func (q poolQuerier) inTx(ctx context.Context, fn func(runner) error) error {
-	tx, err := q.p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
+	// One round trip: both statements go in one simple-protocol message.
+	tx, err := q.p.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; " + idleTimeout(idle)})
 	if err != nil {
 		return err
 	}
@@ -66,6 +70,12 @@ func (q poolQuerier) inTx(ctx context.Context, fn func(runner) error) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// idleTimeout is the statement that sets the transaction's
+// idle_in_transaction_session_timeout.
+func idleTimeout(idle time.Duration) string {
+	return fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", max(idle.Milliseconds(), 1))
 }
 
 // pgxTx runs statements in a pgx transaction.
@@ -129,12 +139,15 @@ func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(s
 	return eachRow(rows, row)
 }
 
-func (q dbQuerier) inTx(ctx context.Context, fn func(runner) error) error {
+func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, idleTimeout(idle)); err != nil {
+		return err
+	}
 	if err := fn(sqlTx{tx}); err != nil {
 		return err
 	}

@@ -103,6 +103,12 @@ type sharedStatements struct {
 	// deletes the expired ones, and notifies the key's waiters. Args: key,
 	// channel.
 	settle string
+	// release deletes a hold and notifies the key's waiters, returning
+	// one row when it did: whether no other live hold or waiter is left.
+	// Args: key, owner, channel, token.
+	release string
+	// withdraw is release for a place in line. Args: key, owner, channel.
+	withdraw string
 	// keep ends a hold but leaves it in place (MinHold). Args: key, owner,
 	// token, remaining µs.
 	keep string
@@ -145,6 +151,8 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			", update_time = " + dbNow + " WHERE task_name = $1 AND owner_token = " + sharedOwnerSQL +
 			" AND NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + "))" +
 			" SELECT pg_notify($2, $1)::text",
+		release:  leaving(st, "token = $4 AND queued = 0"),
+		withdraw: leaving(st, "queued > 0"),
 		keep: "UPDATE " + st + " SET kept = true, lock_until = " + untilAt("$4") +
 			" WHERE task_name = $1 AND owner_token = $2 AND token = $3 AND queued = 0 AND lock_until > " + dbNow,
 		renew: "WITH p AS (" + plain.renew + ")," +
@@ -157,6 +165,21 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 		inspect: "SELECT mode, weight, share_limit, token, queued, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
 			" FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + " ORDER BY queued, token",
 	}
+}
+
+// txIdle is how long a transaction on shared holds of a lock with this
+// TTL may wait for its client before the server ends it: a third of the
+// TTL, within 1 s and 10 s. A client cut off in the middle of one holds
+// up the key's other attempts that long, not for as long as the cut.
+func txIdle(ttl time.Duration) time.Duration { return min(max(ttl/3, time.Second), 10*time.Second) }
+
+// leaving is the SQL of a holder or waiter of the table of shared holds st
+// that leaves (see sharedStatements.release), chosen by cond.
+func leaving(st, cond string) string {
+	return "WITH r AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = $2 AND " + cond +
+		" AND lock_until > " + dbNow + " RETURNING task_name)" +
+		" SELECT NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND owner_token <> $2 AND lock_until > " + dbNow + ")," +
+		" pg_notify($3, task_name)::text FROM r"
 }
 
 // shareState is the driver's state of a shared hold.
@@ -289,7 +312,7 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 				if err := d.clock.AwaitFence(ctx, f, d.queryNow); err != nil {
 					return fmt.Errorf("undo: %w", classify(err))
 				}
-				return d.dropShare(ctx, key, owner, 0, false)
+				return d.undoShare(ctx, key, owner)
 			}}
 		}
 		return driver.Grant{}, err
@@ -302,7 +325,7 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 		g       driver.Grant
 		refusal error // a refusal to report once the transaction committed
 	)
-	err := d.q.inTx(ctx, func(tx runner) error {
+	err := d.q.inTx(ctx, txIdle(req.TTL), func(tx runner) error {
 		k, err := d.lockKey(ctx, tx, req.Key)
 		if err != nil {
 			return err
@@ -407,7 +430,7 @@ func (d *pgDriver) queued(req driver.Request, next time.Duration) error {
 	}
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
-		return d.dropShare(ctx, key, owner, 0, true)
+		return d.leave(ctx, d.shared.withdraw, key, owner)
 	}}
 }
 
@@ -419,23 +442,43 @@ func shareKindOf(mode driver.Mode, limit int) string {
 	return "a read-write lock"
 }
 
-// dropShare deletes owner's live row of key (its hold when token is not 0,
-// else its hold or place in line; its place in line only with waiter) and
-// settles the key's row. It returns driver.ErrNotHeld when there was none.
-// It locks the key's row first, so that it runs after an attempt still
-// writing it.
-func (d *pgDriver) dropShare(ctx context.Context, key, owner string, token int64, waiter bool) error {
-	cond, args := " AND owner_token = $2", []any{key, owner}
-	switch {
-	case token != 0:
-		cond += " AND token = $3 AND queued = 0"
-		args = append(args, token)
-	case waiter:
-		cond += " AND queued > 0"
-	}
+// undoShare deletes owner's live hold or place in line of key, which an
+// attempt whose outcome is unknown may have left, and settles the key's
+// row. It locks the key's row first, so that it runs after the attempt
+// if it is still writing. It returns driver.ErrNotHeld when there was
+// nothing to delete.
+func (d *pgDriver) undoShare(ctx context.Context, key, owner string) error {
 	return d.inShareTx(ctx, key, func(tx runner) (int64, error) {
-		return tx.exec(ctx, d.shared.drop+cond, args...)
+		return tx.exec(ctx, d.shared.drop+" AND owner_token = $2", key, owner)
 	})
+}
+
+// leave runs stmt (release or withdraw) for owner's row of key, and
+// settles the key's row when it was the last. Deleting a row needs no lock
+// of the key's row: it only makes room. Settling does, which a client cut
+// off in the middle of an attempt may hold for a while. It returns
+// driver.ErrNotHeld when there was nothing to delete.
+func (d *pgDriver) leave(ctx context.Context, stmt, key, owner string, args ...any) error {
+	var n int
+	var last bool
+	err := d.q.query(ctx, stmt, append([]any{key, owner, d.cfg.Table}, args...), func(scan func(...any) error) error {
+		n++
+		var payload sql.NullString
+		return scan(&last, &payload)
+	})
+	if err != nil {
+		return classify(err)
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	if last {
+		if _, err := d.settleShared(ctx, key); err != nil {
+			// The next acquisition of the key settles it.
+			d.logger.Debug("locker: postgres: settling a key whose last shared hold left", "key", key, "err", err)
+		}
+	}
+	return nil
 }
 
 // inShareTx runs change in a transaction that holds the key's row, then
@@ -447,7 +490,7 @@ func (d *pgDriver) inShareTx(ctx context.Context, key string, change func(runner
 		return err
 	}
 	for try := 0; ; try++ {
-		err := d.q.inTx(ctx, func(tx runner) error {
+		err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
 			k, err := d.lockKey(ctx, tx, key)
 			if err != nil {
 				return err
@@ -485,7 +528,7 @@ func (d *pgDriver) settleShared(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	free := false
-	err := d.q.inTx(ctx, func(tx runner) error {
+	err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
 		k, err := d.lockKey(ctx, tx, key)
 		if err != nil || !k.shared() {
 			free = err == nil

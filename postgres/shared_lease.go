@@ -11,7 +11,7 @@ import (
 
 // releaseShared ends a shared hold (driver.Driver.Release).
 func (d *pgDriver) releaseShared(ctx context.Context, s *shareState) error {
-	if err := d.dropShare(ctx, s.key, s.owner, s.token, false); err != nil {
+	if err := d.leave(ctx, d.shared.release, s.key, s.owner, s.token); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
