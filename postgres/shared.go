@@ -385,15 +385,15 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 	return g, nil
 }
 
-// admit decides whether a request for s by owner fits beside the live rows
-// of its key: it returns whether it fits, owner's place in line (nil when
-// not in line), and how long until the first holder's claim ends. It
-// fails with driver.ErrConflict when the key is used another way.
+// admit decides whether a request for s by owner fits behind the live
+// rows of its key that are ahead of it (every holder, and the waiters
+// before it in line: all of them when it is not in line), as etcd's and
+// ZooKeeper's queues decide: a writer must be first, a reader needs no
+// writer ahead, permits need the weights ahead and their own within the
+// limit. It returns whether it fits, owner's place in line (nil when not
+// in line), and how long until the first holder's claim ends. It fails
+// with driver.ErrConflict when the key is used another way.
 func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareRow, next time.Duration, err error) {
-	var (
-		used, holders int
-		write         bool
-	)
 	for i := range rows {
 		r := &rows[i]
 		if (r.mode == driver.Permits) != (s.Mode == driver.Permits) || r.limit != s.Limit {
@@ -402,24 +402,21 @@ func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareR
 		if r.owner == owner && r.queued > 0 {
 			me = r
 		}
-		if r.queued == 0 {
-			holders++
-			used += r.weight
-			write = write || r.mode == driver.Write
-			if next == 0 || r.remaining < next {
-				next = r.remaining
-			}
+		if r.queued == 0 && (next == 0 || r.remaining < next) {
+			next = r.remaining
 		}
 	}
-	fits = !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit)
+	fits, used := true, s.Weight
 	for _, r := range rows {
-		// Behind every earlier waiter (all of them when not in line):
-		// readers only behind writers.
-		if r.queued > 0 && (me == nil || r.queued < me.queued) && (s.Mode != driver.Read || r.mode == driver.Write) {
+		if r.owner == owner || r.queued > 0 && me != nil && r.queued > me.queued {
+			continue // not ahead
+		}
+		if s.Mode == driver.Write || r.mode == driver.Write {
 			fits = false
 		}
+		used += r.weight
 	}
-	return fits, me, next, nil
+	return fits && (s.Mode != driver.Permits || used <= s.Limit), me, next, nil
 }
 
 // queued is the refusal of a request recorded in line: back before the
