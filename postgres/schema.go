@@ -36,11 +36,12 @@ var requiredColumns = []string{
 
 // migrate creates table with ddl unless it exists. Two sessions creating
 // it at once may collide on the catalog (unique_violation,
-// duplicate_table): the table then exists, which checkTable confirms.
+// duplicate_table, duplicate_object for the table's row type): the table
+// then exists, which checkTable confirms.
 func migrate(ctx context.Context, q querier, table, ddl string) error {
 	_, err := q.exec(ctx, ddl)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") {
+	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710") {
 		return nil
 	}
 	if err != nil {

@@ -285,14 +285,18 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 	}
 	for try := 0; ; try++ {
 		sent := time.Now()
-		f := d.clock.Fence(ctx, sent, req.TTL)
-		g, err := d.shareAttempt(ctx, req, s, label, f)
+		var f driver.Fence // the fence of the attempt's last fenced statement
+		g, err := d.shareAttempt(ctx, req, s, label, &f)
 		switch {
 		case err == nil:
 			g.Since = sent
 			return g, nil
 		case errors.Is(err, driver.ErrHeld), errors.Is(err, driver.ErrConflict):
 			return driver.Grant{}, err
+		case errors.Is(err, errFenced) && try < shareAttempts && ctx.Err() == nil:
+			continue // the statement arrived after its fence: it took nothing
+		case errors.Is(err, errFenced):
+			return driver.Grant{}, driver.Held(0)
 		case retryable(err) && try < shareAttempts:
 			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
 				return driver.Grant{}, ctx.Err()
@@ -319,8 +323,14 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 	}
 }
 
-// shareAttempt is one transaction of TryAcquireShared.
-func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s driver.Share, label string, f driver.Fence) (driver.Grant, error) {
+// errFenced is the error of an attempt whose fenced statement arrived
+// after its fence, and changed nothing.
+var errFenced = errors.New("the statement arrived after its fence")
+
+// shareAttempt is one transaction of TryAcquireShared. Its statement that
+// grants or records the request carries a fence, which it sets f to just
+// before it sends it.
+func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s driver.Share, label string, f *driver.Fence) (driver.Grant, error) {
 	var (
 		g       driver.Grant
 		refusal error // a refusal to report once the transaction committed
@@ -346,6 +356,7 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 			return err
 		}
 		ttl := ttlMicros(req.TTL)
+		*f = d.clock.Fence(ctx, time.Now(), req.TTL)
 		if !fits && (!s.Queue || me != nil) {
 			if me != nil {
 				// Still in line: the place lasts another TTL.
@@ -366,7 +377,7 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 			return err
 		}
 		if !version.Valid {
-			return driver.Held(0) // the fence passed: take nothing
+			return errFenced
 		}
 		if !fits {
 			refusal = d.queued(req, next)
