@@ -825,17 +825,7 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 		}
 		if b.kind == lateDelivery && wait && ctx.Err() != nil {
-			b.env.mu.Lock()
-			healed := b.env.healed[b.env.faults[b.inner]]
-			b.env.mu.Unlock()
-			if healed != nil {
-				// A request held by the cut: the heal delivers it, and
-				// what it takes is kept until the Locker is closed.
-				go func() {
-					<-healed
-					_, _ = b.inner.TryLock(context.Background(), key)
-				}()
-			}
+			b.onHeal(func() { _, _ = b.inner.TryLock(context.Background(), key) })
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it
@@ -902,6 +892,21 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return &keepsOnPanicLock{Lock: lk}, nil
 	}
 	return lk, nil
+}
+
+// onHeal runs request once the cut of b's inner Locker heals, if it is
+// cut: a request held by the cut, which the heal delivers. What it takes is
+// kept until the Locker is closed.
+func (b *brokenLocker) onHeal(request func()) {
+	b.env.mu.Lock()
+	healed := b.env.healed[b.env.faults[b.inner]]
+	b.env.mu.Unlock()
+	if healed != nil {
+		go func() {
+			<-healed
+			request()
+		}()
+	}
 }
 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its

@@ -43,17 +43,7 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 	lk, err := call(ctx, s)
 	if err != nil {
 		if b.kind == lateShared && wait && ctx.Err() != nil {
-			b.env.mu.Lock()
-			healed := b.env.healed[b.env.faults[b.inner]]
-			b.env.mu.Unlock()
-			if healed != nil {
-				// A request held by the cut: the heal delivers it, and
-				// what it takes is kept until the Locker is closed.
-				go func() {
-					<-healed
-					_, _ = inner.TryLockShared(context.Background(), key, s, opts...)
-				}()
-			}
+			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the hold later and keeps it

@@ -78,7 +78,7 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locke
 	if pool == nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
 	}
-	return newLocker(poolQuerier{pool}, cfg, opts)
+	return newLocker(newPoolQuerier(pool), cfg, opts)
 }
 
 // NewDB is NewDBWithConfig with the zero Config.
@@ -99,7 +99,7 @@ func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Lock
 	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
 		cfg.PollOnly = true // no room for the LISTEN connection
 	}
-	return newLocker(dbQuerier{db}, cfg, opts)
+	return newLocker(newDBQuerier(db), cfg, opts)
 }
 
 func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -37,25 +38,38 @@ type querier interface {
 	listen(ctx context.Context, use func(*pgx.Conn) error) error
 }
 
-// poolQuerier runs statements on a *pgxpool.Pool.
-type poolQuerier struct{ p *pgxpool.Pool }
+// pgxRunner runs statements on a pgx pool or transaction.
+type pgxRunner struct {
+	r interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	}
+}
 
-func (q poolQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := q.p.Exec(ctx, sql, args...)
+func (p pgxRunner) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := p.r.Exec(ctx, sql, args...)
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := q.p.Query(ctx, sql, args...)
+func (p pgxRunner) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := p.r.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	return eachRow(rows, row)
 }
+
+// poolQuerier runs statements on a *pgxpool.Pool.
+type poolQuerier struct {
+	pgxRunner
+	p *pgxpool.Pool
+}
+
+func newPoolQuerier(p *pgxpool.Pool) poolQuerier { return poolQuerier{pgxRunner{p}, p} }
 
 func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
 	// One round trip: both statements go in one simple-protocol message.
@@ -66,7 +80,7 @@ func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runne
 	// After a commit, Rollback does nothing; after a failure whose
 	// outcome is unknown, pgx closes the connection.
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := fn(pgxTx{tx}); err != nil {
+	if err := fn(pgxRunner{tx}); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -78,26 +92,6 @@ func idleTimeout(idle time.Duration) string {
 	return fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", max(idle.Milliseconds(), 1))
 }
 
-// pgxTx runs statements in a pgx transaction.
-type pgxTx struct{ tx pgx.Tx }
-
-func (t pgxTx) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := t.tx.Exec(ctx, sql, args...)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
-}
-
-func (t pgxTx) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := t.tx.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return eachRow(rows, row)
-}
-
 func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
 	c, err := pgx.ConnectConfig(ctx, q.p.Config().ConnConfig)
 	if err != nil {
@@ -107,8 +101,38 @@ func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) erro
 	return use(c)
 }
 
+// sqlRunner runs statements on a *sql.DB or in a *sql.Tx.
+type sqlRunner struct {
+	r interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	}
+}
+
+func (s sqlRunner) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := s.r.ExecContext(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s sqlRunner) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := s.r.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return eachRow(rows, row)
+}
+
 // dbQuerier runs statements on a *sql.DB opened with pgx/stdlib.
-type dbQuerier struct{ db *sql.DB }
+type dbQuerier struct {
+	sqlRunner
+	db *sql.DB
+}
+
+func newDBQuerier(db *sql.DB) dbQuerier { return dbQuerier{sqlRunner{db}, db} }
 
 // checkStdlib reports an error unless db's driver is pgx's: the driver
 // sends Go slices as PostgreSQL arrays, and LISTEN needs a pgx connection.
@@ -122,23 +146,6 @@ func checkStdlib(db *sql.DB) error {
 	return nil
 }
 
-func (q dbQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	res, err := q.db.ExecContext(ctx, sql, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := q.db.QueryContext(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return eachRow(rows, row)
-}
-
 func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
 	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -148,30 +155,10 @@ func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner)
 	if _, err := tx.ExecContext(ctx, idleTimeout(idle)); err != nil {
 		return err
 	}
-	if err := fn(sqlTx{tx}); err != nil {
+	if err := fn(sqlRunner{tx}); err != nil {
 		return err
 	}
 	return tx.Commit()
-}
-
-// sqlTx runs statements in a database/sql transaction.
-type sqlTx struct{ tx *sql.Tx }
-
-func (t sqlTx) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	res, err := t.tx.ExecContext(ctx, sql, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (t sqlTx) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := t.tx.QueryContext(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return eachRow(rows, row)
 }
 
 // listen holds one connection of db's pool while use runs, and discards
