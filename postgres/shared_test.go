@@ -161,3 +161,42 @@ func TestSharedList(t *testing.T) {
 		t.Errorf("List of a semaphore with one holder of 2 permits: %+v", got)
 	}
 }
+
+// BenchmarkShared measures an uncontended permit (TryAcquire+Unlock of a
+// semaphore) and read hold beside a plain TryLock+Unlock, on the test
+// database (run with -bench=Shared).
+func BenchmarkShared(b *testing.B) {
+	pool, err := pgxpool.New(b.Context(), exampleURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	l, err := postgres.New(pool, locker.WithPrefix("bench-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	ctx := b.Context()
+	s, _ := locker.NewSemaphore(l, "s", 4)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for _, bc := range []struct {
+		name string
+		take func() (locker.Lock, error)
+	}{
+		{"Lock", func() (locker.Lock, error) { return l.TryLock(ctx, "k") }},
+		{"Permit", func() (locker.Lock, error) { return s.TryAcquire(ctx) }},
+		{"ReadHold", func() (locker.Lock, error) { return rw.TryRLock(ctx) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				lk, err := bc.take()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
