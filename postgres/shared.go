@@ -90,8 +90,10 @@ type sharedStatements struct {
 	// holders first, then waiters in line order. Args: key.
 	rows string
 	// take grants a hold or records a waiter, advancing the key's version,
-	// unless the fence passed; it returns the version, or no row. Args:
-	// key, owner, label, ttl µs, fence µs, mode, weight, limit, waiter.
+	// unless the fence passed, and deletes the rows the attempt found
+	// expired. It returns the version and how many of those rows it
+	// deleted, or no row. Args: key, owner, label, ttl µs, fence µs, mode,
+	// weight, limit, waiter, expired owners.
 	take string
 	// stay renews a waiter's place in line unless the fence passed. Args:
 	// key, owner, ttl µs, fence µs.
@@ -134,7 +136,7 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" task_status = 'RUNNING', owner_token = " + sharedOwnerSQL + ", owner_label = '" + sharedLabel + "'," +
 			" lock_until = GREATEST(lock_until, " + untilAt("$4") + "), finish_time = NULL, update_time = " + dbNow +
 			" WHERE task_name = $1 AND " + fenceAt("$5") + " RETURNING version)," +
-			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token <> $2 AND lock_until <= " + dbNow + ")," +
+			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = ANY($10::text[]) AND lock_until <= " + dbNow + " RETURNING 1)," +
 			" h AS (INSERT INTO " + st +
 			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
 			" SELECT $1, $2, $6, $7, $8, CASE WHEN $9 THEN 0 ELSE k.version END, CASE WHEN $9 THEN k.version ELSE 0 END," +
@@ -142,7 +144,7 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" ON CONFLICT (task_name, owner_token) DO UPDATE SET mode = EXCLUDED.mode, weight = EXCLUDED.weight," +
 			" share_limit = EXCLUDED.share_limit, token = EXCLUDED.token, queued = EXCLUDED.queued, kept = false," +
 			" owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until, start_time = EXCLUDED.start_time)" +
-			" SELECT version FROM k",
+			" SELECT version, (SELECT count(*) FROM x) FROM k",
 		stay: "UPDATE " + st + " SET lock_until = " + untilAt("$3") +
 			" WHERE task_name = $1 AND owner_token = $2 AND queued > 0 AND " + fenceAt("$4"),
 		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
@@ -293,9 +295,9 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 			return g, nil
 		case errors.Is(err, driver.ErrHeld), errors.Is(err, driver.ErrConflict):
 			return driver.Grant{}, err
-		case errors.Is(err, errFenced) && try < shareAttempts && ctx.Err() == nil:
-			continue // the statement arrived after its fence: it took nothing
-		case errors.Is(err, errFenced):
+		case (errors.Is(err, errFenced) || errors.Is(err, errRenewed)) && try < shareAttempts && ctx.Err() == nil:
+			continue // rolled back: it took nothing
+		case errors.Is(err, errFenced) || errors.Is(err, errRenewed):
 			return driver.Grant{}, driver.Held(0)
 		case retryable(err) && try < shareAttempts:
 			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
@@ -327,6 +329,10 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 // after its fence, and changed nothing.
 var errFenced = errors.New("the statement arrived after its fence")
 
+// errRenewed is the error of an attempt rolled back because a hold it
+// counted as expired was renewed meanwhile.
+var errRenewed = errors.New("a hold counted as expired was renewed")
+
 // shareAttempt is one transaction of TryAcquireShared. Its statement that
 // grants or records the request carries a fence, which it sets f to just
 // before it sends it.
@@ -350,6 +356,12 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 		if !k.shared() {
 			all = nil // rows of an earlier use of the key, all ended
 		}
+		var expired []string
+		for _, r := range all {
+			if r.remaining <= 0 && r.owner != req.Owner {
+				expired = append(expired, r.owner)
+			}
+		}
 		rows := slices.DeleteFunc(all, func(r shareRow) bool { return r.remaining <= 0 })
 		fits, me, next, err := admit(rows, req.Owner, s)
 		if err != nil {
@@ -370,14 +382,20 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 			return nil
 		}
 		// A grant, or a new place in line: both take the next version.
-		var version sql.NullInt64
-		err = tx.query(ctx, d.shared.take, []any{req.Key, req.Owner, label, ttl, f.Store, int16(s.Mode), s.Weight, s.Limit, !fits},
-			func(scan func(...any) error) error { return scan(&version) })
+		var version, gone sql.NullInt64
+		err = tx.query(ctx, d.shared.take, []any{req.Key, req.Owner, label, ttl, f.Store, int16(s.Mode), s.Weight, s.Limit, !fits, expired},
+			func(scan func(...any) error) error { return scan(&version, &gone) })
 		if err != nil {
 			return err
 		}
 		if !version.Valid {
 			return errFenced
+		}
+		if gone.Int64 != int64(len(expired)) {
+			// A hold counted as expired was renewed meanwhile (its
+			// renewal was on the way when the rows were read): the
+			// decision does not stand.
+			return errRenewed
 		}
 		if !fits {
 			refusal = d.queued(req, next)
