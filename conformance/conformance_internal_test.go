@@ -212,6 +212,7 @@ const (
 	keepsOnPanic    = "keepsOnPanic"    // an Unlock called while a panic unwinds does nothing, and the lock goes on renewing
 	checksNothing   = "checksNothing"   // CheckLockOptions accepts every option set, which TryLock then refuses
 	lateDelivery    = "lateDelivery"    // a wait that ends while cut off leaves a request the heal delivers, which takes the key if free then
+	lateShared      = "lateShared"      // lateDelivery for waits for shared holds: the delivered request takes a permit or a read hold
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
@@ -276,6 +277,7 @@ var mustCatch = map[string][]string{
 	lateTimer:       {"DoneAtDeadline"}, // LossIsolate and OwnershipAfterCrash too, unless the machine is loaded
 	checksNothing:   {"CheckOptions"},
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
+	lateShared:      {"SharedLateDelivery"},
 	slowFirstCall:   {"PromptCancel"},
 	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},
@@ -835,17 +837,7 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			}
 		}
 		if b.kind == lateDelivery && wait && ctx.Err() != nil {
-			b.env.mu.Lock()
-			healed := b.env.healed[b.env.faults[b.inner]]
-			b.env.mu.Unlock()
-			if healed != nil {
-				// A request held by the cut: the heal delivers it, and
-				// what it takes is kept until the Locker is closed.
-				go func() {
-					<-healed
-					_, _ = b.inner.TryLock(context.Background(), key)
-				}()
-			}
+			b.onHeal(func() { _, _ = b.inner.TryLock(context.Background(), key) })
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it
@@ -912,6 +904,21 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return &keepsOnPanicLock{Lock: lk}, nil
 	}
 	return lk, nil
+}
+
+// onHeal runs request once the cut of b's inner Locker heals, if it is
+// cut: a request held by the cut, which the heal delivers. What it takes is
+// kept until the Locker is closed.
+func (b *brokenLocker) onHeal(request func()) {
+	b.env.mu.Lock()
+	healed := b.env.healed[b.env.faults[b.inner]]
+	b.env.mu.Unlock()
+	if healed != nil {
+		go func() {
+			<-healed
+			request()
+		}()
+	}
 }
 
 // keepsOnPanicLock's Unlock does nothing while a panic unwinds its

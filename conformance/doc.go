@@ -182,6 +182,9 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - SharedLateDelivery (Isolate): LateDelivery for waits for a permit and
+//     for a read hold: every permit, and the write hold, is free within
+//     TTL/2 of the heal, and stays free.
 //   - ForceUnlockShared: ForceUnlock of a semaphore with 200 holders (more
 //     than etcd takes in one transaction) closes every holder's Done with
 //     ErrLost and frees all the permits at once; skipped for a Locker that

@@ -42,6 +42,9 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 	}
 	lk, err := call(ctx, s)
 	if err != nil {
+		if b.kind == lateShared && wait && ctx.Err() != nil {
+			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
+		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the hold later and keeps it
 			// until the Locker is closed.

@@ -36,6 +36,20 @@
 // holder's lock_until passes. A LISTEN connection that does not hear its
 // own test notification is given up with a warning, and waiters poll.
 //
+// Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
+// keep one row per holder or waiter in a second table, the lock table's
+// name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one READ
+// COMMITTED transaction behind the row lock of the key's row in the lock
+// table, whose version gives every permit and hold its token, so that
+// tokens increase across plain locks and shared holds. While shared holds
+// hold a key, its row's owner_token is "(shared)", which no plain lock
+// takes. A waiter records its place in line: a waiting writer blocks later
+// readers, a waiting heavy request later light ones. The holds are renewed
+// in the statement that renews the Locker's locks. The server ends a
+// transaction on shared holds that waits for its client for more than a
+// third of the TTL (within 1 s and 10 s), so that a client cut off in the
+// middle holds its key's other attempts up that long at most.
+//
 // # Limits
 //
 // Keys are text of at most [MaxKeyBytes] bytes, prefix included, without NUL
@@ -50,7 +64,11 @@
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.
 //
-// Waiters poll the row: there is no queue and no FIFO order.
+// Waiters for plain locks poll the row: there is no queue and no FIFO
+// order. Waiters for shared holds queue in the table of shared holds.
+//
+// A lock table whose name is longer than 56 bytes leaves no room for the
+// "_shared" suffix: its Locker has no shared holds.
 //
 // Consensus is the database's: an asynchronous replica promoted after a
 // failover may have lost recent acquisitions.
@@ -90,5 +108,6 @@
 //	  update_time timestamptz NOT NULL
 //	)
 //
-// Rows are never deleted by the Locker.
+// Rows are never deleted by the Locker, except the rows of shared holds
+// and waiters that ended, which the key's next shared attempt deletes.
 package postgres

@@ -34,7 +34,7 @@ import (
 // Guard returns nil when the lock is held; an error matching
 // locker.ErrLost when it was lost (expired, taken by another holder, its
 // row deleted); locker.ErrNotHeld when lk was released;
-// locker.ErrInvalidOption for a nil tx or a lk not handed out by this
+// locker.ErrInvalidOption for a nil tx, a shared hold, or a lk not handed out by this
 // package's Locker; and the database's error otherwise.
 func Guard(ctx context.Context, tx pgx.Tx, lk locker.Lock) error {
 	if tx == nil {
@@ -70,6 +70,9 @@ func guard(ctx context.Context, row func(ctx context.Context, q, key string, des
 		return &locker.Error{Op: "guard", Backend: backend, Key: lk.Key(), Err: sentinel, Cause: cause}
 	}
 	st, _ := locker.DriverState(lk)
+	if _, ok := st.(*shareState); ok {
+		return fail(locker.ErrInvalidOption, errors.New("the Lock is a shared hold (a semaphore permit or a read or write hold), which Guard cannot check; guard with a plain lock"))
+	}
 	s, ok := st.(*lockState)
 	if !ok {
 		return fail(locker.ErrInvalidOption, errors.New("the Lock was not handed out by a postgres Locker"))

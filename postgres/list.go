@@ -11,13 +11,15 @@ import (
 // List implements driver.Lister: the held runs (RUNNING and not expired on
 // the database's clock) whose task_name starts with prefix, after the
 // cursor (the last task_name of the previous page), in task_name order, at
-// most limit of them: one range read of the primary key per page. Waiters
-// is 0, as for Inspect.
+// most limit of them: one range read of the primary key per page, and one
+// read of the holders of each key held by shared holds. Waiters is 0 for
+// plain locks, as for Inspect.
 func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
 	q := "SELECT task_name, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-		" FROM " + quoteIdent(d.cfg.Table) +
-		" WHERE task_name > $1 AND starts_with(task_name, $2) AND task_status = 'RUNNING' AND lock_until > " + dbNow +
+		", owner_token = " + sharedOwnerSQL + " FROM " + quoteIdent(d.cfg.Table) +
+		" WHERE task_name > $1 AND starts_with(task_name, $2) AND task_status = 'RUNNING'" +
+		" AND (lock_until > " + dbNow + " OR owner_token = " + sharedOwnerSQL + ")" +
 		" ORDER BY task_name LIMIT $3"
 	var page []driver.KeyStatus
 	n, last := 0, ""
@@ -26,18 +28,35 @@ func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 			name, label  string
 			version      int64
 			start, until sql.NullInt64
+			shared       bool
 		)
-		if err := scan(&name, &version, &label, &start, &until); err != nil {
+		if err := scan(&name, &version, &label, &start, &until, &shared); err != nil {
 			return err
 		}
 		n, last = n+1, name
 		page = append(page, driver.KeyStatus{Key: name, Status: driver.Status{
-			Held: true, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}})
+			Held: !shared, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}})
 		return nil
 	})
 	if err != nil {
 		return nil, "", classify(fmt.Errorf("list: %w", err))
 	}
+	// Keys held by shared holds: their holders, when any is live.
+	kept := page[:0]
+	for _, ks := range page {
+		if !ks.Held {
+			st, err := d.inspectShared(ctx, ks.Key)
+			if err != nil {
+				return nil, "", fmt.Errorf("list: %w", err)
+			}
+			if !st.Held {
+				continue
+			}
+			ks.Status = st
+		}
+		kept = append(kept, ks)
+	}
+	page = kept
 	if n < limit {
 		return page, "", nil
 	}

@@ -78,7 +78,7 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locke
 	if pool == nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
 	}
-	return newLocker(poolQuerier{pool}, cfg, opts)
+	return newLocker(newPoolQuerier(pool), cfg, opts)
 }
 
 // NewDB is NewDBWithConfig with the zero Config.
@@ -99,7 +99,7 @@ func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Lock
 	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
 		cfg.PollOnly = true // no room for the LISTEN connection
 	}
-	return newLocker(dbQuerier{db}, cfg, opts)
+	return newLocker(newDBQuerier(db), cfg, opts)
 }
 
 func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, error) {
@@ -109,7 +109,8 @@ func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, erro
 	if err := validTable(cfg.Table); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
 	}
-	d := &pgDriver{q: q, cfg: cfg, sql: newStatements(cfg.Table), logger: slog.New(slog.DiscardHandler)}
+	st := newStatements(cfg.Table)
+	d := &pgDriver{q: q, cfg: cfg, sql: st, shared: newSharedStatements(cfg.Table, st), logger: slog.New(slog.DiscardHandler)}
 	if cfg.PollOnly {
 		return locker.New(d, opts...)
 	}
@@ -139,13 +140,16 @@ type lockState struct {
 }
 
 // pgDriver implements driver.Driver, driver.BatchRenewer,
-// driver.Configurer, driver.Keeper, driver.Inspector and driver.Breaker.
+// driver.Configurer, driver.Keeper, driver.Inspector, driver.Breaker and
+// driver.Sharer.
 type pgDriver struct {
 	q      querier
 	cfg    Config
 	sql    statements
+	shared sharedStatements
 	logger *slog.Logger
 	label  string
+	ttl    time.Duration // the Locker's TTL
 
 	listen *listener // nil with PollOnly
 
@@ -173,8 +177,12 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 		d.logger = cfg.Logger
 	}
 	d.label = cleanLabel(cfg.Label)
+	d.ttl = cfg.TTL
 	if !d.cfg.SkipMigration {
-		if err := migrate(ctx, d.q, d.cfg.Table); err != nil {
+		if err := migrate(ctx, d.q, d.cfg.Table, createTableSQL(d.cfg.Table)); err != nil {
+			return classify(err)
+		}
+		if err := migrateShared(ctx, d.q, d.cfg.Table); err != nil {
 			return classify(err)
 		}
 	}
@@ -248,7 +256,7 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	fenced := false
+	fenced, settled := false, false
 	for try := 0; ; try++ {
 		// Each statement stores a token of its own, so that the undo of
 		// one whose outcome is unknown never frees a later attempt's
@@ -261,9 +269,10 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		var (
 			taken, remaining sql.NullInt64
 			now              int64
+			shared           sql.NullBool
 		)
 		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store}, func(scan func(...any) error) error {
-			return scan(&taken, &remaining, &now)
+			return scan(&taken, &remaining, &now, &shared)
 		})
 		if err == nil && now > 0 {
 			d.clock.Observe(now, sent, time.Since(sent))
@@ -289,6 +298,20 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 				Since:    sent,
 				State:    &lockState{table: d.cfg.Table, key: req.Key, owner: owner, version: taken.Int64},
 			}, nil
+		case shared.Bool && !settled:
+			// Shared holds hold the key, or held it until their holders
+			// crashed: then it is free after settling.
+			settled = true
+			free, err := d.settleShared(ctx, req.Key)
+			if err != nil {
+				return driver.Grant{}, fmt.Errorf("acquire: %w", err)
+			}
+			if !free {
+				return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
+			}
+			continue
+		case shared.Bool:
+			return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
 		case remaining.Valid && remaining.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
 		case now >= f.Store && !fenced && ctx.Err() == nil:
@@ -328,6 +351,9 @@ func (d *pgDriver) freeing(ctx context.Context, stmt string, args ...any) (int, 
 // match and the row is RUNNING, and a notification to the waiters in the
 // same statement.
 func (d *pgDriver) Release(ctx context.Context, l driver.Lease) error {
+	if s, ok := l.State.(*shareState); ok {
+		return d.releaseShared(ctx, s)
+	}
 	s := leaseState(l)
 	n, err := d.freeing(ctx, d.sql.release, s.key, s.owner, s.version, d.cfg.Table)
 	if err != nil {
@@ -346,7 +372,10 @@ func (d *pgDriver) Break(ctx context.Context, key string) error {
 		return classify(fmt.Errorf("break: %w", err))
 	}
 	if n == 0 {
-		return fmt.Errorf("break: %w", driver.ErrNotHeld)
+		// Not a plain lock: the key's shared holds, if any.
+		if err := d.breakShared(ctx, key); err != nil {
+			return fmt.Errorf("break: %w", err)
+		}
 	}
 	return nil
 }
@@ -355,6 +384,9 @@ func (d *pgDriver) Break(ctx context.Context, key string) error {
 // (finish_time set) but the row stays RUNNING until remaining from now on
 // the database clock, renewed by nobody.
 func (d *pgDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	if s, ok := l.State.(*shareState); ok {
+		return d.keepShared(ctx, s, remaining)
+	}
 	s := leaseState(l)
 	n, err := d.q.exec(ctx, d.sql.keep, ttlMicros(remaining), s.key, s.owner, s.version)
 	if err != nil {
@@ -369,8 +401,8 @@ func (d *pgDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Dura
 // Inspect implements driver.Inspector from the key's row.
 func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	var (
-		st    driver.Status
-		found bool
+		st            driver.Status
+		found, shared bool
 	)
 	err := d.q.query(ctx, d.sql.inspect, []any{key}, func(scan func(...any) error) error {
 		var (
@@ -379,7 +411,7 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 			start, until  sql.NullInt64
 			alive         bool
 		)
-		if err := scan(&status, &version, &label, &start, &until, &alive); err != nil {
+		if err := scan(&status, &version, &label, &start, &until, &alive, &shared); err != nil {
 			return err
 		}
 		found = status == "RUNNING" && alive
@@ -388,6 +420,13 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 	})
 	if err != nil {
 		return driver.Status{}, classify(fmt.Errorf("inspect: %w", err))
+	}
+	if shared {
+		st, err := d.inspectShared(ctx, key)
+		if err != nil {
+			return driver.Status{}, fmt.Errorf("inspect: %w", err)
+		}
+		return st, nil
 	}
 	if !found {
 		return driver.Status{}, nil
@@ -410,32 +449,51 @@ type rowKey struct {
 }
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE … FROM unnest(…)
-// for every lease, whose RETURNING names the rows it renewed.
+// for every lease, whose RETURNING names the rows it renewed. Shared holds
+// are renewed by a second UPDATE in the same statement.
 func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
-	keys := make([]string, len(ls))
-	owners := make([]string, len(ls))
-	versions := make([]int64, len(ls))
-	ttls := make([]int64, len(ls))
-	for i, l := range ls {
+	var keys, owners []string
+	var versions, ttls []int64
+	shared := false
+	for _, l := range ls {
+		if _, ok := l.State.(*shareState); ok {
+			shared = true
+			continue
+		}
 		s := leaseState(l)
-		keys[i], owners[i], versions[i], ttls[i] = s.key, s.owner, s.version, ttlMicros(l.TTL)
+		keys, owners, versions, ttls = append(keys, s.key), append(owners, s.owner), append(versions, s.version), append(ttls, ttlMicros(l.TTL))
 	}
 	renewed := make(map[rowKey]bool, len(ls))
-	err := d.q.query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
-		var r rowKey
-		if err := scan(&r.key, &r.owner, &r.version); err != nil {
-			return err
-		}
-		renewed[r] = true
-		return nil
-	})
+	var (
+		renewedShared map[shareState]bool
+		err           error
+	)
+	if shared {
+		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, renewed)
+	} else {
+		err = d.q.query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
+			var r rowKey
+			if err := scan(&r.key, &r.owner, &r.version); err != nil {
+				return err
+			}
+			renewed[r] = true
+			return nil
+		})
+	}
 	if err != nil {
 		return nil, nil, classify(fmt.Errorf("renew: %w", err))
 	}
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, l := range ls {
-		if renewed[rowKey{keys[i], owners[i], versions[i]}] {
+		var ok bool
+		if s, isShared := l.State.(*shareState); isShared {
+			ok = renewedShared[*s]
+		} else {
+			s := leaseState(l)
+			ok = renewed[rowKey{s.key, s.owner, s.version}]
+		}
+		if ok {
 			validity[i] = l.TTL
 		} else {
 			errs[i] = driver.ErrNotHeld

@@ -6,43 +6,90 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// querier is the little the driver needs of a database handle: statements
-// on a pool, and one dedicated connection for LISTEN. It hides whether the
-// caller gave a *pgxpool.Pool or a *sql.DB.
-type querier interface {
+// runner runs statements, on a pool or in a transaction.
+type runner interface {
 	// exec runs a statement and returns the rows it affected.
 	exec(ctx context.Context, sql string, args ...any) (int64, error)
 	// query runs a statement and calls row for each row it returns.
 	query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error
+}
+
+// querier is the little the driver needs of a database handle: statements
+// on a pool, transactions, and one dedicated connection for LISTEN. It
+// hides whether the caller gave a *pgxpool.Pool or a *sql.DB.
+type querier interface {
+	runner
+	// inTx runs fn in a READ COMMITTED transaction, whatever the
+	// session's default isolation. It commits when fn returns nil and
+	// rolls back otherwise. The server ends the session when the
+	// transaction waits for the client for longer than idle, so that a
+	// client cut off in the middle does not keep its row locks.
+	inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error
 	// listen calls use with a connection of its own, outside the pool,
 	// and closes that connection when use returns.
 	listen(ctx context.Context, use func(*pgx.Conn) error) error
 }
 
-// poolQuerier runs statements on a *pgxpool.Pool.
-type poolQuerier struct{ p *pgxpool.Pool }
+// pgxRunner runs statements on a pgx pool or transaction.
+type pgxRunner struct {
+	r interface {
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	}
+}
 
-func (q poolQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := q.p.Exec(ctx, sql, args...)
+func (p pgxRunner) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := p.r.Exec(ctx, sql, args...)
 	if err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-func (q poolQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := q.p.Query(ctx, sql, args...)
+func (p pgxRunner) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := p.r.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	return eachRow(rows, row)
+}
+
+// poolQuerier runs statements on a *pgxpool.Pool.
+type poolQuerier struct {
+	pgxRunner
+	p *pgxpool.Pool
+}
+
+func newPoolQuerier(p *pgxpool.Pool) poolQuerier { return poolQuerier{pgxRunner{p}, p} }
+
+func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
+	// One round trip: both statements go in one simple-protocol message.
+	tx, err := q.p.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; " + idleTimeout(idle)})
+	if err != nil {
+		return err
+	}
+	// After a commit, Rollback does nothing; after a failure whose
+	// outcome is unknown, pgx closes the connection.
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := fn(pgxRunner{tx}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// idleTimeout is the statement that sets the transaction's
+// idle_in_transaction_session_timeout.
+func idleTimeout(idle time.Duration) string {
+	return fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", max(idle.Milliseconds(), 1))
 }
 
 func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
@@ -54,8 +101,38 @@ func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) erro
 	return use(c)
 }
 
+// sqlRunner runs statements on a *sql.DB or in a *sql.Tx.
+type sqlRunner struct {
+	r interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	}
+}
+
+func (s sqlRunner) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := s.r.ExecContext(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s sqlRunner) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := s.r.QueryContext(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return eachRow(rows, row)
+}
+
 // dbQuerier runs statements on a *sql.DB opened with pgx/stdlib.
-type dbQuerier struct{ db *sql.DB }
+type dbQuerier struct {
+	sqlRunner
+	db *sql.DB
+}
+
+func newDBQuerier(db *sql.DB) dbQuerier { return dbQuerier{sqlRunner{db}, db} }
 
 // checkStdlib reports an error unless db's driver is pgx's: the driver
 // sends Go slices as PostgreSQL arrays, and LISTEN needs a pgx connection.
@@ -69,21 +146,19 @@ func checkStdlib(db *sql.DB) error {
 	return nil
 }
 
-func (q dbQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	res, err := q.db.ExecContext(ctx, sql, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
-func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	rows, err := q.db.QueryContext(ctx, sql, args...)
+func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
+	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	return eachRow(rows, row)
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, idleTimeout(idle)); err != nil {
+		return err
+	}
+	if err := fn(sqlRunner{tx}); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // listen holds one connection of db's pool while use runs, and discards

@@ -34,13 +34,14 @@ var requiredColumns = []string{
 	"lock_until", "start_time", "finish_time", "update_time",
 }
 
-// migrate creates the table unless it exists. Two sessions creating it at
-// once may collide on the catalog (unique_violation, duplicate_table):
-// the table then exists, which checkTable confirms.
-func migrate(ctx context.Context, q querier, table string) error {
-	_, err := q.exec(ctx, createTableSQL(table))
+// migrate creates table with ddl unless it exists. Two sessions creating
+// it at once may collide on the catalog (unique_violation,
+// duplicate_table, duplicate_object for the table's row type): the table
+// then exists, which checkTable confirms.
+func migrate(ctx context.Context, q querier, table, ddl string) error {
+	_, err := q.exec(ctx, ddl)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") {
+	if errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07" || pe.Code == "42710") {
 		return nil
 	}
 	if err != nil {

@@ -22,10 +22,11 @@ func micros(col string) string {
 // statements holds the SQL texts for one table.
 type statements struct {
 	// acquire takes the row when it is missing, free or expired, in one
-	// statement, unless the fence passed. It returns one row: the version
-	// taken or NULL, the holder's remaining µs or NULL (none, or the
-	// holder's row is not visible yet), and the database clock (µs since
-	// the epoch). Args: key, owner, label, ttl µs, fence µs.
+	// statement, unless the fence passed or the key is held by shared
+	// holds. It returns one row: the version taken or NULL, the holder's
+	// remaining µs or NULL (none, or the holder's row is not visible yet),
+	// the database clock (µs since the epoch), and whether the key is
+	// held by shared holds. Args: key, owner, label, ttl µs, fence µs.
 	acquire string
 	// now reads the database clock (µs since the epoch).
 	now string
@@ -33,17 +34,21 @@ type statements struct {
 	// when it was ours. Args: key, owner, version, channel.
 	release string
 	// undo frees a row this owner may hold after an acquisition whose
-	// outcome is unknown. Args: key, owner, channel.
+	// outcome is unknown. Its ON CONFLICT locks the row before it compares
+	// the owner, so it waits for a statement still writing the row, an
+	// insert of a missing row included; it inserts a missing row free.
+	// It returns one row when it freed the row. Args: key, owner, channel.
 	undo string
 	// keep ends a run but leaves the row claimed for a while (MinHold).
 	// Args: remaining µs, key, owner, version.
 	keep string
-	// force frees the row whoever holds it. Args: key, channel.
+	// force frees the row whoever holds it with a plain lock. Args: key,
+	// channel.
 	force string
 	// renew renews many leases in one statement and returns the renewed
 	// rows. Args: keys, owners, versions, ttls µs (arrays).
 	renew string
-	// inspect reads the row. Args: key.
+	// inspect reads the row, and whether shared holds hold it. Args: key.
 	inspect string
 	// guard reads and row-locks the row. Args: key.
 	guard string
@@ -64,23 +69,29 @@ func newStatements(table string) statements {
 			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
 			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
-			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND " + beforeFence +
+			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL +
+			" AND " + beforeFence +
 			" RETURNING l.version)" +
 			" SELECT (SELECT version FROM a), (SELECT CASE WHEN task_status = 'RUNNING' THEN " +
 			micros("lock_until") + " - " + micros(dbNow) + " END" +
-			" FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a)), " + micros(dbNow),
+			" FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a)), " + micros(dbNow) +
+			", (SELECT owner_token = " + sharedOwnerSQL + " FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a))",
 		now: "SELECT " + micros(dbNow),
 		release: "WITH r AS (UPDATE " + t + " SET " + free +
 			" WHERE task_name = $1 AND owner_token = $2 AND version = $3 AND task_status = 'RUNNING' RETURNING task_name)" +
 			" SELECT pg_notify($4, task_name)::text FROM r",
-		undo: "WITH r AS (UPDATE " + t + " SET " + free +
-			" WHERE task_name = $1 AND owner_token = $2 AND task_status = 'RUNNING' RETURNING task_name)" +
-			" SELECT pg_notify($3, task_name)::text FROM r",
+		undo: "WITH r AS (INSERT INTO " + t + " AS l" +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)" +
+			" VALUES ($1::text, 'FINISH', " + micros(dbNow) + ", '', '', " + dbNow + ", " + dbNow + ")" +
+			" ON CONFLICT (task_name) DO UPDATE SET " + free +
+			" WHERE l.owner_token = $2::text AND l.task_status = 'RUNNING' RETURNING l.task_name, l.owner_token)" +
+			" SELECT pg_notify($3, task_name)::text FROM r WHERE owner_token = $2::text",
 		keep: "UPDATE " + t + " SET finish_time = " + dbNow + ", lock_until = " + dbNow + " + $1::float8 * interval '1 microsecond'," +
 			" update_time = " + dbNow +
 			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING'",
 		force: "WITH r AS (UPDATE " + t + " SET " + free +
-			" WHERE task_name = $1 AND task_status = 'RUNNING' AND lock_until > " + dbNow + " RETURNING task_name)" +
+			" WHERE task_name = $1 AND task_status = 'RUNNING' AND lock_until > " + dbNow +
+			" AND owner_token <> " + sharedOwnerSQL + " RETURNING task_name)" +
 			" SELECT pg_notify($2, task_name)::text FROM r",
 		renew: "UPDATE " + t + " AS l SET lock_until = " + dbNow + " + r.ttl::float8 * interval '1 microsecond'," +
 			" update_time = " + dbNow +
@@ -89,7 +100,7 @@ func newStatements(table string) statements {
 			" AND l.task_status = 'RUNNING' AND l.lock_until > " + dbNow +
 			" RETURNING l.task_name, l.owner_token, l.version",
 		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-			", lock_until > " + dbNow + " FROM " + t + " WHERE task_name = $1",
+			", lock_until > " + dbNow + ", owner_token = " + sharedOwnerSQL + " FROM " + t + " WHERE task_name = $1",
 		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
 			" FROM " + t + " WHERE task_name = $1 FOR UPDATE",
 	}

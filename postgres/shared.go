@@ -1,0 +1,571 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/golocker/locker/driver"
+)
+
+// Shared holds (semaphore permits, read and write holds) live in a second
+// table, the lock table's name plus sharedSuffix, one row per holder or
+// waiter. The key's row in the lock table stays the key's mutex and token
+// sequence: every attempt is one transaction that locks it first, so that
+// attempts on one key run one at a time, and every grant advances its
+// version, so that tokens increase across plain locks and shared holds.
+// While a key has shared holders or waiters its row is RUNNING with the
+// owner sharedOwner, which a plain acquisition never takes. The last hold
+// to leave frees it; when the holders crashed, the next plain acquisition
+// does.
+
+const (
+	// sharedSuffix names the table of shared holds after the lock table's.
+	sharedSuffix = "_shared"
+	// sharedOwner is the owner_token of a key's row while shared holds
+	// hold it; no owner token of a lock has this form.
+	sharedOwner = "(shared)"
+	// sharedOwnerSQL is sharedOwner as an SQL literal.
+	sharedOwnerSQL = "'" + sharedOwner + "'"
+	// sharedLabel is the owner_label of such a row.
+	sharedLabel = "(shared holds)"
+	// shareAttempts is how many times a transaction on shared holds runs
+	// before a deadlock or serialization failure is reported.
+	shareAttempts = 5
+)
+
+// SharedTableSQL returns the DDL of the table of shared holds of lock table
+// table, which New creates unless Config.SkipMigration is set.
+func SharedTableSQL(table string) string { return sharedTableSQL(table) }
+
+func sharedTableSQL(table string) string {
+	return "CREATE TABLE IF NOT EXISTS " + quoteIdent(table+sharedSuffix) + " (\n" +
+		"  task_name   text        NOT NULL,\n" +
+		"  owner_token text        NOT NULL,\n" +
+		"  mode        smallint    NOT NULL,\n" +
+		"  weight      integer     NOT NULL,\n" +
+		"  share_limit integer     NOT NULL,\n" +
+		"  token       bigint      NOT NULL,\n" +
+		"  queued      bigint      NOT NULL,\n" +
+		"  kept        boolean     NOT NULL,\n" +
+		"  owner_label text        NOT NULL,\n" +
+		"  lock_until  timestamptz NOT NULL,\n" +
+		"  start_time  timestamptz NOT NULL,\n" +
+		"  PRIMARY KEY (task_name, owner_token)\n" +
+		")"
+}
+
+// migrateShared creates the table of shared holds unless it exists; a lock
+// table whose name leaves no room for the suffix has none.
+func migrateShared(ctx context.Context, q querier, table string) error {
+	if len(table)+len(sharedSuffix) > maxTableName {
+		return nil
+	}
+	return migrate(ctx, q, table+sharedSuffix, sharedTableSQL(table))
+}
+
+// untilAt is the database clock plus the µs in parameter p.
+func untilAt(p string) string { return dbNow + " + " + p + "::float8 * interval '1 microsecond'" }
+
+// fenceAt is true while the database clock is before the fence in
+// parameter p (see beforeFence).
+func fenceAt(p string) string {
+	return dbNow + " < timestamptz 'epoch' + " + p + "::float8 * interval '1 microsecond'"
+}
+
+// sharedStatements holds the SQL texts of shared holds for one table.
+type sharedStatements struct {
+	table string // the quoted table of shared holds
+	// lockKey reads and row-locks the key's row. Args: key.
+	lockKey string
+	// insertKey inserts the key's row free unless it exists, waiting for
+	// an uncommitted insert of it. Args: key.
+	insertKey string
+	// rows reads the key's holders and waiters, expired ones included:
+	// holders first, then waiters in line order. Args: key.
+	rows string
+	// take grants a hold or records a waiter, advancing the key's version,
+	// unless the fence passed, and deletes the rows the attempt found
+	// expired. It returns the version and how many of those rows it
+	// deleted, or no row. Args: key, owner, label, ttl µs, fence µs, mode,
+	// weight, limit, waiter, expired owners.
+	take string
+	// stay renews a waiter's place in line unless the fence passed. Args:
+	// key, owner, ttl µs, fence µs.
+	stay string
+	// drop deletes live rows of the key matching a condition appended to
+	// it, from $2 on, and returns how many. Args: key, ….
+	drop string
+	// settle frees the key's row when no live hold or waiter is left,
+	// deletes the expired ones, and notifies the key's waiters. Args: key,
+	// channel.
+	settle string
+	// release deletes a hold and notifies the key's waiters, returning
+	// one row when it did: whether no other live hold or waiter is left.
+	// Args: key, owner, channel, token.
+	release string
+	// withdraw is release for a place in line. Args: key, owner, channel.
+	withdraw string
+	// keep ends a hold but leaves it in place (MinHold). Args: key, owner,
+	// token, remaining µs.
+	keep string
+	// renew renews plain leases ($1-$4, as statements.renew) and shared
+	// ones ($5-$8: keys, owners, tokens, ttls µs) in one statement and
+	// returns the renewed ones: shared, key, owner, version or token.
+	renew string
+	// inspect reads the key's live holders and waiters. Args: key.
+	inspect string
+}
+
+func newSharedStatements(table string, plain statements) sharedStatements {
+	t, st := quoteIdent(table), quoteIdent(table+sharedSuffix)
+	return sharedStatements{
+		table:   st,
+		lockKey: "SELECT task_status, version, owner_token, lock_until > " + dbNow + " FROM " + t + " WHERE task_name = $1 FOR UPDATE",
+		insertKey: "INSERT INTO " + t + " (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)" +
+			" VALUES ($1, 'FINISH', " + micros(dbNow) + ", '', '', " + dbNow + ", " + dbNow + ") ON CONFLICT (task_name) DO NOTHING",
+		rows: "SELECT owner_token, mode, weight, share_limit, queued, " + micros("lock_until") + " - " + micros(dbNow) +
+			" FROM " + st + " WHERE task_name = $1 ORDER BY queued, token",
+		take: "WITH k AS (UPDATE " + t + " SET version = version + 1," +
+			" start_time = CASE WHEN owner_token = " + sharedOwnerSQL + " AND task_status = 'RUNNING' THEN start_time ELSE " + dbNow + " END," +
+			" task_status = 'RUNNING', owner_token = " + sharedOwnerSQL + ", owner_label = '" + sharedLabel + "'," +
+			" lock_until = GREATEST(lock_until, " + untilAt("$4") + "), finish_time = NULL, update_time = " + dbNow +
+			" WHERE task_name = $1 AND " + fenceAt("$5") + " RETURNING version)," +
+			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = ANY($10::text[]) AND lock_until <= " + dbNow + " RETURNING 1)," +
+			" h AS (INSERT INTO " + st +
+			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
+			" SELECT $1, $2, $6, $7, $8, CASE WHEN $9 THEN 0 ELSE k.version END, CASE WHEN $9 THEN k.version ELSE 0 END," +
+			" false, $3, " + untilAt("$4") + ", " + dbNow + " FROM k" +
+			" ON CONFLICT (task_name, owner_token) DO UPDATE SET mode = EXCLUDED.mode, weight = EXCLUDED.weight," +
+			" share_limit = EXCLUDED.share_limit, token = EXCLUDED.token, queued = EXCLUDED.queued, kept = false," +
+			" owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until, start_time = EXCLUDED.start_time)" +
+			" SELECT version, (SELECT count(*) FROM x) FROM k",
+		stay: "UPDATE " + st + " SET lock_until = " + untilAt("$3") +
+			" WHERE task_name = $1 AND owner_token = $2 AND queued > 0 AND " + fenceAt("$4"),
+		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
+		settle: "WITH x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + ")," +
+			" f AS (UPDATE " + t + " SET task_status = 'FINISH', owner_token = '', finish_time = " + dbNow + ", lock_until = " + dbNow +
+			", update_time = " + dbNow + " WHERE task_name = $1 AND owner_token = " + sharedOwnerSQL +
+			" AND NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + "))" +
+			" SELECT pg_notify($2, $1)::text",
+		release:  leaving(st, "token = $4 AND queued = 0"),
+		withdraw: leaving(st, "queued > 0"),
+		keep: "UPDATE " + st + " SET kept = true, lock_until = " + untilAt("$4") +
+			" WHERE task_name = $1 AND owner_token = $2 AND token = $3 AND queued = 0 AND lock_until > " + dbNow,
+		renew: "WITH p AS (" + plain.renew + ")," +
+			" s AS (UPDATE " + st + " AS s SET lock_until = " + dbNow + " + r.ttl::float8 * interval '1 microsecond'" +
+			" FROM unnest($5::text[], $6::text[], $7::bigint[], $8::bigint[]) AS r(task_name, owner_token, token, ttl)" +
+			" WHERE s.task_name = r.task_name AND s.owner_token = r.owner_token AND s.token = r.token" +
+			" AND s.queued = 0 AND NOT s.kept AND s.lock_until > " + dbNow +
+			" RETURNING s.task_name, s.owner_token, s.token)" +
+			" SELECT false, task_name, owner_token, version FROM p UNION ALL SELECT true, task_name, owner_token, token FROM s",
+		inspect: "SELECT mode, weight, share_limit, token, queued, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
+			" FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + " ORDER BY queued, token",
+	}
+}
+
+// txIdle is how long a transaction on shared holds of a lock with this
+// TTL may wait for its client before the server ends it: a third of the
+// TTL, within 1 s and 10 s. A client cut off in the middle of one holds
+// up the key's other attempts that long, not for as long as the cut.
+func txIdle(ttl time.Duration) time.Duration { return min(max(ttl/3, time.Second), 10*time.Second) }
+
+// leaving is the SQL of a holder or waiter of the table of shared holds st
+// that leaves (see sharedStatements.release), chosen by cond.
+func leaving(st, cond string) string {
+	return "WITH r AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = $2 AND " + cond +
+		" AND lock_until > " + dbNow + " RETURNING task_name)" +
+		" SELECT NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND owner_token <> $2 AND lock_until > " + dbNow + ")," +
+		" pg_notify($3, task_name)::text FROM r"
+}
+
+// shareState is the driver's state of a shared hold.
+type shareState struct {
+	key, owner string
+	token      int64
+}
+
+// checkShared returns an error when the lock table's name leaves no room
+// for the table of shared holds.
+func (d *pgDriver) checkShared() error {
+	if len(d.cfg.Table)+len(sharedSuffix) > maxTableName {
+		return driver.Permanent(fmt.Errorf("Config.Table %q leaves no room for the suffix %q of the table of shared holds: use a name of at most %d bytes",
+			d.cfg.Table, sharedSuffix, maxTableName-len(sharedSuffix)))
+	}
+	return nil
+}
+
+// shareRow is one row of the table of shared holds.
+type shareRow struct {
+	owner     string
+	mode      driver.Mode
+	weight    int
+	limit     int
+	queued    int64
+	remaining time.Duration
+}
+
+// keyRow is the key's row in the lock table, as a shared attempt sees it.
+type keyRow struct {
+	status, owner string
+	version       int64
+	live          bool
+}
+
+// plain reports whether a plain lock holds the key.
+func (k keyRow) plain() bool { return k.status == "RUNNING" && k.live && k.owner != sharedOwner }
+
+// shared reports whether shared holds hold the key.
+func (k keyRow) shared() bool { return k.status == "RUNNING" && k.owner == sharedOwner }
+
+// errKeyMissing is lockKey's error when the key has no row.
+var errKeyMissing = errors.New("no row")
+
+// lockKey reads and row-locks the key's row in tx, inserting it free when
+// it is missing. It waits for any transaction writing the row, an
+// uncommitted insert included.
+func (d *pgDriver) lockKey(ctx context.Context, tx runner, key string) (keyRow, error) {
+	read := func() (keyRow, error) {
+		var k keyRow
+		found := false
+		err := tx.query(ctx, d.shared.lockKey, []any{key}, func(scan func(...any) error) error {
+			found = true
+			return scan(&k.status, &k.version, &k.owner, &k.live)
+		})
+		if err == nil && !found {
+			err = errKeyMissing
+		}
+		return k, err
+	}
+	k, err := read()
+	if !errors.Is(err, errKeyMissing) {
+		return k, err
+	}
+	if _, err := tx.exec(ctx, d.shared.insertKey, key); err != nil {
+		return keyRow{}, err
+	}
+	return read()
+}
+
+// shareRows reads the key's holders and waiters in tx.
+func (d *pgDriver) shareRows(ctx context.Context, tx runner, key string) ([]shareRow, error) {
+	var rows []shareRow
+	err := tx.query(ctx, d.shared.rows, []any{key}, func(scan func(...any) error) error {
+		var (
+			r    shareRow
+			mode int16
+			rem  int64
+		)
+		if err := scan(&r.owner, &mode, &r.weight, &r.limit, &r.queued, &rem); err != nil {
+			return err
+		}
+		r.mode, r.remaining = driver.Mode(mode), time.Duration(rem)*time.Microsecond
+		rows = append(rows, r)
+		return nil
+	})
+	return rows, err
+}
+
+// TryAcquireShared implements driver.Sharer. Each attempt is one
+// transaction (run again after a deadlock or serialization failure) that
+// locks the key's row, reads the holders and waiters, checks the kind and
+// the limit, and grants the hold or records the waiter in one statement
+// fenced on the database clock. Waiters wake on the release's
+// notification, or poll.
+func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	if err := d.checkShared(); err != nil {
+		return driver.Grant{}, err
+	}
+	label := d.label
+	if req.Label != "" && req.Label != label {
+		label = cleanLabel(req.Label)
+	}
+	for try := 0; ; try++ {
+		sent := time.Now()
+		var f driver.Fence // the fence of the attempt's last fenced statement
+		g, err := d.shareAttempt(ctx, req, s, label, &f)
+		switch {
+		case err == nil:
+			g.Since = sent
+			return g, nil
+		case errors.Is(err, driver.ErrHeld), errors.Is(err, driver.ErrConflict):
+			return driver.Grant{}, err
+		case (errors.Is(err, errFenced) || errors.Is(err, errRenewed)) && try < shareAttempts && ctx.Err() == nil:
+			continue // rolled back: it took nothing
+		case errors.Is(err, errFenced) || errors.Is(err, errRenewed):
+			return driver.Grant{}, driver.Held(0)
+		case retryable(err) && try < shareAttempts:
+			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
+				return driver.Grant{}, ctx.Err()
+			}
+			continue
+		case retryable(err):
+			return driver.Grant{}, driver.Held(0)
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" {
+			return driver.Grant{}, driver.Permanent(fmt.Errorf("shared hold: table %s is missing: create it with postgres.SharedTableSQL: %w", d.shared.table, err))
+		}
+		err = classify(fmt.Errorf("shared hold: %w", err))
+		if !definite(err) {
+			key, owner := req.Key, req.Owner
+			err = &driver.Residue{Err: err, Cleanup: func(ctx context.Context) error {
+				if err := d.clock.AwaitFence(ctx, f, d.queryNow); err != nil {
+					return fmt.Errorf("undo: %w", classify(err))
+				}
+				return d.undoShare(ctx, key, owner)
+			}}
+		}
+		return driver.Grant{}, err
+	}
+}
+
+// errFenced is the error of an attempt whose fenced statement arrived
+// after its fence, and changed nothing.
+var errFenced = errors.New("the statement arrived after its fence")
+
+// errRenewed is the error of an attempt rolled back because a hold it
+// counted as expired was renewed meanwhile.
+var errRenewed = errors.New("a hold counted as expired was renewed")
+
+// shareAttempt is one transaction of TryAcquireShared. Its statement that
+// grants or records the request carries a fence, which it sets f to just
+// before it sends it.
+func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s driver.Share, label string, f *driver.Fence) (driver.Grant, error) {
+	var (
+		g       driver.Grant
+		refusal error // a refusal to report once the transaction committed
+	)
+	err := d.q.inTx(ctx, txIdle(req.TTL), func(tx runner) error {
+		k, err := d.lockKey(ctx, tx, req.Key)
+		if err != nil {
+			return err
+		}
+		if k.plain() {
+			return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
+		}
+		all, err := d.shareRows(ctx, tx, req.Key)
+		if err != nil {
+			return err
+		}
+		if !k.shared() {
+			all = nil // rows of an earlier use of the key, all ended
+		}
+		var expired []string
+		for _, r := range all {
+			if r.remaining <= 0 && r.owner != req.Owner {
+				expired = append(expired, r.owner)
+			}
+		}
+		rows := slices.DeleteFunc(all, func(r shareRow) bool { return r.remaining <= 0 })
+		fits, me, next, err := admit(rows, req.Owner, s)
+		if err != nil {
+			return err
+		}
+		ttl := ttlMicros(req.TTL)
+		*f = d.clock.Fence(ctx, time.Now(), req.TTL)
+		if !fits && (!s.Queue || me != nil) {
+			if me != nil {
+				// Still in line: the place lasts another TTL.
+				if _, err := tx.exec(ctx, d.shared.stay, req.Key, req.Owner, ttl, f.Store); err != nil {
+					return err
+				}
+				refusal = d.queued(req, next)
+			} else {
+				refusal = driver.Held(next)
+			}
+			return nil
+		}
+		// A grant, or a new place in line: both take the next version.
+		var version, gone sql.NullInt64
+		err = tx.query(ctx, d.shared.take, []any{req.Key, req.Owner, label, ttl, f.Store, int16(s.Mode), s.Weight, s.Limit, !fits, expired},
+			func(scan func(...any) error) error { return scan(&version, &gone) })
+		if err != nil {
+			return err
+		}
+		if !version.Valid {
+			return errFenced
+		}
+		if gone.Int64 != int64(len(expired)) {
+			// A hold counted as expired was renewed meanwhile (its
+			// renewal was on the way when the rows were read): the
+			// decision does not stand.
+			return errRenewed
+		}
+		if !fits {
+			refusal = d.queued(req, next)
+			return nil
+		}
+		g = driver.Grant{Token: uint64(version.Int64), Validity: req.TTL,
+			State: &shareState{key: req.Key, owner: req.Owner, token: version.Int64}}
+		return nil
+	})
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if refusal != nil {
+		return driver.Grant{}, refusal
+	}
+	return g, nil
+}
+
+// admit decides whether a request for s by owner fits behind the live
+// rows of its key that are ahead of it (every holder, and the waiters
+// before it in line: all of them when it is not in line), as etcd's and
+// ZooKeeper's queues decide: a writer must be first, a reader needs no
+// writer ahead, permits need the weights ahead and their own within the
+// limit. It returns whether it fits, owner's place in line (nil when not
+// in line), and how long until the first holder's claim ends. It fails
+// with driver.ErrConflict when the key is used another way.
+func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareRow, next time.Duration, err error) {
+	for i := range rows {
+		r := &rows[i]
+		if (r.mode == driver.Permits) != (s.Mode == driver.Permits) || r.limit != s.Limit {
+			return false, nil, 0, fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, shareKindOf(r.mode, r.limit), shareKindOf(s.Mode, s.Limit))
+		}
+		if r.owner == owner && r.queued > 0 {
+			me = r
+		}
+		if r.queued == 0 && (next == 0 || r.remaining < next) {
+			next = r.remaining
+		}
+	}
+	fits, used := true, s.Weight
+	for _, r := range rows {
+		if r.owner == owner || r.queued > 0 && me != nil && r.queued > me.queued {
+			continue // not ahead
+		}
+		if s.Mode == driver.Write || r.mode == driver.Write {
+			fits = false
+		}
+		used += r.weight
+	}
+	return fits && (s.Mode != driver.Permits || used <= s.Limit), me, next, nil
+}
+
+// queued is the refusal of a request recorded in line: back before the
+// record expires, and a Residue that withdraws it.
+func (d *pgDriver) queued(req driver.Request, next time.Duration) error {
+	if r := req.TTL / 3; next <= 0 || next > r {
+		next = r
+	}
+	key, owner := req.Key, req.Owner
+	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
+		return d.leave(ctx, d.shared.withdraw, key, owner)
+	}}
+}
+
+// shareKindOf names the use of a key, for conflict errors.
+func shareKindOf(mode driver.Mode, limit int) string {
+	if mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", limit)
+	}
+	return "a read-write lock"
+}
+
+// undoShare deletes owner's live hold or place in line of key, which an
+// attempt whose outcome is unknown may have left, and settles the key's
+// row. It locks the key's row first, so that it runs after the attempt
+// if it is still writing. It returns driver.ErrNotHeld when there was
+// nothing to delete.
+func (d *pgDriver) undoShare(ctx context.Context, key, owner string) error {
+	return d.inShareTx(ctx, key, func(tx runner) (int64, error) {
+		return tx.exec(ctx, d.shared.drop+" AND owner_token = $2", key, owner)
+	})
+}
+
+// leave runs stmt (release or withdraw) for owner's row of key, and
+// settles the key's row when it was the last. Deleting a row needs no lock
+// of the key's row: it only makes room. Settling does, which a client cut
+// off in the middle of an attempt may hold for a while. It returns
+// driver.ErrNotHeld when there was nothing to delete.
+func (d *pgDriver) leave(ctx context.Context, stmt, key, owner string, args ...any) error {
+	var n int
+	var last bool
+	err := d.q.query(ctx, stmt, append([]any{key, owner, d.cfg.Table}, args...), func(scan func(...any) error) error {
+		n++
+		var payload sql.NullString
+		return scan(&last, &payload)
+	})
+	if err != nil {
+		return classify(err)
+	}
+	if n == 0 {
+		return driver.ErrNotHeld
+	}
+	if last {
+		if _, err := d.settleShared(ctx, key); err != nil {
+			// The next acquisition of the key settles it.
+			d.logger.Debug("locker: postgres: settling a key whose last shared hold left", "key", key, "err", err)
+		}
+	}
+	return nil
+}
+
+// inShareTx runs change in a transaction that holds the key's row, then
+// settles the row and notifies the key's waiters. It returns
+// driver.ErrNotHeld when the key is not held by shared holds or change
+// affected no row.
+func (d *pgDriver) inShareTx(ctx context.Context, key string, change func(runner) (int64, error)) error {
+	if err := d.checkShared(); err != nil {
+		return err
+	}
+	for try := 0; ; try++ {
+		err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
+			k, err := d.lockKey(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if !k.shared() {
+				return driver.ErrNotHeld
+			}
+			n, err := change(tx)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return driver.ErrNotHeld
+			}
+			return d.settle(ctx, tx, key)
+		})
+		if retryable(err) && try < shareAttempts {
+			continue
+		}
+		return classify(err)
+	}
+}
+
+// settle frees the key's row in tx when no live hold or waiter is left,
+// and notifies the key's waiters.
+func (d *pgDriver) settle(ctx context.Context, tx runner, key string) error {
+	return tx.query(ctx, d.shared.settle, []any{key, d.cfg.Table}, func(func(...any) error) error { return nil })
+}
+
+// settleShared frees the row of a key marked as held by shared holds when
+// none is live (their holders crashed), for a plain acquisition. It
+// reports whether the row is free now.
+func (d *pgDriver) settleShared(ctx context.Context, key string) (bool, error) {
+	if err := d.checkShared(); err != nil {
+		return false, err
+	}
+	free := false
+	err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
+		k, err := d.lockKey(ctx, tx, key)
+		if err != nil || !k.shared() {
+			free = err == nil
+			return err
+		}
+		if err := d.settle(ctx, tx, key); err != nil {
+			return err
+		}
+		k, err = d.lockKey(ctx, tx, key)
+		free = err == nil && !k.shared()
+		return err
+	})
+	return free, classify(err)
+}
