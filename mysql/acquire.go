@@ -60,29 +60,51 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	if ok || err != nil {
 		return g, err
 	}
-	var rem sql.NullInt64
-	var now int64
-	var shared sql.NullBool
-	sent := time.Now()
-	if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now, &shared); err != nil {
-		return driver.Grant{}, fmt.Errorf("read holder: %w", err)
+	settled := false
+	for {
+		var rem sql.NullInt64
+		var now int64
+		var shared sql.NullBool
+		sent := time.Now()
+		if err := d.remaining.QueryRowContext(ctx, req.Key).Scan(&rem, &now, &shared); err != nil {
+			return driver.Grant{}, fmt.Errorf("read holder: %w", err)
+		}
+		// A fence already past on arrival (a database clock that jumped) takes
+		// nothing: the retry below uses the fresh reading.
+		d.clock.Observe(now, sent, time.Since(sent))
+		switch {
+		case shared.Valid && shared.Bool && !settled:
+			// Shared holds hold the key, or held it until their holders
+			// crashed: then it is free after settling.
+			settled = true
+			free, err := d.settleShared(ctx, req.Key)
+			if err != nil {
+				return driver.Grant{}, fmt.Errorf("acquire: %w", err)
+			}
+			if !free {
+				return driver.Grant{}, errSharedKey
+			}
+			if g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key); ok || err != nil {
+				return g, err
+			}
+			continue
+		case shared.Valid && shared.Bool:
+			return driver.Grant{}, errSharedKey
+		case rem.Valid && rem.Int64 > 0:
+			return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
+		}
+		// Released (or expired) between our statements: one more try.
+		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
+		if ok || err != nil {
+			return g, err
+		}
+		return driver.Grant{}, driver.Held(0)
 	}
-	// A fence already past on arrival (a database clock that jumped) takes
-	// nothing: the retry below uses the fresh reading.
-	d.clock.Observe(now, sent, time.Since(sent))
-	if rem.Valid && rem.Int64 > 0 && shared.Valid && shared.Bool {
-		return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
-	}
-	if rem.Valid && rem.Int64 > 0 {
-		return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
-	}
-	// Released (or expired) between our statements: one more try.
-	g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
-	if ok || err != nil {
-		return g, err
-	}
-	return driver.Grant{}, driver.Held(0)
 }
+
+// errSharedKey is the refusal of a plain lock on a key held by shared
+// holds.
+var errSharedKey = fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
 
 // exec runs an acquiring statement, args then its fence. It reports ok when
 // it took the row, and an error only for a failure; a row it did not take

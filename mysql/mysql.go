@@ -186,6 +186,7 @@ type sqlDriver struct {
 	logger      *slog.Logger
 	label       string
 	backoff     driver.Backoff
+	ttl         time.Duration // the Locker's TTL
 
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
@@ -227,6 +228,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	}
 	d.label = cleanLabel(cfg.Label)
 	d.backoff = cfg.Backoff
+	d.ttl = cfg.TTL
 	if !d.cfg.SkipMigration {
 		if err := migrate(ctx, d.db, d.cfg.Table); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -19,9 +20,13 @@ import (
 // sequence: every attempt is one transaction that locks it first (SELECT …
 // FOR UPDATE), so attempts on one key run one at a time, and every grant
 // advances its version, so tokens increase across plain locks and shared
-// holds. While a key has shared holders or waiters its row is SHARED, with
-// a lock_until no earlier than any of theirs: a plain acquisition treats it
-// as held.
+// holds. While a key has shared holders or waiters its row is SHARED, which
+// a plain acquisition never takes. Renewals, releases and withdrawals touch
+// only their own row of the table of shared holds, by primary key: none of
+// them waits for the key's row, which an attempt cut off from its client
+// holds until the server ends its session (txIdle). The last hold to leave
+// frees the key's row; when the holders crashed, the next plain
+// acquisition does.
 
 // sharedSuffix names the table of shared holds after the lock table's.
 const sharedSuffix = "_shared"
@@ -32,14 +37,6 @@ const sharedStatus = "SHARED"
 // maxAttempts is how many times a transaction on shared holds runs
 // before a deadlock is reported.
 const maxAttempts = 5
-
-// shareTxOptions returns the options of the transactions on shared holds:
-// READ COMMITTED takes no gap locks, so that transactions on neighbouring
-// keys do not block each other; the key's row, locked first, orders those
-// on one key.
-func shareTxOptions() *sql.TxOptions {
-	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-}
 
 // SharedTableSQL returns the DDL of the table of shared holds of lock table
 // table, which New creates unless Config.SkipMigration is set.
@@ -124,8 +121,8 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 			g.Since = sent
 			return g, nil
 		}
-		if contended(err) {
-			continue // rolled back by a deadlock: certainly nothing done
+		if contended(err) || errors.Is(err, errRenewed) {
+			continue // rolled back: certainly nothing done
 		}
 		var me *gomysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1146 {
@@ -141,7 +138,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 				if err := d.clock.AwaitFence(ctx, f, d.queryNow); err != nil {
 					return fmt.Errorf("undo: %w", classify(err))
 				}
-				return d.dropShare(ctx, key, owner, 0, false)
+				return d.undoShare(ctx, key, owner)
 			}}
 		}
 		return driver.Grant{}, err
@@ -149,68 +146,165 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	return driver.Grant{}, driver.Held(0)
 }
 
+// errRenewed is the error of an attempt rolled back because a hold it
+// counted as expired was renewed meanwhile.
+var errRenewed = errors.New("a hold counted as expired was renewed")
+
 // shareAttempt is one transaction of TryAcquireShared.
 func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f driver.Fence) (g driver.Grant, err error) {
-	t := d.sql.table
-	tx, err := d.db.BeginTx(ctx, shareTxOptions())
+	var refusal error // a refusal to report once the transaction committed
+	err = d.inTx(ctx, txIdle(req.TTL), func(tx *sql.Tx) error {
+		version, status, err := d.lockKey(ctx, tx, req.Key)
+		if err != nil {
+			return err
+		}
+		if status == string(Running) {
+			return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
+		}
+		all, err := d.shareRows(ctx, tx, st, req.Key)
+		if err != nil {
+			return err
+		}
+		var expired []any
+		for _, r := range all {
+			if r.remaining <= 0 && r.owner != req.Owner {
+				expired = append(expired, r.owner)
+			}
+		}
+		rows := slices.DeleteFunc(all, func(r shareRow) bool { return r.remaining <= 0 })
+		if len(expired) > 0 {
+			// Expired holders and waiters (crashed) go: exactly those
+			// counted, or the decision below does not stand (a renewal
+			// on the way when the rows were read got there first).
+			n, err := d.dropExpired(ctx, tx, st, req.Key, expired)
+			if err != nil {
+				return err
+			}
+			if n != len(expired) {
+				return errRenewed
+			}
+		}
+		fits, me, next, err := admit(rows, req.Owner, s)
+		if err != nil {
+			return err
+		}
+		ttl := ttlMicros(req.TTL)
+		if !fits && (!s.Queue || me != nil) {
+			if me != nil {
+				// Still in line: the place lasts another TTL.
+				if _, err := d.txExec(ctx, tx, "UPDATE "+st+" SET lock_until = "+untilExpr+" WHERE task_name = ? AND owner_token = ?",
+					ttl, req.Key, req.Owner); err != nil {
+					return err
+				}
+				if err := d.coverShare(ctx, tx, req.Key, ttl, f, false); err != nil {
+					return err
+				}
+				refusal = d.queued(req, next)
+			} else {
+				refusal = driver.Held(next)
+			}
+			return nil
+		}
+		// A grant, or a new place in line: both take the next version.
+		if err := d.coverShare(ctx, tx, req.Key, ttl, f, true); err != nil {
+			return err
+		}
+		token, queued := version+1, uint64(0)
+		if !fits {
+			token, queued = 0, version+1
+		}
+		if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
+			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
+			" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
+			req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
+			return err
+		}
+		if !fits {
+			refusal = d.queued(req, next)
+			return nil
+		}
+		g = driver.Grant{Token: token, Validity: req.TTL,
+			State: &shareState{key: req.Key, owner: req.Owner, token: token}}
+		return nil
+	})
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	defer func() {
-		if err != nil || g.Token == 0 {
-			_ = tx.Rollback()
-		}
-	}()
-	var (
-		status  string
-		version uint64
-		live    bool
-	)
+	if refusal != nil {
+		return driver.Grant{}, refusal
+	}
+	return g, nil
+}
+
+// lockKey reads and row-locks the key's row in tx, inserting it free when
+// it is missing, and returns its version and status. A plain lock that
+// expired counts as FINISH.
+func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, key string) (version uint64, status string, err error) {
+	var live bool
 	lock := func() error {
-		return d.txQueryRow(ctx, tx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+t+
-			" WHERE task_name = ? FOR UPDATE", req.Key).Scan(&status, &version, &live)
+		return d.txQueryRow(ctx, tx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+d.sql.table+
+			" WHERE task_name = ? FOR UPDATE", key).Scan(&status, &version, &live)
 	}
 	err = lock()
 	if errors.Is(err, sql.ErrNoRows) {
 		// The key's row, free, when it is missing. The INSERT comes
 		// second: on an existing row it would take a shared lock, which
 		// two attempts would both upgrade, a deadlock.
-		if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+t+
+		if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+d.sql.table+
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-			" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", req.Key); err != nil {
-			return driver.Grant{}, err
+			" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", key); err != nil {
+			return 0, "", err
 		}
 		err = lock()
 	}
 	if err != nil {
-		return driver.Grant{}, err
+		return 0, "", err
 	}
-	if status == string(Running) && live {
-		return driver.Grant{}, fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
+	if status == string(Running) && !live {
+		status = "FINISH"
 	}
-	all, err := d.shareRows(ctx, tx, st, req.Key)
+	return version, status, nil
+}
+
+// dropExpired deletes, in tx, those of the owners' rows of key that are
+// expired, and returns how many it deleted. The list is padded to a power
+// of two with repeats of its last owner, so that a few prepared
+// statements serve every size.
+func (d *sqlDriver) dropExpired(ctx context.Context, tx *sql.Tx, st, key string, owners []any) (int, error) {
+	size := padded(len(owners))
+	args := make([]any, 0, 1+size)
+	args = append(args, key)
+	for j := range size {
+		args = append(args, owners[min(j, len(owners)-1)])
+	}
+	var b strings.Builder
+	placeholders(&b, size, "?")
+	res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token IN ("+b.String()+") AND lock_until <= "+dbNow, args...)
 	if err != nil {
-		return driver.Grant{}, err
+		return 0, err
 	}
-	rows := slices.DeleteFunc(slices.Clone(all), func(r shareRow) bool { return r.remaining <= 0 })
-	if len(rows) < len(all) {
-		// Expired holders and waiters (crashed) go.
-		if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, req.Key); err != nil {
-			return driver.Grant{}, err
-		}
-	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// admit decides whether a request for s by owner fits the live rows of
+// its key: no writer holds it, a writer needs no holder, permits need the
+// holders' weights and their own within the limit, and no earlier waiter
+// is in line (for a reader, no earlier waiting writer). It returns whether
+// it fits, owner's place in line (nil when not in line), and how long
+// until the first holder's claim ends. It fails with driver.ErrConflict
+// when the key is used another way.
+func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareRow, next time.Duration, err error) {
 	var (
 		used, holders int
 		write         bool
-		me            *shareRow
-		next          time.Duration // until the first holder's claim ends
 	)
 	for i := range rows {
 		r := &rows[i]
 		if (r.mode == driver.Permits) != (s.Mode == driver.Permits) || r.limit != s.Limit {
-			return driver.Grant{}, fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, shareKindOf(r.mode, r.limit), shareKindOf(s.Mode, s.Limit))
+			return false, nil, 0, fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, shareKindOf(r.mode, r.limit), shareKindOf(s.Mode, s.Limit))
 		}
-		if r.owner == req.Owner && r.queued > 0 {
+		if r.owner == owner && r.queued > 0 {
 			me = r
 		}
 		if r.queued == 0 {
@@ -222,7 +316,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			}
 		}
 	}
-	fits := !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit)
+	fits = !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit)
 	for _, r := range rows {
 		// Behind every earlier waiter (all of them when not in line):
 		// readers only behind writers.
@@ -230,48 +324,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			fits = false
 		}
 	}
-	ttl := ttlMicros(req.TTL)
-	if !fits && (!s.Queue || me != nil) {
-		if me != nil {
-			// Still in line: the place lasts another TTL.
-			if _, err := d.txExec(ctx, tx, "UPDATE "+st+" SET lock_until = "+untilExpr+" WHERE task_name = ? AND owner_token = ?",
-				ttl, req.Key, req.Owner); err != nil {
-				return driver.Grant{}, err
-			}
-			if err := d.coverShare(ctx, tx, req.Key, ttl, f, false); err != nil {
-				return driver.Grant{}, err
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return driver.Grant{}, err
-		}
-		if !s.Queue {
-			return driver.Grant{}, driver.Held(next)
-		}
-		return driver.Grant{}, d.queued(req, next)
-	}
-	// A grant, or a new place in line: both take the next version.
-	if err := d.coverShare(ctx, tx, req.Key, ttl, f, true); err != nil {
-		return driver.Grant{}, err
-	}
-	token, queued := version+1, uint64(0)
-	if !fits {
-		token, queued = 0, version+1
-	}
-	if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
-		" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
-		" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
-		req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
-		return driver.Grant{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		return driver.Grant{}, err
-	}
-	if !fits {
-		return driver.Grant{}, d.queued(req, next)
-	}
-	return driver.Grant{Token: token, Validity: req.TTL,
-		State: &shareState{key: req.Key, owner: req.Owner, token: token}}, nil
+	return fits, me, next, nil
 }
 
 // queued is the refusal of a request recorded in line: back before the
@@ -282,7 +335,7 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 	}
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
-		return d.dropShare(ctx, key, owner, 0, true)
+		return d.leave(ctx, key, owner, 0)
 	}}
 }
 
@@ -334,21 +387,52 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 	return rows, rs.Err()
 }
 
-// dropShare deletes owner's live row of key (its hold when token is not 0,
-// else its hold or place in line; its place in line only with waiter) and
-// settles the key's row. It returns driver.ErrNotHeld when there was none.
-func (d *sqlDriver) dropShare(ctx context.Context, key, owner string, token uint64, waiter bool) error {
-	cond := "owner_token = ?"
-	args := []any{key, owner}
-	switch {
-	case token != 0:
-		cond += " AND token = ? AND queued = 0"
-		args = append(args, token)
-	case waiter:
-		cond += " AND queued > 0"
+// leave deletes owner's live row of key (its hold when token is not 0,
+// its place in line otherwise) by primary key, outside any transaction:
+// deleting a row only makes room, and needs no lock of the key's row,
+// which an attempt cut off from its client may hold. When no live row of
+// the key is left, it settles the key's row. It returns driver.ErrNotHeld
+// when there was nothing to delete.
+func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
+	st, err := d.sharedTable()
+	if err != nil {
+		return err
 	}
+	cond, args := "queued > 0", []any{key, owner}
+	if token != 0 {
+		cond, args = "token = ? AND queued = 0", append(args, token)
+	}
+	res, err := d.db.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+	if err != nil {
+		return classify(err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return err
+		}
+		return driver.ErrNotHeld
+	}
+	var left bool
+	if err := d.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")", key).Scan(&left); err != nil || !left {
+		if err == nil {
+			_, err = d.settleShared(ctx, key)
+		}
+		if err != nil {
+			// The next acquisition of the key settles it.
+			d.logger.Debug("locker: mysql: settling a key whose last shared hold left", "key", key, "err", err)
+		}
+	}
+	return nil
+}
+
+// undoShare deletes owner's live hold or place in line of key, which an
+// attempt whose outcome is unknown may have left, and settles the key's
+// row. It locks the key's row first, so that it runs after the attempt
+// if it is still writing. It returns driver.ErrNotHeld when there was
+// nothing to delete.
+func (d *sqlDriver) undoShare(ctx context.Context, key, owner string) error {
 	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
-		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND lock_until > "+dbNow, key, owner)
 		if err != nil {
 			return 0, err
 		}
@@ -357,56 +441,78 @@ func (d *sqlDriver) dropShare(ctx context.Context, key, owner string, token uint
 }
 
 // inShareTx runs change in a transaction that holds the key's row, then
-// settles the row: SHARED until the last live row of the table of shared
-// holds ends, FINISH when there is none. It returns driver.ErrNotHeld
-// when change affected no row.
+// settles the row. It returns driver.ErrNotHeld when the key is not held
+// by shared holds or change affected no row.
 func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.Tx, string) (int64, error)) (err error) {
 	st, err := d.sharedTable()
 	if err != nil {
 		return err
 	}
 	for range maxAttempts {
-		var n int64
-		n, err = d.shareTx(ctx, key, st, change)
-		if contended(err) {
-			continue
-		}
-		if err != nil {
+		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
+			_, status, err := d.lockKey(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if status != sharedStatus {
+				return driver.ErrNotHeld
+			}
+			n, err := change(tx, st)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return driver.ErrNotHeld
+			}
+			return d.settle(ctx, tx, st, key)
+		})
+		if !contended(err) {
 			return classify(err)
 		}
-		if n == 0 {
-			return driver.ErrNotHeld
-		}
-		return nil
 	}
+	return classify(err)
+}
+
+// settle deletes, in tx, which holds the key's row, the key's expired
+// holds and waiters, and frees the key's row when no row is left. The
+// delete waits for a renewal on the way, and a renewal never brings back
+// an expired row: a row that is left was live.
+func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) error {
+	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, key); err != nil {
+		return err
+	}
+	_, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
+		", lock_until = "+dbNow+", update_time = "+dbNow+
+		" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ?)", key, key)
 	return err
 }
 
-func (d *sqlDriver) shareTx(ctx context.Context, key, st string, change func(*sql.Tx, string) (int64, error)) (int64, error) {
-	t := d.sql.table
-	tx, err := d.db.BeginTx(ctx, shareTxOptions())
+// settleShared frees the row of a key marked as held by shared holds when
+// none is live (their holders crashed, or the last one left), and
+// reports whether the row is free of shared holds now.
+func (d *sqlDriver) settleShared(ctx context.Context, key string) (bool, error) {
+	st, err := d.sharedTable()
 	if err != nil {
-		return 0, err
+		return false, err
 	}
-	defer func() { _ = tx.Rollback() }()
-	var status string
-	err = d.txQueryRow(ctx, tx, "SELECT task_status FROM "+t+" WHERE task_name = ? FOR UPDATE", key).Scan(&status)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && status != sharedStatus {
-		return 0, nil
+	free := false
+	for range maxAttempts {
+		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
+			_, status, err := d.lockKey(ctx, tx, key)
+			if err != nil || status != sharedStatus {
+				free = err == nil
+				return err
+			}
+			if err := d.settle(ctx, tx, st, key); err != nil {
+				return err
+			}
+			_, status, err = d.lockKey(ctx, tx, key)
+			free = err == nil && status != sharedStatus
+			return err
+		})
+		if !contended(err) {
+			break
+		}
 	}
-	if err != nil {
-		return 0, err
-	}
-	n, err := change(tx, st)
-	if err != nil || n == 0 {
-		return n, err
-	}
-	if _, err := d.txExec(ctx, tx, "UPDATE "+t+" SET"+
-		" task_status = IF(EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+"), '"+sharedStatus+"', 'FINISH'),"+
-		" lock_until = GREATEST("+dbNow+", COALESCE((SELECT MAX(lock_until) FROM "+st+" WHERE task_name = ?), "+dbNow+")),"+
-		" finish_time = IF(task_status = 'FINISH', "+dbNow+", finish_time), update_time = "+dbNow+
-		" WHERE task_name = ?", key, key, key); err != nil {
-		return 0, err
-	}
-	return n, tx.Commit()
+	return free, classify(err)
 }

@@ -13,27 +13,30 @@ import (
 
 // releaseShared ends a shared hold (driver.Driver.Release).
 func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
-	if err := d.dropShare(ctx, s.key, s.owner, s.token, false); err != nil {
+	if err := d.leave(ctx, s.key, s.owner, s.token); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
 }
 
 // keepShared leaves a shared hold in place for remaining, renewed by
-// nobody (driver.Keeper.Keep).
+// nobody (driver.Keeper.Keep). It changes only the hold's own row.
 func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining time.Duration) error {
-	us := max(remaining.Microseconds(), 1)
-	err := d.inShareTx(ctx, s.key, func(tx *sql.Tx, st string) (int64, error) {
-		res, err := d.txExec(ctx, tx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
-			" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
-			us, s.key, s.owner, s.token)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	})
+	st, err := d.sharedTable()
 	if err != nil {
-		return fmt.Errorf("keep: %w", err)
+		return err
+	}
+	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
+		" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
+		max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
+	if err != nil {
+		return fmt.Errorf("keep: %w", classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return fmt.Errorf("keep: %w", err)
+		}
+		return driver.ErrNotHeld
 	}
 	return nil
 }
@@ -96,9 +99,11 @@ func (d *sqlDriver) inspectShared(ctx context.Context, key string) (driver.Statu
 	return s, nil
 }
 
-// renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of the
-// keys' rows (so that their lock_until covers the holds), one of the holds,
-// and one SELECT when some lease did not match, to tell which.
+// renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of
+// the holds' own rows, each found by its primary key, and one SELECT when
+// some lease did not match, to tell which. It never touches the keys' rows
+// nor another holder's or waiter's row, so that no lock an attempt holds
+// (one cut off from its client holds them a while) can hold it up.
 func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
 	fail := func(err error) {
 		for _, i := range idx {
@@ -110,32 +115,19 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		fail(err)
 		return
 	}
-	us := ttlMicros(ttl)
-	keys := make([]any, 0, len(idx))
-	holds := make([]any, 0, 3*len(idx))
 	want := map[shareState]bool{}
+	holds := make([]any, 0, 3*len(idx))
 	for _, i := range idx {
 		s := ls[i].State.(*shareState)
-		keys = append(keys, s.key)
 		holds = append(holds, s.key, s.owner, s.token)
 		want[*s] = true
 	}
 	var b strings.Builder
-	placeholders(&b, len(idx), "?")
-	inKeys := b.String()
-	b.Reset()
-	placeholders(&b, len(idx), "(?, ?, ?)")
-	inHolds := b.String()
-	if _, err := d.db.ExecContext(ctx, "UPDATE "+d.sql.table+" SET lock_until = GREATEST(lock_until, "+untilExpr+")"+
-		" WHERE task_name IN ("+inKeys+") AND task_status = '"+sharedStatus+"' AND lock_until > "+dbNow,
-		append([]any{us}, keys...)...); err != nil {
-		fail(classify(err))
-		return
-	}
+	placeholders(&b, len(idx), "(task_name = ? AND owner_token = ? AND token = ?)")
+	match := strings.ReplaceAll(b.String(), ", ", " OR ")
 	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+
-		" WHERE task_name IN ("+inKeys+") AND (task_name, owner_token, token) IN ("+inHolds+")"+
-		" AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
-		append(append([]any{us}, keys...), holds...)...)
+		" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
+		append([]any{ttlMicros(ttl)}, holds...)...)
 	if err != nil {
 		fail(classify(err))
 		return
@@ -149,7 +141,7 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 	if int(n) != len(want) {
 		renewed = map[shareState]bool{}
 		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
-			" WHERE task_name IN ("+inKeys+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, keys...)
+			" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, holds...)
 		if err != nil {
 			fail(classify(err))
 			return

@@ -39,7 +39,8 @@ const beforeFence = dbNow + " < TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:0
 type statements struct {
 	table string // quoted
 	// acquire takes an existing row that is free or expired, unless the
-	// fence passed. Args: owner, label, ttl µs, key, fence µs.
+	// fence passed; a row marked as held by shared holds (SHARED) only
+	// after settling. Args: owner, label, ttl µs, key, fence µs.
 	acquire string
 	// insert creates a missing row, already taken, unless the fence
 	// passed. Args: key, owner, label, ttl µs, fence µs.
@@ -94,7 +95,7 @@ func newStatements(table string) statements {
 		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
 			" owner_token = ?, owner_label = ?, start_time = " + dbNow + ", finish_time = NULL," +
 			" lock_until = " + untilExpr + ", update_time = " + dbNow +
-			" WHERE task_name = ? AND (task_status NOT IN ('RUNNING', 'SHARED') OR lock_until <= " + dbNow + ") AND " + beforeFence,
+			" WHERE task_name = ? AND (task_status NOT IN ('RUNNING', 'SHARED') OR task_status = 'RUNNING' AND lock_until <= " + dbNow + ") AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
 			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +

@@ -1,0 +1,58 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"time"
+)
+
+// txIdle is how long a transaction on shared holds of a lock with this
+// TTL may wait for its client before the server ends its session: a third
+// of the TTL in whole seconds, rounded up, within 1 s and 10 s. A client
+// cut off in the middle of one holds up the key's other attempts that
+// long, not for as long as the cut.
+func txIdle(ttl time.Duration) int64 {
+	return min(max(int64((ttl/3+time.Second-1)/time.Second), 1), 10)
+}
+
+// restoreTimeout bounds the statement that gives the session its
+// wait_timeout back.
+const restoreTimeout = 5 * time.Second
+
+// inTx runs fn in a READ COMMITTED transaction on a connection of its
+// own, committing when fn returns nil. While the transaction runs, the
+// session's wait_timeout is idle seconds: the server ends the session when
+// the client stays silent that long, so that a client cut off in the
+// middle does not keep its row locks. The session gets its wait_timeout
+// back afterwards; a connection that cannot be given it back is
+// discarded.
+func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error) (err error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A cancelled ctx must not leave the short wait_timeout on a
+		// pooled connection.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, "SET @@session.wait_timeout = @locker_wait_timeout"); rerr != nil {
+			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+		}
+		_ = conn.Close()
+	}()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @@session.wait_timeout = %d", idle)); err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
