@@ -77,7 +77,10 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 			// Shared holds hold the key, or held it until their holders
 			// crashed: then it is free after settling.
 			settled = true
-			free, err := d.settleShared(ctx, req.Key)
+			free, err := d.settleShared(ctx, req.Key, 1)
+			if contended(err) {
+				return driver.Grant{}, driver.Held(0) // an attempt on shared holds is at it
+			}
 			if err != nil {
 				return driver.Grant{}, fmt.Errorf("acquire: %w", err)
 			}

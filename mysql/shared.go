@@ -415,7 +415,7 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 	var left bool
 	if err := d.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")", key).Scan(&left); err != nil || !left {
 		if err == nil {
-			_, err = d.settleShared(ctx, key)
+			_, err = d.settleShared(ctx, key, 1)
 		}
 		if err != nil {
 			// The next acquisition of the key settles it.
@@ -489,14 +489,15 @@ func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) erro
 
 // settleShared frees the row of a key marked as held by shared holds when
 // none is live (their holders crashed, or the last one left), and
-// reports whether the row is free of shared holds now.
-func (d *sqlDriver) settleShared(ctx context.Context, key string) (bool, error) {
+// reports whether the row is free of shared holds now. It makes up to
+// tries attempts, each waiting for the key's row at most txIdle.
+func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bool, error) {
 	st, err := d.sharedTable()
 	if err != nil {
 		return false, err
 	}
 	free := false
-	for range maxAttempts {
+	for range tries {
 		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
 			_, status, err := d.lockKey(ctx, tx, key)
 			if err != nil || status != sharedStatus {

@@ -271,3 +271,93 @@ func TestSemaphoreLine(t *testing.T) {
 		t.Fatalf("AcquireN(3) once the permits were back: %v", err)
 	}
 }
+
+// TestSharedRenewalIgnoresKeyRow checks that holds renew, and leave, while
+// another transaction holds their key's row (as an attempt cut off from
+// its client does until the server ends its session): renewals and
+// releases of shared holds must never wait for the key's row.
+func TestSharedRenewalIgnoresKeyRow(t *testing.T) {
+	const ttl = 900 * time.Millisecond
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	prefix := t.Name() + "-" + rand.Text()[:8] + "/"
+	l, err := mysql.New(db, locker.WithPrefix(prefix), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, _ := locker.NewSemaphore(l, "k", 2)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, key := range []string{"k", "rw"} {
+		var status string
+		if err := tx.QueryRowContext(ctx, "SELECT task_status FROM distribute_task_lock WHERE task_name = ? FOR UPDATE", prefix+key).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three TTLs with the keys' rows locked: a renewal that waits for
+	// them loses the holds.
+	select {
+	case <-p.Done():
+		t.Fatalf("a permit must stay held while another transaction holds its key's row: lost: %v", p.Err())
+	case <-r.Done():
+		t.Fatalf("a read hold must stay held while another transaction holds its key's row: lost: %v", r.Err())
+	case <-time.After(3 * ttl):
+	}
+	for _, lk := range []locker.Lock{p, r} {
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := lk.Unlock(uctx)
+		cancel()
+		if err != nil {
+			t.Errorf("Unlock of a shared hold must not wait for its key's row: %v", err)
+		}
+	}
+}
+
+// TestSharedCrashedHoldersFreeKey checks that a plain lock takes a key
+// whose shared holders left without freeing it (here a permit given up
+// with a MinHold, which nobody renews) once their holds expired.
+func TestSharedCrashedHoldersFreeKey(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	s, _ := locker.NewSemaphore(l, "k", 2)
+	p, err := s.TryAcquire(ctx, locker.MinHold(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Fatalf("TryLock of a key whose permit is kept by a MinHold: got %v, want ErrInvalidOption", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lk, err := l.TryLock(ctx, "k")
+		if err == nil {
+			if lk.Token() <= p.Token() {
+				t.Errorf("a lock after a permit got token %d, not above the permit's %d", lk.Token(), p.Token())
+			}
+			_ = lk.Unlock(ctx)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a plain lock must get a key whose shared holds all expired: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

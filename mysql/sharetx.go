@@ -25,9 +25,11 @@ const restoreTimeout = 5 * time.Second
 // own, committing when fn returns nil. While the transaction runs, the
 // session's wait_timeout is idle seconds: the server ends the session when
 // the client stays silent that long, so that a client cut off in the
-// middle does not keep its row locks. The session gets its wait_timeout
-// back afterwards; a connection that cannot be given it back is
-// discarded.
+// middle does not keep its row locks. Its innodb_lock_wait_timeout is
+// idle seconds too: waiting longer for a row lock only waits for a
+// transaction that is not one of ours (a statement that gives up fails
+// with error 1205, see contended). The session gets both values back
+// afterwards; a connection that cannot be given them back is discarded.
 func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error) (err error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -38,12 +40,13 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 		// pooled connection.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 		defer cancel()
-		if _, rerr := conn.ExecContext(rctx, "SET @@session.wait_timeout = @locker_wait_timeout"); rerr != nil {
+		if _, rerr := conn.ExecContext(rctx, "SET @@session.wait_timeout = @locker_wait_timeout, @@session.innodb_lock_wait_timeout = @locker_lock_wait_timeout"); rerr != nil {
 			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
 		_ = conn.Close()
 	}()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @@session.wait_timeout = %d", idle)); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @locker_lock_wait_timeout = @@session.innodb_lock_wait_timeout,"+
+		" @@session.wait_timeout = %d, @@session.innodb_lock_wait_timeout = %d", idle, idle)); err != nil {
 		return err
 	}
 	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})

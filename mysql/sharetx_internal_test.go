@@ -1,0 +1,53 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestInTxEndsSilentClient checks the bound on a transaction on shared
+// holds whose client falls silent (cut off): the server ends its session
+// after idle seconds, so that it keeps no row lock longer; and a
+// transaction that ends normally gives the session its own wait_timeout
+// and innodb_lock_wait_timeout back.
+func TestInTxEndsSilentClient(t *testing.T) {
+	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1) // one session, reused by every call
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	session := func() (wait, lockWait int64) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout").Scan(&wait, &lockWait); err != nil {
+			t.Fatal(err)
+		}
+		return wait, lockWait
+	}
+	wait, lockWait := session()
+	d := newDriver(db, Config{}, 0)
+	if err := d.inTx(ctx, 1, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if w, lw := session(); w != wait || lw != lockWait {
+		t.Errorf("after a transaction on shared holds the session must have its own timeouts back: wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", w, lw, wait, lockWait)
+	}
+	err = d.inTx(ctx, 1, func(tx *sql.Tx) error {
+		time.Sleep(3 * time.Second) // silent for three times the bound
+		var one int
+		return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	})
+	if err == nil {
+		t.Fatal("a transaction on shared holds whose client stays silent for longer than its bound must be ended by the server: it went on")
+	}
+	if w, lw := session(); w != wait || lw != lockWait {
+		t.Errorf("the next session must have its own timeouts: wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", w, lw, wait, lockWait)
+	}
+}
