@@ -45,9 +45,16 @@
 // transaction that locks the key's row in the lock table, drops the
 // expired holders and waiters, and grants the hold or records the waiter
 // in line. A grant advances the key's version, so tokens increase across
-// locks and shared holds; the key's row is SHARED until its last holder or
-// waiter ends. Waiters poll, with the Locker's backoff: there are no
-// wake-ups for shared holds.
+// locks and shared holds. The key's row is SHARED, which a plain
+// acquisition never takes, until the last holder or waiter leaves; when
+// they crashed, the next plain acquisition that finds none live frees it.
+// Renewals, releases and withdrawals change only their own row of the
+// "_shared" table, found by primary key, never the key's row. The server
+// ends a transaction on shared holds whose client stays silent for a third
+// of the TTL (in whole seconds, within 1 s and 10 s), and its row-lock
+// waits last as long at most, so that a client cut off in the middle of
+// one holds up the key's other attempts that long at most. Waiters poll,
+// with the Locker's backoff: there are no wake-ups for shared holds.
 //
 // # Guarantees
 //
@@ -129,9 +136,11 @@
 //     locker.ErrInvalidOption while the key has holders.
 //   - Semaphores and read-write locks need a lock table name of at most
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
-//     costs one transaction of five to seven statements. The transactions
-//     run at READ COMMITTED, which binlog_format=STATEMENT refuses for
-//     writes (MIXED and ROW accept it).
+//     costs one transaction of five to seven statements, plus one that
+//     sets the session's wait_timeout and innodb_lock_wait_timeout before
+//     it and one that restores them after it. A release costs two
+//     statements, and such a transaction when it was the key's last hold. The transactions run at READ COMMITTED, which
+//     binlog_format=STATEMENT refuses for writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.

@@ -29,7 +29,9 @@ const (
 // returns how many it deleted. The table keeps one row per key ever locked:
 // run Purge from time to time (a cron job) when keys come and go.
 // Purge also deletes the rows of the table of shared holds whose hold or
-// place in line ended at least idle ago; they are not counted.
+// place in line ended at least idle ago; they are not counted. A key's row
+// marked as held by shared holds stays until the key's next acquisition
+// finds them all ended.
 //
 // Fencing tokens stay strictly increasing across a purge: a row's version
 // grows by one per acquisition from the database clock in microseconds at
@@ -107,10 +109,12 @@ func purgeSharedSQL(table string) string {
 
 // purgeSQL deletes up to a batch of rows idle for a time. A row is idle when
 // its update_time (every acquisition, renewal, release and keep sets it) is
-// older than the idle time and its claim (lock_until) has ended. InnoDB
+// older than the idle time and its claim (lock_until) has ended. A row
+// marked as held by shared holds is not, whatever its times (their
+// renewals change only their own rows): it is purged once settled. InnoDB
 // checks the condition again on the latest version of each row it locks, so
 // a row acquired meanwhile is left alone. Args: idle µs, batch size.
 func purgeSQL(table string) string {
 	return "DELETE FROM `" + table + "` WHERE update_time < TIMESTAMPADD(MICROSECOND, -?, " + dbNow + ")" +
-		" AND lock_until <= " + dbNow + " ORDER BY task_name LIMIT ?"
+		" AND lock_until <= " + dbNow + " AND task_status <> '" + sharedStatus + "' ORDER BY task_name LIMIT ?"
 }

@@ -464,7 +464,8 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 			if n == 0 {
 				return driver.ErrNotHeld
 			}
-			return d.settle(ctx, tx, st, key)
+			_, err = d.settle(ctx, tx, st, key)
+			return err
 		})
 		if !contended(err) {
 			return classify(err)
@@ -474,17 +475,21 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 }
 
 // settle deletes, in tx, which holds the key's row, the key's expired
-// holds and waiters, and frees the key's row when no row is left. The
-// delete waits for a renewal on the way, and a renewal never brings back
-// an expired row: a row that is left was live.
-func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) error {
+// holds and waiters, frees the key's row when no row is left, and reports
+// whether it did. The delete waits for a renewal on the way, and a
+// renewal never brings back an expired row: a row that is left was live.
+func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) (bool, error) {
 	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, key); err != nil {
-		return err
+		return false, err
 	}
-	_, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
+	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
 		", lock_until = "+dbNow+", update_time = "+dbNow+
 		" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ?)", key, key)
-	return err
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // settleShared frees the row of a key marked as held by shared holds when
@@ -504,11 +509,7 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 				free = err == nil
 				return err
 			}
-			if err := d.settle(ctx, tx, st, key); err != nil {
-				return err
-			}
-			_, status, err = d.lockKey(ctx, tx, key)
-			free = err == nil && status != sharedStatus
+			free, err = d.settle(ctx, tx, st, key)
 			return err
 		})
 		if !contended(err) {

@@ -361,3 +361,39 @@ func TestSharedCrashedHoldersFreeKey(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestSharedPurgeKeepsKey checks that Purge leaves the row of a key held
+// by shared holds, however old its times (their renewals change only
+// their own rows): a purged row would let a plain lock in beside them.
+func TestSharedPurgeKeepsKey(t *testing.T) {
+	db := openExampleDB()
+	sqlDB, _ := db.DB()
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	prefix := t.Name() + "-" + rand.Text()[:8] + "/"
+	l, err := mysql.New(db, locker.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, _ := locker.NewSemaphore(l, "k", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Unlock(ctx) }()
+	if _, err := sqlDB.ExecContext(ctx, "UPDATE distribute_task_lock SET update_time = TIMESTAMPADD(HOUR, -2, UTC_TIMESTAMP(6)),"+
+		" lock_until = TIMESTAMPADD(HOUR, -2, UTC_TIMESTAMP(6)) WHERE task_name = ?", prefix+"k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mysql.Purge(ctx, db, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if lk, err := l.TryLock(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
+		if err == nil {
+			_ = lk.Unlock(ctx)
+		}
+		t.Fatalf("TryLock of a key a permit holds, after Purge: got %v, want ErrInvalidOption", err)
+	}
+}
