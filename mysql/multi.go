@@ -71,7 +71,7 @@ func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 				return nil, driver.Held(0)
 			}
 			if errors.Is(err, driver.ErrHeld) {
-				return nil, err
+				return nil, d.heldMulti(ctx, req.Key, err)
 			}
 			return nil, fmt.Errorf("acquire %q: %w", req.Key, err)
 		}
@@ -90,6 +90,24 @@ func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 		return nil, d.undoMulti(ctx, reqs, f, err)
 	}
 	return grants, nil
+}
+
+// heldMulti is the refusal of a transaction that could not take key,
+// held is its error: a key marked as held by shared holds is refused with
+// their conflict while one of them is live, and settled otherwise, so
+// that the next attempt can take it.
+func (d *sqlDriver) heldMulti(ctx context.Context, key string, held error) error {
+	var rem sql.NullInt64
+	var now int64
+	var shared sql.NullBool
+	if err := d.remaining.QueryRowContext(ctx, key).Scan(&rem, &now, &shared); err != nil || !shared.Valid || !shared.Bool {
+		return held
+	}
+	free, err := d.settleShared(ctx, key, 1)
+	if err != nil || free {
+		return held
+	}
+	return fmt.Errorf("acquire %q: %w", key, errSharedKey)
 }
 
 // took returns the version an acquiring statement set (its fencing token),

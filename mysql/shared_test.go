@@ -329,9 +329,10 @@ func TestSharedRenewalIgnoresKeyRow(t *testing.T) {
 	}
 }
 
-// TestSharedCrashedHoldersFreeKey checks that a plain lock takes a key
-// whose shared holders left without freeing it (here a permit given up
-// with a MinHold, which nobody renews) once their holds expired.
+// TestSharedCrashedHoldersFreeKey checks that plain locks, one key or
+// several, take a key whose shared holders left without freeing it (here a
+// permit given up with a MinHold, which nobody renews) once their holds
+// expired, and are refused before.
 func TestSharedCrashedHoldersFreeKey(t *testing.T) {
 	l, ctx := sharedLocker(t, mysql.Config{})
 	s, _ := locker.NewSemaphore(l, "k", 2)
@@ -345,7 +346,21 @@ func TestSharedCrashedHoldersFreeKey(t *testing.T) {
 	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Fatalf("TryLock of a key whose permit is kept by a MinHold: got %v, want ErrInvalidOption", err)
 	}
+	if _, err := locker.TryLockMulti(ctx, l, []string{"other", "k"}); !errors.Is(err, locker.ErrInvalidOption) {
+		t.Fatalf("TryLockMulti of a key whose permit is kept by a MinHold: got %v, want ErrInvalidOption", err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := locker.TryLockMulti(ctx, l, []string{"other", "k"})
+		if err == nil {
+			_ = m.Unlock(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TryLockMulti must get a key whose shared holds all expired: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	for {
 		lk, err := l.TryLock(ctx, "k")
 		if err == nil {
