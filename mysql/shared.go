@@ -115,14 +115,17 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	}
 	for range maxAttempts {
 		sent := time.Now()
-		f := d.clock.Fence(ctx, sent, req.TTL)
-		g, err := d.shareAttempt(ctx, st, req, s, label, f)
+		f := d.clock.Fence(ctx, sent, req.TTL) // moved up to the fenced statement
+		g, err := d.shareAttempt(ctx, st, req, s, label, &f)
 		if err == nil {
 			g.Since = sent
 			return g, nil
 		}
-		if contended(err) || errors.Is(err, errRenewed) {
+		if contended(err) || errors.Is(err, errRenewed) || errors.Is(err, errFenced) && ctx.Err() == nil {
 			continue // rolled back: certainly nothing done
+		}
+		if errors.Is(err, errFenced) {
+			break
 		}
 		var me *gomysql.MySQLError
 		if errors.As(err, &me) && me.Number == 1146 {
@@ -150,8 +153,14 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 // counted as expired was renewed meanwhile.
 var errRenewed = errors.New("a hold counted as expired was renewed")
 
-// shareAttempt is one transaction of TryAcquireShared.
-func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f driver.Fence) (g driver.Grant, err error) {
+// errFenced is the error of an attempt whose fenced statement arrived
+// after its fence, and changed nothing.
+var errFenced = errors.New("the statement arrived after its fence")
+
+// shareAttempt is one transaction of TryAcquireShared. Its statement on
+// the key's row carries a fence, which it sets f to just before it sends
+// it.
+func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f *driver.Fence) (g driver.Grant, err error) {
 	var refusal error // a refusal to report once the transaction committed
 	err = d.inTx(ctx, txIdle(req.TTL), func(tx *sql.Tx) error {
 		version, status, err := d.lockKey(ctx, tx, req.Key)
@@ -189,6 +198,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			return err
 		}
 		ttl := ttlMicros(req.TTL)
+		*f = d.clock.Fence(ctx, time.Now(), req.TTL)
 		if !fits && (!s.Queue || me != nil) {
 			if me != nil {
 				// Still in line: the place lasts another TTL.
@@ -196,7 +206,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 					ttl, req.Key, req.Owner); err != nil {
 					return err
 				}
-				if err := d.coverShare(ctx, tx, req.Key, ttl, f, false); err != nil {
+				if err := d.coverShare(ctx, tx, req.Key, ttl, *f, false); err != nil {
 					return err
 				}
 				refusal = d.queued(req, next)
@@ -206,7 +216,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			return nil
 		}
 		// A grant, or a new place in line: both take the next version.
-		if err := d.coverShare(ctx, tx, req.Key, ttl, f, true); err != nil {
+		if err := d.coverShare(ctx, tx, req.Key, ttl, *f, true); err != nil {
 			return err
 		}
 		token, queued := version+1, uint64(0)
@@ -339,9 +349,10 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 	}}
 }
 
-// coverShare marks the key's row SHARED with a lock_until no earlier than
-// ttl µs from now, so that plain acquisitions wait; with advance it also
-// advances the version. It fails with a Held error once the fence passed.
+// coverShare marks the key's row SHARED, which plain acquisitions never
+// take, with a lock_until no earlier than ttl µs from now (for Inspect and
+// the waiters' backoff); with advance it also advances the version. It
+// fails with errFenced once the fence passed.
 func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f driver.Fence, advance bool) error {
 	set := ""
 	if advance {
@@ -357,7 +368,7 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 		if err != nil {
 			return err
 		}
-		return driver.Held(0) // the fence passed: take nothing
+		return errFenced // take nothing
 	}
 	return nil
 }
