@@ -34,6 +34,13 @@ func (d *zkDriver) follow(h *hold) {
 // ends it. A watch that cannot be set leaves the news to the renewals.
 func (d *zkDriver) followHold(h *hold) {
 	defer d.wg.Done()
+	select {
+	case <-h.done: // ended as the timer fired
+		return
+	case <-d.stop:
+		return
+	default:
+	}
 	for {
 		set := start(d, func() (<-chan zk.Event, error) {
 			_, _, ch, err := d.conn.GetW(h.path)
