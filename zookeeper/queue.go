@@ -17,8 +17,9 @@ import (
 // moment after which the session was alive, for the grant's validity, and
 // whether it waited for another node to go.
 //
-// Each round lists the queue and watches the node just before ours (pred):
-// a deletion wakes one waiter, never the whole queue. A waiter costs the
+// A waiter lists the queue and watches the node just before ours (pred): a
+// deletion wakes one waiter (two when the holder's goes), never the whole
+// queue. A waiter costs the
 // server no more requests than go-zookeeper's recipe (a listing when it
 // arrives, one watch, and a listing after each deletion it sees), and a
 // hand-off often needs no round trip after the deletion's event:
