@@ -90,5 +90,6 @@
 //	  update_time timestamptz NOT NULL
 //	)
 //
-// Rows are never deleted by the Locker.
+// Rows are never deleted by the Locker: [Purge] deletes idle ones, and
+// tokens stay increasing across it.
 package postgres
