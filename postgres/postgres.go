@@ -162,9 +162,12 @@ func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan stru
 	return d.listen.subscribe(ctx, key)
 }
 
-// Info implements driver.Driver.
+// Info implements driver.Driver. The driver promises PromptCancel: pgx
+// ends a statement, a dial or a wait for a pooled connection as soon as
+// its ctx ends (with its default context handling, which sets a deadline
+// on the connection), and so does database/sql.
 func (d *pgDriver) Info() driver.Info {
-	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
+	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true, PromptCancel: true}
 }
 
 // Configure implements driver.Configurer: it creates and checks the table.
