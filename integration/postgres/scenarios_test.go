@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 // enough that no renewal runs during a hand-off.
 const scenarioTTL = 10 * time.Second
 
+// bouncerPoll is the poll interval of this library through PgBouncer.
+const bouncerPoll = 5 * time.Millisecond
+
 // BenchmarkScenarios runs the scenarios of package contend on one
 // PostgreSQL database: this library with LISTEN wake-ups ("locker") and
 // polling ("poll"), beside the raw floor (the Locker's own acquire and
@@ -38,7 +42,8 @@ func BenchmarkScenarios(b *testing.B) {
 }
 
 // BenchmarkScenariosPgBouncer runs the scenarios through PgBouncer in
-// transaction pooling mode: this library polling, the floor and pglock.
+// transaction pooling mode: this library polling every 5 ms
+// (locker.ConstantBackoff), the floor and pglock.
 func BenchmarkScenariosPgBouncer(b *testing.B) {
 	srv := testenv.Postgres(b)
 	bouncer := testenv.NewPgBouncer(b, srv)
@@ -49,10 +54,11 @@ func BenchmarkScenariosPgBouncer(b *testing.B) {
 // library's on table prefix+"_locks", pglock's on prefix+"_pglock".
 func scenarioImpls(b *testing.B, url, prefix string, bouncer bool) []contend.Impl {
 	table := prefix + "_locks"
-	newLocker := func(cfg postgres.Config) func(b *testing.B) locker.Locker {
+	newLocker := func(cfg postgres.Config, opts ...locker.Option) func(b *testing.B) locker.Locker {
 		cfg.Table = table
+		opts = append([]locker.Option{locker.WithTTL(scenarioTTL)}, opts...)
 		return func(b *testing.B) locker.Locker {
-			l, err := postgres.NewWithConfig(openPool(b, url), cfg, locker.WithTTL(scenarioTTL))
+			l, err := postgres.NewWithConfig(openPool(b, url), cfg, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -72,8 +78,9 @@ func scenarioImpls(b *testing.B, url, prefix string, bouncer bool) []contend.Imp
 		impls = append(impls, contend.Locker(newLocker(postgres.Config{})))
 	}
 	poll := contend.Locker(newLocker(postgres.Config{PollOnly: true}))
-	if !bouncer {
-		poll.Name = "poll"
+	poll.Name = "poll"
+	if bouncer {
+		poll = contend.Locker(newLocker(postgres.Config{PollOnly: true}, locker.WithBackoff(locker.ConstantBackoff(bouncerPoll))))
 	}
 	impls = append(impls, poll,
 		contend.Impl{Name: "floor", New: func(b *testing.B, key string) contend.Mutex {
@@ -135,8 +142,21 @@ func floorMutex(b *testing.B, pool *pgxpool.Pool, table, key string) contend.Mut
 
 // newPglock returns a cirello.io/pglock client on table with a lib/pq
 // pool of its own.
-func newPglock(b *testing.B, url, table string) *pglock.Client {
-	db, err := sql.Open("postgres", url)
+func newPglock(b *testing.B, rawURL, table string) *pglock.Client {
+	// lib/pq sends parameters it does not know to the server, and
+	// PgBouncer refuses pgx's. Through PgBouncer in transaction mode lib/pq
+	// needs binary_parameters: it then sends each statement in one go.
+	u, err := neturl.Parse(rawURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	if q.Has("default_query_exec_mode") {
+		q.Del("default_query_exec_mode")
+		q.Set("binary_parameters", "yes")
+	}
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("postgres", u.String())
 	if err != nil {
 		b.Fatal(err)
 	}
