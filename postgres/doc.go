@@ -50,7 +50,11 @@
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.
 //
-// Waiters poll the row: there is no queue and no FIFO order.
+// Waiters are not served in order: there is no queue. A release wakes
+// every waiting Locker (with PollOnly, their next polls find the row
+// free), and their statements race for the row. A Lock that arrives as the
+// key is released, such as the releasing goroutine's next one, often wins.
+// A waiter has no bound on how often it loses.
 //
 // Consensus is the database's: an asynchronous replica promoted after a
 // failover may have lost recent acquisitions.
