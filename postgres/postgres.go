@@ -294,10 +294,15 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			}, nil
 		case remaining.Valid && remaining.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
-		case now >= f.Store && !fenced && ctx.Err() == nil:
-			// Fenced out on arrival (a stale clock mapping, or a
-			// database clock that jumped): the next fence comes from
-			// this statement's reading.
+		case now >= f.Store && !fenced:
+			// Fenced out on arrival (a stale clock mapping, a database
+			// clock that jumped, or a slow dial): the next fence comes
+			// from this statement's reading. The statement took
+			// nothing, so when ctx ended meanwhile that is the answer,
+			// not a holder that does not exist.
+			if err := ctx.Err(); err != nil {
+				return driver.Grant{}, err
+			}
 			fenced = true
 			continue
 		default:
