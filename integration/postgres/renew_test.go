@@ -127,7 +127,5 @@ func BenchmarkRenew1000(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(sizes)), "renew-stmts/3-rounds")
 	b.ReportMetric(float64(total)/float64(max(len(sizes), 1)), "leases/stmt")
-	b.ReportMetric(0, "ns/op")
-	for b.Loop() {
-	}
+	b.ReportMetric(0, "ns/op") // it runs once whatever b.N
 }
