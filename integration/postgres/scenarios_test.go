@@ -24,8 +24,9 @@ import (
 // enough that no renewal runs during a hand-off.
 const scenarioTTL = 10 * time.Second
 
-// bouncerPoll is the poll interval of this library through PgBouncer.
-const bouncerPoll = 5 * time.Millisecond
+// bouncerPoll is the poll interval of this library through PgBouncer: the
+// floor's and pglock's.
+const bouncerPoll = time.Millisecond
 
 // BenchmarkScenarios runs the scenarios of package contend on one
 // PostgreSQL database: this library with LISTEN wake-ups ("locker") and
@@ -42,8 +43,9 @@ func BenchmarkScenarios(b *testing.B) {
 }
 
 // BenchmarkScenariosPgBouncer runs the scenarios through PgBouncer in
-// transaction pooling mode: this library polling every 5 ms
-// (locker.ConstantBackoff), the floor and pglock.
+// transaction pooling mode: this library polling every millisecond
+// (locker.ConstantBackoff), as the floor and pglock do, the floor and
+// pglock.
 func BenchmarkScenariosPgBouncer(b *testing.B) {
 	srv := testenv.Postgres(b)
 	bouncer := testenv.NewPgBouncer(b, srv)
