@@ -64,8 +64,12 @@
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.
 //
-// Waiters for plain locks poll the row: there is no queue and no FIFO
-// order. Waiters for shared holds queue in the table of shared holds.
+// Waiters for plain locks are not served in order: there is no queue. A
+// release wakes every waiting Locker (with PollOnly, their next polls find
+// the row free), and their statements race for the row. A Lock that
+// arrives as the key is released, such as the releasing goroutine's next
+// one, often wins. A waiter has no bound on how often it loses. Waiters
+// for shared holds queue in the table of shared holds.
 //
 // A lock table whose name is longer than 56 bytes leaves no room for the
 // "_shared" suffix: its Locker has no shared holds.
@@ -110,4 +114,6 @@
 //
 // Rows are never deleted by the Locker, except the rows of shared holds
 // and waiters that ended, which the key's next shared attempt deletes.
+// [Purge] deletes idle rows of the lock table, and tokens stay increasing
+// across it.
 package postgres
