@@ -218,6 +218,7 @@ const (
 	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+	listsNoShared   = "listsNoShared"   // List leaves out the keys held by semaphore permits and read-write holds
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -280,6 +281,7 @@ var mustCatch = map[string][]string{
 	listsFirstPage:  {"List"},
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
+	listsNoShared:   {"List"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -588,8 +590,9 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 
 // List passes the inner Locker's listing on, except for the broken
 // listers: listsFirstPage stops after one page, listsTwice repeats the
-// last key of each page, and listsByOffset reads each page of a fresh
-// listing from an offset, a store round trip after the last.
+// last key of each page, listsByOffset reads each page of a fresh listing
+// from an offset, a store round trip after the last, and listsNoShared
+// drops the keys held by shared holds.
 func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
 	inner := locker.List(ctx, b.inner, prefix)
 	return func(yield func(locker.KeyStatus, error) bool) {
@@ -621,6 +624,9 @@ func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker
 				}
 				if n++; b.kind == listsFirstPage && n > locker.ListPage {
 					return
+				}
+				if b.kind == listsNoShared && len(ks.Holders) > 0 {
+					continue
 				}
 				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
 					return
