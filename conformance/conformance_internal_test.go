@@ -219,6 +219,7 @@ const (
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 	listsNoShared   = "listsNoShared"   // List leaves out the keys held by semaphore permits and read-write holds
+	limitNotStored  = "limitNotStored"  // SetLimit reports success and changes nothing in the store
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -282,6 +283,7 @@ var mustCatch = map[string][]string{
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
 	listsNoShared:   {"List"},
+	limitNotStored:  {"SemaphoreSetLimit"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
