@@ -50,6 +50,17 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
+				"integration/etcd TestConformance/embedded",
+				"integration/etcd TestConformance/env",
+				"integration/zookeeper TestConformance",
+			},
+			cases:   []string{"SemaphoreSetLimit"},
+			message: "cannot change a semaphore's limit",
+			reason: "etcd and ZooKeeper keep the limit in every holder's and waiter's node, and a holder's token is its node's last write " +
+				"(etcd): their driver.Limiter comes in a later change (issue 30); memory, Redis and MySQL run this case",
+		},
+		{
+			harnesses: []string{
 				"integration/redis TestConformance",
 				"integration/redis TestConformanceUnfair",
 				"integration/redis TestConformanceNoPubSub",
