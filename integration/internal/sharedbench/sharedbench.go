@@ -4,7 +4,9 @@
 package sharedbench
 
 import (
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +120,70 @@ func Handoff(b *testing.B, holder, waiter locker.Locker, key string) {
 	b.ReportMetric(ms(lock), "lock-p50-ms")
 	b.ReportMetric(ms(permit), "permit-p50-ms")
 	b.ReportMetric(float64(permit)/float64(lock), "permit-x-lock")
+}
+
+// throughputClients is how many clients Throughput races on one key, and
+// throughputWork how long each holds its permit: the work a permit guards.
+const (
+	throughputClients = 16
+	throughputWork    = 5 * time.Millisecond
+	throughputRounds  = 4 // acquisitions per client per phase
+)
+
+// Throughput races 16 clients, each a Locker of its own from newLocker, on
+// one semaphore of limit 1 and then on one of limit 4 (keys under key),
+// each client holding its permit for a few milliseconds of work. It
+// reports the grants per second of each and their ratio, x-limit1: the
+// target is at least 3, for a semaphore of 4 must run about four times as
+// much work at once as a mutex.
+func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
+	ctx := b.Context()
+	lockers := make([]locker.Locker, throughputClients)
+	for i := range lockers {
+		lockers[i] = newLocker()
+	}
+	phase := func(limit, round int) time.Duration {
+		k := fmt.Sprintf("%s/limit%d-%d", key, limit, round)
+		sems := make([]*locker.Semaphore, len(lockers))
+		for i, l := range lockers {
+			s, err := locker.NewSemaphore(l, k, limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sems[i] = s
+		}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for _, s := range sems {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range throughputRounds {
+					p, err := s.Acquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					time.Sleep(throughputWork)
+					if err := p.Unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var one, four time.Duration
+	round := 0
+	for b.Loop() {
+		one += phase(1, round)
+		four += phase(4, round)
+		round++
+	}
+	grants := float64(round * throughputClients * throughputRounds)
+	b.ReportMetric(grants/one.Seconds(), "limit1-grants/s")
+	b.ReportMetric(grants/four.Seconds(), "limit4-grants/s")
+	b.ReportMetric(float64(one)/float64(four), "x-limit1")
 }
