@@ -4,6 +4,7 @@
 package sharedbench
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -186,4 +187,96 @@ func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
 	b.ReportMetric(grants/one.Seconds(), "limit1-grants/s")
 	b.ReportMetric(grants/four.Seconds(), "limit4-grants/s")
 	b.ReportMetric(float64(one)/float64(four), "x-limit1")
+}
+
+// renewalHeld is how many permits Renewal holds on one Locker: renewalKeys
+// semaphores of renewalHeld/renewalKeys permits each.
+const (
+	renewalHeld = 10_000
+	renewalKeys = 100
+)
+
+// Traffic reads the counters of a Locker's connections to its store: the
+// round trips it started (pipelines, commands, RPC messages sent) and the
+// bytes it sent and received.
+type Traffic func() (trips, bytes int64)
+
+// Renewal holds 10,000 permits on one Locker, which newLocker builds with
+// the given observer, and measures the traffic of its renewal rounds, one
+// round per iteration. It reports the round trips and bytes of a round,
+// and the bytes per permit renewed; the target is one round trip per
+// round, and less than 1 KiB a permit.
+func Renewal(b *testing.B, newLocker func(locker.Observer) locker.Locker, traffic Traffic, key string) {
+	ctx := b.Context()
+	rounds := make(chan int, 1024)
+	l := newLocker(locker.ObserverFunc(func(e locker.Event) {
+		if e.Kind == locker.EventRenewal && e.Count > 0 {
+			select {
+			case rounds <- e.Count:
+			default:
+			}
+		}
+	}))
+	var wg sync.WaitGroup
+	held := make(chan locker.Lock, renewalHeld)
+	work := make(chan int, renewalKeys)
+	for i := range renewalKeys {
+		work <- i
+	}
+	close(work)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				sem, err := locker.NewSemaphore(l, fmt.Sprintf("%s/%03d", key, i), renewalHeld/renewalKeys)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for range renewalHeld / renewalKeys {
+					p, err := sem.TryAcquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					held <- p
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(held)
+	if b.Failed() {
+		b.FailNow()
+	}
+	b.Cleanup(func() {
+		for p := range held {
+			_ = p.Unlock(context.WithoutCancel(ctx))
+		}
+	})
+	next := func() int {
+		select {
+		case n := <-rounds:
+			return n
+		case <-time.After(time.Minute):
+			b.Fatal("no renewal round within a minute")
+			return 0
+		}
+	}
+	// Start at a round's end, once every permit is renewed in a round.
+	for next() < renewalHeld {
+	}
+	trips0, bytes0 := traffic()
+	renewed, n := 0, 0
+	for b.Loop() {
+		renewed += next()
+		n++
+	}
+	trips, bytes := traffic()
+	trips, bytes = trips-trips0, bytes-bytes0
+	b.ReportMetric(float64(renewed)/float64(n), "renewed/round")
+	b.ReportMetric(float64(trips)/float64(n), "trips/round")
+	b.ReportMetric(float64(bytes)/float64(n), "bytes/round")
+	b.ReportMetric(float64(bytes)/float64(max(renewed, 1)), "bytes/permit")
 }
