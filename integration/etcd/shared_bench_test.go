@@ -75,6 +75,8 @@ func (h *trafficHandler) HandleRPC(_ context.Context, s stats.RPCStats) {
 	}
 }
 
-func (h *trafficHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (h *trafficHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
 
 func (h *trafficHandler) HandleConn(context.Context, stats.ConnStats) {}
