@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -70,43 +71,13 @@ func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limi
 // readLocks reads the locks named names (of the given form) in one
 // pipeline, and returns the held ones.
 func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
-	if len(names) == 0 {
-		return nil, nil
-	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	pipe := d.client.Pipeline()
-	type read struct {
-		key    string
-		get    *goredis.StringCmd
-		pttl   *goredis.DurationCmd
-		queued *goredis.IntCmd
-	}
-	reads := make([]read, 0, len(names))
-	for _, n := range names {
-		key, ok := storeKeyOf(n, kindLock, form)
-		if !ok {
-			continue
+	return d.readPage(ctx, names, kindLock, form, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
+		get, pttl, queued := pipe.Get(ctx, ks.Lock), pipe.PTTL(ctx, ks.Lock), pipe.ZCard(ctx, ks.Queue)
+		return func(now time.Time) (driver.Status, error) {
+			v, err := get.Result()
+			return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now)
 		}
-		ks := KeysOf(key)
-		reads = append(reads, read{key: key, get: pipe.Get(ctx, ks.Lock), pttl: pipe.PTTL(ctx, ks.Lock), queued: pipe.ZCard(ctx, ks.Queue)})
-	}
-	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, fmt.Errorf("list: %w", classify(err))
-	}
-	page := make([]driver.KeyStatus, 0, len(reads))
-	for _, r := range reads {
-		v, err := r.get.Result()
-		st, err := lockStatus(v, errors.Is(err, goredis.Nil), r.pttl.Val(), r.queued.Val(), now.Val())
-		if err != nil {
-			return nil, fmt.Errorf("list: %s: %w", r.key, err)
-		}
-		if st.Held {
-			page = append(page, driver.KeyStatus{Key: r.key, Status: st})
-		}
-	}
-	return page, nil
+	})
 }
 
 // lastForm is the last name form List scans: 0 and 1 are the plain locks'
@@ -116,27 +87,36 @@ const lastForm = 3
 // readShared reads the keys of shared holds whose meta hashes are named
 // names (of the given form) in one pipeline, and returns the held ones.
 func (d *redisDriver) readShared(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
+	return d.readPage(ctx, names, kindShareMeta, form-2, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
+		holders, meta, queued := pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1), pipe.HGetAll(ctx, ks.Meta), pipe.ZCard(ctx, ks.SharedQueue)
+		return func(now time.Time) (driver.Status, error) {
+			var st driver.Status
+			return st, inspectShared(&st, now, holders.Val(), meta.Val(), queued.Val())
+		}
+	})
+}
+
+// readPage reads the keys whose Redis names of kind and form are names, in
+// one pipeline, and returns the held ones. For each key, read adds its
+// reads to the pipeline and returns what makes its Status from them once
+// the pipeline ran, at the server's time.
+func (d *redisDriver) readPage(ctx context.Context, names []string, kind string, form int,
+	read func(goredis.Pipeliner, Keys) func(now time.Time) (driver.Status, error)) ([]driver.KeyStatus, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	pipe := d.client.Pipeline()
-	type read struct {
-		key     string
-		holders *goredis.ZSliceCmd
-		meta    *goredis.MapStringStringCmd
-		queued  *goredis.IntCmd
+	type pending struct {
+		key    string
+		status func(time.Time) (driver.Status, error)
 	}
-	reads := make([]read, 0, len(names))
+	reads := make([]pending, 0, len(names))
 	for _, n := range names {
-		key, ok := storeKeyOf(n, kindShareMeta, form-2)
-		if !ok {
-			continue
+		if key, ok := storeKeyOf(n, kind, form); ok {
+			reads = append(reads, pending{key: key, status: read(pipe, KeysOf(key))})
 		}
-		ks := KeysOf(key)
-		reads = append(reads, read{key: key, holders: pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1),
-			meta: pipe.HGetAll(ctx, ks.Meta), queued: pipe.ZCard(ctx, ks.SharedQueue)})
 	}
 	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
@@ -144,8 +124,8 @@ func (d *redisDriver) readShared(ctx context.Context, names []string, form int) 
 	}
 	page := make([]driver.KeyStatus, 0, len(reads))
 	for _, r := range reads {
-		var st driver.Status
-		if err := inspectShared(&st, now.Val(), r.holders.Val(), r.meta.Val(), r.queued.Val()); err != nil {
+		st, err := r.status(now.Val())
+		if err != nil {
 			return nil, fmt.Errorf("list: %s: %w", r.key, err)
 		}
 		if st.Held {

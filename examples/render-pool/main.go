@@ -194,7 +194,7 @@ func runDemo(ctx context.Context, cfg config, stdout io.Writer) error {
 		cfg.store = "etcd://" + strings.TrimPrefix(srv.Endpoint(), "http://")
 		fmt.Fprintf(stdout, "store: embedded etcd at %s (in this process)\n", srv.Endpoint())
 	} else {
-		fmt.Fprintf(stdout, "store: %s\n", redactURL(cfg.store))
+		fmt.Fprintf(stdout, "store: %s\n", locker.RedactedURL(cfg.store))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -375,14 +375,4 @@ func summarize(out io.Writer, cfg config, events []event, start time.Time, kille
 		return errors.New("the killed worker's permit never came back")
 	}
 	return nil
-}
-
-// redactURL hides the credentials of a store URL.
-func redactURL(s string) string {
-	if i := strings.Index(s, "@"); i > 0 {
-		if j := strings.Index(s, "://"); j > 0 && j < i {
-			return s[:j+3] + "…" + s[i:]
-		}
-	}
-	return s
 }
