@@ -71,8 +71,9 @@ func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
 
 // SetLimit changes the limit of the semaphore's key to n, in the store and
 // in s, as [SetLimit] does. Holders keep their permits. Other Semaphores on
-// the key with the old limit then fail to acquire, naming both limits. It
-// fails like SetLimit, and then leaves s's limit as it was.
+// the key with the old limit then fail to acquire, naming both limits. So
+// do waits in progress that asked with the old limit, on s too. It fails
+// like SetLimit, and then leaves s's limit as it was.
 func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := SetLimit(ctx, s.owner, s.key, n); err != nil {
 		return err
