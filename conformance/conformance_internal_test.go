@@ -222,6 +222,8 @@ const (
 	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+	listsNoShared   = "listsNoShared"   // List leaves out the keys held by semaphore permits and read-write holds
+	limitNotStored  = "limitNotStored"  // SetLimit reports success and changes nothing in the store
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -287,6 +289,8 @@ var mustCatch = map[string][]string{
 	listsFirstPage:  {"List"},
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
+	listsNoShared:   {"List"},
+	limitNotStored:  {"SemaphoreSetLimit"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -596,8 +600,9 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 
 // List passes the inner Locker's listing on, except for the broken
 // listers: listsFirstPage stops after one page, listsTwice repeats the
-// last key of each page, and listsByOffset reads each page of a fresh
-// listing from an offset, a store round trip after the last.
+// last key of each page, listsByOffset reads each page of a fresh listing
+// from an offset, a store round trip after the last, and listsNoShared
+// drops the keys held by shared holds.
 func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
 	inner := locker.List(ctx, b.inner, prefix)
 	return func(yield func(locker.KeyStatus, error) bool) {
@@ -629,6 +634,9 @@ func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker
 				}
 				if n++; b.kind == listsFirstPage && n > locker.ListPage {
 					return
+				}
+				if b.kind == listsNoShared && len(ks.Holders) > 0 {
+					continue
 				}
 				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
 					return

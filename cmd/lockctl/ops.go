@@ -23,6 +23,29 @@ type status struct {
 	Acquired *time.Time `json:"acquired,omitempty"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	Waiters  int        `json:"waiters"`
+	// Limit, InUse and Holders describe a semaphore's or read-write
+	// lock's key (Owner, Token, Acquired and Expires its newest holder).
+	Limit   int      `json:"limit,omitempty"`
+	InUse   int      `json:"in_use,omitempty"`
+	Holders []holder `json:"holders,omitempty"`
+}
+
+// holder is one holder of a semaphore's or read-write lock's key.
+type holder struct {
+	Mode     string     `json:"mode"` // "permits", "read" or "write"
+	Weight   int        `json:"weight"`
+	Owner    string     `json:"owner"`
+	Token    uint64     `json:"token"`
+	Acquired *time.Time `json:"acquired,omitempty"`
+	Expires  *time.Time `json:"expires,omitempty"`
+}
+
+// timePtr is t, or nil when it is zero (unknown).
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // inspectCmd is "lockctl inspect".
@@ -40,12 +63,12 @@ func (c *cli) inspect(ctx context.Context, l locker.Locker, key string, asJSON b
 	if err != nil {
 		return c.fail(err)
 	}
-	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters}
-	if !st.Acquired.IsZero() {
-		out.Acquired = &st.Acquired
-	}
-	if !st.Expires.IsZero() {
-		out.Expires = &st.Expires
+	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters,
+		Acquired: timePtr(st.Acquired), Expires: timePtr(st.Expires), Limit: st.Limit}
+	for _, h := range st.Holders {
+		out.InUse += h.Weight
+		out.Holders = append(out.Holders, holder{Mode: h.Mode.String(), Weight: h.Weight, Owner: h.Label, Token: h.Token,
+			Acquired: timePtr(h.Acquired), Expires: timePtr(h.Expires)})
 	}
 	if asJSON {
 		enc := json.NewEncoder(c.stdout)
@@ -72,6 +95,10 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		return
 	}
 	fmt.Fprintf(tw, "held:\tyes\n")
+	if len(s.Holders) > 0 {
+		printShared(tw, s, now)
+		return
+	}
 	fmt.Fprintf(tw, "owner:\t%s\n", s.Owner)
 	fmt.Fprintf(tw, "token:\t%d\n", s.Token)
 	if s.Acquired != nil {
@@ -81,6 +108,26 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		fmt.Fprintf(tw, "expires:\t%s (in %v unless renewed)\n", s.Expires.Format(time.RFC3339), s.Expires.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+}
+
+// printShared prints the holders of a semaphore's or read-write lock's key.
+func printShared(tw *tabwriter.Writer, s status, now time.Time) {
+	if s.Limit > 0 {
+		fmt.Fprintf(tw, "kind:\tsemaphore\n")
+		fmt.Fprintf(tw, "limit:\t%d\n", s.Limit)
+		fmt.Fprintf(tw, "in use:\t%d\n", s.InUse)
+	} else {
+		fmt.Fprintf(tw, "kind:\tread-write lock\n")
+	}
+	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	fmt.Fprintf(tw, "holders:\t%d\n", len(s.Holders))
+	for _, h := range s.Holders {
+		expires := "-"
+		if h.Expires != nil {
+			expires = fmt.Sprintf("in %v", h.Expires.Sub(now).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "  %s\tweight %d\ttoken %d\texpires %s\t%s\n", h.Mode, h.Weight, h.Token, expires, h.Owner)
+	}
 }
 
 // unlockCmd is "lockctl unlock --force".
