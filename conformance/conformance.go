@@ -121,6 +121,7 @@ var cases = []testCase{
 	{name: "SharedFencing", contract: sharedFencing, run: testSharedFencing},
 	{name: "SharedCancellation", contract: sharedNoResidu, run: testSharedCancellation},
 	{name: "SharedLossIsolate", contract: doneBeforeFree, run: testSharedLossIsolate},
+	{name: "Data", contract: carriesData, run: testData},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

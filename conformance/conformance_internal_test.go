@@ -218,6 +218,8 @@ const (
 	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+	relocksData     = "relocksData"     // SetData releases the lock and takes it again with the new data (a new token)
+	dropsData       = "dropsData"       // Inspect and List report no data
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -280,6 +282,8 @@ var mustCatch = map[string][]string{
 	listsFirstPage:  {"List"},
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
+	relocksData:     {"Data"},
+	dropsData:       {"Data"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -564,6 +568,9 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 // the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
+	if b.kind == dropsData {
+		st.Data = nil
+	}
 	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
@@ -621,6 +628,9 @@ func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker
 				}
 				if n++; b.kind == listsFirstPage && n > locker.ListPage {
 					return
+				}
+				if b.kind == dropsData {
+					ks.Data = nil
 				}
 				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
 					return
@@ -741,6 +751,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			return nil, err
 		}
 		return &noopExtendLock{lk}, nil
+	case relocksData:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &relockLock{l: b.inner, lk: lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -909,6 +925,41 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 type noopExtendLock struct{ locker.Lock }
 
 func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
+// relockLock's SetData unlocks and takes the key again with the new data:
+// the data changes, and so does the token.
+type relockLock struct {
+	l  locker.Locker
+	mu sync.Mutex
+	lk locker.Lock
+}
+
+func (r *relockLock) cur() locker.Lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lk
+}
+
+func (r *relockLock) Key() string                      { return r.cur().Key() }
+func (r *relockLock) Token() uint64                    { return r.cur().Token() }
+func (r *relockLock) Done() <-chan struct{}            { return r.cur().Done() }
+func (r *relockLock) Deadline() time.Time              { return r.cur().Deadline() }
+func (r *relockLock) Err() error                       { return r.cur().Err() }
+func (r *relockLock) Unlock(ctx context.Context) error { return r.cur().Unlock(ctx) }
+
+func (r *relockLock) SetData(ctx context.Context, data []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.lk.Unlock(ctx); err != nil {
+		return err
+	}
+	lk, err := r.l.TryLock(ctx, r.lk.Key(), locker.WithData(data))
+	if err != nil {
+		return err
+	}
+	r.lk = lk
+	return nil
+}
 
 type keepsOnPanicLock struct{ locker.Lock }
 

@@ -182,8 +182,14 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - Data: the data of locker.WithData, every byte value and MaxData of
+//     them, is what another Locker's Inspect and List report; SetData
+//     changes and removes it while the lock stays held with its token,
+//     past renewals; data over MaxData is refused; a waiter handed the key
+//     shows its own data, a free key none; SetData after Unlock fails with
+//     ErrNotHeld. Skipped for a backend that cannot store data.
 //
-// The shared-hold cases (the last seven) skip, saying so, for a Locker with no
+// The shared-hold cases (the seven before Data) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
