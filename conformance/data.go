@@ -18,20 +18,26 @@ const carriesData = "a lock taken with WithData carries its data, which Inspect 
 
 // testData: the data a lock is taken with is what another Locker's
 // Inspect and List report, byte for byte (every byte value, MaxData of
-// them); SetData changes it, and removes it, while the lock stays held
-// with its token, past renewals; data over MaxData is refused by TryLock
-// and SetData, which changes nothing; a waiter's data is the key's once
-// it is handed the key; a free key has none, and SetData after Unlock
-// fails with ErrNotHeld. Skipped for a Locker that refuses WithData
-// because its backend cannot store data.
+// them); data over MaxData is refused; a waiter's data is the key's once
+// it is handed the key; a free key has none, nor has a lock taken without
+// it. Then SetData changes the data, and removes it, while the lock stays
+// held with its token, past renewals; it refuses data over MaxData and
+// changes nothing then; after Unlock it fails with ErrNotHeld. Skipped
+// for a Locker that refuses WithData because its backend cannot store
+// data; the SetData part skips for a Lock whose SetData is unsupported.
 func testData(c *caseT) {
 	contract := c.contract
 	ctx := c.ctx(c.within(6))
 	key := c.key()
 	a, b := c.newLocker(), c.newLocker()
 
-	first := []byte("10.0.0.1:8080")
-	lk, err := a.TryLock(ctx, key, locker.WithData(first))
+	// Every byte value, MaxData of them: a store that keeps text, or
+	// splits a value at a space, a NUL or a newline, shows here.
+	full := make([]byte, locker.MaxData)
+	for i := range full {
+		full[i] = byte(255 - i%256)
+	}
+	lk, err := a.TryLock(ctx, key, locker.WithData(full))
 	if errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), "cannot store data") {
 		c.Skipf("the Locker cannot store data: %v", err)
 	}
@@ -42,36 +48,11 @@ func testData(c *caseT) {
 	if _, err := locker.Inspect(ctx, b, key); errors.Is(err, errors.ErrUnsupported) {
 		c.Skipf("the Locker cannot inspect: %v", err)
 	}
-	tok := lk.Token() // SetData must keep it
-	c.dataIs(ctx, b, key, tok, first, "after TryLock(WithData)")
-	c.listedData(ctx, b, key, tok, first)
+	c.dataIs(ctx, b, key, lk.Token(), full, "after TryLock(WithData) of every byte value")
+	c.listedData(ctx, b, key, lk.Token(), full)
 
-	// Every byte value, MaxData of them: a store that keeps text, or
-	// splits a value at a space, a NUL or a newline, shows here.
-	full := make([]byte, locker.MaxData)
-	for i := range full {
-		full[i] = byte(255 - i%256)
-	}
-	if err := locker.SetData(ctx, lk, full); errors.Is(err, errors.ErrUnsupported) {
-		c.Fatalf("%s: SetData on a lock taken with WithData: %v", contract, err)
-	} else if err != nil {
-		c.Fatalf("%s: SetData of %d bytes: %v", contract, len(full), err)
-	}
-	if !c.held(lk, contract) {
-		return
-	}
-	if lk.Token() != tok {
-		c.Errorf("%s: the lock's token went from %d to %d with SetData", contract, tok, lk.Token())
-	}
-	c.dataIs(ctx, b, key, tok, full, "after SetData of every byte value")
-	c.refusedWhileHeld(ctx, b, lk, contract+" (the hold goes on after SetData)")
-
-	// Over MaxData: refused, nothing changes, nothing is taken.
+	// Over MaxData: refused, nothing is taken.
 	over := bytes.Repeat([]byte{'x'}, locker.MaxData+1)
-	if err := locker.SetData(ctx, lk, over); !errors.Is(err, locker.ErrInvalidOption) {
-		c.Errorf("%s: SetData of %d bytes = %v; want an error matching ErrInvalidOption", contract, len(over), err)
-	}
-	c.dataIs(ctx, b, key, tok, full, "after a refused SetData")
 	other := key + "-over"
 	if lk2, err := b.TryLock(ctx, other, locker.WithData(over)); !errors.Is(err, locker.ErrInvalidOption) {
 		c.Errorf("%s: TryLock(WithData) of %d bytes = %v; want an error matching ErrInvalidOption", contract, len(over), err)
@@ -82,38 +63,20 @@ func testData(c *caseT) {
 		c.Errorf("%s: after a refused TryLock(WithData), Inspect = %+v, %v; want the key free", contract, st, err)
 	}
 
-	// Removed, then set again; renewals keep it.
-	if err := locker.SetData(ctx, lk, nil); err != nil {
-		c.Fatalf("%s: SetData(nil): %v", contract, err)
-	}
-	c.dataIs(ctx, b, key, tok, nil, "after SetData(nil)")
-	second := []byte("10.0.0.2:8080 run 7")
-	if err := locker.SetData(ctx, lk, second); err != nil {
-		c.Fatalf("%s: SetData: %v", contract, err)
-	}
-	if !sleep(ctx, c.h.TTL+c.h.TTL/2) || !c.held(lk, contract) {
-		return
-	}
-	c.dataIs(ctx, b, key, tok, second, "a TTL and a half after SetData (renewed meanwhile)")
-	c.listedData(ctx, b, key, tok, second)
-
 	// A waiter's own data once it is handed the key.
-	third := []byte("waiter")
+	waiter := []byte("10.0.0.3:8080")
 	res := make(chan lockResult, 1)
 	go func() {
-		got, err := b.Lock(ctx, key, locker.WithData(third))
+		got, err := b.Lock(ctx, key, locker.WithData(waiter))
 		res <- lockResult{got, err}
 	}()
 	time.Sleep(c.pause())
 	c.unlock(ctx, lk, contract)
-	if err := locker.SetData(ctx, lk, first); !errors.Is(err, locker.ErrNotHeld) {
-		c.Errorf("%s: SetData after Unlock = %v; want an error matching ErrNotHeld", contract, err)
-	}
 	r := <-res
 	if r.err != nil {
 		c.Fatalf("%s: Lock(WithData) waiting for the key: %v", contract, r.err)
 	}
-	c.dataIs(ctx, a, key, r.lk.Token(), third, "held by a waiter that took it with WithData")
+	c.dataIs(ctx, a, key, r.lk.Token(), waiter, "held by a waiter that took it with WithData")
 	c.unlock(ctx, r.lk, contract)
 
 	// A free key has no data, nor has the next holder without WithData.
@@ -132,6 +95,67 @@ func testData(c *caseT) {
 	plain := c.mustTryLock(ctx, a, key, contract)
 	c.dataIs(ctx, b, key, plain.Token(), nil, "held again without WithData")
 	c.unlock(ctx, plain, contract)
+
+	c.setData(ctx, a, b, key+"-set")
+}
+
+// setData is testData's SetData part, on key.
+func (c *caseT) setData(ctx context.Context, a, b locker.Locker, key string) {
+	contract := c.contract
+	first := []byte("10.0.0.1:8080")
+	lk, err := a.TryLock(ctx, key, locker.WithData(first))
+	if err != nil {
+		c.Fatalf("%s: TryLock(WithData) of a free key: %v", contract, err)
+	}
+	c.t.Cleanup(func() { _ = lk.Unlock(context.WithoutCancel(ctx)) })
+	tok := lk.Token() // SetData must keep it
+	changed := make([]byte, locker.MaxData)
+	for i := range changed {
+		changed[i] = byte(i % 256)
+	}
+	if err := locker.SetData(ctx, lk, changed); errors.Is(err, errors.ErrUnsupported) {
+		c.Skipf("the Lock cannot change a held lock's data: %v", err)
+	} else if err != nil {
+		c.Fatalf("%s: SetData of %d bytes: %v", contract, len(changed), err)
+	}
+	if !c.held(lk, contract) {
+		return
+	}
+	if lk.Token() != tok {
+		c.Errorf("%s: the lock's token went from %d to %d with SetData", contract, tok, lk.Token())
+	}
+	c.dataIs(ctx, b, key, tok, changed, "after SetData of every byte value")
+	c.refusedWhileHeld(ctx, b, lk, contract+" (the hold goes on after SetData)")
+
+	// Over MaxData: refused, nothing changes.
+	over := bytes.Repeat([]byte{'x'}, locker.MaxData+1)
+	if err := locker.SetData(ctx, lk, over); !errors.Is(err, locker.ErrInvalidOption) {
+		c.Errorf("%s: SetData of %d bytes = %v; want an error matching ErrInvalidOption", contract, len(over), err)
+	}
+	c.dataIs(ctx, b, key, tok, changed, "after a refused SetData")
+
+	// Removed, then set again; renewals keep it.
+	if err := locker.SetData(ctx, lk, nil); err != nil {
+		c.Fatalf("%s: SetData(nil): %v", contract, err)
+	}
+	c.dataIs(ctx, b, key, tok, nil, "after SetData(nil)")
+	second := []byte("10.0.0.2:8080 run 7")
+	if err := locker.SetData(ctx, lk, second); err != nil {
+		c.Fatalf("%s: SetData: %v", contract, err)
+	}
+	if !sleep(ctx, c.h.TTL+c.h.TTL/2) || !c.held(lk, contract) {
+		return
+	}
+	c.dataIs(ctx, b, key, tok, second, "a TTL and a half after SetData (renewed meanwhile)")
+	c.listedData(ctx, b, key, tok, second)
+
+	c.unlock(ctx, lk, contract)
+	if err := locker.SetData(ctx, lk, first); !errors.Is(err, locker.ErrNotHeld) {
+		c.Errorf("%s: SetData after Unlock = %v; want an error matching ErrNotHeld", contract, err)
+	}
+	if st, err := locker.Inspect(ctx, b, key); err == nil && st.Held && st.Token == tok {
+		c.Errorf("%s: the key still shows held by the unlocked lock after a SetData that followed the Unlock", contract)
+	}
 }
 
 // dataIs checks that Inspect from l reports key held with token tok and

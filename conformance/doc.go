@@ -183,11 +183,12 @@
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
 //   - Data: the data of locker.WithData, every byte value and MaxData of
-//     them, is what another Locker's Inspect and List report; SetData
-//     changes and removes it while the lock stays held with its token,
-//     past renewals; data over MaxData is refused; a waiter handed the key
-//     shows its own data, a free key none; SetData after Unlock fails with
-//     ErrNotHeld. Skipped for a backend that cannot store data.
+//     them, is what another Locker's Inspect and List report; data over
+//     MaxData is refused; a waiter handed the key shows its own data, a
+//     free key none. SetData changes and removes it while the lock stays
+//     held with its token, past renewals, and fails with ErrNotHeld after
+//     Unlock. Skipped for a backend that cannot store data; its SetData
+//     part, for a Lock whose SetData is unsupported.
 //
 // The shared-hold cases (the seven before Data) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
