@@ -76,7 +76,9 @@
 //
 // # Schema
 //
-// New creates the table unless Config.SkipMigration is set ([CreateTableSQL]):
+// New creates the table, and adds lock_data to a table made by an earlier
+// version ([AddDataColumnSQL]), unless Config.SkipMigration is set
+// ([CreateTableSQL]):
 //
 //	CREATE TABLE IF NOT EXISTS "distribute_task_lock" (
 //	  task_name   text        PRIMARY KEY,
@@ -87,7 +89,8 @@
 //	  lock_until  timestamptz NOT NULL,
 //	  start_time  timestamptz,
 //	  finish_time timestamptz,
-//	  update_time timestamptz NOT NULL
+//	  update_time timestamptz NOT NULL,
+//	  lock_data   bytea
 //	)
 //
 // Rows are never deleted by the Locker.

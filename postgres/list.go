@@ -15,7 +15,7 @@ import (
 // is 0, as for Inspect.
 func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
-	q := "SELECT task_name, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
+	q := "SELECT task_name, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") + ", lock_data" +
 		" FROM " + quoteIdent(d.cfg.Table) +
 		" WHERE task_name > $1 AND starts_with(task_name, $2) AND task_status = 'RUNNING' AND lock_until > " + dbNow +
 		" ORDER BY task_name LIMIT $3"
@@ -26,13 +26,14 @@ func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 			name, label  string
 			version      int64
 			start, until sql.NullInt64
+			data         []byte
 		)
-		if err := scan(&name, &version, &label, &start, &until); err != nil {
+		if err := scan(&name, &version, &label, &start, &until, &data); err != nil {
 			return err
 		}
 		n, last = n+1, name
 		page = append(page, driver.KeyStatus{Key: name, Status: driver.Status{
-			Held: true, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}})
+			Held: true, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}})
 		return nil
 	})
 	if err != nil {

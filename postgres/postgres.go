@@ -262,7 +262,7 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			taken, remaining sql.NullInt64
 			now              int64
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store}, func(scan func(...any) error) error {
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store, dataArg(req.Data)}, func(scan func(...any) error) error {
 			return scan(&taken, &remaining, &now)
 		})
 		if err == nil && now > 0 {
@@ -378,12 +378,13 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 			version       int64
 			start, until  sql.NullInt64
 			alive         bool
+			data          []byte
 		)
-		if err := scan(&status, &version, &label, &start, &until, &alive); err != nil {
+		if err := scan(&status, &version, &label, &start, &until, &alive, &data); err != nil {
 			return err
 		}
 		found = status == "RUNNING" && alive
-		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}
+		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}
 		return nil
 	})
 	if err != nil {

@@ -25,8 +25,10 @@ type statements struct {
 	// statement, unless the fence passed. It returns one row: the version
 	// taken or NULL, the holder's remaining µs or NULL (none, or the
 	// holder's row is not visible yet), and the database clock (µs since
-	// the epoch). Args: key, owner, label, ttl µs, fence µs.
+	// the epoch). Args: key, owner, label, ttl µs, fence µs, data.
 	acquire string
+	// setData replaces the holder's data. Args: data, key, owner, version.
+	setData string
 	// now reads the database clock (µs since the epoch).
 	now string
 	// release frees the row and notifies the waiters, returning one row
@@ -58,12 +60,12 @@ func newStatements(table string) statements {
 	free := "task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow + ", update_time = " + dbNow
 	return statements{
 		acquire: "WITH a AS (INSERT INTO " + t + " AS l" +
-			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", $2::text, $3::text, " + until + ", " + dbNow + ", " + dbNow +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time, lock_data)" +
+			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", $2::text, $3::text, " + until + ", " + dbNow + ", " + dbNow + ", $6::bytea" +
 			" WHERE " + beforeFence +
 			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
-			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
+			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time, lock_data = EXCLUDED.lock_data" +
 			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND " + beforeFence +
 			" RETURNING l.version)" +
 			" SELECT (SELECT version FROM a), (SELECT CASE WHEN task_status = 'RUNNING' THEN " +
@@ -89,7 +91,9 @@ func newStatements(table string) statements {
 			" AND l.task_status = 'RUNNING' AND l.lock_until > " + dbNow +
 			" RETURNING l.task_name, l.owner_token, l.version",
 		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-			", lock_until > " + dbNow + " FROM " + t + " WHERE task_name = $1",
+			", lock_until > " + dbNow + ", lock_data FROM " + t + " WHERE task_name = $1",
+		setData: "UPDATE " + t + " SET lock_data = $1, update_time = " + dbNow +
+			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING' AND lock_until > " + dbNow,
 		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
 			" FROM " + t + " WHERE task_name = $1 FOR UPDATE",
 	}
