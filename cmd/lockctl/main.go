@@ -8,7 +8,7 @@
 //
 // # run
 //
-//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS…]
+//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] KEY -- CMD [ARGS…]
 //
 // run takes KEY (waiting for it, or with --try giving up at once when it is
 // held), then runs CMD with LOCKER_KEY, LOCKER_TOKEN (the fencing token) and
@@ -36,7 +36,9 @@
 //	lockctl inspect [--url URL] [--json] KEY
 //
 // inspect prints who holds KEY: the owner label, fencing token, when it was
-// taken and when it expires unless renewed, and how many waiters are queued.
+// taken and when it expires unless renewed, how many waiters are queued,
+// and the holder's data (run --data, locker.WithData): in JSON as "data"
+// when it is UTF-8 text, as "data_base64" when it is not.
 //
 // # ls
 //
@@ -128,7 +130,7 @@ const defaultGrace = 10 * time.Second
 const usage = `lockctl uses locker's locks from the shell, on any backend.
 
 Usage:
-  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
+  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] KEY -- CMD [ARGS...]
   lockctl inspect [--url URL] [--json] KEY
   lockctl ls [--url URL] [--json] [PREFIX]
   lockctl top [--url URL] [--interval D] [PREFIX]

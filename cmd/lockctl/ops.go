@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/golocker/locker"
 )
@@ -23,6 +25,10 @@ type status struct {
 	Acquired *time.Time `json:"acquired,omitempty"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	Waiters  int        `json:"waiters"`
+	// Data is the holder's data (locker.WithData) when it is UTF-8 text,
+	// DataBase64 when it is not.
+	Data       string `json:"data,omitempty"`
+	DataBase64 []byte `json:"data_base64,omitempty"`
 }
 
 // inspectCmd is "lockctl inspect".
@@ -40,13 +46,7 @@ func (c *cli) inspect(ctx context.Context, l locker.Locker, key string, asJSON b
 	if err != nil {
 		return c.fail(err)
 	}
-	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters}
-	if !st.Acquired.IsZero() {
-		out.Acquired = &st.Acquired
-	}
-	if !st.Expires.IsZero() {
-		out.Expires = &st.Expires
-	}
+	out := statusOf(locker.KeyStatus{Key: key, Status: st})
 	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
@@ -81,6 +81,26 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		fmt.Fprintf(tw, "expires:\t%s (in %v unless renewed)\n", s.Expires.Format(time.RFC3339), s.Expires.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	if d := s.dataText(); d != "" {
+		fmt.Fprintf(tw, "data:\t%s\n", d)
+	}
+}
+
+// dataText is the holder's data for humans: as it is when it is printable
+// text, else quoted; "" for none.
+func (s status) dataText() string {
+	switch {
+	case s.DataBase64 != nil:
+		return strconv.Quote(string(s.DataBase64))
+	case s.Data == "":
+		return ""
+	}
+	for _, r := range s.Data {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s.Data)
+		}
+	}
+	return s.Data
 }
 
 // unlockCmd is "lockctl unlock --force".

@@ -30,6 +30,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	maxHold := c.fs.Duration("max-hold", 0, "end the lock (and CMD, as on a loss) this long after it was taken")
 	grace := c.fs.Duration("grace", defaultGrace, "time CMD has after SIGTERM, once the lock is lost, before SIGKILL")
 	owner := c.fs.String("owner", "", "owner label shown by inspect (default host:pid)")
+	data := c.fs.String("data", "", "data stored with the lock, shown by inspect and ls (at most 1 KiB)")
 
 	i := slices.Index(args, "--")
 	if i < 0 {
@@ -74,6 +75,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxHold > 0 {
 		lockOpts = append(lockOpts, locker.MaxHold(*maxHold))
+	}
+	if *data != "" {
+		lockOpts = append(lockOpts, locker.WithData([]byte(*data)))
 	}
 
 	// Signals are caught from now on: one during the wait for KEY ends it.
