@@ -131,6 +131,8 @@
 //     run at READ COMMITTED, which binlog_format=STATEMENT refuses for
 //     writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
+//   - A lock's data (locker.WithData) is in lock_data, which a table made
+//     by an earlier version lacks: New adds it ([AddDataColumnSQL]).
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.
 //

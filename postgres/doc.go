@@ -52,6 +52,9 @@
 //
 // Waiters poll the row: there is no queue and no FIFO order.
 //
+// A lock's data (locker.WithData) is in lock_data, which a table made by
+// an earlier version lacks: New adds it ([AddDataColumnSQL]).
+//
 // Consensus is the database's: an asynchronous replica promoted after a
 // failover may have lost recent acquisitions.
 //

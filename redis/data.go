@@ -45,7 +45,7 @@ func (d *redisDriver) labelArgFor(req driver.Request) any {
 }
 
 // SetData implements driver.DataSetter: setdata.lua, a compare-and-SET
-// that keeps the lock's TTL.
+// that keeps the lock's time to live.
 func (d *redisDriver) SetData(ctx context.Context, l driver.Lease, data []byte) error {
 	if isShared(l) {
 		return fmt.Errorf("setdata: %w: shared holds carry no data", driver.ErrPermanent)

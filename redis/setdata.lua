@@ -21,5 +21,12 @@ end
 if ARGV[2] ~= '' then
   v = v .. '\0' .. ARGV[2]
 end
-redis.call('SET', KEYS[1], v, 'KEEPTTL')
+-- PTTL and PX, not KEEPTTL, which Redis 5 lacks.
+-- (PTTL is -1 without an expiry, 0 under a millisecond.)
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then
+  redis.call('SET', KEYS[1], v)
+else
+  redis.call('SET', KEYS[1], v, 'PX', math.max(ttl, 1))
+end
 return 1
