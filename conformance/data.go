@@ -63,8 +63,9 @@ func testData(c *caseT) {
 		c.Errorf("%s: after a refused TryLock(WithData), Inspect = %+v, %v; want the key free", contract, st, err)
 	}
 
-	// A waiter's own data once it is handed the key.
-	waiter := []byte("10.0.0.3:8080")
+	// A waiter's own data once it is handed the key (through the store's
+	// queue where it has one), with a NUL, a newline and spaces.
+	waiter := []byte("10.0.0.3:8080\x00\n run 7 \xff")
 	res := make(chan lockResult, 1)
 	go func() {
 		got, err := b.Lock(ctx, key, locker.WithData(waiter))
