@@ -20,8 +20,11 @@ BENCH        ?= .
 BENCHTIME    ?= 1s
 WITHSTORES   := $(GO) run ./internal/testenv/withstores --
 TESTREPORT   := $(GO) run ./internal/testenv/testreport --
-# go test starts the packages in the order given, as many at once as there
-# are cores: the longest go first, so that none of them starts last.
+# go test starts the packages in the order given, TEST_P at once: the
+# longest go first, so that none of them starts last. The tests mostly wait
+# on their servers and on TTLs (make test keeps about half of a core busy
+# on two cores), so more packages run at once than there are cores.
+TEST_P       ?= 4
 LONGEST      := ./integration/redis ./integration/mysql ./integration/postgres ./integration/etcd
 TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 
@@ -31,7 +34,7 @@ TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 .PHONY: test vet fmt-check modules-check tidy-check bench install-servers release release-check
 
 test: fmt-check modules-check tidy-check install-servers vet
-	$(WITHSTORES) $(TESTREPORT) $(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTPKGS)
+	$(WITHSTORES) $(TESTREPORT) $(GO) test -json -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TESTPKGS)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -121,6 +121,7 @@ var cases = []testCase{
 	{name: "SharedFencing", contract: sharedFencing, run: testSharedFencing},
 	{name: "SharedCancellation", contract: sharedNoResidu, run: testSharedCancellation},
 	{name: "SharedLossIsolate", contract: doneBeforeFree, run: testSharedLossIsolate},
+	{name: "ForceUnlockShared", contract: "ForceUnlock frees every holder of a shared key, however many: each holder's Done closes, and the permits can be taken again", run: testForceUnlockShared},
 	{name: "Data", contract: carriesData, run: testData},
 }
 

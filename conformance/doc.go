@@ -182,6 +182,10 @@
 //   - SharedLossIsolate (Isolate): the holders of a permit and of a read
 //     hold, cut off from the store, have their Done closed before another
 //     Locker gets the permit or the key.
+//   - ForceUnlockShared: ForceUnlock of a semaphore with 200 holders (more
+//     than etcd takes in one transaction) closes every holder's Done with
+//     ErrLost and frees all the permits at once; skipped for a Locker that
+//     is not a locker.ForceUnlocker.
 //   - Data: the data of locker.WithData, every byte value and MaxData of
 //     them, is what another Locker's Inspect and List report; data over
 //     MaxData is refused; a waiter handed the key shows its own data, a
@@ -190,7 +194,7 @@
 //     Unlock. Skipped for a backend that cannot store data; its SetData
 //     part, for a Lock whose SetData is unsupported.
 //
-// The shared-hold cases (the seven before Data) skip, saying so, for a Locker with no
+// The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

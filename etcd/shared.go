@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -264,24 +265,31 @@ func sharedStatusOf(r shareRecord, kv *mvccpb.KeyValue, n int) driver.Status {
 	return st
 }
 
-// breakShared deletes the keys that hold a key held by shared holds, each
-// if it has not changed since it was read.
+// breakShared deletes every holder of a shared key, batchOps holders a
+// transaction, each transaction only while all of its holders are
+// unchanged. A transaction with a holder that changed meanwhile deletes
+// nothing, and the error says so.
 func (d *etcdDriver) breakShared(ctx context.Context, kvs []*mvccpb.KeyValue) error {
-	var cmps []clientv3.Cmp
-	var ops []clientv3.Op
-	for _, kv := range sharedHolders(kvs) {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
-		ops = append(ops, clientv3.OpDelete(string(kv.Key)))
-	}
-	if len(ops) == 0 {
+	holders := sharedHolders(kvs)
+	if len(holders) == 0 {
 		return driver.ErrNotHeld
 	}
-	resp, err := d.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
-		return d.classify(err)
+	changed := false
+	for chunk := range slices.Chunk(holders, batchOps) {
+		cmps := make([]clientv3.Cmp, len(chunk))
+		ops := make([]clientv3.Op, len(chunk))
+		for i, kv := range chunk {
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)
+			ops[i] = clientv3.OpDelete(string(kv.Key))
+		}
+		resp, err := d.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return d.classify(err)
+		}
+		changed = changed || !resp.Succeeded
 	}
-	if !resp.Succeeded {
-		return errors.New("etcd: the holders' keys changed while they were being deleted; try again")
+	if changed {
+		return errors.New("etcd: some holders' keys changed while they were being deleted; try again")
 	}
 	return nil
 }

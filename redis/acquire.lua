@@ -36,8 +36,10 @@ local owner, ttl = ARGV[1], ARGV[2]
 local waiting = ARGV[5] ~= '0'
 
 -- Fast paths: the lock is held and the caller does not wait; the lock is
--- the caller's; the lock is free and nobody waits (take, as in lib.lua).
-local v = redis.call('GET', KEYS[1])
+-- the caller's; the lock is free, and neither waiters nor shared holds
+-- exist (take, as in lib.lua).
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local v = got[1]
 if v then
   local n = #owner
   if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
@@ -47,16 +49,15 @@ if v then
   if not waiting then
     return 0
   end
-else
+elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
   local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
   if sh[1] then
     return { 'shared', sh[1], sh[2] }
   end
-end
-if not v and redis.call('EXISTS', KEYS[3]) == 0 then
+else
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]))
+  local last = tonumber(got[2])
   if last and last >= token then
     token = last + 1
   end
@@ -67,16 +68,18 @@ if not v and redis.call('EXISTS', KEYS[3]) == 0 then
 end
 
 -- #include lib.lua
+fence = got[2]
 
 local function enqueue(now)
   local stale = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], 'NX', now, owner)
   redis.call('HSET', KEYS[4], owner,
     string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
-  for i = 3, 4 do
-    if redis.call('PTTL', KEYS[i]) < stale then
-      redis.call('PEXPIRE', KEYS[i], 2 * stale)
-    end
+  -- The queue and the records expire together: the records outlive no
+  -- queue (the " woke" field may), and a queue ZADD creates has no expiry.
+  if redis.call('PTTL', KEYS[3]) < stale then
+    redis.call('PEXPIRE', KEYS[3], 2 * stale)
+    redis.call('PEXPIRE', KEYS[4], 2 * stale)
   end
 end
 

@@ -21,18 +21,26 @@
 
 -- #include token.lua
 
+-- fence is KEYS[2] as the including script read it at its start (false:
+-- absent), set by that script, or nil. Only take writes KEYS[2], once per
+-- script.
+local fence
+
 -- take gives the lock to owner and returns its fencing token, as a number
 -- and as a string (see next_token).
 local function take(now, owner, ttl, label, retention)
-  local token, s = next_token(now, retention)
+  local token, s = next_token(now, retention, fence)
   redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. label, 'PX', ttl)
   return token, s
 end
 
--- dequeue removes owner from the waiters.
+-- dequeue removes owner from the waiters. Its record goes with its place
+-- in the queue (enqueue writes both), so an owner not in the queue costs
+-- one call.
 local function dequeue(owner)
-  redis.call('ZREM', KEYS[3], owner)
-  redis.call('HDEL', KEYS[4], owner)
+  if redis.call('ZREM', KEYS[3], owner) == 1 then
+    redis.call('HDEL', KEYS[4], owner)
+  end
 end
 
 -- record parses a waiter's record: deadline, seq, ttl, lid, label.
@@ -43,19 +51,36 @@ end
 -- gone collects the Lockers (lids) of the waiters head dropped.
 local gone = {}
 
+-- After head: woke is the " woke" field of the waiters (nil when none);
+-- next_lid is the Locker of the waiter after the one head returned (nil
+-- when none), alive or not.
+local woke, next_lid
+
 -- head returns the first waiter still alive (owner, seq, ttl, lid, label),
--- dropping the ones whose deadline passed, or nil.
-local function head(now)
+-- dropping the ones whose deadline passed, or nil. q, when given, is
+-- ZRANGE queue 0 1 as the caller read it. Two calls per waiter it looks
+-- at: the first two of the queue, and their records with " woke".
+local function head(now, q)
   local ms = math.floor(now / 1000)
   for _ = 1, 100 do
-    local h = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    q = q or redis.call('ZRANGE', KEYS[3], 0, 1)
+    local h = q[1]
     if not h then
       return nil
     end
-    local rec = redis.call('HGET', KEYS[4], h)
-    if rec then
-      local deadline, seq, ttl, lid, label = record(rec)
+    local recs
+    if q[2] then
+      recs = redis.call('HMGET', KEYS[4], h, ' woke', q[2])
+    else
+      recs = redis.call('HMGET', KEYS[4], h, ' woke')
+    end
+    woke = recs[2]
+    if recs[1] then
+      local deadline, seq, ttl, lid, label = record(recs[1])
       if deadline and tonumber(deadline) > ms then
+        if recs[3] then
+          next_lid = select(4, record(recs[3]))
+        end
         return h, seq, ttl, lid, label
       end
       if lid then
@@ -63,6 +88,7 @@ local function head(now)
       end
     end
     dequeue(h)
+    q = nil
   end
   return nil
 end
@@ -92,11 +118,11 @@ end
 
 -- hand_over gives the free lock to waiter h (of Locker lid) for its claim
 -- window, and tells it on its Locker's channel: "grant <owner> <seq> <token>
--- <claim>", claim in milliseconds. It also tells the next waiter in line, if
--- any, how long the claim lasts ("claim <claim>"), so that it tries again
--- when a waiter that died while queued never confirms. Two messages, each
--- to one Locker, however many wait: a hand-off costs the same with 4
--- waiters or 400.
+-- <claim>", claim in milliseconds. h is what head returned last. It also
+-- tells the next waiter in line (next_lid), if any, how long the claim
+-- lasts ("claim <claim>"), so that it tries again when a waiter that died
+-- while queued never confirms. Two messages, each to one Locker, however
+-- many wait: a hand-off costs the same with 4 waiters or 400.
 local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
   local _, s = take(now, h, claim, label, retention)
@@ -105,13 +131,8 @@ local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
     return
   end
   publish(channel .. ':' .. lid, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
-  local nx = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  local rec = nx and redis.call('HGET', KEYS[4], nx)
-  if rec then
-    local _, _, _, nlid = record(rec)
-    if nlid and nlid ~= lid then
-      publish(channel .. ':' .. nlid, 'claim ' .. claim)
-    end
+  if next_lid and next_lid ~= lid then
+    publish(channel .. ':' .. next_lid, 'claim ' .. claim)
   end
 end
 
@@ -123,12 +144,12 @@ end
 -- failed attempt per hand-off, the most of an unfair hand-off's work.
 local wake_gap_us = 1000
 
--- wake_due reports whether an unfair release may wake waiter h now, and if
--- so records the wake-up: h was not woken within wake_gap_us.
+-- wake_due reports whether an unfair release may wake waiter h (what head
+-- returned last) now, and if so records the wake-up: h was not woken
+-- within wake_gap_us.
 local function wake_due(now, h)
-  local rec = redis.call('HGET', KEYS[4], ' woke')
-  if rec then
-    local untl, who = string.match(rec, '^(%d+) (%S+)$')
+  if woke then
+    local untl, who = string.match(woke, '^(%d+) (%S+)$')
     if who == h and tonumber(untl) > now then
       return false
     end

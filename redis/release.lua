@@ -24,7 +24,8 @@ if ARGV[4] == '1' then
   redis.call('ZREM', KEYS[3], owner)
   redis.call('HDEL', KEYS[4], owner)
 end
-local v = redis.call('GET', KEYS[1])
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local v = got[1]
 local n = #owner
 if not v then
   return 0
@@ -32,16 +33,18 @@ end
 if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
   return 0
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local q = redis.call('ZRANGE', KEYS[3], 0, 1)
+if not q[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
 
 -- #include lib.lua
+fence = got[2]
 
 do
   local now = now_us()
-  local h, seq, ttl, lid, label = head(now)
+  local h, seq, ttl, lid, label = head(now, q)
   if ARGV[5] == '1' then
     redis.call('DEL', KEYS[1])
     if h and ARGV[2] ~= '' and wake_due(now, h) then

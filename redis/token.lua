@@ -11,10 +11,14 @@ end
 
 -- next_token records the key's next fencing token in KEYS[2] (kept for
 -- retention ms) and returns it, as a number and as a string: max(last token
--- + 1, now), now the server clock in microseconds.
-local function next_token(now, retention)
+-- + 1, now), now the server clock in microseconds. fence, when not nil, is
+-- KEYS[2] as the script read it (false: absent), to read it no more.
+local function next_token(now, retention, fence)
   local token = now
-  local last = tonumber(redis.call('GET', KEYS[2]))
+  if fence == nil then
+    fence = redis.call('GET', KEYS[2])
+  end
+  local last = tonumber(fence)
   if last and last >= token then
     token = last + 1
   end

@@ -557,3 +557,41 @@ func TestWaiterKeyReused(t *testing.T) {
 		t.Errorf("the holder's key at its create revision: %v, want one key whose value ends with the owner label", resp.Kvs)
 	}
 }
+
+// TestBreakManyPermits: ForceUnlock of a semaphore with more holders than
+// etcd takes operations in one transaction (128 by default) frees every
+// permit.
+func TestBreakManyPermits(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin := newClient(t, eps)
+	key := uniqueKey(t)
+	const holders = 300
+	l := newLocker(t, eps)
+	sem, err := locker.NewSemaphore(l, key, holders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permits := make([]locker.Lock, 0, holders)
+	for range holders {
+		p, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("TryAcquire %d of %d: %v", len(permits)+1, holders, err)
+		}
+		permits = append(permits, p)
+	}
+	if err := locker.ForceUnlock(ctx, l, key); err != nil {
+		t.Fatalf("ForceUnlock of %d permits: %v", holders, err)
+	}
+	if ws := waiters(t, admin, key); len(ws) != 0 {
+		t.Errorf("%d keys under the semaphore's directory after ForceUnlock, want none", len(ws))
+	}
+	for i, p := range permits {
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			t.Fatalf("permit %d of %d: Done still open after ForceUnlock", i+1, holders)
+		}
+	}
+}

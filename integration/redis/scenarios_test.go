@@ -25,21 +25,23 @@ import (
 // bsm/redislock (retrying every millisecond) and "fenced", redislock's
 // retry with a fencing token (fencedAcquire): the least a fenced lock
 // costs, which bounds what this library can reach against the peers
-// without one. Each client is on a connection of its own:
+// without one. Every implementation reports its ratios to "fenced"
+// ("fair-x-fenced", "unfair-x-fenced", ...). Each client is on a
+// connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
 	addr := testenv.Redis(b).Addr()
 	const ttl = 10 * time.Second
 	impls := []scen.Impl{
-		scen.Locker(func(b *testing.B) locker.Locker {
+		{Name: "fair", New: scen.Locker(func(b *testing.B) locker.Locker {
 			l, err := redis.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = l.Close() })
 			return l
-		}),
+		}).New},
 		{Name: "unfair", New: scen.Locker(func(b *testing.B) locker.Locker {
 			l, err := redis.Config{Unfair: true}.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
@@ -81,7 +83,7 @@ func BenchmarkScenarios(b *testing.B) {
 				}
 			})
 		}},
-		{Name: "fenced", New: func(b *testing.B, key string) scen.Mutex {
+		{Name: "fenced", Reference: true, New: func(b *testing.B, key string) scen.Mutex {
 			c := newClient(b, addr)
 			keys := []string{key, key + ":fence"}
 			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
@@ -105,9 +107,10 @@ func BenchmarkScenarios(b *testing.B) {
 			})
 		}},
 	}
-	cpu := serverCPU(newClient(b, addr))
+	stats := newClient(b, addr)
 	for i := range impls {
-		impls[i].ServerCPU = cpu
+		impls[i].ServerCPU = serverCPU(stats)
+		impls[i].ServerCalls = serverCalls(stats)
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
 }
@@ -138,6 +141,46 @@ func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
 			return 0, errors.New("INFO cpu: no used_cpu_sys and used_cpu_user")
 		}
 		return time.Duration(total * float64(time.Second)), nil
+	}
+}
+
+// serverCalls returns a reader of what the server of c has run (INFO
+// commandstats, whose calls count the commands scripts call): its
+// commands, the scripts among them (EVAL, EVALSHA and their read-only
+// forms) and their time. The INFO commands of the readers are left out.
+func serverCalls(c *goredis.Client) func(context.Context) (scen.Calls, error) {
+	return func(ctx context.Context) (scen.Calls, error) {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return scen.Calls{}, err
+		}
+		var calls scen.Calls
+		for line := range strings.Lines(info) {
+			name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+			cmd, isCmd := strings.CutPrefix(name, "cmdstat_")
+			if !ok || !isCmd || cmd == "info" {
+				continue
+			}
+			var n, usec int64
+			for field := range strings.SplitSeq(stats, ",") {
+				k, v, _ := strings.Cut(field, "=")
+				switch k {
+				case "calls":
+					n, err = strconv.ParseInt(v, 10, 64)
+				case "usec":
+					usec, err = strconv.ParseInt(v, 10, 64)
+				}
+				if err != nil {
+					return scen.Calls{}, fmt.Errorf("INFO commandstats: %s: %w", name, err)
+				}
+			}
+			calls.Commands += n
+			if strings.HasPrefix(cmd, "eval") {
+				calls.Scripts += n
+				calls.ScriptTime += time.Duration(usec) * time.Microsecond
+			}
+		}
+		return calls, nil
 	}
 }
 

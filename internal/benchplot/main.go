@@ -129,6 +129,7 @@ func parse(r io.Reader) (store, error) {
 // colors of the implementations; this library's first.
 var colors = map[string]string{
 	"locker":    "#1f77b4",
+	"fair":      "#1f77b4",
 	"unfair":    "#6baed6",
 	"floor":     "#7f7f7f",
 	"fenced":    "#bcbd22",

@@ -47,7 +47,22 @@ const (
 	// ZooKeeperServers names the servers (comma-separated host:port) of a
 	// ZooKeeper ensemble.
 	ZooKeeperServers = "LOCKER_ZK_SERVERS"
+	// Started lists (comma-separated) the variables above whose servers
+	// withstores started for this run, as opposed to ones the user named.
+	Started = "LOCKER_WITHSTORES_STARTED"
 )
+
+// StartedByWithstores reports whether the server that the variable env
+// names was started by withstores for this run: a throwaway server of the
+// harness, not one the user pointed the tests at.
+func StartedByWithstores(env string) bool {
+	for _, s := range List(Started) {
+		if s == env {
+			return true
+		}
+	}
+	return false
+}
 
 // Server is a server the environment named.
 type Server struct{ addrs []string }

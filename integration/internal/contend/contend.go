@@ -18,7 +18,10 @@
 //
 // Every figure is reported with b.ReportMetric, named after the
 // implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every
-// ratio as "<name>-x-<other>". Timings are never asserted: only lost
+// ratio as "<name>-x-<other>": the first implementation's to each other's,
+// and each implementation's to the reference (Impl.Reference), when there
+// is one. OneKey at 64 clients also reports "<name>-x-4-clients", its
+// hand-offs/s over those at 4. Timings are never asserted: only lost
 // updates and errors fail a benchmark.
 //
 // OneKey and ManyKeys also report what an acquisition (with its release)
@@ -26,7 +29,10 @@
 // implementation's turns (its clients, the Go runtime, and an in-process
 // server such as embedded etcd), "<name>-server-cpu-µs" the store server's
 // when the Impl can read it (Impl.ServerCPU): they say where a difference
-// in rate comes from.
+// in rate comes from. "<name>-server-calls" and "<name>-scripts" count the
+// store's commands per acquisition, those run by scripts included, and the
+// scripts among them, and "<name>-script-µs" is the server's time per
+// script, when the Impl can read them (Impl.ServerCalls).
 package contend
 
 import (
@@ -57,6 +63,13 @@ type Impl struct {
 	// ServerCPU, when not nil, returns the CPU time the store's server
 	// has used so far (Redis: INFO cpu).
 	ServerCPU func(ctx context.Context) (time.Duration, error)
+	// ServerCalls, when not nil, returns what the store's server has run
+	// so far (Redis: INFO commandstats).
+	ServerCalls func(ctx context.Context) (Calls, error)
+	// Reference, when set, makes every other implementation report its
+	// ratios to this one ("<name>-x-<reference>", and for CPU
+	// "<name>-client-cpu-x-<reference>"). At most one Impl sets it.
+	Reference bool
 }
 
 // Result is what OneKey or ManyKeys measured for one implementation.
@@ -69,6 +82,22 @@ type Result struct {
 	WaitP99      time.Duration
 	ClientCPU    time.Duration // this process's CPU time over the turns; 0: unknown
 	ServerCPU    time.Duration // the server's; 0: unknown (no Impl.ServerCPU)
+	Calls        Calls         // the server's; zero: unknown (no Impl.ServerCalls)
+}
+
+// Calls counts what a store's server ran.
+type Calls struct {
+	Commands   int64         // commands, those that scripts called included
+	Scripts    int64         // the scripts among Commands
+	ScriptTime time.Duration // the time the server spent running the scripts
+}
+
+func (c Calls) add(d Calls) Calls {
+	return Calls{c.Commands + d.Commands, c.Scripts + d.Scripts, c.ScriptTime + d.ScriptTime}
+}
+
+func (c Calls) sub(d Calls) Calls {
+	return c.add(Calls{-d.Commands, -d.Scripts, -d.ScriptTime})
 }
 
 // Rate is acquisitions per second.
@@ -98,6 +127,7 @@ type tally struct {
 	elapsed   time.Duration
 	clientCPU time.Duration
 	serverCPU time.Duration
+	calls     Calls
 }
 
 func (t *tally) result() Result {
@@ -111,6 +141,7 @@ func (t *tally) result() Result {
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
+		Calls: t.calls,
 	}
 }
 
@@ -141,6 +172,17 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 		}
 		return d
 	}
+	serverCalls := func() Calls {
+		if impl.ServerCalls == nil || t == nil {
+			return Calls{}
+		}
+		c, err := impl.ServerCalls(ctx)
+		if err != nil {
+			b.Fatalf("%s: the server's command counts: %v", impl.Name, err)
+		}
+		return c
+	}
+	calls0 := serverCalls()
 	server0, client0 := serverCPU(), processCPU()
 	start := time.Now()
 	stop := start.Add(d)
@@ -174,6 +216,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	wg.Wait()
 	elapsed := time.Since(start)
 	client, server := processCPU()-client0, serverCPU()-server0
+	calls := serverCalls().sub(calls0)
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
@@ -197,6 +240,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 	t.elapsed += elapsed
 	t.clientCPU += client
 	t.serverCPU += server
+	t.calls = t.calls.add(calls)
 }
 
 func cmpOr(a, b error) error {
@@ -238,12 +282,41 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 			b.ReportMetric(perAcquisition(r.ServerCPU, r), n+"-server-cpu-µs")
 			cpu += fmt.Sprintf(", %.1f µs in the server", perAcquisition(r.ServerCPU, r))
 		}
+		if c := r.Calls; c.Commands > 0 {
+			per := func(n int64) float64 { return float64(n) / float64(max(r.Acquisitions, 1)) }
+			b.ReportMetric(per(c.Commands), n+"-server-calls")
+			b.ReportMetric(per(c.Scripts), n+"-scripts")
+			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts", per(c.Commands), per(c.Scripts))
+			if c.Scripts > 0 {
+				us := float64(c.ScriptTime) / float64(time.Microsecond) / float64(c.Scripts)
+				b.ReportMetric(us, n+"-script-µs")
+				cpu += fmt.Sprintf(", %.1f µs each", us)
+			}
+			cpu += ")"
+		}
 		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), cpu)
 	}
-	for i := 1; i < len(rs); i++ {
-		b.ReportMetric(rs[0].Rate()/rs[i].Rate(), impls[0].Name+"-x-"+impls[i].Name)
+	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "")
+	if rs[0].ClientCPU > 0 {
+		ratios(b, impls, func(i, j int) float64 {
+			return perAcquisition(rs[i].ClientCPU, rs[i]) / perAcquisition(rs[j].ClientCPU, rs[j])
+		}, "client-cpu-")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// ratios reports ratio(i, j) as "<impls[i]>-<what>x-<impls[j]>" for the
+// first implementation against each other one, and for each one against
+// the reference (Impl.Reference) when there is one.
+func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what string) {
+	ref := slices.IndexFunc(impls, func(impl Impl) bool { return impl.Reference })
+	for i := range impls {
+		for j := range impls {
+			if i != j && (i == 0 || j == ref) {
+				b.ReportMetric(ratio(i, j), impls[i].Name+"-"+what+"x-"+impls[j].Name)
+			}
+		}
+	}
 }
 
 // OneKey runs the one-key scenario for each implementation in turn, clients
@@ -331,9 +404,7 @@ func Uncontended(b *testing.B, impls []Impl) {
 		p50[i] = pct(times[i], 0.5)
 		b.ReportMetric(float64(p50[i].Microseconds()), impls[i].Name+"-p50-µs")
 	}
-	for i := 1; i < len(impls); i++ {
-		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
-	}
+	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
 }
 
 // Handoff measures, rounds times per implementation, the time from the
@@ -381,27 +452,26 @@ func Handoff(b *testing.B, impls []Impl, rounds int) {
 		b.ReportMetric(ms(p50[i]), impl.Name+"-handoff-p50-ms")
 		b.ReportMetric(ms(pct(lats, 0.99)), impl.Name+"-handoff-p99-ms")
 	}
-	for i := 1; i < len(impls); i++ {
-		b.ReportMetric(float64(p50[0])/float64(max(p50[i], 1)), impls[0].Name+"-x-"+impls[i].Name)
-	}
+	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
 	b.ReportMetric(0, "ns/op")
 }
 
 // Scenarios runs every scenario as sub-benchmarks of b: OneKey at 4, 16 and
-// 64 clients (and the 64-over-4 throughput ratio of the first
-// implementation, the "does not fall as waiters grow" target), ManyKeys at
+// 64 clients (at 64 with each implementation's hand-offs/s over its
+// 4-client figure, "<name>-x-4-clients": the "does not fall as waiters
+// grow" target), ManyKeys at
 // 16, Uncontended and Handoff. d is each contended run's length.
 func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
 	var by = map[int][]Result{}
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
 			by[n] = OneKey(b, impls, n, d)
+			if n == 64 && len(by[4]) == len(impls) {
+				for i, impl := range impls {
+					b.ReportMetric(by[64][i].Rate()/by[4][i].Rate(), impl.Name+"-x-4-clients")
+				}
+			}
 		})
-	}
-	if len(by[4]) == len(impls) && len(by[64]) == len(impls) {
-		for i, impl := range impls {
-			b.Logf("%s: 64 clients %.2f× the 4-client hand-offs/s", impl.Name, by[64][i].Rate()/by[4][i].Rate())
-		}
 	}
 	b.Run("ManyKeys/clients=16", func(b *testing.B) { ManyKeys(b, impls, 16, d) })
 	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })

@@ -122,11 +122,15 @@ func run(only string, args []string) int {
 		want[env] = true
 	}
 	env := os.Environ()
+	var started []string
 	for _, st := range stores {
 		if len(want) > 0 && !want[st.env] {
 			continue
 		}
 		began := time.Now()
+		if os.Getenv(st.env) != "" {
+			continue // the user's server, passed on unchanged
+		}
 		v, err := st.start()
 		if err != nil {
 			if warning, ok := testenv.Unavailability(err); ok {
@@ -138,7 +142,9 @@ func run(only string, args []string) int {
 		}
 		fmt.Fprintf(os.Stderr, "withstores: %s ready in %v\n", st.env, time.Since(began).Round(time.Millisecond))
 		env = append(env, st.env+"="+v)
+		started = append(started, st.env)
 	}
+	env = append(env, storeenv.Started+"="+strings.Join(started, ","))
 
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
