@@ -125,6 +125,7 @@ var cases = []testCase{
 	{name: "SemaphoreSetLimit", contract: limitChanged, run: testSemaphoreSetLimit},
 	{name: "ForceUnlockShared", contract: "ForceUnlock frees every holder of a shared key, however many: each holder's Done closes, and the permits can be taken again", run: testForceUnlockShared},
 	{name: "MultiTryAtomic", contract: multiAtomic, run: testMultiTryAtomic},
+	{name: "Data", contract: carriesData, run: testData},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

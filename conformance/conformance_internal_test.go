@@ -224,6 +224,8 @@ const (
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
 	listsNoShared   = "listsNoShared"   // List leaves out the keys held by semaphore permits and read-write holds
 	limitNotStored  = "limitNotStored"  // SetLimit reports success and changes nothing in the store
+	relocksData     = "relocksData"     // SetData releases the lock and takes it again with the new data (a new token)
+	dropsData       = "dropsData"       // Inspect and List report no data
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -291,6 +293,8 @@ var mustCatch = map[string][]string{
 	listsByOffset:   {"List"},
 	listsNoShared:   {"List"},
 	limitNotStored:  {"SemaphoreSetLimit"},
+	relocksData:     {"Data"},
+	dropsData:       {"Data"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -576,6 +580,9 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 // the key's previous state, inspectsFirst with the first holder it saw.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
+	if b.kind == dropsData {
+		st.Data = nil
+	}
 	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
@@ -637,6 +644,9 @@ func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker
 				}
 				if b.kind == listsNoShared && len(ks.Holders) > 0 {
 					continue
+				}
+				if b.kind == dropsData {
+					ks.Data = nil
 				}
 				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
 					return
@@ -763,6 +773,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			return nil, err
 		}
 		return &noopExtendLock{lk}, nil
+	case relocksData:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &relockLock{l: b.inner, lk: lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -936,6 +952,41 @@ func (b *brokenLocker) onHeal(request func()) {
 type noopExtendLock struct{ locker.Lock }
 
 func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
+// relockLock's SetData unlocks and takes the key again with the new data:
+// the data changes, and so does the token.
+type relockLock struct {
+	l  locker.Locker
+	mu sync.Mutex
+	lk locker.Lock
+}
+
+func (r *relockLock) cur() locker.Lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lk
+}
+
+func (r *relockLock) Key() string                      { return r.cur().Key() }
+func (r *relockLock) Token() uint64                    { return r.cur().Token() }
+func (r *relockLock) Done() <-chan struct{}            { return r.cur().Done() }
+func (r *relockLock) Deadline() time.Time              { return r.cur().Deadline() }
+func (r *relockLock) Err() error                       { return r.cur().Err() }
+func (r *relockLock) Unlock(ctx context.Context) error { return r.cur().Unlock(ctx) }
+
+func (r *relockLock) SetData(ctx context.Context, data []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.lk.Unlock(ctx); err != nil {
+		return err
+	}
+	lk, err := r.l.TryLock(ctx, r.lk.Key(), locker.WithData(data))
+	if err != nil {
+		return err
+	}
+	r.lk = lk
+	return nil
+}
 
 type keepsOnPanicLock struct{ locker.Lock }
 

@@ -202,6 +202,13 @@
 //     fails because its last key is held elsewhere never holds any of its
 //     keys, not even for a moment: another Locker polling the first with
 //     TryLock never finds it taken.
+//   - Data: the data of locker.WithData, every byte value and MaxData of
+//     them, is what another Locker's Inspect and List report; data over
+//     MaxData is refused; a waiter handed the key shows its own data, a
+//     free key none. SetData changes and removes it while the lock stays
+//     held with its token, past renewals, and fails with ErrNotHeld after
+//     Unlock. Skipped for a backend that cannot store data; its SetData
+//     part, for a Lock whose SetData is unsupported.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

@@ -16,9 +16,7 @@ import (
 // query each. Waiters is 0 for plain locks, as for Inspect.
 func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
-	q := "SELECT task_name, task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
-		", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
-		" FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status IN ('RUNNING', '" + sharedStatus + "') AND lock_until > " + dbNow +
+	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status IN ('RUNNING', '" + sharedStatus + "') AND lock_until > " + dbNow +
 		" ORDER BY task_name LIMIT ?"
 	like := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix) + "%"
 	rows, err := d.db.QueryContext(ctx, q, []byte(cursor), []byte(like), limit)

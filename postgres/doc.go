@@ -74,6 +74,9 @@
 // A lock table whose name is longer than 56 bytes leaves no room for the
 // "_shared" suffix: its Locker has no shared holds.
 //
+// A lock's data (locker.WithData) is in lock_data, which a table made by
+// an earlier version lacks: New adds it ([AddDataColumnSQL]).
+//
 // Consensus is the database's: an asynchronous replica promoted after a
 // failover may have lost recent acquisitions.
 //
@@ -98,7 +101,9 @@
 //
 // # Schema
 //
-// New creates the table unless Config.SkipMigration is set ([CreateTableSQL]):
+// New creates the table, and adds lock_data to a table made by an earlier
+// version ([AddDataColumnSQL]), unless Config.SkipMigration is set
+// ([CreateTableSQL]):
 //
 //	CREATE TABLE IF NOT EXISTS "distribute_task_lock" (
 //	  task_name   text        PRIMARY KEY,
@@ -109,7 +114,8 @@
 //	  lock_until  timestamptz NOT NULL,
 //	  start_time  timestamptz,
 //	  finish_time timestamptz,
-//	  update_time timestamptz NOT NULL
+//	  update_time timestamptz NOT NULL,
+//	  lock_data   bytea
 //	)
 //
 // Rows are never deleted by the Locker, except the rows of shared holds

@@ -274,7 +274,7 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			now              int64
 			shared           sql.NullBool
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store}, func(scan func(...any) error) error {
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store, dataArg(req.Data)}, func(scan func(...any) error) error {
 			return scan(&taken, &remaining, &now, &shared)
 		})
 		if err == nil && now > 0 {
@@ -418,12 +418,13 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 			version       int64
 			start, until  sql.NullInt64
 			alive         bool
+			data          []byte
 		)
-		if err := scan(&status, &version, &label, &start, &until, &alive, &shared); err != nil {
+		if err := scan(&status, &version, &label, &start, &until, &alive, &shared, &data); err != nil {
 			return err
 		}
 		found = status == "RUNNING" && alive
-		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}
+		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}
 		return nil
 	})
 	if err != nil {

@@ -76,6 +76,11 @@
 //
 // # Limits
 //
+//   - A lock node's data is the owner label, then a NUL byte and the
+//     lock's data (locker.WithData) when it has any. SetData rewrites the
+//     node, which needs WRITE on it: on a connection without credentials
+//     the default ACL makes lock nodes READ-only, and SetData answers an
+//     error matching errors.ErrUnsupported.
 //   - The TTL (locker.WithTTL) is the session timeout: connect with the same
 //     duration, zk.Connect(servers, ttl). A lock is counted valid for the TTL
 //     after each successful renewal, so the session timeout the server

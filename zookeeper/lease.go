@@ -25,6 +25,7 @@ const (
 // hold is the driver's state of one held lock (Grant.State, Lease.State).
 type hold struct {
 	path    string // the lock node
+	label   string // the owner label, the start of the node's data
 	session int64  // the session the node belongs to
 	lost    func(error)
 	state   atomic.Int32
@@ -53,7 +54,7 @@ func (h *hold) held() bool { return holdState(h.state.Load()) == holdHeld }
 
 // grant records a held lock for renewals and session tracking.
 func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, node string, session, zxid int64, since time.Time) (driver.Grant, error) {
-	h := &hold{path: node, session: session, lost: req.Lost, done: make(chan struct{})}
+	h := &hold{path: node, label: req.Label, session: session, lost: req.Lost, done: make(chan struct{})}
 	d.follow(h)
 	d.mu.Lock()
 	d.holds[h] = struct{}{}

@@ -8,7 +8,7 @@
 //
 // # run
 //
-//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--limit M [--permits N]] KEY -- CMD [ARGS…]
+//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] [--limit M [--permits N]] KEY -- CMD [ARGS…]
 //
 // run takes KEY (waiting for it, or with --try giving up at once when it is
 // held), then runs CMD with LOCKER_KEY, LOCKER_TOKEN (the fencing token) and
@@ -43,7 +43,9 @@
 //	lockctl inspect [--url URL] [--json] KEY
 //
 // inspect prints who holds KEY: the owner label, fencing token, when it was
-// taken and when it expires unless renewed, and how many waiters are queued.
+// taken and when it expires unless renewed, how many waiters are queued,
+// and the holder's data (run --data, locker.WithData): in JSON as "data"
+// when it is UTF-8 text, as "data_base64" when it is not.
 // For a semaphore's or read-write lock's key it prints every holder (mode,
 // weight, token, expiry, owner label), the limit and the permits in use.
 //
@@ -137,7 +139,7 @@ const defaultGrace = 10 * time.Second
 const usage = `lockctl uses locker's locks from the shell, on any backend.
 
 Usage:
-  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--limit M [--permits N]] KEY -- CMD [ARGS...]
+  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] [--limit M [--permits N]] KEY -- CMD [ARGS...]
   lockctl inspect [--url URL] [--json] KEY
   lockctl ls [--url URL] [--json] [PREFIX]
   lockctl top [--url URL] [--interval D] [PREFIX]

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/golocker/locker"
 )
@@ -23,6 +25,10 @@ type status struct {
 	Acquired *time.Time `json:"acquired,omitempty"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	Waiters  int        `json:"waiters"`
+	// Data is the holder's data (locker.WithData) when it is UTF-8 text,
+	// DataBase64 when it is not.
+	Data       string `json:"data,omitempty"`
+	DataBase64 []byte `json:"data_base64,omitempty"`
 	// Limit, InUse and Holders describe a semaphore's or read-write
 	// lock's key (Owner, Token, Acquired and Expires its newest holder).
 	Limit   int      `json:"limit,omitempty"`
@@ -63,13 +69,7 @@ func (c *cli) inspect(ctx context.Context, l locker.Locker, key string, asJSON b
 	if err != nil {
 		return c.fail(err)
 	}
-	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters,
-		Acquired: timePtr(st.Acquired), Expires: timePtr(st.Expires), Limit: st.Limit}
-	for _, h := range st.Holders {
-		out.InUse += h.Weight
-		out.Holders = append(out.Holders, holder{Mode: h.Mode.String(), Weight: h.Weight, Owner: h.Label, Token: h.Token,
-			Acquired: timePtr(h.Acquired), Expires: timePtr(h.Expires)})
-	}
+	out := statusOf(locker.KeyStatus{Key: key, Status: st})
 	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
@@ -108,6 +108,26 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		fmt.Fprintf(tw, "expires:\t%s (in %v unless renewed)\n", s.Expires.Format(time.RFC3339), s.Expires.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	if d := s.dataText(); d != "" {
+		fmt.Fprintf(tw, "data:\t%s\n", d)
+	}
+}
+
+// dataText is the holder's data for humans: as it is when it is printable
+// text, else quoted; "" for none.
+func (s status) dataText() string {
+	switch {
+	case s.DataBase64 != nil:
+		return strconv.Quote(string(s.DataBase64))
+	case s.Data == "":
+		return ""
+	}
+	for _, r := range s.Data {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s.Data)
+		}
+	}
+	return s.Data
 }
 
 // printShared prints the holders of a semaphore's or read-write lock's key.

@@ -32,6 +32,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	owner := c.fs.String("owner", "", "owner label shown by inspect (default host:pid)")
 	permits := c.fs.Int("permits", 0, "take this many permits of the semaphore KEY, instead of the lock KEY (needs --limit; default 1)")
 	limit := c.fs.Int("limit", 0, "the semaphore KEY's number of permits: at most this many are held at once, store-wide")
+	data := c.fs.String("data", "", "data stored with the lock, shown by inspect and ls (at most 1 KiB)")
 
 	i := slices.Index(args, "--")
 	if i < 0 {
@@ -61,6 +62,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.usageError(errors.New("--permits takes permits of a semaphore: give its --limit too"))
 	case *limit < 0 || *permits < 0:
 		return c.usageError(fmt.Errorf("--limit %d and --permits %d must not be negative", *limit, *permits))
+	case *data != "" && *limit > 0:
+		return c.usageError(errors.New("--data is stored with a lock: permits of a semaphore (--limit) carry none"))
 	case *permits > *limit:
 		return c.usageError(fmt.Errorf("--permits %d is more than --limit %d: it could never be granted", *permits, *limit))
 	}
@@ -85,6 +88,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxHold > 0 {
 		lockOpts = append(lockOpts, locker.MaxHold(*maxHold))
+	}
+	if *data != "" {
+		lockOpts = append(lockOpts, locker.WithData([]byte(*data)))
 	}
 
 	// Signals are caught from now on: one during the wait for KEY ends it.
