@@ -226,6 +226,7 @@ const (
 	limitNotStored  = "limitNotStored"  // SetLimit reports success and changes nothing in the store
 	relocksData     = "relocksData"     // SetData releases the lock and takes it again with the new data (a new token)
 	dropsData       = "dropsData"       // Inspect and List report no data
+	staleData       = "staleData"       // Inspect of a holder without data reports the data an earlier holder of the key had
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -295,6 +296,7 @@ var mustCatch = map[string][]string{
 	limitNotStored:  {"SemaphoreSetLimit"},
 	relocksData:     {"Data"},
 	dropsData:       {"Data"},
+	staleData:       {"Data"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -564,7 +566,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder; staleData: the last with data
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -577,11 +579,25 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state, inspectsFirst with the first holder it saw.
+// the key's previous state, inspectsFirst with the first holder it saw,
+// dropsData with no data, staleData with the last data it saw on the key.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
 	if b.kind == dropsData {
 		st.Data = nil
+	}
+	if b.kind == staleData && err == nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.seen == nil {
+			b.seen = make(map[string]locker.Status)
+		}
+		if st.Data != nil {
+			b.seen[key] = st
+		} else if st.Held && b.seen[key].Data != nil {
+			st.Data = b.seen[key].Data
+		}
+		return st, nil
 	}
 	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err

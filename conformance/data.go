@@ -97,6 +97,22 @@ func testData(c *caseT) {
 	c.dataIs(ctx, b, key, plain.Token(), nil, "held again without WithData")
 	c.unlock(ctx, plain, contract)
 
+	// Nor has a key that TryLockMulti takes after a holder with data: a
+	// store's one-operation take of several keys must clear it too.
+	again, err := a.TryLock(ctx, key, locker.WithData(waiter))
+	if err != nil {
+		c.Fatalf("%s: TryLock(WithData) of a free key: %v", contract, err)
+	}
+	c.unlock(ctx, again, contract)
+	ml, err := pollTryMulti(ctx, c.every(), a, []string{key, key + "-multi"})
+	if err != nil {
+		c.Fatalf("%s: TryLockMulti of free keys: %v", contract, err)
+	}
+	c.dataIs(ctx, b, key, ml.Token(key), nil, "held by a TryLockMulti without WithData")
+	if err := ml.Unlock(ctx); err != nil {
+		c.Errorf("%s: Unlock of the TryLockMulti: %v", contract, err)
+	}
+
 	c.setData(ctx, a, b, key+"-set")
 }
 
@@ -211,4 +227,19 @@ func showData(d []byte) string {
 		return fmt.Sprintf("%q", d)
 	}
 	return fmt.Sprintf("%d bytes beginning %q", len(d), d[:16])
+}
+
+// pollTryMulti calls locker.TryLockMulti until it succeeds, fails with an
+// error other than ErrNotAcquired, or ctx ends: the keys just unlocked may
+// still show held to a store that releases in the background.
+func pollTryMulti(ctx context.Context, every time.Duration, l locker.Locker, keys []string) (*locker.MultiLock, error) {
+	for {
+		ml, err := locker.TryLockMulti(ctx, l, keys)
+		if err == nil || !errors.Is(err, locker.ErrNotAcquired) {
+			return ml, err
+		}
+		if !sleep(ctx, every) {
+			return nil, err
+		}
+	}
 }

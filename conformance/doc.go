@@ -205,7 +205,8 @@
 //   - Data: the data of locker.WithData, every byte value and MaxData of
 //     them, is what another Locker's Inspect and List report; data over
 //     MaxData is refused; a waiter handed the key shows its own data, a
-//     free key none. SetData changes and removes it while the lock stays
+//     free key none, nor the next holder without data (by TryLock or by
+//     TryLockMulti). SetData changes and removes it while the lock stays
 //     held with its token, past renewals, and fails with ErrNotHeld after
 //     Unlock. Skipped for a backend that cannot store data; its SetData
 //     part, for a Lock whose SetData is unsupported.
