@@ -76,6 +76,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.renewer, e.batcher = renewer, batcher
 	e.keeper, _ = d.(driver.Keeper)
 	e.sharer, _ = d.(driver.Sharer)
+	e.dataSetter, _ = d.(driver.DataSetter)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
 	go e.watchdog()
@@ -105,7 +106,9 @@ type engine struct {
 	batcher  driver.BatchRenewer
 	keeper   driver.Keeper
 	sharer   driver.Sharer
-	name     string
+	// dataSetter: the driver stores data with a hold (locker.WithData)
+	dataSetter driver.DataSetter
+	name       string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
 	// inline: the driver's calls return promptly when their ctx ends
@@ -215,6 +218,9 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	if share != nil && e.sharer == nil {
 		return nil, e.err(op, key, ErrInvalidOption, errNoSharer(e.name))
 	}
+	if err := e.checkDataOption(lc, share != nil); err != nil {
+		return nil, e.err(op, key, nil, err)
+	}
 	if share == nil {
 		if outer, err := e.heldIn(ctx, key); err != nil {
 			return nil, e.err(op, key, ErrNotAcquired, err)
@@ -243,7 +249,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 		}
 	}
 	h := &hold{e: e, key: key, gate: g, shared: share != nil, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
-	req := driver.Request{Key: skey, Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+	req := driver.Request{Key: skey, Label: e.cfg.label, Data: lc.data, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
 	if e.perLockTTL {
 		// The key outlives a crash of its holder until its MinHold ends.
 		req.TTL = max(lc.ttl, lc.minHold)

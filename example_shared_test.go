@@ -89,3 +89,42 @@ func ExampleNewRWMutex() {
 	// writer while reading: true
 	// writer token above the readers': true
 }
+
+// Raising a semaphore's limit while its permits are held: the new permit is
+// granted at once, and a Semaphore that still has the old limit is refused.
+func ExampleSemaphore_SetLimit() {
+	store := memory.NewStore()
+	ctx := context.Background()
+	l, err := memory.New(store)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	sem, err := locker.NewSemaphore(l, "render", 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	p1, err := sem.Acquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	old, err := locker.NewSemaphore(l, "render", 1) // another process's, with the old limit
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	if err := sem.SetLimit(ctx, 2); err != nil {
+		log.Fatal(err)
+	}
+	p2, err := sem.TryAcquire(ctx)
+	fmt.Println("second permit:", err == nil, "limit:", sem.Limit())
+	_, err = old.TryAcquire(ctx)
+	fmt.Println("old limit refused:", errors.Is(err, locker.ErrInvalidOption))
+
+	_ = p2.Unlock(ctx)
+	_ = p1.Unlock(ctx)
+	// Output:
+	// second permit: true limit: 2
+	// old limit refused: true
+}

@@ -29,7 +29,7 @@ type Extender interface {
 // Errors match [ErrNotHeld] when the lock is no longer held (unlocked,
 // lost, ended by its MaxHold, its Locker closed). They match
 // [ErrInvalidOption], naming the option, for a bad value, a [TTL] (a held
-// lock's TTL cannot change), a MaxHold that would end before the MinHold,
+// lock's TTL cannot change), [WithData] (use [SetData]), a MaxHold that would end before the MinHold,
 // or a MinHold the backend cannot honour, as Lock refuses it. They match
 // [errors.ErrUnsupported] for a Lock that is not an [Extender] (a nested
 // hold inside Do). Otherwise they wrap the store's error, and nothing
@@ -54,6 +54,9 @@ func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
 	c, err := applyLockOptions(opts)
 	if err == nil && c.ttl != 0 {
 		err = invalidOption("TTL", "a held lock's TTL cannot change")
+	}
+	if err == nil && c.dataSet {
+		err = invalidOption("WithData", "a held lock's data changes with SetData")
 	}
 	if err == nil {
 		err = e.checkMinHold(c.minHold, h.ttl)

@@ -34,6 +34,9 @@ type Status struct {
 	// (see [NewSemaphore], [NewRWMutex]); nil for other keys. Held, Label,
 	// Token, Acquired and Expires then describe the newest holder.
 	Holders []Holder
+	// Data is the data the holder stored with its hold ([WithData],
+	// [SetData]); nil when none, and when the key is free.
+	Data []byte
 }
 
 // Holder is one holder of a semaphore's or read-write lock's key, in
@@ -101,7 +104,10 @@ func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
 // statusOf is what a driver says of a key, as package locker says it.
 func statusOf(st driver.Status) Status {
 	out := Status{Held: st.Held, Label: st.Label, Token: st.Token, Acquired: st.Acquired, Expires: st.Expires,
-		Waiters: st.Waiters, Limit: st.Limit}
+		Waiters: st.Waiters, Limit: st.Limit, Data: st.Data}
+	if !st.Held || len(out.Data) == 0 {
+		out.Data = nil
+	}
 	for _, h := range st.Holders {
 		out.Holders = append(out.Holders, Holder{Mode: Mode(h.Mode), Weight: h.Weight, Label: h.Label, Token: h.Token,
 			Acquired: h.Acquired, Expires: h.Expires})

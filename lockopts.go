@@ -29,6 +29,8 @@ type lockConfig struct {
 	maxHold time.Duration
 	// minHoldSet: MinHold was given, 0 included (Extend drops a MinHold).
 	minHoldSet bool
+	data       []byte // WithData; nil: none
+	dataSet    bool   // WithData was given (Extend refuses it)
 }
 
 // TTL sets this lock's time to live instead of the Locker's (WithTTL): how
@@ -96,6 +98,9 @@ func (e *engine) lockOptions(opts []LockOption) (lockConfig, error) {
 	}
 	if c.ttl != e.cfg.ttl && !e.perLockTTL {
 		return c, invalidOption("TTL", "the %s backend has one TTL for all the locks of a Locker (%v): set it with WithTTL", e.name, e.cfg.ttl)
+	}
+	if err := e.checkDataOption(c, false); err != nil {
+		return c, err
 	}
 	return c, e.checkMinHold(c.minHold, c.ttl)
 }

@@ -18,8 +18,9 @@ import (
 // [driver.MultiAcquirer]: one Redis script, one etcd transaction, ...),
 // LockMulti does so. While a key is held it tries again with the Locker's
 // backoff, holding nothing, for at most one TTL. Then, or when the backend
-// cannot (no such driver, keys that do not fit in one operation, a key
-// held up ctx's call chain, a store error), it takes the keys one by one in
+// cannot (no such driver, keys that do not fit in one operation, keys
+// that carry data ([WithData]), a key held up ctx's call chain, a store
+// error), it takes the keys one by one in
 // byte order, whatever their order in keys. A held key is kept while
 // LockMulti waits for the next one. Two callers therefore never wait for
 // each other in a cycle. Past that first TTL a caller waits at most as long

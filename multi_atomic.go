@@ -15,8 +15,8 @@ type multiTaker interface {
 	// tryMulti makes one all-or-nothing attempt on keys (distinct, in
 	// byte order). fallback reports that it took nothing and that the
 	// caller should take the keys one by one instead: the driver cannot
-	// take them together, a key is held up ctx's call chain (a nested
-	// hold), or, when wait is set, the attempt failed in a way a waiting
+	// take them together, the keys carry data (WithData), a key is held
+	// up ctx's call chain (a nested hold), or, when wait is set, the attempt failed in a way a waiting
 	// LockMulti rides out (a key held, a store error).
 	tryMulti(ctx context.Context, op string, keys []string, wait bool, opts []LockOption) (locks []Lock, fallback bool, err error)
 }
@@ -47,6 +47,9 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	lc, err := e.lockOptions(opts)
 	if err != nil {
 		return nil, false, e.err(op, keys[0], nil, err)
+	}
+	if lc.data != nil {
+		return nil, true, nil // the one-operation takes carry no data
 	}
 	if !e.enter() {
 		return nil, false, e.err(op, keys[0], ErrClosed, nil)

@@ -188,3 +188,28 @@ func TestLockMultiStopsWaitingWhenAHeldKeyIsLost(t *testing.T) {
 		t.Fatalf("a LockMulti whose first key was lost while it waited for the second: got %v, want an error matching ErrNotAcquired and ErrLost", err)
 	}
 }
+
+// TestLockMultiWithDataStoresIt: keys taken together with WithData carry
+// it, although the one-operation take has no place for data.
+func TestLockMultiWithDataStoresIt(t *testing.T) {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := t.Context()
+	ml, err := locker.TryLockMulti(ctx, l, []string{"a", "b"}, locker.WithData([]byte("addr")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Unlock(ctx)
+	for _, k := range []string{"a", "b"} {
+		st, err := locker.Inspect(ctx, l, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(st.Data) != "addr" {
+			t.Errorf("key %s carries %q, want %q", k, st.Data, "addr")
+		}
+	}
+}

@@ -172,11 +172,15 @@ func WithPrefix(prefix string) Option {
 
 // WithOwnerLabel sets the human-readable name of this Locker that backends
 // record beside each lock (default host:pid). Ownership checks never use it:
-// each acquisition has its own unguessable random token.
+// each acquisition has its own unguessable random token. An empty label,
+// and one with a NUL byte, are refused.
 func WithOwnerLabel(label string) Option {
 	return func(c *config) error {
 		if label == "" {
 			return invalidOption("WithOwnerLabel", "empty label")
+		}
+		if strings.IndexByte(label, 0) >= 0 {
+			return invalidOption("WithOwnerLabel", "the label contains a NUL byte")
 		}
 		c.label = label
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Semaphore is a counting semaphore on one key of a store: at most its
@@ -15,14 +16,16 @@ import (
 //
 // The limit lives with the key: a Semaphore whose limit differs from the
 // one of the key's current holders or waiters fails to acquire, with an
-// error matching [ErrInvalidOption] that names both limits. A key is a
-// semaphore, a read-write lock or a plain lock, never two of them at once.
+// error matching [ErrInvalidOption] that names both limits. Only
+// [Semaphore.SetLimit] changes it. A key is a semaphore, a read-write lock
+// or a plain lock, never two of them at once.
 //
 // A Semaphore is safe for concurrent use. Permits are never reentrant.
 type Semaphore struct {
 	l     SharedLocker
+	owner Locker // l as the caller gave it, for SetLimit
 	key   string
-	limit int
+	limit atomic.Int64
 }
 
 // NewSemaphore returns the semaphore of limit permits on key, through l.
@@ -39,7 +42,9 @@ func NewSemaphore(l Locker, key string, limit int) (*Semaphore, error) {
 	if limit <= 0 {
 		return nil, &Error{Op: "newsemaphore", Key: key, Cause: invalidOption("limit", "%d is not positive", limit)}
 	}
-	return &Semaphore{l: sl, key: key, limit: limit}, nil
+	s := &Semaphore{l: sl, owner: l, key: key}
+	s.limit.Store(int64(limit))
+	return s, nil
 }
 
 // sharedLocker returns l as a SharedLocker, or the error of op saying why
@@ -62,7 +67,20 @@ func sharedLocker(op string, l Locker, key string) (SharedLocker, error) {
 func (s *Semaphore) Key() string { return s.key }
 
 // Limit returns the semaphore's number of permits.
-func (s *Semaphore) Limit() int { return s.limit }
+func (s *Semaphore) Limit() int { return int(s.limit.Load()) }
+
+// SetLimit changes the limit of the semaphore's key to n, in the store and
+// in s, as [SetLimit] does. Holders keep their permits. Other Semaphores on
+// the key with the old limit then fail to acquire, naming both limits. So
+// do waits in progress that asked with the old limit, on s too. It fails
+// like SetLimit, and then leaves s's limit as it was.
+func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
+	if err := SetLimit(ctx, s.owner, s.key, n); err != nil {
+		return err
+	}
+	s.limit.Store(int64(n))
+	return nil
+}
 
 // Acquire waits for one permit and takes it. It fails like [Locker.Lock].
 func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (Lock, error) {
@@ -79,13 +97,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (Lock, e
 // gives all n back. An n that is not positive or above the limit fails
 // with an error matching [ErrInvalidOption].
 func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (Lock, error) {
-	return s.l.LockShared(ctx, s.key, Share{Mode: Permits, Limit: s.limit, Weight: n}, opts...)
+	return s.l.LockShared(ctx, s.key, Share{Mode: Permits, Limit: s.Limit(), Weight: n}, opts...)
 }
 
 // TryAcquireN is AcquireN without waiting: an error matching
 // [ErrNotAcquired] when n permits are not free now.
 func (s *Semaphore) TryAcquireN(ctx context.Context, n int, opts ...LockOption) (Lock, error) {
-	return s.l.TryLockShared(ctx, s.key, Share{Mode: Permits, Limit: s.limit, Weight: n}, opts...)
+	return s.l.TryLockShared(ctx, s.key, Share{Mode: Permits, Limit: s.Limit(), Weight: n}, opts...)
 }
 
 // Do waits for one permit, runs fn while holding it, and gives it back, as

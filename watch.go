@@ -1,6 +1,7 @@
 package locker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,7 @@ type watchSource interface {
 
 // Watch follows who holds key in l's store, for any replica, holder or not.
 // It yields the key's [Status] at once, then each time the holder changes:
-// another token, another label, or nobody; for a shared key, each time its
+// another token, another label, other data ([SetData]), or nobody; for a shared key, each time its
 // set of holders changes. It ends when ctx ends or the loop body breaks.
 //
 // A change is reported within one poll interval of the store's change
@@ -140,7 +141,7 @@ func sameHolder(a, b Status) bool {
 	if !a.Held || !b.Held {
 		return a.Held == b.Held
 	}
-	if a.Token != b.Token || a.Label != b.Label || len(a.Holders) != len(b.Holders) {
+	if a.Token != b.Token || a.Label != b.Label || !bytes.Equal(a.Data, b.Data) || len(a.Holders) != len(b.Holders) {
 		return false
 	}
 	tokens := make(map[uint64]bool, len(a.Holders))

@@ -122,8 +122,10 @@ var cases = []testCase{
 	{name: "SharedCancellation", contract: sharedNoResidu, run: testSharedCancellation},
 	{name: "SharedLossIsolate", contract: doneBeforeFree, run: testSharedLossIsolate},
 	{name: "SharedLateDelivery", contract: noLatePermit, run: testSharedLateDelivery},
+	{name: "SemaphoreSetLimit", contract: limitChanged, run: testSemaphoreSetLimit},
 	{name: "ForceUnlockShared", contract: "ForceUnlock frees every holder of a shared key, however many: each holder's Done closes, and the permits can be taken again", run: testForceUnlockShared},
 	{name: "MultiTryAtomic", contract: multiAtomic, run: testMultiTryAtomic},
+	{name: "Data", contract: carriesData, run: testData},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

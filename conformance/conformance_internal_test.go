@@ -222,6 +222,11 @@ const (
 	listsFirstPage  = "listsFirstPage"  // List drops every page after the first
 	listsTwice      = "listsTwice"      // List yields the last key of each page again at the start of the next (an inclusive cursor)
 	listsByOffset   = "listsByOffset"   // List's cursor is an offset, which keys taken or freed before it shift
+	listsNoShared   = "listsNoShared"   // List leaves out the keys held by semaphore permits and read-write holds
+	limitNotStored  = "limitNotStored"  // SetLimit reports success and changes nothing in the store
+	relocksData     = "relocksData"     // SetData releases the lock and takes it again with the new data (a new token)
+	dropsData       = "dropsData"       // Inspect and List report no data
+	staleData       = "staleData"       // Inspect of a holder without data reports the data an earlier holder of the key had
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -287,6 +292,11 @@ var mustCatch = map[string][]string{
 	listsFirstPage:  {"List"},
 	listsTwice:      {"List"},
 	listsByOffset:   {"List"},
+	listsNoShared:   {"List"},
+	limitNotStored:  {"SemaphoreSetLimit"},
+	relocksData:     {"Data"},
+	dropsData:       {"Data"},
+	staleData:       {"Data"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -556,7 +566,7 @@ type brokenLocker struct {
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
 	crashed bool
-	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder
+	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder; staleData: the last with data
 	first   sync.Once                // slowFirstCall: the Locker's first call
 }
 
@@ -569,9 +579,26 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 }
 
 // Inspect passes the inner Locker's answer on; inspectsStale answers with
-// the key's previous state, inspectsFirst with the first holder it saw.
+// the key's previous state, inspectsFirst with the first holder it saw,
+// dropsData with no data, staleData with the last data it saw on the key.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	st, err := locker.Inspect(ctx, b.inner, key)
+	if b.kind == dropsData {
+		st.Data = nil
+	}
+	if b.kind == staleData && err == nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.seen == nil {
+			b.seen = make(map[string]locker.Status)
+		}
+		if st.Data != nil {
+			b.seen[key] = st
+		} else if st.Held && b.seen[key].Data != nil {
+			st.Data = b.seen[key].Data
+		}
+		return st, nil
+	}
 	if (b.kind != inspectsStale && b.kind != inspectsFirst) || err != nil {
 		return st, err
 	}
@@ -596,8 +623,9 @@ func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, 
 
 // List passes the inner Locker's listing on, except for the broken
 // listers: listsFirstPage stops after one page, listsTwice repeats the
-// last key of each page, and listsByOffset reads each page of a fresh
-// listing from an offset, a store round trip after the last.
+// last key of each page, listsByOffset reads each page of a fresh listing
+// from an offset, a store round trip after the last, and listsNoShared
+// drops the keys held by shared holds.
 func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker.KeyStatus, error] {
 	inner := locker.List(ctx, b.inner, prefix)
 	return func(yield func(locker.KeyStatus, error) bool) {
@@ -629,6 +657,12 @@ func (b *brokenLocker) List(ctx context.Context, prefix string) iter.Seq2[locker
 				}
 				if n++; b.kind == listsFirstPage && n > locker.ListPage {
 					return
+				}
+				if b.kind == listsNoShared && len(ks.Holders) > 0 {
+					continue
+				}
+				if b.kind == dropsData {
+					ks.Data = nil
 				}
 				if !yield(ks, nil) || b.kind == listsTwice && n%locker.ListPage == 0 && !yield(ks, nil) {
 					return
@@ -755,6 +789,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			return nil, err
 		}
 		return &noopExtendLock{lk}, nil
+	case relocksData:
+		lk, err := call(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return &relockLock{l: b.inner, lk: lk}, nil
 	case grantsAll:
 		return &fakeLock{key: key, token: b.env.tokens.Add(1), done: make(chan struct{})}, nil
 	case noReentrancy:
@@ -928,6 +968,41 @@ func (b *brokenLocker) onHeal(request func()) {
 type noopExtendLock struct{ locker.Lock }
 
 func (l *noopExtendLock) Extend(context.Context, ...locker.LockOption) error { return nil }
+
+// relockLock's SetData unlocks and takes the key again with the new data:
+// the data changes, and so does the token.
+type relockLock struct {
+	l  locker.Locker
+	mu sync.Mutex
+	lk locker.Lock
+}
+
+func (r *relockLock) cur() locker.Lock {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lk
+}
+
+func (r *relockLock) Key() string                      { return r.cur().Key() }
+func (r *relockLock) Token() uint64                    { return r.cur().Token() }
+func (r *relockLock) Done() <-chan struct{}            { return r.cur().Done() }
+func (r *relockLock) Deadline() time.Time              { return r.cur().Deadline() }
+func (r *relockLock) Err() error                       { return r.cur().Err() }
+func (r *relockLock) Unlock(ctx context.Context) error { return r.cur().Unlock(ctx) }
+
+func (r *relockLock) SetData(ctx context.Context, data []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.lk.Unlock(ctx); err != nil {
+		return err
+	}
+	lk, err := r.l.TryLock(ctx, r.lk.Key(), locker.WithData(data))
+	if err != nil {
+		return err
+	}
+	r.lk = lk
+	return nil
+}
 
 type keepsOnPanicLock struct{ locker.Lock }
 

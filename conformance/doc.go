@@ -153,7 +153,9 @@
 //     one page of them, from two Lockers) once, with its holder's token
 //     and label, and no free key; keys taken and released between them
 //     during the listing never make a key held throughout go missing;
-//     skipped for a Locker that is not a locker.Lister.
+//     keys held by semaphore permits and read holds are listed too, with
+//     their holders and the newest one's token; skipped for a Locker that
+//     is not a locker.Lister.
 //   - Watch (Crash optional): locker.Watch reports a free key, then its
 //     holder, then nobody after the Unlock, within one TTL of each change,
 //     never a lower token after a higher one; with Crash, it reports the
@@ -185,6 +187,13 @@
 //   - SharedLateDelivery (Isolate): LateDelivery for waits for a permit and
 //     for a read hold: every permit, and the write hold, is free within
 //     TTL/2 of the heal, and stays free.
+//   - SemaphoreSetLimit: after Semaphore.SetLimit raises the limit of a
+//     semaphore whose permits are all held, the new permits are granted and
+//     no more; a Semaphore with the old limit is refused with an error
+//     naming both; after it lowers the limit below the permits in use, a
+//     grant waits until the holders fit. A limit of 0, and a read-write
+//     lock's key, are refused. Skipped for a Locker that is not a
+//     locker.LimitSetter.
 //   - ForceUnlockShared: ForceUnlock of a semaphore with 200 holders (more
 //     than etcd takes in one transaction) closes every holder's Done with
 //     ErrLost and frees all the permits at once; skipped for a Locker that
@@ -193,6 +202,14 @@
 //     fails because its last key is held elsewhere never holds any of its
 //     keys, not even for a moment: another Locker polling the first with
 //     TryLock never finds it taken.
+//   - Data: the data of locker.WithData, every byte value and MaxData of
+//     them, is what another Locker's Inspect and List report; data over
+//     MaxData is refused; a waiter handed the key shows its own data, a
+//     free key none, nor the next holder without data (by TryLock or by
+//     TryLockMulti). SetData changes and removes it while the lock stays
+//     held with its token, past renewals, and fails with ErrNotHeld after
+//     Unlock. Skipped for a backend that cannot store data; its SetData
+//     part, for a Lock whose SetData is unsupported.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

@@ -15,10 +15,16 @@ import (
 // locker.List, so that its cursor is used.
 const listHeld = locker.ListPage + locker.ListPage/5
 
+// listShared is how many semaphore keys, and as many read-write keys, the
+// List case holds besides its plain locks, when the Locker has shared holds.
+const listShared = 12
+
 // testList: locker.List yields every key held under a prefix once, with its
 // holder's token (and label), and no free key, no key outside the prefix;
 // keys taken and released during the listing (between the held ones) never
-// make a key held throughout go missing.
+// make a key held throughout go missing. Keys held by semaphore permits and
+// read-write holds are held keys too: each is listed with its holders and
+// the newest holder's token.
 func testList(c *caseT) {
 	const contract = "List yields every held key under the prefix once, with its holder's token"
 	ctx := c.ctx(c.within(6) + c.slack)
@@ -74,6 +80,7 @@ func testList(c *caseT) {
 	for i, lk := range held {
 		want[lk.Key()] = i
 	}
+	shared := c.listSharedHolds(ctx, a, b, key)
 
 	check := func(round string, onFirst func()) {
 		c.Helper()
@@ -95,12 +102,19 @@ func testList(c *caseT) {
 			case !ks.Held:
 				c.Errorf("%s: List yielded %s with Held false (%s)", contract, short(ks.Key), round)
 			}
+			if seen[ks.Key] == 2 {
+				c.Errorf("%s: List yielded %s twice (%s)", contract, short(ks.Key), round)
+			}
+			if sw, ok := shared[ks.Key]; ok {
+				if ks.Token != sw.token || len(ks.Holders) != sw.holders {
+					c.Errorf("%s: List gives the shared key %s token %d and %d holders; its newest holder's token is %d, and it has %d holders (%s)",
+						contract, short(ks.Key), ks.Token, len(ks.Holders), sw.token, sw.holders, round)
+				}
+				continue
+			}
 			i, ok := want[ks.Key]
 			if !ok {
 				continue // a churned key, which may or may not show
-			}
-			if seen[ks.Key] == 2 {
-				c.Errorf("%s: List yielded %s twice (%s)", contract, short(ks.Key), round)
 			}
 			if ks.Token != held[i].Token() {
 				c.Errorf("%s: List gives %s token %d, its holder's is %d (%s)", contract, short(ks.Key), ks.Token, held[i].Token(), round)
@@ -119,6 +133,17 @@ func testList(c *caseT) {
 		}
 		if missing > 5 {
 			c.Errorf("%s: List missed %d held keys of %d in all (%s)", contract, missing, listHeld, round)
+		}
+		missing = 0
+		for k := range shared {
+			if seen[k] == 0 {
+				if missing++; missing <= 5 {
+					c.Errorf("%s: List missed %s, held by shared holds throughout (%s)", contract, short(k), round)
+				}
+			}
+		}
+		if missing > 5 {
+			c.Errorf("%s: List missed %d keys held by shared holds, of %d in all (%s)", contract, missing, len(shared), round)
 		}
 	}
 	check("quiet", nil)
@@ -157,6 +182,55 @@ func testList(c *caseT) {
 	}
 	stop()
 	churn.Wait()
+}
+
+// sharedWant is what List must say of a key held by shared holds.
+type sharedWant struct {
+	token   uint64 // the newest holder's
+	holders int
+}
+
+// listSharedHolds holds listShared semaphore keys (two permits each, one
+// from a and one from b) and listShared read-write keys (one read hold
+// each), among the List case's keys, and returns what List must say of
+// them. It holds nothing when the Locker has no shared holds.
+func (c *caseT) listSharedHolds(ctx context.Context, a, b locker.Locker, key func(int, string) string) map[string]sharedWant {
+	const contract = "List yields every key held by shared holds under the prefix once, with its holders"
+	want := make(map[string]sharedWant, 2*listShared)
+	hold := func(lk locker.Lock, err error) locker.Lock {
+		c.Helper()
+		if err != nil {
+			c.Fatalf("%s: a shared hold on a key with room for it: %v", contract, err)
+		}
+		c.t.Cleanup(func() { _ = lk.Unlock(context.WithoutCancel(ctx)) })
+		return lk
+	}
+	for i := range listShared {
+		k := key(i*listHeld/listShared, "sem")
+		sa, err := locker.NewSemaphore(a, k, 3)
+		if errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), noShared) {
+			c.Logf("the Locker has no shared holds; List is checked on plain locks only: %v", err)
+			return nil
+		} else if err != nil {
+			c.Fatalf("%s: NewSemaphore: %v", contract, err)
+		}
+		sb, err := locker.NewSemaphore(b, k, 3)
+		if err != nil {
+			c.Fatalf("%s: NewSemaphore: %v", contract, err)
+		}
+		hold(sa.TryAcquire(ctx))
+		p := hold(sb.TryAcquire(ctx))
+		want[k] = sharedWant{token: p.Token(), holders: 2}
+
+		k = key(i*listHeld/listShared+1, "rw")
+		rw, err := locker.NewRWMutex(b, k)
+		if err != nil {
+			c.Fatalf("%s: NewRWMutex: %v", contract, err)
+		}
+		r := hold(rw.TryRLock(ctx))
+		want[k] = sharedWant{token: r.Token(), holders: 1}
+	}
+	return want
 }
 
 // firstErr runs a listing until its first error.

@@ -60,3 +60,12 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 	}
 	return lk, nil
 }
+
+// SetLimit passes the inner Locker's on; limitNotStored changes nothing in
+// the store, so that only the Semaphore's own limit changes.
+func (b *brokenLocker) SetLimit(ctx context.Context, key string, limit int) error {
+	if b.kind == limitNotStored {
+		return nil
+	}
+	return locker.SetLimit(ctx, b.inner, key, limit)
+}

@@ -215,6 +215,9 @@ type Request struct {
 	Owner string
 	// Label is the human-readable owner label, for stores that record it.
 	Label string
+	// Data is stored with the hold by a [DataSetter] (nil: none). The
+	// engine checks its size; other drivers never get any.
+	Data []byte
 	// TTL is how long the store must keep the lock without a renewal.
 	TTL time.Duration
 	// Lost may be called by the driver, at any time and any number of times,
@@ -372,6 +375,9 @@ type Status struct {
 	// permits, read or write holds); nil for other keys. Held, Label,
 	// Token, Acquired and Expires then describe the newest holder.
 	Holders []Holder
+	// Data is the holder's [Request.Data], or what [DataSetter.SetData]
+	// set last (nil: none).
+	Data []byte
 }
 
 // Inspector is implemented by drivers that can tell who holds a key
@@ -402,4 +408,15 @@ type Breaker interface {
 	// key. The holder is not told: it learns at its next renewal, or at
 	// once where the store tells it, that its lock is lost.
 	Break(ctx context.Context, key string) error
+}
+
+// DataSetter is implemented by drivers that store [Request.Data] with an
+// exclusive hold, report it in [Status.Data], and can change it while the
+// hold lasts (locker.WithData, locker.SetData). Shared holds carry no data.
+type DataSetter interface {
+	// SetData replaces the data stored with l's hold, if l.Owner still
+	// holds l.Key; nil data removes it. The hold, its token and its
+	// expiry stay as they are. It returns an error matching ErrNotHeld
+	// when the lock is no longer l.Owner's.
+	SetData(ctx context.Context, l Lease, data []byte) error
 }

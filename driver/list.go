@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"slices"
+	"sync"
 )
 
 // KeyStatus is one held key of a listing ([Lister]): the store key and
@@ -52,20 +53,57 @@ func Page(keys iter.Seq[string], cursor string, limit int) (page []string, next 
 	return page, next
 }
 
-// InspectAll reads keys with ins one by one and returns the held ones, in
-// the order of keys: List for stores without a read of many locks at once.
+// inspectAllAtOnce is how many Inspect calls InspectAll makes at once.
+const inspectAllAtOnce = 16
+
+// InspectAll reads keys with ins, up to 16 at once, and returns the held
+// ones, in the order of keys: List for stores without a read of many locks
+// at once. The first error ends it.
 func InspectAll(ctx context.Context, ins Inspector, keys []string) ([]KeyStatus, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		sts   = make([]Status, len(keys))
+		slots = make(chan struct{}, inspectAllAtOnce)
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		once.Do(func() { first = err })
+		cancel()
+	}
+	for i, k := range keys {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			st, err := ins.Inspect(ctx, k)
+			if err != nil {
+				fail(err)
+				return
+			}
+			sts[i] = st
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var page []KeyStatus
-	for _, k := range keys {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		st, err := ins.Inspect(ctx, k)
-		if err != nil {
-			return nil, err
-		}
+	for i, st := range sts {
 		if st.Held {
-			page = append(page, KeyStatus{Key: k, Status: st})
+			page = append(page, KeyStatus{Key: keys[i], Status: st})
 		}
 	}
 	return page, nil

@@ -105,3 +105,16 @@ type Holder struct {
 	// Acquired and Expires are as in [Status]; zero when unknown.
 	Acquired, Expires time.Time
 }
+
+// Limiter is implemented by Sharers whose store can change a semaphore's
+// limit. The engine refuses locker.SetLimit on a driver without it.
+type Limiter interface {
+	// SetLimit sets the limit of the semaphore on key to limit, which is
+	// positive. Holders keep their permits: when they hold more than the
+	// new limit, grants wait until enough of them end. The store wakes the
+	// key's waiters. A key with neither holders nor waiters has no limit in
+	// the store, and SetLimit leaves it so: the next holder's limit rules.
+	// It returns an error matching ErrConflict when the key is held as a
+	// plain lock or a read-write lock.
+	SetLimit(ctx context.Context, key string, limit int) error
+}

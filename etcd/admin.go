@@ -83,8 +83,9 @@ func statusOf(resp *clientv3.GetResponse) (driver.Status, clientv3.LeaseID) {
 	if r, ok := parseShared(kv.Value); ok {
 		return sharedStatusOf(r, kv, int(resp.Count)), clientv3.LeaseID(kv.Lease)
 	}
-	_, label, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
-	return driver.Status{Held: true, Label: label, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1},
+	_, rest, _ := strings.Cut(strings.TrimPrefix(string(kv.Value), keptPrefix), " ")
+	label, data := labelAndData(rest)
+	return driver.Status{Held: true, Label: label, Data: data, Token: uint64(kv.CreateRevision), Waiters: int(resp.Count) - 1},
 		clientv3.LeaseID(kv.Lease)
 }
 

@@ -108,7 +108,8 @@
 //     different keys never share a directory, even when one key is a prefix
 //     of another. Each waiter key is the directory followed by the lease ID
 //     in hex; its value is the acquisition's owner token, a space and the
-//     owner label. Lockers with [locker.WithPrefix] keep their keys under
+//     owner label, then a NUL byte and the lock's data (locker.WithData)
+//     when it has any. SetData puts the value again. Lockers with [locker.WithPrefix] keep their keys under
 //     that prefix, encoded as keys are ([KeyPrefix]: the same unless it has
 //     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
 //     a role with readwrite on that range is all a Locker needs beyond its

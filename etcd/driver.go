@@ -45,7 +45,8 @@ const (
 // lands, never removes a later acquisition's key of the same name.
 type lockState struct {
 	key   string // the waiter key
-	value string // owner token, then the owner label
+	value string // at creation: owner token, owner label, data (lockValue)
+	data  dataWrites
 	dir   string
 	rev   int64 // create revision: the fencing token
 	sess  *session
@@ -62,7 +63,7 @@ type lockState struct {
 
 // deleteOp deletes st's key if it is still st's.
 func (st *lockState) deleteOp() clientv3.Op {
-	return deleteIfValue(st.key, st.value)
+	return clientv3.OpTxn([]clientv3.Cmp{st.mine()}, []clientv3.Op{clientv3.OpDelete(st.key)}, nil)
 }
 
 func deleteIfValue(key, value string) clientv3.Op {
@@ -153,7 +154,7 @@ func (d *etcdDriver) newState(s *session, req driver.Request, suffix bool) *lock
 	if suffix {
 		key += "-" + strconv.FormatUint(d.seq.Add(1), 10)
 	}
-	return &lockState{key: key, value: req.Owner + " " + req.Label, dir: dir, sess: s, lost: req.Lost, ttl: req.TTL}
+	return &lockState{key: key, value: lockValue(req.Owner, req.Label, req.Data), dir: dir, sess: s, lost: req.Lost, ttl: req.TTL}
 }
 
 // detached returns a context for a write whose outcome must be known: it
@@ -488,12 +489,13 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 	if err != nil {
 		return d.classify(err)
 	}
+	value, _ := st.now()
 	resp, err := d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(st.key), "=", st.value)).
-		Then(clientv3.OpPut(st.key, keptPrefix+st.value, clientv3.WithLease(lease.ID))).
+		If(st.mine()).
+		Then(clientv3.OpPut(st.key, keptPrefix+value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
-		d.deleteAfter(st.key, keptPrefix+st.value, remaining)
+		d.deleteAfter(st.key, keptPrefix+value, remaining)
 		if own != nil {
 			d.revokeLease(ctx, own.id)
 		}

@@ -13,8 +13,9 @@ import (
 // List implements driver.Lister: a range read of the waiters' keys under
 // the prefix, from the cursor (an etcd key), in key order; the lock
 // directories met are then read as Inspect reads them, [txnOps] to a
-// transaction, with one TimeToLive per lease. The next page starts after
-// the last directory.
+// transaction, with one TimeToLive per lease. A directory of shared holds
+// is read again whole, as Inspect reads it. The next page starts after the
+// last directory.
 func (d *etcdDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	from := KeyPrefix(prefix)
 	start := max(cursor, from)
@@ -75,7 +76,20 @@ func (d *etcdDriver) inspectAll(ctx context.Context, keys []string) ([]driver.Ke
 			return nil, d.classify(err)
 		}
 		for i, r := range resp.Responses {
-			st, lease := statusOf((*clientv3.GetResponse)(r.GetResponseRange()))
+			get := (*clientv3.GetResponse)(r.GetResponseRange())
+			if len(get.Kvs) > 0 {
+				if _, ok := parseShared(get.Kvs[0].Value); ok {
+					st, err := d.inspectShared(ctx, chunk[i])
+					if err != nil {
+						return nil, err
+					}
+					if st.Held {
+						page = append(page, driver.KeyStatus{Key: chunk[i], Status: st})
+					}
+					continue
+				}
+			}
+			st, lease := statusOf(get)
 			if !st.Held {
 				continue
 			}

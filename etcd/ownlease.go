@@ -76,9 +76,12 @@ func (d *etcdDriver) moveToOwnLease(ctx context.Context, st *lockState, ttl time
 // moveKey puts st's key, with its value, on lease if it still has st's
 // create revision; it reports whether it did.
 func (d *etcdDriver) moveKey(ctx context.Context, st *lockState, lease clientv3.LeaseID) (bool, error) {
+	st.data.write.Lock()
+	defer st.data.write.Unlock()
+	value, _ := st.now()
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", st.rev)).
-		Then(clientv3.OpPut(st.key, st.value, clientv3.WithLease(lease))).
+		Then(clientv3.OpPut(st.key, value, clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
 		return false, err

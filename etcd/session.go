@@ -164,7 +164,8 @@ func (d *etcdDriver) flushOrphans(ctx context.Context, s *session) error {
 		if now.After(st.validUntil) {
 			delete(s.locks, st)
 			lost = append(lost, st)
-			s.orphans = append(s.orphans, orphan{st.key, st.value})
+			value, _ := st.now()
+			s.orphans = append(s.orphans, orphan{st.key, value})
 		}
 	}
 	todo := s.orphans

@@ -3,6 +3,7 @@ module github.com/golocker/locker/integration
 go 1.26.0
 
 require (
+	cirello.io/pglock v1.16.1
 	github.com/bsm/redislock v0.10.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-sql-driver/mysql v1.8.1
@@ -16,6 +17,7 @@ require (
 	github.com/golocker/locker/redis v0.1.0
 	github.com/golocker/locker/zookeeper v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.10.9
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.opentelemetry.io/otel/sdk/metric v1.45.0
@@ -129,7 +131,7 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/grpc v1.83.2 // indirect
+	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect

@@ -9,7 +9,8 @@ import (
 )
 
 // List implements driver.Lister: the held keys under prefix in ascending
-// order (driver.Page); the cursor is the last key of the previous page.
+// order (driver.Page), plain locks and keys held by shared holds alike; the
+// cursor is the last key of the previous page.
 func (d *memDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	if err := d.check(ctx); err != nil {
 		return nil, "", err
@@ -20,6 +21,11 @@ func (d *memDriver) List(ctx context.Context, prefix, cursor string, limit int) 
 	keys, next := driver.Page(func(yield func(string) bool) {
 		for k := range s.locks {
 			if strings.HasPrefix(k, prefix) && !yield(k) {
+				return
+			}
+		}
+		for k := range s.shares {
+			if _, dup := s.locks[k]; !dup && strings.HasPrefix(k, prefix) && !yield(k) {
 				return
 			}
 		}

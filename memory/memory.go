@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ type subSet struct{ chans map[chan struct{}]struct{} }
 type entry struct {
 	owner    string
 	label    string
+	data     []byte // the holder's (locker.WithData, locker.SetData)
 	token    uint64
 	expires  time.Time // monotonic
 	acquired time.Time
@@ -190,7 +192,7 @@ func (d *memDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.
 		return driver.Grant{}, fmt.Errorf("%w: the key is %s, not a plain lock", driver.ErrConflict, sh.kind())
 	}
 	s.seq++
-	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, token: s.seq, expires: now.Add(req.TTL), acquired: now}
+	s.locks[req.Key] = &entry{owner: req.Owner, label: req.Label, data: bytes.Clone(req.Data), token: s.seq, expires: now.Add(req.TTL), acquired: now}
 	return driver.Grant{Token: s.seq, Validity: req.TTL}, nil
 }
 
@@ -259,6 +261,23 @@ func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
 	return nil
 }
 
+// SetData implements driver.DataSetter: the holder's data changes, its
+// hold does not.
+func (d *memDriver) SetData(ctx context.Context, l driver.Lease, data []byte) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.live(l.Key, time.Now())
+	if e == nil || e.owner != l.Owner || e.kept {
+		return driver.ErrNotHeld
+	}
+	e.data = bytes.Clone(data)
+	return nil
+}
+
 // Break implements driver.Breaker (locker.ForceUnlock): the key is freed
 // whoever holds it, and its waiters are woken.
 func (d *memDriver) Break(ctx context.Context, key string) error {
@@ -302,7 +321,7 @@ func (s *Store) statusLocked(key string, now time.Time) driver.Status {
 		st.Waiters = len(set.chans)
 	}
 	if e := s.live(key, now); e != nil {
-		st.Held, st.Label, st.Token = true, e.label, e.token
+		st.Held, st.Label, st.Token, st.Data = true, e.label, e.token, bytes.Clone(e.data)
 		st.Acquired, st.Expires = e.acquired.Round(0), e.expires.Round(0) // wall clock only
 	}
 	if sh := s.liveShared(key, now); sh != nil {

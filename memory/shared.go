@@ -237,3 +237,28 @@ func (sh *shared) status() []driver.Holder {
 	slices.SortFunc(hs, func(a, b driver.Holder) int { return cmp.Compare(a.Token, b.Token) })
 	return hs
 }
+
+// SetLimit implements driver.Limiter: the key's semaphore, if it has
+// holders or waiters, gets limit permits, and its waiters are woken.
+func (d *memDriver) SetLimit(ctx context.Context, key string, limit int) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.live(key, now) != nil {
+		return fmt.Errorf("%w: the key is a plain lock, not a semaphore", driver.ErrConflict)
+	}
+	sh := s.liveShared(key, now)
+	switch {
+	case sh == nil:
+		return nil
+	case sh.rw:
+		return fmt.Errorf("%w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
+	}
+	sh.limit = limit
+	s.notifyLocked(key)
+	return nil
+}

@@ -224,3 +224,73 @@ func BenchmarkUncontended(b *testing.B) {
 		})
 	}
 }
+
+// TestSetLimitEndsOldWaits checks that a wait in progress that asked with
+// the old limit fails with ErrInvalidOption once SetLimit changed it, and
+// leaves no place in line: a permit freed later goes to a wait with the
+// new limit.
+func TestSetLimitEndsOldWaits(t *testing.T) {
+	store := memory.NewStore()
+	a, err := memory.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := memory.New(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	sa, _ := locker.NewSemaphore(a, "k", 1)
+	sb, _ := locker.NewSemaphore(b, "k", 1)
+	held, err := sa.TryAcquireN(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := sb.AcquireN(ctx, 1) // queued behind held, with limit 1
+		waited <- err
+	}()
+	for { // until b's wait is in line
+		st, err := locker.Inspect(ctx, a, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := sa.SetLimit(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "3") {
+		t.Errorf("a wait with the old limit after SetLimit: got %v, want ErrInvalidOption naming the new limit 3", err)
+	}
+	// Its place in line is withdrawn by b's cleanup, in the background.
+	for {
+		st, err := locker.Inspect(ctx, a, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Limit != 3 {
+			t.Fatalf("after SetLimit(3) the key's limit is %d", st.Limit)
+		}
+		if st.Waiters == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the ended wait is still in line")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p, err := sa.TryAcquireN(ctx, 2)
+	if err != nil {
+		t.Fatalf("two more permits under the raised limit: %v", err)
+	}
+	_ = p.Unlock(ctx)
+	_ = held.Unlock(ctx)
+}

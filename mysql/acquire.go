@@ -52,11 +52,12 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
+	data := dataArg(req.Data)
+	g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key)
 	if ok || err != nil {
 		return g, err
 	}
-	g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, ttl)
+	g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, data, ttl)
 	if ok || err != nil {
 		return g, err
 	}
@@ -87,7 +88,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 			if !free {
 				return driver.Grant{}, errSharedKey
 			}
-			if g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key); ok || err != nil {
+			if g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key); ok || err != nil {
 				return g, err
 			}
 			continue
@@ -97,7 +98,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 			return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 		}
 		// Released (or expired) between our statements: one more try.
-		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, ttl, req.Key)
+		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key)
 		if ok || err != nil {
 			return g, err
 		}

@@ -8,8 +8,9 @@
 //	…
 //	err = locker.TryDo(ctx, l, "nightly-report", runReport)
 //
-// New creates the table if it does not exist ([Config.SkipMigration] turns
-// that off). Its DDL, for the default name:
+// New creates the table if it does not exist, and adds lock_data to a
+// table made by an earlier version ([Config.SkipMigration] turns both off;
+// [AddDataColumnSQL] is the second). Its DDL, for the default name:
 //
 //	CREATE TABLE IF NOT EXISTS `distribute_task_lock` (
 //	  `task_name`   VARBINARY(255)  NOT NULL, -- key, prefix included; compared byte by byte
@@ -21,6 +22,7 @@
 //	  `start_time`  DATETIME(6)     NULL,     -- UTC; start of the latest run
 //	  `finish_time` DATETIME(6)     NULL,     -- UTC; its release (NULL: running, or never released)
 //	  `update_time` DATETIME(6)     NOT NULL, -- UTC; last acquisition, renewal or release
+//	  `lock_data`   VARBINARY(1024) NULL,     -- locker.WithData of the latest holder; NULL: none
 //	  PRIMARY KEY (`task_name`)
 //	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 //
@@ -142,6 +144,8 @@
 //     statements, and such a transaction when it was the key's last hold. The transactions run at READ COMMITTED, which
 //     binlog_format=STATEMENT refuses for writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
+//   - A lock's data (locker.WithData) is in lock_data, which a table made
+//     by an earlier version lacks: New adds it ([AddDataColumnSQL]).
 //   - MySQL 5.7+ or MariaDB 10.0.2+ (several named locks per session);
 //     tested on MariaDB 10.11.
 //

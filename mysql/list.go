@@ -11,13 +11,12 @@ import (
 // List implements driver.Lister: the held runs (RUNNING and not expired on
 // the database's clock) whose task_name starts with prefix, after the
 // cursor (the last task_name of the previous page), in task_name order, at
-// most limit of them: one range read of the primary key per page. Waiters
-// is 0, as for Inspect.
+// most limit of them: one range read of the primary key per page. Keys
+// held by shared holds (SHARED rows) are read as Inspect reads them, one
+// query each. Waiters is 0 for plain locks, as for Inspect.
 func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
-	q := "SELECT task_name, task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
-		", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
-		" FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status = 'RUNNING' AND lock_until > " + dbNow +
+	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status IN ('RUNNING', '" + sharedStatus + "') AND lock_until > " + dbNow +
 		" ORDER BY task_name LIMIT ?"
 	like := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix) + "%"
 	rows, err := d.db.QueryContext(ctx, q, []byte(cursor), []byte(like), limit)
@@ -34,13 +33,31 @@ func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) 
 			return nil, "", fmt.Errorf("list: %w", err)
 		}
 		n, last = n+1, string(name)
-		if r.Held {
+		switch {
+		case r.State == sharedStatus:
+			page = append(page, driver.KeyStatus{Key: last}) // read below, once rows is done
+		case r.Held:
 			page = append(page, driver.KeyStatus{Key: last, Status: r.status()})
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("list: %w", err)
 	}
+	rows.Close()
+	held := page[:0]
+	for _, ks := range page {
+		if !ks.Held {
+			st, err := d.inspectShared(ctx, ks.Key)
+			if err != nil {
+				return nil, "", fmt.Errorf("list: %w", err)
+			}
+			ks.Status = st
+		}
+		if ks.Held {
+			held = append(held, ks)
+		}
+	}
+	page = held
 	if n < limit {
 		return page, "", nil
 	}

@@ -56,9 +56,9 @@ func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 	grants := make([]driver.Grant, len(reqs))
 	for i, req := range reqs {
 		ttl := ttlMicros(req.TTL)
-		id, err := took(acquire.ExecContext(ctx, req.Owner, label, ttl, req.Key, f.Store))
+		id, err := took(acquire.ExecContext(ctx, req.Owner, label, dataArg(req.Data), ttl, req.Key, f.Store))
 		if err == nil && id == 0 {
-			id, err = took(insert.ExecContext(ctx, req.Key, req.Owner, label, ttl, f.Store))
+			id, err = took(insert.ExecContext(ctx, req.Key, req.Owner, label, dataArg(req.Data), ttl, f.Store))
 		}
 		if err == nil && id == 0 {
 			err = driver.Held(0)

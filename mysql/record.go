@@ -54,6 +54,9 @@ type Run struct {
 	// LockUntil is when the latest holder's claim ends (or ended) unless
 	// renewed.
 	LockUntil time.Time
+	// Data is the latest holder's data (locker.WithData, locker.SetData);
+	// nil when none.
+	Data []byte
 }
 
 // LastRun reads the record of the latest run of one key, for operators and
@@ -104,12 +107,15 @@ func scanRunRow(rows *sql.Rows, key string, dest ...any) (Run, error) {
 		start, finish, update, until sql.NullInt64
 		held                         sql.NullBool
 	)
-	if err := rows.Scan(append(dest, &status, &r.Version, &label, &start, &finish, &update, &until, &held)...); err != nil {
+	if err := rows.Scan(append(dest, &status, &r.Version, &label, &start, &finish, &update, &until, &held, &r.Data)...); err != nil {
 		return Run{}, fmt.Errorf("scan: %w", err)
 	}
 	r.Key, r.State, r.OwnerLabel = key, RunState(status), string(label)
 	r.StartTime, r.FinishTime, r.UpdateTime, r.LockUntil = utc(start), utc(finish), utc(update), utc(until)
 	r.Held = r.State == Running && held.Valid && held.Bool
+	if len(r.Data) == 0 {
+		r.Data = nil
+	}
 	return r, nil
 }
 

@@ -119,7 +119,7 @@ func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 
 // status is the driver.Status of a held run.
 func (r Run) status() driver.Status {
-	return driver.Status{Held: true, Label: r.OwnerLabel, Token: r.Version, Acquired: r.StartTime, Expires: r.LockUntil}
+	return driver.Status{Held: true, Label: r.OwnerLabel, Token: r.Version, Acquired: r.StartTime, Expires: r.LockUntil, Data: r.Data}
 }
 
 // Keep implements driver.Keeper (locker.MinHold): the run is over

@@ -529,3 +529,54 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 	}
 	return free, classify(err)
 }
+
+// SetLimit implements driver.Limiter: one transaction that locks the key's
+// row, as attempts do, and sets the limit of every live holder and waiter.
+// Waiters poll, so they see it at their next attempt.
+func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
+	st, err := d.sharedTable()
+	if err != nil {
+		return err
+	}
+	for range maxAttempts {
+		err = d.setLimit(ctx, st, key, limit)
+		if !contended(err) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, driver.ErrConflict) {
+		return fmt.Errorf("setlimit: %w", classify(err))
+	}
+	return err
+}
+
+// setLimit is one transaction of SetLimit.
+func (d *sqlDriver) setLimit(ctx context.Context, st, key string, limit int) error {
+	return d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
+		var (
+			status string
+			live   bool
+		)
+		err := d.txQueryRow(ctx, tx, "SELECT task_status, lock_until > "+dbNow+" FROM "+d.sql.table+
+			" WHERE task_name = ? FOR UPDATE", key).Scan(&status, &live)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil // a free key keeps no limit
+		case err != nil:
+			return err
+		case status == string(Running) && live:
+			return fmt.Errorf("%w: the key is a plain lock, not a semaphore", driver.ErrConflict)
+		}
+		rows, err := d.shareRows(ctx, tx, st, key)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.remaining > 0 && r.mode != driver.Permits {
+				return fmt.Errorf("%w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
+			}
+		}
+		_, err = d.txExec(ctx, tx, "UPDATE "+st+" SET share_limit = ? WHERE task_name = ?", limit, key)
+		return err
+	})
+}

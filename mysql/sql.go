@@ -40,11 +40,13 @@ type statements struct {
 	table string // quoted
 	// acquire takes an existing row that is free or expired, unless the
 	// fence passed; a row marked as held by shared holds (SHARED) only
-	// after settling. Args: owner, label, ttl µs, key, fence µs.
+	// after settling. Args: owner, label, data, ttl µs, key, fence µs.
 	acquire string
 	// insert creates a missing row, already taken, unless the fence
-	// passed. Args: key, owner, label, ttl µs, fence µs.
+	// passed. Args: key, owner, label, data, ttl µs, fence µs.
 	insert string
+	// setData replaces the holder's data. Args: data, key, owner, version.
+	setData string
 	// remaining reads how long the holder's claim still runs (µs; NULL or
 	// negative when the row is free or missing), the database clock (µs
 	// since the epoch), and whether shared holds hold the key. Args: key.
@@ -74,10 +76,10 @@ type statements struct {
 }
 
 // Statements are SQL statements a Locker on a lock table runs, for benchmarks
-// that must run the same ones (see the package doc, Testing). Acquire takes an existing row (args: owner, label, TTL in µs, key;
-// LAST_INSERT_ID() is then the fencing token), Insert creates a missing one
-// (args: key, owner, label, TTL in µs), Release gives a row back (args: key,
-// owner, token).
+// that must run the same ones (see the package doc, Testing). Acquire takes an existing row (args: owner, label, data (nil:
+// none), TTL in µs, key; LAST_INSERT_ID() is then the fencing token),
+// Insert creates a missing one (args: key, owner, label, data, TTL in µs),
+// Release gives a row back (args: key, owner, token).
 type Statements struct {
 	Acquire, Insert, Release string
 }
@@ -93,12 +95,12 @@ func newStatements(table string) statements {
 	return statements{
 		table: t,
 		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
-			" owner_token = ?, owner_label = ?, start_time = " + dbNow + ", finish_time = NULL," +
+			" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
 			" lock_until = " + untilExpr + ", update_time = " + dbNow +
 			" WHERE task_name = ? AND (task_status NOT IN ('RUNNING', 'SHARED') OR task_status = 'RUNNING' AND lock_until <= " + dbNow + ") AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
-			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
+			" (task_name, task_status, version, owner_token, owner_label, lock_data, lock_until, start_time, update_time)" +
+			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
 			" FROM DUAL WHERE " + beforeFence,
 		remaining: "SELECT r.rem, " + epochMicros + ", r.status = 'SHARED' FROM (SELECT NULL) AS dual_" +
 			" LEFT JOIN (SELECT IF(task_status IN ('RUNNING', 'SHARED'), TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1) AS rem," +
@@ -118,13 +120,17 @@ func newStatements(table string) statements {
 		force: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
 			" WHERE task_name = ? AND task_status = 'RUNNING' AND lock_until > " + dbNow,
-		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
-			", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow +
-			" FROM " + t + " WHERE task_name = ?",
+		inspect: "SELECT " + runColumns + " FROM " + t + " WHERE task_name = ?",
+		setData: "UPDATE " + t + " SET lock_data = ?, update_time = " + dbNow +
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING' AND lock_until > " + dbNow,
 		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
 			" FROM " + t + " WHERE task_name = ? FOR UPDATE",
 	}
 }
+
+// runColumns are the columns of a run record that scanRunRow reads.
+var runColumns = "task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
+	", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow + ", lock_data"
 
 // renewSQL renews n leases in one statement. The task_name IN list lets the
 // optimizer read the rows by primary key; the row constructor list checks

@@ -64,11 +64,18 @@
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.
 //
-// Waiters for plain locks poll the row: there is no queue and no FIFO
-// order. Waiters for shared holds queue in the table of shared holds.
+// Waiters for plain locks are not served in order: there is no queue. A
+// release wakes every waiting Locker (with PollOnly, their next polls find
+// the row free), and their statements race for the row. A Lock that
+// arrives as the key is released, such as the releasing goroutine's next
+// one, often wins. A waiter has no bound on how often it loses. Waiters
+// for shared holds queue in the table of shared holds.
 //
 // A lock table whose name is longer than 56 bytes leaves no room for the
 // "_shared" suffix: its Locker has no shared holds.
+//
+// A lock's data (locker.WithData) is in lock_data, which a table made by
+// an earlier version lacks: New adds it ([AddDataColumnSQL]).
 //
 // Consensus is the database's: an asynchronous replica promoted after a
 // failover may have lost recent acquisitions.
@@ -94,7 +101,9 @@
 //
 // # Schema
 //
-// New creates the table unless Config.SkipMigration is set ([CreateTableSQL]):
+// New creates the table, and adds lock_data to a table made by an earlier
+// version ([AddDataColumnSQL]), unless Config.SkipMigration is set
+// ([CreateTableSQL]):
 //
 //	CREATE TABLE IF NOT EXISTS "distribute_task_lock" (
 //	  task_name   text        PRIMARY KEY,
@@ -105,9 +114,12 @@
 //	  lock_until  timestamptz NOT NULL,
 //	  start_time  timestamptz,
 //	  finish_time timestamptz,
-//	  update_time timestamptz NOT NULL
+//	  update_time timestamptz NOT NULL,
+//	  lock_data   bytea
 //	)
 //
 // Rows are never deleted by the Locker, except the rows of shared holds
 // and waiters that ended, which the key's next shared attempt deletes.
+// [Purge] deletes idle rows of the lock table, and tokens stay increasing
+// across it.
 package postgres

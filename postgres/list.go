@@ -17,7 +17,7 @@ import (
 func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
 	q := "SELECT task_name, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-		", owner_token = " + sharedOwnerSQL + " FROM " + quoteIdent(d.cfg.Table) +
+		", owner_token = " + sharedOwnerSQL + ", lock_data FROM " + quoteIdent(d.cfg.Table) +
 		" WHERE task_name > $1 AND starts_with(task_name, $2) AND task_status = 'RUNNING'" +
 		" AND (lock_until > " + dbNow + " OR owner_token = " + sharedOwnerSQL + ")" +
 		" ORDER BY task_name LIMIT $3"
@@ -29,13 +29,14 @@ func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 			version      int64
 			start, until sql.NullInt64
 			shared       bool
+			data         []byte
 		)
-		if err := scan(&name, &version, &label, &start, &until, &shared); err != nil {
+		if err := scan(&name, &version, &label, &start, &until, &shared, &data); err != nil {
 			return err
 		}
 		n, last = n+1, name
 		page = append(page, driver.KeyStatus{Key: name, Status: driver.Status{
-			Held: !shared, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}})
+			Held: !shared, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}})
 		return nil
 	})
 	if err != nil {

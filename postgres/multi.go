@@ -20,7 +20,8 @@ import (
 const maxMultiKeys = 100
 
 // multiAcquireSQL takes every row of a set when each is missing, free or
-// expired, and not marked as held by shared holds, in one statement, unless the fence passed: it fails with
+// expired, and not marked as held by shared holds, with no data, in one
+// statement, unless the fence passed: it fails with
 // division_by_zero (SQLSTATE 22012), which rolls it back, when it took
 // fewer rows than asked. It returns one row per key taken: name, version,
 // the database clock (µs since the epoch). Args: keys, owners, label, ttls
@@ -34,7 +35,7 @@ func multiAcquireSQL(table string) string {
 		" FROM k WHERE " + beforeFence +
 		" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 		" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
-		" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
+		" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time, lock_data = NULL" +
 		" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL +
 		" AND " + beforeFence +
 		" RETURNING l.task_name, l.version)," +

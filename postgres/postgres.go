@@ -166,9 +166,12 @@ func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan stru
 	return d.listen.subscribe(ctx, key)
 }
 
-// Info implements driver.Driver.
+// Info implements driver.Driver. The driver promises PromptCancel: pgx
+// ends a statement, a dial or a wait for a pooled connection as soon as
+// its ctx ends (with its default context handling, which sets a deadline
+// on the connection), and so does database/sql.
 func (d *pgDriver) Info() driver.Info {
-	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
+	return driver.Info{Name: backend, MaxKeyBytes: MaxKeyBytes, PerLockTTL: true, PromptCancel: true}
 }
 
 // Configure implements driver.Configurer: it creates and checks the table.
@@ -271,7 +274,7 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			now              int64
 			shared           sql.NullBool
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store}, func(scan func(...any) error) error {
+		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store, dataArg(req.Data)}, func(scan func(...any) error) error {
 			return scan(&taken, &remaining, &now, &shared)
 		})
 		if err == nil && now > 0 {
@@ -314,10 +317,15 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
 		case remaining.Valid && remaining.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(remaining.Int64) * time.Microsecond)
-		case now >= f.Store && !fenced && ctx.Err() == nil:
-			// Fenced out on arrival (a stale clock mapping, or a
-			// database clock that jumped): the next fence comes from
-			// this statement's reading.
+		case now >= f.Store && !fenced:
+			// Fenced out on arrival (a stale clock mapping, a database
+			// clock that jumped, or a slow dial): the next fence comes
+			// from this statement's reading. The statement took
+			// nothing, so when ctx ended meanwhile that is the answer,
+			// not a holder that does not exist.
+			if err := ctx.Err(); err != nil {
+				return driver.Grant{}, err
+			}
 			fenced = true
 			continue
 		default:
@@ -410,12 +418,13 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 			version       int64
 			start, until  sql.NullInt64
 			alive         bool
+			data          []byte
 		)
-		if err := scan(&status, &version, &label, &start, &until, &alive, &shared); err != nil {
+		if err := scan(&status, &version, &label, &start, &until, &alive, &shared, &data); err != nil {
 			return err
 		}
 		found = status == "RUNNING" && alive
-		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until)}
+		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}
 		return nil
 	})
 	if err != nil {

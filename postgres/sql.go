@@ -26,8 +26,11 @@ type statements struct {
 	// holds. It returns one row: the version taken or NULL, the holder's
 	// remaining µs or NULL (none, or the holder's row is not visible yet),
 	// the database clock (µs since the epoch), and whether the key is
-	// held by shared holds. Args: key, owner, label, ttl µs, fence µs.
+	// held by shared holds. Args: key, owner, label, ttl µs, fence µs,
+	// data.
 	acquire string
+	// setData replaces the holder's data. Args: data, key, owner, version.
+	setData string
 	// now reads the database clock (µs since the epoch).
 	now string
 	// release frees the row and notifies the waiters, returning one row
@@ -48,7 +51,8 @@ type statements struct {
 	// renew renews many leases in one statement and returns the renewed
 	// rows. Args: keys, owners, versions, ttls µs (arrays).
 	renew string
-	// inspect reads the row, and whether shared holds hold it. Args: key.
+	// inspect reads the row, whether shared holds hold it, and its data.
+	// Args: key.
 	inspect string
 	// guard reads and row-locks the row. Args: key.
 	guard string
@@ -63,12 +67,12 @@ func newStatements(table string) statements {
 	free := "task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow + ", update_time = " + dbNow
 	return statements{
 		acquire: "WITH a AS (INSERT INTO " + t + " AS l" +
-			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", $2::text, $3::text, " + until + ", " + dbNow + ", " + dbNow +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time, lock_data)" +
+			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", $2::text, $3::text, " + until + ", " + dbNow + ", " + dbNow + ", $6::bytea" +
 			" WHERE " + beforeFence +
 			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
-			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
+			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time, lock_data = EXCLUDED.lock_data" +
 			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL +
 			" AND " + beforeFence +
 			" RETURNING l.version)" +
@@ -100,7 +104,9 @@ func newStatements(table string) statements {
 			" AND l.task_status = 'RUNNING' AND l.lock_until > " + dbNow +
 			" RETURNING l.task_name, l.owner_token, l.version",
 		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-			", lock_until > " + dbNow + ", owner_token = " + sharedOwnerSQL + " FROM " + t + " WHERE task_name = $1",
+			", lock_until > " + dbNow + ", owner_token = " + sharedOwnerSQL + ", lock_data FROM " + t + " WHERE task_name = $1",
+		setData: "UPDATE " + t + " SET lock_data = $1, update_time = " + dbNow +
+			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING' AND lock_until > " + dbNow,
 		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +
 			" FROM " + t + " WHERE task_name = $1 FOR UPDATE",
 	}

@@ -78,7 +78,7 @@ func lockStatus(v string, absent bool, ttl time.Duration, queued int64, now time
 	}
 	st.Held, st.Token = true, token
 	if len(parts) == 3 {
-		st.Label = parts[2]
+		st.Label, st.Data = splitLabel(parts[2])
 	}
 	st.Acquired = time.UnixMicro(int64(min(token, math.MaxInt64))).UTC()
 	if ttl > 0 {

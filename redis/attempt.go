@@ -38,7 +38,7 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 		return 0, err
 	}
 	reply, err := d.runAcquire(ctx, keys,
-		req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
+		req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
 	}

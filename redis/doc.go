@@ -108,6 +108,11 @@
 //   - A fence key stays [FenceRetention] after the last acquisition of its
 //     key; queue keys vanish once no waiter refreshes them.
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
+//   - A lock's data (locker.WithData) follows its label in the lock
+//     value, after a NUL byte. SetData is one script, which keeps the
+//     lock's time to live. It is not replicated before it returns, even with Config.Replicas: a failover may bring back the
+//     older data. Redlock changes it on every master and succeeds on a
+//     quorum.
 //   - Redis 5.0 or later. Pipelines and EVAL/EVALSHA must be allowed;
 //     WATCH/MULTI/EXEC are never used.
 //   - Through a proxy that shards by key, hash on "{}" tags. WAIT, CONFIG GET

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -16,10 +17,12 @@ import (
 
 // List implements driver.Lister with SCAN: one SCAN call per page, with
 // MATCH on the lock names of the prefix and COUNT limit, then the page's
-// locks read in one pipeline. Both name forms are scanned in turn (see
-// KeysOf), and on a Cluster every primary in turn. The cursor is
+// locks read in one pipeline. Both name forms (see KeysOf) of the plain
+// locks, then of the shared holds' meta hashes, are scanned in turn, and on
+// a Cluster every primary in turn. The cursor is
 // "<primary>:<form>:<SCAN cursor>". As SCAN does, it may yield a key twice
-// when Redis resizes its table during the listing.
+// when Redis resizes its table during the listing, or when it turns from a
+// plain lock into a shared one meanwhile.
 func (d *redisDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	nodes, err := d.scanners(ctx)
 	if err != nil {
@@ -28,6 +31,10 @@ func (d *redisDriver) List(ctx context.Context, prefix, cursor string, limit int
 	names, form, _, next, err := scanPage(ctx, nodes, prefix, cursor, limit)
 	if err != nil {
 		return nil, "", err
+	}
+	if form >= 2 {
+		page, err := d.readShared(ctx, names, form)
+		return page, next, err
 	}
 	page, err := d.readLocks(ctx, names, form)
 	return page, next, err
@@ -44,7 +51,8 @@ func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limi
 	if node >= len(nodes) {
 		return nil, 0, 0, "", nil // the Cluster lost primaries since the last page
 	}
-	match := []string{namespace + "{" + globEscape(prefix) + "*}", namespace + hashTagGlob + kindLock + ":" + globEscape(prefix) + "*"}
+	match := []string{namespace + "{" + globEscape(prefix) + "*}", namespace + hashTagGlob + kindLock + ":" + globEscape(prefix) + "*",
+		namespace + "{" + globEscape(prefix) + "*}:" + kindShareMeta, namespace + hashTagGlob + kindShareMeta + ":" + globEscape(prefix) + "*"}
 	names, scan, err = nodes[node](ctx, scan, match[form], int64(max(limit, 1)))
 	if err != nil {
 		return nil, 0, 0, "", fmt.Errorf("list: %w", classify(err))
@@ -52,8 +60,8 @@ func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limi
 	switch {
 	case scan != 0:
 		next = fmt.Sprintf("%d:%d:%d", node, form, scan)
-	case form == 0:
-		next = fmt.Sprintf("%d:1:0", node)
+	case form < lastForm:
+		next = fmt.Sprintf("%d:%d:0", node, form+1)
 	case node+1 < len(nodes):
 		next = fmt.Sprintf("%d:0:0", node+1)
 	}
@@ -63,26 +71,52 @@ func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limi
 // readLocks reads the locks named names (of the given form) in one
 // pipeline, and returns the held ones.
 func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
+	return d.readPage(ctx, names, kindLock, form, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
+		get, pttl, queued := pipe.Get(ctx, ks.Lock), pipe.PTTL(ctx, ks.Lock), pipe.ZCard(ctx, ks.Queue)
+		return func(now time.Time) (driver.Status, error) {
+			v, err := get.Result()
+			return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now)
+		}
+	})
+}
+
+// lastForm is the last name form List scans: 0 and 1 are the plain locks'
+// names without and with a hashed tag, 2 and 3 the shared meta hashes'.
+const lastForm = 3
+
+// readShared reads the keys of shared holds whose meta hashes are named
+// names (of the given form) in one pipeline, and returns the held ones.
+func (d *redisDriver) readShared(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
+	return d.readPage(ctx, names, kindShareMeta, form-2, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
+		holders, meta, queued := pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1), pipe.HGetAll(ctx, ks.Meta), pipe.ZCard(ctx, ks.SharedQueue)
+		return func(now time.Time) (driver.Status, error) {
+			var st driver.Status
+			return st, inspectShared(&st, now, holders.Val(), meta.Val(), queued.Val())
+		}
+	})
+}
+
+// readPage reads the keys whose Redis names of kind and form are names, in
+// one pipeline, and returns the held ones. For each key, read adds its
+// reads to the pipeline and returns what makes its Status from them once
+// the pipeline ran, at the server's time.
+func (d *redisDriver) readPage(ctx context.Context, names []string, kind string, form int,
+	read func(goredis.Pipeliner, Keys) func(now time.Time) (driver.Status, error)) ([]driver.KeyStatus, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	pipe := d.client.Pipeline()
-	type read struct {
+	type pending struct {
 		key    string
-		get    *goredis.StringCmd
-		pttl   *goredis.DurationCmd
-		queued *goredis.IntCmd
+		status func(time.Time) (driver.Status, error)
 	}
-	reads := make([]read, 0, len(names))
+	reads := make([]pending, 0, len(names))
 	for _, n := range names {
-		key, ok := storeKeyOf(n, form)
-		if !ok {
-			continue
+		if key, ok := storeKeyOf(n, kind, form); ok {
+			reads = append(reads, pending{key: key, status: read(pipe, KeysOf(key))})
 		}
-		ks := KeysOf(key)
-		reads = append(reads, read{key: key, get: pipe.Get(ctx, ks.Lock), pttl: pipe.PTTL(ctx, ks.Lock), queued: pipe.ZCard(ctx, ks.Queue)})
 	}
 	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
@@ -90,8 +124,7 @@ func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) (
 	}
 	page := make([]driver.KeyStatus, 0, len(reads))
 	for _, r := range reads {
-		v, err := r.get.Result()
-		st, err := lockStatus(v, errors.Is(err, goredis.Nil), r.pttl.Val(), r.queued.Val(), now.Val())
+		st, err := r.status(now.Val())
 		if err != nil {
 			return nil, fmt.Errorf("list: %s: %w", r.key, err)
 		}
@@ -102,20 +135,25 @@ func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) (
 	return page, nil
 }
 
-// storeKeyOf is the store key of a lock name of the given form, and
-// whether name is one.
-func storeKeyOf(name string, form int) (string, bool) {
+// storeKeyOf is the store key of a Redis name of the given kind (kindLock
+// or kindShareMeta) and form (0: plain tag, 1: hashed tag), and whether
+// name is one.
+func storeKeyOf(n, kind string, form int) (string, bool) {
 	if form == 0 {
-		s, ok := strings.CutPrefix(name, namespace+"{")
-		s, ok2 := strings.CutSuffix(s, "}")
+		suffix := "}"
+		if kind != kindLock {
+			suffix = "}:" + kind
+		}
+		s, ok := strings.CutPrefix(n, namespace+"{")
+		s, ok2 := strings.CutSuffix(s, suffix)
 		return s, ok && ok2 && strings.IndexByte(s, '}') < 0
 	}
-	const tag = len(namespace + "#{0123456789abcdef}:" + kindLock + ":")
-	if len(name) < tag || !strings.HasPrefix(name, namespace+"#{") {
+	tag := len(namespace + "#{0123456789abcdef}:" + kind + ":")
+	if len(n) < tag || !strings.HasPrefix(n, namespace+"#{") {
 		return "", false
 	}
-	s := name[tag:]
-	return s, lockKey(s) == name
+	s := n[tag:]
+	return s, name(kind, s) == n
 }
 
 // scanFunc runs one SCAN on one node.
@@ -176,7 +214,7 @@ func parseListCursor(cursor string) (node, form int, scan uint64, err error) {
 		if err == nil {
 			scan, err = strconv.ParseUint(parts[2], 10, 64)
 		}
-		if err == nil && node >= 0 && (form == 0 || form == 1) {
+		if err == nil && node >= 0 && form >= 0 && form <= lastForm {
 			return node, form, scan, nil
 		}
 	}

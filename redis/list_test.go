@@ -10,7 +10,8 @@ import (
 
 // TestListBothNameForms: keys with a '}' live under the hashed name form
 // (see KeysOf); List finds them too, glob characters in the prefix match
-// only themselves, and keys outside the prefix stay out.
+// only themselves, and keys outside the prefix stay out. Keys held by
+// semaphore permits and read holds are listed in both forms too.
 func TestListBothNameForms(t *testing.T) {
 	srv := storeenv.Redis(t)
 	l, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithPrefix("list-test/"))
@@ -24,6 +25,27 @@ func TestListBothNameForms(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = lk.Unlock(ctx) })
 	}
+	shared := []string{base + "sem", base + "sem}d", base + "rw", base + "}rw"}
+	for i, k := range shared {
+		var lk locker.Lock
+		var err error
+		if i < 2 {
+			var s *locker.Semaphore
+			if s, err = locker.NewSemaphore(l, k, 2); err == nil {
+				lk, err = s.TryAcquire(ctx)
+			}
+		} else {
+			var m *locker.RWMutex
+			if m, err = locker.NewRWMutex(l, k); err == nil {
+				lk, err = m.TryRLock(ctx)
+			}
+		}
+		if err != nil {
+			t.Fatalf("a shared hold on %q: %v", k, err)
+		}
+		t.Cleanup(func() { _ = lk.Unlock(ctx) })
+	}
+	keys = append(keys, shared...)
 	var got []string
 	for ks, err := range locker.List(ctx, l, base) {
 		if err != nil {

@@ -220,6 +220,7 @@ type redisDriver struct {
 	acquire *goredis.Script
 	release *goredis.Script
 	renew   *goredis.Script
+	setData *goredis.Script // setdata.lua
 	// The scripts of shared holds (shared.go).
 	shareAcquire, shareRelease, shareRenew *goredis.Script
 	// multiAcquire takes several locks at once (multi.go).
@@ -275,6 +276,7 @@ func newDriver(client Client) *redisDriver {
 		acquire: goredis.NewScript(include(acquireLua)),
 		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
+		setData: goredis.NewScript(setDataLua),
 
 		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
 		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),

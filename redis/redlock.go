@@ -223,6 +223,7 @@ func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 		release:      goredis.NewScript(redlockReleaseLua),
 		undoScript:   goredis.NewScript(redlockUndoLua),
 		renew:        goredis.NewScript(renewLua),
+		setData:      goredis.NewScript(setDataLua),
 		logger:       slog.New(slog.DiscardHandler),
 		timeout:      c.Timeout,
 		restartDelay: c.RestartDelay,
@@ -241,6 +242,7 @@ type redlockDriver struct {
 	commit  *goredis.Script
 	release *goredis.Script
 	renew   *goredis.Script
+	setData *goredis.Script // setdata.lua
 	logger  *slog.Logger
 	// undoScript is redlock_undo.lua.
 	undoScript *goredis.Script
@@ -330,6 +332,7 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 			continue
 		}
 		st.Held = true
+		labels := map[string]int{} // label parts: masters a SetData missed differ
 		for i, r := range rs {
 			if errs[i] != nil || !strings.HasPrefix(r.value, owner+" ") {
 				continue
@@ -339,7 +342,9 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 				st.Token = tok
 			}
 			if len(parts) == 3 {
-				st.Label = parts[2]
+				if labels[parts[2]]++; labels[parts[2]] > labels[labelOf(st)] {
+					st.Label, st.Data = splitLabel(parts[2])
+				}
 			}
 			if !r.expires.IsZero() && (st.Expires.IsZero() || r.expires.Before(st.Expires)) {
 				st.Expires = r.expires

@@ -62,7 +62,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		return lateGrants
 	}
 	rs, errs := fanout(ctx, d, nil, budget, func(ctx context.Context, m Master) (phase1, error) {
-		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, req.Label, mark, delayArg).Slice()
+		v, err := d.acquire.Run(ctx, m, keys, req.Owner, ttlArg, labelData(req.Label, req.Data), mark, delayArg).Slice()
 		if err != nil {
 			return phase1{}, err
 		}
@@ -122,7 +122,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	}
 	tokenArg = strconv.FormatUint(token, 10)
 	oks, errs := fanout(ctx, d, granted, budget, func(ctx context.Context, m Master) (bool, error) {
-		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, req.Label, d.retentionArg, mark).Int64()
+		n, err := d.commit.Run(ctx, m, keys, req.Owner, tokenArg, labelData(req.Label, req.Data), d.retentionArg, mark).Int64()
 		return n == 1, err
 	}, byQuorum(d, func(ok bool) bool { return ok }), nil)
 	if t := d.count(oks, errs); t.ok < d.quorum {

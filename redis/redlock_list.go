@@ -35,7 +35,11 @@ func (d *redlockDriver) List(ctx context.Context, prefix, cursor string, limit i
 	}
 	keys := make([]string, 0, len(names))
 	for _, n := range names {
-		if key, ok := storeKeyOf(n, form); ok {
+		kind := kindLock
+		if form >= 2 {
+			kind, form = kindShareMeta, form-2
+		}
+		if key, ok := storeKeyOf(n, kind, form); ok {
 			keys = append(keys, key)
 		}
 	}

@@ -156,17 +156,40 @@ func sharedTook(reply any) bool {
 // runShared runs shared_release.lua with op for owner on store key s and
 // reports whether there was something to act on.
 func (d *redisDriver) runShared(ctx context.Context, s, owner, op string, keep time.Duration) (bool, error) {
-	reply, err := d.shareRelease.Run(ctx, d.client, sharedKeys(s), owner, d.channelArg(s), op, millis(keep)).Int64Slice()
+	n, err := d.runSharedN(ctx, s, owner, op, strconv.FormatInt(millis(keep), 10))
+	return n == 1, err
+}
+
+// runSharedN runs shared_release.lua with op and arg (ARGV[4]) for owner on
+// store key s and returns the n of its reply.
+func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) (int64, error) {
+	reply, err := d.shareRelease.Run(ctx, d.client, sharedKeys(s), owner, d.channelArg(s), op, arg).Int64Slice()
 	if err != nil {
-		return false, classify(err)
+		return 0, classify(err)
 	}
 	if len(reply) != 2 {
-		return false, fmt.Errorf("unexpected reply %v", reply)
+		return 0, fmt.Errorf("unexpected reply %v", reply)
 	}
 	if reply[1] == 1 {
 		d.noPubSub(errPublishRefused)
 	}
-	return reply[0] == 1, nil
+	return reply[0], nil
+}
+
+// SetLimit implements driver.Limiter: one round trip of
+// shared_release.lua, which sets the limit in the key's meta hash and
+// wakes its waiters.
+func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error {
+	n, err := d.runSharedN(ctx, key, "", "limit", strconv.Itoa(limit))
+	switch {
+	case err != nil:
+		return fmt.Errorf("setlimit: %w", err)
+	case n == 2:
+		return fmt.Errorf("setlimit: %w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
+	case n == 3:
+		return fmt.Errorf("setlimit: %w: the key is a plain lock, not a semaphore", driver.ErrConflict)
+	}
+	return nil
 }
 
 // withdraw takes owner out of key's line, and gives up its hold should an

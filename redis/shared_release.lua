@@ -1,16 +1,19 @@
 -- shared_release.lua: end a shared hold, withdraw a waiter, keep a hold
--- for its MinHold, or break every hold of the key.
+-- for its MinHold, break every hold of the key, or set a semaphore's limit.
 --
 -- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua)
 -- ARGV[1]  owner    the hold's or the waiter's owner ("" for break)
 -- ARGV[2]  channel  the key's pub/sub channel base; "" publishes nothing
 -- ARGV[3]  op       "release", "leave" (out of the line, and the hold
 --                   given up if an attempt whose reply was lost took it),
---                   "keep" or "break"
--- ARGV[4]  ms       for keep: how long the hold stays, unrenewed
+--                   "keep", "break" or "limit"
+-- ARGV[4]  ms       for keep: how long the hold stays, unrenewed; for
+--                   limit: the semaphore's new limit
 --
--- Returns {n, nopub}: n = 1 when there was a hold (a waiter, for leave) to
--- act on, 0 otherwise; nopub = 1 when the server refused a PUBLISH.
+-- Returns {n, nopub}: n = 1 when there was a hold (a waiter, for leave; a
+-- semaphore with holders or waiters, for limit) to act on, 0 otherwise;
+-- for limit, 2 when the key is a read-write lock and 3 when it is a plain
+-- lock. nopub = 1 when the server refused a PUBLISH.
 
 -- #include shared_lib.lua
 
@@ -42,6 +45,15 @@ elseif op == 'keep' then
     extend(KEYS[3], keep)
     extend(KEYS[4], keep)
     n = 1
+  end
+elseif op == 'limit' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    n = 3
+  elseif redis.call('HGET', KEYS[4], ' kind') == 'rw' then
+    n = 2
+  elseif redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call('HSET', KEYS[4], ' limit', ARGV[4])
+    n, changed = 1, true
   end
 elseif op == 'break' then
   local hs = redis.call('ZRANGE', KEYS[3], 0, -1)

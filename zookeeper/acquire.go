@@ -52,7 +52,7 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 	guid := newGUID()
 	session := d.conn.SessionID()
 	sent := time.Now()
-	node, pstat, err := d.create(ctx, parent, guid, []byte(req.Label))
+	node, pstat, err := d.create(ctx, parent, guid, nodeData(req.Label, req.Data))
 	if err != nil {
 		return driver.Grant{}, err
 	}

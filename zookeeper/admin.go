@@ -39,7 +39,8 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 	if err != nil {
 		return driver.Status{}, fmt.Errorf("zookeeper: read %s/%s: %w", parent, first, err)
 	}
-	return driver.Status{Held: true, Label: string(data), Token: uint64(stat.Czxid),
+	label, value := labelAndData(data)
+	return driver.Status{Held: true, Label: label, Data: value, Token: uint64(stat.Czxid),
 		Acquired: time.UnixMilli(stat.Ctime).UTC(), Waiters: n - 1}, nil
 }
 

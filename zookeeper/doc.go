@@ -13,9 +13,11 @@
 // of its own, Root/<escaped key>. The parent is a container node, which
 // ZooKeeper deletes once it is empty. Node names carry a random GUID
 // (Curator's protection: _c_<guid>-lock-<sequence>). A Lock alone in the
-// queue holds after one round trip. Otherwise it watches only the two nodes
-// just before its own, so a deletion wakes at most two waiters. TryLock
-// refuses at once when the queue is not empty, and deletes its node.
+// queue holds after one round trip. Otherwise it watches only the node just
+// before its own, and the holder's when that is the node before, so a
+// deletion wakes at most two waiters. A waiter sends the server no more
+// requests than go-zookeeper's zk.Lock. TryLock refuses at once when the
+// queue is not empty, and deletes its node.
 //
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock every TTL/3,
@@ -48,7 +50,8 @@
 //     connection that is closed ends every lock taken in it at once; later
 //     locks use the new session the client establishes. A node deleted
 //     behind its holder's back ends that lock when ZooKeeper's event
-//     arrives (the holder watches its node), at the latest at the next
+//     arrives (the holder watches its node once it has held it for 10 ms;
+//     an earlier deletion ends it then), at the latest at the next
 //     renewal round (within TTL/3); so does a waiter's node deleted behind
 //     its back once the waiter knows it is next, which gets the lock when
 //     the holder's node goes. (Deleting another's nodes is outside what the lock
@@ -73,6 +76,11 @@
 //
 // # Limits
 //
+//   - A lock node's data is the owner label, then a NUL byte and the
+//     lock's data (locker.WithData) when it has any. SetData rewrites the
+//     node, which needs WRITE on it: on a connection without credentials
+//     the default ACL makes lock nodes READ-only, and SetData answers an
+//     error matching errors.ErrUnsupported.
 //   - The TTL (locker.WithTTL) is the session timeout: connect with the same
 //     duration, zk.Connect(servers, ttl). A lock is counted valid for the TTL
 //     after each successful renewal, so the session timeout the server

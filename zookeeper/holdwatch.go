@@ -3,18 +3,44 @@ package zookeeper
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
+// holdWatchDelay is how long a hold lasts before its holder watches its
+// node: most holds of a busy key end sooner, and so cost the server no
+// request for the watch.
+const holdWatchDelay = 10 * time.Millisecond
+
+// follow makes h's node watched from holdWatchDelay on (see followHold),
+// unless h ends sooner: a timer, which the end of h stops, starts the
+// watch's goroutine.
+func (d *zkDriver) follow(h *hold) {
+	d.wg.Add(1)
+	t := time.AfterFunc(holdWatchDelay, func() { d.followHold(h) })
+	h.unfollow = func() {
+		if t.Stop() {
+			d.wg.Done()
+		}
+	}
+}
+
 // followHold watches the holder's node of h until the hold ends, so that a
 // node deleted behind the holder's back (or a session that ended) is
-// reported lost when ZooKeeper's event arrives, not at the next renewal
-// round. Its own Release and Keep are no loss: Release marks the hold
-// first, and Keep ends it. A watch that cannot be set leaves the news to
-// the renewals.
+// reported lost when ZooKeeper's event arrives (or, for a deletion before
+// the watch was set, when it is set), not at the next renewal round. Its
+// own Release and Keep are no loss: Release marks the hold first, and Keep
+// ends it. A watch that cannot be set leaves the news to the renewals.
 func (d *zkDriver) followHold(h *hold) {
 	defer d.wg.Done()
+	select {
+	case <-h.done: // ended as the timer fired
+		return
+	case <-d.stop:
+		return
+	default:
+	}
 	for {
 		set := start(d, func() (<-chan zk.Event, error) {
 			_, _, ch, err := d.conn.GetW(h.path)

@@ -25,6 +25,7 @@ const (
 // hold is the driver's state of one held lock (Grant.State, Lease.State).
 type hold struct {
 	path    string // the lock node
+	label   string // the owner label, the start of the node's data
 	session int64  // the session the node belongs to
 	lost    func(error)
 	state   atomic.Int32
@@ -32,6 +33,9 @@ type hold struct {
 	// releasing is set by Release before it deletes the node: the
 	// deletion its watch then sees is no loss.
 	releasing atomic.Bool
+	// unfollow stops the watch of the node before it starts (see follow);
+	// set before h is shared.
+	unfollow func()
 }
 
 // end moves h from held to ended; only the first call reports true.
@@ -40,6 +44,9 @@ func (h *hold) end() bool {
 		return false
 	}
 	close(h.done)
+	if h.unfollow != nil {
+		h.unfollow()
+	}
 	return true
 }
 
@@ -47,7 +54,8 @@ func (h *hold) held() bool { return holdState(h.state.Load()) == holdHeld }
 
 // grant records a held lock for renewals and session tracking.
 func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, node string, session, zxid int64, since time.Time) (driver.Grant, error) {
-	h := &hold{path: node, session: session, lost: req.Lost, done: make(chan struct{})}
+	h := &hold{path: node, label: req.Label, session: session, lost: req.Lost, done: make(chan struct{})}
+	d.follow(h)
 	d.mu.Lock()
 	d.holds[h] = struct{}{}
 	d.mu.Unlock()
@@ -58,8 +66,6 @@ func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, 
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, fmt.Errorf("session %#x ended while acquiring: %w", session, zk.ErrSessionExpired)
 	}
-	d.wg.Add(1)
-	go d.followHold(h)
 	return driver.Grant{Token: uint64(zxid), Validity: time.Duration(d.validity.Load()), Since: since, State: h}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,20 +17,25 @@ import (
 // moment after which the session was alive, for the grant's validity, and
 // whether it waited for another node to go.
 //
-// Each round lists the queue and watches the node just before ours (pred)
-// and the one before that (pp): a deletion wakes at most two waiters, never
-// the whole queue. A hand-off costs one message from the server, with no
-// round trip after it:
+// A waiter lists the queue and watches the node just before ours (pred): a
+// deletion wakes one waiter (two when the holder's goes), never the whole
+// queue. A waiter costs the
+// server no more requests than go-zookeeper's recipe (a listing when it
+// arrives, one watch, and a listing after each deletion it sees), and a
+// hand-off often needs no round trip after the deletion's event:
 //
 //   - When pred was first in line in our last listing, no other node is
 //     ahead of ours (later nodes get higher sequence numbers; a listing,
 //     from any server, shows every node before ours that still exists, as
 //     it comes after our create in the session's order): its deletion
 //     makes ours first, and the lock is ours when the event arrives.
-//   - When pp goes, we list the queue again, while pred, now usually the
-//     holder, still holds: so by the time pred goes we know it was first,
-//     and the first case applies. A deletion of pred while pp was there
-//     (pred gave up) also makes us list again.
+//   - When the node before pred (pp) was first in line, we watch it too,
+//     and its deletion makes pred first by the same reasoning, with no
+//     listing. Watching pp from farther back would cost a request more per
+//     waiter than it saves: its deletion would have to be followed by a
+//     listing (pp may have given up while others were ahead of it).
+//   - Otherwise, and when pred went while pp was there (pred gave up), we
+//     list again.
 //
 // Proof of life: the create was a write, which the leader accepts only
 // while the session lives, so its send time (sent) is such a moment. While
@@ -52,29 +58,34 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	// The watches set and not fired yet, by node name: a node watched in
 	// one round and still there in the next is not watched again.
 	watches := map[string]<-chan zk.Event{}
+	var children []string
+	list := true
 	for {
-		var synced <-chan result[string]
-		if !d.fresh(since) {
-			since = time.Now()
-			synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
-		}
-		children, err := call(ctx, d, func() ([]string, error) {
-			c, _, err := d.conn.Children(parent)
-			return c, err
-		})
-		if err != nil {
-			return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
-		}
-		if synced != nil {
-			select {
-			case r := <-synced:
-				if r.err != nil {
-					return time.Time{}, false, fmt.Errorf("sync %s: %w", parent, r.err)
+		if list {
+			var synced <-chan result[string]
+			if !d.fresh(since) {
+				since = time.Now()
+				synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
+			}
+			children, err = call(ctx, d, func() ([]string, error) {
+				c, _, err := d.conn.Children(parent)
+				return c, err
+			})
+			if err != nil {
+				return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
+			}
+			if synced != nil {
+				select {
+				case r := <-synced:
+					if r.err != nil {
+						return time.Time{}, false, fmt.Errorf("sync %s: %w", parent, r.err)
+					}
+				case <-ctx.Done():
+					return time.Time{}, false, ctx.Err()
 				}
-			case <-ctx.Done():
-				return time.Time{}, false, ctx.Err()
 			}
 		}
+		list = true
 		pred, found := predecessor(children, name, seq)
 		if !found {
 			return time.Time{}, false, errNodeGone
@@ -82,9 +93,16 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		if pred == "" {
 			return since, waited, nil
 		}
-		// The node before pred, "" when pred is first in line.
+		// The node before pred, "" when pred is first in line; watched
+		// only when it is first itself.
 		pp, _ := predecessor(children, pred, mustSequence(pred))
-		if err := d.watchAll(ctx, parent, watches, pred, pp); err != nil {
+		watchPP := ""
+		if pp != "" {
+			if ppp, _ := predecessor(children, pp, mustSequence(pp)); ppp == "" {
+				watchPP = pp
+			}
+		}
+		if err := d.watchAll(ctx, parent, watches, pred, watchPP); err != nil {
 			if errors.Is(err, zk.ErrNoNode) {
 				continue // gone already: look again
 			}
@@ -100,12 +118,17 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
 				return since, true, nil
 			}
-		case ev := <-watches[pp]: // never ready when pp is "": a nil channel
-			delete(watches, pp)
+		case ev := <-watches[watchPP]: // never ready when watchPP is "": a nil channel
+			delete(watches, watchPP)
 			if ev.Err != nil {
-				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pp, ev.Err)
+				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, watchPP, ev.Err)
 			}
 			waited = true
+			if ev.Type == zk.EventNodeDeleted {
+				// pp was first: pred is now, as our listing would show.
+				children = slices.DeleteFunc(children, func(c string) bool { return c == watchPP })
+				list = false
+			}
 		case <-ctx.Done():
 			return time.Time{}, false, ctx.Err()
 		}

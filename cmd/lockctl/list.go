@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golocker/locker"
 )
@@ -42,12 +43,17 @@ func (c *cli) onPrefix(args []string, do func(ctx context.Context, l locker.Lock
 
 // statusOf is the printed form of one listed key.
 func statusOf(ks locker.KeyStatus) status {
-	out := status{Key: ks.Key, Held: ks.Held, Owner: ks.Label, Token: ks.Token, Waiters: ks.Waiters}
-	if !ks.Acquired.IsZero() {
-		out.Acquired = &ks.Acquired
+	out := status{Key: ks.Key, Held: ks.Held, Owner: ks.Label, Token: ks.Token, Waiters: ks.Waiters,
+		Acquired: timePtr(ks.Acquired), Expires: timePtr(ks.Expires), Limit: ks.Limit}
+	for _, h := range ks.Holders {
+		out.InUse += h.Weight
+		out.Holders = append(out.Holders, holder{Mode: h.Mode.String(), Weight: h.Weight, Owner: h.Label, Token: h.Token,
+			Acquired: timePtr(h.Acquired), Expires: timePtr(h.Expires)})
 	}
-	if !ks.Expires.IsZero() {
-		out.Expires = &ks.Expires
+	if utf8.Valid(ks.Data) {
+		out.Data = string(ks.Data)
+	} else {
+		out.DataBase64 = ks.Data
 	}
 	return out
 }
@@ -60,7 +66,7 @@ func (c *cli) ls(ctx context.Context, l locker.Locker, prefix string, asJSON boo
 		fmt.Fprint(c.stdout, "[")
 	} else {
 		tw = tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tWAITERS")
+		fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tHELD FOR\tEXPIRES IN\tWAITERS\tDATA")
 	}
 	n, now := 0, time.Now()
 	for ks, err := range locker.List(ctx, l, prefix) {
@@ -87,7 +93,7 @@ func (c *cli) ls(ctx context.Context, l locker.Locker, prefix string, asJSON boo
 			fmt.Fprintf(c.stdout, "%s%s", sep, b)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", s.Key, orDash(s.Owner), s.Token, since(s.Acquired, now), until(s.Expires, now), s.Waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", s.Key, orDash(s.Owner), s.Token, since(s.Acquired, now), until(s.Expires, now), s.Waiters, orDash(shorten(s.dataText(), 40)))
 	}
 	if asJSON {
 		if n > 0 {
@@ -122,4 +128,13 @@ func until(t *time.Time, now time.Time) string {
 		return "-"
 	}
 	return max(t.Sub(now), 0).Round(time.Second).String()
+}
+
+// shorten cuts s to at most n runes, marking the cut with "…".
+func shorten(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }

@@ -8,7 +8,7 @@
 //
 // # run
 //
-//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS…]
+//	lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] [--limit M [--permits N]] KEY -- CMD [ARGS…]
 //
 // run takes KEY (waiting for it, or with --try giving up at once when it is
 // held), then runs CMD with LOCKER_KEY, LOCKER_TOKEN (the fencing token) and
@@ -20,6 +20,13 @@
 //
 //	# crontab of every host
 //	* * * * * lockctl run --url redis://10.0.0.5:6379 --try --quiet --min-hold 10s nightly-report -- ./report.sh
+//
+// With --limit M, KEY is a semaphore of M permits and run takes --permits N
+// of them (default 1): at most M permits are held at once, store-wide. A
+// --limit that differs from the one of KEY's holders is refused (exit 2),
+// naming both.
+//
+//	lockctl run --limit 4 render -- ./render.sh
 //
 // With --min-hold, the key stays taken until the MinHold ends, in the
 // store, after lockctl exited; on ZooKeeper, whose kept node lives with the
@@ -36,7 +43,11 @@
 //	lockctl inspect [--url URL] [--json] KEY
 //
 // inspect prints who holds KEY: the owner label, fencing token, when it was
-// taken and when it expires unless renewed, and how many waiters are queued.
+// taken and when it expires unless renewed, how many waiters are queued,
+// and the holder's data (run --data, locker.WithData): in JSON as "data"
+// when it is UTF-8 text, as "data_base64" when it is not.
+// For a semaphore's or read-write lock's key it prints every holder (mode,
+// weight, token, expiry, owner label), the limit and the permits in use.
 //
 // # ls
 //
@@ -77,7 +88,7 @@
 //	1        a store or other error, or (unlock) nobody held KEY
 //	2        usage error: a bad flag, KEY or URL, or a flag value the backend refuses
 //	70       run: the lock was lost while CMD ran (EX_SOFTWARE)
-//	75       run --try: KEY is held elsewhere; CMD did not run (EX_TEMPFAIL)
+//	75       run --try: KEY is held elsewhere (or its permits are taken); CMD did not run (EX_TEMPFAIL)
 //	126, 127 run: CMD could not be run (not executable, not found)
 //	128+N    run: CMD (or the wait for KEY) ended by signal N
 //	other    run: CMD's own exit status
@@ -128,7 +139,7 @@ const defaultGrace = 10 * time.Second
 const usage = `lockctl uses locker's locks from the shell, on any backend.
 
 Usage:
-  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] KEY -- CMD [ARGS...]
+  lockctl run [--url URL] [--try [--quiet]] [--ttl D] [--min-hold D] [--max-hold D] [--grace D] [--owner NAME] [--data S] [--limit M [--permits N]] KEY -- CMD [ARGS...]
   lockctl inspect [--url URL] [--json] KEY
   lockctl ls [--url URL] [--json] [PREFIX]
   lockctl top [--url URL] [--interval D] [PREFIX]
@@ -137,12 +148,15 @@ Usage:
 run takes KEY, runs CMD with LOCKER_KEY, LOCKER_TOKEN and LOCKER_OWNER in its
 environment, passes signals on to it, and releases KEY when it ends. When the
 lock is lost, CMD gets SIGTERM, then SIGKILL after --grace, and lockctl exits 70.
+With --limit M, KEY is a semaphore of M permits and CMD runs under --permits N.
 --url defaults to $LOCKER_URL; flags may come before or after KEY, up to "--".
 
 Examples:
   export LOCKER_URL=redis://127.0.0.1:6379
   lockctl run --try --quiet --min-hold 10s nightly-report -- ./report.sh
   lockctl run --url etcd://10.0.0.1:2379,10.0.0.2:2379 migrate -- ./migrate.sh up
+  lockctl run --limit 4 render -- ./render.sh
+  lockctl run --limit 8 --permits 2 --try imports -- ./import.sh
   lockctl inspect nightly-report
   lockctl inspect --json nightly-report
   lockctl ls nightly-

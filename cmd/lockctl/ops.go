@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/golocker/locker"
 )
@@ -23,6 +25,33 @@ type status struct {
 	Acquired *time.Time `json:"acquired,omitempty"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	Waiters  int        `json:"waiters"`
+	// Data is the holder's data (locker.WithData) when it is UTF-8 text,
+	// DataBase64 when it is not.
+	Data       string `json:"data,omitempty"`
+	DataBase64 []byte `json:"data_base64,omitempty"`
+	// Limit, InUse and Holders describe a semaphore's or read-write
+	// lock's key (Owner, Token, Acquired and Expires its newest holder).
+	Limit   int      `json:"limit,omitempty"`
+	InUse   int      `json:"in_use,omitempty"`
+	Holders []holder `json:"holders,omitempty"`
+}
+
+// holder is one holder of a semaphore's or read-write lock's key.
+type holder struct {
+	Mode     string     `json:"mode"` // "permits", "read" or "write"
+	Weight   int        `json:"weight"`
+	Owner    string     `json:"owner"`
+	Token    uint64     `json:"token"`
+	Acquired *time.Time `json:"acquired,omitempty"`
+	Expires  *time.Time `json:"expires,omitempty"`
+}
+
+// timePtr is t, or nil when it is zero (unknown).
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // inspectCmd is "lockctl inspect".
@@ -40,13 +69,7 @@ func (c *cli) inspect(ctx context.Context, l locker.Locker, key string, asJSON b
 	if err != nil {
 		return c.fail(err)
 	}
-	out := status{Key: key, Held: st.Held, Owner: st.Label, Token: st.Token, Waiters: st.Waiters}
-	if !st.Acquired.IsZero() {
-		out.Acquired = &st.Acquired
-	}
-	if !st.Expires.IsZero() {
-		out.Expires = &st.Expires
-	}
+	out := statusOf(locker.KeyStatus{Key: key, Status: st})
 	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
@@ -72,6 +95,10 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		return
 	}
 	fmt.Fprintf(tw, "held:\tyes\n")
+	if len(s.Holders) > 0 {
+		printShared(tw, s, now)
+		return
+	}
 	fmt.Fprintf(tw, "owner:\t%s\n", s.Owner)
 	fmt.Fprintf(tw, "token:\t%d\n", s.Token)
 	if s.Acquired != nil {
@@ -81,6 +108,46 @@ func printStatus(w io.Writer, s status, now time.Time) {
 		fmt.Fprintf(tw, "expires:\t%s (in %v unless renewed)\n", s.Expires.Format(time.RFC3339), s.Expires.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	if d := s.dataText(); d != "" {
+		fmt.Fprintf(tw, "data:\t%s\n", d)
+	}
+}
+
+// dataText is the holder's data for humans: as it is when it is printable
+// text, else quoted; "" for none.
+func (s status) dataText() string {
+	switch {
+	case s.DataBase64 != nil:
+		return strconv.Quote(string(s.DataBase64))
+	case s.Data == "":
+		return ""
+	}
+	for _, r := range s.Data {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s.Data)
+		}
+	}
+	return s.Data
+}
+
+// printShared prints the holders of a semaphore's or read-write lock's key.
+func printShared(tw *tabwriter.Writer, s status, now time.Time) {
+	if s.Limit > 0 {
+		fmt.Fprintf(tw, "kind:\tsemaphore\n")
+		fmt.Fprintf(tw, "limit:\t%d\n", s.Limit)
+		fmt.Fprintf(tw, "in use:\t%d\n", s.InUse)
+	} else {
+		fmt.Fprintf(tw, "kind:\tread-write lock\n")
+	}
+	fmt.Fprintf(tw, "waiters:\t%d\n", s.Waiters)
+	fmt.Fprintf(tw, "holders:\t%d\n", len(s.Holders))
+	for _, h := range s.Holders {
+		expires := "-"
+		if h.Expires != nil {
+			expires = fmt.Sprintf("in %v", h.Expires.Sub(now).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "  %s\tweight %d\ttoken %d\texpires %s\t%s\n", h.Mode, h.Weight, h.Token, expires, h.Owner)
+	}
 }
 
 // unlockCmd is "lockctl unlock --force".

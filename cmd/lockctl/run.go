@@ -30,6 +30,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	maxHold := c.fs.Duration("max-hold", 0, "end the lock (and CMD, as on a loss) this long after it was taken")
 	grace := c.fs.Duration("grace", defaultGrace, "time CMD has after SIGTERM, once the lock is lost, before SIGKILL")
 	owner := c.fs.String("owner", "", "owner label shown by inspect (default host:pid)")
+	permits := c.fs.Int("permits", 0, "take this many permits of the semaphore KEY, instead of the lock KEY (needs --limit; default 1)")
+	limit := c.fs.Int("limit", 0, "the semaphore KEY's number of permits: at most this many are held at once, store-wide")
+	data := c.fs.String("data", "", "data stored with the lock, shown by inspect and ls (at most 1 KiB)")
 
 	i := slices.Index(args, "--")
 	if i < 0 {
@@ -55,6 +58,17 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.usageError(errors.New("--quiet keeps a --try that finds KEY held silent: it needs --try"))
 	case *ttl > 0 && c.urlHas("ttl"):
 		return c.usageError(errors.New("the TTL is given twice: by --ttl and by the URL's ttl parameter"))
+	case *permits != 0 && *limit == 0:
+		return c.usageError(errors.New("--permits takes permits of a semaphore: give its --limit too"))
+	case *limit < 0 || *permits < 0:
+		return c.usageError(fmt.Errorf("--limit %d and --permits %d must not be negative", *limit, *permits))
+	case *data != "" && *limit > 0:
+		return c.usageError(errors.New("--data is stored with a lock: permits of a semaphore (--limit) carry none"))
+	case *permits > *limit:
+		return c.usageError(fmt.Errorf("--permits %d is more than --limit %d: it could never be granted", *permits, *limit))
+	}
+	if *limit > 0 && *permits == 0 {
+		*permits = 1
 	}
 
 	var opts []locker.Option
@@ -74,6 +88,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxHold > 0 {
 		lockOpts = append(lockOpts, locker.MaxHold(*maxHold))
+	}
+	if *data != "" {
+		lockOpts = append(lockOpts, locker.WithData([]byte(*data)))
 	}
 
 	// Signals are caught from now on: one during the wait for KEY ends it.
@@ -100,18 +117,17 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return c.acquireFailed(ctx, err)
 	}
 	defer l.Close()
-	var lk locker.Lock
-	if *try {
-		lk, err = l.TryLock(ctx, key, lockOpts...)
-	} else {
-		lk, err = l.Lock(ctx, key, lockOpts...)
-	}
+	lk, err := acquire(ctx, l, key, *try, *limit, *permits, lockOpts)
 	close(stopWatch)
 	<-watchDone
 	if err != nil {
 		if *try && errors.Is(err, locker.ErrNotAcquired) && ctx.Err() == nil {
 			if !*quiet {
-				fmt.Fprintf(stderr, "lockctl run: %s is held elsewhere; %s not run\n", key, command[0])
+				if *limit > 0 {
+					fmt.Fprintf(stderr, "lockctl run: %d of the %d permits of %s are not free; %s not run\n", *permits, *limit, key, command[0])
+				} else {
+					fmt.Fprintf(stderr, "lockctl run: %s is held elsewhere; %s not run\n", key, command[0])
+				}
 			}
 			return exitNotAcquired
 		}
@@ -130,6 +146,25 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockctl run: release %s: %v\n", key, locker.RedactURL(err, c.url))
 	}
 	return code
+}
+
+// acquire takes the lock key, or with a limit permits of the semaphore key;
+// with try it does not wait.
+func acquire(ctx context.Context, l locker.Locker, key string, try bool, limit, permits int, opts []locker.LockOption) (locker.Lock, error) {
+	if limit == 0 {
+		if try {
+			return l.TryLock(ctx, key, opts...)
+		}
+		return l.Lock(ctx, key, opts...)
+	}
+	sem, err := locker.NewSemaphore(l, key, limit)
+	if err != nil {
+		return nil, err
+	}
+	if try {
+		return sem.TryAcquireN(ctx, permits, opts...)
+	}
+	return sem.AcquireN(ctx, permits, opts...)
 }
 
 // negative returns an error naming the first duration flag set below zero.

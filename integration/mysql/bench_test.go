@@ -70,14 +70,14 @@ func benchVsFloor(b *testing.B, dsn string) {
 	// The statements' fence: an hour ahead (the server's clock is this
 	// machine's), so that the floor never misses for it.
 	fence := time.Now().Add(time.Hour).UnixMicro()
-	if _, err := raw.ExecContext(ctx, mysql.SQL(mysql.DefaultTable).Insert, floorKey, owner, "floor", ttl, fence); err != nil {
+	if _, err := raw.ExecContext(ctx, mysql.SQL(mysql.DefaultTable).Insert, floorKey, owner, "floor", nil, ttl, fence); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := raw.ExecContext(ctx, "UPDATE "+mysql.DefaultTable+" SET task_status = 'FINISH' WHERE task_name = ?", floorKey); err != nil {
 		b.Fatal(err)
 	}
 	floorOnce := func() {
-		res, err := acquire.ExecContext(ctx, owner, "floor", ttl, floorKey, fence)
+		res, err := acquire.ExecContext(ctx, owner, "floor", nil, ttl, floorKey, fence)
 		if err != nil {
 			b.Fatal(err)
 		}

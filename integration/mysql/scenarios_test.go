@@ -43,14 +43,14 @@ func BenchmarkScenarios(b *testing.B) {
 			_, db := openGorm(b, dsnConfig(b, dsn, ""))
 			// Every client makes sure the row exists and is free before the
 			// run (a duplicate key is the row another client made).
-			_, _ = db.ExecContext(b.Context(), stmts.Insert, key, "setup", "floor", ttl.Microseconds(), fence)
+			_, _ = db.ExecContext(b.Context(), stmts.Insert, key, "setup", "floor", nil, ttl.Microseconds(), fence)
 			if _, err := db.ExecContext(b.Context(), "UPDATE "+mysql.DefaultTable+" SET task_status = 'FINISH' WHERE task_name = ?", key); err != nil {
 				b.Fatal(err)
 			}
 			return contend.Func(func(ctx context.Context) (func(context.Context) error, error) {
 				owner := rand.Text()
 				for {
-					res, err := db.ExecContext(ctx, stmts.Acquire, owner, "floor", ttl.Microseconds(), key, fence)
+					res, err := db.ExecContext(ctx, stmts.Acquire, owner, "floor", nil, ttl.Microseconds(), key, fence)
 					if err != nil {
 						return nil, err
 					}

@@ -2,13 +2,20 @@ package zookeeper_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/contend"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -220,4 +227,90 @@ func handoff(b *testing.B, hold func() (unlock func()), wait func() (unlock func
 	b.ReportMetric(float64(lats.mean().Nanoseconds()), "ns/op")
 	b.ReportMetric(ms(lats.pct(0.5)), "handoff-p50-ms")
 	b.ReportMetric(ms(lats.pct(0.9)), "handoff-p90-ms")
+}
+
+// requestsPerClient is how many acquisitions each client makes in
+// BenchmarkRequests.
+const requestsPerClient = 50
+
+// BenchmarkRequests counts the requests the server receives per
+// acquisition (with its release) while clients, each on a session of its
+// own, contend for one key: for this package (locker) and for zk.Lock
+// (zklock), at 4 and 16 clients. It reports locker-requests,
+// zklock-requests and their ratio locker-x-zklock. A count, not a time:
+// it says how much work a lock gives the server whatever the machine's
+// load (pings and a hold watch set when a hold outlasts 10 ms add a little).
+// It runs once whatever b.N.
+func BenchmarkRequests(b *testing.B) {
+	srv := testenv.ZooKeeper(b)
+	addr := srv.Servers()[0]
+	for _, n := range []int{4, 16} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			impls := scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL)
+			per := make([]float64, len(impls))
+			for i, impl := range impls {
+				key := contend.Keys(b, impl.Name, "requests")
+				ms := make([]contend.Mutex, n)
+				for j := range ms {
+					ms[j] = impl.New(b, key)
+				}
+				acquire := func(m contend.Mutex) {
+					unlock, err := m.Lock(b.Context())
+					if err != nil {
+						b.Fatalf("%s: lock: %v", impl.Name, err)
+					}
+					if err := unlock(b.Context()); err != nil {
+						b.Fatalf("%s: unlock: %v", impl.Name, err)
+					}
+				}
+				for _, m := range ms { // create the key's parents
+					acquire(m)
+				}
+				before := packetsReceived(b, addr)
+				var wg sync.WaitGroup
+				for _, m := range ms {
+					wg.Go(func() {
+						for range requestsPerClient {
+							acquire(m)
+						}
+					})
+				}
+				wg.Wait()
+				per[i] = float64(packetsReceived(b, addr)-before) / float64(n*requestsPerClient)
+				b.ReportMetric(per[i], impl.Name+"-requests")
+			}
+			b.ReportMetric(per[0]/per[1], impls[0].Name+"-x-"+impls[1].Name)
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// packetsReceived reads how many packets (requests and pings) the server
+// at addr has received, from the mntr command.
+func packetsReceived(b *testing.B, addr string) int64 {
+	b.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "mntr"); err != nil {
+		b.Fatal(err)
+	}
+	out, err := io.ReadAll(conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "zk_packets_received" {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				b.Fatalf("mntr: %s: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("mntr answered no zk_packets_received: %q", out)
+	return 0
 }

@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,20 +11,107 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/integration/internal/contend"
 	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/zookeeper"
 )
 
-// BenchmarkScenarios runs the scenarios of package contend on one ZooKeeper
-// server: this library beside go-zookeeper's zk.Lock (the recipe every
-// ZooKeeper lock builds on, so also the floor), each client on a session of
-// its own:
+// productionTTL is the TTL, and so the session timeout, of the clients of
+// BenchmarkScenariosProduction: within the session bounds of a server with
+// the default tick (4 s to 40 s).
+const productionTTL = 10 * time.Second
+
+// BenchmarkScenarios runs the scenarios of package contend on the test
+// server (a JVM tuned to start fast, 200 ms ticks): this library beside
+// go-zookeeper's zk.Lock (the recipe every ZooKeeper lock builds on, so also
+// the floor), each client on a session of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/zookeeper/
 func BenchmarkScenarios(b *testing.B) {
-	addr := testenv.ZooKeeper(b).Servers()[0]
+	srv := testenv.ZooKeeper(b)
+	addr := srv.Servers()[0]
+	newLocker := func(b *testing.B) locker.Locker { return benchLocker(b, addr) }
+	contend.Scenarios(b, scenarioImpls(b, srv, newLocker, testTTL), 3*time.Second)
+}
+
+// BenchmarkScenariosProduction is BenchmarkScenarios on a server run as in
+// production (the stock JVM, 2 s ticks; see testenv.ZooKeeperProduction),
+// each client of this library a Locker opened as users open one: through
+// the zk:// URL, with a TTL of productionTTL. The zk.Lock clients connect
+// with the same session timeout. Its metrics have the same names as
+// BenchmarkScenarios', "locker-x-zklock" among them, per scenario and
+// client count.
+func BenchmarkScenariosProduction(b *testing.B) {
+	srv := testenv.ZooKeeperProduction(b)
+	var mux locker.Mux
+	if err := mux.Register("zk", zookeeper.Open); err != nil {
+		b.Fatal(err)
+	}
+	url := "zk://" + srv.Servers()[0] + zookeeper.DefaultRoot
+	newLocker := func(b *testing.B) locker.Locker {
+		l, err := locker.Open(b.Context(), &mux, url, locker.WithTTL(productionTTL))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	impls := scenarioImpls(b, srv, newLocker, productionTTL)
+	warmUp(b, impls, productionWarmUp)
+	contend.Scenarios(b, impls, 3*time.Second)
+}
+
+// productionWarmUp is how long BenchmarkScenariosProduction has the
+// implementations take turns before it measures: the stock JVM compiles
+// the server's hot paths in its first seconds, and the CPU that takes
+// would count against whichever implementation runs then.
+const productionWarmUp = 8 * time.Second
+
+// warmUp has 4 clients of each implementation take a key in turns, the
+// implementations alternating every second, for d in all.
+func warmUp(b *testing.B, impls []contend.Impl, d time.Duration) {
+	b.Helper()
+	ms := make([][]contend.Mutex, len(impls))
+	for i, impl := range impls {
+		key := contend.Keys(b, impl.Name, "warmup")
+		for range 4 {
+			ms[i] = append(ms[i], impl.New(b, key))
+		}
+	}
+	ctx := b.Context()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for i, impl := range impls {
+			stop := time.Now().Add(time.Second)
+			var wg sync.WaitGroup
+			for _, m := range ms[i] {
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						unlock, err := m.Lock(ctx)
+						if err != nil {
+							b.Errorf("%s: warm-up lock: %v", impl.Name, err)
+							return
+						}
+						if err := unlock(ctx); err != nil {
+							b.Errorf("%s: warm-up unlock: %v", impl.Name, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if b.Failed() {
+				b.FailNow()
+			}
+		}
+	}
+}
+
+// scenarioImpls is this library (a Locker of its own per client, from
+// newLocker) and zk.Lock (a connection of its own per client, with session
+// timeout ttl) on srv, with the server's CPU time when it can tell.
+func scenarioImpls(b *testing.B, srv *testenv.ZooKeeperServer, newLocker func(*testing.B) locker.Locker, ttl time.Duration) []contend.Impl {
 	impls := []contend.Impl{
-		contend.Locker(func(b *testing.B) locker.Locker { return benchLocker(b, addr) }),
+		contend.Locker(newLocker),
 		{Name: "zklock", New: func(b *testing.B, key string) contend.Mutex {
-			conn, _ := benchConn(b, addr)
+			conn, _ := connectWith(b, srv, ttl)
 			path := "/zklock-scenarios/" + key
 			acl := zk.WorldACL(zk.PermAll)
 			return contend.Func(func(context.Context) (func(context.Context) error, error) {
@@ -35,5 +123,10 @@ func BenchmarkScenarios(b *testing.B) {
 			})
 		}},
 	}
-	contend.Scenarios(b, impls, 3*time.Second)
+	if _, err := srv.CPU(); err == nil {
+		for i := range impls {
+			impls[i].ServerCPU = func(context.Context) (time.Duration, error) { return srv.CPU() }
+		}
+	}
+	return impls
 }

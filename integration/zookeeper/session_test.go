@@ -15,7 +15,7 @@ import (
 
 // connectWith connects to srv asking for a session of timeout and waits for
 // the session.
-func connectWith(t *testing.T, srv *testenv.ZooKeeperServer, timeout time.Duration) (*zk.Conn, <-chan zk.Event) {
+func connectWith(t testing.TB, srv *testenv.ZooKeeperServer, timeout time.Duration) (*zk.Conn, <-chan zk.Event) {
 	t.Helper()
 	conn, events, err := zk.Connect(srv.Servers(), timeout, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
 	if err != nil {

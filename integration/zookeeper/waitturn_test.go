@@ -49,9 +49,8 @@ func waitWatchers(t *testing.T, e *env, node string, n int) {
 
 // TestWaiterBehindGoneWaitersKeepsWaiting: a waiter takes the lock on its
 // predecessor's deletion without listing the queue again only when it knew
-// that predecessor first in line; a waiter whose predecessor, or the node
-// before that, was itself a waiter and gave up must look again and keep
-// waiting for the holder.
+// that predecessor first in line; a waiter whose predecessor was itself a
+// waiter and gave up must look again and keep waiting for the holder.
 func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
@@ -104,16 +103,25 @@ func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 		default:
 		}
 	}
-	// The last waiter watches the second waiter's node (and the first's).
+	// The last waiter watches the second waiter's node; the second, the
+	// first's and the holder's (first in line).
 	waitWatchers(t, e, parent+"/"+queue[2], 1)
-	// The first waiter gives up: the last one looks again and also
-	// watches the holder's node (as do the holder, the first waiter, whose
-	// watch stays set, and the second).
+	waitWatchers(t, e, parent+"/"+queue[1], 1)
+	// The first waiter gives up: the second one's predecessor goes while
+	// the holder holds.
 	cancels[0]()
 	if err := <-gaveUp[0]; !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("the first waiter, cancelled: %v, want ErrNotAcquired", err)
 	}
-	waitWatchers(t, e, parent+"/"+queue[0], 4)
+	time.Sleep(100 * time.Millisecond) // the second waiter's turn to (wrongly) take it
+	select {
+	case err := <-gaveUp[1]:
+		if err == nil {
+			t.Fatal("after the first waiter gave up, the second waiter got the lock while the holder held it: a key must never be granted to two holders at once")
+		}
+		t.Fatalf("the second waiter: %v", err)
+	default:
+	}
 	notYet("after the first waiter gave up")
 	// The second waiter gives up: the last waiter's predecessor goes while
 	// the holder holds.

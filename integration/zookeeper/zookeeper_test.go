@@ -204,9 +204,10 @@ func TestCancelledCreateInFlight(t *testing.T) {
 	_ = lk.Unlock(ctx)
 }
 
-// Waiters are served in arrival order, and each watches only the two nodes
-// just before its own: no watch on the queue itself, at most two per node,
-// and one more on the holder's node, its holder's own.
+// Waiters are served in arrival order, and each watches only the node just
+// before its own, and the one before that when it is the holder's: no watch
+// on the queue itself, one per node but the last, one more on the holder's
+// node from the waiter two behind it, and its holder's own.
 func TestFIFOAndPredecessorWatches(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
@@ -244,10 +245,10 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 	parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
 	queue := sortedQueue(t, e, key)
 	want := map[string]int{}
-	for i, n := range queue[:waiters] { // every node but the last is watched by its next two successors
-		want[parent+"/"+n] = min(2, waiters-i)
+	for _, n := range queue[:waiters] { // every node but the last is watched by its successor
+		want[parent+"/"+n] = 1
 	}
-	want[parent+"/"+queue[0]]++ // the holder's
+	want[parent+"/"+queue[0]] += 2 // by the waiter two behind, and by its holder
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		watched, err := watchesByPath(e.srv.Servers()[0], parent)
 		if err != nil {
@@ -258,7 +259,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("watches under %s = %v, want two on each node but the last two, and the holder's own (%v): each waiter watches only the two nodes before its own", parent, watched, want)
+			t.Errorf("watches under %s = %v, want one on each node but the last, two more on the holder's (%v): each waiter watches only the node before its own, and the one before that when it is the holder's", parent, watched, want)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -55,7 +55,9 @@
 // [Redis], [RedisCluster], [MySQL], [Postgres] and [ZooKeeper] return a
 // server shared by every test of the test binary: it is started on first use
 // and stays up until [Shutdown]. Tests that share it must use their own keys
-// (or their own database, see [NewDatabase]).
+// (or their own database, see [NewDatabase]). [ZooKeeperProduction] is a
+// second shared ZooKeeper server, run as in production (stock JVM flags, 2 s
+// ticks), for benchmarks only: tests use the quick-starting one.
 //
 // [NewRedis], [NewRedisCluster], [NewMySQL], [NewPostgres] and
 // [NewZooKeeper] start a server of one test's own, stopped by t.Cleanup,

@@ -398,3 +398,28 @@ func (ps *procSet) restart(t testing.TB, server string, probes, settle []func(co
 		}
 	}
 }
+
+// cpu returns the CPU time the processes have used so far (restarts count
+// from their start), for a server this package started from binaries.
+func (ps *procSet) cpu() (time.Duration, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.procs) == 0 {
+		return 0, errors.New("the CPU time of a server is known only when it was started from binaries")
+	}
+	var sum time.Duration
+	for _, p := range ps.procs {
+		p.mu.Lock()
+		cmd := p.cmd
+		p.mu.Unlock()
+		if cmd == nil || cmd.Process == nil {
+			return 0, fmt.Errorf("%s is not running", p.name)
+		}
+		d, err := processCPU(cmd.Process.Pid)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p.name, err)
+		}
+		sum += d
+	}
+	return sum, nil
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr makes a child process receive SIGKILL when the test binary
@@ -55,4 +56,34 @@ func runAs(attr *syscall.SysProcAttr, name string) error {
 	}
 	attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	return nil
+}
+
+// processCPU returns the CPU time (user and system) process pid has used,
+// from /proc/<pid>/stat, counted in the kernel's USER_HZ of 100 ticks a
+// second.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	// utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
 }

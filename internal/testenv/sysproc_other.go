@@ -5,6 +5,7 @@ package testenv
 import (
 	"errors"
 	"syscall"
+	"time"
 )
 
 // sysProcAttr returns nil: only Linux can tie a child's life to its parent,
@@ -18,4 +19,9 @@ func removeStaleDirs() {}
 // runAs fails: only the Linux harness switches accounts.
 func runAs(_ *syscall.SysProcAttr, name string) error {
 	return errors.New("cannot run a server as " + name + " on this system")
+}
+
+// processCPU fails: only the Linux harness reads a process's CPU time.
+func processCPU(int) (time.Duration, error) {
+	return 0, errors.New("the CPU time of a server process is read on Linux only")
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,9 +30,38 @@ const (
 	zkMaxSessionTimeout = 60000
 )
 
-// ZooKeeperServer is a standalone ZooKeeper server for tests, with a tick of
-// 200 ms: the session timeouts it grants range from 400 ms to 60 s. Its
-// methods are safe for concurrent use.
+// zkSettings is how a ZooKeeper server is run: its tick, its session
+// timeout cap and its JVM's flags.
+type zkSettings struct {
+	tickTime          int // ms
+	maxSessionTimeout int // ms; 0: ZooKeeper's default of 20 ticks
+	jvm               []string
+}
+
+// zkTest is the test server: short ticks for quick expiries, and a JVM
+// that starts fast and stays small.
+var zkTest = zkSettings{
+	tickTime:          zkTickTime,
+	maxSessionTimeout: zkMaxSessionTimeout,
+	jvm: []string{
+		"-Xmx256m",
+		"-XX:+UseSerialGC",
+		"-XX:TieredStopAtLevel=1", // faster start, plenty for tests
+	},
+}
+
+// zkProduction is a server run as zkServer.sh runs it out of the box: the
+// stock JVM (its default collector and both JIT compilers), zkServer.sh's
+// heap, and the sample configuration's tick of 2 s.
+var zkProduction = zkSettings{
+	tickTime: 2000,
+	jvm:      []string{"-Xmx1000m"},
+}
+
+// ZooKeeperServer is a standalone ZooKeeper server for tests. Those of
+// [ZooKeeper] and [NewZooKeeper] have a tick of 200 ms: the session timeouts
+// they grant range from 400 ms to 60 s. Its methods are safe for concurrent
+// use.
 type ZooKeeperServer struct {
 	servers []string
 	origin  string
@@ -58,6 +88,11 @@ func (s *ZooKeeperServer) Restart(t testing.TB) {
 		[]func(context.Context) error{func(ctx context.Context) error { return zkServing(ctx, s.servers[0]) }}, nil)
 }
 
+// CPU returns the CPU time the server's process has used so far, for
+// benchmarks that tell the server's work from the client's. Only a server
+// started from the jars on Linux can tell: for others it returns an error.
+func (s *ZooKeeperServer) CPU() (time.Duration, error) { return s.ps.cpu() }
+
 // ZooKeeper returns the ZooKeeper server shared by the tests of this test
 // binary, starting it on first use (see the package doc for where it comes
 // from). It skips or fails the test when no server can be had.
@@ -70,15 +105,28 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 // restart, stopped when the test ends (see [ownServer]).
 func NewZooKeeper(t testing.TB) *ZooKeeperServer {
 	t.Helper()
-	return ownServer(t, zkSource())
+	return ownServer(t, zkSource(zkTest))
+}
+
+// ZooKeeperProduction returns a ZooKeeper server shared by the tests of
+// this test binary that runs as a production server does: the stock JVM
+// flags of zkServer.sh and a tick of 2 s, so sessions last 4 s to 40 s. It
+// is for benchmarks, which must not measure a library against a server
+// slowed down for quick test starts only. It is started on first use, like
+// [ZooKeeper]'s; an endpoint named by the environment is used as it is.
+func ZooKeeperProduction(t testing.TB) *ZooKeeperServer {
+	t.Helper()
+	return sharedServer(t, "zookeeper-production", func() (*ZooKeeperServer, func(), error) {
+		return zkSource(zkProduction).provision()
+	})
 }
 
 // startZooKeeper finds a ZooKeeper server: from the environment, Docker or
 // the jars.
-func startZooKeeper() (*ZooKeeperServer, func(), error) { return zkSource().provision() }
+func startZooKeeper() (*ZooKeeperServer, func(), error) { return zkSource(zkTest).provision() }
 
-// zkSource is the ways to a ZooKeeper server.
-func zkSource() source[*ZooKeeperServer] {
+// zkSource is the ways to a ZooKeeper server run with settings set.
+func zkSource(set zkSettings) source[*ZooKeeperServer] {
 	var cp string
 	return source[*ZooKeeperServer]{
 		what: "zookeeper", env: EnvZooKeeperServers, install: zkInstall,
@@ -89,14 +137,14 @@ func zkSource() source[*ZooKeeperServer] {
 			}
 			return &ZooKeeperServer{servers: servers, origin: EnvZooKeeperServers}, func() {}, nil
 		},
-		container: zkContainer,
+		container: func() (*ZooKeeperServer, func(), error) { return zkContainer(set) },
 		binaries: func() ([]string, error) {
 			paths, err1 := lookPaths("java")
 			var err2 error
 			cp, err2 = zkClasspath()
 			return paths, errors.Join(err1, err2)
 		},
-		start: func(p []string) (*ZooKeeperServer, func(), error) { return zkBinary(p[0], cp) },
+		start: func(p []string) (*ZooKeeperServer, func(), error) { return zkBinary(p[0], cp, set) },
 	}
 }
 
@@ -134,7 +182,7 @@ func zkClasspath() (string, error) {
 
 // zkBinary runs ZooKeeperServerMain in a JVM on a free port with a temporary
 // data directory.
-func zkBinary(java, classpath string) (*ZooKeeperServer, func(), error) {
+func zkBinary(java, classpath string, set zkSettings) (*ZooKeeperServer, func(), error) {
 	dir, err := tempDir("zookeeper")
 	if err != nil {
 		return nil, nil, err
@@ -150,24 +198,24 @@ dataDir=%s
 clientPort=%d
 clientPortAddress=127.0.0.1
 maxClientCnxns=0
-maxSessionTimeout=%d
 admin.enableServer=false
 4lw.commands.whitelist=*
-`, zkTickTime, filepath.Join(dir, "data"), ports[0], zkMaxSessionTimeout)
+`, set.tickTime, filepath.Join(dir, "data"), ports[0])
+		if set.maxSessionTimeout > 0 {
+			cfg += fmt.Sprintf("maxSessionTimeout=%d\n", set.maxSessionTimeout)
+		}
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			return err
 		}
-		p := newProcess("zookeeper", java, dir,
-			"-Xmx256m",
-			"-XX:+UseSerialGC",
-			"-XX:TieredStopAtLevel=1", // faster start, plenty for tests
-			"-XX:-UsePerfData",        // no /tmp/hsperfdata_* files
+		args := append(slices.Clone(set.jvm),
+			"-XX:-UsePerfData", // no /tmp/hsperfdata_* files
 			"-Djava.net.preferIPv4Stack=true",
 			"-Dzookeeper.admin.enableServer=false",
 			"-Dzookeeper.jmx.log4j.disable=true",
 			"-cp", classpath,
 			"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath,
 		)
+		p := newProcess("zookeeper", java, dir, args...)
 		if err := startReady(ctx, p, func(ctx context.Context) error { return zkServing(ctx, addr) }); err != nil {
 			return err
 		}
@@ -184,11 +232,12 @@ admin.enableServer=false
 	}, nil
 }
 
-// zkContainer runs zookeeper:3.8 in Docker with the same settings as
-// zkBinary. The client address comes from the server line (ZOO_SERVERS), as
-// in the image's default "server.1=localhost:2888:3888;2181"; a standalone
-// server opens no quorum port.
-func zkContainer() (*ZooKeeperServer, func(), error) {
+// zkContainer runs zookeeper:3.8 in Docker with the tick and session cap of
+// set (the image's own JVM flags). The client address comes from the server
+// line (ZOO_SERVERS), as in the image's default
+// "server.1=localhost:2888:3888;2181"; a standalone server opens no quorum
+// port.
+func zkContainer(set zkSettings) (*ZooKeeperServer, func(), error) {
 	addrs, c, err := startContainer(containerSpec{
 		image:   zkImage,
 		nports:  1,
@@ -198,16 +247,17 @@ func zkContainer() (*ZooKeeperServer, func(), error) {
 			if loopback {
 				client = "127.0.0.1:" + client
 			}
-			return []testcontainers.ContainerCustomizer{
-				testcontainers.WithEnv(map[string]string{
-					"ZOO_TICK_TIME":              strconv.Itoa(zkTickTime),
-					"ZOO_MAX_CLIENT_CNXNS":       "0",
-					"ZOO_4LW_COMMANDS_WHITELIST": "*",
-					"ZOO_ADMINSERVER_ENABLED":    "false",
-					"ZOO_SERVERS":                "server.1=localhost:2888:3888;" + client,
-					"ZOO_CFG_EXTRA":              "maxSessionTimeout=" + strconv.Itoa(zkMaxSessionTimeout),
-				}),
+			env := map[string]string{
+				"ZOO_TICK_TIME":              strconv.Itoa(set.tickTime),
+				"ZOO_MAX_CLIENT_CNXNS":       "0",
+				"ZOO_4LW_COMMANDS_WHITELIST": "*",
+				"ZOO_ADMINSERVER_ENABLED":    "false",
+				"ZOO_SERVERS":                "server.1=localhost:2888:3888;" + client,
 			}
+			if set.maxSessionTimeout > 0 {
+				env["ZOO_CFG_EXTRA"] = "maxSessionTimeout=" + strconv.Itoa(set.maxSessionTimeout)
+			}
+			return []testcontainers.ContainerCustomizer{testcontainers.WithEnv(env)}
 		},
 		ready:       func(ctx context.Context, addrs []string) error { return zkServing(ctx, addrs[0]) },
 		readyWithin: readyTimeout,

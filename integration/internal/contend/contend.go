@@ -9,7 +9,7 @@
 //   - OneKey: N clients (each with its own client connection or Locker) loop
 //     Lock → read-modify-write of a shared counter → Unlock on one key for a
 //     fixed time; hand-offs/s, per-client min/max acquisitions, wait
-//     p50/p99, and no lost update (the benchmark fails on one).
+//     p50/p99/max, and no lost update (the benchmark fails on one).
 //   - ManyKeys: N clients, each on a key of its own; Lock+Unlock/s.
 //   - Uncontended: one client's Lock+Unlock, the implementations
 //     interleaved so that the machine's load weighs on all alike.
@@ -82,6 +82,7 @@ type Result struct {
 	MaxPer       int // most acquisitions of one client
 	WaitP50      time.Duration
 	WaitP99      time.Duration
+	WaitMax      time.Duration // the longest wait
 	ClientCPU    time.Duration // this process's CPU time over the turns; 0: unknown
 	ServerCPU    time.Duration // the server's; 0: unknown (no Impl.ServerCPU)
 	Calls        Calls         // the server's; zero: unknown (no Impl.ServerCalls)
@@ -141,7 +142,7 @@ func (t *tally) result() Result {
 	return Result{
 		Acquisitions: total, Elapsed: t.elapsed,
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
-		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99),
+		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99), WaitMax: pct(t.waits, 1),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
 		Calls: t.calls,
 	}
@@ -275,6 +276,7 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 		b.ReportMetric(r.Fairness(), n+"-min/max")
 		b.ReportMetric(ms(r.WaitP50), n+"-wait-p50-ms")
 		b.ReportMetric(ms(r.WaitP99), n+"-wait-p99-ms")
+		b.ReportMetric(ms(r.WaitMax), n+"-wait-max-ms")
 		cpu := ""
 		if r.ClientCPU > 0 {
 			b.ReportMetric(perAcquisition(r.ClientCPU, r), n+"-client-cpu-µs")
@@ -296,7 +298,7 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string) {
 			}
 			cpu += ")"
 		}
-		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), cpu)
+		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v max %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), r.WaitMax.Round(time.Microsecond), cpu)
 	}
 	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "")
 	if rs[0].ClientCPU > 0 {

@@ -4,7 +4,10 @@
 package sharedbench
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +121,162 @@ func Handoff(b *testing.B, holder, waiter locker.Locker, key string) {
 	b.ReportMetric(ms(lock), "lock-p50-ms")
 	b.ReportMetric(ms(permit), "permit-p50-ms")
 	b.ReportMetric(float64(permit)/float64(lock), "permit-x-lock")
+}
+
+// throughputClients is how many clients Throughput races on one key, and
+// throughputWork how long each holds its permit: the work a permit guards.
+const (
+	throughputClients = 16
+	throughputWork    = 5 * time.Millisecond
+	throughputRounds  = 4 // acquisitions per client per phase
+)
+
+// Throughput races 16 clients, each a Locker of its own from newLocker, on
+// one semaphore of limit 1 and then on one of limit 4 (keys under key),
+// each client holding its permit for a few milliseconds of work. It
+// reports the grants per second of each and their ratio, x-limit1: the
+// target is at least 3, for a semaphore of 4 must run about four times as
+// much work at once as a mutex.
+func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
+	ctx := b.Context()
+	lockers := make([]locker.Locker, throughputClients)
+	for i := range lockers {
+		lockers[i] = newLocker()
+	}
+	phase := func(limit, round int) time.Duration {
+		k := fmt.Sprintf("%s/limit%d-%d", key, limit, round)
+		sems := make([]*locker.Semaphore, len(lockers))
+		for i, l := range lockers {
+			s, err := locker.NewSemaphore(l, k, limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sems[i] = s
+		}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for _, s := range sems {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range throughputRounds {
+					p, err := s.Acquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					time.Sleep(throughputWork)
+					if err := p.Unlock(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var one, four time.Duration
+	round := 0
+	for b.Loop() {
+		one += phase(1, round)
+		four += phase(4, round)
+		round++
+	}
+	grants := float64(round * throughputClients * throughputRounds)
+	b.ReportMetric(grants/one.Seconds(), "limit1-grants/s")
+	b.ReportMetric(grants/four.Seconds(), "limit4-grants/s")
+	b.ReportMetric(float64(one)/float64(four), "x-limit1")
+}
+
+// renewalHeld is how many permits Renewal holds on one Locker: renewalKeys
+// semaphores of renewalHeld/renewalKeys permits each.
+const (
+	renewalHeld = 10_000
+	renewalKeys = 100
+)
+
+// Traffic reads the counters of a Locker's connections to its store: the
+// round trips it started (pipelines, commands, RPC messages sent) and the
+// bytes it sent and received.
+type Traffic func() (trips, bytes int64)
+
+// Renewal holds 10,000 permits on one Locker, which newLocker builds with
+// the given observer, and measures the traffic of its renewal rounds, one
+// round per iteration. It reports the round trips and bytes of a round,
+// and the bytes per permit renewed; the target is one round trip per
+// round, and less than 1 KiB a permit.
+func Renewal(b *testing.B, newLocker func(locker.Observer) locker.Locker, traffic Traffic, key string) {
+	ctx := b.Context()
+	rounds := make(chan int, 1024)
+	l := newLocker(locker.ObserverFunc(func(e locker.Event) {
+		if e.Kind == locker.EventRenewal && e.Count > 0 {
+			select {
+			case rounds <- e.Count:
+			default:
+			}
+		}
+	}))
+	var wg sync.WaitGroup
+	held := make(chan locker.Lock, renewalHeld)
+	work := make(chan int, renewalKeys)
+	for i := range renewalKeys {
+		work <- i
+	}
+	close(work)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				sem, err := locker.NewSemaphore(l, fmt.Sprintf("%s/%03d", key, i), renewalHeld/renewalKeys)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for range renewalHeld / renewalKeys {
+					p, err := sem.TryAcquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					held <- p
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(held)
+	if b.Failed() {
+		b.FailNow()
+	}
+	b.Cleanup(func() {
+		for p := range held {
+			_ = p.Unlock(context.WithoutCancel(ctx))
+		}
+	})
+	next := func() int {
+		select {
+		case n := <-rounds:
+			return n
+		case <-time.After(time.Minute):
+			b.Fatal("no renewal round within a minute")
+			return 0
+		}
+	}
+	// Start at a round's end, once every permit is renewed in a round.
+	for next() < renewalHeld {
+	}
+	trips0, bytes0 := traffic()
+	renewed, n := 0, 0
+	for b.Loop() {
+		renewed += next()
+		n++
+	}
+	trips, bytes := traffic()
+	trips, bytes = trips-trips0, bytes-bytes0
+	b.ReportMetric(float64(renewed)/float64(n), "renewed/round")
+	b.ReportMetric(float64(trips)/float64(n), "trips/round")
+	b.ReportMetric(float64(bytes)/float64(n), "bytes/round")
+	b.ReportMetric(float64(bytes)/float64(max(renewed, 1)), "bytes/permit")
 }
