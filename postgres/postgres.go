@@ -237,6 +237,18 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// deadConn reports whether err says that the server had ended the
+// connection before the statement ran (an administrator's or a crash's
+// shutdown, pg_terminate_backend) or that the statement was never sent:
+// the pool's next connection may well work.
+func deadConn(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	return err != nil && pgconn.SafeToRetry(err)
+}
+
 // definite reports whether a failed statement certainly did not take
 // effect: the server answered with an error (the statement's transaction
 // was rolled back), or nothing was sent.
@@ -364,6 +376,11 @@ func (d *pgDriver) Release(ctx context.Context, l driver.Lease) error {
 	}
 	s := leaseState(l)
 	n, err := d.freeing(ctx, d.sql.release, s.key, s.owner, s.version, d.cfg.Table)
+	if deadConn(err) && ctx.Err() == nil {
+		// The pool handed out a connection the server had ended: the
+		// statement never ran, so it is sent once more, on another one.
+		n, err = d.freeing(ctx, d.sql.release, s.key, s.owner, s.version, d.cfg.Table)
+	}
 	if err != nil {
 		return classify(fmt.Errorf("release: %w", err))
 	}
