@@ -12,11 +12,12 @@ import (
 // the database's clock) whose task_name starts with prefix, after the
 // cursor (the last task_name of the previous page), in task_name order, at
 // most limit of them: one range read of the primary key per page. Keys
-// held by shared holds (SHARED rows) are read as Inspect reads them, one
-// query each. Waiters is 0 for plain locks, as for Inspect.
+// held by shared holds (SHARED rows, whose lock_until nobody renews) are
+// read as Inspect reads them, one query each, and kept when a holder
+// lives. Waiters is 0 for plain locks, as for Inspect.
 func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
-	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND task_status IN ('RUNNING', '" + sharedStatus + "') AND lock_until > " + dbNow +
+	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND (task_status = 'RUNNING' AND lock_until > " + dbNow + " OR task_status = '" + sharedStatus + "')" +
 		" ORDER BY task_name LIMIT ?"
 	like := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix) + "%"
 	rows, err := d.db.QueryContext(ctx, q, []byte(cursor), []byte(like), limit)
