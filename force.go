@@ -42,12 +42,27 @@ func ForceUnlock(ctx context.Context, l Locker, key string) error {
 // ForceUnlock implements ForceUnlocker.
 func (e *engine) ForceUnlock(ctx context.Context, key string) error {
 	const op = "forceunlock"
+	b, ok := e.drv.(driver.Breaker)
+	return e.keyCall(ctx, op, key, ok, "cannot free a key it does not hold", func(ctx context.Context, skey string) error {
+		err := b.Break(ctx, skey)
+		if errors.Is(err, driver.ErrNotHeld) {
+			return e.err(op, key, ErrNotHeld, err)
+		}
+		return err
+	})
+}
+
+// keyCall is an operator's call on one key (ForceUnlock, SetLimit): it
+// checks ctx and key, refuses with errors.ErrUnsupported, saying the
+// backend "cannot" what, when the driver lacks the call (supported false),
+// and runs call on the store key while the Locker is open. An error of
+// call that is not already a *Error is wrapped as op's.
+func (e *engine) keyCall(ctx context.Context, op, key string, supported bool, cannot string, call func(ctx context.Context, skey string) error) error {
 	if ctx == nil {
 		return e.err(op, key, ErrInvalidOption, errNilContext)
 	}
-	b, ok := e.drv.(driver.Breaker)
-	if !ok {
-		return e.err(op, key, errors.ErrUnsupported, fmt.Errorf("the %s backend cannot free a key it does not hold", e.name))
+	if !supported {
+		return e.err(op, key, errors.ErrUnsupported, fmt.Errorf("the %s backend %s", e.name, cannot))
 	}
 	skey, err := e.storeKey(op, key)
 	if err != nil {
@@ -57,11 +72,10 @@ func (e *engine) ForceUnlock(ctx context.Context, key string) error {
 		return e.err(op, key, ErrClosed, nil)
 	}
 	defer e.calls.Done()
-	if err := b.Break(ctx, skey); err != nil {
-		if errors.Is(err, driver.ErrNotHeld) {
-			return e.err(op, key, ErrNotHeld, err)
-		}
-		return e.err(op, key, nil, err)
+	err = call(ctx, skey)
+	var le *Error
+	if err == nil || errors.As(err, &le) {
+		return err
 	}
-	return nil
+	return e.err(op, key, nil, err)
 }

@@ -41,29 +41,15 @@ func SetLimit(ctx context.Context, l Locker, key string, limit int) error {
 // SetLimit implements LimitSetter.
 func (e *engine) SetLimit(ctx context.Context, key string, limit int) error {
 	const op = "setlimit"
-	if ctx == nil {
-		return e.err(op, key, ErrInvalidOption, errNilContext)
-	}
-	if limit <= 0 {
+	if ctx != nil && limit <= 0 {
 		return e.err(op, key, nil, invalidOption("limit", "%d is not positive", limit))
 	}
 	ls, ok := e.drv.(driver.Limiter)
-	if !ok {
-		return e.err(op, key, errors.ErrUnsupported, fmt.Errorf("the %s backend cannot change a semaphore's limit: its driver does not implement driver.Limiter", e.name))
-	}
-	skey, err := e.storeKey(op, key)
-	if err != nil {
-		return err
-	}
-	if !e.enter() {
-		return e.err(op, key, ErrClosed, nil)
-	}
-	defer e.calls.Done()
-	if err := ls.SetLimit(ctx, skey, limit); err != nil {
+	return e.keyCall(ctx, op, key, ok, "cannot change a semaphore's limit: its driver does not implement driver.Limiter", func(ctx context.Context, skey string) error {
+		err := ls.SetLimit(ctx, skey, limit)
 		if errors.Is(err, driver.ErrConflict) {
 			return e.err(op, key, ErrInvalidOption, err)
 		}
-		return e.err(op, key, nil, err)
-	}
-	return nil
+		return err
+	})
 }
