@@ -55,7 +55,8 @@ func (e *engine) ForceUnlock(ctx context.Context, key string) error {
 // keyCall is an operator's call on one key (ForceUnlock, SetLimit): it
 // checks ctx and key, refuses with errors.ErrUnsupported, saying the
 // backend "cannot" what, when the driver lacks the call (supported false),
-// and runs call on the store key while the Locker is open. An error of
+// and runs call on the store key while the Locker is open, returning when
+// ctx ends even if the store has not answered. An error of
 // call that is not already a *Error is wrapped as op's.
 func (e *engine) keyCall(ctx context.Context, op, key string, supported bool, cannot string, call func(ctx context.Context, skey string) error) error {
 	if ctx == nil {
@@ -72,7 +73,12 @@ func (e *engine) keyCall(ctx context.Context, op, key string, supported bool, ca
 		return e.err(op, key, ErrClosed, nil)
 	}
 	defer e.calls.Done()
-	err = call(ctx, skey)
+	// Detached, as Lock's store calls are: it returns when ctx ends, and
+	// the call finishes in the background (Close waits for it).
+	_, err, gone := detached(e, ctx, func() (struct{}, error) { return struct{}{}, call(ctx, skey) }, func(struct{}, error) {})
+	if gone {
+		return e.err(op, key, nil, ctxCause(ctx))
+	}
 	var le *Error
 	if err == nil || errors.As(err, &le) {
 		return err
