@@ -44,6 +44,7 @@ type memEnv struct {
 	holders map[string]locker.Lock // unlockAnyone's back door: key → current inner lock
 	waiting map[string]int         // handOffErrs: key → Lock calls in progress
 	granted []string               // losesOnFailover: the keys granted so far
+	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -59,7 +60,56 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		dead:     make(map[string]locker.Locker),
 		holders:  make(map[string]locker.Lock),
 		waiting:  make(map[string]int),
+		residue:  make(map[string][]*residue),
 	}
+}
+
+// leaveResidue starts an orphaned waiter on key (leavesResidue): wait takes
+// the key once it is free and keeps it until its Locker is closed. A
+// goroutine on a loaded machine may act later than a case looks, so the
+// next acquire or Inspect on key settles the waiter first (settleResidue):
+// while the wait has not got the key, one attempt with try stands in for it.
+// Either way the residue acts before anyone else looks at key.
+func (e *memEnv) leaveResidue(key string, wait func(context.Context) error, try func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &residue{cancel: cancel, try: try}
+	e.mu.Lock()
+	e.residue[key] = append(e.residue[key], r)
+	e.mu.Unlock()
+	go func() {
+		if wait(ctx) == nil {
+			r.took.Store(true)
+		}
+	}()
+}
+
+// residue is one orphaned waiter (leaveResidue).
+type residue struct {
+	took   atomic.Bool
+	cancel context.CancelFunc
+	try    func() error
+}
+
+// settleResidue makes an attempt for every orphaned waiter on key that has
+// not got it yet (leaveResidue).
+func (e *memEnv) settleResidue(key string) {
+	e.mu.Lock()
+	waiting := e.residue[key]
+	delete(e.residue, key)
+	e.mu.Unlock()
+	var left []*residue
+	for _, r := range waiting {
+		if !r.took.Load() && r.try() == nil {
+			r.took.Store(true)
+			r.cancel()
+		}
+		if !r.took.Load() {
+			left = append(left, r)
+		}
+	}
+	e.mu.Lock()
+	e.residue[key] = append(e.residue[key], left...)
+	e.mu.Unlock()
 }
 
 func (e *memEnv) newInner(t testing.TB) locker.Locker {
@@ -582,6 +632,7 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 // the key's previous state, inspectsFirst with the first holder it saw,
 // dropsData with no data, staleData with the last data it saw on the key.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
+	b.env.settleResidue(key)
 	st, err := locker.Inspect(ctx, b.inner, key)
 	if b.kind == dropsData {
 		st.Data = nil
@@ -722,6 +773,7 @@ func (b *brokenLocker) Close() error {
 }
 
 func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts []locker.LockOption) (locker.Lock, error) {
+	b.env.settleResidue(key)
 	call := func(ctx context.Context, key string) (locker.Lock, error) {
 		if wait {
 			return b.inner.Lock(ctx, key, opts...)
@@ -882,7 +934,9 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it
 			// until the Locker is closed.
-			go func() { _, _ = b.inner.Lock(context.Background(), key) }()
+			b.env.leaveResidue(key,
+				func(ctx context.Context) error { _, err := b.inner.Lock(ctx, key); return err },
+				func() error { _, err := b.inner.TryLock(context.Background(), key); return err })
 		}
 		return nil, err
 	}

@@ -19,6 +19,7 @@ func (b *brokenLocker) TryLockShared(ctx context.Context, key string, s locker.S
 }
 
 func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.Share, wait bool, opts []locker.LockOption) (locker.Lock, error) {
+	b.env.settleResidue(key)
 	inner, ok := b.inner.(locker.SharedLocker)
 	if !ok {
 		return nil, &locker.Error{Op: "lockshared", Key: key, Err: locker.ErrInvalidOption, Cause: errors.New("the inner Locker " + noShared)}
@@ -48,7 +49,9 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the hold later and keeps it
 			// until the Locker is closed.
-			go func() { _, _ = inner.LockShared(context.Background(), key, s, opts...) }()
+			b.env.leaveResidue(key,
+				func(ctx context.Context) error { _, err := inner.LockShared(ctx, key, s, opts...); return err },
+				func() error { _, err := inner.TryLockShared(context.Background(), key, s, opts...); return err })
 		}
 		return nil, err
 	}
