@@ -24,8 +24,9 @@ var (
 	// cancels its function's ctx with this cause.
 	ErrLost = errors.New("locker: lock lost")
 
-	// ErrClosed is returned by Lock and TryLock on a closed Locker, and ends
-	// the waits that were in progress when it was closed.
+	// ErrClosed is returned by Lock, TryLock and the reads (Inspect, List)
+	// of a closed Locker, and ends the waits that were in progress when it
+	// was closed.
 	ErrClosed = errors.New("locker: locker closed")
 
 	// ErrInvalidKey is returned for a key the backend cannot store: empty,

@@ -78,6 +78,10 @@ func (e *engine) List(ctx context.Context, prefix string) iter.Seq2[KeyStatus, e
 				yield(KeyStatus{}, e.err("list", prefix, nil, err))
 				return
 			}
+			if e.isClosed() {
+				yield(KeyStatus{}, e.err("list", prefix, ErrClosed, nil))
+				return
+			}
 			page, next, err := ls.List(ctx, sprefix, cursor, ListPage)
 			if err != nil {
 				yield(KeyStatus{}, e.err("list", prefix, nil, err))

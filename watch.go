@@ -34,10 +34,12 @@ func WatchEvery(d time.Duration) WatchOption {
 }
 
 // watchSource is implemented by the engine: the poll interval its TTL
-// calls for, and the driver's release notifications where it has them.
+// calls for, the driver's release notifications where it has them, and a
+// channel closed when the Locker is closed.
 type watchSource interface {
 	watchEvery() time.Duration
 	watchNotify(ctx context.Context, key string) (<-chan struct{}, func(), bool)
+	closing() <-chan struct{}
 }
 
 // Watch follows who holds key in l's store, for any replica, holder or not.
@@ -54,7 +56,8 @@ type watchSource interface {
 // A failed read yields the error with a zero Status, and Watch goes on: the
 // holder is unknown until the next Status. Watch ends after yielding an
 // error matching [errors.ErrUnsupported] (l is not an [Inspector]),
-// [ErrInvalidKey], [ErrInvalidOption] or [ErrClosed].
+// [ErrInvalidKey], [ErrInvalidOption] or [ErrClosed]. For a Locker built by
+// [New], Close ends the watch at once, with an error matching [ErrClosed].
 func Watch(ctx context.Context, l Locker, key string, opts ...WatchOption) iter.Seq2[Status, error] {
 	return func(yield func(Status, error) bool) {
 		if ctx == nil {
@@ -83,20 +86,21 @@ func Watch(ctx context.Context, l Locker, key string, opts ...WatchOption) iter.
 			yield(Status{}, &Error{Op: "watch", Key: key, Err: errors.ErrUnsupported, Cause: fmt.Errorf("%T cannot tell who holds a key", l)})
 			return
 		}
-		var notify <-chan struct{}
+		var notify, closed <-chan struct{}
 		if src != nil {
 			if ch, cancel, ok := src.watchNotify(ctx, key); ok {
 				defer cancel()
 				notify = ch
 			}
+			closed = src.closing()
 		}
-		watchLoop(ctx, ins, key, cfg.every, notify, yield)
+		watchLoop(ctx, ins, key, cfg.every, notify, closed, yield)
 	}
 }
 
 // watchLoop reads the key's status every interval, and at once when
-// notify receives, and yields the changes.
-func watchLoop(ctx context.Context, ins Inspector, key string, every time.Duration, notify <-chan struct{}, yield func(Status, error) bool) {
+// notify receives or closed is closed, and yields the changes.
+func watchLoop(ctx context.Context, ins Inspector, key string, every time.Duration, notify, closed <-chan struct{}, yield func(Status, error) bool) {
 	var (
 		last  Status
 		known bool
@@ -111,6 +115,10 @@ func watchLoop(ctx context.Context, ins Inspector, key string, every time.Durati
 		case <-timer.C:
 		case <-notify:
 			timer.Stop()
+		case <-closed:
+			// The read says ErrClosed, which ends the watch.
+			timer.Stop()
+			closed = nil
 		}
 		st, err := ins.Inspect(ctx, key)
 		switch {
@@ -164,6 +172,9 @@ func watchFatal(err error) bool {
 
 // watchEvery implements watchSource: a quarter of the TTL.
 func (e *engine) watchEvery() time.Duration { return max(e.cfg.ttl/4, time.Millisecond) }
+
+// closing implements watchSource: Close cancels the engine's ctx.
+func (e *engine) closing() <-chan struct{} { return e.ctx.Done() }
 
 // watchNotify implements watchSource with the driver's release
 // notifications; it reports false where the driver has none.

@@ -37,7 +37,7 @@ func TestWatchLoopOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var got []Status
-	watchLoop(ctx, ins, "k", time.Millisecond, nil, func(st Status, err error) bool {
+	watchLoop(ctx, ins, "k", time.Millisecond, nil, nil, func(st Status, err error) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestWatchLoopShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var got []Status
-	watchLoop(ctx, ins, "k", time.Millisecond, nil, func(st Status, err error) bool {
+	watchLoop(ctx, ins, "k", time.Millisecond, nil, nil, func(st Status, err error) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestWatchLoopNotified(t *testing.T) {
 	defer cancel()
 	notify := make(chan struct{}, 1)
 	n := 0
-	watchLoop(ctx, ins, "k", time.Hour, notify, func(st Status, err error) bool {
+	watchLoop(ctx, ins, "k", time.Hour, notify, nil, func(st Status, err error) bool {
 		n++
 		if n == 1 {
 			notify <- struct{}{}

@@ -78,3 +78,45 @@ func TestWatchEndsWithCtx(t *testing.T) {
 		break
 	}
 }
+
+// TestWatchEndsOnClose: closing the Locker ends a watch at once, with an
+// error matching ErrClosed, however long its poll interval.
+func TestWatchEndsOnClose(t *testing.T) {
+	l, err := memory.New(memory.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ended := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		var last error
+		first := true
+		for _, err := range locker.Watch(ctx, l, "k", locker.WatchEvery(time.Hour)) {
+			if first {
+				close(started)
+				first = false
+			}
+			last = err
+		}
+		ended <- last
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("Watch yielded no first status")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, locker.ErrClosed) {
+			t.Errorf("the watch ended with %v, want an error matching ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch did not end when its Locker was closed")
+	}
+}

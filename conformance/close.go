@@ -121,6 +121,13 @@ func testClose(c *caseT) {
 	if releaseIf(ctx, lk, err); !errors.Is(err, locker.ErrClosed) {
 		c.Errorf("%s: TryLock = %v", refuses, err)
 	}
+	if _, ok := a.(locker.Inspector); ok {
+		// Watch ends on this error: a Locker that still answers would
+		// keep a watch of its keys going after Close.
+		if _, err := locker.Inspect(ctx, a, keys[0]); !errors.Is(err, locker.ErrClosed) {
+			c.Errorf("after Close, Inspect must fail with an error matching ErrClosed: got %v", err)
+		}
+	}
 	const closes = "Close must close the Done channel of every lock it held, and their Err must match ErrLost"
 	for _, lk := range locks {
 		if c.doneClosed(lk, closes) && !errors.Is(lk.Err(), locker.ErrLost) {

@@ -253,6 +253,7 @@ const (
 	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
+	readsAfterClose = "readsAfterClose" // Inspect still answers from the store after Close (a watch of the key goes on)
 	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
 	forceFewNoop    = "forceFewNoop"    // ForceUnlock of a key with more than 128 holders reports success and frees nothing (one store operation too many)
 	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
@@ -323,6 +324,7 @@ var mustCatch = map[string][]string{
 	deadWaiter:      {"WaiterCrash"},
 	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
 	inspectsStale:   {"Inspect"},
+	readsAfterClose: {"Close"},
 	forceNoop:       {"ForceUnlock"},
 	forceFewNoop:    {"ForceUnlockShared"},
 	handOffErrs:     {"HandOff", "LockWaits"},
@@ -618,7 +620,7 @@ type brokenLocker struct {
 	mu   sync.Mutex
 	last map[string]locker.Lock // staleGrants: the last lock of each key
 	late []*lateLock            // closeLate: the locks whose Done Close closes late
-	shut bool                   // closeLate, closeCancels: Close has begun
+	shut bool                   // closeLate, closeCancels, readsAfterClose: Close has begun
 	// deadWaiter: the waits in progress, and whether the Locker crashed
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
@@ -640,6 +642,18 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 // dropsData with no data, staleData with the last data it saw on the key.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
 	b.env.settleResidue(key)
+	b.mu.Lock()
+	shut := b.shut
+	b.mu.Unlock()
+	if b.kind == readsAfterClose && shut {
+		// A fresh Locker on the same store answers for the closed one.
+		l, err := memory.New(b.env.store, locker.WithTTL(b.env.ttl), locker.WithPrefix(b.env.prefix))
+		if err != nil {
+			return locker.Status{}, err
+		}
+		defer l.Close()
+		return locker.Inspect(ctx, l, key)
+	}
 	st, err := locker.Inspect(ctx, b.inner, key)
 	if b.kind == dropsData {
 		st.Data = nil
@@ -757,7 +771,7 @@ func (b *brokenLocker) Close() error {
 	if b.inner == nil || b.kind == closeNoop {
 		return nil // closeNoop's inner Locker is closed by the test's cleanup
 	}
-	if b.kind == closeCancels {
+	if b.kind == closeCancels || b.kind == readsAfterClose {
 		b.mu.Lock()
 		b.shut = true
 		b.mu.Unlock()
