@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -296,5 +297,109 @@ func TestSharedManyExpire(t *testing.T) {
 	}
 	if m := c.Exists(ctx, ks[2:]...).Val(); m != 0 {
 		t.Fatalf("%d shared names left after the break", m)
+	}
+}
+
+// TestSharedManyHolders checks that an attempt counts every live holder of
+// a key with more holders than one HMGET of shared_acquire.lua reads: the
+// last permit of the limit is granted, and the next is refused.
+func TestSharedManyHolders(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	ks := sharedKeys(key)
+	const n = 2500
+	expiry := time.Now().Add(time.Hour).UnixMilli()
+	pipe := c.Pipeline()
+	pipe.HSet(ctx, ks[3], " kind", "permits", " limit", strconv.Itoa(n+1))
+	for i := range n {
+		owner := "o" + strconv.Itoa(i)
+		pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
+		pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
+	}
+	pipe.PExpire(ctx, ks[2], time.Hour)
+	pipe.PExpire(ctx, ks[3], time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(ctx, ks[2:]...) })
+	sem, _ := locker.NewSemaphore(l, key, n+1)
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire of the last permit beside %d holders: %v", n, err)
+	}
+	if q, err := sem.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil {
+			_ = q.Unlock(ctx)
+		}
+		t.Fatalf("TryAcquire beside %d holders and the last permit: %v, want ErrNotAcquired (a semaphore of %d)", n, err, n+1)
+	}
+	_ = p.Unlock(ctx)
+}
+
+// TestSharedLeftovers checks that the meta and waiters hashes of a key
+// whose holders and waiters are all gone (they expired unseen) neither
+// decide the key's kind or limit nor outlive the next permit.
+func TestSharedLeftovers(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	ks := sharedKeys(key)
+	pipe := c.Pipeline()
+	pipe.HSet(ctx, ks[3], " kind", "rw", " limit", "0", "gone", "write 1 1 0 0 x")
+	pipe.HSet(ctx, ks[5], "gone-waiter", "1 read 1 lid")
+	pipe.PExpire(ctx, ks[3], time.Hour)
+	pipe.PExpire(ctx, ks[5], time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := locker.NewSemaphore(l, key, 4)
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire on a key with leftovers of a read-write lock: %v", err)
+	}
+	if rec := c.HGet(ctx, ks[3], "gone").Val(); rec != "" {
+		t.Errorf("a leftover holder record outlived a new permit: %q", rec)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, ks[2:]...).Val(); n != 0 {
+		t.Fatalf("%d shared names of the key are left once its last permit is back, want none", n)
+	}
+}
+
+// TestSharedRetriedAttempt checks that an attempt repeated with the same
+// owner (a retry whose first reply was lost) gets the hold it already has,
+// with the same token, without taking a second permit.
+func TestSharedRetriedAttempt(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	_, d := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	req := driver.Request{Key: key, Owner: "retried", TTL: 10 * time.Second}
+	s := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	g1, err := d.TryAcquireShared(ctx, req, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquireShared(ctx, req, s)
+	if err != nil || g2.Token != g1.Token {
+		t.Fatalf("retried attempt: token %d, %v; want the first grant's token %d", g2.Token, err, g1.Token)
+	}
+	other := req
+	other.Owner = "other"
+	if _, err := d.TryAcquireShared(ctx, other, s); err != nil {
+		t.Fatalf("the second of 2 permits after a retried attempt: %v", err)
+	}
+	lease := driver.Lease{Key: key, Owner: "other", State: g1.State}
+	if err := d.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	lease.Owner = "retried"
+	if err := d.Release(ctx, lease); err != nil {
+		t.Fatal(err)
 	}
 }
