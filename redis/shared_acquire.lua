@@ -160,14 +160,14 @@ end
 
 local function reply(status, v)
   if changed then
-    wake(ARGV[10])
+    wake(ARGV[10], waiting, wrecs, owner)
   end
   return { status, v, nopub and 1 or 0 }
 end
 
 if kind and (kind ~= want or have ~= limit) then
   if changed then
-    wake(ARGV[10])
+    wake(ARGV[10], waiting, wrecs, owner)
   end
   return { 'conflict', kind, have }
 end
@@ -184,7 +184,7 @@ end
 local behind, queued = false, false
 for i, w in ipairs(waiting) do
   if w == owner then
-    queued = true
+    queued = i
     break
   end
   if mode ~= 'read' or string.match(wrecs[i], '^%d+ (%S+)') == 'write' then
@@ -197,6 +197,8 @@ if fits and not behind then
   if queued then
     redis.call('ZREM', KEYS[5], owner)
     redis.call('HDEL', KEYS[6], owner)
+    table.remove(waiting, queued)
+    table.remove(wrecs, queued)
     changed = true -- the next in line may go
   end
   local _, s = next_token(now, ARGV[4], got[2])

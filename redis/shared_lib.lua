@@ -32,21 +32,31 @@ end
 -- stand, and it says so in its reply.
 local nopub = false
 
--- wake tells every Locker with a waiter on the key that it may go:
--- "free" on channel .. ':' .. lid. channel "" publishes nothing.
-local function wake(channel)
+-- wake tells the Lockers of the waiters at the head of the line (alive,
+-- with their records recs, as line returns them) that they may go: "free"
+-- on channel .. ':' .. lid. The head is the first waiter, and the read
+-- waiters right behind a read waiter; the others are behind them, and the
+-- head's grant wakes the next. It stops at stop, a caller still in line,
+-- which knows what it saw. channel "" publishes nothing.
+local function wake(channel, alive, recs, stop)
   if channel == '' then
     return
   end
   local seen = {}
-  for _, rec in ipairs(redis.call('HVALS', KEYS[6])) do
-    local lid = string.match(rec, '^%d+ %S+ %d+ (%S+)$')
+  for i, w in ipairs(alive) do
+    if w == stop then
+      return
+    end
+    local m, lid = string.match(recs[i], '^%d+ (%S+) %d+ (%S+)$')
     if lid and not seen[lid] then
       seen[lid] = true
       local r = redis.pcall('PUBLISH', channel .. ':' .. lid, 'free')
       if type(r) == 'table' and r.err then
         nopub = true
       end
+    end
+    if m ~= 'read' then
+      return
     end
   end
 end
@@ -93,8 +103,8 @@ local function line(ms, q)
   return alive, kept, #dead > 0
 end
 
--- prune drops the holders and waiters whose time ran out before ms, and
--- reports whether it dropped any.
+-- prune drops the holders and waiters whose time ran out before ms. It
+-- returns whether it dropped any, and the line as line does.
 local function prune(ms)
   local changed = false
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)
@@ -103,8 +113,8 @@ local function prune(ms)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
     changed = true
   end
-  local _, _, dropped = line(ms)
-  return changed or dropped
+  local alive, recs, dropped = line(ms)
+  return changed or dropped, alive, recs
 end
 
 -- tidy deletes the key's shared state once it has neither holders nor

@@ -39,7 +39,7 @@ end
 -- #include shared_lib.lua
 
 local ms = math.floor(now_us() / 1000)
-local changed = prune(ms)
+local changed, alive, recs = prune(ms)
 local n = 0
 if op == 'release' then
   if released then
@@ -49,6 +49,13 @@ if op == 'release' then
 elseif op == 'leave' then
   if redis.call('ZREM', KEYS[5], owner) == 1 then
     n, changed = 1, true
+    for i, w in ipairs(alive) do
+      if w == owner then
+        table.remove(alive, i)
+        table.remove(recs, i)
+        break
+      end
+    end
   end
   redis.call('HDEL', KEYS[6], owner)
   if redis.call('ZREM', KEYS[3], owner) == 1 then
@@ -85,6 +92,6 @@ elseif op == 'break' then
 end
 tidy()
 if changed then
-  wake(ARGV[2])
+  wake(ARGV[2], alive, recs, '')
 end
 return { n, nopub and 1 or 0 }

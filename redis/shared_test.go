@@ -1,9 +1,11 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -401,5 +403,79 @@ func TestSharedRetriedAttempt(t *testing.T) {
 	lease.Owner = "retried"
 	if err := d.Release(ctx, lease); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSharedGrantWakesNext checks that a release wakes the head of the
+// line, and that each grant from the line wakes the next waiter: three
+// waiters on three Lockers, which hold on until all three hold, all get in
+// after one release (a permit of weight 3, then a write hold). Their own
+// polls come a minute later, past the test's deadline.
+func TestSharedGrantWakesNext(t *testing.T) {
+	addr := storeenv.Redis(t).Addr()
+	const ttl = 3 * time.Minute
+	for _, tc := range []struct {
+		name         string
+		hold, waiter func(l locker.Locker, key string) func(context.Context) (locker.Lock, error)
+	}{
+		{"permits", func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			s, _ := locker.NewSemaphore(l, key, 3)
+			return func(ctx context.Context) (locker.Lock, error) { return s.AcquireN(ctx, 3) }
+		}, func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			s, _ := locker.NewSemaphore(l, key, 3)
+			return func(ctx context.Context) (locker.Lock, error) { return s.Acquire(ctx) }
+		}},
+		{"readers", func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			rw, _ := locker.NewRWMutex(l, key)
+			return func(ctx context.Context) (locker.Lock, error) { return rw.Lock(ctx) }
+		}, func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			rw, _ := locker.NewRWMutex(l, key)
+			return func(ctx context.Context) (locker.Lock, error) { return rw.RLock(ctx) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, addr)
+			ctx := ctxFor(t, 20*time.Second)
+			key := uniqueKey(t)
+			a, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+			p, err := tc.hold(a, key)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 3
+			var in sync.WaitGroup
+			in.Add(n)
+			got := make(chan error, n)
+			for i := range n {
+				l, _ := newTestLocker(t, newClient(t, addr), locker.WithTTL(ttl))
+				acquire := tc.waiter(l, key)
+				go func() {
+					q, err := acquire(ctx)
+					if err != nil {
+						in.Done()
+						got <- err
+						return
+					}
+					in.Done()
+					in.Wait() // hold on until every waiter holds
+					got <- q.Unlock(ctx)
+				}()
+				for c.ZCard(ctx, sharedKeys(key)[4]).Val() != int64(i+1) {
+					if ctx.Err() != nil {
+						t.Fatalf("waiter %d never lined up", i+1)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitSubscribers(t, ctx, c, channelName(key), n)
+			if err := p.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if err := <-got; err != nil {
+					t.Fatalf("every waiter must get in after the release, each woken by the one before it: %v", err)
+				}
+			}
+		})
 	}
 }
