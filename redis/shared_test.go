@@ -274,18 +274,7 @@ func TestSharedManyExpire(t *testing.T) {
 	key := uniqueKey(t)
 	ks := sharedKeys(key)
 	const n = 20000
-	seed := func(expiry int64) {
-		pipe := c.Pipeline()
-		pipe.HSet(ctx, ks[3], " kind", "permits", " limit", "1")
-		for i := range n {
-			owner := "o" + strconv.Itoa(i)
-			pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
-			pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed := func(expiry int64) { seedHolders(t, c, ks, n, 1, expiry) }
 	seed(1) // expired long ago
 	sem, _ := locker.NewSemaphore(l, key, 1)
 	p, err := sem.TryAcquire(ctx)
@@ -312,20 +301,7 @@ func TestSharedManyHolders(t *testing.T) {
 	key := uniqueKey(t)
 	ks := sharedKeys(key)
 	const n = 2500
-	expiry := time.Now().Add(time.Hour).UnixMilli()
-	pipe := c.Pipeline()
-	pipe.HSet(ctx, ks[3], " kind", "permits", " limit", strconv.Itoa(n+1))
-	for i := range n {
-		owner := "o" + strconv.Itoa(i)
-		pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
-		pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
-	}
-	pipe.PExpire(ctx, ks[2], time.Hour)
-	pipe.PExpire(ctx, ks[3], time.Hour)
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Del(ctx, ks[2:]...) })
+	seedHolders(t, c, ks, n, n+1, time.Now().Add(time.Hour).UnixMilli())
 	sem, _ := locker.NewSemaphore(l, key, n+1)
 	p, err := sem.TryAcquire(ctx)
 	if err != nil {
@@ -338,6 +314,27 @@ func TestSharedManyHolders(t *testing.T) {
 		t.Fatalf("TryAcquire beside %d holders and the last permit: %v, want ErrNotAcquired (a semaphore of %d)", n, err, n+1)
 	}
 	_ = p.Unlock(ctx)
+}
+
+// seedHolders writes n holders of one permit each, expiring at expiry
+// (Unix ms), into the holders and meta of a semaphore of limit whose shared
+// names are ks (see sharedKeys); the test's cleanup deletes them.
+func seedHolders(t *testing.T, c *goredis.Client, ks []string, n, limit int, expiry int64) {
+	t.Helper()
+	ctx := t.Context()
+	pipe := c.Pipeline()
+	pipe.HSet(ctx, ks[3], " kind", "permits", " limit", strconv.Itoa(limit))
+	for i := range n {
+		owner := "o" + strconv.Itoa(i)
+		pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
+		pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
+	}
+	pipe.PExpire(ctx, ks[2], time.Hour)
+	pipe.PExpire(ctx, ks[3], time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), ks[2:]...) })
 }
 
 // TestSharedLeftovers checks that the meta and waiters hashes of a key
