@@ -72,8 +72,9 @@
 //   - Tokens come from the key's fence: a hold's token is greater than every
 //     earlier token of the key, a plain lock's included.
 //   - A release, an expiry or a withdrawal that moves the line wakes the
-//     waiting Lockers through pub/sub. Without pub/sub they poll with the
-//     Locker's backoff.
+//     Locker of the first waiter through pub/sub (and of the read waiters
+//     right behind a read waiter). Each grant from the line wakes the next.
+//     Without pub/sub the waiters poll with the Locker's backoff.
 //   - A key is a plain lock, a semaphore of one limit, or a read-write lock
 //     until its last holder and waiter are gone. Other requests fail with an
 //     error matching locker.ErrInvalidOption that names both uses.

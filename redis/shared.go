@@ -178,7 +178,7 @@ func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) 
 
 // SetLimit implements driver.Limiter: one round trip of
 // shared_release.lua, which sets the limit in the key's meta hash and
-// wakes its waiters.
+// wakes the head of its line.
 func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	n, err := d.runSharedN(ctx, key, "", "limit", strconv.Itoa(limit))
 	switch {
@@ -212,7 +212,7 @@ func isShared(l driver.Lease) bool {
 	return ok
 }
 
-// releaseShared ends l's hold and wakes the key's waiters.
+// releaseShared ends l's hold and wakes the head of the key's line.
 func (d *redisDriver) releaseShared(ctx context.Context, l driver.Lease) error {
 	ok, err := d.runShared(ctx, l.Key, l.Owner, "release", 0)
 	switch {

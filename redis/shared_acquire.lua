@@ -21,82 +21,173 @@
 --                               or a read-write lock ("rw"), unlike ARGV
 --   {'plain'}                   the key is a plain lock
 -- nopub is 1 when the server refused a PUBLISH, else 0.
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return { 'plain' }
-end
-
--- #include shared_lib.lua
-
-local owner, ttl, label = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local mode, limit, weight = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local want = 'rw'
 if mode == 'permits' then
   want = 'permits'
 end
-local now = now_us()
+
+-- Read everything the decision needs: the plain lock and the fence, the
+-- clock, the holders by expiry, the kind, limit and holders' records, and
+-- the line (only when meta exists: the line has no waiters without it).
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+if got[1] then
+  return { 'plain' }
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ms = math.floor(now / 1000)
-local changed = prune(ms)
-tidy()
-
-local function reply(status, v)
-  if changed then
-    wake(ARGV[10])
+local zs = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+-- live: the holders whose expiry is after ms (first and last: the earliest
+-- and the latest of those expiries); expired: whether others are left.
+local live, expired, first, last = {}, false, nil, 0
+for i = 1, #zs, 2 do
+  local s = tonumber(zs[i + 1])
+  if s <= ms then
+    expired = true
+  else
+    live[#live + 1] = zs[i]
+    first = first or s
+    last = s
   end
-  return { status, v, nopub and 1 or 0 }
 end
-
-local kind = redis.call('HGET', KEYS[4], ' kind')
-if kind then
-  local have = redis.call('HGET', KEYS[4], ' limit')
-  if kind ~= want or have ~= limit then
-    if changed then
-      wake(ARGV[10])
+local m = redis.call('HMGET', KEYS[4], ' kind', ' limit', unpack(live, 1, math.min(#live, 998)))
+local kind, have = m[1], m[2]
+for i = 999, #live, 1000 do -- more holders than one unpack takes
+  local more = redis.call('HMGET', KEYS[4], unpack(live, i, math.min(i + 999, #live)))
+  for j = 1, #more do
+    m[i + j + 1] = more[j]
+  end
+end
+-- The hold's fit beside the live holders; mine: the caller's record, when
+-- a retried call already took the hold.
+local used, write, mine = 0, false, nil
+for i, h in ipairs(live) do
+  local rec = m[i + 2]
+  if rec then
+    if h == owner then
+      mine = rec
     end
-    return { 'conflict', kind, have }
-  end
-end
-
--- A retried call: the hold is the caller's already.
-local rec = redis.call('HGET', KEYS[4], owner)
-if rec and redis.call('ZSCORE', KEYS[3], owner) then
-  redis.call('ZADD', KEYS[3], 'XX', ms + ttl, owner)
-  extend(KEYS[3], ttl)
-  extend(KEYS[4], ttl)
-  return reply('ok', string.match(rec, '^%S+ %d+ (%d+)'))
-end
-
--- Does the hold fit beside the holders?
-local used, write, n = 0, false, 0
-for _, h in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-  local r = redis.call('HGET', KEYS[4], h)
-  if r then
-    local m, w = string.match(r, '^(%S+) (%d+)')
-    if m == 'write' then
+    local hm, w = string.match(rec, '^(%S+) (%d+)')
+    if hm == 'write' then
       write = true
     end
     used = used + tonumber(w)
   end
-  n = n + 1
 end
 local fits
 if mode == 'write' then
-  fits = n == 0
+  fits = #live == 0
 elseif mode == 'read' then
   fits = not write
 else
   fits = used + weight <= tonumber(limit)
 end
+local q = {}
+if kind then
+  q = redis.call('ZRANGE', KEYS[5], 0, -1)
+end
+
+-- Fast path: no holder expired and nobody waits, so that nothing needs
+-- pruning, nobody is ahead and nobody needs waking.
+if not expired and #q == 0 then
+  if kind and #live == 0 then
+    -- What is left of a key whose holders expired unseen.
+    redis.call('DEL', KEYS[4], KEYS[6])
+    kind = nil
+  end
+  if kind and (kind ~= want or have ~= limit) then
+    return { 'conflict', kind, have }
+  end
+  if mine then -- a retried call: the hold is the caller's already
+    redis.call('ZADD', KEYS[3], 'XX', ms + ttl, owner)
+    if ms + ttl > last then
+      redis.call('PEXPIRE', KEYS[3], ttl)
+      redis.call('PEXPIRE', KEYS[4], ttl)
+    end
+    return { 'ok', string.match(mine, '^%S+ %d+ (%d+)'), 0 }
+  end
+  if fits then
+    -- The fencing token, as next_token (token.lua) makes it.
+    local token = now
+    local fence = tonumber(got[2])
+    if fence and fence >= token then
+      token = fence + 1
+    end
+    local s = string.format('%d', token)
+    redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+    redis.call('ZADD', KEYS[3], ms + ttl, owner)
+    local rec = mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
+    if kind then
+      redis.call('HSET', KEYS[4], owner, rec)
+    else
+      redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit, owner, rec)
+    end
+    if ms + ttl > last then
+      redis.call('PEXPIRE', KEYS[3], ttl)
+      redis.call('PEXPIRE', KEYS[4], ttl)
+    elseif not kind then
+      redis.call('PEXPIRE', KEYS[4], last - ms)
+    end
+    return { 'ok', s, 0 }
+  end
+  if ARGV[8] ~= '1' then
+    return { 'held', first and first - ms or 0, 0 }
+  end
+end
+
+-- #include shared_lib.lua
+
+local changed = false
+if expired then
+  local gone = {}
+  for i = 1, #zs, 2 do
+    if tonumber(zs[i + 1]) <= ms then
+      gone[#gone + 1] = zs[i]
+    end
+  end
+  each('ZREM', KEYS[3], gone)
+  each('HDEL', KEYS[4], gone)
+  changed = true
+end
+local waiting, wrecs, dropped = line(ms, q)
+changed = changed or dropped
+if kind and #live == 0 and #waiting == 0 then
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  kind = nil
+end
+
+local function reply(status, v)
+  if changed then
+    wake(ARGV[10], waiting, wrecs, owner)
+  end
+  return { status, v, nopub and 1 or 0 }
+end
+
+if kind and (kind ~= want or have ~= limit) then
+  if changed then
+    wake(ARGV[10], waiting, wrecs, owner)
+  end
+  return { 'conflict', kind, have }
+end
+
+if mine then -- a retried call: the hold is the caller's already
+  redis.call('ZADD', KEYS[3], 'XX', ms + ttl, owner)
+  extend(KEYS[3], ttl)
+  extend(KEYS[4], ttl)
+  return reply('ok', string.match(mine, '^%S+ %d+ (%d+)'))
+end
 
 -- Is anybody ahead in line? Every earlier waiter for permits or a write
 -- hold, and an earlier writer for a read hold.
 local behind, queued = false, false
-for _, q in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-  if q == owner then
-    queued = true
+for i, w in ipairs(waiting) do
+  if w == owner then
+    queued = i
     break
   end
-  local r = redis.call('HGET', KEYS[6], q)
-  if mode ~= 'read' or (r and string.match(r, '^%d+ (%S+)') == 'write') then
+  if mode ~= 'read' or string.match(wrecs[i], '^%d+ (%S+)') == 'write' then
     behind = true
     break
   end
@@ -106,21 +197,22 @@ if fits and not behind then
   if queued then
     redis.call('ZREM', KEYS[5], owner)
     redis.call('HDEL', KEYS[6], owner)
+    table.remove(waiting, queued)
+    table.remove(wrecs, queued)
     changed = true -- the next in line may go
   end
-  local _, s = next_token(now, ARGV[4])
+  local _, s = next_token(now, ARGV[4], got[2])
   redis.call('ZADD', KEYS[3], ms + ttl, owner)
   redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit,
-    owner, mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. label)
+    owner, mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3])
   extend(KEYS[3], ttl)
   extend(KEYS[4], ttl)
   return reply('ok', s)
 end
 
 local remaining = 0
-local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-if first[2] then
-  remaining = math.max(tonumber(first[2]) - ms, 0)
+if first then
+  remaining = first - ms
 end
 if ARGV[8] == '1' then
   redis.call('ZADD', KEYS[5], 'NX', now, owner)

@@ -1,6 +1,8 @@
 -- shared_lib.lua: functions shared by shared_acquire.lua and
--- shared_release.lua, inserted where they say "-- #include shared_lib.lua".
--- Both take the same KEYS, every name under the key's Cluster hash tag:
+-- shared_release.lua, inserted where they say "-- #include shared_lib.lua"
+-- (after their fast paths, so that those do not pay for defining the
+-- functions). Both take the same KEYS, every name under the key's Cluster
+-- hash tag:
 --
 -- KEYS[1]  lock     the plain lock's string (see lib.lua): only checked
 -- KEYS[2]  fence    string: the last fencing token handed out for the key,
@@ -13,6 +15,9 @@
 -- KEYS[6]  waiters  hash owner -> "<deadline ms> <mode> <weight> <lid>"
 --
 -- meta lives while the key has holders or waiters; all four go together.
+-- Each key lives at least until the last expiry or deadline it records
+-- (meta: of the holders and the waiters), so that a script that read those
+-- knows whether a PEXPIRE would change anything.
 
 -- #include token.lua
 
@@ -27,15 +32,22 @@ end
 -- stand, and it says so in its reply.
 local nopub = false
 
--- wake tells every Locker with a waiter on the key that it may go:
--- "free" on channel .. ':' .. lid. channel "" publishes nothing.
-local function wake(channel)
+-- wake tells the Lockers of the waiters at the head of the line (alive,
+-- with their records recs, as line returns them) that they may go: "free"
+-- on channel .. ':' .. lid. The head is the first waiter, and the read
+-- waiters right behind a read waiter; the others are behind them, and the
+-- head's grant wakes the next. It stops at stop, a caller still in line,
+-- which knows what it saw. channel "" publishes nothing.
+local function wake(channel, alive, recs, stop)
   if channel == '' then
     return
   end
   local seen = {}
-  for _, rec in ipairs(redis.call('HVALS', KEYS[6])) do
-    local lid = string.match(rec, '^%d+ %S+ %d+ (%S+)$')
+  for i, w in ipairs(alive) do
+    if w == stop then
+      return
+    end
+    local m, lid = string.match(recs[i], '^%d+ (%S+) %d+ (%S+)$')
     if lid and not seen[lid] then
       seen[lid] = true
       local r = redis.pcall('PUBLISH', channel .. ':' .. lid, 'free')
@@ -43,37 +55,66 @@ local function wake(channel)
         nopub = true
       end
     end
+    if m ~= 'read' then
+      return
+    end
   end
 end
 
--- hdel removes the fields of list from hash key, in chunks: unpack has a
--- limit of a few thousand values.
-local function hdel(key, list)
+-- each runs cmd on key with the members or fields of list, in chunks:
+-- unpack has a limit of a few thousand values.
+local function each(cmd, key, list)
   for i = 1, #list, 1000 do
-    redis.call('HDEL', key, unpack(list, i, math.min(i + 999, #list)))
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
   end
 end
 
--- prune drops the holders and waiters whose time ran out before ms, and
--- reports whether it dropped any.
+-- hmget returns the values of the fields of list in hash key, in chunks.
+local function hmget(key, list)
+  local vals = {}
+  for i = 1, #list, 1000 do
+    local got = redis.call('HMGET', key, unpack(list, i, math.min(i + 999, #list)))
+    for j = 1, #got do
+      vals[i + j - 1] = got[j]
+    end
+  end
+  return vals
+end
+
+-- line drops the waiters of queue q (ZRANGE queue 0 -1, read if nil) whose
+-- deadline passed before ms, or whose record is gone. It returns the
+-- others in order, their records, and whether it dropped any.
+local function line(ms, q)
+  q = q or redis.call('ZRANGE', KEYS[5], 0, -1)
+  local recs = hmget(KEYS[6], q)
+  local alive, kept, dead = {}, {}, {}
+  for i, w in ipairs(q) do
+    local deadline = recs[i] and tonumber(string.match(recs[i], '^(%d+)'))
+    if deadline and deadline > ms then
+      alive[#alive + 1], kept[#kept + 1] = w, recs[i]
+    else
+      dead[#dead + 1] = w
+    end
+  end
+  if #dead > 0 then
+    each('ZREM', KEYS[5], dead)
+    each('HDEL', KEYS[6], dead)
+  end
+  return alive, kept, #dead > 0
+end
+
+-- prune drops the holders and waiters whose time ran out before ms. It
+-- returns whether it dropped any, and the line as line does.
 local function prune(ms)
   local changed = false
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)
   if #gone > 0 then
-    hdel(KEYS[4], gone)
+    each('HDEL', KEYS[4], gone)
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
     changed = true
   end
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-    local rec = redis.call('HGET', KEYS[6], w)
-    local deadline = rec and tonumber(string.match(rec, '^(%d+)'))
-    if not deadline or deadline <= ms then
-      redis.call('ZREM', KEYS[5], w)
-      redis.call('HDEL', KEYS[6], w)
-      changed = true
-    end
-  end
-  return changed
+  local alive, recs, dropped = line(ms)
+  return changed or dropped, alive, recs
 end
 
 -- tidy deletes the key's shared state once it has neither holders nor

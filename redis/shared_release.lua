@@ -15,20 +15,47 @@
 -- for limit, 2 when the key is a read-write lock and 3 when it is a plain
 -- lock. nopub = 1 when the server refused a PUBLISH.
 
+local owner, op = ARGV[1], ARGV[3]
+
+-- Fast path of a release that leaves nobody to wake (nobody waits) and
+-- nothing to prune (no holder left, or the first to expire still live).
+local released
+if op == 'release' then
+  released = redis.call('ZREM', KEYS[3], owner) == 1
+  if released and redis.call('EXISTS', KEYS[5]) == 0 then
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    if not first[1] then
+      redis.call('DEL', KEYS[4], KEYS[6])
+      return { 1, 0 }
+    end
+    local t = redis.call('TIME')
+    if tonumber(first[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      redis.call('HDEL', KEYS[4], owner)
+      return { 1, 0 }
+    end
+  end
+end
+
 -- #include shared_lib.lua
 
-local owner, op = ARGV[1], ARGV[3]
 local ms = math.floor(now_us() / 1000)
-local changed = prune(ms)
+local changed, alive, recs = prune(ms)
 local n = 0
 if op == 'release' then
-  if redis.call('ZREM', KEYS[3], owner) == 1 then
+  if released then
     redis.call('HDEL', KEYS[4], owner)
     n, changed = 1, true
   end
 elseif op == 'leave' then
   if redis.call('ZREM', KEYS[5], owner) == 1 then
     n, changed = 1, true
+    for i, w in ipairs(alive) do
+      if w == owner then
+        table.remove(alive, i)
+        table.remove(recs, i)
+        break
+      end
+    end
   end
   redis.call('HDEL', KEYS[6], owner)
   if redis.call('ZREM', KEYS[3], owner) == 1 then
@@ -58,13 +85,13 @@ elseif op == 'limit' then
 elseif op == 'break' then
   local hs = redis.call('ZRANGE', KEYS[3], 0, -1)
   if #hs > 0 then
-    hdel(KEYS[4], hs)
+    each('HDEL', KEYS[4], hs)
     redis.call('DEL', KEYS[3])
     n, changed = 1, true
   end
 end
 tidy()
 if changed then
-  wake(ARGV[2])
+  wake(ARGV[2], alive, recs, '')
 end
 return { n, nopub and 1 or 0 }

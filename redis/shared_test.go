@@ -1,15 +1,18 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -271,18 +274,7 @@ func TestSharedManyExpire(t *testing.T) {
 	key := uniqueKey(t)
 	ks := sharedKeys(key)
 	const n = 20000
-	seed := func(expiry int64) {
-		pipe := c.Pipeline()
-		pipe.HSet(ctx, ks[3], " kind", "permits", " limit", "1")
-		for i := range n {
-			owner := "o" + strconv.Itoa(i)
-			pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
-			pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed := func(expiry int64) { seedHolders(t, c, ks, n, 1, expiry) }
 	seed(1) // expired long ago
 	sem, _ := locker.NewSemaphore(l, key, 1)
 	p, err := sem.TryAcquire(ctx)
@@ -296,5 +288,191 @@ func TestSharedManyExpire(t *testing.T) {
 	}
 	if m := c.Exists(ctx, ks[2:]...).Val(); m != 0 {
 		t.Fatalf("%d shared names left after the break", m)
+	}
+}
+
+// TestSharedManyHolders checks that an attempt counts every live holder of
+// a key with more holders than one HMGET of shared_acquire.lua reads: the
+// last permit of the limit is granted, and the next is refused.
+func TestSharedManyHolders(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	ks := sharedKeys(key)
+	const n = 2500
+	seedHolders(t, c, ks, n, n+1, time.Now().Add(time.Hour).UnixMilli())
+	sem, _ := locker.NewSemaphore(l, key, n+1)
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire of the last permit beside %d holders: %v", n, err)
+	}
+	if q, err := sem.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil {
+			_ = q.Unlock(ctx)
+		}
+		t.Fatalf("TryAcquire beside %d holders and the last permit: %v, want ErrNotAcquired (a semaphore of %d)", n, err, n+1)
+	}
+	_ = p.Unlock(ctx)
+}
+
+// seedHolders writes n holders of one permit each, expiring at expiry
+// (Unix ms), into the holders and meta of a semaphore of limit whose shared
+// names are ks (see sharedKeys); the test's cleanup deletes them.
+func seedHolders(t *testing.T, c *goredis.Client, ks []string, n, limit int, expiry int64) {
+	t.Helper()
+	ctx := t.Context()
+	pipe := c.Pipeline()
+	pipe.HSet(ctx, ks[3], " kind", "permits", " limit", strconv.Itoa(limit))
+	for i := range n {
+		owner := "o" + strconv.Itoa(i)
+		pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
+		pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
+	}
+	pipe.PExpire(ctx, ks[2], time.Hour)
+	pipe.PExpire(ctx, ks[3], time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), ks[2:]...) })
+}
+
+// TestSharedLeftovers checks that the meta and waiters hashes of a key
+// whose holders and waiters are all gone (they expired unseen) neither
+// decide the key's kind or limit nor outlive the next permit.
+func TestSharedLeftovers(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	ks := sharedKeys(key)
+	pipe := c.Pipeline()
+	pipe.HSet(ctx, ks[3], " kind", "rw", " limit", "0", "gone", "write 1 1 0 0 x")
+	pipe.HSet(ctx, ks[5], "gone-waiter", "1 read 1 lid")
+	pipe.PExpire(ctx, ks[3], time.Hour)
+	pipe.PExpire(ctx, ks[5], time.Hour)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sem, _ := locker.NewSemaphore(l, key, 4)
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("TryAcquire on a key with leftovers of a read-write lock: %v", err)
+	}
+	if rec := c.HGet(ctx, ks[3], "gone").Val(); rec != "" {
+		t.Errorf("a leftover holder record outlived a new permit: %q", rec)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, ks[2:]...).Val(); n != 0 {
+		t.Fatalf("%d shared names of the key are left once its last permit is back, want none", n)
+	}
+}
+
+// TestSharedRetriedAttempt checks that an attempt repeated with the same
+// owner (a retry whose first reply was lost) gets the hold it already has,
+// with the same token, without taking a second permit.
+func TestSharedRetriedAttempt(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	_, d := newTestLocker(t, c)
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	req := driver.Request{Key: key, Owner: "retried", TTL: 10 * time.Second}
+	s := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	g1, err := d.TryAcquireShared(ctx, req, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquireShared(ctx, req, s)
+	if err != nil || g2.Token != g1.Token {
+		t.Fatalf("retried attempt: token %d, %v; want the first grant's token %d", g2.Token, err, g1.Token)
+	}
+	other := req
+	other.Owner = "other"
+	if _, err := d.TryAcquireShared(ctx, other, s); err != nil {
+		t.Fatalf("the second of 2 permits after a retried attempt: %v", err)
+	}
+	lease := driver.Lease{Key: key, Owner: "other", State: g1.State}
+	if err := d.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	lease.Owner = "retried"
+	if err := d.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSharedGrantWakesNext checks that a release wakes the head of the
+// line, and that each grant from the line wakes the next waiter: three
+// waiters on three Lockers, which hold on until all three hold, all get in
+// after one release (a permit of weight 3, then a write hold). Their own
+// polls come a minute later, past the test's deadline.
+func TestSharedGrantWakesNext(t *testing.T) {
+	addr := storeenv.Redis(t).Addr()
+	const ttl = 3 * time.Minute
+	for _, tc := range []struct {
+		name         string
+		hold, waiter func(l locker.Locker, key string) func(context.Context) (locker.Lock, error)
+	}{
+		{"permits", func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			s, _ := locker.NewSemaphore(l, key, 3)
+			return func(ctx context.Context) (locker.Lock, error) { return s.AcquireN(ctx, 3) }
+		}, func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			s, _ := locker.NewSemaphore(l, key, 3)
+			return func(ctx context.Context) (locker.Lock, error) { return s.Acquire(ctx) }
+		}},
+		{"readers", func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			rw, _ := locker.NewRWMutex(l, key)
+			return func(ctx context.Context) (locker.Lock, error) { return rw.Lock(ctx) }
+		}, func(l locker.Locker, key string) func(context.Context) (locker.Lock, error) {
+			rw, _ := locker.NewRWMutex(l, key)
+			return func(ctx context.Context) (locker.Lock, error) { return rw.RLock(ctx) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, addr)
+			ctx := ctxFor(t, 20*time.Second)
+			key := uniqueKey(t)
+			a, _ := newTestLocker(t, c, locker.WithTTL(ttl))
+			p, err := tc.hold(a, key)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 3
+			var in sync.WaitGroup
+			in.Add(n)
+			got := make(chan error, n)
+			for i := range n {
+				l, _ := newTestLocker(t, newClient(t, addr), locker.WithTTL(ttl))
+				acquire := tc.waiter(l, key)
+				go func() {
+					q, err := acquire(ctx)
+					if err != nil {
+						in.Done()
+						got <- err
+						return
+					}
+					in.Done()
+					in.Wait() // hold on until every waiter holds
+					got <- q.Unlock(ctx)
+				}()
+				for c.ZCard(ctx, sharedKeys(key)[4]).Val() != int64(i+1) {
+					if ctx.Err() != nil {
+						t.Fatalf("waiter %d never lined up", i+1)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			waitSubscribers(t, ctx, c, channelName(key), n)
+			if err := p.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for range n {
+				if err := <-got; err != nil {
+					t.Fatalf("every waiter must get in after the release, each woken by the one before it: %v", err)
+				}
+			}
+		})
 	}
 }
