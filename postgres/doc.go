@@ -50,6 +50,10 @@
 // third of the TTL (within 1 s and 10 s), so that a client cut off in the
 // middle holds its key's other attempts up that long at most.
 //
+// A semaphore's limit is on every row of its holders and waiters.
+// locker.SetLimit changes it on all of them in one transaction behind the
+// key's row lock, and notifies the key's waiters.
+//
 // # Limits
 //
 // Keys are text of at most [MaxKeyBytes] bytes, prefix included, without NUL

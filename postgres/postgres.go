@@ -140,8 +140,8 @@ type lockState struct {
 }
 
 // pgDriver implements driver.Driver, driver.BatchRenewer,
-// driver.Configurer, driver.Keeper, driver.Inspector, driver.Breaker and
-// driver.Sharer.
+// driver.Configurer, driver.Keeper, driver.Inspector, driver.Breaker,
+// driver.Sharer and driver.Limiter.
 type pgDriver struct {
 	q      querier
 	cfg    Config

@@ -120,6 +120,9 @@ type sharedStatements struct {
 	renew string
 	// inspect reads the key's live holders and waiters. Args: key.
 	inspect string
+	// setLimit sets the limit of the key's holders and waiters and
+	// notifies its waiters. Args: key, limit, channel.
+	setLimit string
 }
 
 func newSharedStatements(table string, plain statements) sharedStatements {
@@ -166,6 +169,7 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" SELECT false, task_name, owner_token, version FROM p UNION ALL SELECT true, task_name, owner_token, token FROM s",
 		inspect: "SELECT mode, weight, share_limit, token, queued, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
 			" FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + " ORDER BY queued, token",
+		setLimit: setLimitSQL(st),
 	}
 }
 
