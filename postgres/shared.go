@@ -337,7 +337,9 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 			g   driver.Grant
 			err error = errNotFree
 		)
-		if try == 0 && (s.Mode != driver.Permits || s.Weight <= s.Limit) {
+		// A request in line waits on a key shared holds hold: not free.
+		_, waiting := d.inLine.LoadAndDelete(lineKey{req.Key, req.Owner})
+		if try == 0 && !waiting && (s.Mode != driver.Permits || s.Weight <= s.Limit) {
 			g, err = d.quickShare(ctx, req, s, label, &f)
 		}
 		if errors.Is(err, errNotFree) {
@@ -535,10 +537,15 @@ func (d *pgDriver) queued(req driver.Request, next time.Duration) error {
 		next = r
 	}
 	key, owner := req.Key, req.Owner
+	d.inLine.Store(lineKey{key, owner}, struct{}{})
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
+		d.inLine.Delete(lineKey{key, owner})
 		return d.leave(ctx, d.shared.withdraw, key, owner)
 	}}
 }
+
+// lineKey names a request of this Locker recorded in line.
+type lineKey struct{ key, owner string }
 
 // shareKindOf names the use of a key, for conflict errors.
 func shareKindOf(mode driver.Mode, limit int) string {
