@@ -38,17 +38,25 @@
 //
 // Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
 // keep one row per holder or waiter in a second table, the lock table's
-// name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one READ
-// COMMITTED transaction behind the row lock of the key's row in the lock
-// table, whose version gives every permit and hold its token, so that
+// name plus "_shared" (its DDL: [SharedTableSQL]). The key's row in the
+// lock table gives every permit and hold its token, its version, so that
 // tokens increase across plain locks and shared holds. While shared holds
 // hold a key, its row's owner_token is "(shared)", which no plain lock
-// takes. A waiter records its place in line: a waiting writer blocks later
+// takes. An attempt on a free key is one statement that takes the key's
+// row for shared holds and inserts the holder. On a key shared holds hold,
+// an attempt is one READ COMMITTED transaction behind the key's row lock.
+// A waiter records its place in line: a waiting writer blocks later
 // readers, a waiting heavy request later light ones. The holds are renewed
-// in the statement that renews the Locker's locks. The server ends a
-// transaction on shared holds that waits for its client for more than a
-// third of the TTL (within 1 s and 10 s), so that a client cut off in the
-// middle holds its key's other attempts up that long at most.
+// in the statement that renews the Locker's locks. A release is one
+// statement, which frees the key's row when no other hold or waiter is
+// left. The server ends a transaction on shared holds that waits for its
+// client for more than a third of the TTL (within 1 s and 10 s), so that a
+// client cut off in the middle holds its key's other attempts up that
+// long at most.
+//
+// A semaphore's limit is on every row of its holders and waiters.
+// locker.SetLimit changes it on all of them in one transaction behind the
+// key's row lock, and notifies the key's waiters.
 //
 // # Limits
 //
@@ -119,7 +127,7 @@
 //	)
 //
 // Rows are never deleted by the Locker, except the rows of shared holds
-// and waiters that ended, which the key's next shared attempt deletes.
-// [Purge] deletes idle rows of the lock table, and tokens stay increasing
-// across it.
+// and waiters that ended, which the key's next shared attempt or release
+// deletes. [Purge] deletes idle rows of the lock table, except those of
+// keys that shared holds hold, and tokens stay increasing across it.
 package postgres

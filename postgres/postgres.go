@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -140,8 +141,8 @@ type lockState struct {
 }
 
 // pgDriver implements driver.Driver, driver.BatchRenewer,
-// driver.Configurer, driver.Keeper, driver.Inspector, driver.Breaker and
-// driver.Sharer.
+// driver.Configurer, driver.Keeper, driver.Inspector, driver.Breaker,
+// driver.Sharer and driver.Limiter.
 type pgDriver struct {
 	q      querier
 	cfg    Config
@@ -154,6 +155,8 @@ type pgDriver struct {
 	listen *listener // nil with PollOnly
 
 	clock driver.StoreClock // for the fences of acquiring statements
+
+	inLine sync.Map // lineKey of each request this Locker's last attempt recorded in line
 }
 
 // notifyingDriver adds driver.Notifier; without Config.PollOnly New hands

@@ -27,7 +27,9 @@ const (
 // Purge deletes the rows of lock table table (DefaultTable when "") that
 // no Locker acquired, renewed or released for at least idle, and that are
 // not held (kept rows, locker.MinHold, count as held until their end); it
-// returns how many it deleted. The table keeps one row per key ever locked:
+// returns how many it deleted. It leaves the rows of keys that shared
+// holds hold, or held until their holders crashed: the key's next
+// acquisition frees such a row. The table keeps one row per key ever locked:
 // run Purge from time to time (a cron job) when keys come and go.
 //
 // Fencing tokens stay strictly increasing across a purge: a row's version
@@ -101,14 +103,16 @@ func purge(ctx context.Context, q querier, table string, idle time.Duration) (in
 
 // purgeSQL deletes up to a batch of rows idle for a time. A row is idle when
 // its update_time (every acquisition, renewal, release and keep sets it) is
-// older than the idle time and its claim (lock_until) has ended. The
+// older than the idle time, its claim (lock_until) has ended, and shared
+// holds do not hold it (their renewals leave it alone). The
 // subquery locks the batch, skipping rows an acquisition has locked; at
 // READ COMMITTED both it and the DELETE check the condition again on a row
 // changed since the statement began, so a row acquired meanwhile stays.
 // Args: idle µs, batch size.
 func purgeSQL(table string) string {
 	t := quoteIdent(table)
-	idle := "update_time < " + dbNow + " - $1::float8 * interval '1 microsecond' AND lock_until <= " + dbNow
+	idle := "update_time < " + dbNow + " - $1::float8 * interval '1 microsecond' AND lock_until <= " + dbNow +
+		" AND owner_token <> " + sharedOwnerSQL
 	return "DELETE FROM " + t + " WHERE task_name IN (SELECT task_name FROM " + t + " WHERE " + idle +
 		" ORDER BY task_name LIMIT $2 FOR UPDATE SKIP LOCKED) AND " + idle
 }

@@ -95,19 +95,27 @@ type sharedStatements struct {
 	// deleted, or no row. Args: key, owner, label, ttl µs, fence µs, mode,
 	// weight, limit, waiter, expired owners.
 	take string
+	// quick grants a hold on a key no lock or shared hold holds, in one
+	// statement: it takes the key's row for shared holds, as take does,
+	// and inserts the holder. It returns the version, or no row when the
+	// key was not free or the fence passed. Args: key, owner, label, ttl
+	// µs, fence µs, mode, weight, limit.
+	quick string
 	// stay renews a waiter's place in line unless the fence passed. Args:
 	// key, owner, ttl µs, fence µs.
 	stay string
 	// drop deletes live rows of the key matching a condition appended to
 	// it, from $2 on, and returns how many. Args: key, ….
 	drop string
-	// settle frees the key's row when no live hold or waiter is left,
-	// deletes the expired ones, and notifies the key's waiters. Args: key,
-	// channel.
+	// settle deletes the key's expired holds and waiters, frees the key's
+	// row when it deleted every row the statement saw, and notifies the
+	// key's waiters. A renewal on the way saves its row from the delete,
+	// and then the key's row stays taken: a snapshot read of the rows
+	// would miss the renewal. Args: key, channel.
 	settle string
-	// release deletes a hold and notifies the key's waiters, returning
-	// one row when it did: whether no other live hold or waiter is left.
-	// Args: key, owner, channel, token.
+	// release deletes a hold, frees the key's row when it was the last,
+	// and notifies the key's waiters, returning one row when it deleted
+	// the hold (see leaving). Args: key, owner, channel, token.
 	release string
 	// withdraw is release for a place in line. Args: key, owner, channel.
 	withdraw string
@@ -120,6 +128,9 @@ type sharedStatements struct {
 	renew string
 	// inspect reads the key's live holders and waiters. Args: key.
 	inspect string
+	// setLimit sets the limit of the key's holders and waiters and
+	// notifies its waiters. Args: key, limit, channel.
+	setLimit string
 }
 
 func newSharedStatements(table string, plain statements) sharedStatements {
@@ -137,24 +148,30 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" lock_until = GREATEST(lock_until, " + untilAt("$4") + "), finish_time = NULL, update_time = " + dbNow +
 			" WHERE task_name = $1 AND " + fenceAt("$5") + " RETURNING version)," +
 			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = ANY($10::text[]) AND lock_until <= " + dbNow + " RETURNING 1)," +
-			" h AS (INSERT INTO " + st +
-			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
-			" SELECT $1, $2, $6, $7, $8, CASE WHEN $9 THEN 0 ELSE k.version END, CASE WHEN $9 THEN k.version ELSE 0 END," +
-			" false, $3, " + untilAt("$4") + ", " + dbNow + " FROM k" +
-			" ON CONFLICT (task_name, owner_token) DO UPDATE SET mode = EXCLUDED.mode, weight = EXCLUDED.weight," +
-			" share_limit = EXCLUDED.share_limit, token = EXCLUDED.token, queued = EXCLUDED.queued, kept = false," +
-			" owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until, start_time = EXCLUDED.start_time)" +
+			" h AS (" + holderInsert(st, "CASE WHEN $9 THEN 0 ELSE k.version END", "CASE WHEN $9 THEN k.version ELSE 0 END") + ")" +
 			" SELECT version, (SELECT count(*) FROM x) FROM k",
+		quick: "WITH k AS (INSERT INTO " + t + " AS l" +
+			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
+			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", " + sharedOwnerSQL + ", '" + sharedLabel + "', " + untilAt("$4") + ", " + dbNow + ", " + dbNow +
+			" WHERE " + fenceAt("$5") +
+			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
+			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
+			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
+			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + " AND l.owner_token <> " + sharedOwnerSQL + ")" +
+			" AND " + fenceAt("$5") + " RETURNING l.version)," +
+			" h AS (" + holderInsert(st, "k.version", "0") + ")" +
+			" SELECT version FROM k",
 		stay: "UPDATE " + st + " SET lock_until = " + untilAt("$3") +
 			" WHERE task_name = $1 AND owner_token = $2 AND queued > 0 AND " + fenceAt("$4"),
 		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
-		settle: "WITH x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + ")," +
+		settle: "WITH o AS (SELECT 1 FROM " + st + " WHERE task_name = $1)," +
+			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + " RETURNING 1)," +
 			" f AS (UPDATE " + t + " SET task_status = 'FINISH', owner_token = '', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow + " WHERE task_name = $1 AND owner_token = " + sharedOwnerSQL +
-			" AND NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + "))" +
+			" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o))" +
 			" SELECT pg_notify($2, $1)::text",
-		release:  leaving(st, "token = $4 AND queued = 0"),
-		withdraw: leaving(st, "queued > 0"),
+		release:  leaving(t, st, "token = $4 AND queued = 0"),
+		withdraw: leaving(t, st, "queued > 0"),
 		keep: "UPDATE " + st + " SET kept = true, lock_until = " + untilAt("$4") +
 			" WHERE task_name = $1 AND owner_token = $2 AND token = $3 AND queued = 0 AND lock_until > " + dbNow,
 		renew: "WITH p AS (" + plain.renew + ")," +
@@ -166,7 +183,21 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" SELECT false, task_name, owner_token, version FROM p UNION ALL SELECT true, task_name, owner_token, token FROM s",
 		inspect: "SELECT mode, weight, share_limit, token, queued, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
 			" FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + " ORDER BY queued, token",
+		setLimit: setLimitSQL(st),
 	}
+}
+
+// holderInsert is the SQL that records the holder or waiter of a request
+// in the table of shared holds st, with the token and the place in line
+// given as SQL over k, the key's updated row. Args: key, owner, label, ttl
+// µs, mode, weight, limit ($1-$4, $6-$8).
+func holderInsert(st, token, queued string) string {
+	return "INSERT INTO " + st +
+		" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
+		" SELECT $1, $2, $6, $7, $8, " + token + ", " + queued + ", false, $3, " + untilAt("$4") + ", " + dbNow + " FROM k" +
+		" ON CONFLICT (task_name, owner_token) DO UPDATE SET mode = EXCLUDED.mode, weight = EXCLUDED.weight," +
+		" share_limit = EXCLUDED.share_limit, token = EXCLUDED.token, queued = EXCLUDED.queued, kept = false," +
+		" owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until, start_time = EXCLUDED.start_time"
 }
 
 // txIdle is how long a transaction on shared holds of a lock with this
@@ -176,12 +207,26 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 func txIdle(ttl time.Duration) time.Duration { return min(max(ttl/3, time.Second), 10*time.Second) }
 
 // leaving is the SQL of a holder or waiter of the table of shared holds st
-// that leaves (see sharedStatements.release), chosen by cond.
-func leaving(st, cond string) string {
+// that leaves, chosen by cond, in one statement. It deletes its row and
+// the expired rows of the key, and frees the key's row in lock table t
+// when no other row is left: when every other row it saw was expired and
+// deleted by it, and the key's row is unchanged since, for every new
+// holder or waiter advances its version. A renewal on the way saves its
+// row from the delete, and then the key's row stays taken. It skips the
+// key's row when an attempt holds it locked: that attempt either adds a
+// row or leaves the key to the next. It returns one row when it deleted
+// its own, and notifies the key's waiters then.
+func leaving(t, st, cond string) string {
 	return "WITH r AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = $2 AND " + cond +
-		" AND lock_until > " + dbNow + " RETURNING task_name)" +
-		" SELECT NOT EXISTS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND owner_token <> $2 AND lock_until > " + dbNow + ")," +
-		" pg_notify($3, task_name)::text FROM r"
+		" AND lock_until > " + dbNow + " RETURNING task_name)," +
+		" o AS (SELECT 1 FROM " + st + " WHERE task_name = $1 AND owner_token <> $2)," +
+		" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token <> $2 AND lock_until <= " + dbNow + " RETURNING 1)," +
+		" k AS (SELECT task_name FROM " + t + " WHERE task_name = $1 AND task_status = 'RUNNING' AND owner_token = " + sharedOwnerSQL +
+		" AND version = (SELECT version FROM " + t + " WHERE task_name = $1) AND EXISTS (SELECT 1 FROM r)" +
+		" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o) FOR UPDATE SKIP LOCKED)," +
+		" f AS (UPDATE " + t + " SET task_status = 'FINISH', owner_token = '', finish_time = " + dbNow + ", lock_until = " + dbNow +
+		", update_time = " + dbNow + " WHERE task_name IN (SELECT task_name FROM k))" +
+		" SELECT pg_notify($3, task_name)::text FROM r"
 }
 
 // shareState is the driver's state of a shared hold.
@@ -287,8 +332,19 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 	}
 	for try := 0; ; try++ {
 		sent := time.Now()
-		var f driver.Fence // the fence of the attempt's last fenced statement
-		g, err := d.shareAttempt(ctx, req, s, label, &f)
+		var (
+			f   driver.Fence // the fence of the attempt's last fenced statement
+			g   driver.Grant
+			err error = errNotFree
+		)
+		// A request in line waits on a key shared holds hold: not free.
+		_, waiting := d.inLine.LoadAndDelete(lineKey{req.Key, req.Owner})
+		if try == 0 && !waiting && (s.Mode != driver.Permits || s.Weight <= s.Limit) {
+			g, err = d.quickShare(ctx, req, s, label, &f)
+		}
+		if errors.Is(err, errNotFree) {
+			g, err = d.shareAttempt(ctx, req, s, label, &f)
+		}
 		switch {
 		case err == nil:
 			g.Since = sent
@@ -323,6 +379,32 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 		}
 		return driver.Grant{}, err
 	}
+}
+
+// errNotFree is quickShare's error when the key was not free.
+var errNotFree = errors.New("the key is not free")
+
+// quickShare grants a hold on a free key in one statement (see
+// sharedStatements.quick), setting f to its fence just before it sends it.
+// It returns errNotFree when the key was not free, or the statement
+// arrived after its fence.
+func (d *pgDriver) quickShare(ctx context.Context, req driver.Request, s driver.Share, label string, f *driver.Fence) (driver.Grant, error) {
+	*f = d.clock.Fence(ctx, time.Now(), req.TTL)
+	var version int64
+	found := false
+	err := d.q.query(ctx, d.shared.quick, []any{req.Key, req.Owner, label, ttlMicros(req.TTL), f.Store, int16(s.Mode), s.Weight, s.Limit},
+		func(scan func(...any) error) error {
+			found = true
+			return scan(&version)
+		})
+	switch {
+	case err != nil:
+		return driver.Grant{}, err
+	case !found:
+		return driver.Grant{}, errNotFree
+	}
+	return driver.Grant{Token: uint64(version), Validity: req.TTL,
+		State: &shareState{key: req.Key, owner: req.Owner, token: version}}, nil
 }
 
 // errFenced is the error of an attempt whose fenced statement arrived
@@ -455,10 +537,15 @@ func (d *pgDriver) queued(req driver.Request, next time.Duration) error {
 		next = r
 	}
 	key, owner := req.Key, req.Owner
+	d.inLine.Store(lineKey{key, owner}, struct{}{})
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
+		d.inLine.Delete(lineKey{key, owner})
 		return d.leave(ctx, d.shared.withdraw, key, owner)
 	}}
 }
+
+// lineKey names a request of this Locker recorded in line.
+type lineKey struct{ key, owner string }
 
 // shareKindOf names the use of a key, for conflict errors.
 func shareKindOf(mode driver.Mode, limit int) string {
@@ -479,30 +566,16 @@ func (d *pgDriver) undoShare(ctx context.Context, key, owner string) error {
 	})
 }
 
-// leave runs stmt (release or withdraw) for owner's row of key, and
-// settles the key's row when it was the last. Deleting a row needs no lock
-// of the key's row: it only makes room. Settling does, which a client cut
-// off in the middle of an attempt may hold for a while. It returns
+// leave runs stmt (release or withdraw) for owner's row of key, which
+// frees the key's row when it was the last (see leaving). It returns
 // driver.ErrNotHeld when there was nothing to delete.
 func (d *pgDriver) leave(ctx context.Context, stmt, key, owner string, args ...any) error {
-	var n int
-	var last bool
-	err := d.q.query(ctx, stmt, append([]any{key, owner, d.cfg.Table}, args...), func(scan func(...any) error) error {
-		n++
-		var payload sql.NullString
-		return scan(&last, &payload)
-	})
+	n, err := d.freeing(ctx, stmt, append([]any{key, owner, d.cfg.Table}, args...)...)
 	if err != nil {
 		return classify(err)
 	}
 	if n == 0 {
 		return driver.ErrNotHeld
-	}
-	if last {
-		if _, err := d.settleShared(ctx, key); err != nil {
-			// The next acquisition of the key settles it.
-			d.logger.Debug("locker: postgres: settling a key whose last shared hold left", "key", key, "err", err)
-		}
 	}
 	return nil
 }

@@ -56,15 +56,11 @@ func allowances() []allowance {
 				"integration/etcd TestConformance/embedded",
 				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
-				"integration/postgres TestConformance",
-				"integration/postgres TestConformanceSQLDB",
-				"integration/postgres TestConformancePgBouncer",
 			},
 			cases:   []string{"SemaphoreSetLimit"},
 			message: "cannot change a semaphore's limit",
 			reason: "etcd and ZooKeeper keep the limit in every holder's and waiter's node, and a holder's token is its node's last write " +
-				"(etcd); PostgreSQL's shared holds landed beside SetLimit: their driver.Limiter comes in a later change (issue 30); " +
-				"memory, Redis and MySQL run this case",
+				"(etcd); memory, Redis, MySQL and PostgreSQL run this case",
 		},
 		{
 			harnesses: []string{

@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golocker/locker/driver"
+)
+
+// The limit of a semaphore lives in share_limit, on every row of its
+// holders and waiters: each attempt compares its own limit with theirs. A
+// key with no row keeps no limit.
+
+// setLimitSQL sets the limit of every row of a key in the table of shared
+// holds st and notifies the key's waiters. Args: key, limit, channel.
+func setLimitSQL(st string) string {
+	return "WITH u AS (UPDATE " + st + " SET share_limit = $2 WHERE task_name = $1)" +
+		" SELECT pg_notify($3, $1)::text"
+}
+
+// SetLimit implements driver.Limiter: one transaction that locks the key's
+// row, as attempts do, and sets the limit of every holder and waiter. The
+// waiters wake on its notification, or poll.
+func (d *pgDriver) SetLimit(ctx context.Context, key string, limit int) error {
+	if err := d.checkShared(); err != nil {
+		return err
+	}
+	var err error
+	for try := 0; ; try++ {
+		err = d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error { return d.setLimit(ctx, tx, key, limit) })
+		if !retryable(err) || try >= shareAttempts {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, driver.ErrConflict) {
+		return classify(fmt.Errorf("setlimit: %w", err))
+	}
+	return err
+}
+
+// setLimit is SetLimit's transaction.
+func (d *pgDriver) setLimit(ctx context.Context, tx runner, key string, limit int) error {
+	var k keyRow
+	found := false
+	err := tx.query(ctx, d.shared.lockKey, []any{key}, func(scan func(...any) error) error {
+		found = true
+		return scan(&k.status, &k.version, &k.owner, &k.live)
+	})
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return nil // a free key keeps no limit
+	case k.plain():
+		return fmt.Errorf("%w: the key is a plain lock, not a semaphore", driver.ErrConflict)
+	case !k.shared():
+		return nil
+	}
+	rows, err := d.shareRows(ctx, tx, key)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.remaining > 0 && r.mode != driver.Permits {
+			return fmt.Errorf("%w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
+		}
+	}
+	return tx.query(ctx, d.shared.setLimit, []any{key, limit, d.cfg.Table}, func(func(...any) error) error { return nil })
+}
