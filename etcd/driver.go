@@ -100,6 +100,9 @@ type etcdDriver struct {
 	// watchers counts the goroutines of the key watches (keywatch.go),
 	// which Close waits for.
 	watchers sync.WaitGroup
+	// subs are the Subscribe watches by key directory, with the views of
+	// the queued shared requests they keep (sharedview.go).
+	subs map[string]map[*dirSub]struct{}
 }
 
 func (d *etcdDriver) Info() driver.Info {
