@@ -103,6 +103,8 @@ type etcdDriver struct {
 	// subs are the Subscribe watches by key directory, with the views of
 	// the queued shared requests they keep (sharedview.go).
 	subs map[string]map[*dirSub]struct{}
+	// closed: CloseContext began; no watch starts any more.
+	closed bool
 }
 
 func (d *etcdDriver) Info() driver.Info {
@@ -601,6 +603,16 @@ func (d *etcdDriver) CloseContext(ctx context.Context) error {
 		t.Stop()
 	}
 	d.keeps = nil
+	d.closed = true
+	for _, subs := range d.subs {
+		for sub := range subs {
+			sub.live = false
+			if sub.idle != nil {
+				sub.idle.Stop()
+			}
+			sub.stop()
+		}
+	}
 	d.mu.Unlock()
 	if s != nil {
 		d.revoke(ctx, s)

@@ -145,6 +145,9 @@ func (d *etcdDriver) confirmed(st *lockState, rev int64) {
 // watchDir starts the watch of the session's keys in dir from revision
 // from. The caller holds mu.
 func (d *etcdDriver) watchDir(s *session, k *keyDir, dir string, from int64) {
+	if d.closed {
+		return
+	}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
 	k.watching, k.ended, k.from, k.stop = true, false, from, cancel
 	d.watchers.Add(1)

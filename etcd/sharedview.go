@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,6 +34,13 @@ type dirSub struct {
 	created int64 // the watch reports every deletion after this revision
 	seen    int64 // the last deletion it reported
 	views   map[string]*queueView
+	// chans are the subscribers' channels, each woken on a deletion.
+	chans map[chan struct{}]struct{}
+	// live: new subscribers may join; idle ends the watch once the last
+	// subscriber left (Subscribe).
+	live bool
+	idle *time.Timer
+	stop context.CancelFunc
 }
 
 // queueView is what a queued shared request knows of the keys ahead of it.
@@ -58,7 +66,7 @@ func (v *queueView) fits(s driver.Share) bool {
 // subscribe registers a watch of dir created at revision created. The
 // caller holds mu.
 func (d *etcdDriver) subscribe(dir string, created int64) *dirSub {
-	sub := &dirSub{dir: dir, created: created, views: map[string]*queueView{}}
+	sub := &dirSub{dir: dir, created: created, views: map[string]*queueView{}, chans: map[chan struct{}]struct{}{}, live: true}
 	if d.subs == nil {
 		d.subs = map[string]map[*dirSub]struct{}{}
 	}
@@ -69,20 +77,34 @@ func (d *etcdDriver) subscribe(dir string, created int64) *dirSub {
 	return sub
 }
 
-// unsubscribe drops sub and the views it kept.
+// unsubscribe drops sub, whose watch ended, and the views it kept.
 func (d *etcdDriver) unsubscribe(sub *dirSub) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	sub.live = false
+	if sub.idle != nil {
+		sub.idle.Stop()
+		sub.idle = nil
+	}
 	delete(d.subs[sub.dir], sub)
 	if len(d.subs[sub.dir]) == 0 {
 		delete(d.subs, sub.dir)
 	}
 }
 
-// seeDeletions strikes the keys deleted by evs out of sub's views.
+// seeDeletions strikes the keys deleted by evs out of sub's views, then
+// wakes its subscribers.
 func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	defer func() {
+		for ch := range sub.chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	for _, ev := range evs {
 		if ev.Type != mvccpb.DELETE {
 			continue
