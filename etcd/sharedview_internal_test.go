@@ -6,13 +6,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/golocker/locker/driver"
-	"github.com/golocker/locker/internal/storeenv"
 )
 
 // TestQueuedViewSavesReads: a queued permit request, woken by a deletion
@@ -23,26 +20,13 @@ func TestQueuedViewSavesReads(t *testing.T) {
 	holder, ctx, key := sharedDriver(t)
 	other, _, _ := sharedDriver(t)
 	var txns atomic.Int64
-	srv := storeenv.Etcd(t)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if strings.HasSuffix(method, "/Txn") || strings.HasSuffix(method, "/Range") {
-					txns.Add(1)
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	waiter := &etcdDriver{cli: cli, sem: make(chan struct{}, 1)}
-	if err := waiter.Configure(ctx, driver.Config{TTL: sharedTTL}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = waiter.Close() })
+	waiter := driverWith(ctx, t, grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if strings.HasSuffix(method, "/Txn") || strings.HasSuffix(method, "/Range") {
+				txns.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
 
 	req := func(owner string) driver.Request {
 		return driver.Request{Key: key, Owner: owner, Label: owner, TTL: sharedTTL, Lost: func(error) {}}
