@@ -126,6 +126,7 @@ var cases = []testCase{
 	{name: "ForceUnlockShared", contract: "ForceUnlock frees every holder of a shared key, however many: each holder's Done closes, and the permits can be taken again", run: testForceUnlockShared},
 	{name: "MultiTryAtomic", contract: multiAtomic, run: testMultiTryAtomic},
 	{name: "Data", contract: carriesData, run: testData},
+	{name: "LossAfterRenewal", contract: "when a lock or permit vanishes from the store after it was renewed, or after another hold of its key by the same Locker was, its holder must learn it: Done must close and Err match ErrLost", run: testLossAfterRenewal},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

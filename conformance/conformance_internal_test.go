@@ -278,6 +278,7 @@ const (
 	relocksData     = "relocksData"     // SetData releases the lock and takes it again with the new data (a new token)
 	dropsData       = "dropsData"       // Inspect and List report no data
 	staleData       = "staleData"       // Inspect of a holder without data reports the data an earlier holder of the key had
+	blindRenewed    = "blindRenewed"    // Done and Err tell a loss only until the lock's first renewal (a watch that misses the deletions it should report)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -349,6 +350,7 @@ var mustCatch = map[string][]string{
 	relocksData:     {"Data"},
 	dropsData:       {"Data"},
 	staleData:       {"Data"},
+	blindRenewed:    {"LossAfterRenewal"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -996,6 +998,8 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return &givesUpLock{Lock: lk, ttl: b.env.ttl, givesUp: cut, done: make(chan struct{})}, nil
 	case neverDone:
 		return &neverDoneLock{Lock: lk}, nil
+	case blindRenewed:
+		return newBlindLock(lk), nil
 	case reusesTokens:
 		return &tokenOneLock{Lock: lk}, nil
 	case unlockAnyone:
@@ -1147,6 +1151,31 @@ type neverDoneLock struct{ locker.Lock }
 
 func (neverDoneLock) Done() <-chan struct{} { return never }
 func (neverDoneLock) Err() error            { return nil }
+
+// blindLock's Done and Err tell a loss only until its first renewal, which
+// moves its Deadline; after that they never do.
+type blindLock struct {
+	locker.Lock
+	first time.Time
+}
+
+func newBlindLock(lk locker.Lock) *blindLock { return &blindLock{Lock: lk, first: lk.Deadline()} }
+
+func (l *blindLock) blind() bool { return l.Lock.Deadline().After(l.first) }
+
+func (l *blindLock) Done() <-chan struct{} {
+	if l.blind() {
+		return never
+	}
+	return l.Lock.Done()
+}
+
+func (l *blindLock) Err() error {
+	if l.blind() {
+		return nil
+	}
+	return l.Lock.Err()
+}
 
 type tokenOneLock struct{ locker.Lock }
 

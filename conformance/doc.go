@@ -210,6 +210,13 @@
 //     held with its token, past renewals, and fails with ErrNotHeld after
 //     Unlock. Skipped for a backend that cannot store data; its SetData
 //     part, for a Lock whose SetData is unsupported.
+//   - LossAfterRenewal: a lock forced free by another Locker after it was
+//     renewed (deleted behind its back with DeleteBehind, for a Locker
+//     that cannot force an unlock) has its Done closed and Err matching
+//     ErrLost; so have two permits of a semaphore forced free, the first
+//     renewed before, the second taken after that renewal (the permits are
+//     left out for a Locker with no shared holds). Skipped for a Locker
+//     that can neither force an unlock nor have its key deleted.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

@@ -60,6 +60,8 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		return &tokenOneLock{Lock: lk}, nil
 	case neverDone:
 		return &neverDoneLock{Lock: lk}, nil
+	case blindRenewed:
+		return newBlindLock(lk), nil
 	}
 	return lk, nil
 }

@@ -25,10 +25,16 @@
 // shrinks). Each move is a transaction guarded by the key's create
 // revision: the key keeps its place in the queue and its fencing token.
 //
-// The engine's renewal rounds keep the lease alive: one KeepAliveOnce and
-// one transaction that checks every held key, per round. While there are
-// waiters, they keep it alive too. The backend runs no goroutine of its
-// own. A Locker whose lease is lost (expired during a partition, revoked)
+// The engine's renewal rounds keep the lease alive: one KeepAliveOnce per
+// round, whatever the number of locks. While there are waiters, they keep
+// it alive too. Where the Locker holds a key for a renewal round or longer,
+// it watches its own keys in that key's directory, from the revision after
+// their creation, until it holds nothing there: the watch reports a key
+// deleted behind its holder's back. A lock that joins a directory after
+// its watch passed a deletion of the lock's key name, and every lock of a
+// directory whose watch ended (a compacted revision, a member without a
+// leader), is read once at the next round, and the watch restarts from that
+// read. A Locker whose lease is lost (expired during a partition, revoked)
 // loses every lock at once, and takes a new lease for later locks. Close
 // revokes the lease.
 //
@@ -44,8 +50,9 @@
 //     deletes its key with a fresh, bounded context.
 //   - Lock.Done closes before etcd can expire the lease: the validity is
 //     counted from the moment the last keep-alive was sent. A holder whose key
-//     is deleted behind its back sees Done close at the next renewal round
-//     (within TTL/3).
+//     is deleted behind its back sees Done close when its watch reports the
+//     deletion, or at the next renewal round (within TTL/3) when no watch
+//     covers the key yet.
 //   - The shared lease never keeps a forgotten key alive: the keys of
 //     releases and waits that failed with an unknown outcome, and of locks
 //     that passed their deadline, are deleted before the lease is kept alive
@@ -114,8 +121,9 @@
 //     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
 //     a role with readwrite on that range is all a Locker needs beyond its
 //     leases (TestRoleOnKeyPrefix).
-//   - A key deleted by hand is lost for its holder only at the next renewal
-//     round: until then the holder and the next waiter may both run.
+//   - A key deleted by hand is lost for its holder only once the watch
+//     reports it, or at the next renewal round: until then the holder and
+//     the next waiter may both run.
 //   - A request caught in flight by a leader change (a Lock's, an
 //     Unlock's) may wait for etcd's request timeout, about 5 s plus two
 //     election timeouts, before it fails; a key whose release waits so is

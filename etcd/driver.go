@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,9 @@ type lockState struct {
 	// validUntil is no earlier than the engine's local deadline for this
 	// lock; guarded by etcdDriver.mu.
 	validUntil time.Time
+	// watched: the watch of the key's directory reports the key's
+	// deletion (keywatch.go); guarded by etcdDriver.mu.
+	watched bool
 }
 
 // deleteOp deletes st's key if it is still st's.
@@ -93,6 +97,14 @@ type etcdDriver struct {
 	// keeps are the timers that delete kept keys when their MinHold ends
 	// (Keep); Close stops them and leaves the keys to their leases.
 	keeps map[*time.Timer]struct{}
+	// watchers counts the goroutines of the key watches (keywatch.go),
+	// which Close waits for.
+	watchers sync.WaitGroup
+	// subs are the Subscribe watches by key directory, with the views of
+	// the queued shared requests they keep (sharedview.go).
+	subs map[string]map[*dirSub]struct{}
+	// closed: CloseContext began; no watch starts any more.
+	closed bool
 }
 
 func (d *etcdDriver) Info() driver.Info {
@@ -288,7 +300,7 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 		defer d.mu.Unlock()
 		st.validUntil = o.expiry()
 		if s.dead == nil {
-			s.locks[st] = struct{}{}
+			s.track(st)
 		}
 		return driver.Grant{Token: uint64(st.rev), Validity: o.ttl, Since: o.sent, State: st}, nil
 	}
@@ -303,7 +315,7 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 		return driver.Grant{}, s.dead
 	}
 	st.validUntil = s.expiry()
-	s.locks[st] = struct{}{}
+	s.track(st)
 	return driver.Grant{Token: uint64(st.rev), Validity: s.ttl, Since: s.sent, State: st}, nil
 }
 
@@ -336,8 +348,10 @@ func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, c
 }
 
 // RenewBatch keeps the lease alive (one KeepAliveOnce, skipped when another
-// call did it within the last TTL/6) and checks in one transaction that every
-// key still exists with its create revision.
+// call did it within the last TTL/6) and reads no key: the watch of each
+// lock's key directory reports a deleted key (keywatch.go). A lock no watch
+// vouches for yet is read once, its whole directory in one range read,
+// batchOps directories a transaction.
 func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	start := time.Now()
 	validity := make([]time.Duration, len(ls))
@@ -380,43 +394,84 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 		st := ls[i].State.(*lockState)
 		validity[i], errs[i] = d.renewOwn(ctx, st, ls[i].TTL, start)
 	}
-	d.mu.Lock()
-	until := live.expiry()
-	d.mu.Unlock()
-	idx := make([]int, 0, len(ls))
-	for i, st := range states {
-		if st != nil {
-			idx = append(idx, i)
+	// renewed extends st's validity to until; the caller holds mu.
+	renewed := func(i int, st *lockState, until time.Time) {
+		validity[i] = until.Sub(start)
+		if until.After(st.validUntil) {
+			st.validUntil = until
 		}
 	}
-	for len(idx) > 0 {
-		n := min(len(idx), batchOps)
-		ops := make([]clientv3.Op, n)
-		for j, i := range idx[:n] {
-			ops[j] = clientv3.OpGet(states[i].key) // keys-only would drop the lease
+	var unsure []int
+	d.mu.Lock()
+	until := live.expiry()
+	for i, st := range states {
+		switch {
+		case st == nil:
+		case !st.tracked():
+			// Deleted (its watch reported it lost), or past its
+			// deadline.
+			errs[i] = errReplaced(st)
+		case d.vouch(st):
+			renewed(i, st, until)
+		default:
+			unsure = append(unsure, i)
+		}
+	}
+	d.mu.Unlock()
+	for len(unsure) > 0 {
+		sts := make([]*lockState, 0, len(unsure))
+		for _, i := range unsure {
+			sts = append(sts, states[i])
+		}
+		dirs := dirsOf(sts)
+		if len(dirs) > batchOps {
+			dirs = dirs[:batchOps]
+		}
+		ops := make([]clientv3.Op, len(dirs))
+		for j, dir := range dirs {
+			ops[j] = clientv3.OpGet(dir+live.hex, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		}
 		resp, err := d.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return nil, nil, err
 		}
-		for j, i := range idx[:n] {
-			st := states[i]
-			kvs := resp.Responses[j].GetResponseRange().Kvs
-			if len(kvs) == 0 || kvs[0].CreateRevision != st.rev || clientv3.LeaseID(kvs[0].Lease) != st.sess.id {
-				errs[i] = fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
-				d.forget(st)
-				continue
+		created := map[string]int64{}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				created[string(kv.Key)] = kv.CreateRevision
 			}
-			validity[i] = until.Sub(start)
-			d.mu.Lock()
-			if until.After(st.validUntil) {
-				st.validUntil = until
-			}
-			d.mu.Unlock()
 		}
-		idx = idx[n:]
+		read := map[string]bool{}
+		for _, dir := range dirs {
+			read[dir] = true
+		}
+		d.mu.Lock()
+		unsure = slices.DeleteFunc(unsure, func(i int) bool {
+			st := states[i]
+			switch {
+			case !read[st.dir]:
+				return false
+			case !st.tracked():
+				errs[i] = errReplaced(st)
+			case created[st.key] != st.rev:
+				st.sess.untrack(st)
+				errs[i] = errReplaced(st)
+			default:
+				d.confirmed(st, resp.Header.Revision)
+				renewed(i, st, until)
+			}
+			return true
+		})
+		d.mu.Unlock()
 	}
 	return validity, errs, nil
+}
+
+// tracked reports whether st is among its session's locks. The caller
+// holds mu.
+func (st *lockState) tracked() bool {
+	_, ok := st.sess.locks[st]
+	return ok
 }
 
 // forget stops tracking st (a lock past its deadline is no longer tracked:
@@ -424,7 +479,7 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 func (d *etcdDriver) forget(st *lockState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(st.sess.locks, st)
+	st.sess.untrack(st)
 }
 
 // Release deletes the lock's key if it is still the lock's: a
@@ -548,10 +603,21 @@ func (d *etcdDriver) CloseContext(ctx context.Context) error {
 		t.Stop()
 	}
 	d.keeps = nil
+	d.closed = true
+	for _, subs := range d.subs {
+		for sub := range subs {
+			sub.live = false
+			if sub.idle != nil {
+				sub.idle.Stop()
+			}
+			sub.stop()
+		}
+	}
 	d.mu.Unlock()
 	if s != nil {
 		d.revoke(ctx, s)
 	}
+	d.watchers.Wait() // every watch was stopped with its session
 	return nil
 }
 

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -13,18 +14,39 @@ import (
 // waits for a plain lock go through Acquire and do not use it. The watch is
 // established when Subscribe returns, so that no deletion after it is
 // missed. A watch that fails later ends the wake-ups; the engine's polling
-// goes on.
+// goes on. The queued shared requests of the directory keep their view of
+// the queue through it (sharedview.go).
+//
+// The subscriptions of one directory share one watch, which outlives the
+// last of them by a third of the TTL: a holder that queues again at once,
+// as a worker looping on a semaphore does, finds it there.
 func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	wch := d.cli.Watch(wctx, Dir(key), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	dir := Dir(key)
+	ch := make(chan struct{}, 1)
+	d.mu.Lock()
+	for sub := range d.subs[dir] {
+		if sub.live {
+			sub.join(ch)
+			d.mu.Unlock()
+			return ch, func() { d.leave(sub, ch) }, nil
+		}
+	}
+	d.mu.Unlock()
+
+	// The watch outlives ctx, which bounds only its creation.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
+	unbound := context.AfterFunc(ctx, cancel)
+	wch := d.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	stop := func() {
 		cancel()
 		for range wch { // closed once the watch has ended
 		}
 	}
+	var created int64
 	select {
 	case resp, ok := <-wch:
 		if ok && resp.Created && resp.Err() == nil {
+			created = resp.Header.Revision
 			break
 		}
 		stop()
@@ -37,19 +59,64 @@ func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}
 		stop()
 		return nil, nil, ctx.Err()
 	}
-	ch := make(chan struct{}, 1)
-	done := make(chan struct{})
+	if !unbound() {
+		stop()
+		return nil, nil, ctx.Err()
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		stop()
+		return nil, nil, errors.New("etcd: the Locker is closed")
+	}
+	sub := d.subscribe(dir, created)
+	sub.stop = cancel
+	sub.join(ch)
+	d.watchers.Add(1)
+	d.mu.Unlock()
 	go func() {
-		defer close(done)
+		defer d.watchers.Done()
+		defer d.unsubscribe(sub)
+		defer cancel()
 		for resp := range wch {
 			if resp.Err() != nil {
 				return
 			}
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+			d.seeDeletions(sub, resp.Events)
 		}
 	}()
-	return ch, func() { cancel(); <-done }, nil
+	return ch, func() { d.leave(sub, ch) }, nil
+}
+
+// join adds ch to sub's subscribers. The caller holds mu.
+func (sub *dirSub) join(ch chan struct{}) {
+	sub.chans[ch] = struct{}{}
+	if sub.idle != nil {
+		sub.idle.Stop()
+		sub.idle = nil
+	}
+}
+
+// leave removes ch from sub's subscribers; the watch ends a third of the
+// TTL after its last subscriber left, unless another joins.
+func (d *etcdDriver) leave(sub *dirSub, ch chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := sub.chans[ch]; !ok {
+		return
+	}
+	delete(sub.chans, ch)
+	if len(sub.chans) > 0 || !sub.live {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d.ttl/3, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if sub.idle == t {
+			sub.live = false
+			sub.stop()
+		}
+	})
+	sub.idle = t
 }

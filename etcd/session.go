@@ -20,6 +20,9 @@ type session struct {
 	sent  time.Time     // send time of the last successful grant or keep-alive
 	dead  error         // set once the lease is gone
 	locks map[*lockState]struct{}
+	// dirs are the key directories of the locks, each with its watch
+	// (keywatch.go).
+	dirs map[string]*keyDir
 	// orphans are waiter keys left by failed releases and waits, and by
 	// locks past their deadline. They are deleted before the lease is kept
 	// alive again: a live lease must not keep a forgotten key alive.
@@ -57,6 +60,7 @@ func (d *etcdDriver) grantLocked(ctx context.Context) (*session, error) {
 		ttl:   time.Duration(resp.TTL) * time.Second,
 		sent:  sent,
 		locks: map[*lockState]struct{}{},
+		dirs:  map[string]*keyDir{},
 	}
 	d.mu.Lock()
 	old := d.sess
@@ -162,7 +166,7 @@ func (d *etcdDriver) flushOrphans(ctx context.Context, s *session) error {
 	d.mu.Lock()
 	for st := range s.locks {
 		if now.After(st.validUntil) {
-			delete(s.locks, st)
+			s.untrack(st)
 			lost = append(lost, st)
 			value, _ := st.now()
 			s.orphans = append(s.orphans, orphan{st.key, value})
@@ -219,6 +223,7 @@ func (d *etcdDriver) kill(s *session, cause error) {
 		d.sess = nil
 	}
 	locks := s.locks
+	s.stopWatches()
 	s.locks, s.orphans = nil, nil // the keys went with the lease
 	d.mu.Unlock()
 	for st := range locks {

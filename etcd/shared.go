@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -124,6 +125,27 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 		st := d.newState(sess, req, false)
 		st.key += "." + req.Owner
 		st.value = sharedValue(req, s)
+		if v := d.view(st.dir, st.key); v != nil {
+			// Queued, and watched since its last read: no read.
+			st.rev = v.rev
+			if err := ctx.Err(); err != nil {
+				return driver.Grant{}, d.cleanup(ctx, st, true, err)
+			}
+			if !d.viewFits(v, s) {
+				return driver.Grant{}, d.refuseShared(ctx, st, s)
+			}
+			d.dropView(st.dir, st.key)
+			token, err := d.claimShared(ctx, st)
+			if err != nil {
+				return driver.Grant{}, err
+			}
+			g, err := d.grant(ctx, st)
+			if err == nil {
+				g.Token, g.Queued = uint64(token), true
+			}
+			return g, err
+		}
+		sent := time.Now()
 		list := clientv3.OpGet(st.dir, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		tctx, cancel := detached(ctx)
@@ -165,8 +187,12 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 			return driver.Grant{}, d.cleanup(ctx, st, true, err)
 		}
 		if !fits(kvs, s) {
+			if s.Queue {
+				d.keepView(st.dir, st.key, sent, st.rev, resp.Header.Revision, kvs)
+			}
 			return driver.Grant{}, d.refuseShared(ctx, st, s)
 		}
+		d.dropView(st.dir, st.key)
 		token := st.rev
 		if !fresh {
 			if token, err = d.claimShared(ctx, st); err != nil {

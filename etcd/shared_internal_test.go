@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/sharetest"
@@ -19,10 +20,16 @@ const sharedTTL = 2 * time.Second
 // sharedDriver returns a driver on the test server with a TTL of
 // sharedTTL, a ctx for the test, and a free key.
 func sharedDriver(t *testing.T) (*etcdDriver, context.Context, string) {
-	srv := storeenv.Etcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second})
+	return driverWith(ctx, t), ctx, fmt.Sprintf("shared-internal/%x", rand.Uint64())
+}
+
+// driverWith returns a driver on the test server, with a TTL of sharedTTL,
+// whose client dials with opts.
+func driverWith(ctx context.Context, t *testing.T, opts ...grpc.DialOption) *etcdDriver {
+	srv := storeenv.Etcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Addrs(), DialTimeout: 5 * time.Second, DialOptions: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +39,7 @@ func sharedDriver(t *testing.T) (*etcdDriver, context.Context, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return d, ctx, fmt.Sprintf("shared-internal/%x", rand.Uint64())
+	return d
 }
 
 // TestSharedWaiterTokenAfterLaterArrival: a waiter's token is the revision
