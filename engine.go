@@ -77,6 +77,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.keeper, _ = d.(driver.Keeper)
 	e.sharer, _ = d.(driver.Sharer)
 	e.dataSetter, _ = d.(driver.DataSetter)
+	e.multiReleaser, _ = d.(driver.MultiReleaser)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
 	go e.watchdog()
@@ -108,7 +109,9 @@ type engine struct {
 	sharer   driver.Sharer
 	// dataSetter: the driver stores data with a hold (locker.WithData)
 	dataSetter driver.DataSetter
-	name       string
+	// multiReleaser: the driver releases a MultiLock's keys in one call
+	multiReleaser driver.MultiReleaser
+	name          string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
 	// inline: the driver's calls return promptly when their ctx ends
@@ -716,10 +719,15 @@ func (l *handle) Err() error {
 // shutdown), and its error says so.
 func (l *handle) Unlock(ctx context.Context) error {
 	err := l.unlock(ctx)
+	l.observeRelease(ctx, err)
+	return err
+}
+
+// observeRelease reports the release event of an Unlock that returned err.
+func (l *handle) observeRelease(ctx context.Context, err error) {
 	if e := l.h.e; e.cfg.observer != nil {
 		e.observe(Event{Kind: EventRelease, Ctx: ctx, Key: l.h.key, Token: l.h.token.Load(), Start: l.h.acquired, Wait: time.Since(l.h.acquired), Err: err})
 	}
-	return err
 }
 
 func (l *handle) unlock(ctx context.Context) error {

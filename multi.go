@@ -116,24 +116,30 @@ func (m *MultiLock) Deadline() time.Time {
 	return d
 }
 
-// Unlock releases every key, all at once, and returns after each Unlock
-// returned. Its errors are those of [Lock.Unlock], joined: it matches
-// [ErrNotHeld] when a key was already released or lost. ctx bounds the
-// store calls as it does for Lock.Unlock, and keys whose release was cut
-// short are still released in the background. After Unlock returns, Done
-// is closed.
+// Unlock releases every key, all at once, and returns when every release
+// has returned. Where the backend can release several keys in one store
+// call ([driver.MultiReleaser]), it makes one. Its errors are those of
+// [Lock.Unlock], joined: it matches [ErrNotHeld] when a key was already
+// released or lost. ctx bounds the store calls as it does for
+// Lock.Unlock, and keys whose release was cut short are still released in
+// the background. After Unlock returns, Done is closed.
 func (m *MultiLock) Unlock(ctx context.Context) error {
-	errs := make([]error, len(m.locks))
-	var wg sync.WaitGroup
-	for i, lk := range m.locks[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i+1] = lk.Unlock(ctx)
-		}()
+	var errs []error
+	if e, hs := releasesTogether(m.locks); e != nil {
+		errs = e.unlockAll(ctx, hs)
+	} else {
+		errs = make([]error, len(m.locks))
+		var wg sync.WaitGroup
+		for i, lk := range m.locks[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i+1] = lk.Unlock(ctx)
+			}()
+		}
+		errs[0] = m.locks[0].Unlock(ctx)
+		wg.Wait()
 	}
-	errs[0] = m.locks[0].Unlock(ctx)
-	wg.Wait()
 	m.end()
 	<-m.watched
 	return join(errs...)

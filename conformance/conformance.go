@@ -126,6 +126,7 @@ var cases = []testCase{
 	{name: "ForceUnlockShared", contract: "ForceUnlock frees every holder of a shared key, however many: each holder's Done closes, and the permits can be taken again", run: testForceUnlockShared},
 	{name: "MultiTryAtomic", contract: multiAtomic, run: testMultiTryAtomic},
 	{name: "Data", contract: carriesData, run: testData},
+	{name: "MultiUnlock", contract: multiUnlockFrees, run: testMultiUnlock},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -210,6 +210,9 @@
 //     held with its token, past renewals, and fails with ErrNotHeld after
 //     Unlock. Skipped for a backend that cannot store data; its SetData
 //     part, for a Lock whose SetData is unsupported.
+//   - MultiUnlock: once a MultiLock of four keys is unlocked, a Lock
+//     that waited on each of two keys gets it, and another Locker takes
+//     each of the other two, within TTL/2.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

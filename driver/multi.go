@@ -28,3 +28,15 @@ type MultiAcquirer interface {
 	// [Residue], as TryAcquire does for one key.
 	TryAcquireMulti(ctx context.Context, reqs []Request) ([]Grant, error)
 }
+
+// MultiReleaser is implemented by drivers that can release several locks in
+// one store call (one pipeline, one transaction). The engine uses it for
+// locker.MultiLock.Unlock.
+type MultiReleaser interface {
+	// ReleaseMulti releases every lease as [Driver.Release] releases one,
+	// and returns one result per lease, in order, with Release's meaning:
+	// errs[i] applies to ls[i]. A non-nil err means the whole call failed
+	// with an unknown outcome. Each key released wakes its waiters, or is
+	// handed over to one of them, as after Release.
+	ReleaseMulti(ctx context.Context, ls []Lease) (errs []error, err error)
+}
