@@ -16,8 +16,9 @@ import (
 //
 // Where the backend can take every key in one store operation (a
 // [driver.MultiAcquirer]: one Redis script, one etcd transaction, ...),
-// LockMulti does so. While a key is held it tries again with the Locker's
-// backoff, holding nothing, for at most one TTL. Then, or when the backend
+// LockMulti does so. While a key is held it tries again, holding nothing,
+// for at most one TTL: when a key may have become free, where the backend
+// says so ([driver.Notifier]), and otherwise after the Locker's backoff. Then, or when the backend
 // cannot (no such driver, keys that do not fit in one operation, keys
 // that carry data ([WithData]), a key held up ctx's call chain, a store
 // error), it takes the keys one by one in

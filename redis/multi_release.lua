@@ -1,0 +1,36 @@
+-- multi_release.lua: release several locks, each as release.lua does when
+-- nobody is queued for it.
+--
+-- KEYS     three names per lock: lock, queue, waiters (see lib.lua)
+-- ARGV[2i-1], ARGV[2i]  owner and channel of lock i (from 1): the
+--                       lock's pub/sub channel, "" to publish nothing
+--
+-- Returns one integer per lock: 1 when the lock was the owner's and is
+-- released (deleted, and the first Locker recorded by a LockMulti woken,
+-- see watch.lua), 2 when it was released but the server refused the
+-- message, 0 when it was not the owner's (left alone), and 3 when it is
+-- the owner's but has a queue: it is left held, for release.lua to hand
+-- over.
+
+-- #include watch.lua
+
+local res = {}
+for i = 0, #KEYS / 3 - 1 do
+  local k = 3 * i
+  local owner = ARGV[2 * i + 1]
+  local v = redis.call('GET', KEYS[k + 1])
+  local n = #owner
+  if not v or not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+    res[i + 1] = 0
+  elseif redis.call('EXISTS', KEYS[k + 2]) == 1 then
+    res[i + 1] = 3
+  else
+    redis.call('DEL', KEYS[k + 1])
+    if wake_watcher(KEYS[k + 3], ARGV[2 * i + 2]) then
+      res[i + 1] = 1
+    else
+      res[i + 1] = 2
+    end
+  end
+end
+return res
