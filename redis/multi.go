@@ -46,7 +46,7 @@ func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid s
 // attempt of one wait.
 type multiCall struct {
 	keys []string
-	args []any // args[3] is lid
+	args []any // args[3] is lid, args[5] unwatch
 	ttls []int64
 }
 
@@ -59,8 +59,8 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
 	}
 	keys := make([]string, 0, 5*len(reqs))
-	args := make([]any, 0, 5+2*len(reqs))
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL))
+	args := make([]any, 0, 6+2*len(reqs))
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "0")
 	ttls := make([]int64, len(reqs))
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {

@@ -14,7 +14,9 @@
 --                     removes the Locker's records from every key
 -- ARGV[5]  stale      milliseconds a waiters hash created for a record
 --                     lasts
--- ARGV[4+2i], ARGV[5+2i]  owner and ttl (milliseconds) of lock i (from 1)
+-- ARGV[6]  unwatch    "1": a successful attempt removes the records of
+--                     ARGV[4] (an earlier attempt may have made one)
+-- ARGV[5+2i], ARGV[6+2i]  owner and ttl (milliseconds) of lock i (from 1)
 --
 -- Returns {'held', i, pttl} when lock i is held by another owner (pttl in
 -- milliseconds, 0 when unknown: a key with waiters), {'shared', i, kind,
@@ -36,10 +38,15 @@ local function watch(w)
   end
 end
 
+-- One call when every key is free: no lock, no queue, no shared holds.
+local names = {}
 for i = 0, n - 1 do
   local k = 5 * i
-  -- One call for a free key: no lock, no queue, no shared holds.
-  if redis.call('EXISTS', KEYS[k + 1], KEYS[k + 3], KEYS[k + 5]) > 0 then
+  names[3 * i + 1], names[3 * i + 2], names[3 * i + 3] = KEYS[k + 1], KEYS[k + 3], KEYS[k + 5]
+end
+if redis.call('EXISTS', unpack(names)) > 0 then
+  for i = 0, n - 1 do
+    local k = 5 * i
     if redis.call('EXISTS', KEYS[k + 1]) == 1 then
       watch(KEYS[k + 4])
       return { 'held', i + 1, math.max(redis.call('PTTL', KEYS[k + 1]), 0) }
@@ -72,9 +79,9 @@ for i = 0, n - 1 do
     token = l + 1
   end
   local s = string.format('%d', token)
-  redis.call('SET', KEYS[k + 1], ARGV[6 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[7 + 2 * i])
+  redis.call('SET', KEYS[k + 1], ARGV[7 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[8 + 2 * i])
   redis.call('SET', KEYS[k + 2], s, 'PX', ARGV[2])
-  if lid ~= '' then
+  if lid ~= '' and ARGV[6] == '1' then
     redis.call('HDEL', KEYS[k + 4], ' watch ' .. lid)
   end
   tokens[i + 1] = s

@@ -14,7 +14,7 @@
 
 -- #include watch.lua
 
-local res = {}
+local res, free = {}, {}
 for i = 0, #KEYS / 3 - 1 do
   local k = 3 * i
   local owner = ARGV[2 * i + 1]
@@ -22,6 +22,10 @@ for i = 0, #KEYS / 3 - 1 do
   local n = #owner
   if not v or not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
     res[i + 1] = 0
+  elseif redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) == 0 then
+    -- Nobody queued, nobody to wake: the common case.
+    free[#free + 1] = KEYS[k + 1]
+    res[i + 1] = 1
   elseif redis.call('EXISTS', KEYS[k + 2]) == 1 then
     res[i + 1] = 3
   else
@@ -32,5 +36,8 @@ for i = 0, #KEYS / 3 - 1 do
       res[i + 1] = 2
     end
   end
+end
+if free[1] then
+  redis.call('DEL', unpack(free))
 end
 return res

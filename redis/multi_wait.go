@@ -67,6 +67,9 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		if d.poll.Load() {
 			call.args[3] = ""
 		}
+		if attempt > 0 {
+			call.args[5] = "1"
+		}
 		grants, err := d.runMulti(ctx, reqs, call)
 		if err == nil {
 			for i := range grants {
@@ -76,6 +79,9 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 			return grants, nil
 		}
 		if !errors.Is(err, driver.ErrHeld) {
+			if attempt > 0 {
+				d.unwatch(ctx, reqs, call)
+			}
 			return nil, err
 		}
 		if err := join(false); err != nil {
@@ -100,7 +106,29 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
+			d.unwatch(ctx, reqs, call)
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// unwatch removes the records the attempts of call may have left (see
+// multi_acquire.lua) after a wait that ended without the keys, so that the
+// next release of a key wakes a Locker that still waits. It is best-effort,
+// with a fresh context: a record left behind only delays one wake-up of the
+// others, which try again by themselves.
+func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall) {
+	lid, _ := call.args[3].(string)
+	if lid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
+	defer cancel()
+	pipe := d.client.Pipeline()
+	for i := range reqs {
+		pipe.HDel(ctx, call.keys[5*i+3], " watch "+lid)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		d.logger.Debug("locker: redis: could not remove a LockMulti's wake-up records", "keys", len(reqs), "err", err)
 	}
 }
