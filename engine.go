@@ -612,9 +612,10 @@ type hold struct {
 
 	extending sync.Mutex // held by Extend
 
-	token   atomic.Uint64 // the fencing token, for the loss report
-	claimed atomic.Bool   // set by the one Unlock or Close that releases it
-	ended   atomic.Bool   // set once, just before done is closed
+	group   atomic.Pointer[MultiLock] // the MultiLock the hold is part of, ended with it
+	token   atomic.Uint64             // the fencing token, for the loss report
+	claimed atomic.Bool               // set by the one Unlock or Close that releases it
+	ended   atomic.Bool               // set once, just before done is closed
 	err     atomic.Pointer[error]
 
 	// due is when the hold must end, the earlier of deadline and
@@ -664,6 +665,9 @@ func (h *hold) end(err error) bool {
 	h.e.mu.Unlock()
 	h.gate.leave()
 	close(h.done)
+	if m := h.group.Load(); m != nil {
+		m.end()
+	}
 	if err != nil && h.e.cfg.observer != nil {
 		h.e.observe(Event{Kind: EventLost, Key: h.key, Token: h.token.Load(), Start: h.acquired, Wait: time.Since(h.acquired), Err: err})
 	}

@@ -56,9 +56,11 @@ type MultiLock struct {
 	keys  []string // in the order they were taken (byte order)
 	locks []Lock   // locks[i] holds keys[i]
 
-	once    sync.Once
-	done    chan struct{} // closed when the first lock's hold ends
-	watched chan struct{} // closed when the watcher goroutine exited
+	once sync.Once
+	done chan struct{} // closed when the first lock's hold ends
+	// watched is closed when the watcher goroutine exited; at once when
+	// the engine's holds close done themselves.
+	watched chan struct{}
 }
 
 // Keys returns the keys in the order they were taken (byte order). The
@@ -243,7 +245,21 @@ func lockMulti(ctx context.Context, op string, l Locker, keys []string, wait boo
 // its watcher.
 func newMultiLock(keys []string, locks []Lock) *MultiLock {
 	m := &MultiLock{keys: keys, locks: locks, done: make(chan struct{}), watched: make(chan struct{})}
-	go m.watch()
+	for _, lk := range locks {
+		if _, ok := lk.(*handle); !ok {
+			go m.watch()
+			return m
+		}
+	}
+	// The engine's holds end m as they end (hold.end): no watcher.
+	close(m.watched)
+	for _, lk := range locks {
+		h := lk.(*handle).h
+		h.group.Store(m)
+		if h.ended.Load() {
+			m.end()
+		}
+	}
 	return m
 }
 
