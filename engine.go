@@ -744,23 +744,35 @@ func (l *handle) unlock(ctx context.Context) error {
 		return e.err("unlock", h.key, ErrNotHeld, l.Err())
 	}
 	if ctx == nil || ctx.Err() != nil {
-		h.end(nil)
-		e.abandon(h)
-		if ctx == nil {
-			return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
-		}
-		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
+		return h.releaseLater(ctx)
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 	_, err, gone := detached(e, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			e.abandon(h)
-		}
+		h.lateRelease(err)
 	})
+	return h.released(cctx, err, gone)
+}
+
+// releaseLater ends a claimed hold whose Unlock got a nil or ended ctx:
+// the store release is left to the watchdog.
+func (h *hold) releaseLater(ctx context.Context) error {
+	e := h.e
+	h.end(nil)
+	e.abandon(h)
+	if ctx == nil {
+		return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
+	}
+	return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
+}
+
+// released ends a claimed hold after its store release returned err, or
+// went on in the background (gone), and returns Unlock's error.
+func (h *hold) released(cctx context.Context, err error, gone bool) error {
+	e := h.e
 	if gone {
 		// The release goes on in the background; it queues a retry if it
-		// fails.
+		// fails (lateRelease).
 		h.end(nil)
 		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(cctx)))
 	}
@@ -777,6 +789,14 @@ func (l *handle) unlock(ctx context.Context) error {
 	h.end(nil)
 	e.abandon(h)
 	return e.err("unlock", h.key, nil, err)
+}
+
+// lateRelease queues a retry of a background release that failed with an
+// unknown outcome.
+func (h *hold) lateRelease(err error) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		h.e.abandon(h)
+	}
 }
 
 // errHeldLocally is the cause of ErrNotAcquired when another goroutine of the

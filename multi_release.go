@@ -3,7 +3,6 @@ package locker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/golocker/locker/driver"
@@ -62,14 +61,7 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 	}
 	if ctx == nil || ctx.Err() != nil {
 		for _, i := range claimed {
-			h := hs[i]
-			h.end(nil)
-			e.abandon(h)
-			if ctx == nil {
-				errs[i] = e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
-			} else {
-				errs[i] = e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
-			}
+			errs[i] = hs[i].releaseLater(ctx)
 		}
 		return errs
 	}
@@ -110,34 +102,18 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 		return res, nil
 	}, func(res []error, err error) {
 		for j, i := range claimed {
-			if err != nil || (res[j] != nil && !errors.Is(res[j], driver.ErrNotHeld)) {
-				e.abandon(hs[i])
+			if err != nil {
+				hs[i].lateRelease(err)
+			} else {
+				hs[i].lateRelease(res[j])
 			}
 		}
 	})
 	for j, i := range claimed {
-		h := hs[i]
-		switch {
-		case gone:
-			// The release goes on in the background; it queues a retry
-			// if it fails.
-			h.end(nil)
-			errs[i] = e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(cctx)))
-		case err != nil:
-			// Unknown outcome: stop renewing, and let the watchdog retry
-			// the release in the background.
-			h.end(nil)
-			e.abandon(h)
-			errs[i] = e.err("unlock", h.key, nil, err)
-		case res[j] == nil:
-			h.end(nil)
-		case errors.Is(res[j], driver.ErrNotHeld):
-			h.end(e.err("unlock", h.key, ErrLost, res[j]))
-			errs[i] = e.err("unlock", h.key, ErrNotHeld, res[j])
-		default:
-			h.end(nil)
-			e.abandon(h)
-			errs[i] = e.err("unlock", h.key, nil, res[j])
+		if err == nil && !gone {
+			errs[i] = hs[i].released(cctx, res[j], false)
+		} else {
+			errs[i] = hs[i].released(cctx, err, gone)
 		}
 	}
 	return errs
