@@ -14,26 +14,31 @@
 
 -- #include watch.lua
 
+local n = #KEYS / 3
+local locks = {}
+for i = 0, n - 1 do
+  locks[i + 1] = KEYS[3 * i + 1]
+end
+local vs = redis.call('MGET', unpack(locks))
 local res, free = {}, {}
-for i = 0, #KEYS / 3 - 1 do
+for i = 0, n - 1 do
   local k = 3 * i
   local owner = ARGV[2 * i + 1]
-  local v = redis.call('GET', KEYS[k + 1])
-  local n = #owner
-  if not v or not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+  local v = vs[i + 1]
+  local m = #owner
+  if not v or not (string.sub(v, 1, m) == owner and string.byte(v, m + 1) == 32) then
     res[i + 1] = 0
-  elseif redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3]) == 0 then
-    -- Nobody queued, nobody to wake: the common case.
-    free[#free + 1] = KEYS[k + 1]
-    res[i + 1] = 1
-  elseif redis.call('EXISTS', KEYS[k + 2]) == 1 then
-    res[i + 1] = 3
   else
-    redis.call('DEL', KEYS[k + 1])
-    if wake_watcher(KEYS[k + 3], ARGV[2 * i + 2]) then
-      res[i + 1] = 1
+    local e = redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3])
+    if e > 0 and redis.call('EXISTS', KEYS[k + 2]) == 1 then
+      res[i + 1] = 3
     else
-      res[i + 1] = 2
+      free[#free + 1] = KEYS[k + 1]
+      res[i + 1] = 1
+      -- e > 0 here: no queue, so the waiters hash exists.
+      if e > 0 and not wake_watcher(KEYS[k + 3], ARGV[2 * i + 2]) then
+        res[i + 1] = 2
+      end
     end
   end
 end

@@ -5,9 +5,10 @@
 -- LockMulti attempt that found the key held (field " watch <lid>", see
 -- multi_acquire.lua), with "free" on its channel (channel .. ':' .. lid),
 -- and forgets it: one Locker per release that frees the key. channel ""
--- wakes nobody. It returns false when the server refused the message.
+-- wakes nobody. It returns false when the server refused the message. The
+-- caller checks first that w exists, which is rare.
 local function wake_watcher(w, channel)
-  if channel == '' or redis.call('EXISTS', w) == 0 then
+  if channel == '' then
     return true
   end
   for _, f in ipairs(redis.call('HKEYS', w)) do
