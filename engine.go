@@ -77,6 +77,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.keeper, _ = d.(driver.Keeper)
 	e.sharer, _ = d.(driver.Sharer)
 	e.dataSetter, _ = d.(driver.DataSetter)
+	e.multiReleaser, _ = d.(driver.MultiReleaser)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	e.wg.Add(1)
 	go e.watchdog()
@@ -108,7 +109,9 @@ type engine struct {
 	sharer   driver.Sharer
 	// dataSetter: the driver stores data with a hold (locker.WithData)
 	dataSetter driver.DataSetter
-	name       string
+	// multiReleaser: the driver releases a MultiLock's keys in one call
+	multiReleaser driver.MultiReleaser
+	name          string
 	// perLockTTL: the driver honours a TTL per lock (driver.Info).
 	perLockTTL bool
 	// inline: the driver's calls return promptly when their ctx ends
@@ -609,9 +612,10 @@ type hold struct {
 
 	extending sync.Mutex // held by Extend
 
-	token   atomic.Uint64 // the fencing token, for the loss report
-	claimed atomic.Bool   // set by the one Unlock or Close that releases it
-	ended   atomic.Bool   // set once, just before done is closed
+	group   atomic.Pointer[MultiLock] // the MultiLock the hold is part of, ended with it
+	token   atomic.Uint64             // the fencing token, for the loss report
+	claimed atomic.Bool               // set by the one Unlock or Close that releases it
+	ended   atomic.Bool               // set once, just before done is closed
 	err     atomic.Pointer[error]
 
 	// due is when the hold must end, the earlier of deadline and
@@ -661,6 +665,9 @@ func (h *hold) end(err error) bool {
 	h.e.mu.Unlock()
 	h.gate.leave()
 	close(h.done)
+	if m := h.group.Load(); m != nil {
+		m.end()
+	}
 	if err != nil && h.e.cfg.observer != nil {
 		h.e.observe(Event{Kind: EventLost, Key: h.key, Token: h.token.Load(), Start: h.acquired, Wait: time.Since(h.acquired), Err: err})
 	}
@@ -716,10 +723,15 @@ func (l *handle) Err() error {
 // shutdown), and its error says so.
 func (l *handle) Unlock(ctx context.Context) error {
 	err := l.unlock(ctx)
+	l.observeRelease(ctx, err)
+	return err
+}
+
+// observeRelease reports the release event of an Unlock that returned err.
+func (l *handle) observeRelease(ctx context.Context, err error) {
 	if e := l.h.e; e.cfg.observer != nil {
 		e.observe(Event{Kind: EventRelease, Ctx: ctx, Key: l.h.key, Token: l.h.token.Load(), Start: l.h.acquired, Wait: time.Since(l.h.acquired), Err: err})
 	}
-	return err
 }
 
 func (l *handle) unlock(ctx context.Context) error {
@@ -732,23 +744,35 @@ func (l *handle) unlock(ctx context.Context) error {
 		return e.err("unlock", h.key, ErrNotHeld, l.Err())
 	}
 	if ctx == nil || ctx.Err() != nil {
-		h.end(nil)
-		e.abandon(h)
-		if ctx == nil {
-			return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
-		}
-		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
+		return h.releaseLater(ctx)
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 	_, err, gone := detached(e, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			e.abandon(h)
-		}
+		h.lateRelease(err)
 	})
+	return h.released(cctx, err, gone)
+}
+
+// releaseLater ends a claimed hold whose Unlock got a nil or ended ctx:
+// the store release is left to the watchdog.
+func (h *hold) releaseLater(ctx context.Context) error {
+	e := h.e
+	h.end(nil)
+	e.abandon(h)
+	if ctx == nil {
+		return e.err("unlock", h.key, ErrInvalidOption, fmt.Errorf("%w; the lock is released in the background", errNilContext))
+	}
+	return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(ctx)))
+}
+
+// released ends a claimed hold after its store release returned err, or
+// went on in the background (gone), and returns Unlock's error.
+func (h *hold) released(cctx context.Context, err error, gone bool) error {
+	e := h.e
 	if gone {
 		// The release goes on in the background; it queues a retry if it
-		// fails.
+		// fails (lateRelease).
 		h.end(nil)
 		return e.err("unlock", h.key, nil, fmt.Errorf("%w; the lock is released in the background", ctxCause(cctx)))
 	}
@@ -765,6 +789,14 @@ func (l *handle) unlock(ctx context.Context) error {
 	h.end(nil)
 	e.abandon(h)
 	return e.err("unlock", h.key, nil, err)
+}
+
+// lateRelease queues a retry of a background release that failed with an
+// unknown outcome.
+func (h *hold) lateRelease(err error) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		h.e.abandon(h)
+	}
 }
 
 // errHeldLocally is the cause of ErrNotAcquired when another goroutine of the

@@ -16,8 +16,9 @@ import (
 //
 // Where the backend can take every key in one store operation (a
 // [driver.MultiAcquirer]: one Redis script, one etcd transaction, ...),
-// LockMulti does so. While a key is held it tries again with the Locker's
-// backoff, holding nothing, for at most one TTL. Then, or when the backend
+// LockMulti does so. While a key is held it tries again, holding nothing,
+// for at most one TTL: when a key may have become free, where the backend
+// says so ([driver.Notifier]), and otherwise after the Locker's backoff. Then, or when the backend
 // cannot (no such driver, keys that do not fit in one operation, keys
 // that carry data ([WithData]), a key held up ctx's call chain, a store
 // error), it takes the keys one by one in
@@ -55,9 +56,11 @@ type MultiLock struct {
 	keys  []string // in the order they were taken (byte order)
 	locks []Lock   // locks[i] holds keys[i]
 
-	once    sync.Once
-	done    chan struct{} // closed when the first lock's hold ends
-	watched chan struct{} // closed when the watcher goroutine exited
+	once sync.Once
+	done chan struct{} // closed when the first lock's hold ends
+	// watched is closed when the watcher goroutine exited; at once when
+	// the engine's holds close done themselves.
+	watched chan struct{}
 }
 
 // Keys returns the keys in the order they were taken (byte order). The
@@ -116,24 +119,30 @@ func (m *MultiLock) Deadline() time.Time {
 	return d
 }
 
-// Unlock releases every key, all at once, and returns after each Unlock
-// returned. Its errors are those of [Lock.Unlock], joined: it matches
-// [ErrNotHeld] when a key was already released or lost. ctx bounds the
-// store calls as it does for Lock.Unlock, and keys whose release was cut
-// short are still released in the background. After Unlock returns, Done
-// is closed.
+// Unlock releases every key, all at once, and returns when every release
+// has returned. Where the backend can release several keys in one store
+// call ([driver.MultiReleaser]), it makes one. Its errors are those of
+// [Lock.Unlock], joined: it matches [ErrNotHeld] when a key was already
+// released or lost. ctx bounds the store calls as it does for
+// Lock.Unlock, and keys whose release was cut short are still released in
+// the background. After Unlock returns, Done is closed.
 func (m *MultiLock) Unlock(ctx context.Context) error {
-	errs := make([]error, len(m.locks))
-	var wg sync.WaitGroup
-	for i, lk := range m.locks[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i+1] = lk.Unlock(ctx)
-		}()
+	var errs []error
+	if e, hs := releasesTogether(m.locks); e != nil {
+		errs = e.unlockAll(ctx, hs)
+	} else {
+		errs = make([]error, len(m.locks))
+		var wg sync.WaitGroup
+		for i, lk := range m.locks[1:] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i+1] = lk.Unlock(ctx)
+			}()
+		}
+		errs[0] = m.locks[0].Unlock(ctx)
+		wg.Wait()
 	}
-	errs[0] = m.locks[0].Unlock(ctx)
-	wg.Wait()
 	m.end()
 	<-m.watched
 	return join(errs...)
@@ -236,7 +245,21 @@ func lockMulti(ctx context.Context, op string, l Locker, keys []string, wait boo
 // its watcher.
 func newMultiLock(keys []string, locks []Lock) *MultiLock {
 	m := &MultiLock{keys: keys, locks: locks, done: make(chan struct{}), watched: make(chan struct{})}
-	go m.watch()
+	for _, lk := range locks {
+		if _, ok := lk.(*handle); !ok {
+			go m.watch()
+			return m
+		}
+	}
+	// The engine's holds end m as they end (hold.end): no watcher.
+	close(m.watched)
+	for _, lk := range locks {
+		h := lk.(*handle).h
+		h.group.Store(m)
+		if h.ended.Load() {
+			m.end()
+		}
+	}
 	return m
 }
 

@@ -85,9 +85,20 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	}
 	start := time.Now()
 	a, err, gone := detached(e, cctx, func() (a multiOutcome, err error) {
-		// A waiting LockMulti polls, holding nothing, for one TTL at
-		// most; then the caller takes the keys one by one.
+		// A waiting LockMulti tries again, holding nothing, for one
+		// TTL at most, woken when a key may be free (the driver's
+		// AcquireMulti, or multiWait); then the caller takes the keys
+		// one by one.
 		until := time.Now().Add(lc.ttl)
+		if mw, ok := ma.(driver.MultiWaiter); ok && wait {
+			uctx, cancel := context.WithDeadline(cctx, until)
+			defer cancel()
+			a.sent = time.Now()
+			a.grants, err = mw.AcquireMulti(uctx, reqs)
+			return a, err
+		}
+		w := multiWait{e: e, keys: skeys}
+		defer w.close()
 		for attempt := 0; ; attempt++ {
 			a.sent = time.Now()
 			a.grants, err = ma.TryAcquireMulti(cctx, reqs)
@@ -95,8 +106,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 				return a, err
 			}
 			e.keepResidue(reqs[0].Key, err)
-			d := driver.Backoff(e.cfg.backoff).Delay(attempt, driver.Remaining(err), false)
-			if time.Now().Add(d).After(until) || !driver.Sleep(cctx, d) {
+			if !w.pause(cctx, attempt, err, until) {
 				return a, err
 			}
 			for i := range reqs {

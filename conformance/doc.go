@@ -217,6 +217,9 @@
 //     renewed before, the second taken after that renewal (the permits are
 //     left out for a Locker with no shared holds). Skipped for a Locker
 //     that can neither force an unlock nor have its key deleted.
+//   - MultiUnlock: once a MultiLock of four keys is unlocked, a Lock
+//     that waited on each of two keys gets it, and another Locker takes
+//     each of the other two, within TTL/2.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).

@@ -39,6 +39,10 @@
 //   - Poll: with neither (Redlock, MySQL with PollOnly), the engine runs
 //     [Backoff.Poll].
 //
+// A waiting locker.LockMulti repeats its [MultiAcquirer] attempt, holding
+// nothing: a [MultiWaiter] owns that wait; otherwise the engine sleeps the
+// backoff, woken by the [Notifier] when there is one.
+//
 // Every wait sleeps with [Sleep] and spreads its waiters with [Jitter] or
 // [Past], so one formula decides how long a waiter sleeps.
 //

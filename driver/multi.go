@@ -28,3 +28,29 @@ type MultiAcquirer interface {
 	// [Residue], as TryAcquire does for one key.
 	TryAcquireMulti(ctx context.Context, reqs []Request) ([]Grant, error)
 }
+
+// MultiReleaser is implemented by drivers that can release several locks in
+// one store call (one pipeline, one transaction). The engine uses it for
+// locker.MultiLock.Unlock.
+type MultiReleaser interface {
+	// ReleaseMulti releases every lease as [Driver.Release] releases one,
+	// and returns one result per lease, in order, with Release's meaning:
+	// errs[i] applies to ls[i]. A non-nil err means the whole call failed
+	// with an unknown outcome. Each key released wakes its waiters, or is
+	// handed over to one of them, as after Release.
+	ReleaseMulti(ctx context.Context, ls []Lease) (errs []error, err error)
+}
+
+// MultiWaiter is implemented by MultiAcquirers that wait for several keys
+// themselves, woken by the store when a key may be free, as an [Acquirer]
+// waits for one. The engine then calls AcquireMulti for a waiting
+// locker.LockMulti instead of calling TryAcquireMulti again and again.
+type MultiWaiter interface {
+	// AcquireMulti is TryAcquireMulti that waits while a key is held, and
+	// tries again, until it takes every key, ctx ends, or the store fails.
+	// Between attempts it holds nothing, and nothing it leaves in the
+	// store holds up another caller. It returns an error wrapping
+	// ctx.Err() when ctx ends. Each Grant's Since is the send time of the
+	// attempt that took the keys.
+	AcquireMulti(ctx context.Context, reqs []Request) ([]Grant, error)
+}

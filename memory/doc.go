@@ -25,7 +25,8 @@
 // attempt. The limit lives with the key while it has holders or waiters.
 //
 // locker.TryLockMulti and locker.LockMulti take every key of a set under
-// one hold of the Store's mutex, or none.
+// one hold of the Store's mutex, or none; a MultiLock's Unlock releases
+// them under one hold too.
 //
 // # Limits
 //

@@ -248,7 +248,11 @@ func (d *memDriver) Release(ctx context.Context, l driver.Lease) error {
 	s := d.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	return s.releaseLocked(l, time.Now())
+}
+
+// releaseLocked is Release of l at now. s.mu must be held.
+func (s *Store) releaseLocked(l driver.Lease, now time.Time) error {
 	if s.releaseShared(l.Key, l.Owner, now) {
 		return nil
 	}

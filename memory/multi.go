@@ -34,3 +34,20 @@ func (d *memDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 	}
 	return grants, nil
 }
+
+// ReleaseMulti implements driver.MultiReleaser: every lease released under
+// one hold of the store's mutex, each waking its key's waiters.
+func (d *memDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	if err := d.check(ctx); err != nil {
+		return nil, err
+	}
+	s := d.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		errs[i] = s.releaseLocked(l, now)
+	}
+	return errs, nil
+}

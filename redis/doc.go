@@ -93,6 +93,13 @@
 // keys share a slot only by chance. The Redlock Locker always takes them
 // one by one.
 //
+// A waiting locker.LockMulti holds nothing between attempts. An attempt
+// that finds a key held records the Locker in that key's waiters hash. The
+// release that frees the key wakes the first Locker recorded, on its
+// channel, and forgets it. Without pub/sub the wait polls. A MultiLock's
+// Unlock releases its keys in one script when they fit in one, and hands
+// over the keys with waiters in a pipeline of release scripts.
+//
 // # Limits
 //
 //   - Replication is asynchronous: a failover before a lock reached the

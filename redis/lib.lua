@@ -16,6 +16,9 @@
 --                   Also the field " woke" (a space: never an owner) ->
 --                   "<until> <owner>": an unfair release woke owner, and
 --                   wakes it no more before until (server µs)
+--                   And fields " watch <lid>" -> "1": a LockMulti of that
+--                   Locker found the key held (multi_acquire.lua); the
+--                   release that frees the key wakes the first of them
 --
 -- Every name carries the same Cluster hash tag.
 

@@ -28,6 +28,30 @@ const maxMultiKeys = 256
 // maxMultiKeys keys; and when the server refuses the keys as cross-slot (a
 // wrapped Cluster client).
 func (d *redisDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	return d.tryMulti(ctx, reqs, "")
+}
+
+// tryMulti is one attempt of TryAcquireMulti; with lid set, an attempt that
+// finds a key held records this Locker with the key (multi_acquire.lua),
+// so that the release that frees it wakes the Locker.
+func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid string) ([]driver.Grant, error) {
+	c, err := d.newMultiCall(reqs, lid)
+	if err != nil {
+		return nil, err
+	}
+	return d.runMulti(ctx, reqs, c)
+}
+
+// multiCall is the script call of a multi-key attempt: the same for every
+// attempt of one wait.
+type multiCall struct {
+	keys []string
+	args []any // args[3] is lid, args[5] unwatch
+	ttls []int64
+}
+
+// newMultiCall checks reqs and builds the script call that takes them.
+func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCall, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one script", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
 	}
@@ -35,8 +59,8 @@ func (d *redisDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request
 		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
 	}
 	keys := make([]string, 0, 5*len(reqs))
-	args := make([]any, 0, 3+2*len(reqs))
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg)
+	args := make([]any, 0, 6+2*len(reqs))
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "0")
 	ttls := make([]int64, len(reqs))
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
@@ -55,7 +79,13 @@ func (d *redisDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request
 			}
 		}
 	}
-	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, keys, args...)
+	return &multiCall{keys: keys, args: args, ttls: ttls}, nil
+}
+
+// runMulti makes the attempt c, which takes reqs.
+func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
+	keys, ttls := c.keys, c.ttls
+	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, keys, c.args...)
 	if errors.Is(err, errNotReplicated) {
 		return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: %w", err))
 	}

@@ -168,17 +168,33 @@ func newNotifier(client Client, logger *slog.Logger, refused func(error), lid st
 // registering, and the waiter starts woken. After disable it returns a nil
 // waiter: the caller polls.
 func (n *notifier) register(key, owner string, early bool) (*waiter, func(), error) {
+	w := newWaiter(owner)
+	cancel, err := n.add(key, w, early)
+	if cancel == nil {
+		return nil, nil, err
+	}
+	return w, cancel, nil
+}
+
+func newWaiter(owner string) *waiter {
+	return &waiter{owner: owner, wake: make(chan struct{}, 1), claimed: make(chan time.Duration, 1)}
+}
+
+// add registers w for store key, as register does for a new waiter; one
+// waiter may wait for several keys. It returns a nil cancel when it did not
+// register w (early and no subscription, or after disable).
+func (n *notifier) add(key string, w *waiter, early bool) (func(), error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, nil, errNotifierClosed
+		return nil, errNotifierClosed
 	}
 	if n.disabled {
-		return nil, nil, nil
+		return nil, nil
 	}
 	s := n.subs[key]
 	if s == nil && early {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if s == nil {
 		s = &subscription{waiters: make(map[*waiter]struct{}, 1)}
@@ -188,16 +204,18 @@ func (n *notifier) register(key, owner string, early bool) (*waiter, func(), err
 		s.idle = time.Time{}
 		delete(n.idle, key)
 	}
-	w := &waiter{owner: owner, wake: make(chan struct{}, 1), claimed: make(chan time.Duration, 1)}
 	if !early && s.issued {
-		w.wake <- struct{}{}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	s.waiters[w] = struct{}{}
 	var once sync.Once
 	cancel := func() {
 		once.Do(func() { n.leave(key, s, w) })
 	}
-	return w, cancel, nil
+	return cancel, nil
 }
 
 // leave unregisters a waiter; the channel is unsubscribed (by the writer)

@@ -56,6 +56,10 @@ var (
 	renewLua string
 	//go:embed token.lua
 	tokenLua string
+	//go:embed watch.lua
+	watchLua string
+	//go:embed multi_release.lua
+	multiReleaseLua string
 )
 
 // Client is the part of a go-redis v9 client the Locker uses: scripts,
@@ -223,8 +227,9 @@ type redisDriver struct {
 	setData *goredis.Script // setdata.lua
 	// The scripts of shared holds (shared.go).
 	shareAcquire, shareRelease, shareRenew *goredis.Script
-	// multiAcquire takes several locks at once (multi.go).
-	multiAcquire *goredis.Script
+	// multiAcquire takes several locks at once (multi.go), and
+	// multiRelease releases them (multi_release.go).
+	multiAcquire, multiRelease *goredis.Script
 
 	logger *slog.Logger
 	notify *notifier
@@ -257,16 +262,20 @@ type redisDriver struct {
 	checked   chan struct{}
 }
 
-// include inserts lib.lua where a script says "-- #include lib.lua", and
-// token.lua where lib.lua says so.
+// include inserts lib.lua where a script says "-- #include lib.lua",
+// token.lua where lib.lua says so, and watch.lua where the script says so.
 func include(script string) string {
-	return includeToken(strings.Replace(script, "-- #include lib.lua\n", libLua, 1))
+	return includeWatch(includeToken(strings.Replace(script, "-- #include lib.lua\n", libLua, 1)))
 }
 
 // includeToken inserts token.lua where a script says "-- #include
 // token.lua".
 func includeToken(script string) string {
 	return strings.Replace(script, "-- #include token.lua\n", tokenLua, 1)
+}
+
+func includeWatch(script string) string {
+	return strings.Replace(script, "-- #include watch.lua\n", watchLua, 1)
 }
 
 func newDriver(client Client) *redisDriver {
@@ -282,6 +291,7 @@ func newDriver(client Client) *redisDriver {
 		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
 		shareRenew:   goredis.NewScript(shareRenewLua),
 		multiAcquire: goredis.NewScript(multiAcquireLua),
+		multiRelease: goredis.NewScript(includeWatch(multiReleaseLua)),
 		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),

@@ -14,6 +14,9 @@
 --                     waiter was woken less than wake_gap_us ago (lib.lua);
 --                     "0": hand it over
 --
+-- A release that frees the key also wakes one Locker whose LockMulti found
+-- it held (wake_watcher).
+--
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 2 when it was
 -- released but the server refused the message, 0 when it was not the
@@ -33,9 +36,14 @@ end
 if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
   return 0
 end
+-- #include watch.lua
+
 local q = redis.call('ZRANGE', KEYS[3], 0, 1)
 if not q[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+    return 2
+  end
   return 1
 end
 
@@ -50,6 +58,9 @@ do
     if h and ARGV[2] ~= '' and wake_due(now, h) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
+    if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+      nopub = true
+    end
   elseif h then
     hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
   else
@@ -60,6 +71,9 @@ do
       for lid in pairs(gone) do
         publish(ARGV[2] .. ':' .. lid, 'free')
       end
+    end
+    if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+      nopub = true
     end
   end
   if nopub then

@@ -1,0 +1,115 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// ReleaseMulti implements driver.MultiReleaser: one script releases every
+// lock nobody is queued for (multi_release.lua), and one pipeline of
+// release.lua hands the others over. Each release wakes its key's waiters
+// as Release does. Where the keys cannot go in one script (a Ring, Cluster
+// keys in different hash slots, more than maxMultiKeys), the pipeline
+// releases them all. A shared hold's lease is released on its own.
+func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	errs := make([]error, len(ls))
+	plain := make([]int, 0, len(ls)) // the indexes of the locks
+	for i, l := range ls {
+		if isShared(l) {
+			errs[i] = d.releaseShared(ctx, l)
+			continue
+		}
+		plain = append(plain, i)
+	}
+	each := plain // released by release.lua, one call each
+	if len(plain) > 1 && d.oneScript(ls, plain) {
+		keys := make([]string, 0, 3*len(plain))
+		args := make([]any, 0, 2*len(plain))
+		for _, i := range plain {
+			k := ls[i].Key
+			keys = append(keys, leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k))
+			args = append(args, ls[i].Owner, d.channelArg(k))
+		}
+		v, err := d.multiRelease.Run(ctx, d.client, keys, args...).Result()
+		reply, _ := v.([]any)
+		switch {
+		case err != nil && hasPrefix(err, "CROSSSLOT"):
+			// A wrapped Cluster client: one by one.
+		case err != nil:
+			err = fmt.Errorf("release: %w", classify(err))
+			for _, i := range plain {
+				errs[i] = err
+			}
+			return errs, nil
+		case len(reply) != len(plain):
+			err = fmt.Errorf("release: unexpected reply %v", v)
+			for _, i := range plain {
+				errs[i] = err
+			}
+			return errs, nil
+		default:
+			each = nil
+			for j, r := range reply {
+				i := plain[j]
+				switch n, _ := r.(int64); n {
+				case 0:
+					errs[i] = fmt.Errorf("release: %w", driver.ErrNotHeld)
+				case 1:
+				case 2:
+					d.noPubSub(errPublishRefused)
+				case 3:
+					each = append(each, i)
+				default:
+					errs[i] = fmt.Errorf("release: unexpected reply %v", v)
+				}
+			}
+		}
+	}
+	if len(each) == 0 {
+		return errs, nil
+	}
+	calls := make([]evalCall, len(each))
+	for j, i := range each {
+		calls[j] = evalCall{script: d.release, keys: scriptKeys(ls[i].Key)[:4],
+			args: []any{ls[i].Owner, d.channelArg(ls[i].Key), d.retentionArg, "0", d.unfairArg}}
+	}
+	for j, c := range evalPipelined(ctx, d.client, calls) {
+		n, err := c.Int64()
+		if n == 2 {
+			d.noPubSub(errPublishRefused)
+			n = 1
+		}
+		switch i := each[j]; {
+		case err != nil:
+			errs[i] = fmt.Errorf("release: %w", classify(err))
+		case n == 0:
+			errs[i] = fmt.Errorf("release: %w", driver.ErrNotHeld)
+		}
+	}
+	return errs, nil
+}
+
+// oneScript reports whether the locks ls[i], i in idx, can be released by
+// one script: not on a Ring, not more than maxMultiKeys, and on a Cluster
+// all in one hash slot.
+func (d *redisDriver) oneScript(ls []driver.Lease, idx []int) bool {
+	if len(idx) > maxMultiKeys {
+		return false
+	}
+	switch d.client.(type) {
+	case *goredis.Ring:
+		return false
+	case *goredis.ClusterClient:
+		slot := hashSlot(leaseKey(ls[idx[0]]))
+		for _, i := range idx[1:] {
+			if hashSlot(leaseKey(ls[i])) != slot {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,134 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// AcquireMulti implements driver.MultiWaiter: a waiting LockMulti makes
+// one-script attempts (TryAcquireMulti) and, between them, holds nothing.
+// An attempt that finds a key held records this Locker with that key, and
+// the release that frees the key wakes the first Locker recorded with
+// "free" on its channel (release.lua), as a release wakes a waiter that
+// counts as gone. The wait subscribes to the channels of all the keys:
+// before the first attempt for the channels still subscribed from an
+// earlier wait (so that no message between the attempt and the
+// registration is lost), after it for the others (whose confirmation wakes
+// the wait, so that a release before it is not missed).
+//
+// Between wake-ups it tries again every refreshInterval, or when the
+// holder's remaining time runs out if that comes first. Without pub/sub it
+// polls as Acquire does.
+func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	w := newWaiter("")
+	cancels := make([]func(), len(reqs))
+	defer func() {
+		for _, cancel := range cancels {
+			if cancel != nil {
+				cancel()
+			}
+		}
+	}()
+	join := func(early bool) error {
+		for i, r := range reqs {
+			if cancels[i] != nil || d.poll.Load() {
+				continue
+			}
+			cancel, err := d.notify.add(r.Key, w, early)
+			if err != nil {
+				return err
+			}
+			cancels[i] = cancel
+			if !early && cancel != nil {
+				d.notify.held(r.Key)
+			}
+		}
+		return nil
+	}
+	if err := join(true); err != nil {
+		return nil, err
+	}
+	refresh := refreshInterval(reqs[0].TTL)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	call, err := d.newMultiCall(reqs, d.lid)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		sent := time.Now()
+		if d.poll.Load() {
+			call.args[3] = ""
+		}
+		if attempt > 0 {
+			call.args[5] = "1"
+		}
+		grants, err := d.runMulti(ctx, reqs, call)
+		if err == nil {
+			for i := range grants {
+				grants[i].Since = sent
+				grants[i].Queued = attempt > 0
+			}
+			return grants, nil
+		}
+		if !errors.Is(err, driver.ErrHeld) {
+			if attempt > 0 {
+				d.unwatch(ctx, reqs, call)
+			}
+			return nil, err
+		}
+		if err := join(false); err != nil {
+			return nil, err
+		}
+		remaining := driver.Remaining(err)
+		var wait time.Duration
+		if d.poll.Load() {
+			wait = d.pollDelay(attempt, remaining, min(pollCeiling, refresh))
+		} else {
+			wait = driver.Jitter(refresh)
+			if remaining > 0 && remaining < refresh {
+				wait = driver.Past(remaining)
+			}
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			d.unwatch(ctx, reqs, call)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// unwatch removes the records the attempts of call may have left (see
+// multi_acquire.lua) after a wait that ended without the keys, so that the
+// next release of a key wakes a Locker that still waits. It is best-effort,
+// with a fresh context: a record left behind only delays one wake-up of the
+// others, which try again by themselves.
+func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall) {
+	lid, _ := call.args[3].(string)
+	if lid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
+	defer cancel()
+	pipe := d.client.Pipeline()
+	for i := range reqs {
+		pipe.HDel(ctx, call.keys[5*i+3], " watch "+lid)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		d.logger.Debug("locker: redis: could not remove a LockMulti's wake-up records", "keys", len(reqs), "err", err)
+	}
+}
