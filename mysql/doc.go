@@ -77,9 +77,10 @@
 //   - Uncontended Lock+Unlock is two round trips, on prepared statements
 //     outside GORM's default transaction.
 //   - locker.TryLockMulti, and each attempt of a waiting
-//     locker.LockMulti, take every key in one transaction or none: one
-//     acquiring statement per key, then COMMIT, so n keys cost n+2 round
-//     trips. More than 100 keys are taken one by one.
+//     locker.LockMulti, take every key or none. Up to 16 free keys cost
+//     one statement (one round trip), and the keys share one token. When
+//     a key is not free, one transaction runs one acquiring statement per
+//     key, then COMMIT. More than 100 keys are taken one by one.
 //
 // # Limits
 //

@@ -194,6 +194,7 @@ type sqlDriver struct {
 	mu     sync.Mutex
 	renew  map[int]*sql.Stmt // by padded batch size
 	live   map[int]*sql.Stmt
+	multi  map[int]*sql.Stmt    // by number of keys
 	shared map[string]*sql.Stmt // by text: the statements on shared holds
 	closed bool
 
@@ -211,6 +212,7 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 		logger:      slog.New(slog.DiscardHandler),
 		renew:       make(map[int]*sql.Stmt),
 		live:        make(map[int]*sql.Stmt),
+		multi:       make(map[int]*sql.Stmt),
 		shared:      make(map[string]*sql.Stmt),
 	}
 }
@@ -313,6 +315,11 @@ func (d *sqlDriver) closeStatements() {
 	}
 	for _, s := range d.live {
 		stmts = append(stmts, s)
+	}
+	for _, m := range []map[int]*sql.Stmt{d.multi} {
+		for _, s := range m {
+			stmts = append(stmts, s)
+		}
 	}
 	for _, s := range d.shared {
 		stmts = append(stmts, s)
