@@ -81,6 +81,9 @@
 //     one statement (one round trip), and the keys share one token. When
 //     a key is not free, one transaction runs one acquiring statement per
 //     key, then COMMIT. More than 100 keys are taken one by one.
+//   - The Unlock of a locker.MultiLock releases its keys in one statement
+//     (driver.MultiReleaser), all or none. When one of them is no longer
+//     held, each key is released on its own.
 //
 // # Limits
 //

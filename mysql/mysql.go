@@ -198,6 +198,9 @@ type sqlDriver struct {
 	shared map[string]*sql.Stmt // by text: the statements on shared holds
 	closed bool
 
+	// ReleaseMulti's statement and its check, by padded number of keys
+	releaseN, released map[int]*sql.Stmt
+
 	notify *notifier // nil with PollOnly
 
 	clock driver.StoreClock // for the fences of acquiring statements
@@ -213,6 +216,8 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 		renew:       make(map[int]*sql.Stmt),
 		live:        make(map[int]*sql.Stmt),
 		multi:       make(map[int]*sql.Stmt),
+		releaseN:    make(map[int]*sql.Stmt),
+		released:    make(map[int]*sql.Stmt),
 		shared:      make(map[string]*sql.Stmt),
 	}
 }
@@ -316,7 +321,7 @@ func (d *sqlDriver) closeStatements() {
 	for _, s := range d.live {
 		stmts = append(stmts, s)
 	}
-	for _, m := range []map[int]*sql.Stmt{d.multi} {
+	for _, m := range []map[int]*sql.Stmt{d.multi, d.releaseN, d.released} {
 		for _, s := range m {
 			stmts = append(stmts, s)
 		}

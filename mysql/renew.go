@@ -130,7 +130,13 @@ func (d *sqlDriver) forgetLater(s lockState) {
 
 // liveRows returns which of the rows are held by their owner and version.
 func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]bool, error) {
-	stmt, err := d.stmt(ctx, d.live, len(states), d.sql.liveSQL)
+	return d.rowsWhere(ctx, d.live, d.sql.liveSQL, states)
+}
+
+// rowsWhere returns the rows (key, owner, version) that the query of
+// len(states) keys, prepared from text into cache, lists.
+func (d *sqlDriver) rowsWhere(ctx context.Context, cache map[int]*sql.Stmt, text func(int) string, states []rowKey) (map[rowKey]bool, error) {
+	stmt, err := d.stmt(ctx, cache, len(states), text)
 	if err != nil {
 		return nil, err
 	}
@@ -143,16 +149,16 @@ func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]b
 		return nil, err
 	}
 	defer rows.Close()
-	live := map[rowKey]bool{}
+	found := map[rowKey]bool{}
 	for rows.Next() {
 		var key, owner []byte
 		var version uint64
 		if err := rows.Scan(&key, &owner, &version); err != nil {
 			return nil, err
 		}
-		live[rowKey{key: string(key), owner: string(owner), version: version}] = true
+		found[rowKey{key: string(key), owner: string(owner), version: version}] = true
 	}
-	return live, rows.Err()
+	return found, rows.Err()
 }
 
 // padded rounds n up to a power of two.

@@ -200,6 +200,33 @@ func (s statements) multiSQL(n int) string {
 	return b.String()
 }
 
+// releaseSQL releases n rows in one statement, all or none: it fails with
+// refuse when any of the keys' rows is not RUNNING for its owner and
+// version. A missing row is not changed. Args: n (key, owner, version),
+// then the n keys.
+func (s statements) releaseSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("UPDATE " + s.table + " SET version = IF(task_status = 'RUNNING' AND (task_name, owner_token, version) IN (")
+	placeholders(&b, n, "(?, ?, ?)")
+	b.WriteString("), version, " + refuse + "), task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+		", update_time = " + dbNow + " WHERE task_name IN (")
+	placeholders(&b, n, "?")
+	b.WriteString(")")
+	return b.String()
+}
+
+// releasedSQL lists which of n rows are no longer RUNNING, with their
+// owner and version. Args: n keys.
+func (s statements) releasedSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("SELECT task_name, owner_token, version FROM ")
+	b.WriteString(s.table)
+	b.WriteString(" WHERE task_name IN (")
+	placeholders(&b, n, "?")
+	b.WriteString(") AND task_status <> 'RUNNING'")
+	return b.String()
+}
+
 func placeholders(b *strings.Builder, n int, p string) {
 	for i := range n {
 		if i > 0 {
