@@ -203,6 +203,11 @@ type sqlDriver struct {
 
 	notify *notifier // nil with PollOnly
 
+	// isolationVar names the server's session variable of the isolation
+	// level, which inTx sets (set in Configure; empty: a statement of its
+	// own).
+	isolationVar string
+
 	clock driver.StoreClock // for the fences of acquiring statements
 }
 
@@ -250,6 +255,10 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	srv, err := serverInfo(ctx, d.db)
 	if err != nil {
 		return err
+	}
+	d.isolationVar = "transaction_isolation"
+	if srv.mariaDB {
+		d.isolationVar = "tx_isolation" // transaction_isolation from 11.1 only
 	}
 	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return err

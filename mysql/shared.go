@@ -413,7 +413,11 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 	if token != 0 {
 		cond, args = "token = ? AND queued = 0", append(args, token)
 	}
-	res, err := d.db.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+	del, err := d.sharedStmt(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow)
+	if err != nil {
+		return classify(err)
+	}
+	res, err := del.ExecContext(ctx, args...)
 	if err != nil {
 		return classify(err)
 	}
@@ -424,7 +428,11 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 		return driver.ErrNotHeld
 	}
 	var left bool
-	if err := d.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")", key).Scan(&left); err != nil || !left {
+	exists, err := d.sharedStmt(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
+	if err == nil {
+		err = exists.QueryRowContext(ctx, key).Scan(&left)
+	}
+	if err != nil || !left {
 		if err == nil {
 			_, err = d.settleShared(ctx, key, 1)
 		}
