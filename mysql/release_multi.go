@@ -41,14 +41,8 @@ func (d *sqlDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]erro
 // padded to a power of two with repeats of the last lease, and sets
 // errs[idx...].
 func (d *sqlDriver) releaseChunk(ctx context.Context, ls []driver.Lease, idx []int, errs []error) {
-	size := padded(len(idx))
-	states := make([]rowKey, size)
-	distinct := map[rowKey]bool{}
-	for j := range size {
-		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
-		distinct[states[j]] = true
-	}
-	args := make([]any, 0, 4*size)
+	states, distinct := paddedRows(ls, idx)
+	args := make([]any, 0, 4*len(states))
 	for _, s := range states {
 		args = append(args, s.key, s.owner, s.version)
 	}

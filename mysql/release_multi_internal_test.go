@@ -1,30 +1,20 @@
 package mysql
 
 import (
-	"context"
 	"crypto/rand"
-	"database/sql"
 	"errors"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker/driver"
-	"github.com/golocker/locker/internal/storeenv"
 )
 
 // TestReleaseMulti checks that ReleaseMulti gives each lease the outcome
 // Release would: all released in one statement, a lease broken behind
 // its holder's back, and a lease whose row was deleted.
 func TestReleaseMulti(t *testing.T) {
-	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
+	db, ctx := openTestDB(t)
 	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
 	if err := d.Configure(ctx, driver.Config{TTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
 		t.Fatal(err)

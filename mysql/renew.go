@@ -60,13 +60,8 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 			errs[i] = err
 		}
 	}
-	size := padded(len(idx))
-	states := make([]rowKey, size)
-	distinct := map[rowKey]bool{}
-	for j := range size {
-		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
-		distinct[states[j]] = true
-	}
+	states, distinct := paddedRows(ls, idx)
+	size := len(states)
 	args := make([]any, 0, 1+4*size)
 	args = append(args, ttlMicros(ttl))
 	for _, s := range states {
@@ -112,6 +107,19 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 			d.forgetLater(leaseState(ls[i]))
 		}
 	}
+}
+
+// paddedRows returns the rows of the leases ls[idx...], padded to a power
+// of two with repeats of the last one, so that a few prepared statements
+// serve every size, and the set of distinct rows.
+func paddedRows(ls []driver.Lease, idx []int) ([]rowKey, map[rowKey]bool) {
+	states := make([]rowKey, padded(len(idx)))
+	distinct := map[rowKey]bool{}
+	for j := range states {
+		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
+		distinct[states[j]] = true
+	}
+	return states, distinct
 }
 
 // forgetLater is forget off the caller's goroutine (a renewal must not

@@ -16,14 +16,8 @@ import (
 // transaction that ends normally gives the session its own wait_timeout
 // and innodb_lock_wait_timeout back.
 func TestInTxEndsSilentClient(t *testing.T) {
-	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, ctx := openTestDB(t)
 	db.SetMaxOpenConns(1) // one session, reused by every call
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	session := func() (wait, lockWait int64) {
 		t.Helper()
 		if err := db.QueryRowContext(ctx, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout").Scan(&wait, &lockWait); err != nil {
@@ -39,7 +33,7 @@ func TestInTxEndsSilentClient(t *testing.T) {
 	if w, lw := session(); w != wait || lw != lockWait {
 		t.Errorf("after a transaction on shared holds the session must have its own timeouts back: wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", w, lw, wait, lockWait)
 	}
-	err = d.inTx(ctx, 1, func(tx *sql.Tx) error {
+	err := d.inTx(ctx, 1, func(tx *sql.Tx) error {
 		time.Sleep(3 * time.Second) // silent for three times the bound
 		var one int
 		return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
@@ -55,14 +49,8 @@ func TestInTxEndsSilentClient(t *testing.T) {
 // TestInTxIsolation checks that a transaction on shared holds runs READ
 // COMMITTED, and that the session gets its own isolation level back.
 func TestInTxIsolation(t *testing.T) {
-	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, ctx := openTestDB(t)
 	db.SetMaxOpenConns(1) // one session, reused by every call
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	srv, err := serverInfo(ctx, db)
 	if err != nil {
 		t.Fatal(err)
@@ -95,4 +83,18 @@ func TestInTxIsolation(t *testing.T) {
 	if l := level(db); l != "SERIALIZABLE" {
 		t.Errorf("after a transaction on shared holds the session must have its own isolation level back: %s", l)
 	}
+}
+
+// openTestDB opens the test database, closed at the end of the test, and
+// returns it with a ctx that bounds the test.
+func openTestDB(t *testing.T) (*sql.DB, context.Context) {
+	t.Helper()
+	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return db, ctx
 }

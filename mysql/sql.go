@@ -150,12 +150,18 @@ func (s statements) renewSQL(n int) string {
 // liveSQL lists which of n rows are held (RUNNING, unexpired), with their
 // owner and version. Args: n keys.
 func (s statements) liveSQL(n int) string {
+	return s.rowsSQL(n, "task_status = 'RUNNING' AND lock_until > "+dbNow)
+}
+
+// rowsSQL lists which of n rows meet cond, with their owner and version.
+// Args: n keys.
+func (s statements) rowsSQL(n int, cond string) string {
 	var b strings.Builder
 	b.WriteString("SELECT task_name, owner_token, version FROM ")
 	b.WriteString(s.table)
 	b.WriteString(" WHERE task_name IN (")
 	placeholders(&b, n, "?")
-	b.WriteString(") AND task_status = 'RUNNING' AND lock_until > " + dbNow)
+	b.WriteString(") AND " + cond)
 	return b.String()
 }
 
@@ -217,15 +223,7 @@ func (s statements) releaseSQL(n int) string {
 
 // releasedSQL lists which of n rows are no longer RUNNING, with their
 // owner and version. Args: n keys.
-func (s statements) releasedSQL(n int) string {
-	var b strings.Builder
-	b.WriteString("SELECT task_name, owner_token, version FROM ")
-	b.WriteString(s.table)
-	b.WriteString(" WHERE task_name IN (")
-	placeholders(&b, n, "?")
-	b.WriteString(") AND task_status <> 'RUNNING'")
-	return b.String()
-}
+func (s statements) releasedSQL(n int) string { return s.rowsSQL(n, "task_status <> 'RUNNING'") }
 
 func placeholders(b *strings.Builder, n int, p string) {
 	for i := range n {
