@@ -207,6 +207,7 @@ type sqlDriver struct {
 	// level, which inTx sets (set in Configure; empty: a statement of its
 	// own).
 	isolationVar string
+	mariaDB      bool // set in Configure: SET STATEMENT is available
 
 	clock driver.StoreClock // for the fences of acquiring statements
 }
@@ -256,7 +257,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	if err != nil {
 		return err
 	}
-	d.isolationVar = "transaction_isolation"
+	d.isolationVar, d.mariaDB = "transaction_isolation", srv.mariaDB
 	if srv.mariaDB {
 		d.isolationVar = "tx_isolation" // transaction_isolation from 11.1 only
 	}

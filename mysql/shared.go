@@ -402,7 +402,8 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 // its place in line otherwise) by primary key, outside any transaction:
 // deleting a row only makes room, and needs no lock of the key's row,
 // which an attempt cut off from its client may hold. When no live row of
-// the key is left, it settles the key's row. It returns driver.ErrNotHeld
+// the key is left, it frees the key's row: on MariaDB with one statement
+// when the hold was the key's latest grant, else by settling it. It returns driver.ErrNotHeld
 // when there was nothing to delete.
 func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
 	st, err := d.sharedTable()
@@ -426,6 +427,32 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 			return err
 		}
 		return driver.ErrNotHeld
+	}
+	if token != 0 && d.mariaDB {
+		// No grant and no place in line since this hold's (the version
+		// is its token), and no live row left: the key's row is free.
+		// The version decides, not the subquery: a row the subquery
+		// may miss came with a version of its own. SET STATEMENT bounds
+		// the wait for the key's row, as inTx does.
+		free, err := d.sharedStmt(ctx, fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR", txIdle(d.ttl))+
+			" UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
+			", lock_until = "+dbNow+", update_time = "+dbNow+
+			" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND version = ?"+
+			" AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
+		var n int64
+		if err == nil {
+			var res sql.Result
+			if res, err = free.ExecContext(ctx, key, token, key); err == nil {
+				n, err = res.RowsAffected()
+			}
+		}
+		if err != nil || n == 1 {
+			if err != nil {
+				// The next acquisition of the key settles it.
+				d.logger.Debug("locker: mysql: freeing a key whose last shared hold left", "key", key, "err", err)
+			}
+			return nil
+		}
 	}
 	var left bool
 	exists, err := d.sharedStmt(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
