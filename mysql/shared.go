@@ -97,10 +97,12 @@ type shareRow struct {
 	remaining time.Duration
 }
 
-// TryAcquireShared implements driver.Sharer. Each attempt is one
-// transaction (run again after a deadlock) that locks the key's row, drops
-// the expired holders and waiters, checks the kind and limit, and grants
-// the hold or records the waiter. Waiters poll, with the Locker's backoff.
+// TryAcquireShared implements driver.Sharer. The first hold of a key
+// takes two statements on MariaDB (see takeFirst). Otherwise each attempt
+// is one transaction (run again after a deadlock) that locks the key's
+// row, drops the expired holders and waiters, checks the kind and limit,
+// and grants the hold or records the waiter. Waiters poll, with the
+// Locker's backoff.
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
@@ -112,6 +114,9 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	label := d.label
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
+	}
+	if g, err := d.takeFirst(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+		return g, err
 	}
 	for range maxAttempts {
 		sent := time.Now()
