@@ -46,8 +46,11 @@
 // name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one
 // transaction that locks the key's row in the lock table, drops the
 // expired holders and waiters, and grants the hold or records the waiter
-// in line. A grant advances the key's version, so tokens increase across
-// locks and shared holds. The key's row is SHARED, which a plain
+// in line. On MariaDB the first hold of a key without live holders or
+// waiters takes two statements instead: its row, then the key's version
+// advanced only if it did not move meanwhile. A grant advances the key's
+// version, so tokens increase across locks and shared holds. The key's
+// row is SHARED, which a plain
 // acquisition never takes, until the last holder or waiter leaves; when
 // they crashed, the next plain acquisition that finds none live frees it.
 // Renewals, releases and withdrawals change only their own row of the
