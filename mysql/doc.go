@@ -46,8 +46,11 @@
 // name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one
 // transaction that locks the key's row in the lock table, drops the
 // expired holders and waiters, and grants the hold or records the waiter
-// in line. A grant advances the key's version, so tokens increase across
-// locks and shared holds. The key's row is SHARED, which a plain
+// in line. On MariaDB the first hold of a key without live holders or
+// waiters takes two statements instead: its row, then the key's version
+// advanced only if it did not move meanwhile. A grant advances the key's
+// version, so tokens increase across locks and shared holds. The key's
+// row is SHARED, which a plain
 // acquisition never takes, until the last holder or waiter leaves; when
 // they crashed, the next plain acquisition that finds none live frees it.
 // Renewals, releases and withdrawals change only their own row of the
@@ -77,9 +80,13 @@
 //   - Uncontended Lock+Unlock is two round trips, on prepared statements
 //     outside GORM's default transaction.
 //   - locker.TryLockMulti, and each attempt of a waiting
-//     locker.LockMulti, take every key in one transaction or none: one
-//     acquiring statement per key, then COMMIT, so n keys cost n+2 round
-//     trips. More than 100 keys are taken one by one.
+//     locker.LockMulti, take every key or none. Up to 16 free keys cost
+//     one statement (one round trip), and the keys share one token. When
+//     a key is not free, one transaction runs one acquiring statement per
+//     key, then COMMIT. More than 100 keys are taken one by one.
+//   - The Unlock of a locker.MultiLock releases its keys in one statement
+//     (driver.MultiReleaser), all or none. When one of them is no longer
+//     held, each key is released on its own.
 //
 // # Limits
 //

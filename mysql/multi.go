@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/golocker/locker/driver"
 )
 
@@ -15,11 +17,18 @@ import (
 // rows for long.
 const maxMultiKeys = 100
 
-// TryAcquireMulti implements driver.MultiAcquirer: one transaction runs
-// each key's acquiring UPDATE, or INSERT IGNORE for a missing row, and
-// commits only when every key was taken. A key held (by a lock or shared
-// holds) or a row another transaction holds rolls it back with
-// driver.ErrHeld. A commit whose outcome is unknown is undone key by key
+// maxStatementKeys is the most keys TryAcquireMulti takes in one
+// statement, which is prepared once per number of keys; more go through
+// the transaction.
+const maxStatementKeys = 16
+
+// TryAcquireMulti implements driver.MultiAcquirer. One statement takes
+// every key when all are free (one round trip). When it refuses, one
+// transaction runs each key's acquiring UPDATE, or INSERT IGNORE for a
+// missing row, and commits only when every key was taken: it tells a key
+// held (by a lock or shared holds) from one that was freed meanwhile. A
+// key held or a row another transaction holds rolls it back with
+// driver.ErrHeld. A take whose outcome is unknown is undone key by key
 // once its fence has passed.
 func (d *sqlDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	gs, err := d.tryAcquireMulti(ctx, reqs)
@@ -45,6 +54,12 @@ func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 	label := d.label
 	if l := reqs[0].Label; l != "" && l != label {
 		label = cleanLabel(l)
+	}
+	if len(reqs) <= maxStatementKeys {
+		gs, err := d.takeAll(ctx, reqs, label, ttl)
+		if gs != nil || err != nil {
+			return gs, err
+		}
 	}
 	sent := time.Now()
 	f := d.clock.Fence(ctx, sent, ttl)
@@ -88,6 +103,57 @@ func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 			return nil, err
 		}
 		return nil, d.undoMulti(ctx, reqs, f, err)
+	}
+	return grants, nil
+}
+
+// takeAll takes every key of reqs in one statement (multiSQL), each for
+// ttl. It returns no grants and no error when the statement took nothing
+// without saying why: a key not free, or a passed fence.
+func (d *sqlDriver) takeAll(ctx context.Context, reqs []driver.Request, label string, ttl time.Duration) ([]driver.Grant, error) {
+	stmt, err := d.stmt(ctx, d.multi, len(reqs), d.sql.multiSQL)
+	if err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	args := make([]any, 0, 3+2*len(reqs))
+	args = append(args, label, ttlMicros(ttl))
+	for _, req := range reqs {
+		args = append(args, req.Key, req.Owner)
+	}
+	sent := time.Now()
+	f := d.clock.Fence(ctx, sent, ttl)
+	res, err := stmt.ExecContext(ctx, append(args, f.Store)...)
+	var me *gomysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == errRefused:
+		return nil, nil // rolled back: a key is not free
+	case contended(err):
+		return nil, driver.Held(0)
+	case err != nil:
+		err = fmt.Errorf("acquire: %w", err)
+		if definite(err) {
+			return nil, err
+		}
+		return nil, d.undoMulti(ctx, reqs, f, err)
+	}
+	// Each row counts 1 when inserted and 2 when updated.
+	n, err := res.RowsAffected()
+	if err == nil && n == 0 {
+		return nil, nil // the fence passed
+	}
+	id, ierr := res.LastInsertId()
+	if err != nil || ierr != nil || n < int64(len(reqs)) || n > 2*int64(len(reqs)) || id <= 0 {
+		err = fmt.Errorf("acquire: %d keys, %d rows affected, version %d: %w", len(reqs), n, id, errors.Join(err, ierr, errors.New("unexpected outcome")))
+		return nil, d.undoMulti(ctx, reqs, f, err)
+	}
+	grants := make([]driver.Grant, len(reqs))
+	for i, req := range reqs {
+		grants[i] = driver.Grant{
+			Token:    uint64(id),
+			Validity: ttl,
+			Since:    sent,
+			State:    &lockState{table: d.cfg.Table, key: req.Key, owner: req.Owner, version: uint64(id)},
+		}
 	}
 	return grants, nil
 }

@@ -194,10 +194,20 @@ type sqlDriver struct {
 	mu     sync.Mutex
 	renew  map[int]*sql.Stmt // by padded batch size
 	live   map[int]*sql.Stmt
+	multi  map[int]*sql.Stmt    // by number of keys
 	shared map[string]*sql.Stmt // by text: the statements on shared holds
 	closed bool
 
+	// ReleaseMulti's statement and its check, by padded number of keys
+	releaseN, released map[int]*sql.Stmt
+
 	notify *notifier // nil with PollOnly
+
+	// isolationVar names the server's session variable of the isolation
+	// level, which inTx sets (set in Configure; empty: a statement of its
+	// own).
+	isolationVar string
+	mariaDB      bool // set in Configure: SET STATEMENT is available
 
 	clock driver.StoreClock // for the fences of acquiring statements
 }
@@ -211,6 +221,9 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 		logger:      slog.New(slog.DiscardHandler),
 		renew:       make(map[int]*sql.Stmt),
 		live:        make(map[int]*sql.Stmt),
+		multi:       make(map[int]*sql.Stmt),
+		releaseN:    make(map[int]*sql.Stmt),
+		released:    make(map[int]*sql.Stmt),
 		shared:      make(map[string]*sql.Stmt),
 	}
 }
@@ -243,6 +256,10 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	srv, err := serverInfo(ctx, d.db)
 	if err != nil {
 		return err
+	}
+	d.isolationVar, d.mariaDB = "transaction_isolation", srv.mariaDB
+	if srv.mariaDB {
+		d.isolationVar = "tx_isolation" // transaction_isolation from 11.1 only
 	}
 	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return err
@@ -313,6 +330,11 @@ func (d *sqlDriver) closeStatements() {
 	}
 	for _, s := range d.live {
 		stmts = append(stmts, s)
+	}
+	for _, m := range []map[int]*sql.Stmt{d.multi, d.releaseN, d.released} {
+		for _, s := range m {
+			stmts = append(stmts, s)
+		}
 	}
 	for _, s := range d.shared {
 		stmts = append(stmts, s)

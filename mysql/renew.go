@@ -60,13 +60,8 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 			errs[i] = err
 		}
 	}
-	size := padded(len(idx))
-	states := make([]rowKey, size)
-	distinct := map[rowKey]bool{}
-	for j := range size {
-		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
-		distinct[states[j]] = true
-	}
+	states, distinct := paddedRows(ls, idx)
+	size := len(states)
 	args := make([]any, 0, 1+4*size)
 	args = append(args, ttlMicros(ttl))
 	for _, s := range states {
@@ -114,6 +109,19 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 	}
 }
 
+// paddedRows returns the rows of the leases ls[idx...], padded to a power
+// of two with repeats of the last one, so that a few prepared statements
+// serve every size, and the set of distinct rows.
+func paddedRows(ls []driver.Lease, idx []int) ([]rowKey, map[rowKey]bool) {
+	states := make([]rowKey, padded(len(idx)))
+	distinct := map[rowKey]bool{}
+	for j := range states {
+		states[j] = leaseRow(ls[idx[min(j, len(idx)-1)]])
+		distinct[states[j]] = true
+	}
+	return states, distinct
+}
+
 // forgetLater is forget off the caller's goroutine (a renewal must not
 // wait for a named-lock statement).
 func (d *sqlDriver) forgetLater(s lockState) {
@@ -130,7 +138,13 @@ func (d *sqlDriver) forgetLater(s lockState) {
 
 // liveRows returns which of the rows are held by their owner and version.
 func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]bool, error) {
-	stmt, err := d.stmt(ctx, d.live, len(states), d.sql.liveSQL)
+	return d.rowsWhere(ctx, d.live, d.sql.liveSQL, states)
+}
+
+// rowsWhere returns the rows (key, owner, version) that the query of
+// len(states) keys, prepared from text into cache, lists.
+func (d *sqlDriver) rowsWhere(ctx context.Context, cache map[int]*sql.Stmt, text func(int) string, states []rowKey) (map[rowKey]bool, error) {
+	stmt, err := d.stmt(ctx, cache, len(states), text)
 	if err != nil {
 		return nil, err
 	}
@@ -143,16 +157,16 @@ func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]b
 		return nil, err
 	}
 	defer rows.Close()
-	live := map[rowKey]bool{}
+	found := map[rowKey]bool{}
 	for rows.Next() {
 		var key, owner []byte
 		var version uint64
 		if err := rows.Scan(&key, &owner, &version); err != nil {
 			return nil, err
 		}
-		live[rowKey{key: string(key), owner: string(owner), version: version}] = true
+		found[rowKey{key: string(key), owner: string(owner), version: version}] = true
 	}
-	return live, rows.Err()
+	return found, rows.Err()
 }
 
 // padded rounds n up to a power of two.

@@ -97,10 +97,12 @@ type shareRow struct {
 	remaining time.Duration
 }
 
-// TryAcquireShared implements driver.Sharer. Each attempt is one
-// transaction (run again after a deadlock) that locks the key's row, drops
-// the expired holders and waiters, checks the kind and limit, and grants
-// the hold or records the waiter. Waiters poll, with the Locker's backoff.
+// TryAcquireShared implements driver.Sharer. The first hold of a key
+// takes two statements on MariaDB (see takeFirst). Otherwise each attempt
+// is one transaction (run again after a deadlock) that locks the key's
+// row, drops the expired holders and waiters, checks the kind and limit,
+// and grants the hold or records the waiter. Waiters poll, with the
+// Locker's backoff.
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
@@ -112,6 +114,9 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	label := d.label
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
+	}
+	if g, err := d.takeFirst(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+		return g, err
 	}
 	for range maxAttempts {
 		sent := time.Now()
@@ -402,7 +407,8 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 // its place in line otherwise) by primary key, outside any transaction:
 // deleting a row only makes room, and needs no lock of the key's row,
 // which an attempt cut off from its client may hold. When no live row of
-// the key is left, it settles the key's row. It returns driver.ErrNotHeld
+// the key is left, it frees the key's row: on MariaDB with one statement
+// when the hold was the key's latest grant, else by settling it. It returns driver.ErrNotHeld
 // when there was nothing to delete.
 func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
 	st, err := d.sharedTable()
@@ -413,7 +419,11 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 	if token != 0 {
 		cond, args = "token = ? AND queued = 0", append(args, token)
 	}
-	res, err := d.db.ExecContext(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow, args...)
+	del, err := d.sharedStmt(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow)
+	if err != nil {
+		return classify(err)
+	}
+	res, err := del.ExecContext(ctx, args...)
 	if err != nil {
 		return classify(err)
 	}
@@ -423,8 +433,38 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 		}
 		return driver.ErrNotHeld
 	}
+	if token != 0 && d.mariaDB {
+		// No grant and no place in line since this hold's (the version
+		// is its token), and no live row left: the key's row is free.
+		// The version decides, not the subquery: a row the subquery
+		// may miss came with a version of its own. SET STATEMENT bounds
+		// the wait for the key's row, as inTx does.
+		free, err := d.sharedStmt(ctx, fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR", txIdle(d.ttl))+
+			" UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
+			", lock_until = "+dbNow+", update_time = "+dbNow+
+			" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND version = ?"+
+			" AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
+		var n int64
+		if err == nil {
+			var res sql.Result
+			if res, err = free.ExecContext(ctx, key, token, key); err == nil {
+				n, err = res.RowsAffected()
+			}
+		}
+		if err != nil || n == 1 {
+			if err != nil {
+				// The next acquisition of the key settles it.
+				d.logger.Debug("locker: mysql: freeing a key whose last shared hold left", "key", key, "err", err)
+			}
+			return nil
+		}
+	}
 	var left bool
-	if err := d.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")", key).Scan(&left); err != nil || !left {
+	exists, err := d.sharedStmt(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
+	if err == nil {
+		err = exists.QueryRowContext(ctx, key).Scan(&left)
+	}
+	if err != nil || !left {
 		if err == nil {
 			_, err = d.settleShared(ctx, key, 1)
 		}

@@ -178,38 +178,46 @@ func shareKindOf(mode driver.Mode, limit int) string {
 	return "a read-write lock"
 }
 
-// prepared returns the prepared statement of text on tx, preparing it on
-// the pool on first use: a transaction on shared holds runs up to seven
-// statements, and each unprepared one with arguments costs three round
-// trips.
+// prepared returns the prepared statement of text on tx (see sharedStmt).
 func (d *sqlDriver) prepared(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
+	s, err := d.sharedStmt(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, s), nil
+}
+
+// sharedStmt returns the prepared statement of text, preparing it on the
+// pool on first use: a transaction on shared holds runs up to seven
+// statements, and each unprepared one with arguments costs two round
+// trips.
+func (d *sqlDriver) sharedStmt(ctx context.Context, text string) (*sql.Stmt, error) {
 	d.mu.Lock()
 	s := d.shared[text]
 	closed := d.closed
 	d.mu.Unlock()
-	if s == nil {
-		if closed {
-			return nil, errors.New("driver closed")
-		}
-		var err error
-		if s, err = d.db.PrepareContext(ctx, text); err != nil {
-			return nil, err
-		}
-		d.mu.Lock()
-		switch old := d.shared[text]; {
-		case d.closed:
-			d.mu.Unlock()
-			_ = s.Close()
-			return nil, errors.New("driver closed")
-		case old != nil:
-			_ = s.Close()
-			s = old
-		default:
-			d.shared[text] = s
-		}
-		d.mu.Unlock()
+	if s != nil {
+		return s, nil
 	}
-	return tx.StmtContext(ctx, s), nil
+	if closed {
+		return nil, errors.New("driver closed")
+	}
+	s, err := d.db.PrepareContext(ctx, text)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch old := d.shared[text]; {
+	case d.closed:
+		_ = s.Close()
+		return nil, errors.New("driver closed")
+	case old != nil:
+		_ = s.Close()
+		return old, nil
+	}
+	d.shared[text] = s
+	return s, nil
 }
 
 func (d *sqlDriver) txExec(ctx context.Context, tx *sql.Tx, text string, args ...any) (sql.Result, error) {

@@ -22,7 +22,8 @@ func txIdle(ttl time.Duration) int64 {
 const restoreTimeout = 5 * time.Second
 
 // inTx runs fn in a READ COMMITTED transaction on a connection of its
-// own, committing when fn returns nil. While the transaction runs, the
+// own, committing when fn returns nil. The session's isolation level is
+// READ COMMITTED while it runs, and gets its own back afterwards. While the transaction runs, the
 // session's wait_timeout is idle seconds: the server ends the session when
 // the client stays silent that long, so that a client cut off in the
 // middle does not keep its row locks. Its innodb_lock_wait_timeout is
@@ -40,16 +41,28 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 		// pooled connection.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 		defer cancel()
-		if _, rerr := conn.ExecContext(rctx, "SET @@session.wait_timeout = @locker_wait_timeout, @@session.innodb_lock_wait_timeout = @locker_lock_wait_timeout"); rerr != nil {
+		restore := "SET @@session.wait_timeout = @locker_wait_timeout, @@session.innodb_lock_wait_timeout = @locker_lock_wait_timeout"
+		if v := d.isolationVar; v != "" {
+			restore += ", @@session." + v + " = @locker_isolation"
+		}
+		if _, rerr := conn.ExecContext(rctx, restore); rerr != nil {
 			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
 		}
 		_ = conn.Close()
 	}()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @locker_lock_wait_timeout = @@session.innodb_lock_wait_timeout,"+
-		" @@session.wait_timeout = %d, @@session.innodb_lock_wait_timeout = %d", idle, idle)); err != nil {
+	set := fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @locker_lock_wait_timeout = @@session.innodb_lock_wait_timeout,"+
+		" @@session.wait_timeout = %d, @@session.innodb_lock_wait_timeout = %d", idle, idle)
+	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	if v := d.isolationVar; v != "" {
+		// The isolation level rides in the same statement, not in one
+		// of its own before START TRANSACTION.
+		set += ", @locker_isolation = @@session." + v + ", @@session." + v + " = 'READ-COMMITTED'"
+		opts = nil
+	}
+	if _, err := conn.ExecContext(ctx, set); err != nil {
 		return err
 	}
-	tx, err := conn.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -16,14 +16,8 @@ import (
 // transaction that ends normally gives the session its own wait_timeout
 // and innodb_lock_wait_timeout back.
 func TestInTxEndsSilentClient(t *testing.T) {
-	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db, ctx := openTestDB(t)
 	db.SetMaxOpenConns(1) // one session, reused by every call
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	session := func() (wait, lockWait int64) {
 		t.Helper()
 		if err := db.QueryRowContext(ctx, "SELECT @@session.wait_timeout, @@session.innodb_lock_wait_timeout").Scan(&wait, &lockWait); err != nil {
@@ -39,7 +33,7 @@ func TestInTxEndsSilentClient(t *testing.T) {
 	if w, lw := session(); w != wait || lw != lockWait {
 		t.Errorf("after a transaction on shared holds the session must have its own timeouts back: wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", w, lw, wait, lockWait)
 	}
-	err = d.inTx(ctx, 1, func(tx *sql.Tx) error {
+	err := d.inTx(ctx, 1, func(tx *sql.Tx) error {
 		time.Sleep(3 * time.Second) // silent for three times the bound
 		var one int
 		return tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
@@ -50,4 +44,57 @@ func TestInTxEndsSilentClient(t *testing.T) {
 	if w, lw := session(); w != wait || lw != lockWait {
 		t.Errorf("the next session must have its own timeouts: wait_timeout %d, innodb_lock_wait_timeout %d; want %d, %d", w, lw, wait, lockWait)
 	}
+}
+
+// TestInTxIsolation checks that a transaction on shared holds runs READ
+// COMMITTED, and that the session gets its own isolation level back.
+func TestInTxIsolation(t *testing.T) {
+	db, ctx := openTestDB(t)
+	db.SetMaxOpenConns(1) // one session, reused by every call
+	srv, err := serverInfo(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(db, Config{}, 0)
+	d.isolationVar = "transaction_isolation"
+	if srv.mariaDB {
+		d.isolationVar = "tx_isolation"
+	}
+	level := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) string {
+		t.Helper()
+		var l string
+		if err := q.QueryRowContext(ctx, "SELECT @@session."+d.isolationVar).Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if _, err := db.ExecContext(ctx, "SET @@session."+d.isolationVar+" = 'SERIALIZABLE'"); err != nil {
+		t.Fatal(err)
+	}
+	var inside string
+	if err := d.inTx(ctx, 1, func(tx *sql.Tx) error { inside = level(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "READ-COMMITTED" {
+		t.Errorf("a transaction on shared holds must run READ COMMITTED: %s", inside)
+	}
+	if l := level(db); l != "SERIALIZABLE" {
+		t.Errorf("after a transaction on shared holds the session must have its own isolation level back: %s", l)
+	}
+}
+
+// openTestDB opens the test database, closed at the end of the test, and
+// returns it with a ctx that bounds the test.
+func openTestDB(t *testing.T) (*sql.DB, context.Context) {
+	t.Helper()
+	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return db, ctx
 }

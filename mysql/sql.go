@@ -97,7 +97,7 @@ func newStatements(table string) statements {
 		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
 			" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
 			" lock_until = " + untilExpr + ", update_time = " + dbNow +
-			" WHERE task_name = ? AND (task_status NOT IN ('RUNNING', 'SHARED') OR task_status = 'RUNNING' AND lock_until <= " + dbNow + ") AND " + beforeFence,
+			" WHERE task_name = ? AND " + acquireFree + " AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
 			" (task_name, task_status, version, owner_token, owner_label, lock_data, lock_until, start_time, update_time)" +
 			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
@@ -150,14 +150,80 @@ func (s statements) renewSQL(n int) string {
 // liveSQL lists which of n rows are held (RUNNING, unexpired), with their
 // owner and version. Args: n keys.
 func (s statements) liveSQL(n int) string {
+	return s.rowsSQL(n, "task_status = 'RUNNING' AND lock_until > "+dbNow)
+}
+
+// rowsSQL lists which of n rows meet cond, with their owner and version.
+// Args: n keys.
+func (s statements) rowsSQL(n int, cond string) string {
 	var b strings.Builder
 	b.WriteString("SELECT task_name, owner_token, version FROM ")
 	b.WriteString(s.table)
 	b.WriteString(" WHERE task_name IN (")
 	placeholders(&b, n, "?")
-	b.WriteString(") AND task_status = 'RUNNING' AND lock_until > " + dbNow)
+	b.WriteString(") AND " + cond)
 	return b.String()
 }
+
+// acquireFree is true on a row that a plain lock may take: neither held
+// (RUNNING, unexpired) nor marked as held by shared holds (SHARED).
+const acquireFree = "(task_status NOT IN ('RUNNING', 'SHARED') OR task_status = 'RUNNING' AND lock_until <= " + dbNow + ")"
+
+// refuse is an expression that fails the statement that evaluates it with
+// error 1690 (BIGINT UNSIGNED out of range), whatever the sql_mode: the
+// server then rolls the whole statement back. It reads the row's version
+// so that the server cannot evaluate it before the row.
+const refuse = "~0 + (version | 1)"
+
+// errRefused is the MySQL error number of refuse.
+const errRefused = 1690
+
+// multiSQL takes n keys for their owners in one statement, all or none:
+// it creates the missing rows and takes the existing ones, and fails with
+// refuse when any of them is not free, or carries a version not below the
+// new one. Every row gets the same version, LAST_INSERT_ID(): the database
+// clock in µs since the epoch, so each key's token still grows. A passed
+// fence empties the SELECT: then the statement changes nothing.
+// Args: label, ttl µs, then n (key, owner), then fence µs.
+func (s statements) multiSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + s.table +
+		" (task_name, task_status, version, owner_token, owner_label, lock_data, lock_until, start_time, finish_time, update_time)" +
+		" SELECT r.k, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), r.o, ?, NULL, " + untilExpr + ", " + dbNow + ", NULL, " + dbNow +
+		" FROM (")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString("SELECT ? AS k, ? AS o")
+	}
+	b.WriteString(") AS r WHERE " + beforeFence +
+		// The version goes first: the later assignments change columns
+		// that acquireFree reads.
+		" ON DUPLICATE KEY UPDATE version = IF(" + acquireFree + " AND version < VALUES(version), VALUES(version), " + refuse + ")," +
+		" task_status = 'RUNNING', owner_token = VALUES(owner_token), owner_label = VALUES(owner_label), lock_data = NULL," +
+		" start_time = " + dbNow + ", finish_time = NULL, lock_until = VALUES(lock_until), update_time = " + dbNow)
+	return b.String()
+}
+
+// releaseSQL releases n rows in one statement, all or none: it fails with
+// refuse when any of the keys' rows is not RUNNING for its owner and
+// version. A missing row is not changed. Args: n (key, owner, version),
+// then the n keys.
+func (s statements) releaseSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("UPDATE " + s.table + " SET version = IF(task_status = 'RUNNING' AND (task_name, owner_token, version) IN (")
+	placeholders(&b, n, "(?, ?, ?)")
+	b.WriteString("), version, " + refuse + "), task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
+		", update_time = " + dbNow + " WHERE task_name IN (")
+	placeholders(&b, n, "?")
+	b.WriteString(")")
+	return b.String()
+}
+
+// releasedSQL lists which of n rows are no longer RUNNING, with their
+// owner and version. Args: n keys.
+func (s statements) releasedSQL(n int) string { return s.rowsSQL(n, "task_status <> 'RUNNING'") }
 
 func placeholders(b *strings.Builder, n int, p string) {
 	for i := range n {

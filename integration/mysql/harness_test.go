@@ -162,7 +162,7 @@ func (f *fleet) harness() conformance.Harness {
 			}
 		},
 		MaxKeyBytes: mysql.MaxKeyBytes - len(f.prefix),
-		MultiAtomic: true, // one transaction
+		MultiAtomic: true, // one statement, or one transaction
 	}
 }
 
