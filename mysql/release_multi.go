@@ -10,6 +10,8 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
+var _ driver.MultiReleaser = (*sqlDriver)(nil)
+
 // releaseChunk is the most leases ReleaseMulti gives up in one statement.
 const releaseChunk = 64
 
