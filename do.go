@@ -136,8 +136,21 @@ func runHeld(ctx context.Context, h held, entries []*heldEntry, fn func(ctx cont
 	if lost := h.Err(); lost != nil {
 		return join(fnErr, lost)
 	}
+	if errors.Is(uerr, ErrNotHeld) {
+		// Nothing releases Do's own lock before Do does but a loss the
+		// Locker had not noticed yet (deleted or taken over behind its
+		// back since the last renewal).
+		return join(fnErr, lostAtRelease{uerr})
+	}
 	return join(fnErr, uerr)
 }
+
+// lostAtRelease is the error of a release that found the lock gone: it
+// matches ErrLost as well as the release's own error.
+type lostAtRelease struct{ err error }
+
+func (e lostAtRelease) Error() string   { return "lock lost before its release: " + e.err.Error() }
+func (e lostAtRelease) Unwrap() []error { return []error{ErrLost, e.err} }
 
 // heldContext is the ctx of Do's function. A goroutine cancels it when the
 // lock is lost; Done and Err also ask the lock first, so that a loss shows

@@ -322,3 +322,54 @@ func TestDoContextTellsTheDeadlineWhenTheWatchdogIsLate(t *testing.T) {
 		t.Fatalf("Do: want ErrLost, got %v", err)
 	}
 }
+
+// TestDoLostBeforeRelease: when the lock vanished from the store while fn
+// ran and the Locker had not noticed yet (no renewal in between), Do's
+// release finds it gone, and Do reports the loss; also when the driver
+// reports the loss (Request.Lost) while the release is under way, which
+// ends the hold without a loss (ZooKeeper's watch on the holder's node).
+func TestDoLostBeforeRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lostFirst bool
+	}{{"release finds it gone", false}, {"driver reports it during the release", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &lostOnRelease{tableDriver: newTableDriver(), lostFirst: tc.lostFirst}
+			e := newTestEngine(t, d, WithTTL(time.Minute))
+			fnErr := errors.New("the function's error")
+			err := Do(t.Context(), e, "k", func(context.Context) error {
+				d.mu.Lock()
+				delete(d.owners, "k") // behind the holder's back
+				d.mu.Unlock()
+				return fnErr
+			})
+			if !errors.Is(err, ErrLost) || !errors.Is(err, fnErr) {
+				t.Fatalf("Do = %v; want an error matching ErrLost and the function's error", err)
+			}
+		})
+	}
+}
+
+// lostOnRelease is the table driver whose Release, with lostFirst, reports
+// a lease gone through its Request.Lost before returning ErrNotHeld.
+type lostOnRelease struct {
+	*tableDriver
+	lostFirst bool
+	lost      sync.Map // key → Request.Lost
+}
+
+func (d *lostOnRelease) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	g, err := d.tableDriver.TryAcquire(ctx, r)
+	if err == nil && r.Lost != nil {
+		d.lost.Store(r.Key, r.Lost)
+	}
+	return g, err
+}
+
+func (d *lostOnRelease) Release(ctx context.Context, l driver.Lease) error {
+	err := d.tableDriver.Release(ctx, l)
+	if lost, ok := d.lost.Load(l.Key); ok && d.lostFirst && errors.Is(err, driver.ErrNotHeld) {
+		lost.(func(error))(errors.New("the node was deleted"))
+	}
+	return err
+}

@@ -254,6 +254,7 @@ const (
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
 	readsAfterClose = "readsAfterClose" // Inspect still answers from the store after Close (a watch of the key goes on)
+	hidesVanished   = "hidesVanished"   // a lock never tells a loss, and its Unlock reports success for a lock gone from the store
 	forceNoop       = "forceNoop"       // ForceUnlock reports success and frees nothing
 	forceFewNoop    = "forceFewNoop"    // ForceUnlock of a key with more than 128 holders reports success and frees nothing (one store operation too many)
 	handOffErrs     = "handOffErrs"     // a release or refused TryLock while a Lock waits returns an error (a refused side channel)
@@ -327,6 +328,7 @@ var mustCatch = map[string][]string{
 	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
 	inspectsStale:   {"Inspect"},
 	readsAfterClose: {"Close"},
+	hidesVanished:   {"Do"},
 	forceNoop:       {"ForceUnlock"},
 	forceFewNoop:    {"ForceUnlockShared"},
 	handOffErrs:     {"HandOff", "LockWaits"},
@@ -988,6 +990,8 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return l, nil
 	case lostOnUnlock:
 		return &lostOnUnlockLock{Lock: lk}, nil
+	case hidesVanished:
+		return hidesVanishedLock{Lock: lk}, nil
 	case unlockNeedsCtx:
 		ended := func(ctx context.Context) bool { return ctx == nil || ctx.Err() != nil }
 		return &givesUpLock{Lock: lk, ttl: b.env.ttl, givesUp: ended, done: make(chan struct{})}, nil
@@ -1150,6 +1154,20 @@ func (f *fakeLock) Unlock(context.Context) error {
 var never = make(chan struct{})
 
 type neverDoneLock struct{ locker.Lock }
+
+// hidesVanishedLock never tells a loss, and its Unlock says nothing of a
+// lock that was gone from the store.
+type hidesVanishedLock struct{ locker.Lock }
+
+func (hidesVanishedLock) Done() <-chan struct{} { return never }
+func (hidesVanishedLock) Err() error            { return nil }
+
+func (l hidesVanishedLock) Unlock(ctx context.Context) error {
+	if err := l.Lock.Unlock(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		return err
+	}
+	return nil
+}
 
 func (neverDoneLock) Done() <-chan struct{} { return never }
 func (neverDoneLock) Err() error            { return nil }

@@ -70,4 +70,16 @@ func testDo(c *caseT) {
 		c.Fatalf("TryDo must release the key when its function returned: TryLock from another Locker: %v", err)
 	}
 	c.unlock(ctx, lk, heldUntil)
+
+	if c.h.DeleteBehind != nil {
+		// The lock vanishes while the function runs, before any renewal
+		// could tell its Locker: Do's release finds it gone.
+		err = locker.Do(ctx, a, key, func(context.Context) error {
+			c.h.DeleteBehind(c.t, key)
+			return nil
+		})
+		if !errors.Is(err, locker.ErrLost) {
+			c.Errorf("Do whose lock vanished from the store while its function ran must return an error matching ErrLost (the function's work may not have been exclusive): got %v", err)
+		}
+	}
 }
