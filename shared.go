@@ -138,7 +138,8 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 // ended, a driver whose calls are detached from their caller withdraws it
 // there all the same (the caller has returned), and one whose calls run in
 // the caller's goroutine leaves it to the background cleanup, so that the
-// caller returns promptly. What fails is left to the background cleanup.
+// caller returns promptly, as does a Locker that is closing (Close runs it).
+// What fails is left to the background cleanup.
 func (e *engine) withdraw(ctx context.Context, key string, refusal error) {
 	var r *driver.Residue
 	if !errors.As(refusal, &r) || r.Cleanup == nil {
@@ -151,7 +152,7 @@ func (e *engine) withdraw(ctx context.Context, key string, refusal error) {
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(ctx, e.cfg.releaseTimeout)
 		defer cancel()
-	case e.inline:
+	case e.inline || e.ctx.Err() != nil:
 		e.addCleanup(c)
 		return
 	}
