@@ -106,7 +106,9 @@ func (e *engine) lockShared(ctx context.Context, op, key string, wait bool, s Sh
 
 // pollShared is the wait for a shared hold: [driver.Backoff.Poll] with the
 // Locker's backoff, queued in the store where it queues. When the wait
-// ends without a grant, what its refusals recorded is cleaned up.
+// ends without a grant, what its refusals recorded is cleaned up: before
+// it returns when the wait is over (see withdraw), in the background when
+// the engine tries again after a store error.
 func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	s.Queue = true
 	var queued error // the last refusal that recorded the waiter
@@ -120,8 +122,41 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 	}
 	g, err := driver.Backoff(e.cfg.backoff).Poll(ctx, try, e.subscriber(req.Key))
 	var r *driver.Residue
-	if err != nil && queued != nil && !errors.As(err, &r) {
+	switch {
+	case err == nil || queued == nil || errors.As(err, &r):
+	case errors.Is(err, driver.ErrConflict) || permanent(err) || ctx.Err() != nil:
+		e.withdraw(ctx, req.Key, queued)
+	default:
 		e.keepResidue(req.Key, queued)
 	}
 	return g, err
+}
+
+// withdraw removes what a wait that is over left in line (the Residue of
+// refusal) before the wait returns, so that no waiter behind it waits for
+// it: under ctx, bounded by the release timeout, while ctx lasts. Once ctx
+// ended, a driver whose calls are detached from their caller withdraws it
+// there all the same (the caller has returned), and one whose calls run in
+// the caller's goroutine leaves it to the background cleanup, so that the
+// caller returns promptly, as does a Locker that is closing (Close runs it).
+// What fails is left to the background cleanup.
+func (e *engine) withdraw(ctx context.Context, key string, refusal error) {
+	var r *driver.Residue
+	if !errors.As(refusal, &r) || r.Cleanup == nil {
+		return
+	}
+	c := cleanup{key: key, residue: r.Cleanup}
+	var cctx context.Context // nil: runCleanups bounds it under the Locker's ctx
+	switch {
+	case ctx.Err() == nil:
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, e.cfg.releaseTimeout)
+		defer cancel()
+	case e.inline || e.ctx.Err() != nil:
+		e.addCleanup(c)
+		return
+	}
+	for _, c := range e.runCleanups(cctx, []cleanup{c}) {
+		e.addCleanup(c)
+	}
 }

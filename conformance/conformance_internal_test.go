@@ -280,6 +280,7 @@ const (
 	dropsData       = "dropsData"       // Inspect and List report no data
 	staleData       = "staleData"       // Inspect of a holder without data reports the data an earlier holder of the key had
 	blindRenewed    = "blindRenewed"    // Done and Err tell a loss only until the lock's first renewal (a watch that misses the deletions it should report)
+	keepsPlace      = "keepsPlace"      // a wait that SetLimit failed keeps a place in line for a TTL, and holds what it gets meanwhile until then (a withdrawal left to run later)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -354,6 +355,7 @@ var mustCatch = map[string][]string{
 	dropsData:       {"Data"},
 	staleData:       {"Data"},
 	blindRenewed:    {"LossAfterRenewal"},
+	keepsPlace:      {"SetLimitWaiters"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},

@@ -220,8 +220,16 @@
 //   - MultiUnlock: once a MultiLock of four keys is unlocked, a Lock
 //     that waited on each of two keys gets it, and another Locker takes
 //     each of the other two, within TTL/2.
+//   - SetLimitWaiters: waits with a semaphore's old limit, queued behind
+//     the holder of every permit, fail once Semaphore.SetLimit lowered it,
+//     naming the new limit; when they have returned, Inspect counts no
+//     waiter, and a wait with the new limit for every permit is granted
+//     within TTL/2 of the holder's Unlock, however long a TTL the old
+//     waits asked for. Skipped for a Locker that is not a
+//     locker.LimitSetter.
 //
-// The shared-hold cases (SemaphoreLimit to ForceUnlockShared) skip, saying so, for a Locker with no
+// The shared-hold cases (SemaphoreLimit to ForceUnlockShared, and
+// SetLimitWaiters) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

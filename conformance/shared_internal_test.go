@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/golocker/locker"
 )
@@ -46,6 +47,9 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		if b.kind == lateShared && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
 		}
+		if b.kind == keepsPlace && wait && s.Mode == locker.Permits && errors.Is(err, locker.ErrInvalidOption) {
+			b.keepPlace(key, s, opts)
+		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the hold later and keeps it
 			// until the Locker is closed.
@@ -73,4 +77,31 @@ func (b *brokenLocker) SetLimit(ctx context.Context, key string, limit int) erro
 		return nil
 	}
 	return locker.SetLimit(ctx, b.inner, key, limit)
+}
+
+// keepPlace stands in for a failed wait's place in line that is withdrawn
+// only later (keepsPlace): a wait of the same weight with the key's new
+// limit lines up before the failure is returned, for a TTL, and keeps
+// whatever it gets until then.
+func (b *brokenLocker) keepPlace(key string, s locker.Share, opts []locker.LockOption) {
+	inner := b.inner.(locker.SharedLocker) // acquireShared checked it
+	st, err := locker.Inspect(context.Background(), b.inner, key)
+	if err != nil || st.Limit < s.Weight {
+		return
+	}
+	s.Limit = st.Limit
+	ctx, cancel := context.WithTimeout(context.Background(), b.env.ttl)
+	go func() {
+		defer cancel()
+		lk, err := inner.LockShared(ctx, key, s, opts...)
+		if err == nil {
+			<-ctx.Done()
+			_ = lk.Unlock(context.Background())
+		}
+	}()
+	for end := time.Now().Add(b.env.ttl / 2); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if now, err := locker.Inspect(ctx, b.inner, key); err != nil || now.Waiters > st.Waiters || now.Holders != nil && len(now.Holders) > len(st.Holders) {
+			return
+		}
+	}
 }

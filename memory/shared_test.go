@@ -270,22 +270,15 @@ func TestSetLimitEndsOldWaits(t *testing.T) {
 	if err := <-waited; !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "3") {
 		t.Errorf("a wait with the old limit after SetLimit: got %v, want ErrInvalidOption naming the new limit 3", err)
 	}
-	// Its place in line is withdrawn by b's cleanup, in the background.
-	for {
-		st, err := locker.Inspect(ctx, a, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Limit != 3 {
-			t.Fatalf("after SetLimit(3) the key's limit is %d", st.Limit)
-		}
-		if st.Waiters == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the ended wait is still in line")
-		}
-		time.Sleep(time.Millisecond)
+	// Its place in line was withdrawn before it returned.
+	st, err := locker.Inspect(ctx, a, "k")
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case st.Limit != 3:
+		t.Fatalf("after SetLimit(3) the key's limit is %d", st.Limit)
+	case st.Waiters != 0:
+		t.Fatalf("the failed wait is still in line (%d waiters)", st.Waiters)
 	}
 	p, err := sa.TryAcquireN(ctx, 2)
 	if err != nil {

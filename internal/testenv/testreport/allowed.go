@@ -46,7 +46,7 @@ func allowances() []allowance {
 			},
 			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
 				"SharedFencing", "SharedCancellation", "SharedLossIsolate", "SharedLateDelivery", "SemaphoreSetLimit",
-				"ForceUnlockShared"},
+				"ForceUnlockShared", "SetLimitWaiters"},
 			message: "has no shared holds",
 			reason: "Redlock has no shared holds: a count of permits kept on a quorum of independent masters " +
 				"is not one count (issue 30 lets Redlock refuse); the other Redis harnesses run these cases",
@@ -57,10 +57,10 @@ func allowances() []allowance {
 				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
 			},
-			cases:   []string{"SemaphoreSetLimit"},
+			cases:   []string{"SemaphoreSetLimit", "SetLimitWaiters"},
 			message: "cannot change a semaphore's limit",
 			reason: "etcd and ZooKeeper keep the limit in every holder's and waiter's node, and a holder's token is its node's last write " +
-				"(etcd); memory, Redis, MySQL and PostgreSQL run this case",
+				"(etcd); memory, Redis, MySQL and PostgreSQL run these cases",
 		},
 		{
 			harnesses: []string{
