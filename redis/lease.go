@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,17 +50,24 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining; nobody renews the key after that, and the waiters take it when
-// it expires.
+// it expires. With Config.Replicas it returns only once WAIT confirms the
+// new expiry on the replicas. Otherwise the error matches
+// errNotReplicated, and a failover may bring back the expiry of the last
+// renewal instead.
 func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	if isShared(l) {
 		return d.keepShared(ctx, l, remaining)
 	}
-	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, millis(remaining)).Int64()
+	reply, err := d.runReplicated(ctx, d.renew, repliedOne, []string{leaseKey(l)}, l.Owner, millis(remaining))
 	switch {
+	case errors.Is(err, errNotReplicated):
+		return fmt.Errorf("keep: %w", err)
 	case err != nil:
 		return fmt.Errorf("keep: %w", classify(err))
-	case n == 0:
+	case reply == int64(0):
 		return fmt.Errorf("keep: %w", driver.ErrNotHeld)
+	case !repliedOne(reply):
+		return fmt.Errorf("keep: unexpected reply %v", reply)
 	}
 	return nil
 }
