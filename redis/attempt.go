@@ -76,8 +76,8 @@ func checkOwner(owner string) error {
 	return nil
 }
 
-// errNotReplicated is the error of a write (an acquisition, SetData,
-// SetLimit, a Keep) that Config.Replicas replicas did not confirm in time.
+// errNotReplicated is the error of a write (an acquisition, a renewal,
+// SetData, SetLimit, a Keep) that Config.Replicas replicas did not confirm in time.
 var errNotReplicated = errors.New("the write did not reach the replicas in time")
 
 // runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
@@ -102,7 +102,7 @@ func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script,
 	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
 		cmd := eval(ctx, pipe, keys, args...)
-		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+		wait := d.waitReplicas(ctx, pipe)
 		_, _ = pipe.Exec(ctx) // errors are per command
 		if isNoScript(cmd.Err()) {
 			continue
@@ -111,15 +111,28 @@ func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script,
 		if err != nil || !wrote(reply) {
 			return reply, err
 		}
-		switch n, err := wait.Int64(); {
-		case err != nil:
-			return reply, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
-		case n < int64(d.replicas):
-			return reply, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
-		}
-		return reply, nil
+		return reply, d.replicated(wait)
 	}
 	return nil, errors.New("the script cache dropped the script twice")
+}
+
+// waitReplicas queues WAIT for Config.Replicas on pipe, behind the writes
+// it carries: WAIT covers every earlier write of its connection.
+func (d *redisDriver) waitReplicas(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	return pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+}
+
+// replicated reads the reply of a WAIT that waitReplicas queued: nil when
+// Config.Replicas replicas confirmed in time, else an error matching
+// errNotReplicated.
+func (d *redisDriver) replicated(wait *goredis.Cmd) error {
+	switch n, err := wait.Int64(); {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
+	case n < int64(d.replicas):
+		return fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
+	}
+	return nil
 }
 
 // repliedOne reports whether a script's reply is the integer 1 (setdata.lua,

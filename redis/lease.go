@@ -84,7 +84,10 @@ func renewResult(ttl, n int64, err error) (time.Duration, error) {
 
 // RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
 // leases (on a Cluster, go-redis sends one pipeline per node, in parallel):
-// renew.lua for a lock, shared_renew.lua for a shared hold.
+// renew.lua for a lock, shared_renew.lua for a shared hold. With
+// Config.Replicas, WAIT ends the pipeline: a renewal counts only once the
+// replicas confirm it. Otherwise its error matches errNotReplicated, and
+// the lock keeps the validity of its last confirmed renewal.
 func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	ttls := make([]int64, len(ls))
 	calls := make([]evalCall, len(ls))
@@ -97,11 +100,18 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 			calls[i] = evalCall{script: d.renew, keys: []string{leaseKey(l)}, args: []any{l.Owner, arg}}
 		}
 	}
-	cmds := evalPipelined(ctx, d.client, calls)
+	var wait func(context.Context, goredis.Pipeliner) *goredis.Cmd
+	if d.replicas > 0 {
+		wait = d.waitReplicas
+	}
+	cmds, waits := evalPipelinedThen(ctx, d.client, calls, wait)
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {
 		n, err := c.Int64()
+		if err == nil && n == 1 && waits[i] != nil {
+			err = d.replicated(waits[i])
+		}
 		validity[i], errs[i] = renewResult(ttls[i], n, err)
 	}
 	return validity, errs, nil
@@ -130,13 +140,36 @@ type evalCall struct {
 // calls that found their script missing from the server's cache again with
 // EVAL in a second pipeline. Errors are per command.
 func evalPipelined(ctx context.Context, c Master, calls []evalCall) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(calls))
-	pipe := c.Pipeline()
-	for i, e := range calls {
-		cmds[i] = e.script.EvalSha(ctx, pipe, e.keys, e.args...)
+	cmds, _ := evalPipelinedThen(ctx, c, calls, nil)
+	return cmds
+}
+
+// evalPipelinedThen is evalPipelined with then (nil: none) queued at the
+// end of each pipeline. waits[i] is what then queued in the pipeline whose
+// reply cmds[i] is (nil without then).
+func evalPipelinedThen(ctx context.Context, c Master, calls []evalCall, then func(context.Context, goredis.Pipeliner) *goredis.Cmd) (cmds, waits []*goredis.Cmd) {
+	cmds = make([]*goredis.Cmd, len(calls))
+	waits = make([]*goredis.Cmd, len(calls))
+	run := func(idx []int, eval func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) {
+		pipe := c.Pipeline()
+		for _, i := range idx {
+			cmds[i] = eval(calls[i].script, ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		var w *goredis.Cmd
+		if then != nil {
+			w = then(ctx, pipe)
+		}
+		_, execErr := pipe.Exec(ctx) // errors are per command, mostly
+		blame(cmds, execErr)
+		for _, i := range idx {
+			waits[i] = w
+		}
 	}
-	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
-	blame(cmds, execErr)
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	run(all, (*goredis.Script).EvalSha)
 	var again []int
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
@@ -144,12 +177,7 @@ func evalPipelined(ctx context.Context, c Master, calls []evalCall) []*goredis.C
 		}
 	}
 	if len(again) > 0 {
-		pipe := c.Pipeline()
-		for _, i := range again {
-			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, execErr := pipe.Exec(ctx)
-		blame(cmds, execErr)
+		run(again, (*goredis.Script).Eval)
 	}
-	return cmds
+	return cmds, waits
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -80,8 +81,8 @@ func TestReplicasUnconfirmedIsUndone(t *testing.T) {
 }
 
 // TestReplicasUnconfirmedWrites: on a primary without replicas, with
-// Config.Replicas 1, SetData, SetLimit and Keep (a lock's and a permit's)
-// fail with an error matching errNotReplicated, since WAIT never
+// Config.Replicas 1, SetData, SetLimit, renewals and Keep (a lock's and a
+// permit's) fail with an error matching errNotReplicated, since WAIT never
 // confirms them. The holds are taken first without Replicas, the only way
 // to hold anything on that primary. Writes that change nothing (a lock
 // not held, a limit of a key nobody uses) wait for no replica.
@@ -111,6 +112,8 @@ func TestReplicasUnconfirmedWrites(t *testing.T) {
 	}{
 		{"SetData", func() error { return d.SetData(ctx, lease, []byte("new")) }},
 		{"SetLimit", func() error { return d.SetLimit(ctx, key+"-sem", 3) }},
+		{"a renewal", func() error { return renewOne(ctx, d, lease) }},
+		{"a permit's renewal", func() error { return renewOne(ctx, d, permit) }},
 		{"Keep", func() error { return d.Keep(ctx, lease, 5*time.Second) }},
 		{"Keep of a permit", func() error { return d.Keep(ctx, permit, 5*time.Second) }},
 	} {
@@ -125,4 +128,13 @@ func TestReplicasUnconfirmedWrites(t *testing.T) {
 	if err := d.SetLimit(ctx, key+"-unused", 3); err != nil {
 		t.Errorf("SetLimit of a key nobody uses: %v; it writes nothing and must wait for no replica", err)
 	}
+}
+
+// renewOne renews l alone through d.RenewBatch.
+func renewOne(ctx context.Context, d *redisDriver, l driver.Lease) error {
+	_, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }
