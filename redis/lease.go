@@ -14,15 +14,32 @@ import (
 // runRelease runs release.lua, with leave "1", "0" or "force", and returns 1 when
 // owner's lock was released, 0 when owner held nothing. A release whose
 // message the server refused counts as done (it is: the message is the
-// script's last step), and switches the Locker to polling.
+// script's last step), and switches the Locker to polling. With
+// Config.Replicas, a forced release that freed the key (Break) waits for
+// the replicas as runReplicated does; other releases do not.
 func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
-	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg).Int64()
+	var wrote func(any) bool
+	if leave == "force" {
+		wrote = released
+	}
+	v, err := d.runReplicated(ctx, d.release, wrote, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg)
+	if err != nil && !errors.Is(err, errNotReplicated) {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("unexpected reply %v", v)
+	}
 	if n == 2 {
 		d.noPubSub(errPublishRefused)
 		n = 1
 	}
 	return n, err
 }
+
+// released reports whether a release.lua reply says the lock was
+// released.
+func released(reply any) bool { return reply == int64(1) || reply == int64(2) }
 
 // leaseKey returns the Redis key of a held lock.
 func leaseKey(l driver.Lease) string {

@@ -81,9 +81,9 @@ func TestReplicasUnconfirmedIsUndone(t *testing.T) {
 }
 
 // TestReplicasUnconfirmedWrites: on a primary without replicas, with
-// Config.Replicas 1, SetData, SetLimit, renewals and Keep (a lock's and a
-// permit's) fail with an error matching errNotReplicated, since WAIT never
-// confirms them. The holds are taken first without Replicas, the only way
+// Config.Replicas 1, SetData, SetLimit, renewals, Keep and Break (of a
+// lock and of a permit) fail with an error matching errNotReplicated,
+// since WAIT never confirms them. The holds are taken first without Replicas, the only way
 // to hold anything on that primary. Writes that change nothing (a lock
 // not held, a limit of a key nobody uses) wait for no replica.
 func TestReplicasUnconfirmedWrites(t *testing.T) {
@@ -116,6 +116,8 @@ func TestReplicasUnconfirmedWrites(t *testing.T) {
 		{"a permit's renewal", func() error { return renewOne(ctx, d, permit) }},
 		{"Keep", func() error { return d.Keep(ctx, lease, 5*time.Second) }},
 		{"Keep of a permit", func() error { return d.Keep(ctx, permit, 5*time.Second) }},
+		{"Break", func() error { return d.Break(ctx, key) }},
+		{"Break of a semaphore", func() error { return d.Break(ctx, key+"-sem") }},
 	} {
 		if err := c.write(); !errors.Is(err, errNotReplicated) {
 			t.Errorf("%s: %v; with Config.Replicas 1 and no replica, want an error saying the write did not reach the replicas", c.name, err)
@@ -124,6 +126,9 @@ func TestReplicasUnconfirmedWrites(t *testing.T) {
 	other := driver.Lease{Key: key, Owner: "other", TTL: 10 * time.Second}
 	if err := d.SetData(ctx, other, []byte("x")); !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("SetData of a lock not held: %v; want an error matching ErrNotHeld", err)
+	}
+	if err := d.Break(ctx, key); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Break of a free key: %v; want an error matching ErrNotHeld", err)
 	}
 	if err := d.SetLimit(ctx, key+"-unused", 3); err != nil {
 		t.Errorf("SetLimit of a key nobody uses: %v; it writes nothing and must wait for no replica", err)

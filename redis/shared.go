@@ -161,12 +161,13 @@ func (d *redisDriver) runShared(ctx context.Context, s, owner, op string, keep t
 }
 
 // runSharedN runs shared_release.lua with op and arg (ARGV[4]) for owner on
-// store key s and returns the n of its reply. With Config.Replicas, a keep
-// or a limit that acted (n = 1) waits for the replicas as runReplicated
-// does: the error then matches errNotReplicated, beside the n.
+// store key s and returns the n of its reply. With Config.Replicas, a
+// keep, a limit or a break that acted (n = 1) waits for the replicas as
+// runReplicated does: the error then matches errNotReplicated, beside the
+// n.
 func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) (int64, error) {
 	var wrote func(any) bool
-	if op == "keep" || op == "limit" {
+	if op == "keep" || op == "limit" || op == "break" {
 		wrote = sharedActed
 	}
 	v, err := d.runReplicated(ctx, d.shareRelease, wrote, sharedKeys(s), owner, d.channelArg(s), op, arg)
