@@ -77,7 +77,8 @@ func checkOwner(owner string) error {
 }
 
 // errNotReplicated is the error of a write (an acquisition, a renewal,
-// SetData, SetLimit, a Keep) that Config.Replicas replicas did not confirm in time.
+// SetData, SetLimit, a Keep, a Break) that Config.Replicas replicas did
+// not confirm in time.
 var errNotReplicated = errors.New("the write did not reach the replicas in time")
 
 // runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
