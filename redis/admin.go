@@ -16,7 +16,10 @@ import (
 
 // Break implements driver.Breaker (locker.ForceUnlock): every shared hold
 // of the key ends, or else release.lua runs without its owner check, so
-// the key goes to the first waiter as on a release.
+// the key goes to the first waiter as on a release. With Config.Replicas
+// it returns only once WAIT confirms the break on the replicas. Otherwise
+// the error matches errNotReplicated, and a failover may bring the broken
+// holds back until they expire or their holders renew them.
 func (d *redisDriver) Break(ctx context.Context, key string) error {
 	switch broke, err := d.breakShared(ctx, key); {
 	case err != nil:

@@ -76,9 +76,10 @@ func checkOwner(owner string) error {
 	return nil
 }
 
-// errNotReplicated is the error of an acquisition that Config.Replicas
-// replicas did not confirm in time.
-var errNotReplicated = errors.New("the lock did not reach the replicas in time")
+// errNotReplicated is the error of a write (an acquisition, a renewal,
+// SetData, SetLimit, a Keep, a Break) that Config.Replicas replicas did
+// not confirm in time.
+var errNotReplicated = errors.New("the write did not reach the replicas in time")
 
 // runAcquire runs acquire.lua with args. With Config.Replicas, a lock it
 // took (a reply > 0) counts only once WAIT confirms it on the replicas:
@@ -90,35 +91,54 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any
 	return d.runReplicated(ctx, d.acquire, took, keys, args...)
 }
 
-// runReplicated runs script with keys and args; with Config.Replicas, a
-// reply that took reports as a grant is followed by WAIT, as in
-// runAcquire.
-func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, took func(any) bool, keys []string, args ...any) (any, error) {
-	if d.replicas == 0 {
+// runReplicated runs script with keys and args. With Config.Replicas, a
+// reply that wrote (wrote reports it) is followed by WAIT, as in
+// runAcquire; it returns the reply, and an error matching
+// errNotReplicated when the replicas did not confirm in time. The write
+// stays on the primary then. A nil wrote never waits.
+func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, wrote func(any) bool, keys []string, args ...any) (any, error) {
+	if d.replicas == 0 || wrote == nil {
 		return script.Run(ctx, d.client, keys, args...).Result()
 	}
 	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
 		cmd := eval(ctx, pipe, keys, args...)
-		wait := pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+		wait := d.waitReplicas(ctx, pipe)
 		_, _ = pipe.Exec(ctx) // errors are per command
 		if isNoScript(cmd.Err()) {
 			continue
 		}
 		reply, err := cmd.Result()
-		if err != nil || !took(reply) {
+		if err != nil || !wrote(reply) {
 			return reply, err
 		}
-		switch n, err := wait.Int64(); {
-		case err != nil:
-			return reply, fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
-		case n < int64(d.replicas):
-			return reply, fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
-		}
-		return reply, nil
+		return reply, d.replicated(wait)
 	}
-	return nil, errors.New("the script cache dropped the acquisition script twice")
+	return nil, errors.New("the script cache dropped the script twice")
 }
+
+// waitReplicas queues WAIT for Config.Replicas on pipe, behind the writes
+// it carries: WAIT covers every earlier write of its connection.
+func (d *redisDriver) waitReplicas(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	return pipe.Do(ctx, "WAIT", d.replicas, d.replicaTimeout.Milliseconds())
+}
+
+// replicated reads the reply of a WAIT that waitReplicas queued: nil when
+// Config.Replicas replicas confirmed in time, else an error matching
+// errNotReplicated.
+func (d *redisDriver) replicated(wait *goredis.Cmd) error {
+	switch n, err := wait.Int64(); {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT: %w", errNotReplicated, err)
+	case n < int64(d.replicas):
+		return fmt.Errorf("%w: %d of %d replicas within %v", errNotReplicated, n, d.replicas, d.replicaTimeout)
+	}
+	return nil
+}
+
+// repliedOne reports whether a script's reply is the integer 1 (setdata.lua,
+// renew.lua: the write was made).
+func repliedOne(reply any) bool { return reply == int64(1) }
 
 // took reports whether an acquire.lua reply says the lock was taken.
 func took(reply any) bool {

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -45,17 +46,24 @@ func (d *redisDriver) labelArgFor(req driver.Request) any {
 }
 
 // SetData implements driver.DataSetter: setdata.lua, a compare-and-SET
-// that keeps the lock's time to live.
+// that keeps the lock's time to live. With Config.Replicas it returns
+// only once WAIT confirms the data on the replicas. Otherwise the error
+// matches errNotReplicated, and the new data may or may not survive a
+// failover.
 func (d *redisDriver) SetData(ctx context.Context, l driver.Lease, data []byte) error {
 	if isShared(l) {
 		return fmt.Errorf("setdata: %w: shared holds carry no data", driver.ErrPermanent)
 	}
-	n, err := d.setData.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, data).Int64()
+	reply, err := d.runReplicated(ctx, d.setData, repliedOne, []string{leaseKey(l)}, l.Owner, data)
 	switch {
+	case errors.Is(err, errNotReplicated):
+		return fmt.Errorf("setdata: %w", err)
 	case err != nil:
 		return fmt.Errorf("setdata: %w", classify(err))
-	case n == 0:
+	case reply == int64(0):
 		return fmt.Errorf("setdata: %w", driver.ErrNotHeld)
+	case !repliedOne(reply):
+		return fmt.Errorf("setdata: unexpected reply %v", reply)
 	}
 	return nil
 }

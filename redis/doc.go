@@ -56,6 +56,24 @@
 // all replicas, a Sentinel failover keeps every granted lock. New refuses
 // Replicas with a Cluster client.
 //
+// The other writes that a caller counts on wait for the replicas too:
+//
+//   - A renewal (and so locker.Extend) counts only once WAIT confirms it.
+//     Otherwise the lock keeps the validity of its last confirmed
+//     renewal, and is lost when that runs out.
+//   - locker.SetData, locker.SetLimit, the keep of a MinHold at Unlock and
+//     locker.ForceUnlock return nil only once WAIT confirms them.
+//     Otherwise their error says the write did not reach the replicas. The
+//     write stays on the primary: it may or may not survive a failover.
+//   - A release (Unlock) and a waiter leaving the queue do not wait. A
+//     lock or a waiter that a failover brings back expires as a crashed
+//     holder's or waiter's would. A waiter handed the key confirms it with
+//     WAIT, as any acquisition does.
+//
+// Keep ReplicaTimeout below the client's ReadTimeout: WAIT answers only
+// when its time is up or the replicas confirmed. A WAIT cut off by
+// ReadTimeout fails the write's call with a network error.
+//
 // # Semaphores and read-write locks
 //
 // The Locker implements locker.SharedLocker (locker.NewSemaphore,
@@ -118,9 +136,9 @@
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
 //   - A lock's data (locker.WithData) follows its label in the lock
 //     value, after a NUL byte. SetData is one script, which keeps the
-//     lock's time to live. It is not replicated before it returns, even with Config.Replicas: a failover may bring back the
-//     older data. Redlock changes it on every master and succeeds on a
-//     quorum.
+//     lock's time to live. Without Config.Replicas, a failover may bring
+//     back the older data. Redlock changes it on every master and succeeds
+//     on a quorum.
 //   - Redis 5.0 or later. Pipelines and EVAL/EVALSHA must be allowed;
 //     WATCH/MULTI/EXEC are never used.
 //   - Through a proxy that shards by key, hash on "{}" tags. WAIT, CONFIG GET

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,15 +14,32 @@ import (
 // runRelease runs release.lua, with leave "1", "0" or "force", and returns 1 when
 // owner's lock was released, 0 when owner held nothing. A release whose
 // message the server refused counts as done (it is: the message is the
-// script's last step), and switches the Locker to polling.
+// script's last step), and switches the Locker to polling. With
+// Config.Replicas, a forced release that freed the key (Break) waits for
+// the replicas as runReplicated does; other releases do not.
 func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
-	n, err := d.release.Run(ctx, d.client, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg).Int64()
+	var wrote func(any) bool
+	if leave == "force" {
+		wrote = released
+	}
+	v, err := d.runReplicated(ctx, d.release, wrote, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg)
+	if err != nil && !errors.Is(err, errNotReplicated) {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("unexpected reply %v", v)
+	}
 	if n == 2 {
 		d.noPubSub(errPublishRefused)
 		n = 1
 	}
 	return n, err
 }
+
+// released reports whether a release.lua reply says the lock was
+// released.
+func released(reply any) bool { return reply == int64(1) || reply == int64(2) }
 
 // leaseKey returns the Redis key of a held lock.
 func leaseKey(l driver.Lease) string {
@@ -49,17 +67,24 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 
 // Keep implements driver.Keeper (locker.MinHold): compare-and-PEXPIRE to
 // remaining; nobody renews the key after that, and the waiters take it when
-// it expires.
+// it expires. With Config.Replicas it returns only once WAIT confirms the
+// new expiry on the replicas. Otherwise the error matches
+// errNotReplicated, and a failover may bring back the expiry of the last
+// renewal instead.
 func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	if isShared(l) {
 		return d.keepShared(ctx, l, remaining)
 	}
-	n, err := d.renew.Run(ctx, d.client, []string{leaseKey(l)}, l.Owner, millis(remaining)).Int64()
+	reply, err := d.runReplicated(ctx, d.renew, repliedOne, []string{leaseKey(l)}, l.Owner, millis(remaining))
 	switch {
+	case errors.Is(err, errNotReplicated):
+		return fmt.Errorf("keep: %w", err)
 	case err != nil:
 		return fmt.Errorf("keep: %w", classify(err))
-	case n == 0:
+	case reply == int64(0):
 		return fmt.Errorf("keep: %w", driver.ErrNotHeld)
+	case !repliedOne(reply):
+		return fmt.Errorf("keep: unexpected reply %v", reply)
 	}
 	return nil
 }
@@ -76,7 +101,10 @@ func renewResult(ttl, n int64, err error) (time.Duration, error) {
 
 // RenewBatch implements driver.BatchRenewer: one pipeline of EVALSHA for all
 // leases (on a Cluster, go-redis sends one pipeline per node, in parallel):
-// renew.lua for a lock, shared_renew.lua for a shared hold.
+// renew.lua for a lock, shared_renew.lua for a shared hold. With
+// Config.Replicas, WAIT ends the pipeline: a renewal counts only once the
+// replicas confirm it. Otherwise its error matches errNotReplicated, and
+// the lock keeps the validity of its last confirmed renewal.
 func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	ttls := make([]int64, len(ls))
 	calls := make([]evalCall, len(ls))
@@ -89,11 +117,18 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 			calls[i] = evalCall{script: d.renew, keys: []string{leaseKey(l)}, args: []any{l.Owner, arg}}
 		}
 	}
-	cmds := evalPipelined(ctx, d.client, calls)
+	var wait func(context.Context, goredis.Pipeliner) *goredis.Cmd
+	if d.replicas > 0 {
+		wait = d.waitReplicas
+	}
+	cmds, waits := evalPipelinedThen(ctx, d.client, calls, wait)
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {
 		n, err := c.Int64()
+		if err == nil && n == 1 && waits[i] != nil {
+			err = d.replicated(waits[i])
+		}
 		validity[i], errs[i] = renewResult(ttls[i], n, err)
 	}
 	return validity, errs, nil
@@ -122,13 +157,36 @@ type evalCall struct {
 // calls that found their script missing from the server's cache again with
 // EVAL in a second pipeline. Errors are per command.
 func evalPipelined(ctx context.Context, c Master, calls []evalCall) []*goredis.Cmd {
-	cmds := make([]*goredis.Cmd, len(calls))
-	pipe := c.Pipeline()
-	for i, e := range calls {
-		cmds[i] = e.script.EvalSha(ctx, pipe, e.keys, e.args...)
+	cmds, _ := evalPipelinedThen(ctx, c, calls, nil)
+	return cmds
+}
+
+// evalPipelinedThen is evalPipelined with then (nil: none) queued at the
+// end of each pipeline. waits[i] is what then queued in the pipeline whose
+// reply cmds[i] is (nil without then).
+func evalPipelinedThen(ctx context.Context, c Master, calls []evalCall, then func(context.Context, goredis.Pipeliner) *goredis.Cmd) (cmds, waits []*goredis.Cmd) {
+	cmds = make([]*goredis.Cmd, len(calls))
+	waits = make([]*goredis.Cmd, len(calls))
+	run := func(idx []int, eval func(*goredis.Script, context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd) {
+		pipe := c.Pipeline()
+		for _, i := range idx {
+			cmds[i] = eval(calls[i].script, ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		var w *goredis.Cmd
+		if then != nil {
+			w = then(ctx, pipe)
+		}
+		_, execErr := pipe.Exec(ctx) // errors are per command, mostly
+		blame(cmds, execErr)
+		for _, i := range idx {
+			waits[i] = w
+		}
 	}
-	_, execErr := pipe.Exec(ctx) // errors are per command, mostly
-	blame(cmds, execErr)
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	run(all, (*goredis.Script).EvalSha)
 	var again []int
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
@@ -136,12 +194,7 @@ func evalPipelined(ctx context.Context, c Master, calls []evalCall) []*goredis.C
 		}
 	}
 	if len(again) > 0 {
-		pipe := c.Pipeline()
-		for _, i := range again {
-			cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, execErr := pipe.Exec(ctx)
-		blame(cmds, execErr)
+		run(again, (*goredis.Script).Eval)
 	}
-	return cmds
+	return cmds, waits
 }

@@ -37,7 +37,8 @@ const (
 	FenceRetention = time.Hour
 
 	// DefaultReplicaTimeout is the default of Config.ReplicaTimeout: how
-	// long an acquisition waits for its replicas (WAIT) before it is undone.
+	// long a write waits for its replicas (WAIT) before it fails (an
+	// acquisition is then undone).
 	DefaultReplicaTimeout = 250 * time.Millisecond
 
 	// cleanupTimeout bounds the compare-and-delete that undoes an
@@ -106,10 +107,11 @@ type Config struct {
 	// (the key passed on or freed) and reported as a store error: TryLock
 	// returns it, a waiting Lock queues again. With it, a lock granted
 	// survives a failover to any of those replicas (see the package doc,
-	// Replicated before granted). It needs a client of one primary
-	// (goredis.NewClient, or goredis.NewFailoverClient for Sentinel): WAIT
-	// must run on the connection of the write, which a Cluster client
-	// does not promise.
+	// Replicated before granted). Renewals, SetData, SetLimit, the keep of
+	// a MinHold and ForceUnlock wait for the replicas too; a release does
+	// not. It needs a client of one primary (goredis.NewClient, or
+	// goredis.NewFailoverClient for Sentinel): WAIT must run on the
+	// connection of the write, which a Cluster client does not promise.
 	Replicas int
 
 	// Unfair makes the Locker's locks barging instead of first come, first
@@ -127,7 +129,8 @@ type Config struct {
 
 	// ReplicaTimeout bounds the WAIT of Replicas (default
 	// [DefaultReplicaTimeout]; at most a third of the TTL, since the
-	// lock's validity counts from before the acquisition).
+	// lock's validity counts from before the acquisition). Keep it below
+	// the client's ReadTimeout, which WAIT's reply must also meet.
 	ReplicaTimeout time.Duration
 }
 

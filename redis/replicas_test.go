@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -76,4 +78,68 @@ func TestReplicasUnconfirmedIsUndone(t *testing.T) {
 	if n := admin.ZCard(ctx, name(kindQueue, key)).Val(); n != 0 {
 		t.Errorf("%d waiters left in the queue", n)
 	}
+}
+
+// TestReplicasUnconfirmedWrites: on a primary without replicas, with
+// Config.Replicas 1, SetData, SetLimit, renewals, Keep and Break (of a
+// lock and of a permit) fail with an error matching errNotReplicated,
+// since WAIT never confirms them. The holds are taken first without Replicas, the only way
+// to hold anything on that primary. Writes that change nothing (a lock
+// not held, a limit of a key nobody uses) wait for no replica.
+func TestReplicasUnconfirmedWrites(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	d := newDriver(newClient(t, srv.Addr()))
+	d.replicaTimeout = 20 * time.Millisecond
+	ctx := ctxFor(t, 10*time.Second)
+	key := uniqueKey(t)
+	g, err := d.TryAcquire(ctx, driver.Request{Key: key, Owner: "o1", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := driver.Lease{Key: key, Owner: "o1", Token: g.Token, TTL: 10 * time.Second, State: g.State}
+	sg, err := d.TryAcquireShared(ctx, driver.Request{Key: key + "-sem", Owner: "o2", TTL: 10 * time.Second},
+		driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit := driver.Lease{Key: key + "-sem", Owner: "o2", Token: sg.Token, TTL: 10 * time.Second, State: sg.State}
+
+	d.replicas = 1
+	for _, c := range []struct {
+		name  string
+		write func() error
+	}{
+		{"SetData", func() error { return d.SetData(ctx, lease, []byte("new")) }},
+		{"SetLimit", func() error { return d.SetLimit(ctx, key+"-sem", 3) }},
+		{"a renewal", func() error { return renewOne(ctx, d, lease) }},
+		{"a permit's renewal", func() error { return renewOne(ctx, d, permit) }},
+		{"Keep", func() error { return d.Keep(ctx, lease, 5*time.Second) }},
+		{"Keep of a permit", func() error { return d.Keep(ctx, permit, 5*time.Second) }},
+		{"Break", func() error { return d.Break(ctx, key) }},
+		{"Break of a semaphore", func() error { return d.Break(ctx, key+"-sem") }},
+	} {
+		if err := c.write(); !errors.Is(err, errNotReplicated) {
+			t.Errorf("%s: %v; with Config.Replicas 1 and no replica, want an error saying the write did not reach the replicas", c.name, err)
+		}
+	}
+	other := driver.Lease{Key: key, Owner: "other", TTL: 10 * time.Second}
+	if err := d.SetData(ctx, other, []byte("x")); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("SetData of a lock not held: %v; want an error matching ErrNotHeld", err)
+	}
+	if err := d.Break(ctx, key); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Break of a free key: %v; want an error matching ErrNotHeld", err)
+	}
+	if err := d.SetLimit(ctx, key+"-unused", 3); err != nil {
+		t.Errorf("SetLimit of a key nobody uses: %v; it writes nothing and must wait for no replica", err)
+	}
+}
+
+// renewOne renews l alone through d.RenewBatch.
+func renewOne(ctx context.Context, d *redisDriver, l driver.Lease) error {
+	_, errs, err := d.RenewBatch(ctx, []driver.Lease{l})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }

@@ -161,24 +161,45 @@ func (d *redisDriver) runShared(ctx context.Context, s, owner, op string, keep t
 }
 
 // runSharedN runs shared_release.lua with op and arg (ARGV[4]) for owner on
-// store key s and returns the n of its reply.
+// store key s and returns the n of its reply. With Config.Replicas, a
+// keep, a limit or a break that acted (n = 1) waits for the replicas as
+// runReplicated does: the error then matches errNotReplicated, beside the
+// n.
 func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) (int64, error) {
-	reply, err := d.shareRelease.Run(ctx, d.client, sharedKeys(s), owner, d.channelArg(s), op, arg).Int64Slice()
-	if err != nil {
+	var wrote func(any) bool
+	if op == "keep" || op == "limit" || op == "break" {
+		wrote = sharedActed
+	}
+	v, err := d.runReplicated(ctx, d.shareRelease, wrote, sharedKeys(s), owner, d.channelArg(s), op, arg)
+	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}
+	reply, _ := v.([]any)
 	if len(reply) != 2 {
-		return 0, fmt.Errorf("unexpected reply %v", reply)
+		return 0, fmt.Errorf("unexpected reply %v", v)
 	}
-	if reply[1] == 1 {
+	acted, ok1 := reply[0].(int64)
+	nopub, ok2 := reply[1].(int64)
+	if !ok1 || !ok2 {
+		return 0, fmt.Errorf("unexpected reply %v", v)
+	}
+	if nopub == 1 {
 		d.noPubSub(errPublishRefused)
 	}
-	return reply[0], nil
+	return acted, err
+}
+
+// sharedActed reports whether a shared_release.lua reply says it acted.
+func sharedActed(reply any) bool {
+	r, ok := reply.([]any)
+	return ok && len(r) == 2 && r[0] == int64(1)
 }
 
 // SetLimit implements driver.Limiter: one round trip of
 // shared_release.lua, which sets the limit in the key's meta hash and
-// wakes the head of its line.
+// wakes the head of its line. With Config.Replicas it returns only once
+// WAIT confirms the limit on the replicas. Otherwise the error matches
+// errNotReplicated, and the new limit may or may not survive a failover.
 func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	n, err := d.runSharedN(ctx, key, "", "limit", strconv.Itoa(limit))
 	switch {
