@@ -129,8 +129,9 @@ type Config struct {
 
 	// ReplicaTimeout bounds the WAIT of Replicas (default
 	// [DefaultReplicaTimeout]; at most a third of the TTL, since the
-	// lock's validity counts from before the acquisition). Keep it below
-	// the client's ReadTimeout, which WAIT's reply must also meet.
+	// lock's validity counts from before the acquisition), and below the
+	// client's ReadTimeout, which WAIT's reply must also meet: New refuses
+	// a *redis.Client whose ReadTimeout it does not beat.
 	ReplicaTimeout time.Duration
 }
 
@@ -170,6 +171,15 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	if what, zero := zeroClient(client); zero {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
+	}
+	// WAIT answers only when its timeout ends: a client that stops reading
+	// first drops the connection, and the write's outcome is then a network
+	// error instead of "not replicated".
+	if cl, ok := client.(*goredis.Client); ok && c.Replicas > 0 {
+		if rt := cl.Options().ReadTimeout; rt > 0 && replicaTimeout >= rt {
+			return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
+				Cause: fmt.Errorf("Config.ReplicaTimeout %v is not below the client's ReadTimeout %v", replicaTimeout, rt)}
+		}
 	}
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)

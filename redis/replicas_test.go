@@ -22,6 +22,8 @@ func TestReplicasOptions(t *testing.T) {
 	defer single.Close()
 	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
+	impatient := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", ReadTimeout: 200 * time.Millisecond})
+	defer impatient.Close()
 	for _, c := range []struct {
 		cfg    Config
 		client Client
@@ -31,6 +33,7 @@ func TestReplicasOptions(t *testing.T) {
 		{Config{Replicas: 1, ReplicaTimeout: time.Microsecond}, single, "Config.ReplicaTimeout"},
 		{Config{Replicas: 1, ReplicaTimeout: 2 * time.Second}, single, "Config.ReplicaTimeout"}, // above TTL/3
 		{Config{Replicas: 1}, cluster, "Config.Replicas"},
+		{Config{Replicas: 1}, impatient, "ReadTimeout 200ms"}, // WAIT's 250 ms would outlast the client's read
 	} {
 		l, err := c.cfg.New(c.client, locker.WithTTL(3*time.Second))
 		if err == nil {
