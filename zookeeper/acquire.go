@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -22,7 +23,7 @@ func newGUID() string {
 
 // TryAcquire implements driver.Driver.
 func (d *zkDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	g, err := d.acquire(ctx, req, false)
+	g, err := d.acquire(ctx, req, false, false)
 	return g, classify(err)
 }
 
@@ -43,11 +44,14 @@ func classify(err error) error {
 // Acquire implements driver.Acquirer: it queues behind the current holder
 // and earlier waiters, and waits for its turn.
 func (d *zkDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	g, err := d.acquire(ctx, req, true)
+	g, err := d.acquire(ctx, req, true, false)
 	return g, classify(err)
 }
 
-func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (driver.Grant, error) {
+// acquire takes the lock on req.Key, waiting for it when wait is set.
+// cleared reports that this TryLock already deleted the void limit records
+// that kept its node from being alone.
+func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleared bool) (driver.Grant, error) {
 	parent := d.parentOf(req.Key)
 	guid := newGUID()
 	session := d.conn.SessionID()
@@ -81,6 +85,18 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait bool) (
 		case r := <-list:
 			if f := foreignChild(r.v, node[len(parent)+1:]); r.err == nil && f != "" {
 				return driver.Grant{}, fmt.Errorf("%w: %s/%s is not a lock node", ErrForeignNode, parent, f)
+			}
+			// Limit records no lock node is older than rule nothing
+			// (a semaphore's last holder crashed after a SetLimit):
+			// delete them and try again.
+			if rs := voidRecords(r.v, node[len(parent)+1:]); r.err == nil && len(rs) > 0 && !cleared {
+				for _, rec := range rs {
+					err := call0(ctx, d, func() error { return d.conn.Delete(parent+"/"+rec.name, -1) })
+					if err != nil && !errors.Is(err, zk.ErrNoNode) {
+						return driver.Grant{}, driver.Held(0)
+					}
+				}
+				return d.acquire(ctx, req, false, true)
 			}
 		case <-ctx.Done():
 		}
@@ -158,8 +174,9 @@ func denied(err error, p, perm string) error {
 }
 
 // foreignChild returns a child of a key's node, other than our own node
-// mine, whose name is not a lock node's, when no lock node is ahead of mine:
-// the reason our node was not alone. It returns "" otherwise.
+// mine, whose name is neither a lock node's nor a limit record's, when no
+// lock node is ahead of mine: the reason our node was not alone. It returns
+// "" otherwise.
 func foreignChild(children []string, mine string) string {
 	seq, ok := sequenceOf(mine)
 	if !ok {
@@ -168,7 +185,9 @@ func foreignChild(children []string, mine string) string {
 	foreign := ""
 	for _, c := range children {
 		s, ok := sequenceOf(c)
+		_, rec := parseRecord(c)
 		switch {
+		case rec:
 		case !ok:
 			foreign = c
 		case s < seq:
@@ -176,6 +195,20 @@ func foreignChild(children []string, mine string) string {
 		}
 	}
 	return foreign
+}
+
+// voidRecords returns the limit records among children that are older
+// than our node mine when no lock node is ahead of mine: no lock node is
+// older than them, so they rule nothing, and never will.
+func voidRecords(children []string, mine string) []record {
+	seq, ok := sequenceOf(mine)
+	if !ok {
+		return nil
+	}
+	if pred, _ := predecessor(children, mine, seq); pred != "" {
+		return nil
+	}
+	return slices.DeleteFunc(recordsOf(children), func(r record) bool { return r.seq > seq })
 }
 
 // createOutcome reads the reply of create's multi-operation.

@@ -30,7 +30,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 		return driver.Status{}, nil
 	}
 	if q := queueOf(children); !q[0].plain {
-		return d.inspectShared(ctx, parent, q)
+		return d.inspectShared(ctx, parent, q, recordsOf(children))
 	}
 	data, stat, err := d.conn.Get(parent + "/" + first)
 	if errors.Is(err, zk.ErrNoNode) {

@@ -51,8 +51,9 @@ var ErrForeignNode = errors.New("zookeeper: a node no Locker made is in a key's 
 // under the Locker.
 var ErrConnClosed = errors.New("zookeeper: connection closed")
 
-// zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer and
-// driver.Configurer on one go-zookeeper connection.
+// zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer,
+// driver.Configurer, driver.Sharer and driver.Limiter on one go-zookeeper
+// connection.
 type zkDriver struct {
 	conn   *zk.Conn
 	events <-chan zk.Event // nil when the caller gave none
@@ -85,6 +86,13 @@ type zkDriver struct {
 	// queued are the nodes of the shared requests waiting in line, by
 	// owner token (see TryAcquireShared).
 	queued map[string]string
+	// following and clearing are the limit records this Locker waits to
+	// delete (followRecord) and is deleting (clearRecords), by path.
+	following, clearing map[string]struct{}
+
+	// beforeLimitWrite, when set (by tests), runs in SetLimit between its
+	// listing and its write.
+	beforeLimitWrite func()
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {

@@ -91,6 +91,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			return time.Time{}, false, errNodeGone
 		}
 		if pred == "" {
+			d.clearRecords(parent, voidRecords(children, name))
 			return since, waited, nil
 		}
 		// The node before pred, "" when pred is first in line; watched

@@ -69,24 +69,27 @@ func queueOf(children []string) []share {
 	return q
 }
 
-func (sh share) kind() string {
-	if sh.mode == driver.Permits {
-		return fmt.Sprintf("a semaphore of %d permits", sh.limit)
+// kind names what a key is whose first node is of mode and whose limit is
+// limit.
+func kind(mode driver.Mode, limit int) string {
+	if mode == driver.Permits {
+		return fmt.Sprintf("a semaphore of %d permits", limit)
 	}
 	return "a read-write lock"
 }
 
-// conflict returns the ErrConflict of a request of s behind first, the
-// first node of the key's queue, or nil when s may join it.
-func conflict(first share, s driver.Share) error {
-	want := share{mode: s.Mode, limit: s.Limit}.kind()
+// conflict returns the ErrConflict of a request of s on a key whose first
+// node is first and whose limit is limit (see keyLimit), or nil when s may
+// join it.
+func conflict(first share, limit int, s driver.Share) error {
+	want := kind(s.Mode, s.Limit)
 	switch {
 	case first.plain:
 		return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, want)
 	case (first.mode == driver.Permits) != (s.Mode == driver.Permits):
-		return fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, first.kind(), want)
-	case first.limit != s.Limit:
-		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, first.limit, s.Limit)
+		return fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, kind(first.mode, limit), want)
+	case s.Mode == driver.Permits && limit != s.Limit:
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, limit, s.Limit)
 	}
 	return nil
 }
@@ -111,8 +114,9 @@ func fits(ahead []share, s driver.Share) bool {
 // sequential node of the key's queue whose name carries its mode, weight
 // and limit. The driver remembers the node of a request that queued, for
 // its later attempts; a first attempt creates its node at once. The request
-// holds once the nodes ahead of it fit (see fits); the first node's limit
-// is the key's. A request that does not fit keeps its node when it queues,
+// holds once the nodes ahead of it fit (see fits); the key's limit is its
+// ruling limit record's, else the first node's (see keyLimit), read in the
+// listing that shows the queue. A request that does not fit keeps its node when it queues,
 // and deletes it when it does not. A crashed holder's node goes with its
 // session.
 //
@@ -176,17 +180,16 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 			children = []string{node[len(parent)+1:]}
 		}
 	}
-	q := queueOf(children)
+	q, rs := queueOf(children), recordsOf(children)
 	mine := slices.IndexFunc(q, func(sh share) bool { return parent+"/"+sh.name == node })
 	if mine < 0 {
 		d.cleanup(ctx, parent, tag, node)
 		return driver.Grant{}, errNodeGone
 	}
-	if mine > 0 {
-		if err := conflict(q[0], s); err != nil {
-			d.cleanup(ctx, parent, tag, node)
-			return driver.Grant{}, err
-		}
+	d.clearRecords(parent, stale(q, rs))
+	if err := conflict(q[0], keyLimit(q, rs), s); err != nil {
+		d.cleanup(ctx, parent, tag, node)
+		return driver.Grant{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		d.cleanup(ctx, parent, tag, node)
@@ -262,11 +265,12 @@ func (d *zkDriver) children(ctx context.Context, parent string) ([]string, error
 
 // sharedHolders returns the nodes of q (a queue whose first node is a
 // shared hold's) that hold the key: those that fit behind the nodes ahead
-// of them.
+// of them, with the limit they were granted with, their own (SetLimit may
+// have lowered the key's since).
 func sharedHolders(q []share) []share {
 	var held []share
 	for i, sh := range q {
-		if sh.plain || !fits(q[:i], driver.Share{Mode: sh.mode, Weight: sh.weight, Limit: q[0].limit}) {
+		if sh.plain || !fits(q[:i], driver.Share{Mode: sh.mode, Weight: sh.weight, Limit: sh.limit}) {
 			break
 		}
 		held = append(held, sh)
@@ -277,11 +281,11 @@ func sharedHolders(q []share) []share {
 // inspectShared is Inspect of a key whose queue q starts with a shared
 // hold: each holder's data is its label, its ctime when it queued, and its
 // czxid its token, or a lower number for a hold granted after waiting.
-func (d *zkDriver) inspectShared(ctx context.Context, parent string, q []share) (driver.Status, error) {
+func (d *zkDriver) inspectShared(ctx context.Context, parent string, q []share, rs []record) (driver.Status, error) {
 	held := sharedHolders(q)
 	st := driver.Status{Waiters: len(q) - len(held)}
 	if q[0].mode == driver.Permits {
-		st.Limit = q[0].limit
+		st.Limit = keyLimit(q, rs)
 	}
 	for _, sh := range held {
 		data, stat, err := d.conn.Get(parent + "/" + sh.name)
