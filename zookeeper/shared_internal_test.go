@@ -18,20 +18,27 @@ const sharedTTL = 3 * time.Second
 // sharedDriver returns a driver on the test server, under a root of its
 // own, with a TTL of sharedTTL, and a ctx for the test.
 func sharedDriver(t *testing.T) (*zkDriver, context.Context) {
+	d, _ := rootDriver(t, "/locker-shared-"+rand.Text()[:10])
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return d, ctx
+}
+
+// rootDriver returns a driver under root, with a TTL of sharedTTL, on a
+// connection (a session) of its own, and that connection.
+func rootDriver(t *testing.T, root string) (*zkDriver, *zk.Conn) {
 	srv := storeenv.ZooKeeper(t)
 	conn, _, err := zk.Connect(srv.Addrs(), sharedTTL, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	d := newDriver(conn, nil, "/locker-shared-"+rand.Text()[:10], Config{}.nodeACL())
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	if err := d.Configure(ctx, driver.Config{TTL: sharedTTL}); err != nil {
+	d := newDriver(conn, nil, root, Config{}.nodeACL())
+	if err := d.Configure(t.Context(), driver.Config{TTL: sharedTTL}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return d, ctx
+	return d, conn
 }
 
 // TestSharedWaiterTokenAfterLaterArrival: a waiter's token is the zxid of
