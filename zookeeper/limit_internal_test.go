@@ -61,8 +61,11 @@ func records(t *testing.T, d *zkDriver) []record {
 	return recordsOf(c)
 }
 
-// eventually polls cond until it holds or ctx ends.
+// eventually polls cond until it holds, for at most 10 s (a generous
+// bound: the deletions it waits for are one request each).
 func eventually(ctx context.Context, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	for !cond() {
 		select {
 		case <-ctx.Done():
