@@ -14,15 +14,26 @@ import (
 )
 
 // limitDrivers returns n drivers under one root, each on a session of its
-// own, their connections, and a ctx for the test.
+// own, their connections, and a ctx for the test. Each has taken a lock
+// once, so that it knows its ACL: a first create's ACL probe would make a
+// SetLimit list the key again, which would hide the races the tests set up.
 func limitDrivers(t *testing.T, n int) ([]*zkDriver, []*zk.Conn, context.Context) {
 	root := "/locker-limit-" + rand.Text()[:10]
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
 	ds, conns := make([]*zkDriver, n), make([]*zk.Conn, n)
 	for i := range n {
 		ds[i], conns[i] = rootDriver(t, root)
+		req := limitRequest("probe")
+		req.Key = "probe"
+		g, err := ds[i].TryAcquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ds[i].Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
 	return ds, conns, ctx
 }
 
