@@ -68,11 +68,21 @@
 //     once the nodes ahead of it and its own fit: a writer must be first,
 //     a reader needs no writer ahead, permits need their weights to add up
 //     to at most the limit. Later arrivals never overtake a waiter. The
-//     limit is the first node's: another limit gets an error naming both.
-//     A crashed holder's permit goes with its session. A grant's token is
-//     the zxid of the write that made it (the node's creation, or for a
-//     waiter a write to the key's node with a check of its own), so it is
-//     greater than every token handed out before.
+//     key's limit is the first node's, or its limit record's: another limit
+//     gets an error naming both. A crashed holder's permit goes with its
+//     session. A grant's token is the zxid of the write that made it (the
+//     node's creation, or for a waiter a write to the key's node with a
+//     check of its own), so it is greater than every token handed out
+//     before.
+//   - locker.SetLimit writes a limit record, a persistent sequential child
+//     of the key's node named _limit_<limit>_<sequence>, in one
+//     multi-operation that checks the key's first node is still there. A
+//     grant reads the record in the same listing as the queue. The record
+//     rules while a node older than it is left: a record whose nodes all
+//     went (the last holder's session ended, say) rules no later holder.
+//     Its creation wakes the key's waiters; those with another limit fail
+//     naming it. SetLimit refuses a plain lock or a read-write lock with
+//     locker.ErrInvalidOption, and writes nothing on a free key.
 //
 // # Limits
 //
@@ -109,6 +119,12 @@
 //     request behind a plain lock gets the conflict error.
 //   - Inspect reports a holder's czxid as its token: for a hold granted
 //     after waiting, that is below the token it was granted.
+//   - A limit record outlives its holders until it is deleted: by the
+//     Locker that wrote it once no older node is left, else by the next
+//     Locker that lists the key. Until then the key's node stays (ZooKeeper
+//     deletes only an empty container node). When the writer closes, or
+//     its session ends, before that, the record waits for the next Locker
+//     that lists the key.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
@@ -140,7 +156,8 @@
 //     Unlock fail at once with zk.ErrNoAuth, naming the node and the
 //     permission it lacks.
 //   - Nodes other than the Locker's own must not be created under the root.
-//     A key whose node has a child that is not a lock node makes TryLock
+//     A key whose node has a child that is neither a lock node nor a limit
+//     record makes TryLock
 //     fail with [ErrForeignNode] naming that child when no lock is ahead
 //     (Lock ignores it); a node named like a lock node that is not
 //     ephemeral makes a Lock waiting behind it fail with ErrForeignNode

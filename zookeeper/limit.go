@@ -147,8 +147,8 @@ func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 		case q[0].mode != driver.Permits:
 			return fmt.Errorf("setlimit: %w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
 		}
-		d.clearRecords(parent, stale(q, rs))
 		if keyLimit(q, rs) == limit {
+			d.clearRecords(parent, stale(q, rs))
 			if r, ok := ruling(q, rs); ok {
 				d.followRecord(parent, r)
 			}

@@ -114,11 +114,12 @@ func fits(ahead []share, s driver.Share) bool {
 // sequential node of the key's queue whose name carries its mode, weight
 // and limit. The driver remembers the node of a request that queued, for
 // its later attempts; a first attempt creates its node at once. The request
-// holds once the nodes ahead of it fit (see fits); the key's limit is its
+// holds once the nodes ahead of it fit (see fits). The key's limit is its
 // ruling limit record's, else the first node's (see keyLimit), read in the
-// listing that shows the queue. A request that does not fit keeps its node when it queues,
-// and deletes it when it does not. A crashed holder's node goes with its
-// session.
+// listing that shows the queue: a record SetLimit wrote before the listing
+// rules the grant, one written after it comes after the grant. A request
+// that does not fit keeps its node when it queues, and deletes it when it
+// does not. A crashed holder's node goes with its session.
 //
 // A grant's token is the zxid of a write that made it: the node's creation,
 // or for a waiter a rewrite of its data. Its czxid would not do: a waiter
