@@ -118,18 +118,23 @@ func (d *zkDriver) clearRecords(parent string, rs []record) {
 	}
 }
 
-// SetLimit implements driver.Limiter. It lists the key's node and, when the
-// key is a semaphore with another limit, writes a new record in one
-// multi-operation: a check that the first node of the listing is still
-// there (so the key is still that semaphore), the deletion of the records
-// listed (so a concurrent SetLimit makes it list again), and the new
-// record. The record's creation is a change of the key's children, which
+// SetLimit implements driver.Limiter. It syncs with the leader, lists the
+// key's node and, when the key is a semaphore with another limit, writes a
+// new record in one multi-operation: a check that the first node of the
+// listing is still there (so the key is still that semaphore), the
+// deletion of the records listed (so a concurrent SetLimit makes it list
+// again), and the new record. The record's creation is a change of the key's children, which
 // the watches of the key's waiters see. The record rules while a node
 // older than it is left (see ruling); this Locker deletes it once none is,
 // and so does any Locker that lists the key when this one is gone.
 func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	parent := d.parentOf(key)
 	for {
+		// A server behind the leader could list the key as it was before
+		// holders that a caller saw granted: sync first.
+		if _, err := call(ctx, d, func() (string, error) { return d.conn.Sync(parent) }); err != nil {
+			return fmt.Errorf("setlimit: sync %s: %w", parent, classify(err))
+		}
 		children, err := d.children(ctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
