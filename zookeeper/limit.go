@@ -49,14 +49,40 @@ func parseRecord(name string) (r record, ok bool) {
 
 // recordsOf returns the limit records among children, in sequence order.
 func recordsOf(children []string) []record {
-	var rs []record
+	return parseSorted(children, parseRecord, func(r record) int64 { return r.seq })
+}
+
+// parseSorted returns the children that parse reads, in the order of seq.
+func parseSorted[T any](children []string, parse func(string) (T, bool), seq func(T) int64) []T {
+	var out []T
 	for _, c := range children {
-		if r, ok := parseRecord(c); ok {
-			rs = append(rs, r)
+		if v, ok := parse(c); ok {
+			out = append(out, v)
 		}
 	}
-	slices.SortFunc(rs, func(a, b record) int { return cmp.Compare(a.seq, b.seq) })
-	return rs
+	slices.SortFunc(out, func(a, b T) int { return cmp.Compare(seq(a), seq(b)) })
+	return out
+}
+
+// mark adds p to the set *m, and reports false when it was there already.
+func (d *zkDriver) mark(m *map[string]struct{}, p string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := (*m)[p]; ok {
+		return false
+	}
+	if *m == nil {
+		*m = make(map[string]struct{})
+	}
+	(*m)[p] = struct{}{}
+	return true
+}
+
+// unmark removes p from the set *m.
+func (d *zkDriver) unmark(m *map[string]struct{}, p string) {
+	d.mu.Lock()
+	delete(*m, p)
+	d.mu.Unlock()
 }
 
 // ruling returns the record that rules the key whose queue is q, if any:
@@ -96,23 +122,12 @@ func stale(q []share, rs []record) []record {
 func (d *zkDriver) clearRecords(parent string, rs []record) {
 	for _, r := range rs {
 		p := parent + "/" + r.name
-		d.mu.Lock()
-		_, busy := d.clearing[p]
-		if !busy {
-			if d.clearing == nil {
-				d.clearing = make(map[string]struct{})
-			}
-			d.clearing[p] = struct{}{}
-		}
-		d.mu.Unlock()
-		if busy {
+		if !d.mark(&d.clearing, p) {
 			continue
 		}
 		start(d, func() (struct{}, error) {
 			err := d.conn.Delete(p, -1)
-			d.mu.Lock()
-			delete(d.clearing, p)
-			d.mu.Unlock()
+			d.unmark(&d.clearing, p)
 			return struct{}{}, err
 		})
 	}
@@ -195,26 +210,13 @@ func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 // follows a record.
 func (d *zkDriver) followRecord(parent string, r record) {
 	p := parent + "/" + r.name
-	d.mu.Lock()
-	_, busy := d.following[p]
-	if !busy {
-		if d.following == nil {
-			d.following = make(map[string]struct{})
-		}
-		d.following[p] = struct{}{}
-	}
-	d.mu.Unlock()
-	if busy {
+	if !d.mark(&d.following, p) {
 		return
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		defer func() {
-			d.mu.Lock()
-			delete(d.following, p)
-			d.mu.Unlock()
-		}()
+		defer d.unmark(&d.following, p)
 		if d.outlive(parent, r) {
 			_ = call0(d.ctx, d, func() error { return d.conn.Delete(p, -1) })
 		}

@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,14 +58,7 @@ func parseShare(name string) (sh share, ok bool) {
 
 // queueOf returns the lock nodes among children, in sequence order.
 func queueOf(children []string) []share {
-	var q []share
-	for _, c := range children {
-		if sh, ok := parseShare(c); ok {
-			q = append(q, sh)
-		}
-	}
-	slices.SortFunc(q, func(a, b share) int { return cmp.Compare(a.seq, b.seq) })
-	return q
+	return parseSorted(children, parseShare, func(sh share) int64 { return sh.seq })
 }
 
 // kind names what a key is whose first node is of mode and whose limit is
