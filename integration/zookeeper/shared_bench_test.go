@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/integration/internal/sharedbench"
@@ -57,5 +58,36 @@ func BenchmarkSharedRequests(b *testing.B) {
 	b.ReportMetric(lock, "lock-requests")
 	b.ReportMetric(permit, "permit-requests")
 	b.ReportMetric(permit/lock, "permit-x-lock")
+	b.ReportMetric(setLimitRequests(b, l, addr, key+"/setlimit"), "setlimit-requests")
 	b.ReportMetric(0, "ns/op")
+}
+
+// setLimitRequests counts the requests the server receives per SetLimit
+// of a semaphore that one permit holds, the limit going back and forth,
+// with the deletion of each record it replaces and of the last one once
+// the permit is released.
+func setLimitRequests(b *testing.B, l locker.Locker, addr, key string) float64 {
+	b.Helper()
+	ctx := b.Context()
+	sem, err := locker.NewSemaphore(l, key, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := sem.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const rounds = sharedRequestRounds / 4
+	before := packetsReceived(b, addr)
+	for i := range rounds {
+		if err := sem.SetLimit(ctx, 5+i%2); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// The record goes in the background: give it a moment.
+	time.Sleep(200 * time.Millisecond)
+	return float64(packetsReceived(b, addr)-before-1) / rounds // less the Unlock
 }
