@@ -90,9 +90,14 @@ type zkDriver struct {
 	// delete (followRecord) and is deleting (clearRecords), by path.
 	following, clearing map[string]struct{}
 
-	// beforeLimitWrite, when set (by tests), runs in SetLimit between its
-	// listing and its write.
-	beforeLimitWrite func()
+	hooks hooks
+}
+
+// hooks are functions tests set to order a race; nil in production.
+type hooks struct {
+	beforeLimitWrite func() // in SetLimit, between its listing and its write
+	beforeClaim      func() // in a waiter's attempt, before its claim is sent
+	afterListing     func() // in a waiter's attempt, once its listing returned
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {

@@ -133,6 +133,20 @@ func (d *zkDriver) clearRecords(parent string, rs []record) {
 	}
 }
 
+// recheckLimit lists parent again, after the claim of node (a waiter's)
+// was applied, and returns the ErrConflict of s on the key then, if any.
+func (d *zkDriver) recheckLimit(ctx context.Context, parent, node string, s driver.Share) error {
+	children, _, err := d.children(ctx, parent)
+	if err != nil {
+		return err
+	}
+	q, rs := queueOf(children), recordsOf(children)
+	if !slices.ContainsFunc(q, func(sh share) bool { return parent+"/"+sh.name == node }) {
+		return errNodeGone
+	}
+	return conflict(q[0], keyLimit(q, rs), s)
+}
+
 // SetLimit implements driver.Limiter. It syncs with the leader, lists the
 // key's node and, when the key is a semaphore with another limit, writes a
 // new record in one multi-operation: a check that the first node of the
@@ -150,7 +164,7 @@ func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 		if _, err := call(ctx, d, func() (string, error) { return d.conn.Sync(parent) }); err != nil {
 			return fmt.Errorf("setlimit: sync %s: %w", parent, classify(err))
 		}
-		children, err := d.children(ctx, parent)
+		children, _, err := d.children(ctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
@@ -174,8 +188,8 @@ func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 			}
 			return nil
 		}
-		if d.beforeLimitWrite != nil {
-			d.beforeLimitWrite()
+		if d.hooks.beforeLimitWrite != nil {
+			d.hooks.beforeLimitWrite()
 		}
 		acl := d.currentACL()
 		ops := []any{&zk.CheckVersionRequest{Path: parent + "/" + q[0].name, Version: -1}}
@@ -238,7 +252,7 @@ func (d *zkDriver) outlive(parent string, r record) bool {
 	if err != nil {
 		return false
 	}
-	children, err := d.children(d.ctx, parent)
+	children, _, err := d.children(d.ctx, parent)
 	if err != nil {
 		return false
 	}

@@ -203,8 +203,8 @@ func TestSetLimitRacesAcquire(t *testing.T) {
 	ds, _, ctx := limitDrivers(t, 2)
 	p := take(ctx, t, ds[0], "permit", permitsOf(2, 1))
 	var plain driver.Grant
-	ds[1].beforeLimitWrite = func() {
-		ds[1].beforeLimitWrite = nil
+	ds[1].hooks.beforeLimitWrite = func() {
+		ds[1].hooks.beforeLimitWrite = nil
 		give(ctx, t, ds[0], "permit", p)
 		var err error
 		if plain, err = ds[0].TryAcquire(ctx, limitRequest("plain")); err != nil {
@@ -228,8 +228,8 @@ func TestSetLimitRacesAcquire(t *testing.T) {
 func TestSetLimitRacesSetLimit(t *testing.T) {
 	ds, _, ctx := limitDrivers(t, 3)
 	h := take(ctx, t, ds[0], "holder", permitsOf(2, 1))
-	ds[1].beforeLimitWrite = func() {
-		ds[1].beforeLimitWrite = nil
+	ds[1].hooks.beforeLimitWrite = func() {
+		ds[1].hooks.beforeLimitWrite = nil
 		if err := ds[2].SetLimit(ctx, "k", 7); err != nil {
 			t.Errorf("the racing SetLimit(7): %v", err)
 		}
@@ -247,4 +247,37 @@ func TestSetLimitRacesSetLimit(t *testing.T) {
 	}
 	give(ctx, t, ds[0], "five", g)
 	give(ctx, t, ds[0], "holder", h)
+}
+
+// TestSetLimitBetweenListingAndClaim: a waiter's listing is served before
+// its claim, and SetLimit writes a record in between. The waiter fits by
+// the listing, but its claim comes after the record: it must fail naming
+// the new limit, not be granted with the old one.
+func TestSetLimitBetweenListingAndClaim(t *testing.T) {
+	ds, _, ctx := limitDrivers(t, 3)
+	h := take(ctx, t, ds[0], "holder", permitsOf(2, 2))
+	queued := permitsOf(2, 1)
+	queued.Queue = true
+	_, err := ds[1].TryAcquireShared(ctx, limitRequest("waiter"), queued)
+	var r *driver.Residue
+	if !errors.As(err, &r) {
+		t.Fatalf("a queued permit of a full semaphore: got %v, want a Residue", err)
+	}
+	give(ctx, t, ds[0], "holder", h)
+	listed := make(chan struct{})
+	ds[1].hooks.afterListing = func() {
+		if err := ds[2].SetLimit(ctx, "k", 1); err != nil {
+			t.Errorf("SetLimit(1) between the waiter's listing and its claim: %v", err)
+		}
+		close(listed)
+	}
+	ds[1].hooks.beforeClaim = func() { <-listed }
+	g, err := ds[1].TryAcquireShared(ctx, limitRequest("waiter"), queued)
+	if err == nil {
+		t.Errorf("a waiter with the old limit 2 was granted (token %d) by a claim made after SetLimit(1)", g.Token)
+		give(ctx, t, ds[1], "waiter", g)
+	} else if !errors.Is(err, driver.ErrConflict) || !strings.Contains(err.Error(), "1 permits") {
+		t.Errorf("a waiter with the old limit 2 whose claim came after SetLimit(1): got %v, want ErrConflict naming 1", err)
+	}
+	_ = r.Cleanup(ctx)
 }

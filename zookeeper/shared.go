@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,6 +134,7 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	delete(d.queued, req.Owner)
 	d.mu.Unlock()
 	var children []string
+	var listed *zk.Stat // the key's node, as the listing of a waiter showed it
 	var err error
 	var claim <-chan result[[]zk.MultiResponse]
 	if node != "" {
@@ -146,10 +148,23 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 			&zk.CheckVersionRequest{Path: node, Version: -1},
 			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 		}
-		claim = start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
-		if children, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		claim = start(d, func() ([]zk.MultiResponse, error) {
+			if d.hooks.beforeClaim != nil {
+				d.hooks.beforeClaim()
+			}
+			return d.conn.Multi(ops...)
+		})
+		// Let the claim reach the connection's queue first, as a rule:
+		// the server then lists after the claim, so that the listing
+		// shows every limit record written before the claim. The check
+		// at the grant covers the other order.
+		runtime.Gosched()
+		if children, listed, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
+		}
+		if d.hooks.afterListing != nil {
+			d.hooks.afterListing()
 		}
 		if !slices.Contains(children, node[len(parent)+1:]) {
 			node = "" // gone with its session, or deleted: queue again
@@ -165,7 +180,7 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 		}
 		zxid = pstat.Mzxid
 		if pstat.NumChildren > 1 {
-			if children, err = d.children(ctx, parent); err != nil {
+			if children, _, err = d.children(ctx, parent); err != nil {
 				d.cleanup(ctx, parent, tag, node)
 				return driver.Grant{}, err
 			}
@@ -230,6 +245,15 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 			return driver.Grant{}, fmt.Errorf("claim %s: %w", node, denied(err, parent, "WRITE"))
 		}
 		zxid = res[1].Stat.Mzxid
+		if listed == nil || (listed.Mzxid < zxid && listed.Pzxid != res[1].Stat.Pzxid) {
+			// The listing was served before the claim, and the key's
+			// children changed in between: a limit record written
+			// before the claim may be missing from it.
+			if err := d.recheckLimit(ctx, parent, node, s); err != nil {
+				d.cleanup(ctx, parent, tag, node)
+				return driver.Grant{}, err
+			}
+		}
 	}
 	if s := d.conn.SessionID(); s != session || s == 0 {
 		// The session changed during the create: ask the node which one
@@ -244,16 +268,20 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	return g, err
 }
 
-// children lists parent's children.
-func (d *zkDriver) children(ctx context.Context, parent string) ([]string, error) {
-	c, err := call(ctx, d, func() ([]string, error) {
-		c, _, err := d.conn.Children(parent)
-		return c, err
+// children lists parent's children, and returns parent's stat with them.
+func (d *zkDriver) children(ctx context.Context, parent string) ([]string, *zk.Stat, error) {
+	type listing struct {
+		children []string
+		stat     *zk.Stat
+	}
+	l, err := call(ctx, d, func() (listing, error) {
+		c, st, err := d.conn.Children(parent)
+		return listing{c, st}, err
 	})
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		err = fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 	}
-	return c, err
+	return l.children, l.stat, err
 }
 
 // sharedHolders returns the nodes of q (a queue whose first node is a
