@@ -109,8 +109,10 @@ func fits(ahead []share, s driver.Share) bool {
 // its later attempts; a first attempt creates its node at once. The request
 // holds once the nodes ahead of it fit (see fits). The key's limit is its
 // ruling limit record's, else the first node's (see keyLimit), read in the
-// listing that shows the queue: a record SetLimit wrote before the listing
-// rules the grant, one written after it comes after the grant. A request
+// listing that shows the queue. A record SetLimit wrote before the grant's
+// write (the create, or a waiter's claim) rules the grant: the listing
+// comes after that write, or is made again when the key's children changed
+// in between. A request
 // that does not fit keeps its node when it queues, and deletes it when it
 // does not. A crashed holder's node goes with its session.
 //
