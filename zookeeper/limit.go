@@ -152,10 +152,11 @@ func (d *zkDriver) recheckLimit(ctx context.Context, parent, node string, s driv
 // new record in one multi-operation: a check that the first node of the
 // listing is still there (so the key is still that semaphore), the
 // deletion of the records listed (so a concurrent SetLimit makes it list
-// again), and the new record. The record's creation is a change of the key's children, which
-// the watches of the key's waiters see. The record rules while a node
-// older than it is left (see ruling); this Locker deletes it once none is,
-// and so does any Locker that lists the key when this one is gone.
+// again), and the new record. The record's creation is a change of the
+// key's children, which the watches of the key's waiters see. The record
+// rules while a node older than it is left (see ruling); this Locker
+// deletes it once none is, and so does any Locker that lists the key when
+// this one is gone.
 func (d *zkDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	parent := d.parentOf(key)
 	for {
