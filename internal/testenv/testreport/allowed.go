@@ -53,8 +53,6 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/etcd TestConformance/embedded",
-				"integration/etcd TestConformance/env",
 				"integration/zookeeper TestConformance",
 			},
 			cases:   []string{"SemaphoreSetLimit", "SetLimitWaiters"},
