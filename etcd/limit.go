@@ -26,9 +26,12 @@ import (
 // next request for a shared hold that finds the directory empty deletes it
 // in the transaction that creates its key. So a record that exists while
 // the directory has keys was put since the directory last had none.
-// (A plain lock taking an empty directory leaves a stale record alone: it
-// rules nothing while a plain lock holds the key, and the directory is
-// empty again before a shared hold can be granted.)
+// A plain lock taking an empty directory leaves a stale record alone: it
+// rules nothing while plain locks hold the key, since a shared request
+// behind one gives up, deleting its key. (Only a request that arrives as
+// the plain locks leave, while such a key is still first, is judged by the
+// stale record.) Plain acquisitions do not read the directory whole, and
+// deleting the record there would cost them that read.
 
 // limitPrefix starts a limit record's value, which is followed by the limit.
 const limitPrefix = "limit "

@@ -150,51 +150,39 @@ func TestSetLimitOnOtherKeys(t *testing.T) {
 		t.Errorf("SetLimit of a free key wrote the record %q", rec)
 	}
 
-	g, err := d.TryAcquire(ctx, limitReq(key, "plain"))
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		kind    string
+		acquire func() (driver.Grant, error)
+	}{
+		{"plain lock", func() (driver.Grant, error) { return d.TryAcquire(ctx, limitReq(key, "holder")) }},
+		{"read-write lock", func() (driver.Grant, error) {
+			return d.TryAcquireShared(ctx, limitReq(key, "holder"), driver.Share{Mode: driver.Read, Weight: 1})
+		}},
+	} {
+		g, err := c.acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantConflict(t, d.SetLimit(ctx, key, 4), "SetLimit of a "+c.kind+"'s key", c.kind)
+		if rec := limitRecordOf(ctx, t, d, key); rec != "" {
+			t.Errorf("a refused SetLimit of a %s's key wrote the record %q", c.kind, rec)
+		}
+		releaseHold(ctx, t, d, key, "holder", g)
 	}
-	wantConflict(t, d.SetLimit(ctx, key, 4), "SetLimit of a plain lock's key", "plain lock")
-	if rec := limitRecordOf(ctx, t, d, key); rec != "" {
-		t.Errorf("a refused SetLimit of a plain lock's key wrote the record %q", rec)
-	}
-	releaseHold(ctx, t, d, key, "plain", g)
-
-	r, err := d.TryAcquireShared(ctx, limitReq(key, "reader"), driver.Share{Mode: driver.Read, Weight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantConflict(t, d.SetLimit(ctx, key, 4), "SetLimit of a read-write lock's key", "read-write lock")
-	if rec := limitRecordOf(ctx, t, d, key); rec != "" {
-		t.Errorf("a refused SetLimit of a read-write lock's key wrote the record %q", rec)
-	}
-	releaseHold(ctx, t, d, key, "reader", r)
 }
 
 // TestSetLimitWakesWaiters: a Subscribe of the key wakes when SetLimit
 // changes its limit, and the waiter, once it reads, fails naming the new
 // limit and leaves its place in line.
 func TestSetLimitWakesWaiters(t *testing.T) {
-	holder, ctx, key := sharedDriver(t)
-	waiter, _, _ := sharedDriver(t)
-	g, err := holder.TryAcquireShared(ctx, limitReq(key, "holder"), permitsOf(2, 2, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wake, stop, err := waiter.Subscribe(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if _, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), permitsOf(2, 1, true)); !errors.Is(err, driver.ErrHeld) {
-		t.Fatalf("a permit behind a full semaphore: %v", err)
-	}
+	q := queueBehind(t, permitsOf(2, 2, false), permitsOf(2, 1, true))
+	holder, waiter, ctx, key, g, wake := q.holder, q.waiter, q.ctx, q.key, q.held, q.wake
 	drain(wake)
 	if err := holder.SetLimit(ctx, key, 4); err != nil {
 		t.Fatal(err)
 	}
 	awaitWake(ctx, t, wake)
-	_, err = waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), permitsOf(2, 1, true))
+	_, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), permitsOf(2, 1, true))
 	wantConflict(t, err, "a wait with the old limit after SetLimit(4)", "4")
 	st, err := holder.Inspect(ctx, key)
 	if err != nil {
@@ -211,21 +199,9 @@ func TestSetLimitWakesWaiters(t *testing.T) {
 // even when the watch has yet to report it: its claim compares the limit
 // record, and it reads again and fails naming the new limit.
 func TestClaimSeesLimitChange(t *testing.T) {
-	holder, ctx, key := sharedDriver(t)
-	waiter, _, _ := sharedDriver(t)
-	g, err := holder.TryAcquireShared(ctx, limitReq(key, "holder"), permitsOf(3, 2, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wake, stop, err := waiter.Subscribe(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
 	share := permitsOf(3, 2, true)
-	if _, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), share); !errors.Is(err, driver.ErrHeld) {
-		t.Fatalf("two permits behind two of three: %v", err)
-	}
+	q := queueBehind(t, permitsOf(3, 2, false), share)
+	holder, waiter, ctx, key, g, wake := q.holder, q.waiter, q.ctx, q.key, q.held, q.wake
 	waiter.mu.Lock()
 	wkey := Dir(key) + waiter.sess.hex + ".waiter"
 	waiter.mu.Unlock()
@@ -261,6 +237,37 @@ func TestClaimSeesLimitChange(t *testing.T) {
 		t.Fatalf("a wait for 2 permits of 3 was granted (token %d) after SetLimit(1)", p.Token)
 	}
 	wantConflict(t, err, "a wait with the old limit whose view missed SetLimit(1)", "1", "3")
+}
+
+// queued is a request for a shared hold queued behind a holder, each on a
+// driver of its own, the waiter subscribed to the key.
+type queued struct {
+	holder, waiter *etcdDriver
+	ctx            context.Context
+	key            string
+	held           driver.Grant
+	wake           <-chan struct{}
+}
+
+// queueBehind grants a hold of held on a free key, then queues a request
+// of waits (Queue set) behind it, subscribed first so that it keeps a view.
+func queueBehind(t *testing.T, held, waits driver.Share) queued {
+	t.Helper()
+	holder, ctx, key := sharedDriver(t)
+	waiter, _, _ := sharedDriver(t)
+	g, err := holder.TryAcquireShared(ctx, limitReq(key, "holder"), held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, stop, err := waiter.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if _, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), waits); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("%d permits behind %d of %d: %v", waits.Weight, held.Weight, held.Limit, err)
+	}
+	return queued{holder: holder, waiter: waiter, ctx: ctx, key: key, held: g, wake: wake}
 }
 
 // drain empties a Subscribe's channel of wake-ups sent so far.
