@@ -542,7 +542,7 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Then(clientv3.OpPut(st.key, keptPrefix+value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
-		d.deleteAfter(st.key, keptPrefix+value, remaining)
+		d.deleteAfter(st.key, keptPrefix+value, remaining, st.limitOps()...)
 		if own != nil {
 			d.revokeLease(ctx, own.id)
 		}
@@ -558,8 +558,9 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 	return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 }
 
-// deleteAfter deletes key, if its value is still value, after d.
-func (d *etcdDriver) deleteAfter(key, value string, after time.Duration) {
+// deleteAfter deletes key, if its value is still value, after d, in a
+// transaction that also runs ops.
+func (d *etcdDriver) deleteAfter(key, value string, after time.Duration, ops ...clientv3.Op) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.keeps == nil {
@@ -577,7 +578,7 @@ func (d *etcdDriver) deleteAfter(key, value string, after time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		defer cancel()
 		// On failure the key's lease deletes it, a little later.
-		_, _ = d.cli.Txn(ctx).Then(deleteIfValue(key, value)).Commit()
+		_, _ = d.cli.Txn(ctx).Then(append([]clientv3.Op{deleteIfValue(key, value)}, ops...)...).Commit()
 	})
 	d.keeps[t] = struct{}{}
 }

@@ -13,19 +13,21 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// A semaphore's limit is in each of its keys' values, as its first holder
-// asked. SetLimit cannot rewrite them: a holder's token is its key's last
+// Each key of a semaphore holds in its value the limit its request asked
+// for. SetLimit cannot rewrite them: a holder's token is its key's last
 // write. It puts a limit record instead, at [LimitKey], outside the key's
 // directory: reads and watches of the directory do not see it, and no
 // holder's or waiter's key can have its name.
 //
-// The record rules while the directory has keys. SetLimit puts it only
+// The record rules while the directory has keys, and SetLimit puts it only
 // while the directory has a key. The last key to leave its directory
-// through this Locker deletes it in the same transaction. A directory
-// emptied otherwise (leases that expired, Break) leaves it behind: the
-// next request for a shared hold that finds the directory empty deletes it
-// in the transaction that creates its key. So a record that exists while
-// the directory has keys was put since the directory last had none.
+// through this Locker (a release, a failed wait, the end of a MinHold)
+// deletes it in the same transaction. A directory emptied otherwise
+// (leases that expired, Break) leaves it behind: the next request for a
+// shared hold that finds the directory empty deletes it in the transaction
+// that creates its key. So a record that exists while the directory has
+// keys was put since the directory last had none.
+//
 // A plain lock taking an empty directory leaves a stale record alone: it
 // rules nothing while plain locks hold the key, since a shared request
 // behind one gives up, deleting its key. (Only a request that arrives as
@@ -112,13 +114,18 @@ func (st *lockState) lastOutLimitOp() clientv3.Op {
 	}, []clientv3.Op{clientv3.OpDelete(lk)}, nil)
 }
 
-// leaveOps deletes st's key if it is still st's, and for a shared hold the
-// limit record with the directory's last key.
-func (st *lockState) leaveOps() []clientv3.Op {
+// limitOps are what a transaction that deletes st's key does to the limit
+// record: for a shared hold, lastOutLimitOp; nothing for a plain lock.
+func (st *lockState) limitOps() []clientv3.Op {
 	if !st.shared {
-		return []clientv3.Op{st.deleteOp()}
+		return nil
 	}
-	return []clientv3.Op{st.deleteOp(), st.lastOutLimitOp()}
+	return []clientv3.Op{st.lastOutLimitOp()}
+}
+
+// leaveOps deletes st's key if it is still st's, with limitOps.
+func (st *lockState) leaveOps() []clientv3.Op {
+	return append([]clientv3.Op{st.deleteOp()}, st.limitOps()...)
 }
 
 // SetLimit implements driver.Limiter. It reads the first key of the key's

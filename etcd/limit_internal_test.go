@@ -277,3 +277,27 @@ func drain(wake <-chan struct{}) {
 	default:
 	}
 }
+
+// TestMinHoldEndTakesLimitRecord: the last holder's key, kept for a
+// MinHold at its release, takes the limit record with it when the MinHold
+// ends.
+func TestMinHoldEndTakesLimitRecord(t *testing.T) {
+	d, ctx, key := sharedDriver(t)
+	g, err := d.TryAcquireShared(ctx, limitReq(key, "kept"), permitsOf(2, 1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetLimit(ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Keep(ctx, driver.Lease{Key: key, Owner: "kept", Token: g.Token, TTL: sharedTTL, State: g.State}, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for limitRecordOf(ctx, t, d, key) != "" {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the limit record outlived the MinHold of the key's last holder")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
