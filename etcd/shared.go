@@ -311,7 +311,7 @@ func (d *etcdDriver) inspectShared(ctx context.Context, key string) (driver.Stat
 	first, _ := parseShared(kvs[0].Value)
 	held := sharedHolders(kvs)
 	st := sharedStatusOf(first, kvs[0], len(kvs))
-	if st.Limit != 0 {
+	if first.mode == driver.Permits {
 		st.Limit = lr.ruling(first)
 	}
 	st.Held, st.Label, st.Token, st.Waiters = len(held) > 0, "", 0, len(kvs)-len(held)

@@ -30,16 +30,17 @@ import (
 // claim compares the limit record as the view's read saw it: a change the
 // watch has yet to report fails the claim, and the request reads again.
 
-// dirSub is one Subscribe's watch of a key directory. Fields are guarded
-// by etcdDriver.mu.
+// dirSub is one Subscribe's watches of a key directory and its limit
+// record. Fields are guarded by etcdDriver.mu.
 type dirSub struct {
 	dir     string
-	created int64 // the watch reports every deletion and limit record change after this revision
-	seen    int64 // the last of those it reported
+	created int64 // the watches report every deletion and limit change after this revision
+	seen    int64 // the revision of the last of those they reported
 	views   map[string]*queueView
-	// chans are the subscribers' channels, each woken on a deletion.
+	// chans are the subscribers' channels, each woken on a deletion or a
+	// limit change.
 	chans map[chan struct{}]struct{}
-	// live: new subscribers may join; idle ends the watch once the last
+	// live: new subscribers may join; idle ends the watches once the last
 	// subscriber left (Subscribe).
 	live bool
 	idle *time.Timer
