@@ -42,7 +42,8 @@ const limitPrefix = "limit "
 // store key: the key encoded as in [Dir], followed by "%limit". No lock's
 // directory or waiter key has that name. locker.SetLimit puts it while the
 // semaphore has holders or waiters, and the last of them to leave deletes
-// it.
+// it. A record whose holders and waiters all crashed rules nothing, and
+// the next request for a permit deletes it.
 func LimitKey(key string) string { return KeyPrefix(key) + "%limit" }
 
 // limitKeyOf is LimitKey of the store key whose directory is dir.
