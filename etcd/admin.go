@@ -26,7 +26,7 @@ func (d *etcdDriver) Break(ctx context.Context, key string) error {
 	}
 	kv := resp.Kvs[0]
 	if _, ok := parseShared(kv.Value); ok {
-		kvs, err := d.listDir(ctx, key)
+		kvs, _, err := d.readShared(ctx, key)
 		if err != nil || len(kvs) == 0 {
 			return cmp.Or(err, driver.ErrNotHeld)
 		}

@@ -65,10 +65,18 @@
 //     request holds once the keys ahead of it and its own fit: a writer
 //     must be first, a reader needs no writer ahead, permits need their
 //     weights to add up to at most the limit. Later arrivals never overtake
-//     a waiter. The limit is the first key's: another limit gets an error
-//     naming both. A grant's token is the revision of the write that made
-//     it (the key's creation, or a rewrite of a waiter's key), so it is
-//     greater than every token handed out before.
+//     a waiter. The limit is the first key's, or the limit record's once
+//     locker.SetLimit changed it: another limit gets an error naming both.
+//     A grant's token is the revision of the write that made it (the key's
+//     creation, or a rewrite of a waiter's key), so it is greater than
+//     every token handed out before.
+//   - locker.SetLimit puts a limit record ([LimitKey]) beside the key's
+//     directory, and rewrites no holder's or waiter's key: every token
+//     stays as granted. Every grant reads or compares the record, so none
+//     is made under a limit it replaced. Holders keep their permits when
+//     the limit drops, and grants wait until they fit. Waits with the old
+//     limit fail at their next attempt, naming the new one: the waiters'
+//     watch of the record wakes them.
 //   - locker.TryLockMulti, and each attempt of a waiting
 //     locker.LockMulti, take every key in one transaction or none: it puts
 //     every waiter key when every key's directory is empty. The keys share
@@ -109,6 +117,12 @@
 //   - A plain lock on a key held by permits or shared holds, or the other
 //     way round, waits for them (TryLock: ErrNotAcquired); only a shared
 //     request behind a plain lock gets the conflict error.
+//   - A limit record rules only while the key has holders or waiters. The
+//     last of them to leave deletes it; when they all went with their
+//     leases (a crash, Close) or by ForceUnlock, the record stays, void,
+//     until the next request for a permit or a shared hold deletes it.
+//     Each waiter watches it: a wait costs two watches, the directory's and
+//     the record's.
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included.
 //   - etcd keys: the lock on store key k (prefix included) lives under
 //     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of
@@ -116,9 +130,11 @@
 //     of another. Each waiter key is the directory followed by the lease ID
 //     in hex; its value is the acquisition's owner token, a space and the
 //     owner label, then a NUL byte and the lock's data (locker.WithData)
-//     when it has any. SetData puts the value again. Lockers with [locker.WithPrefix] keep their keys under
-//     that prefix, encoded as keys are ([KeyPrefix]: the same unless it has
-//     a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
+//     when it has any. SetData puts the value again. A semaphore's limit
+//     record is [LimitKey](k): k encoded as in Dir, then "%limit", which no
+//     encoded key ends with. Lockers with [locker.WithPrefix] keep their
+//     keys under that prefix, encoded as keys are ([KeyPrefix]: the same
+//     unless it has a '%'), so `etcdctl get --prefix <KeyPrefix(prefix)>` lists them, and
 //     a role with readwrite on that range is all a Locker needs beyond its
 //     leases (TestRoleOnKeyPrefix).
 //   - A key deleted by hand is lost for its holder only once the watch

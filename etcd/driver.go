@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -63,6 +62,9 @@ type lockState struct {
 	// watched: the watch of the key's directory reports the key's
 	// deletion (keywatch.go); guarded by etcdDriver.mu.
 	watched bool
+	// shared: a shared hold's key, whose leaving may take the limit
+	// record with it (limit.go).
+	shared bool
 }
 
 // deleteOp deletes st's key if it is still st's.
@@ -338,7 +340,7 @@ func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, c
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	del := func(ctx context.Context) error {
-		_, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
+		_, err := d.cli.Txn(ctx).Then(st.leaveOps()...).Commit()
 		return d.classify(err)
 	}
 	if err := del(cctx); err != nil {
@@ -496,7 +498,7 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	if dead != nil && own == nil {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, dead) // the key went with the lease
 	}
-	resp, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
+	resp, err := d.cli.Txn(ctx).Then(st.leaveOps()...).Commit()
 	if err != nil {
 		return d.classify(err)
 	}
@@ -507,16 +509,6 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 		return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 	}
 	return nil
-}
-
-// listDir returns every key of key's directory, in create revision order.
-func (d *etcdDriver) listDir(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
-	resp, err := d.cli.Get(ctx, Dir(key), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return nil, d.classify(err)
-	}
-	return resp.Kvs, nil
 }
 
 // keptPrefix starts the value of a key a Keep moved onto a lease of its own.
@@ -550,7 +542,7 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Then(clientv3.OpPut(st.key, keptPrefix+value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
-		d.deleteAfter(st.key, keptPrefix+value, remaining)
+		d.deleteAfter(st.key, keptPrefix+value, remaining, st.limitOps()...)
 		if own != nil {
 			d.revokeLease(ctx, own.id)
 		}
@@ -566,8 +558,9 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 	return fmt.Errorf("%w: key %q deleted or replaced", driver.ErrNotHeld, st.key)
 }
 
-// deleteAfter deletes key, if its value is still value, after d.
-func (d *etcdDriver) deleteAfter(key, value string, after time.Duration) {
+// deleteAfter deletes key, if its value is still value, after d, in a
+// transaction that also runs ops.
+func (d *etcdDriver) deleteAfter(key, value string, after time.Duration, ops ...clientv3.Op) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.keeps == nil {
@@ -585,7 +578,7 @@ func (d *etcdDriver) deleteAfter(key, value string, after time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		defer cancel()
 		// On failure the key's lease deletes it, a little later.
-		_, _ = d.cli.Txn(ctx).Then(deleteIfValue(key, value)).Commit()
+		_, _ = d.cli.Txn(ctx).Then(append([]clientv3.Op{deleteIfValue(key, value)}, ops...)...).Commit()
 	})
 	d.keeps[t] = struct{}{}
 }

@@ -10,16 +10,17 @@ import (
 
 // Subscribe implements driver.Notifier, for locker.Watch and the waits of
 // shared holds: a watch on the key's directory wakes on every deletion
-// there (a release, an expired lease, a waiter that left). The engine's
-// waits for a plain lock go through Acquire and do not use it. The watch is
-// established when Subscribe returns, so that no deletion after it is
+// there (a release, an expired lease, a waiter that left), and a watch on
+// its limit record (limit.go) on every change of the limit. The engine's
+// waits for a plain lock go through Acquire and do not use it. The watches
+// are established when Subscribe returns, so that no change after it is
 // missed. A watch that fails later ends the wake-ups; the engine's polling
 // goes on. The queued shared requests of the directory keep their view of
-// the queue through it (sharedview.go).
+// the queue through them (sharedview.go).
 //
-// The subscriptions of one directory share one watch, which outlives the
-// last of them by a third of the TTL: a holder that queues again at once,
-// as a worker looping on a semaphore does, finds it there.
+// The subscriptions of one directory share these watches, which outlive
+// the last of them by a third of the TTL: a holder that queues again at
+// once, as a worker looping on a semaphore does, finds them there.
 func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	dir := Dir(key)
 	ch := make(chan struct{}, 1)
@@ -33,31 +34,36 @@ func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}
 	}
 	d.mu.Unlock()
 
-	// The watch outlives ctx, which bounds only its creation.
+	// The watches outlive ctx, which bounds only their creation.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
 	unbound := context.AfterFunc(ctx, cancel)
 	wch := d.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	lch := d.cli.Watch(wctx, limitKeyOf(dir), clientv3.WithCreatedNotify())
 	stop := func() {
 		cancel()
 		for range wch { // closed once the watch has ended
 		}
+		for range lch {
+		}
 	}
 	var created int64
-	select {
-	case resp, ok := <-wch:
-		if ok && resp.Created && resp.Err() == nil {
-			created = resp.Header.Revision
-			break
+	for _, w := range []clientv3.WatchChan{wch, lch} {
+		select {
+		case resp, ok := <-w:
+			if ok && resp.Created && resp.Err() == nil {
+				created = max(created, resp.Header.Revision)
+				continue
+			}
+			stop()
+			err := errors.New("etcd: watch ended before it was established")
+			if ok && resp.Err() != nil {
+				err = resp.Err()
+			}
+			return nil, nil, d.classify(err)
+		case <-ctx.Done():
+			stop()
+			return nil, nil, ctx.Err()
 		}
-		stop()
-		err := errors.New("etcd: watch ended before it was established")
-		if ok && resp.Err() != nil {
-			err = resp.Err()
-		}
-		return nil, nil, d.classify(err)
-	case <-ctx.Done():
-		stop()
-		return nil, nil, ctx.Err()
 	}
 	if !unbound() {
 		stop()
@@ -77,12 +83,20 @@ func (d *etcdDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}
 	go func() {
 		defer d.watchers.Done()
 		defer d.unsubscribe(sub)
-		defer cancel()
-		for resp := range wch {
-			if resp.Err() != nil {
-				return
+		defer stop()
+		for {
+			select {
+			case resp, ok := <-wch:
+				if !ok || resp.Err() != nil {
+					return
+				}
+				d.seeDeletions(sub, resp.Events)
+			case resp, ok := <-lch:
+				if !ok || resp.Err() != nil {
+					return
+				}
+				d.seeLimit(sub, resp.Events)
 			}
-			d.seeDeletions(sub, resp.Events)
 		}
 	}()
 	return ch, func() { d.leave(sub, ch) }, nil

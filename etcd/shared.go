@@ -68,17 +68,25 @@ func shareKind(s driver.Share) string {
 	return shareRecord{mode: s.Mode, limit: s.Limit}.kind()
 }
 
-// conflict returns the ErrConflict of a request of s behind first, the
-// first key of the key's directory, or nil when s may join it.
-func conflict(first *mvccpb.KeyValue, s driver.Share) error {
-	r, ok := parseShared(first.Value)
+// conflict returns the ErrConflict of a request of s behind the keys
+// ahead of it (in create revision order), under the limit record lr, or
+// nil when s may join them. The record's limit rules a semaphore's keys;
+// without one, the first key's does.
+func conflict(ahead []*mvccpb.KeyValue, lr limitRecord, s driver.Share) error {
+	if len(ahead) == 0 {
+		if s.Mode == driver.Permits && lr.limit > 0 && lr.limit != s.Limit {
+			return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, lr.limit, s.Limit)
+		}
+		return nil
+	}
+	r, ok := parseShared(ahead[0].Value)
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKind(s))
 	case (r.mode == driver.Permits) != (s.Mode == driver.Permits):
 		return fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, r.kind(), shareKind(s))
-	case r.limit != s.Limit:
-		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, r.limit, s.Limit)
+	case s.Mode == driver.Permits && lr.ruling(r) != s.Limit:
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrConflict, lr.ruling(r), s.Limit)
 	}
 	return nil
 }
@@ -103,14 +111,16 @@ func fits(ahead []*mvccpb.KeyValue, s driver.Share) bool {
 // key of the key's directory on the Locker's lease, named after the lease
 // and the owner token, so that a waiter's later attempts find the key its
 // first one created. One transaction creates the key, or finds it, and
-// reads the directory; the request holds once the keys ahead of it fit (see
-// fits). A request that does not fit keeps its key when it queues, and
-// deletes it when it does not.
+// reads the directory and the limit record (limit.go); the request holds
+// once the keys ahead of it fit (see fits). A request that does not fit
+// keeps its key when it queues, and deletes it when it does not.
 //
 // A grant's token is the revision of a write that made it: the key's
 // creation, or for a waiter a rewrite of its key. A key's create revision
 // would not do: a waiter that fits is granted at its next attempt, after
-// a later arrival may have been granted behind it.
+// a later arrival may have been granted behind it. That rewrite compares
+// the limit record as the waiter last read it: a waiter is never granted
+// under a limit SetLimit changed meanwhile.
 func (d *etcdDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	g, err := d.tryAcquireShared(ctx, req, s)
 	return g, d.classify(err)
@@ -125,6 +135,7 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 		st := d.newState(sess, req, false)
 		st.key += "." + req.Owner
 		st.value = sharedValue(req, s)
+		st.shared = true
 		if v := d.view(st.dir, st.key); v != nil {
 			// Queued, and watched since its last read: no read.
 			st.rev = v.rev
@@ -135,7 +146,10 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 				return driver.Grant{}, d.refuseShared(ctx, st, s)
 			}
 			d.dropView(st.dir, st.key)
-			token, err := d.claimShared(ctx, st)
+			token, err := d.claimShared(ctx, st, v.limit)
+			if errors.Is(err, errLimitChanged) {
+				continue
+			}
 			if err != nil {
 				return driver.Grant{}, err
 			}
@@ -148,11 +162,12 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 		sent := time.Now()
 		list := clientv3.OpGet(st.dir, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		getLimit := clientv3.OpGet(limitKeyOf(st.dir))
 		tctx, cancel := detached(ctx)
 		resp, err := d.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", 0)).
-			Then(list, clientv3.OpPut(st.key, st.value, clientv3.WithLease(sess.id))).
-			Else(list).
+			Then(list, getLimit, dropStaleLimitOp(st.dir), clientv3.OpPut(st.key, st.value, clientv3.WithLease(sess.id))).
+			Else(list, getLimit).
 			Commit()
 		cancel()
 		if err != nil {
@@ -164,7 +179,13 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 		}
 		fresh := resp.Succeeded
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		lr := limitOf(resp.Responses[1].GetResponseRange())
 		st.rev = resp.Header.Revision
+		if fresh && len(kvs) == 0 {
+			// The directory was empty: a record there was left behind,
+			// and the transaction deleted it.
+			lr = limitRecord{}
+		}
 		if !fresh {
 			// Queued by an earlier attempt: the keys ahead are those
 			// created before ours.
@@ -178,24 +199,26 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 			st.rev = kvs[i].CreateRevision
 			kvs = kvs[:i]
 		}
-		if len(kvs) > 0 {
-			if err := conflict(kvs[0], s); err != nil {
-				return driver.Grant{}, d.cleanup(ctx, st, true, err)
-			}
+		if err := conflict(kvs, lr, s); err != nil {
+			return driver.Grant{}, d.cleanup(ctx, st, true, err)
 		}
 		if err := ctx.Err(); err != nil {
 			return driver.Grant{}, d.cleanup(ctx, st, true, err)
 		}
 		if !fits(kvs, s) {
 			if s.Queue {
-				d.keepView(st.dir, st.key, sent, st.rev, resp.Header.Revision, kvs)
+				d.keepView(st.dir, st.key, sent, st.rev, resp.Header.Revision, kvs, lr)
 			}
 			return driver.Grant{}, d.refuseShared(ctx, st, s)
 		}
 		d.dropView(st.dir, st.key)
 		token := st.rev
 		if !fresh {
-			if token, err = d.claimShared(ctx, st); err != nil {
+			token, err = d.claimShared(ctx, st, lr)
+			if errors.Is(err, errLimitChanged) {
+				continue
+			}
+			if err != nil {
 				return driver.Grant{}, err
 			}
 		}
@@ -207,19 +230,29 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 	}
 }
 
-// claimShared rewrites the key of a waiter that fits, and returns the
-// revision of that write: the grant's token.
-func (d *etcdDriver) claimShared(ctx context.Context, st *lockState) (int64, error) {
+// errLimitChanged is claimShared's answer when the limit record changed
+// since the waiter read it: it reads again.
+var errLimitChanged = errors.New("etcd: the semaphore's limit changed")
+
+// claimShared rewrites the key of a waiter that fits under the limit
+// record lr, and returns the revision of that write: the grant's token.
+// It returns errLimitChanged, and writes nothing, when the record is no
+// longer lr.
+func (d *etcdDriver) claimShared(ctx context.Context, st *lockState, lr limitRecord) (int64, error) {
 	tctx, cancel := detached(ctx)
 	resp, err := d.cli.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", st.rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(st.key), "=", st.rev), lr.unchanged(st.dir)).
 		Then(clientv3.OpPut(st.key, st.value, clientv3.WithIgnoreLease())).
+		Else(clientv3.OpGet(st.key, clientv3.WithKeysOnly())).
 		Commit()
 	cancel()
 	if err != nil {
 		return 0, d.cleanup(ctx, st, true, err)
 	}
 	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].CreateRevision == st.rev {
+			return 0, errLimitChanged
+		}
 		return 0, fmt.Errorf("etcd: key %q of a queued shared hold deleted", st.key)
 	}
 	return resp.Header.Revision, nil
@@ -233,20 +266,20 @@ func (d *etcdDriver) refuseShared(ctx context.Context, st *lockState, s driver.S
 	}
 	// Back before the lease, which the attempts keep alive, expires.
 	return &driver.Residue{Err: driver.Held(min(st.ttl, d.ttl) / 3), Cleanup: func(ctx context.Context) error {
-		_, err := d.cli.Txn(ctx).Then(st.deleteOp()).Commit()
+		_, err := d.cli.Txn(ctx).Then(st.leaveOps()...).Commit()
 		return d.classify(err)
 	}}
 }
 
 // sharedHolders returns the keys of the directory kvs (in create revision
-// order, a shared hold's first) that hold the key: those that fit behind
-// the keys ahead of them.
+// order) that hold the key: those that fit behind the keys ahead of them
+// under the limit they were granted with, their own. A limit that SetLimit
+// lowered does not take a holder's permits.
 func sharedHolders(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
-	first, _ := parseShared(kvs[0].Value)
 	var held []*mvccpb.KeyValue
 	for i, kv := range kvs {
 		r, ok := parseShared(kv.Value)
-		if !ok || !fits(kvs[:i], driver.Share{Mode: r.mode, Weight: r.weight, Limit: first.limit}) {
+		if !ok || !fits(kvs[:i], driver.Share{Mode: r.mode, Weight: r.weight, Limit: r.limit}) {
 			break
 		}
 		held = append(held, kv)
@@ -254,17 +287,33 @@ func sharedHolders(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	return held
 }
 
+// readShared returns every key of key's directory, in create revision
+// order, and its limit record, as one read sees them.
+func (d *etcdDriver) readShared(ctx context.Context, key string) ([]*mvccpb.KeyValue, limitRecord, error) {
+	resp, err := d.cli.Txn(ctx).Then(
+		clientv3.OpGet(Dir(key), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(LimitKey(key)),
+	).Commit()
+	if err != nil {
+		return nil, limitRecord{}, d.classify(err)
+	}
+	return resp.Responses[0].GetResponseRange().Kvs, limitOf(resp.Responses[1].GetResponseRange()), nil
+}
+
 // inspectShared is Inspect of a key held by shared holds. The token of a
 // holder is its key's last write (a kept hold's key was written again by
-// Keep).
+// Keep). A semaphore's limit is its limit record's, when it has one.
 func (d *etcdDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
-	kvs, err := d.listDir(ctx, key)
+	kvs, lr, err := d.readShared(ctx, key)
 	if err != nil || len(kvs) == 0 {
 		return driver.Status{}, err
 	}
 	first, _ := parseShared(kvs[0].Value)
 	held := sharedHolders(kvs)
 	st := sharedStatusOf(first, kvs[0], len(kvs))
+	if first.mode == driver.Permits {
+		st.Limit = lr.ruling(first)
+	}
 	st.Held, st.Label, st.Token, st.Waiters = len(held) > 0, "", 0, len(kvs)-len(held)
 	for _, kv := range held {
 		r, _ := parseShared(kv.Value)

@@ -22,21 +22,25 @@ import (
 //
 // The view is kept only while a watch of the directory covers every
 // deletion after the read: one created before the read, which had reported
-// no deletion past it. It ends with that watch, and when the watch reports
-// the request's own key deleted; the next attempt then reads again, as
-// does the first attempt a third of the TTL after the view's read (a watch
-// that lags does not hold a request back for longer).
+// no deletion past it. It ends with that watch, when the watch reports the
+// request's own key deleted, and when the watch of the limit record (which
+// Subscribe starts with it) reports a change; the next attempt then reads
+// again, as does the first attempt a third of the TTL after the view's
+// read (a watch that lags does not hold a request back for longer). The
+// claim compares the limit record as the view's read saw it: a change the
+// watch has yet to report fails the claim, and the request reads again.
 
-// dirSub is one Subscribe's watch of a key directory. Fields are guarded
-// by etcdDriver.mu.
+// dirSub is one Subscribe's watches of a key directory and its limit
+// record. Fields are guarded by etcdDriver.mu.
 type dirSub struct {
 	dir     string
-	created int64 // the watch reports every deletion after this revision
-	seen    int64 // the last deletion it reported
+	created int64 // the watches report every deletion and limit change after this revision
+	seen    int64 // the revision of the last of those they reported
 	views   map[string]*queueView
-	// chans are the subscribers' channels, each woken on a deletion.
+	// chans are the subscribers' channels, each woken on a deletion or a
+	// limit change.
 	chans map[chan struct{}]struct{}
-	// live: new subscribers may join; idle ends the watch once the last
+	// live: new subscribers may join; idle ends the watches once the last
 	// subscriber left (Subscribe).
 	live bool
 	idle *time.Timer
@@ -48,7 +52,8 @@ type queueView struct {
 	read  time.Time              // when the read it comes from was sent
 	rev   int64                  // create revision of the request's key
 	ahead map[string]shareRecord // keys ahead, not yet seen deleted
-	lost  bool                   // its own key was seen deleted
+	limit limitRecord            // the limit record as read
+	lost  bool                   // its own key was seen deleted, or the limit record changed
 }
 
 // fits reports whether s fits behind the keys of v, as fits does.
@@ -97,14 +102,7 @@ func (d *etcdDriver) unsubscribe(sub *dirSub) {
 func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	defer func() {
-		for ch := range sub.chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	defer sub.wake()
 	for _, ev := range evs {
 		if ev.Type != mvccpb.DELETE {
 			continue
@@ -120,10 +118,34 @@ func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 	}
 }
 
+// seeLimit ends every view of sub after evs changed the limit record of
+// its directory, then wakes its subscribers.
+func (d *etcdDriver) seeLimit(sub *dirSub, evs []*clientv3.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ev := range evs {
+		sub.seen = max(sub.seen, ev.Kv.ModRevision)
+	}
+	for _, v := range sub.views {
+		v.lost = true
+	}
+	sub.wake()
+}
+
+// wake wakes sub's subscribers. The caller holds mu.
+func (sub *dirSub) wake() {
+	for ch := range sub.chans {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // keepView records, for the queued request whose key is key, created at
-// rev, the keys ahead of it as a read at revision at showed them, if a
-// watch of dir covers every deletion since.
-func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue) {
+// rev, the keys ahead of it and the limit record lr as a read at revision
+// at showed them, if the watches of dir cover every change since.
+func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.dropViewLocked(dir, key)
@@ -131,7 +153,7 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 		if sub.created > at || sub.seen > at {
 			continue
 		}
-		v := &queueView{read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead))}
+		v := &queueView{read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
 		for _, kv := range ahead {
 			r, ok := parseShared(kv.Value)
 			if !ok {

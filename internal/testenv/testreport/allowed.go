@@ -53,16 +53,6 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/etcd TestConformance/embedded",
-				"integration/etcd TestConformance/env",
-			},
-			cases:   []string{"SemaphoreSetLimit", "SetLimitWaiters"},
-			message: "cannot change a semaphore's limit",
-			reason: "etcd and ZooKeeper keep the limit in every holder's and waiter's node, and a holder's token is its node's last write " +
-				"(etcd); memory, Redis, MySQL and PostgreSQL run these cases",
-		},
-		{
-			harnesses: []string{
 				"integration/redis TestConformance",
 				"integration/redis TestConformanceUnfair",
 				"integration/redis TestConformanceNoPubSub",
