@@ -129,6 +129,7 @@ var cases = []testCase{
 	{name: "LossAfterRenewal", contract: "when a lock or permit vanishes from the store after it was renewed, or after another hold of its key by the same Locker was, its holder must learn it: Done must close and Err match ErrLost", run: testLossAfterRenewal},
 	{name: "MultiUnlock", contract: multiUnlockFrees, run: testMultiUnlock},
 	{name: "SetLimitWaiters", contract: limitWaitsGone, run: testSetLimitWaiters},
+	{name: "SetLimitForgotten", contract: limitForgotten, run: testSetLimitForgotten},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -45,6 +45,7 @@ type memEnv struct {
 	waiting map[string]int         // handOffErrs: key → Lock calls in progress
 	granted []string               // losesOnFailover: the keys granted so far
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
+	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -61,6 +62,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		holders:  make(map[string]locker.Lock),
 		waiting:  make(map[string]int),
 		residue:  make(map[string][]*residue),
+		limits:   make(map[string]int),
 	}
 }
 
@@ -281,6 +283,7 @@ const (
 	staleData       = "staleData"       // Inspect of a holder without data reports the data an earlier holder of the key had
 	blindRenewed    = "blindRenewed"    // Done and Err tell a loss only until the lock's first renewal (a watch that misses the deletions it should report)
 	keepsPlace      = "keepsPlace"      // a wait that SetLimit failed keeps a place in line for a TTL, and holds what it gets meanwhile until then (a withdrawal left to run later)
+	limitOutlives   = "limitOutlives"   // the limit SetLimit set rules the key for good, after its last holder left or crashed (a limit record nobody deletes)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -356,6 +359,7 @@ var mustCatch = map[string][]string{
 	staleData:       {"Data"},
 	blindRenewed:    {"LossAfterRenewal"},
 	keepsPlace:      {"SetLimitWaiters"},
+	limitOutlives:   {"SetLimitForgotten"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},

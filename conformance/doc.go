@@ -227,9 +227,14 @@
 //     within TTL/2 of the holder's Unlock, however long a TTL the old
 //     waits asked for. Skipped for a Locker that is not a
 //     locker.LimitSetter.
+//   - SetLimitForgotten: the only holder of a semaphore of 2 whose limit
+//     SetLimit raised to 4 unlocks, or crashes; a Semaphore of 3 then gets
+//     three permits, within one TTL of the crash, and not a fourth, and
+//     Inspect shows the limit 3. Skipped for a Locker that is not a
+//     locker.LimitSetter.
 //
-// The shared-hold cases (SemaphoreLimit to ForceUnlockShared, and
-// SetLimitWaiters) skip, saying so, for a Locker with no
+// The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
+// SetLimitWaiters and SetLimitForgotten) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

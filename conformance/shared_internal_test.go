@@ -36,6 +36,12 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		s.Limit++
 	case b.kind == writerAsReader && s.Mode == locker.Write:
 		s.Mode = locker.Read
+	case b.kind == limitOutlives && s.Mode == locker.Permits:
+		b.env.mu.Lock()
+		if l, ok := b.env.limits[key]; ok {
+			s.Limit = l
+		}
+		b.env.mu.Unlock()
 	case b.kind == readersOvertake && s.Mode == locker.Write && wait:
 		// No place in line: a poll of one-shot attempts.
 		return pollTry(ctx, b.env.ttl/20, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
@@ -71,10 +77,16 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 }
 
 // SetLimit passes the inner Locker's on; limitNotStored changes nothing in
-// the store, so that only the Semaphore's own limit changes.
+// the store, so that only the Semaphore's own limit changes; limitOutlives
+// remembers the limit for good.
 func (b *brokenLocker) SetLimit(ctx context.Context, key string, limit int) error {
-	if b.kind == limitNotStored {
+	switch b.kind {
+	case limitNotStored:
 		return nil
+	case limitOutlives:
+		b.env.mu.Lock()
+		b.env.limits[key] = limit
+		b.env.mu.Unlock()
 	}
 	return locker.SetLimit(ctx, b.inner, key, limit)
 }
