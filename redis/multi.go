@@ -77,22 +77,24 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 	if _, ok := d.client.(*goredis.Ring); ok {
 		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
 	}
-	keys := make([]string, 0, 5*len(reqs))
-	args := make([]any, 0, 6+2*len(reqs))
+	n := len(reqs)
+	keys := make([]string, 5*n) // grouped by kind, see multi_acquire.lua
+	args := make([]any, 0, 6+2*n)
 	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "")
-	ttls := make([]int64, len(reqs))
+	ttls := make([]int64, n)
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err
 		}
-		keys = append(keys, scriptKeys(req.Key)...)
+		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] =
+			name(kindLock, req.Key), name(kindFence, req.Key), name(kindQueue, req.Key), name(kindShareMeta, req.Key), name(kindWaiters, req.Key)
 		var ttlArg any
 		ttlArg, ttls[i] = d.ttlArgs(req.TTL)
 		args = append(args, req.Owner, ttlArg)
 	}
 	if _, ok := d.client.(*goredis.ClusterClient); ok {
 		slot := hashSlot(keys[0])
-		for _, k := range keys[5:] {
+		for _, k := range keys[1:] {
 			if hashSlot(k) != slot {
 				return nil, fmt.Errorf("acquire: %w: the keys are in different Cluster hash slots", driver.ErrNotAtomic)
 			}
@@ -127,7 +129,7 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 			if err != nil {
 				return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: malformed token %q", s))
 			}
-			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[5*i]}
+			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[i]}
 		}
 		return grants, nil
 	}

@@ -126,7 +126,7 @@ func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *
 	pipe := d.client.Pipeline()
 	for i := range reqs {
 		if all || call.recorded[i] {
-			pipe.HDel(ctx, call.keys[5*i+3], " watch "+lid)
+			pipe.HDel(ctx, call.keys[4*len(reqs)+i], " watch "+lid)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
