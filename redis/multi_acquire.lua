@@ -32,8 +32,8 @@
 -- the first that stops the attempt is the reply. The usual attempts cost:
 -- taking free keys, an MGET, an EXISTS, a TIME and two SETs per lock;
 -- finding the first key held, an MGET, an HSET and one or two PTTLs. The
--- script builds no table but its reply: Lua's allocations cost the server
--- as much as its calls.
+-- script builds no table of its own (its reply is the MGET's): a Lua
+-- allocation costs the server about as much as a call.
 local n = #KEYS / 5
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its

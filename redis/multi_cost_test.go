@@ -125,9 +125,9 @@ func TestMultiScriptCommands(t *testing.T) {
 	}{
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
-		{"releasing three keys, waking the Locker recorded", 9},
+		{"releasing three keys, waking the Locker recorded", 8},
 		{"taking three free keys, removing a record", 11},
-		{"releasing three keys nobody waits for", 6},
+		{"releasing three keys nobody waits for", 4},
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"taking three free keys, removing a record", 11},

@@ -14,33 +14,60 @@
 -- the owner's but has a queue: it is left held, for release.lua to hand
 -- over.
 --
--- Releasing n locks costs an MGET, an EXISTS per lock and a DEL; each
--- Locker woken adds an HKEYS, an HDEL and a PUBLISH. The script builds
--- no table but its reply: Lua's allocations cost the server as much as
--- its calls.
+-- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
+-- an EXISTS per lock looked at for its queue and waiters, and an HKEYS,
+-- an HDEL and a PUBLISH per Locker woken, come on top. The script builds
+-- no table of its own but its reply: a Lua allocation costs the server
+-- about as much as a call.
 local n = #KEYS / 3
 local vs = redis.call('MGET', unpack(KEYS, 1, n))
 
--- res[i] is -1 for a lock released whose waiters hash may record a
--- LockMulti to wake. vs[1..free] collects the locks to delete (vs[i] is
--- read before).
-local res, free, wake = {}, 0, false
+-- The caller's locks (res[i] = 1, the others 0).
+local res, mine = {}, 0
 for i = 1, n do
   local owner, v = ARGV[2 * i - 1], vs[i]
   local m = #owner
-  if not v or not (string.sub(v, 1, m) == owner and string.byte(v, m + 1) == 32) then
-    res[i] = 0
+  if v and string.sub(v, 1, m) == owner and string.byte(v, m + 1) == 32 then
+    res[i] = 1
+    mine = mine + 1
   else
-    -- EXISTS counts a name as often as it is given: 1 for the queue, 2
-    -- for the waiters, 3 for both.
-    local w = KEYS[2 * n + i]
-    local e = redis.call('EXISTS', KEYS[n + i], w, w)
+    res[i] = 0
+  end
+end
+if mine == 0 then
+  return res
+end
+
+-- left: how many queues and waiters hashes of the caller's locks exist
+-- and are not looked at yet; -1 when unknown (not every lock is the
+-- caller's). Each lock is looked at until none is left: a release nobody
+-- waits for costs one EXISTS.
+local left = -1
+if mine == n then
+  left = redis.call('EXISTS', unpack(KEYS, n + 1, 3 * n))
+end
+
+-- res[i] becomes -1 for a lock released whose waiters hash may record a
+-- LockMulti to wake, 3 for a lock with a queue. vs[1..free] collects the
+-- locks to delete (vs[i] is read before).
+local free, wake = 0, false
+for i = 1, n do
+  if res[i] == 1 then
+    local e = 0
+    if left ~= 0 then
+      -- EXISTS counts a name as often as it is given: 1 for the queue, 2
+      -- for the waiters, 3 for both.
+      local w = KEYS[2 * n + i]
+      e = redis.call('EXISTS', KEYS[n + i], w, w)
+      if left > 0 then
+        left = left - e % 2 - math.floor(e / 2)
+      end
+    end
     if e % 2 == 1 then
       res[i] = 3
     else
       free = free + 1
       vs[free] = KEYS[i]
-      res[i] = 1
       if e == 2 and ARGV[2 * i] ~= '' then
         res[i] = -1
         wake = true
