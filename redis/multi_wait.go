@@ -113,8 +113,8 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 // unwatch removes the records the attempts of call may have left (see
 // multi_acquire.lua) after a wait that ended without the keys, so that the
 // next release of a key wakes a Locker that still waits: those of
-// call.recorded, or with all (an attempt's reply was lost) those of every
-// key. It is best-effort, with a fresh context: a record left behind only
+// call.recorded, or with all (after an error: a lost reply may hide a
+// record) those of every key. It is best-effort, with a fresh context: a record left behind only
 // delays one wake-up of the others, which try again by themselves.
 func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall, all bool) {
 	lid, _ := call.args[3].(string)
