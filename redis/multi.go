@@ -43,11 +43,30 @@ func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid s
 }
 
 // multiCall is the script call of a multi-key attempt: the same for every
-// attempt of one wait.
+// attempt of one wait, but for the records it lists.
 type multiCall struct {
 	keys []string
-	args []any // args[3] is lid, args[5] unwatch
+	args []any // args[3] is lid, args[5] the records (unwatch)
 	ttls []int64
+	// recorded[i] is set when an attempt recorded the Locker with lock i
+	// (multi_acquire.lua): the next successful attempt removes the record.
+	recorded []bool
+}
+
+// record notes that an attempt recorded the Locker with lock i (from 1).
+func (c *multiCall) record(i int64) {
+	if c.args[3] == "" || c.recorded[i-1] {
+		return
+	}
+	c.recorded[i-1] = true
+	var b []byte
+	for j, ok := range c.recorded {
+		if ok {
+			b = strconv.AppendInt(b, int64(j+1), 10)
+			b = append(b, ' ')
+		}
+	}
+	c.args[5] = string(b)
 }
 
 // newMultiCall checks reqs and builds the script call that takes them.
@@ -58,28 +77,30 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 	if _, ok := d.client.(*goredis.Ring); ok {
 		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
 	}
-	keys := make([]string, 0, 5*len(reqs))
-	args := make([]any, 0, 6+2*len(reqs))
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "0")
-	ttls := make([]int64, len(reqs))
+	n := len(reqs)
+	keys := make([]string, 5*n) // grouped by kind, see multi_acquire.lua
+	args := make([]any, 0, 6+2*n)
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "")
+	ttls := make([]int64, n)
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err
 		}
-		keys = append(keys, scriptKeys(req.Key)...)
+		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] =
+			name(kindLock, req.Key), name(kindFence, req.Key), name(kindQueue, req.Key), name(kindShareMeta, req.Key), name(kindWaiters, req.Key)
 		var ttlArg any
 		ttlArg, ttls[i] = d.ttlArgs(req.TTL)
 		args = append(args, req.Owner, ttlArg)
 	}
 	if _, ok := d.client.(*goredis.ClusterClient); ok {
 		slot := hashSlot(keys[0])
-		for _, k := range keys[5:] {
+		for _, k := range keys[1:] {
 			if hashSlot(k) != slot {
 				return nil, fmt.Errorf("acquire: %w: the keys are in different Cluster hash slots", driver.ErrNotAtomic)
 			}
 		}
 	}
-	return &multiCall{keys: keys, args: args, ttls: ttls}, nil
+	return &multiCall{keys: keys, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
 }
 
 // runMulti makes the attempt c, which takes reqs.
@@ -108,14 +129,15 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 			if err != nil {
 				return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: malformed token %q", s))
 			}
-			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[5*i]}
+			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[i]}
 		}
 		return grants, nil
 	}
 	if len(reply) >= 3 {
 		i, _ := reply[1].(int64)
 		switch {
-		case reply[0] == "held" && len(reply) == 3:
+		case reply[0] == "held" && len(reply) == 3 && i >= 1 && int(i) <= len(reqs):
+			c.record(i)
 			ms, _ := reply[2].(int64)
 			return nil, fmt.Errorf("acquire %s: %w", reqKey(reqs, i), driver.Held(time.Duration(ms)*time.Millisecond))
 		case reply[0] == "shared" && len(reply) == 4:

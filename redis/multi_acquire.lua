@@ -1,7 +1,9 @@
 -- multi_acquire.lua: one attempt to take several locks, all or none.
 --
--- KEYS     five names per lock, in the order of acquire.lua: lock, fence,
---          queue, waiters, meta (see lib.lua and shared_lib.lua)
+-- KEYS     five names per lock (see lib.lua and shared_lib.lua), grouped
+--          by kind: for n locks, KEYS[i] is lock i's lock, KEYS[n+i] its
+--          fence, KEYS[2n+i] its queue, KEYS[3n+i] its meta and KEYS[4n+i]
+--          its waiters (i from 1), so that one call reads a group
 -- ARGV[1]  label      human-readable holder name, recorded only
 -- ARGV[2]  retention  milliseconds a fence key outlives the last acquisition
 -- ARGV[3]  unfair     "1": a free key goes to the caller even when others
@@ -10,12 +12,13 @@
 --                     records nothing. Otherwise it records the Locker in
 --                     the waiters hash of the key it found held (field
 --                     " watch <lid>"), so that the release that frees the
---                     key wakes it (release.lua), and a successful one
---                     removes the Locker's records from every key
+--                     key wakes it (release.lua, multi_release.lua)
 -- ARGV[5]  stale      milliseconds a waiters hash created for a record
 --                     lasts
--- ARGV[6]  unwatch    "1": a successful attempt removes the records of
---                     ARGV[4] (an earlier attempt may have made one)
+-- ARGV[6]  unwatch    the numbers (from 1, each followed by a space) of
+--                     the locks whose waiters hash may hold a record of
+--                     ARGV[4] from an earlier attempt: a successful attempt
+--                     removes them. "" for none
 -- ARGV[5+2i], ARGV[6+2i]  owner and ttl (milliseconds) of lock i (from 1)
 --
 -- Returns {'held', i, pttl} when lock i is held by another owner (pttl in
@@ -24,66 +27,80 @@
 -- of the new fencing tokens, as strings, one per lock: then every lock is
 -- its owner's. Only that last reply and the records of ARGV[4] write
 -- anything.
+--
+-- Each lock is looked at in order: held, then shared holds, then waiters;
+-- the first that stops the attempt is the reply. The usual attempts cost:
+-- taking free keys, an MGET, an EXISTS, a TIME and two SETs per lock;
+-- finding the first key held, an MGET, an HSET and one or two PTTLs. The
+-- script builds no table of its own (its reply is the MGET's): a Lua
+-- allocation costs the server about as much as a call.
 local n = #KEYS / 5
-local unfair = ARGV[3] == '1'
-local lid = ARGV[4]
 
--- watch records the caller's Locker in the waiters hash w.
-local function watch(w)
-  if lid ~= '' then
-    redis.call('HSET', w, ' watch ' .. lid, '1')
+-- Every lock and fence with one call: got[i] is lock i, got[n+i] its
+-- fence.
+local got = redis.call('MGET', unpack(KEYS, 1, 2 * n))
+
+-- held: the first lock held (0: none); the locks before it are free, and
+-- only their queues and shared holds can still stop the attempt. One
+-- EXISTS over every lock's queue and meta says whether any exist; only
+-- then are the locks before held looked at one by one.
+local held = 0
+for i = 1, n do
+  if got[i] then
+    held = i
+    break
+  end
+end
+if held ~= 1 and redis.call('EXISTS', unpack(KEYS, 2 * n + 1, 4 * n)) > 0 then
+  for i = 1, held == 0 and n or held - 1 do
+    local sh = redis.call('HMGET', KEYS[3 * n + i], ' kind', ' limit')
+    if sh[1] then
+      return { 'shared', i, sh[1], sh[2] }
+    end
+    if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
+      held = i
+      break
+    end
+  end
+end
+
+if held > 0 then
+  -- Record the caller's Locker with the key, unless it polls; a waiters
+  -- hash it creates lasts twice the stale time (as enqueue's do).
+  local w = KEYS[4 * n + held]
+  if ARGV[4] ~= '' then
+    redis.call('HSET', w, ' watch ' .. ARGV[4], '1')
     if redis.call('PTTL', w) == -1 then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end
   end
-end
-
--- One call when every key is free: no lock, no queue, no shared holds.
-local names = {}
-for i = 0, n - 1 do
-  local k = 5 * i
-  names[3 * i + 1], names[3 * i + 2], names[3 * i + 3] = KEYS[k + 1], KEYS[k + 3], KEYS[k + 5]
-end
-if redis.call('EXISTS', unpack(names)) > 0 then
-  for i = 0, n - 1 do
-    local k = 5 * i
-    if redis.call('EXISTS', KEYS[k + 1]) == 1 then
-      watch(KEYS[k + 4])
-      return { 'held', i + 1, math.max(redis.call('PTTL', KEYS[k + 1]), 0) }
-    end
-    local sh = redis.call('HMGET', KEYS[k + 5], ' kind', ' limit')
-    if sh[1] then
-      return { 'shared', i + 1, sh[1], sh[2] }
-    end
-    if not unfair and redis.call('EXISTS', KEYS[k + 3]) == 1 then
-      watch(KEYS[k + 4])
-      return { 'held', i + 1, 0 }
-    end
+  if got[held] then
+    return { 'held', held, math.max(redis.call('PTTL', KEYS[held]), 0) }
   end
+  return { 'held', held, 0 }
 end
 
 -- Tokens as next_token in token.lua computes them, for each lock's fence.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fences = {}
-for i = 0, n - 1 do
-  fences[i + 1] = KEYS[5 * i + 2]
-end
-local last = redis.call('MGET', unpack(fences))
-local tokens = {}
-for i = 0, n - 1 do
-  local k = 5 * i
+for i = 1, n do
   local token = now
-  local l = tonumber(last[i + 1])
-  if l and l >= token then
-    token = l + 1
+  local last = tonumber(got[n + i])
+  if last and last >= token then
+    token = last + 1
   end
   local s = string.format('%d', token)
-  redis.call('SET', KEYS[k + 1], ARGV[7 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[8 + 2 * i])
-  redis.call('SET', KEYS[k + 2], s, 'PX', ARGV[2])
-  if lid ~= '' and ARGV[6] == '1' then
-    redis.call('HDEL', KEYS[k + 4], ' watch ' .. lid)
-  end
-  tokens[i + 1] = s
+  redis.call('SET', KEYS[i], ARGV[5 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[6 + 2 * i])
+  redis.call('SET', KEYS[n + i], s, 'PX', ARGV[2])
+  got[i] = s
 end
-return tokens
+if ARGV[4] ~= '' and ARGV[6] ~= '' then
+  for i in string.gmatch(ARGV[6], '(%d+) ') do
+    redis.call('HDEL', KEYS[4 * n + tonumber(i)], ' watch ' .. ARGV[4])
+  end
+end
+-- got[1..n] are the tokens now; the fences after them go.
+for i = n + 1, 2 * n do
+  got[i] = nil
+end
+return got

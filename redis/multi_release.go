@@ -27,11 +27,12 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	}
 	each := plain // released by release.lua, one call each
 	if len(plain) > 1 && d.oneScript(ls, plain) {
-		keys := make([]string, 0, 3*len(plain))
-		args := make([]any, 0, 2*len(plain))
-		for _, i := range plain {
+		n := len(plain)
+		keys := make([]string, 3*n) // grouped by kind, see multi_release.lua
+		args := make([]any, 0, 2*n)
+		for j, i := range plain {
 			k := ls[i].Key
-			keys = append(keys, leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k))
+			keys[j], keys[n+j], keys[2*n+j] = leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k)
 			args = append(args, ls[i].Owner, d.channelArg(k))
 		}
 		v, err := d.multiRelease.Run(ctx, d.client, keys, args...).Result()

@@ -1,9 +1,11 @@
 -- multi_release.lua: release several locks, each as release.lua does when
 -- nobody is queued for it.
 --
--- KEYS     three names per lock: lock, queue, waiters (see lib.lua)
--- ARGV[2i-1], ARGV[2i]  owner and channel of lock i (from 1): the
---                       lock's pub/sub channel, "" to publish nothing
+-- KEYS     three names per lock (see lib.lua), grouped by kind: for n
+--          locks, KEYS[i] is lock i's lock, KEYS[n+i] its queue and
+--          KEYS[2n+i] its waiters (i from 1)
+-- ARGV[2i-1], ARGV[2i]  owner and channel of lock i: the lock's pub/sub
+--                       channel, "" to publish nothing
 --
 -- Returns one integer per lock: 1 when the lock was the owner's and is
 -- released (deleted, and the first Locker recorded by a LockMulti woken,
@@ -11,38 +13,77 @@
 -- message, 0 when it was not the owner's (left alone), and 3 when it is
 -- the owner's but has a queue: it is left held, for release.lua to hand
 -- over.
-
--- #include watch.lua
-
+--
+-- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
+-- an EXISTS per lock looked at for its queue and waiters, and an HKEYS,
+-- an HDEL and a PUBLISH per Locker woken, come on top. The script builds
+-- no table of its own but its reply: a Lua allocation costs the server
+-- about as much as a call.
 local n = #KEYS / 3
-local locks = {}
-for i = 0, n - 1 do
-  locks[i + 1] = KEYS[3 * i + 1]
-end
-local vs = redis.call('MGET', unpack(locks))
-local res, free = {}, {}
-for i = 0, n - 1 do
-  local k = 3 * i
-  local owner = ARGV[2 * i + 1]
-  local v = vs[i + 1]
+local vs = redis.call('MGET', unpack(KEYS, 1, n))
+
+-- The caller's locks (res[i] = 1, the others 0).
+local res, mine = {}, 0
+for i = 1, n do
+  local owner, v = ARGV[2 * i - 1], vs[i]
   local m = #owner
-  if not v or not (string.sub(v, 1, m) == owner and string.byte(v, m + 1) == 32) then
-    res[i + 1] = 0
+  if v and string.sub(v, 1, m) == owner and string.byte(v, m + 1) == 32 then
+    res[i] = 1
+    mine = mine + 1
   else
-    local e = redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3])
-    if e > 0 and redis.call('EXISTS', KEYS[k + 2]) == 1 then
-      res[i + 1] = 3
+    res[i] = 0
+  end
+end
+if mine == 0 then
+  return res
+end
+
+-- left: how many queues and waiters hashes of the caller's locks exist
+-- and are not looked at yet; -1 when unknown (not every lock is the
+-- caller's). Each lock is looked at until none is left: a release nobody
+-- waits for costs one EXISTS.
+local left = -1
+if mine == n then
+  left = redis.call('EXISTS', unpack(KEYS, n + 1, 3 * n))
+end
+
+-- res[i] becomes -1 for a lock released whose waiters hash may record a
+-- LockMulti to wake, 3 for a lock with a queue. vs[1..free] collects the
+-- locks to delete (vs[i] is read before).
+local free, wake = 0, false
+for i = 1, n do
+  if res[i] == 1 then
+    local e = 0
+    if left ~= 0 then
+      -- EXISTS counts a name as often as it is given: 1 for the queue, 2
+      -- for the waiters, 3 for both.
+      local w = KEYS[2 * n + i]
+      e = redis.call('EXISTS', KEYS[n + i], w, w)
+      if left > 0 then
+        left = left - e % 2 - math.floor(e / 2)
+      end
+    end
+    if e % 2 == 1 then
+      res[i] = 3
     else
-      free[#free + 1] = KEYS[k + 1]
-      res[i + 1] = 1
-      -- e > 0 here: no queue, so the waiters hash exists.
-      if e > 0 and not wake_watcher(KEYS[k + 3], ARGV[2 * i + 2]) then
-        res[i + 1] = 2
+      free = free + 1
+      vs[free] = KEYS[i]
+      if e == 2 and ARGV[2 * i] ~= '' then
+        res[i] = -1
+        wake = true
       end
     end
   end
 end
-if free[1] then
-  redis.call('DEL', unpack(free))
+if free > 0 then
+  redis.call('DEL', unpack(vs, 1, free))
+end
+if wake then
+  -- #include watch.lua
+  for i = 1, n do
+    if res[i] == -1 then
+      res[i] = wake_watcher(KEYS[2 * n + i], ARGV[2 * i]) and 1 or 2
+    end
+  end
 end
 return res

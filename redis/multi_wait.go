@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/golocker/locker/driver"
@@ -67,9 +68,6 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		if d.poll.Load() {
 			call.args[3] = ""
 		}
-		if attempt > 0 {
-			call.args[5] = "1"
-		}
 		grants, err := d.runMulti(ctx, reqs, call)
 		if err == nil {
 			for i := range grants {
@@ -80,7 +78,7 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		}
 		if !errors.Is(err, driver.ErrHeld) {
 			if attempt > 0 {
-				d.unwatch(ctx, reqs, call)
+				d.unwatch(ctx, reqs, call, true)
 			}
 			return nil, err
 		}
@@ -106,7 +104,7 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		case <-w.wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			d.unwatch(ctx, reqs, call)
+			d.unwatch(ctx, reqs, call, false)
 			return nil, ctx.Err()
 		}
 	}
@@ -114,19 +112,22 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 
 // unwatch removes the records the attempts of call may have left (see
 // multi_acquire.lua) after a wait that ended without the keys, so that the
-// next release of a key wakes a Locker that still waits. It is best-effort,
-// with a fresh context: a record left behind only delays one wake-up of the
-// others, which try again by themselves.
-func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall) {
+// next release of a key wakes a Locker that still waits: those of
+// call.recorded, or with all (after an error: a lost reply may hide a
+// record) those of every key. It is best-effort, with a fresh context: a record left behind only
+// delays one wake-up of the others, which try again by themselves.
+func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall, all bool) {
 	lid, _ := call.args[3].(string)
-	if lid == "" {
+	if lid == "" || !all && !slices.Contains(call.recorded, true) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
 	defer cancel()
 	pipe := d.client.Pipeline()
 	for i := range reqs {
-		pipe.HDel(ctx, call.keys[5*i+3], " watch "+lid)
+		if all || call.recorded[i] {
+			pipe.HDel(ctx, call.keys[4*len(reqs)+i], " watch "+lid)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		d.logger.Debug("locker: redis: could not remove a LockMulti's wake-up records", "keys", len(reqs), "err", err)

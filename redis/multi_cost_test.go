@@ -1,0 +1,219 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestMultiScriptCommands counts the commands the multi-key scripts run
+// (MONITOR shows each script call and then the commands it ran), in the
+// steps of a contended LockMulti: taking free keys, an attempt that finds
+// them held and records its Locker, the release that wakes it, its
+// successful attempt, and a release nobody waits for. The counts include
+// the EVALSHA. It also checks that the successful attempt removes the
+// record its call made when no release woke it.
+func TestMultiScriptCommands(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	c := newClient(t, addr)
+	ctx := ctxFor(t, 60*time.Second)
+	base := uniqueKey(t)
+	keys := []string{base + ".a", base + ".b", base + ".c"}
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	a, b := newDriver(c), newDriver(c)
+	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
+	for _, s := range []string{multiAcquireLua, includeWatch(multiReleaseLua)} {
+		if err := c.ScriptLoad(ctx, s).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := func(owner string) []driver.Request {
+		rs := make([]driver.Request, len(keys))
+		for i, k := range keys {
+			rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
+		}
+		return rs
+	}
+	leases := func(rs []driver.Request, gs []driver.Grant) []driver.Lease {
+		ls := make([]driver.Lease, len(rs))
+		for i, r := range rs {
+			ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}
+		}
+		return ls
+	}
+	released := func(d *redisDriver, ls []driver.Lease) {
+		t.Helper()
+		errs, err := d.ReleaseMulti(ctx, ls)
+		if err = errors.Join(append(errs, err)...); err != nil {
+			t.Fatalf("ReleaseMulti: %v", err)
+		}
+	}
+	watched := func() bool {
+		t.Helper()
+		ok, err := c.HExists(ctx, name(kindWaiters, keys[0]), " watch "+b.lid).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	m := startMonitor(t, addr)
+	ra, rb, rc := reqs("A"), reqs("B"), reqs("C")
+	ga, err := a.TryAcquireMulti(ctx, ra)
+	if err != nil {
+		t.Fatalf("free keys: %v", err)
+	}
+	call, err := b.newMultiCall(rb, b.lid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("held keys: got %v, want ErrHeld", err)
+	}
+	if !watched() {
+		t.Fatal("an attempt that found the keys held did not record its Locker with the first")
+	}
+	released(a, leases(ra, ga))
+	if watched() {
+		t.Error("the release that freed the key left the record of the Locker it woke")
+	}
+	gb, err := b.runMulti(ctx, rb, call)
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	released(b, leases(rb, gb))
+
+	// A record that no release consumed (the keys expired, here deleted):
+	// the successful attempt removes it.
+	gc, err := a.TryAcquireMulti(ctx, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb = reqs("D")
+	if call, err = b.newMultiCall(rb, b.lid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("held keys: got %v, want ErrHeld", err)
+	}
+	for _, l := range leases(rc, gc) {
+		c.Del(ctx, leaseKey(l))
+	}
+	if _, err := b.runMulti(ctx, rb, call); err != nil {
+		t.Fatalf("after the expiry: %v", err)
+	}
+	if watched() {
+		t.Error("a successful attempt left the record of its Locker made by an earlier attempt of its call")
+	}
+
+	steps := []struct {
+		what string
+		most int
+	}{
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"releasing three keys, waking the Locker recorded", 8},
+		{"taking three free keys, removing a record", 11},
+		{"releasing three keys nobody waits for", 4},
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"taking three free keys, removing a record", 11},
+	}
+	got := m.scripts(ctx, t, base, len(steps))
+	t.Logf("commands per script: %v", got)
+	for i, s := range steps {
+		if got[i] > s.most {
+			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+		}
+	}
+}
+
+// monitor reads MONITOR on a connection of its own.
+type monitor struct {
+	conn  net.Conn
+	lines chan string
+}
+
+// startMonitor starts MONITOR on the server at addr; it runs until the
+// test ends.
+func startMonitor(t *testing.T, addr string) *monitor {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("MONITOR: %q, %v", line, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	m := &monitor{conn: conn, lines: make(chan string, 1024)}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Go(func() {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			select {
+			case m.lines <- line:
+			case <-done:
+				return
+			}
+		}
+	})
+	t.Cleanup(func() {
+		close(done)
+		_ = conn.Close()
+		wg.Wait()
+	})
+	return m
+}
+
+// scripts returns how many commands each of the first n script calls
+// naming key ran, the EVALSHA included. A script's commands follow its
+// call, marked "lua]" (scripts are atomic); the next other line ends it.
+func (m *monitor) scripts(ctx context.Context, t *testing.T, key string, n int) []int {
+	t.Helper()
+	var counts []int
+	in := false
+	for {
+		var line string
+		select {
+		case line = <-m.lines:
+		case <-ctx.Done():
+			t.Fatalf("MONITOR showed %d of %d script calls", len(counts), n)
+		}
+		if strings.Contains(line, " lua] ") {
+			if in {
+				counts[len(counts)-1]++
+			}
+			continue
+		}
+		if in && len(counts) == n {
+			return counts
+		}
+		in = strings.Contains(strings.ToLower(line), `"evalsha"`) && strings.Contains(line, key)
+		if in {
+			counts = append(counts, 1)
+		}
+	}
+}
