@@ -52,7 +52,8 @@ var ErrForeignNode = errors.New("zookeeper: a node no Locker made is in a key's 
 var ErrConnClosed = errors.New("zookeeper: connection closed")
 
 // zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer,
-// driver.Configurer, driver.Sharer and driver.Limiter on one go-zookeeper
+// driver.Configurer, driver.Sharer, driver.Limiter, driver.MultiAcquirer,
+// driver.MultiWaiter and driver.MultiReleaser on one go-zookeeper
 // connection.
 type zkDriver struct {
 	conn   *zk.Conn
@@ -98,6 +99,7 @@ type hooks struct {
 	beforeLimitWrite func() // in SetLimit, between its listing and its write
 	beforeClaim      func() // in a waiter's attempt, before its claim is sent
 	afterListing     func() // in a waiter's attempt, once its listing returned
+	beforeMulti      func() // in TryAcquireMulti, between its listings and its write
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {

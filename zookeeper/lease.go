@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -103,11 +102,7 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 	}
 	for len(pending) > 0 {
-		n, size := 0, 0
-		for n < len(pending) && (n == 0 || size+len(holds[pending[n]].path)+32 <= multiBudget) {
-			size += len(holds[pending[n]].path) + 32
-			n++
-		}
+		n := budgeted(pending, holds)
 		chunk := pending[:n]
 		ops := make([]any, n)
 		for j, i := range chunk {
@@ -155,8 +150,18 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	return validity, errs, nil
 }
 
-// Release implements driver.Driver: it deletes the holder's node (its path
-// is unique, so this never touches another owner's node).
+// budgeted returns how many of the holds holds[i], i in pending, one
+// multi-operation on their nodes takes: at least one, and as many more as
+// their names fit in multiBudget.
+func budgeted(pending []int, holds []*hold) int {
+	n, size := 0, 0
+	for n < len(pending) && (n == 0 || size+len(holds[pending[n]].path)+32 <= multiBudget) {
+		size += len(holds[pending[n]].path) + 32
+		n++
+	}
+	return n
+}
+
 // Keep implements driver.Keeper (locker.MinHold): the lock node stays in
 // the queue, renewed by nobody, and this Locker deletes it when remaining
 // has passed on its monotonic clock; the waiters behind it wake then. If
@@ -193,6 +198,8 @@ func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Durati
 	return nil
 }
 
+// Release implements driver.Driver: it deletes the holder's node (its path
+// is unique, so this never touches another owner's node).
 func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	h, ok := l.State.(*hold)
 	if !ok {
@@ -218,5 +225,5 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	// lives. The hold stays held, and the engine, which retries the release
 	// of a lock whose Unlock had an unknown outcome until it succeeds (and a
 	// last time on Close), calls Release again.
-	return fmt.Errorf("delete %s: %w", h.path, classify(denied(err, path.Dir(h.path), "DELETE")))
+	return deleteFailed(h, err)
 }
