@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/storeenv"
 )
 
 // multiReqs returns the requests of a multi-key attempt on keys.
@@ -257,5 +262,109 @@ func TestReleaseMultiNodeGone(t *testing.T) {
 		if n := lockNodes(t, d, k); len(n) != 0 {
 			t.Errorf("%s: lock nodes %v after ReleaseMulti", k, n)
 		}
+	}
+}
+
+// replyDropper is a TCP proxy to a ZooKeeper server that, once drop is
+// set, forwards requests and drops the replies of the connection it
+// serves; a new connection clears drop.
+type replyDropper struct {
+	ln   net.Listener
+	drop atomic.Bool
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+func newReplyDropper(t *testing.T, server string) *replyDropper {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyDropper{ln: ln}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", server)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.drop.Store(false)
+			p.mu.Lock()
+			p.open = append(p.open, c, s)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(s, c); s.Close() })
+			p.wg.Go(func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 && !p.drop.Load() {
+						if _, err := c.Write(buf[:n]); err != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.open {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// TestMultiLostReplyUndone: a multi-operation applied whose reply is lost
+// with the connection leaves no lock node once the session answers again.
+func TestMultiLostReplyUndone(t *testing.T) {
+	p := newReplyDropper(t, storeenv.ZooKeeper(t).Addrs()[0])
+	conn, _, err := zk.Connect([]string{p.ln.Addr().String()}, sharedTTL, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	d := newDriver(conn, nil, "/locker-lost-"+rand.Text()[:10], Config{}.nodeACL())
+	if err := d.Configure(t.Context(), driver.Config{TTL: sharedTTL}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		touchKey(ctx, t, d, k)
+	}
+	before, session := keyStat(t, d, "a").Version, conn.SessionID()
+	d.hooks.beforeMulti = func() { p.drop.Store(true) }
+	gs, err := d.TryAcquireMulti(ctx, multiReqs(keys...))
+	if err == nil || errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("TryAcquireMulti whose reply was lost = %v, %v; want a connection error", gs, err)
+	}
+	if !eventually(ctx, func() bool {
+		st := keyStat(t, d, "a")
+		return st != nil && st.Version > before
+	}) {
+		t.Fatal("the multi-operation was never applied: the test proves nothing")
+	}
+	for _, k := range keys {
+		if !eventually(ctx, func() bool { return len(lockNodes(t, d, k)) == 0 }) {
+			t.Errorf("%s: lock nodes %v left by a multi-operation whose reply was lost", k, lockNodes(t, d, k))
+		}
+	}
+	if conn.SessionID() != session {
+		t.Fatalf("the session changed (%#x, was %#x): its nodes went with it, and the test proves nothing", conn.SessionID(), session)
 	}
 }
