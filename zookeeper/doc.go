@@ -19,6 +19,16 @@
 // requests than go-zookeeper's zk.Lock. TryLock refuses at once when the
 // queue is not empty, and deletes its node.
 //
+// locker.TryLockMulti and locker.LockMulti list the keys' queues, with the
+// stat of each key's node, in parallel, and take every key in one
+// multi-operation. It adds a lock node to each queue behind a check of the
+// key node's data version. Every lock node is created with a write of its
+// key's node, so the check fails once a lock node joined the queue since
+// the listing, and the multi-operation then takes nothing. A waiting
+// LockMulti holds nothing between attempts: it watches the last lock node
+// of each held key's queue, and tries again when one goes. A MultiLock's
+// keys are released in one multi-operation.
+//
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock every TTL/3,
 // all locks of the Locker in one multi-operation of version checks, through
@@ -26,6 +36,9 @@
 //
 // # Guarantees
 //
+//   - A TryLockMulti that finds a key held writes nothing; one that races
+//     a lock on one of its keys takes none of them. The keys of a
+//     MultiLock share one token, the zxid of its multi-operation.
 //   - Mutual exclusion backed by ZooKeeper's atomic broadcast: a lock
 //     survives the loss of a minority of servers, and of the leader.
 //   - Fencing tokens are the czxid of the holder's node (the zxid of the
@@ -125,6 +138,12 @@
 //     deletes only an empty container node). When the writer closes, or
 //     its session ends, before that, the record waits for the next Locker
 //     that lists the key.
+//   - A waiting LockMulti takes no place in its keys' queues: while a key
+//     has waiters, they go first. After one TTL the engine takes the keys
+//     one by one instead (see locker.LockMulti). A key whose queue starts
+//     with a shared hold gives LockMulti and TryLockMulti the conflict
+//     error. Keys whose node names take more than 256 KiB are taken one by
+//     one.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
