@@ -24,6 +24,7 @@ type multiKey struct {
 	data     []byte
 	children []string
 	version  int32 // the data version of parent
+	czxid    int64 // the zxid of parent's creation
 	missing  bool  // parent did not exist
 }
 
@@ -91,7 +92,7 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 			return nil, nil, ctx.Err()
 		}
 		if r.err == nil {
-			gs, err := d.grantMulti(ctx, reqs, cs, r, session, sent)
+			gs, err := d.grantMulti(ctx, reqs, keys, cs, r, session, sent)
 			return gs, nil, err
 		}
 		op := failedOp(r)
@@ -149,11 +150,11 @@ func (d *zkDriver) listKeys(ctx context.Context, keys []multiKey) error {
 		k := &keys[i]
 		switch {
 		case errors.Is(r.err, zk.ErrNoNode):
-			k.children, k.version, k.missing = nil, 0, true
+			k.children, k.version, k.czxid, k.missing = nil, 0, 0, true
 		case r.err != nil:
 			return r.err
 		default:
-			k.children, k.version, k.missing = r.v.children, r.v.stat.Version, false
+			k.children, k.version, k.czxid, k.missing = r.v.children, r.v.stat.Version, r.v.stat.Czxid, false
 		}
 	}
 	return nil
@@ -204,9 +205,15 @@ func (d *zkDriver) ensureKeys(ctx context.Context, keys []multiKey) error {
 }
 
 // grantMulti turns the reply r of a successful multi-operation, sent at
-// sent in session, into the grants of reqs, whose creates are cs. On
-// failure it deletes every node r created.
-func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, cs []pendingCreate, r result[[]zk.MultiResponse], session int64, sent time.Time) ([]driver.Grant, error) {
+// sent in session, into the grants of reqs, whose keys are keys and whose
+// creates are cs. On failure it deletes every node r created.
+//
+// A key node listed with data version v may have been deleted (empty) and
+// made again since, and have reached v again with lock nodes of others:
+// the check of v then passes. The node's czxid in the reply tells; the
+// attempt then gives back what it took, and answers ErrHeld. (A key node
+// that was missing has version 0 until a lock node joins it.)
+func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, keys []multiKey, cs []pendingCreate, r result[[]zk.MultiResponse], session int64, sent time.Time) ([]driver.Grant, error) {
 	nodes := make([]string, len(cs))
 	zxids := make([]int64, len(cs))
 	for i, c := range cs {
@@ -216,6 +223,10 @@ func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, cs []p
 			return nil, err
 		}
 		nodes[i], zxids[i] = node, stat.Mzxid
+		if k := keys[i]; !k.missing && stat.Czxid != k.czxid {
+			d.undoMulti(ctx, cs, nodes)
+			return nil, fmt.Errorf("%s: made again since it was listed: %w", k.parent, driver.Held(0))
+		}
 	}
 	if s := d.conn.SessionID(); s != session || s == 0 {
 		// The session changed during the multi-operation: ask a node

@@ -95,6 +95,39 @@ func TestMultiLosesToConcurrentCreate(t *testing.T) {
 	}
 }
 
+// TestMultiKeyNodeMadeAgain: a key node deleted and made again between the
+// listings and the multi-operation, whose data version is back where it
+// was with another's lock node in its queue, makes the attempt take
+// nothing.
+func TestMultiKeyNodeMadeAgain(t *testing.T) {
+	ds, _, ctx := limitDrivers(t, 2)
+	touchKey(ctx, t, ds[0], "b") // b's node, empty, at data version 1
+	var rival []share
+	ds[0].hooks.beforeMulti = func() {
+		ds[0].hooks.beforeMulti = nil
+		if err := ds[1].conn.Delete(ds[1].parentOf("b"), -1); err != nil {
+			t.Fatal(err)
+		}
+		takeKey(ctx, t, ds[1], "b")
+		rival = lockNodes(t, ds[1], "b")
+		if v := keyStat(t, ds[1], "b").Version; v != 1 {
+			t.Fatalf("b's node made again is at data version %d; the test wants 1", v)
+		}
+	}
+	gs, err := ds[0].TryAcquireMulti(ctx, multiReqs("a", "b", "c"))
+	if !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("TryAcquireMulti with b made again and taken before its write = %v, %v; want ErrHeld", gs, err)
+	}
+	for _, k := range []string{"a", "c"} {
+		if n := lockNodes(t, ds[0], k); len(n) != 0 {
+			t.Errorf("%s: lock nodes %v left by an attempt that lost", k, n)
+		}
+	}
+	if n := lockNodes(t, ds[0], "b"); len(n) != 1 || len(rival) != 1 || n[0] != rival[0] {
+		t.Errorf("b: lock nodes %v; want only the rival's %v", n, rival)
+	}
+}
+
 // TestMultiMissingKeyNode: keys whose nodes are missing (the root's too,
 // or one key's of several) are taken, each with one lock node.
 func TestMultiMissingKeyNode(t *testing.T) {
