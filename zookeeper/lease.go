@@ -88,12 +88,10 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	session := d.conn.SessionID()
 	var pending []int
 	for i, l := range ls {
-		h, ok := l.State.(*hold)
+		h, err := holdOf(l)
 		switch {
-		case !ok:
-			errs[i] = fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-		case !h.held():
-			errs[i] = driver.ErrNotHeld
+		case err != nil:
+			errs[i] = err
 		case h.session != session:
 			errs[i] = fmt.Errorf("%w: session %#x ended", driver.ErrNotHeld, h.session)
 		default:
@@ -102,13 +100,8 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 	}
 	for len(pending) > 0 {
-		n := budgeted(pending, holds)
-		chunk := pending[:n]
-		ops := make([]any, n)
-		for j, i := range chunk {
-			ops[j] = &zk.CheckVersionRequest{Path: holds[i].path, Version: -1}
-		}
-		res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		chunk, res, err := d.multiChunk(ctx, pending, holds, func(p string) any { return &zk.CheckVersionRequest{Path: p, Version: -1} })
+		n := len(chunk)
 		if err != nil && len(res) != n {
 			// The whole call failed: the outcome of every renewal left is
 			// unknown.
@@ -150,16 +143,35 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	return validity, errs, nil
 }
 
-// budgeted returns how many of the holds holds[i], i in pending, one
-// multi-operation on their nodes takes: at least one, and as many more as
-// their names fit in multiBudget.
-func budgeted(pending []int, holds []*hold) int {
+// holdOf returns the hold of l, or the error matching driver.ErrNotHeld
+// of a lease that is no held zookeeper lease.
+func holdOf(l driver.Lease) (*hold, error) {
+	h, ok := l.State.(*hold)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
+	case !h.held():
+		return nil, driver.ErrNotHeld
+	}
+	return h, nil
+}
+
+// multiChunk sends one multi-operation of op on the nodes of the first of
+// the holds holds[i], i in pending: at least one, and as many more as
+// their names fit in multiBudget. It returns those indexes and the reply.
+func (d *zkDriver) multiChunk(ctx context.Context, pending []int, holds []*hold, op func(node string) any) ([]int, []zk.MultiResponse, error) {
 	n, size := 0, 0
 	for n < len(pending) && (n == 0 || size+len(holds[pending[n]].path)+32 <= multiBudget) {
 		size += len(holds[pending[n]].path) + 32
 		n++
 	}
-	return n
+	chunk := pending[:n]
+	ops := make([]any, n)
+	for j, i := range chunk {
+		ops[j] = op(holds[i].path)
+	}
+	res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+	return chunk, res, err
 }
 
 // Keep implements driver.Keeper (locker.MinHold): the lock node stays in
@@ -170,12 +182,9 @@ func budgeted(pending []int, holds []*hold) int {
 // crashed, but at once when the connection is closed. A Locker's Close
 // leaves its kept nodes to the session.
 func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Duration) error {
-	h, ok := l.State.(*hold)
-	if !ok {
-		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-	}
-	if !h.held() {
-		return driver.ErrNotHeld
+	h, err := holdOf(l)
+	if err != nil {
+		return err
 	}
 	d.forget(h)
 	d.mu.Lock()
@@ -201,18 +210,15 @@ func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Durati
 // Release implements driver.Driver: it deletes the holder's node (its path
 // is unique, so this never touches another owner's node).
 func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
-	h, ok := l.State.(*hold)
-	if !ok {
-		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-	}
-	if !h.held() {
-		return driver.ErrNotHeld
+	h, err := holdOf(l)
+	if err != nil {
+		return err
 	}
 	// The hold stays held until the node is gone: ending it first would
 	// make a renewal round overlapping the Delete report a loss. Its watch
 	// sees the deletion before the Delete's reply comes.
 	h.releasing.Store(true)
-	err := call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
+	err = call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
 	switch {
 	case err == nil:
 		d.forget(h)

@@ -23,27 +23,19 @@ func (d *zkDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]error
 	holds := make([]*hold, len(ls))
 	var pending []int
 	for i, l := range ls {
-		h, ok := l.State.(*hold)
-		switch {
-		case !ok:
-			errs[i] = fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-		case !h.held():
-			errs[i] = driver.ErrNotHeld
-		default:
-			// As in Release: the deletion its watch sees is no loss.
-			h.releasing.Store(true)
-			holds[i] = h
-			pending = append(pending, i)
+		h, err := holdOf(l)
+		if err != nil {
+			errs[i] = err
+			continue
 		}
+		// As in Release: the deletion its watch sees is no loss.
+		h.releasing.Store(true)
+		holds[i] = h
+		pending = append(pending, i)
 	}
 	for len(pending) > 0 {
-		n := budgeted(pending, holds)
-		chunk := pending[:n]
-		ops := make([]any, n)
-		for j, i := range chunk {
-			ops[j] = &zk.DeleteRequest{Path: holds[i].path, Version: -1}
-		}
-		res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		chunk, res, err := d.multiChunk(ctx, pending, holds, func(p string) any { return &zk.DeleteRequest{Path: p, Version: -1} })
+		n := len(chunk)
 		if err != nil && len(res) != n {
 			// The whole call failed: every deletion left has an unknown
 			// outcome.
