@@ -64,8 +64,12 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 		if err := d.listKeys(ctx, keys); err != nil {
 			return nil, nil, err
 		}
-		if blockers, err := d.blocked(keys); err != nil {
+		if blockers, err := blocked(keys); err != nil {
 			return nil, blockers, err
+		}
+		for _, k := range keys {
+			// No lock node is older than these: they rule nothing.
+			d.clearRecords(k.parent, recordsOf(k.children))
 		}
 		if err := d.ensureKeys(ctx, keys); err != nil {
 			return nil, nil, err
@@ -162,15 +166,13 @@ func (d *zkDriver) listKeys(ctx context.Context, keys []multiKey) error {
 
 // blocked returns the error of an attempt on keys as listed, nil when no
 // queue has a lock node, and with ErrHeld the last lock node of each held
-// key's queue. It deletes the limit records of the queues without lock
-// nodes: no lock node is older than them, so they rule nothing.
-func (d *zkDriver) blocked(keys []multiKey) ([]string, error) {
+// key's queue.
+func blocked(keys []multiKey) ([]string, error) {
 	var last []string
 	var held error
 	for _, k := range keys {
 		q := queueOf(k.children)
 		if len(q) == 0 {
-			d.clearRecords(k.parent, recordsOf(k.children))
 			continue
 		}
 		if !q[0].plain {

@@ -392,3 +392,14 @@ func TestMultiLostReplyUndone(t *testing.T) {
 		t.Fatalf("the session changed (%#x, was %#x): its nodes went with it, and the test proves nothing", conn.SessionID(), session)
 	}
 }
+
+// TestMultiVoidLimitRecord: a limit record left with no lock node holds up
+// no multi-key take, which deletes it.
+func TestMultiVoidLimitRecord(t *testing.T) {
+	ds, conns, ctx := limitDrivers(t, 3)
+	staleRecord(ctx, t, ds, conns)
+	multiTakeRelease(ctx, t, ds[2], "k", "x")
+	if !eventually(ctx, func() bool { return len(records(t, ds[2])) == 0 }) {
+		t.Errorf("a void limit record is still there: %+v", records(t, ds[2]))
+	}
+}
