@@ -87,6 +87,9 @@ type zkDriver struct {
 	// queued are the nodes of the shared requests waiting in line, by
 	// owner token (see TryAcquireShared).
 	queued map[string]string
+	// free are the key nodes known free of lock nodes at a data version,
+	// by path (see freed).
+	free map[string]keyVersion
 	// following and clearing are the limit records this Locker waits to
 	// delete (followRecord) and is deleting (clearRecords), by path.
 	following, clearing map[string]struct{}

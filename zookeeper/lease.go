@@ -35,6 +35,10 @@ type hold struct {
 	// unfollow stops the watch of the node before it starts (see follow);
 	// set before h is shared.
 	unfollow func()
+	// granted is the key node's version after the create of a multi-key
+	// grant, whose queue then had no other lock node; zero otherwise. Set
+	// before the engine sees h, read by its release.
+	granted keyVersion
 }
 
 // end moves h from held to ended; only the first call reports true.
@@ -222,6 +226,7 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	switch {
 	case err == nil:
 		d.forget(h)
+		d.freed(h)
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		d.forget(h)

@@ -60,19 +60,12 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 		return nil, nil, fmt.Errorf("%w: %d keys take %d bytes, more than one multi-operation's %d", driver.ErrNotAtomic, len(keys), size, multiBudget)
 	}
 	reread := false
+	recalled := d.recall(keys)
 	for attempt := 0; ; attempt++ {
-		if err := d.listKeys(ctx, keys); err != nil {
-			return nil, nil, err
-		}
-		if blockers, err := blocked(keys); err != nil {
-			return nil, blockers, err
-		}
-		for _, k := range keys {
-			// No lock node is older than these: they rule nothing.
-			d.clearRecords(k.parent, recordsOf(k.children))
-		}
-		if err := d.ensureKeys(ctx, keys); err != nil {
-			return nil, nil, err
+		if !recalled {
+			if blockers, err := d.listFree(ctx, keys); err != nil {
+				return nil, blockers, err
+			}
 		}
 		if d.hooks.beforeMulti != nil {
 			d.hooks.beforeMulti()
@@ -104,6 +97,9 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 		switch {
 		case d.fallBack(acl, r.err):
 			continue
+		case recalled && (errors.Is(r.err, zk.ErrBadVersion) || errors.Is(r.err, zk.ErrNoNode)):
+			recalled = false // a key changed since this Locker freed it: list
+			continue
 		case errors.Is(r.err, zk.ErrBadVersion) && !reread:
 			reread = true // a lock node joined a queue: look again, once
 			continue
@@ -117,6 +113,24 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 		perm := [multiOps]string{"READ", "CREATE", "WRITE"}[op%multiOps]
 		return nil, nil, fmt.Errorf("create lock nodes under %d keys: %w", len(keys), denied(r.err, k.parent, perm))
 	}
+}
+
+// listFree lists the queues of keys and records what it saw there. It
+// returns the error of an attempt on keys when a key is held (see
+// blocked), and otherwise deletes the queues' limit records and creates
+// the missing key nodes.
+func (d *zkDriver) listFree(ctx context.Context, keys []multiKey) ([]string, error) {
+	if err := d.listKeys(ctx, keys); err != nil {
+		return nil, err
+	}
+	if blockers, err := blocked(keys); err != nil {
+		return blockers, err
+	}
+	for _, k := range keys {
+		// No lock node is older than these: they rule nothing.
+		d.clearRecords(k.parent, recordsOf(k.children))
+	}
+	return nil, d.ensureKeys(ctx, keys)
 }
 
 // failedOp returns the index of the operation that failed a
@@ -218,6 +232,7 @@ func (d *zkDriver) ensureKeys(ctx context.Context, keys []multiKey) error {
 func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, keys []multiKey, cs []pendingCreate, r result[[]zk.MultiResponse], session int64, sent time.Time) ([]driver.Grant, error) {
 	nodes := make([]string, len(cs))
 	zxids := make([]int64, len(cs))
+	granted := make([]keyVersion, len(cs))
 	for i, c := range cs {
 		node, stat, err := createOutcome(c.reply(r))
 		if err != nil {
@@ -229,6 +244,7 @@ func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, keys [
 			d.undoMulti(ctx, cs, nodes)
 			return nil, fmt.Errorf("%s: made again since it was listed: %w", k.parent, driver.Held(0))
 		}
+		granted[i] = keyVersion{version: stat.Version, czxid: stat.Czxid}
 	}
 	if s := d.conn.SessionID(); s != session || s == 0 {
 		// The session changed during the multi-operation: ask a node
@@ -249,6 +265,7 @@ func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, keys [
 			d.undoMulti(ctx, cs, nodes)
 			return nil, err
 		}
+		g.State.(*hold).granted = granted[i]
 		gs[i] = g
 	}
 	return gs, nil

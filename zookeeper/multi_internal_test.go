@@ -109,14 +109,63 @@ func multiLoses(t *testing.T, again bool) {
 	if !errors.Is(err, driver.ErrHeld) {
 		t.Fatalf("TryAcquireMulti with b taken before its write (its node made again: %v) = %v, %v; want ErrHeld", again, gs, err)
 	}
+	onlyRival(t, ds[0], rival)
+}
+
+// onlyRival checks that keys a and c have no lock node, and b only rival.
+func onlyRival(t *testing.T, d *zkDriver, rival []share) {
+	t.Helper()
 	for _, k := range []string{"a", "c"} {
-		if n := lockNodes(t, ds[0], k); len(n) != 0 {
+		if n := lockNodes(t, d, k); len(n) != 0 {
 			t.Errorf("%s: lock nodes %v left by an attempt that lost", k, n)
 		}
 	}
-	if n := lockNodes(t, ds[0], "b"); len(n) != 1 || len(rival) != 1 || n[0] != rival[0] {
+	if n := lockNodes(t, d, "b"); len(n) != 1 || len(rival) != 1 || n[0] != rival[0] {
 		t.Errorf("b: lock nodes %v; want only the rival's %v", n, rival)
 	}
+}
+
+// TestMultiRecalledKeyTaken: a take of keys this Locker freed, which skips
+// the listings, takes nothing when one of them was taken since.
+func TestMultiRecalledKeyTaken(t *testing.T) {
+	multiRecalledLoses(t, false)
+}
+
+// TestMultiRecalledKeyMadeAgain: a take of keys this Locker freed takes
+// nothing when the node of one of them was deleted and made again since,
+// at the same data version, with another's lock node in its queue.
+func TestMultiRecalledKeyMadeAgain(t *testing.T) {
+	multiRecalledLoses(t, true)
+}
+
+// multiRecalledLoses takes and releases keys a, b and c with one
+// multi-operation each, has a rival take b (its node made again first
+// when again is set), and checks that a take of a, b and c answers
+// ErrHeld and leaves only the rival's node.
+func multiRecalledLoses(t *testing.T, again bool) {
+	ds, _, ctx := limitDrivers(t, 2)
+	multiTakeRelease(ctx, t, ds[0], "a", "b", "c") // b's node at data version 1
+	ds[0].mu.Lock()
+	remembered := len(ds[0].free)
+	ds[0].mu.Unlock()
+	if remembered != 3 {
+		t.Fatalf("the Locker remembers %d keys freed; want 3, for the take to skip its listings", remembered)
+	}
+	if again {
+		if err := ds[1].conn.Delete(ds[1].parentOf("b"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	takeKey(ctx, t, ds[1], "b")
+	if v := keyStat(t, ds[1], "b").Version; again && v != 1 {
+		t.Fatalf("b's node made again is at data version %d; the test wants 1", v)
+	}
+	rival := lockNodes(t, ds[1], "b")
+	gs, err := ds[0].TryAcquireMulti(ctx, multiReqs("a", "b", "c"))
+	if !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("TryAcquireMulti of freed keys with b taken since (its node made again: %v) = %v, %v; want ErrHeld", again, gs, err)
+	}
+	onlyRival(t, ds[0], rival)
 }
 
 // TestMultiMissingKeyNode: keys whose nodes are missing (the root's too,

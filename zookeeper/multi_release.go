@@ -47,6 +47,7 @@ func (d *zkDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]error
 		if err == nil {
 			for _, i := range chunk {
 				d.forget(holds[i])
+				d.freed(holds[i])
 			}
 			pending = pending[n:]
 			continue
