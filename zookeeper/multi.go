@@ -99,6 +99,7 @@ func (d *zkDriver) tryMulti(ctx context.Context, reqs []driver.Request) ([]drive
 			continue
 		case recalled && (errors.Is(r.err, zk.ErrBadVersion) || errors.Is(r.err, zk.ErrNoNode)):
 			recalled = false // a key changed since this Locker freed it: list
+			d.contend(keys)
 			continue
 		case errors.Is(r.err, zk.ErrBadVersion) && !reread:
 			reread = true // a lock node joined a queue: look again, once
@@ -242,7 +243,8 @@ func (d *zkDriver) grantMulti(ctx context.Context, reqs []driver.Request, keys [
 		nodes[i], zxids[i] = node, stat.Mzxid
 		if k := keys[i]; !k.missing && stat.Czxid != k.czxid {
 			d.undoMulti(ctx, cs, nodes)
-			return nil, fmt.Errorf("%s: made again since it was listed: %w", k.parent, driver.Held(0))
+			d.contend(keys)
+			return nil, fmt.Errorf("%s: made again since it was seen free: %w", k.parent, driver.Held(0))
 		}
 		granted[i] = keyVersion{version: stat.Version, czxid: stat.Czxid}
 	}

@@ -10,6 +10,9 @@ const maxFreed = 1024
 type keyVersion struct {
 	version int32
 	czxid   int64
+	// contended marks a key that another took between two takes of this
+	// Locker: it is not recalled, but listed.
+	contended bool
 }
 
 // freed records that the node of h is deleted. When h came from a
@@ -24,22 +27,44 @@ func (d *zkDriver) freed(h *hold) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	p := path.Dir(h.path)
+	if kv, ok := d.free[p]; !ok || !kv.contended {
+		d.remember(p, h.granted)
+	}
+}
+
+// remember records kv for the key node p, unless maxFreed others are
+// recorded; d.mu is held.
+func (d *zkDriver) remember(p string, kv keyVersion) {
+	if _, ok := d.free[p]; !ok && len(d.free) >= maxFreed {
+		return
+	}
 	if d.free == nil {
 		d.free = make(map[string]keyVersion)
 	}
-	if len(d.free) < maxFreed {
-		d.free[path.Dir(h.path)] = h.granted
+	d.free[p] = kv
+}
+
+// contend marks keys contended: this Locker recalled them, and another
+// took one of them since it freed them. Their takes list them from now on:
+// a recall that fails costs a request and a round trip more than a
+// listing.
+func (d *zkDriver) contend(keys []multiKey) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range keys {
+		d.remember(k.parent, keyVersion{contended: true})
 	}
 }
 
 // recall fills keys with what freed remembered of every key, and forgets
 // it. It reports false, and leaves keys and what it remembers as they
-// were, when it remembers some key not.
+// were, when it remembers some key not, or as contended.
 func (d *zkDriver) recall(keys []multiKey) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, k := range keys {
-		if _, ok := d.free[k.parent]; !ok {
+		if kv, ok := d.free[k.parent]; !ok || kv.contended {
 			return false
 		}
 	}

@@ -166,6 +166,12 @@ func multiRecalledLoses(t *testing.T, again bool) {
 		t.Fatalf("TryAcquireMulti of freed keys with b taken since (its node made again: %v) = %v, %v; want ErrHeld", again, gs, err)
 	}
 	onlyRival(t, ds[0], rival)
+	ds[0].mu.Lock()
+	contended := ds[0].free[ds[0].parentOf("b")].contended
+	ds[0].mu.Unlock()
+	if !contended {
+		t.Error("b is not marked contended after a take that recalled it lost: the next take would recall it again")
+	}
 }
 
 // TestMultiMissingKeyNode: keys whose nodes are missing (the root's too,
