@@ -24,10 +24,14 @@
 // multi-operation. It adds a lock node to each queue behind a check of the
 // key node's data version. Every lock node is created with a write of its
 // key's node, so the check fails once a lock node joined the queue since
-// the listing, and the multi-operation then takes nothing. A waiting
-// LockMulti holds nothing between attempts: it watches the last lock node
-// of each held key's queue, and tries again when one goes. A MultiLock's
-// keys are released in one multi-operation.
+// the listing, and the multi-operation then takes nothing. When this
+// Locker's own multi-key take was the last to hold every key, and released
+// them within the TTL, the next take skips the listings: the checks of the
+// versions it saw, and of each key node's czxid in the reply, tell whether
+// the keys are still free. Keys another Locker took in between are listed
+// for the next TTL. A waiting LockMulti holds nothing between attempts: it
+// watches the last lock node of each held key's queue, and tries again
+// when one goes. A MultiLock's keys are released in one multi-operation.
 //
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock every TTL/3,

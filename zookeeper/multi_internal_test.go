@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -456,5 +457,30 @@ func TestMultiVoidLimitRecord(t *testing.T) {
 	multiTakeRelease(ctx, t, ds[2], "k", "x")
 	if !eventually(ctx, func() bool { return len(records(t, ds[2])) == 0 }) {
 		t.Errorf("a void limit record is still there: %+v", records(t, ds[2]))
+	}
+}
+
+// TestRecallBounds: a Locker recalls a freed key only within the
+// validity, and makes room among the keys it remembers by forgetting
+// those past it.
+func TestRecallBounds(t *testing.T) {
+	d := newDriver(nil, nil, "/r", Config{}.nodeACL())
+	d.validity.Store(int64(time.Second))
+	old := time.Now().Add(-2 * time.Second)
+	keys := []multiKey{{parent: "/r/a"}}
+	d.free = map[string]keyVersion{"/r/a": {version: 1, czxid: 7, at: old}}
+	if d.recall(keys) {
+		t.Error("recalled a key freed longer ago than the validity")
+	}
+	d.free["/r/a"] = keyVersion{version: 1, czxid: 7, at: time.Now()}
+	if !d.recall(keys) || keys[0].version != 1 || keys[0].czxid != 7 || len(d.free) != 0 {
+		t.Errorf("recall of a key freed just now: keys %+v, left %v", keys, d.free)
+	}
+	for i := range maxFreed {
+		d.free[fmt.Sprint(i)] = keyVersion{at: old}
+	}
+	d.remember("/r/a", keyVersion{version: 2, czxid: 7, at: time.Now()})
+	if kv, ok := d.free["/r/a"]; !ok || kv.version != 2 || len(d.free) != 1 {
+		t.Errorf("remember with %d keys past the validity remembered: %d keys, /r/a %+v", maxFreed, len(d.free), kv)
 	}
 }
