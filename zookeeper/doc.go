@@ -148,6 +148,12 @@
 //     with a shared hold gives LockMulti and TryLockMulti the conflict
 //     error. Keys whose node names take more than 256 KiB are taken one by
 //     one.
+//   - A key node that is deleted (ZooKeeper deletes empty ones), made
+//     again and brought back to the data version a LockMulti saw, by
+//     others' locks, between its listing (or its own release, for keys it
+//     recalls) and its write, shows only in the reply. The take then holds
+//     its other keys for that round trip, gives them back, and answers
+//     ErrNotAcquired.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes
