@@ -39,8 +39,9 @@ type multiKey struct {
 // missing key node is created (an empty container) before the
 // multi-operation. Each key's token is the zxid of the multi-operation, as
 // for TryAcquire. Limit records and foreign children hold up no key, as
-// for a waiting Lock. Keys whose names do not fit in 256 KiB answer
-// driver.ErrNotAtomic.
+// for a waiting Lock. Keys this Locker's own multi-key take held last, and
+// released, are not listed (see freed). Keys whose names do not fit in
+// 256 KiB answer driver.ErrNotAtomic.
 func (d *zkDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	gs, _, err := d.tryMulti(ctx, reqs)
 	return gs, classify(err)
