@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -123,16 +124,13 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte)
 			return "", nil, err
 		}
 		acl := d.currentACL()
-		ops := []any{
-			&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: acl.locks, Flags: zk.FlagEphemeral | zk.FlagSequence},
-			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
-		}
+		ops := createOps(parent, guid, data, acl)
 		ch := start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 		var r result[[]zk.MultiResponse]
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			d.abandonCreate(ctx, parent, guid, ch)
+			d.abandonCreate(ctx, ch, pendingCreate{parent: parent, guid: guid})
 			return "", nil, ctx.Err()
 		}
 		node, stat, err := createOutcome(r)
@@ -150,6 +148,18 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte)
 			d.cleanup(ctx, parent, guid, "")
 		}
 		return "", nil, fmt.Errorf("create a lock node under %s: %w", parent, createDenied(r, parent, err))
+	}
+}
+
+// createOps are the operations that add a lock node carrying guid and data
+// to the queue of parent: its creation, and a write of parent's (empty)
+// data. Every lock node comes with that write, so parent's data version
+// counts the lock nodes ever added to the queue; createOutcome reads their
+// replies.
+func createOps(parent, guid string, data []byte, acl *nodeACL) []any {
+	return []any{
+		&zk.CreateRequest{Path: parent + "/" + protectedPrefix + guid + lockMarker, Data: data, Acl: acl.locks, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
 	}
 }
 
@@ -238,25 +248,68 @@ func mayHaveApplied(err error) bool {
 	return true
 }
 
-// abandonCreate cleans up after a create whose caller's ctx ended while it
-// was in flight: the node is deleted once the create's outcome is known, at
-// once if it is known within the cleanup timeout, else by the janitor.
-// Deleting before the create's reply came could run ahead of the create and
-// leave the node behind.
-func (d *zkDriver) abandonCreate(ctx context.Context, parent, guid string, ch <-chan result[[]zk.MultiResponse]) {
+// pendingCreate is a lock node create sent in a multi-operation: the
+// node's queue and GUID, and the index of its createOps in the operations.
+type pendingCreate struct {
+	parent, guid string
+	at           int
+}
+
+// reply is the part of r, the reply of the multi-operation, that answers
+// c's createOps, as createOutcome reads it.
+func (c pendingCreate) reply(r result[[]zk.MultiResponse]) result[[]zk.MultiResponse] {
+	if len(r.v) < c.at+2 {
+		return result[[]zk.MultiResponse]{err: r.err}
+	}
+	return result[[]zk.MultiResponse]{v: r.v[c.at : c.at+2], err: r.err}
+}
+
+// abandonCreate cleans up after a multi-operation of creates whose caller's
+// ctx ended while it was in flight: each node is deleted once the outcome
+// is known, at once if it is known within the cleanup timeout, else by the
+// janitor. Deleting before the reply came could run ahead of the create
+// and leave the node behind.
+func (d *zkDriver) abandonCreate(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs ...pendingCreate) {
 	cctx, cancel := d.cleanupContext(ctx)
 	defer cancel()
 	select {
 	case r := <-ch:
-		o := settleCreate(parent, guid, r)
-		if o != nil {
-			if err := d.deleteOrphan(cctx, o); err != nil {
-				d.addOrphan(o)
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			if o := settleCreate(c.parent, c.guid, c.reply(r)); o != nil {
+				wg.Go(func() {
+					if err := d.deleteOrphan(cctx, o); err != nil {
+						d.addOrphan(o)
+					}
+				})
 			}
 		}
+		wg.Wait()
 	case <-cctx.Done():
-		d.addOrphan(&orphan{parent: parent, guid: guid, create: ch})
+		for i, c := range d.splitReply(ch, cs) {
+			d.addOrphan(&orphan{parent: cs[i].parent, guid: cs[i].guid, create: c})
+		}
 	}
+}
+
+// splitReply returns, for each create of cs, a channel that receives its
+// part of the reply that ch receives.
+func (d *zkDriver) splitReply(ch <-chan result[[]zk.MultiResponse], cs []pendingCreate) []<-chan result[[]zk.MultiResponse] {
+	outs := make([]chan result[[]zk.MultiResponse], len(cs))
+	ins := make([]<-chan result[[]zk.MultiResponse], len(cs))
+	for i := range cs {
+		outs[i] = make(chan result[[]zk.MultiResponse], 1)
+		ins[i] = outs[i]
+	}
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		r := <-ch
+		for i, c := range cs {
+			outs[i] <- c.reply(r)
+		}
+	}()
+	return ins
 }
 
 // settleCreate turns the outcome of an abandoned create into the orphan to

@@ -19,6 +19,20 @@
 // requests than go-zookeeper's zk.Lock. TryLock refuses at once when the
 // queue is not empty, and deletes its node.
 //
+// locker.TryLockMulti and locker.LockMulti list the keys' queues, with the
+// stat of each key's node, in parallel, and take every key in one
+// multi-operation. It adds a lock node to each queue behind a check of the
+// key node's data version. Every lock node is created with a write of its
+// key's node, so the check fails once a lock node joined the queue since
+// the listing, and the multi-operation then takes nothing. When this
+// Locker's own multi-key take was the last to hold every key, and released
+// them within the TTL, the next take skips the listings: the checks of the
+// versions it saw, and of each key node's czxid in the reply, tell whether
+// the keys are still free. Keys another Locker took in between are listed
+// for the next TTL. A waiting LockMulti holds nothing between attempts: it
+// watches the last lock node of each held key's queue, and tries again
+// when one goes. A MultiLock's keys are released in one multi-operation.
+//
 // A node lives as long as the ZooKeeper session of the connection, which the
 // client keeps alive with pings. The engine renews every lock every TTL/3,
 // all locks of the Locker in one multi-operation of version checks, through
@@ -26,6 +40,9 @@
 //
 // # Guarantees
 //
+//   - A TryLockMulti that finds a key held writes nothing; one that races
+//     a lock on one of its keys takes none of them. The keys of a
+//     MultiLock share one token, the zxid of its multi-operation.
 //   - Mutual exclusion backed by ZooKeeper's atomic broadcast: a lock
 //     survives the loss of a minority of servers, and of the leader.
 //   - Fencing tokens are the czxid of the holder's node (the zxid of the
@@ -125,6 +142,18 @@
 //     deletes only an empty container node). When the writer closes, or
 //     its session ends, before that, the record waits for the next Locker
 //     that lists the key.
+//   - A waiting LockMulti takes no place in its keys' queues: while a key
+//     has waiters, they go first. After one TTL the engine takes the keys
+//     one by one instead (see locker.LockMulti). A key whose queue starts
+//     with a shared hold gives LockMulti and TryLockMulti the conflict
+//     error. Keys whose node names take more than 256 KiB are taken one by
+//     one.
+//   - A key node that is deleted (ZooKeeper deletes empty ones), made
+//     again and brought back to the data version a LockMulti saw, by
+//     others' locks, between its listing (or its own release, for keys it
+//     recalls) and its write, shows only in the reply. The take then holds
+//     its other keys for that round trip, gives them back, and answers
+//     ErrNotAcquired.
 //   - ZooKeeper 3.5.3 or later (container nodes, multi with checks).
 //   - Keys are at most [MaxKeyBytes] bytes, prefix included. Any key maps to
 //     exactly one znode name: '%', '/', control characters and the runes

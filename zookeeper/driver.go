@@ -52,7 +52,8 @@ var ErrForeignNode = errors.New("zookeeper: a node no Locker made is in a key's 
 var ErrConnClosed = errors.New("zookeeper: connection closed")
 
 // zkDriver implements driver.Driver, driver.Acquirer, driver.BatchRenewer,
-// driver.Configurer, driver.Sharer and driver.Limiter on one go-zookeeper
+// driver.Configurer, driver.Sharer, driver.Limiter, driver.MultiAcquirer,
+// driver.MultiWaiter and driver.MultiReleaser on one go-zookeeper
 // connection.
 type zkDriver struct {
 	conn   *zk.Conn
@@ -86,6 +87,9 @@ type zkDriver struct {
 	// queued are the nodes of the shared requests waiting in line, by
 	// owner token (see TryAcquireShared).
 	queued map[string]string
+	// free are the key nodes known free of lock nodes at a data version,
+	// by path (see freed).
+	free map[string]keyVersion
 	// following and clearing are the limit records this Locker waits to
 	// delete (followRecord) and is deleting (clearRecords), by path.
 	following, clearing map[string]struct{}
@@ -98,6 +102,7 @@ type hooks struct {
 	beforeLimitWrite func() // in SetLimit, between its listing and its write
 	beforeClaim      func() // in a waiter's attempt, before its claim is sent
 	afterListing     func() // in a waiter's attempt, once its listing returned
+	beforeMulti      func() // in TryAcquireMulti, between its listings and its write
 }
 
 func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL) *zkDriver {

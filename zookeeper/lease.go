@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,10 @@ type hold struct {
 	// unfollow stops the watch of the node before it starts (see follow);
 	// set before h is shared.
 	unfollow func()
+	// granted is the key node's version after the create of a multi-key
+	// grant, whose queue then had no other lock node; zero otherwise. Set
+	// before the engine sees h, read by its release.
+	granted keyVersion
 }
 
 // end moves h from held to ended; only the first call reports true.
@@ -89,12 +92,10 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	session := d.conn.SessionID()
 	var pending []int
 	for i, l := range ls {
-		h, ok := l.State.(*hold)
+		h, err := holdOf(l)
 		switch {
-		case !ok:
-			errs[i] = fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-		case !h.held():
-			errs[i] = driver.ErrNotHeld
+		case err != nil:
+			errs[i] = err
 		case h.session != session:
 			errs[i] = fmt.Errorf("%w: session %#x ended", driver.ErrNotHeld, h.session)
 		default:
@@ -103,17 +104,8 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 	}
 	for len(pending) > 0 {
-		n, size := 0, 0
-		for n < len(pending) && (n == 0 || size+len(holds[pending[n]].path)+32 <= multiBudget) {
-			size += len(holds[pending[n]].path) + 32
-			n++
-		}
-		chunk := pending[:n]
-		ops := make([]any, n)
-		for j, i := range chunk {
-			ops[j] = &zk.CheckVersionRequest{Path: holds[i].path, Version: -1}
-		}
-		res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		chunk, res, err := d.multiChunk(ctx, pending, holds, func(p string) any { return &zk.CheckVersionRequest{Path: p, Version: -1} })
+		n := len(chunk)
 		if err != nil && len(res) != n {
 			// The whole call failed: the outcome of every renewal left is
 			// unknown.
@@ -155,8 +147,37 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	return validity, errs, nil
 }
 
-// Release implements driver.Driver: it deletes the holder's node (its path
-// is unique, so this never touches another owner's node).
+// holdOf returns the hold of l, or the error matching driver.ErrNotHeld
+// of a lease that is no held zookeeper lease.
+func holdOf(l driver.Lease) (*hold, error) {
+	h, ok := l.State.(*hold)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
+	case !h.held():
+		return nil, driver.ErrNotHeld
+	}
+	return h, nil
+}
+
+// multiChunk sends one multi-operation of op on the nodes of the first of
+// the holds holds[i], i in pending: at least one, and as many more as
+// their names fit in multiBudget. It returns those indexes and the reply.
+func (d *zkDriver) multiChunk(ctx context.Context, pending []int, holds []*hold, op func(node string) any) ([]int, []zk.MultiResponse, error) {
+	n, size := 0, 0
+	for n < len(pending) && (n == 0 || size+len(holds[pending[n]].path)+32 <= multiBudget) {
+		size += len(holds[pending[n]].path) + 32
+		n++
+	}
+	chunk := pending[:n]
+	ops := make([]any, n)
+	for j, i := range chunk {
+		ops[j] = op(holds[i].path)
+	}
+	res, err := call(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+	return chunk, res, err
+}
+
 // Keep implements driver.Keeper (locker.MinHold): the lock node stays in
 // the queue, renewed by nobody, and this Locker deletes it when remaining
 // has passed on its monotonic clock; the waiters behind it wake then. If
@@ -165,12 +186,9 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 // crashed, but at once when the connection is closed. A Locker's Close
 // leaves its kept nodes to the session.
 func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Duration) error {
-	h, ok := l.State.(*hold)
-	if !ok {
-		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-	}
-	if !h.held() {
-		return driver.ErrNotHeld
+	h, err := holdOf(l)
+	if err != nil {
+		return err
 	}
 	d.forget(h)
 	d.mu.Lock()
@@ -193,22 +211,22 @@ func (d *zkDriver) Keep(_ context.Context, l driver.Lease, remaining time.Durati
 	return nil
 }
 
+// Release implements driver.Driver: it deletes the holder's node (its path
+// is unique, so this never touches another owner's node).
 func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
-	h, ok := l.State.(*hold)
-	if !ok {
-		return fmt.Errorf("%w: not a zookeeper lease", driver.ErrNotHeld)
-	}
-	if !h.held() {
-		return driver.ErrNotHeld
+	h, err := holdOf(l)
+	if err != nil {
+		return err
 	}
 	// The hold stays held until the node is gone: ending it first would
 	// make a renewal round overlapping the Delete report a loss. Its watch
 	// sees the deletion before the Delete's reply comes.
 	h.releasing.Store(true)
-	err := call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
+	err = call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
 	switch {
 	case err == nil:
 		d.forget(h)
+		d.freed(h)
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		d.forget(h)
@@ -218,5 +236,5 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	// lives. The hold stays held, and the engine, which retries the release
 	// of a lock whose Unlock had an unknown outcome until it succeeds (and a
 	// last time on Close), calls Release again.
-	return fmt.Errorf("delete %s: %w", h.path, classify(denied(err, path.Dir(h.path), "DELETE")))
+	return deleteFailed(h, err)
 }

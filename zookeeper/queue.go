@@ -55,7 +55,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		return time.Time{}, false, fmt.Errorf("zookeeper: unexpected lock node name %q", name)
 	}
 	since = sent
-	// The watches set and not fired yet, by node name: a node watched in
+	// The watches set and not fired yet, by node path: a node watched in
 	// one round and still there in the next is not watched again.
 	watches := map[string]<-chan zk.Event{}
 	var children []string
@@ -97,23 +97,23 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		// The node before pred, "" when pred is first in line; watched
 		// only when it is first itself.
 		pp, _ := predecessor(children, pred, mustSequence(pred))
-		watchPP := ""
+		predPath, watchPP := parent+"/"+pred, ""
 		if pp != "" {
 			if ppp, _ := predecessor(children, pp, mustSequence(pp)); ppp == "" {
-				watchPP = pp
+				watchPP = parent + "/" + pp
 			}
 		}
-		if err := d.watchAll(ctx, parent, watches, pred, watchPP); err != nil {
+		if err := d.watchAll(ctx, watches, predPath, watchPP); err != nil {
 			if errors.Is(err, zk.ErrNoNode) {
 				continue // gone already: look again
 			}
 			return time.Time{}, false, err
 		}
 		select {
-		case ev := <-watches[pred]:
-			delete(watches, pred)
+		case ev := <-watches[predPath]:
+			delete(watches, predPath)
 			if ev.Err != nil {
-				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, pred, ev.Err)
+				return time.Time{}, false, fmt.Errorf("watch %s: %w", predPath, ev.Err)
 			}
 			waited = true
 			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
@@ -122,12 +122,12 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		case ev := <-watches[watchPP]: // never ready when watchPP is "": a nil channel
 			delete(watches, watchPP)
 			if ev.Err != nil {
-				return time.Time{}, false, fmt.Errorf("watch %s/%s: %w", parent, watchPP, ev.Err)
+				return time.Time{}, false, fmt.Errorf("watch %s: %w", watchPP, ev.Err)
 			}
 			waited = true
 			if ev.Type == zk.EventNodeDeleted {
 				// pp was first: pred is now, as our listing would show.
-				children = slices.DeleteFunc(children, func(c string) bool { return c == watchPP })
+				children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
 				list = false
 			}
 		case <-ctx.Done():
@@ -143,20 +143,19 @@ func mustSequence(name string) int64 {
 	return s
 }
 
-// watchAll sets a watch on each of the nodes names of parent ("" skipped)
-// that has none pending in watches, in parallel, and records them there.
-func (d *zkDriver) watchAll(ctx context.Context, parent string, watches map[string]<-chan zk.Event, names ...string) error {
+// watchAll sets a watch on each of the nodes paths ("" skipped) that has
+// none pending in watches, in parallel, and records them there by path.
+func (d *zkDriver) watchAll(ctx context.Context, watches map[string]<-chan zk.Event, paths ...string) error {
 	type set struct {
-		name string
+		path string
 		r    <-chan result[<-chan zk.Event]
 	}
 	var sets []set
-	for _, n := range names {
-		if n == "" || watches[n] != nil {
+	for _, p := range paths {
+		if p == "" || watches[p] != nil {
 			continue
 		}
-		p := parent + "/" + n
-		sets = append(sets, set{n, start(d, func() (<-chan zk.Event, error) { return d.watch(p) })})
+		sets = append(sets, set{p, start(d, func() (<-chan zk.Event, error) { return d.watch(p) })})
 	}
 	var first error
 	for _, s := range sets {
@@ -164,11 +163,11 @@ func (d *zkDriver) watchAll(ctx context.Context, parent string, watches map[stri
 		case r := <-s.r:
 			switch {
 			case r.err == nil:
-				watches[s.name] = r.v
+				watches[s.path] = r.v
 			case errors.Is(r.err, zk.ErrNoNode):
 				first = cmp.Or(first, r.err)
 			default:
-				first = fmt.Errorf("watch %s/%s: %w", parent, s.name, r.err)
+				first = fmt.Errorf("watch %s: %w", s.path, r.err)
 				return first
 			}
 		case <-ctx.Done():

@@ -180,6 +180,7 @@ func (e *env) harness() conformance.Harness {
 			e.srv.Restart(tb)
 		},
 		MaxKeyBytes: zookeeper.MaxKeyBytes,
+		MultiAtomic: true,
 	}
 }
 

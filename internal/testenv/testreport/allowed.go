@@ -30,14 +30,12 @@ func allowances() []allowance {
 				"integration/redis TestConformanceCluster",
 				"integration/redis TestConformanceRedlock3",
 				"integration/redis TestConformanceRedlock5",
-				"integration/zookeeper TestConformance",
 			},
 			cases:   []string{"MultiTryAtomic"},
 			message: "Harness.MultiAtomic is false",
 			reason: "these take a multi-key lock's keys one by one (locker.LockMulti's ordered path): " +
-				"a Cluster's keys lie in different hash slots unless they share one, Redlock's masters are independent, " +
-				"and ZooKeeper cannot make one Multi conditional on empty queues (issue 31); " +
-				"memory, Redis (single, Sentinel), etcd, MySQL and PostgreSQL run the case",
+				"a Cluster's keys lie in different hash slots unless they share one, and Redlock's masters are independent; " +
+				"memory, Redis (single, Sentinel), etcd, ZooKeeper, MySQL and PostgreSQL run the case",
 		},
 		{
 			harnesses: []string{
