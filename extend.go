@@ -32,8 +32,10 @@ type Extender interface {
 // lock's TTL cannot change), [WithData] (use [SetData]), a MaxHold that would end before the MinHold,
 // or a MinHold the backend cannot honour, as Lock refuses it. They match
 // [errors.ErrUnsupported] for a Lock that is not an [Extender] (a nested
-// hold inside Do). Otherwise they wrap the store's error, and nothing
-// changed.
+// hold inside Do). Otherwise they wrap the store's error, and the lock's
+// MaxHold and MinHold stay as they were. The store may still have renewed
+// the lock (a renewal the replicas did not confirm, on Redis with
+// Config.Replicas); that renewal extends nothing the caller relies on.
 func Extend(ctx context.Context, lk Lock, opts ...LockOption) error {
 	if lk == nil {
 		return &Error{Op: "extend", Err: ErrInvalidOption, Cause: errors.New("nil Lock")}
