@@ -15,6 +15,10 @@ import (
 // session to set up, an attempt to undo) finishes it there. A driver that
 // promises to return promptly (driver.Info.PromptCancel) has its calls
 // made inline, in the caller's goroutine, which costs no goroutine.
+//
+// A detached call runs in one of the engine's workers: a goroutine that
+// waits for the next call once it is done, so that a Locker in use does
+// not start a goroutine, and grow its stack, for every store call.
 
 // Outcomes of a detached call, decided once by compare-and-swap.
 const (
@@ -41,7 +45,7 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 	var state atomic.Int32
 	ch := make(chan result, 1)
 	e.calls.Add(1)
-	go func() {
+	e.run(func() {
 		defer e.calls.Done()
 		v, err := call()
 		if state.CompareAndSwap(callRunning, callDelivered) {
@@ -49,7 +53,7 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 			return
 		}
 		late(v, err)
-	}()
+	})
 	select {
 	case r := <-ch:
 		return r.v, r.err, false
@@ -59,6 +63,45 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 		}
 		r := <-ch // delivered just now
 		return r.v, r.err, false
+	}
+}
+
+// workerIdle is how long a worker waits for another call before it exits.
+const workerIdle = 2 * time.Second
+
+// run runs f in a worker of e: an idle one when there is one, else a new
+// one. The caller must hold e.calls (see enter), so that Close, which stops
+// the workers after e.calls, never waits for a worker started meanwhile.
+func (e *engine) run(f func()) {
+	select {
+	case e.work <- f:
+		return
+	default:
+	}
+	e.wg.Add(1)
+	go e.worker(f)
+}
+
+// worker runs f, then the calls handed to it on e.work, until it has
+// waited workerIdle for one or Close stops it.
+func (e *engine) worker(f func()) {
+	defer e.wg.Done()
+	var idle *time.Timer
+	for {
+		f()
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+		} else {
+			idle.Reset(workerIdle) // Go 1.23+: drops a pending tick
+		}
+		select {
+		case f = <-e.work:
+		case <-idle.C:
+			return
+		case <-e.stop:
+			idle.Stop()
+			return
+		}
 	}
 }
 

@@ -3,6 +3,9 @@ package locker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,5 +113,66 @@ func TestCallsReturnWhenTheirCtxEnds(t *testing.T) {
 			t.Fatal("the release an Unlock left to the background never happened")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// workers counts the goroutines that are workers of e (see engine.run).
+func workers(e *engine) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), fmt.Sprintf("locker.(*engine).worker(%p", e))
+}
+
+// TestDetachedCallsReuseAWorker: a driver without PromptCancel has its
+// store calls made in a worker of the engine that waits for the next call,
+// so that a Locker in use does not start a goroutine for each; Close stops
+// every worker.
+func TestDetachedCallsReuseAWorker(t *testing.T) {
+	d := &stuckDriver{tableDriver: newTableDriver(), acquires: make(chan struct{}), releases: make(chan struct{}), entered: make(chan string, 2)}
+	l, err := New(d, WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.(*engine)
+	ctx := t.Context()
+	for range 10 {
+		lk, err := e.TryLock(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A call that stays in the store while it is counted: the one worker
+	// left idle by the calls before runs it.
+	errc := make(chan error, 1)
+	go func() {
+		lk, err := e.TryLock(ctx, "a")
+		if err == nil {
+			err = lk.Unlock(ctx)
+		}
+		errc <- err
+	}()
+	<-d.entered
+	if n := workers(e); n != 1 {
+		t.Errorf("%d workers run a store call after sequential calls, want the 1 they left idle", n)
+	}
+	close(d.acquires)
+	if err := returns(t, "TryLock", errc); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := workers(e); n != 0 {
+		t.Errorf("%d workers left after Close, want none", n)
 	}
 }

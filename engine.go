@@ -67,6 +67,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		gates:      make(map[string]*gate),
 		inflight:   make(map[uint64]context.CancelCauseFunc),
 		wake:       make(chan struct{}, 1),
+		work:       make(chan func()),
 		stop:       make(chan struct{}),
 		next:       farFuture(),
 		born:       time.Now(),
@@ -139,7 +140,8 @@ type engine struct {
 	cleanFails int       // rounds of cleanups that failed in a row
 
 	wake chan struct{} // pokes the watchdog
-	stop chan struct{} // closed by Close to stop the watchdog
+	work chan func()   // hands a detached call to an idle worker (detach.go)
+	stop chan struct{} // closed by Close to stop the watchdog and the workers
 	wg   sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
