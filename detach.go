@@ -29,7 +29,7 @@ const (
 
 // detached runs call and returns its outcome, or ctx.Err() as soon as ctx
 // ends (gone is then true). A call still running then goes on in its
-// goroutine, counted in e.calls so that Close waits for it, and hands its
+// worker, counted in e.calls so that Close waits for it, and hands its
 // outcome to late instead. The caller must hold e.calls (see enter).
 // For a driver that promises PromptCancel, call runs inline and gone is
 // always false.
@@ -38,64 +38,76 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 		v, err = call()
 		return v, err, false
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	var state atomic.Int32
-	ch := make(chan result, 1)
+	c := &detachedCall[T]{e: e, call: call, late: late, done: make(chan struct{})}
 	e.calls.Add(1)
-	e.run(func() {
-		defer e.calls.Done()
-		v, err := call()
-		if state.CompareAndSwap(callRunning, callDelivered) {
-			ch <- result{v, err}
-			return
-		}
-		late(v, err)
-	})
+	e.run(c)
 	select {
-	case r := <-ch:
-		return r.v, r.err, false
+	case <-c.done:
+		return c.v, c.err, false
 	case <-ctx.Done():
-		if state.CompareAndSwap(callRunning, callAbandoned) {
+		if c.state.CompareAndSwap(callRunning, callAbandoned) {
 			return v, ctx.Err(), true
 		}
-		r := <-ch // delivered just now
-		return r.v, r.err, false
+		<-c.done // delivered just now
+		return c.v, c.err, false
 	}
 }
+
+// detachedCall is one call of detached, run by a worker.
+type detachedCall[T any] struct {
+	e     *engine
+	call  func() (T, error)
+	late  func(T, error)
+	state atomic.Int32  // callRunning, then one of the others
+	done  chan struct{} // closed once v and err are delivered
+	v     T
+	err   error
+}
+
+func (c *detachedCall[T]) run() {
+	defer c.e.calls.Done()
+	v, err := c.call()
+	if c.state.CompareAndSwap(callRunning, callDelivered) {
+		c.v, c.err = v, err
+		close(c.done)
+		return
+	}
+	c.late(v, err)
+}
+
+// job is a call a worker runs.
+type job interface{ run() }
 
 // workerIdle is how long a worker waits for another call before it exits.
 const workerIdle = 2 * time.Second
 
-// run runs f in a worker of e: an idle one when there is one, else a new
+// run runs j in a worker of e: an idle one when there is one, else a new
 // one. The caller must hold e.calls (see enter), so that Close, which stops
 // the workers after e.calls, never waits for a worker started meanwhile.
-func (e *engine) run(f func()) {
+func (e *engine) run(j job) {
 	select {
-	case e.work <- f:
+	case e.work <- j:
 		return
 	default:
 	}
 	e.wg.Add(1)
-	go e.worker(f)
+	go e.worker(j)
 }
 
-// worker runs f, then the calls handed to it on e.work, until it has
-// waited workerIdle for one or Close stops it.
-func (e *engine) worker(f func()) {
+// worker runs j, then the jobs handed to it on e.work, until it has waited
+// workerIdle for one or Close stops it.
+func (e *engine) worker(j job) {
 	defer e.wg.Done()
 	var idle *time.Timer
 	for {
-		f()
+		j.run()
 		if idle == nil {
 			idle = time.NewTimer(workerIdle)
 		} else {
 			idle.Reset(workerIdle) // Go 1.23+: drops a pending tick
 		}
 		select {
-		case f = <-e.work:
+		case j = <-e.work:
 		case <-idle.C:
 			return
 		case <-e.stop:

@@ -176,3 +176,33 @@ func TestDetachedCallsReuseAWorker(t *testing.T) {
 		t.Errorf("%d workers left after Close, want none", n)
 	}
 }
+
+// TestLockUnlockAllocations: a TryLock+Unlock allocates within a budget,
+// with the store calls inline (PromptCancel) and detached; the detached
+// call's state is one allocation, and a key's gate is reused.
+func TestLockUnlockAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes what allocates")
+	}
+	for _, tc := range []struct {
+		prompt bool
+		budget float64
+	}{{true, 16}, {false, 22}} {
+		d := newTableDriver()
+		d.prompt = tc.prompt
+		e := newTestEngine(t, d)
+		ctx := context.Background()
+		n := testing.AllocsPerRun(200, func() {
+			lk, err := e.TryLock(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > tc.budget {
+			t.Errorf("PromptCancel %v: TryLock+Unlock makes %v allocations, want at most %v", tc.prompt, n, tc.budget)
+		}
+	}
+}
