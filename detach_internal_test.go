@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/leakcheck"
 )
 
 // stuckDriver is a tableDriver whose TryAcquire of key "a" and Release of
@@ -118,31 +118,28 @@ func TestCallsReturnWhenTheirCtxEnds(t *testing.T) {
 
 // workers counts the goroutines that are workers of e (see engine.run).
 func workers(e *engine) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
+	n := 0
+	for _, s := range leakcheck.Others() {
+		if strings.Contains(s, fmt.Sprintf("locker.(*engine).worker(%p", e)) {
+			n++
 		}
-		buf = make([]byte, 2*len(buf))
 	}
-	return strings.Count(string(buf), fmt.Sprintf("locker.(*engine).worker(%p", e))
+	return n
 }
 
-// TestDetachedCallsReuseAWorker: a driver without PromptCancel has its
-// store calls made in a worker of the engine that waits for the next call,
-// so that a Locker in use does not start a goroutine for each; Close stops
+// TestDetachedCallsReuseWorkers: a driver without PromptCancel has its
+// store calls made in workers of the engine that wait for the next call, so
+// that a Locker in use does not start a goroutine for each; Close stops
 // every worker.
-func TestDetachedCallsReuseAWorker(t *testing.T) {
-	d := &stuckDriver{tableDriver: newTableDriver(), acquires: make(chan struct{}), releases: make(chan struct{}), entered: make(chan string, 2)}
-	l, err := New(d, WithTTL(time.Minute))
+func TestDetachedCallsReuseWorkers(t *testing.T) {
+	l, err := New(newTableDriver(), WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := l.(*engine)
 	ctx := t.Context()
-	for range 10 {
+	const rounds = 50 // 100 store calls, one after the other
+	for range rounds {
 		lk, err := e.TryLock(ctx, "c")
 		if err != nil {
 			t.Fatal(err)
@@ -151,23 +148,10 @@ func TestDetachedCallsReuseAWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A call that stays in the store while it is counted: the one worker
-	// left idle by the calls before runs it.
-	errc := make(chan error, 1)
-	go func() {
-		lk, err := e.TryLock(ctx, "a")
-		if err == nil {
-			err = lk.Unlock(ctx)
-		}
-		errc <- err
-	}()
-	<-d.entered
-	if n := workers(e); n != 1 {
-		t.Errorf("%d workers run a store call after sequential calls, want the 1 they left idle", n)
-	}
-	close(d.acquires)
-	if err := returns(t, "TryLock", errc); err != nil {
-		t.Fatal(err)
+	// A worker may still be on its way back to wait when the next call
+	// comes, which then starts another: a few, not one per call.
+	if n := workers(e); n < 1 || n > 10 {
+		t.Errorf("%d workers wait after %d store calls made one after the other, want between 1 and 10", n, 2*rounds)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
