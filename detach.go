@@ -15,6 +15,10 @@ import (
 // session to set up, an attempt to undo) finishes it there. A driver that
 // promises to return promptly (driver.Info.PromptCancel) has its calls
 // made inline, in the caller's goroutine, which costs no goroutine.
+//
+// A detached call runs in one of the engine's workers: a goroutine that
+// waits for the next call once it is done, so that a Locker in use does
+// not start a goroutine, and grow its stack, for every store call.
 
 // Outcomes of a detached call, decided once by compare-and-swap.
 const (
@@ -25,7 +29,7 @@ const (
 
 // detached runs call and returns its outcome, or ctx.Err() as soon as ctx
 // ends (gone is then true). A call still running then goes on in its
-// goroutine, counted in e.calls so that Close waits for it, and hands its
+// worker, counted in e.calls so that Close waits for it, and hands its
 // outcome to late instead. The caller must hold e.calls (see enter).
 // For a driver that promises PromptCancel, call runs inline and gone is
 // always false.
@@ -34,31 +38,82 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 		v, err = call()
 		return v, err, false
 	}
-	type result struct {
-		v   T
-		err error
-	}
-	var state atomic.Int32
-	ch := make(chan result, 1)
+	c := &detachedCall[T]{e: e, call: call, late: late, done: make(chan struct{})}
 	e.calls.Add(1)
-	go func() {
-		defer e.calls.Done()
-		v, err := call()
-		if state.CompareAndSwap(callRunning, callDelivered) {
-			ch <- result{v, err}
-			return
-		}
-		late(v, err)
-	}()
+	e.run(c)
 	select {
-	case r := <-ch:
-		return r.v, r.err, false
+	case <-c.done:
+		return c.v, c.err, false
 	case <-ctx.Done():
-		if state.CompareAndSwap(callRunning, callAbandoned) {
+		if c.state.CompareAndSwap(callRunning, callAbandoned) {
 			return v, ctx.Err(), true
 		}
-		r := <-ch // delivered just now
-		return r.v, r.err, false
+		<-c.done // delivered just now
+		return c.v, c.err, false
+	}
+}
+
+// detachedCall is one call of detached, run by a worker.
+type detachedCall[T any] struct {
+	e     *engine
+	call  func() (T, error)
+	late  func(T, error)
+	state atomic.Int32  // callRunning, then one of the others
+	done  chan struct{} // closed once v and err are delivered
+	v     T
+	err   error
+}
+
+func (c *detachedCall[T]) run() {
+	defer c.e.calls.Done()
+	v, err := c.call()
+	if c.state.CompareAndSwap(callRunning, callDelivered) {
+		c.v, c.err = v, err
+		close(c.done)
+		return
+	}
+	c.late(v, err)
+}
+
+// job is a call a worker runs.
+type job interface{ run() }
+
+// workerIdle is how long a worker waits for another call before it exits.
+const workerIdle = 2 * time.Second
+
+// run runs j in a worker of e: an idle one when there is one, else a new
+// one. The caller must hold e.calls (see enter), so that Close, which stops
+// the workers after e.calls, never waits for a worker started meanwhile.
+func (e *engine) run(j job) {
+	select {
+	case e.work <- j:
+		return
+	default:
+	}
+	e.wg.Add(1)
+	go e.worker(j)
+}
+
+// worker runs j, then the jobs handed to it on e.work, until it has waited
+// workerIdle for one or Close stops it.
+func (e *engine) worker(j job) {
+	defer e.wg.Done()
+	var idle *time.Timer
+	for {
+		j.run()
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+		} else {
+			idle.Reset(workerIdle) // Go 1.23+: drops a pending tick
+		}
+		select {
+		case j = <-e.work:
+		case <-idle.C:
+			return
+		case <-e.stop:
+			idle.Stop()
+			return
+		}
 	}
 }
 

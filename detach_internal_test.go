@@ -3,11 +3,14 @@ package locker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/leakcheck"
 )
 
 // stuckDriver is a tableDriver whose TryAcquire of key "a" and Release of
@@ -110,5 +113,80 @@ func TestCallsReturnWhenTheirCtxEnds(t *testing.T) {
 			t.Fatal("the release an Unlock left to the background never happened")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// workers counts the goroutines that are workers of e (see engine.run).
+func workers(e *engine) int {
+	n := 0
+	for _, s := range leakcheck.Others() {
+		if strings.Contains(s, fmt.Sprintf("locker.(*engine).worker(%p", e)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDetachedCallsReuseWorkers: a driver without PromptCancel has its
+// store calls made in workers of the engine that wait for the next call, so
+// that a Locker in use does not start a goroutine for each; Close stops
+// every worker.
+func TestDetachedCallsReuseWorkers(t *testing.T) {
+	l, err := New(newTableDriver(), WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := l.(*engine)
+	ctx := t.Context()
+	const rounds = 50 // 100 store calls, one after the other
+	for range rounds {
+		lk, err := e.TryLock(ctx, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A worker may still be on its way back to wait when the next call
+	// comes, which then starts another: a few, not one per call.
+	if n := workers(e); n < 1 || n > 10 {
+		t.Errorf("%d workers wait after %d store calls made one after the other, want between 1 and 10", n, 2*rounds)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := workers(e); n != 0 {
+		t.Errorf("%d workers left after Close, want none", n)
+	}
+}
+
+// TestLockUnlockAllocations: a TryLock+Unlock allocates within a budget,
+// with the store calls inline (PromptCancel) and detached; the detached
+// call's state is one allocation, and a key's gate is reused.
+func TestLockUnlockAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes what allocates")
+	}
+	for _, tc := range []struct {
+		prompt bool
+		budget float64
+	}{{true, 16}, {false, 22}} {
+		d := newTableDriver()
+		d.prompt = tc.prompt
+		e := newTestEngine(t, d)
+		ctx := context.Background()
+		n := testing.AllocsPerRun(200, func() {
+			lk, err := e.TryLock(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > tc.budget {
+			t.Errorf("PromptCancel %v: TryLock+Unlock makes %v allocations, want at most %v", tc.prompt, n, tc.budget)
+		}
 	}
 }

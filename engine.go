@@ -67,6 +67,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		gates:      make(map[string]*gate),
 		inflight:   make(map[uint64]context.CancelCauseFunc),
 		wake:       make(chan struct{}, 1),
+		work:       make(chan job),
 		stop:       make(chan struct{}),
 		next:       farFuture(),
 		born:       time.Now(),
@@ -127,8 +128,10 @@ type engine struct {
 	closed bool
 	holds  map[*hold]struct{} // held locks, renewed by the watchdog
 	gates  map[string]*gate   // local per-key queues
-	next   time.Time          // when the watchdog plans to wake up next
-	calls  sync.WaitGroup     // Lock, TryLock and Unlock calls in progress
+	// spareGate is the last gate dropped, for the next key that needs one.
+	spareGate *gate
+	next      time.Time      // when the watchdog plans to wake up next
+	calls     sync.WaitGroup // Lock, TryLock and Unlock calls in progress
 	// inflight cancels the waits and store calls of the calls in
 	// progress, for Close.
 	inflight map[uint64]context.CancelCauseFunc
@@ -139,7 +142,8 @@ type engine struct {
 	cleanFails int       // rounds of cleanups that failed in a row
 
 	wake chan struct{} // pokes the watchdog
-	stop chan struct{} // closed by Close to stop the watchdog
+	work chan job      // hands a detached call to an idle worker (detach.go)
+	stop chan struct{} // closed by Close to stop the watchdog and the workers
 	wg   sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
@@ -823,7 +827,10 @@ func (e *engine) enterGate(ctx context.Context, key string, wait bool) (*gateTic
 	e.mu.Lock()
 	g := e.gates[key]
 	if g == nil {
-		g = &gate{ch: make(chan struct{}, 1)}
+		g, e.spareGate = e.spareGate, nil
+		if g == nil {
+			g = &gate{ch: make(chan struct{}, 1)}
+		}
 		e.gates[key] = g
 	}
 	g.refs++
@@ -862,6 +869,7 @@ func (e *engine) dropGate(key string, g *gate) {
 	g.refs--
 	if g.refs == 0 {
 		delete(e.gates, key)
+		e.spareGate = g // empty: its last ticket has left
 	}
 	e.mu.Unlock()
 }

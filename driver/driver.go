@@ -204,8 +204,8 @@ type Info struct {
 	// PromptCancel promises that every call of the driver returns soon after
 	// its ctx ends, whatever the store does, the first call included. The
 	// engine then makes the store calls of Lock, TryLock and Unlock in the
-	// caller's goroutine. When false, it makes each in a goroutine of its
-	// own, and returns without it when the caller's ctx ends. The
+	// caller's goroutine. When false, it makes each in another goroutine,
+	// and returns without waiting for it when the caller's ctx ends. The
 	// conformance case PromptCancel checks the promise.
 	PromptCancel bool
 }

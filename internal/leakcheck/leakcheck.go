@@ -38,7 +38,7 @@ var framework = []string{
 func Find() error {
 	deadline := time.Now().Add(settle)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		leaked := others()
+		leaked := Others()
 		if len(leaked) == 0 {
 			return nil
 		}
@@ -71,9 +71,9 @@ func Code(code int) int {
 	return 0
 }
 
-// others returns the stacks of every goroutine but the caller's and the
+// Others returns the stacks of every goroutine but the caller's and the
 // framework's.
-func others() []string {
+func Others() []string {
 	buf := make([]byte, 1<<16)
 	for {
 		n := runtime.Stack(buf, true)

@@ -11,15 +11,15 @@ import (
 func TestFindsALeak(t *testing.T) {
 	stop := make(chan struct{})
 	go leakyWorker(stop)
-	leaked := others()
+	leaked := Others()
 	if len(leaked) != 1 || !strings.Contains(leaked[0], "created by github.com/golocker/locker/internal/leakcheck.TestFindsALeak") {
-		t.Fatalf("others() = %q; want the one goroutine the test started", leaked)
+		t.Fatalf("Others() = %q; want the one goroutine the test started", leaked)
 	}
 	close(stop)
 	deadline := time.Now().Add(5 * time.Second)
-	for len(others()) > 0 {
+	for len(Others()) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ended goroutine is still reported: %q", others())
+			t.Fatalf("the ended goroutine is still reported: %q", Others())
 		}
 		time.Sleep(time.Millisecond)
 	}
