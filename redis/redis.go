@@ -246,6 +246,7 @@ type redisDriver struct {
 
 	logger *slog.Logger
 	notify *notifier
+	inbox  *inbox // nil: hand-overs are confirmed by an attempt
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
@@ -312,6 +313,7 @@ func newDriver(client Client) *redisDriver {
 		unfairArg:    "0",
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
+	d.inbox = newInbox(client, d.lid, logger)
 	return d
 }
 
@@ -351,6 +353,7 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if cfg.Logger != nil {
 		d.logger = cfg.Logger
 		d.notify.logger = cfg.Logger
+		d.inbox.setLogger(cfg.Logger)
 	}
 	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
 		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
@@ -438,5 +441,6 @@ func (d *redisDriver) Close() error {
 		<-d.checked
 	}
 	d.notify.close()
+	d.inbox.close()
 	return nil
 }
