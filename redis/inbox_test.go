@@ -1,0 +1,180 @@
+package redis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// forgedToken is a token no store hands out in a test: a waiter that
+// returns it trusted an inbox entry it must not trust.
+const forgedToken = "4611686018427387904" // 2^62
+
+// queuedWaiter starts a Lock of key on l, which key's holder keeps waiting,
+// and returns its owner, its Locker's id, its result channel and a cancel
+// that ends its wait.
+func queuedWaiter(t *testing.T, ctx context.Context, admin *goredis.Client, l locker.Locker, key string) (owner, lid string, res <-chan error, cancel func()) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	ch := make(chan error, 1)
+	go func() {
+		lk, err := l.Lock(wctx, key)
+		if err == nil {
+			err = errGranted{lk.Token()}
+			_ = lk.Unlock(context.WithoutCancel(ctx))
+		}
+		ch <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	owners, err := admin.ZRange(ctx, name(kindQueue, key), 0, 0).Result()
+	if err != nil || len(owners) != 1 {
+		t.Fatalf("reading the queue: %v, %v", owners, err)
+	}
+	rec, err := admin.HGet(ctx, name(kindWaiters, key), owners[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// <deadline> <seq> <ttl> <lid> <label>; seq "i<n>": the Locker reads
+	// its inbox.
+	f := strings.Fields(rec)
+	if !strings.HasPrefix(f[1], "i") {
+		t.Fatalf("the waiter does not ask for its grants in its inbox: record %q", rec)
+	}
+	return owners[0], f[3], ch, cancel
+}
+
+// errGranted is a waiter's Lock that returned the lock.
+type errGranted struct{ token uint64 }
+
+func (e errGranted) Error() string { return "granted" }
+
+// expectWaiting fails when the waiter's Lock ended within a while.
+func expectWaiting(t *testing.T, res <-chan error, why string) {
+	t.Helper()
+	select {
+	case err := <-res:
+		if g, ok := err.(errGranted); ok {
+			t.Fatalf("%s: the waiter returned holding the lock, token %d, while the holder held it", why, g.token)
+		}
+		t.Fatalf("%s: the wait ended: %v", why, err)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestInboxEntryOfGoneWaiterGrantsNothing: an inbox entry that names a
+// waiter which gave up (a grant delivered after it left) grants nothing to
+// the next waiter of the same Locker.
+func TestInboxEntryOfGoneWaiterGrantsNothing(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+	cancel()
+	<-res
+	waitQueued(t, ctx, admin, key, 0)
+	next, _, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+	defer cancel()
+	if next == gone {
+		t.Fatal("two acquisitions share an owner token")
+	}
+	if err := admin.LPush(ctx, inboxName(lid), gone+" 1 "+forgedToken+" 500").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectWaiting(t, res, "an inbox entry of a waiter that gave up")
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
+		t.Fatalf("the next waiter must get the lock from the store after the holder's Unlock: %v", g)
+	}
+}
+
+// TestInboxLateEntryGrantsNothing: an inbox entry read after the claim
+// window it names could have run out (counted from the waiter's attempt
+// the hand-over read) is not trusted: the waiter confirms in the store.
+// Its validity bound is never later than the store's expiry.
+func TestInboxLateEntryGrantsNothing(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+	defer cancel()
+	// The waiter's next attempt is a refresh interval (over 3 s) away:
+	// its first attempt stays the last the store saw.
+	time.Sleep(600 * time.Millisecond)
+	if err := admin.LPush(ctx, inboxName(lid), owner+" 1 "+forgedToken+" 500").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectWaiting(t, res, "an inbox entry whose claim ran out")
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
+		t.Fatalf("the waiter must get the lock from the store after the holder's Unlock: %v", g)
+	}
+}
+
+// TestInboxGrantEndsBeforeStoreExpiry: a lock handed over through the
+// inbox has a local deadline no later than the store's expiry of the
+// hand-over (the lock's PX, claim window, from the release).
+func TestInboxGrantEndsBeforeStoreExpiry(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan locker.Lock, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wl
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wl := <-got
+	if wl == nil {
+		return
+	}
+	defer wl.Unlock(ctx)
+	// Read after the deadline was set: the store's expiry is before the
+	// reply's arrival + pttl (+1 ms of rounding).
+	pttl, err := admin.PTTL(ctx, name(kindLock, key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if expiry := time.Now().Add(pttl + time.Millisecond); wl.Deadline().After(expiry) {
+		t.Fatalf("the lock's local deadline is %v after the store's expiry of the key", wl.Deadline().Sub(expiry))
+	}
+}
