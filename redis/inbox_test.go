@@ -67,72 +67,65 @@ func expectWaiting(t *testing.T, res <-chan error, why string) {
 	}
 }
 
-// TestInboxEntryOfGoneWaiterGrantsNothing: an inbox entry that names a
-// waiter which gave up (a grant delivered after it left) grants nothing to
-// the next waiter of the same Locker.
-func TestInboxEntryOfGoneWaiterGrantsNothing(t *testing.T) {
-	t.Parallel()
-	srv := storeenv.Redis(t)
-	admin := newClient(t, srv.Addr())
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
-	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
-	lk, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
-	cancel()
-	<-res
-	waitQueued(t, ctx, admin, key, 0)
-	next, _, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
-	defer cancel()
-	if next == gone {
-		t.Fatal("two acquisitions share an owner token")
-	}
-	if err := admin.LPush(ctx, inboxName(lid), gone+" 1 "+forgedToken+" 500").Err(); err != nil {
-		t.Fatal(err)
-	}
-	expectWaiting(t, res, "an inbox entry of a waiter that gave up")
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
-		t.Fatalf("the next waiter must get the lock from the store after the holder's Unlock: %v", g)
-	}
-}
-
-// TestInboxLateEntryGrantsNothing: an inbox entry read after the claim
-// window it names could have run out (counted from the waiter's attempt
-// the hand-over read) is not trusted: the waiter confirms in the store.
-// Its validity bound is never later than the store's expiry.
-func TestInboxLateEntryGrantsNothing(t *testing.T) {
-	t.Parallel()
-	srv := storeenv.Redis(t)
-	admin := newClient(t, srv.Addr())
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
-	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
-	lk, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
-	defer cancel()
-	// The waiter's next attempt is a refresh interval (over 3 s) away:
-	// its first attempt stays the last the store saw.
-	time.Sleep(600 * time.Millisecond)
-	if err := admin.LPush(ctx, inboxName(lid), owner+" 1 "+forgedToken+" 500").Err(); err != nil {
-		t.Fatal(err)
-	}
-	expectWaiting(t, res, "an inbox entry whose claim ran out")
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
-		t.Fatalf("the waiter must get the lock from the store after the holder's Unlock: %v", g)
+// TestInboxEntryGrantsNothingUntrusted: an inbox entry (written here as
+// a writer of the store could) grants nothing when it names a waiter that
+// gave up, even to the next waiter of the same Locker, or when it is read
+// after the claim it names could have run out, counted from the waiter's
+// attempt the hand-over read: its validity bound would lie past the
+// store's expiry. The waiter then gets the lock from the store once the
+// holder unlocks.
+func TestInboxEntryGrantsNothingUntrusted(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// entry queues a waiter on waiters and returns it, with the
+		// owner an entry should name and the inbox it goes to.
+		entry func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (owner, lid string, res <-chan error, cancel func())
+	}{
+		{"GoneWaiter", func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (string, string, <-chan error, func()) {
+			gone, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			cancel()
+			<-res
+			waitQueued(t, ctx, admin, key, 0)
+			next, _, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			if next == gone {
+				t.Fatal("two acquisitions share an owner token")
+			}
+			return gone, lid, res, cancel
+		}},
+		{"LateEntry", func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (string, string, <-chan error, func()) {
+			owner, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			// The waiter's next attempt is a refresh interval (over 3 s)
+			// away: its first attempt stays the last the store saw, and
+			// an entry naming it is older than the claim.
+			time.Sleep(600 * time.Millisecond)
+			return owner, lid, res, cancel
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := storeenv.Redis(t)
+			admin := newClient(t, srv.Addr())
+			ctx := ctxFor(t, 30*time.Second)
+			key := uniqueKey(t)
+			holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+			waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+			lk, err := holder.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner, lid, res, cancel := c.entry(t, ctx, admin, waiters, key)
+			defer cancel()
+			if err := admin.LPush(ctx, inboxName(lid), owner+" 1 "+forgedToken+" 500").Err(); err != nil {
+				t.Fatal(err)
+			}
+			expectWaiting(t, res, "an untrusted inbox entry")
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
+				t.Fatalf("the waiter must get the lock from the store after the holder's Unlock: %v", g)
+			}
+		})
 	}
 }
 
@@ -160,6 +153,9 @@ func TestInboxGrantEndsBeforeStoreExpiry(t *testing.T) {
 		got <- wl
 	}()
 	waitQueued(t, ctx, admin, key, 1)
+	// Let the attempt that the subscription's confirmation wakes pass,
+	// so that the hand-over is taken from the inbox, not confirmed.
+	time.Sleep(100 * time.Millisecond)
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
