@@ -35,8 +35,8 @@
 //     connection of the client's pool while its Locks wait, and for 2 s
 //     after. A hand-over to one of its waiters is pushed there, and the
 //     waiter takes it without another round trip. The list expires a minute
-//     after its last grant. A user whose ACL refuses the list keeps the
-//     confirming round trip.
+//     after its last grant. A user whose ACL refuses the list, and a Locker
+//     with [Config.NoInbox], keep the confirming round trip.
 //
 // # Fair and unfair
 //

@@ -174,3 +174,45 @@ func TestInboxGrantEndsBeforeStoreExpiry(t *testing.T) {
 		t.Fatalf("the lock's local deadline is %v after the store's expiry of the key", wl.Deadline().Sub(expiry))
 	}
 }
+
+// TestNoInboxConfirms: a Locker with Config.NoInbox does not ask for its
+// grants in an inbox, and its waiter still gets the lock on Unlock.
+func TestNoInboxConfirms(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, err := Config{NoInbox: true}.New(newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiters.Close()
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("reading the waiter's record: %v, %v", recs, err)
+	}
+	if seq := strings.Fields(recs[0])[1]; strings.HasPrefix(seq, "i") {
+		t.Errorf("a Locker with NoInbox asks for its grants in an inbox: record %q", recs[0])
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -100,6 +100,13 @@ type Config struct {
 	// at the first refusal.
 	NoPubSub bool
 
+	// NoInbox makes the Locker's waiters confirm every hand-over with an
+	// attempt, as on a Cluster, instead of reading it from the Locker's
+	// inbox list (see the package doc). Set it behind a proxy that shards
+	// by key: the scripts write the inbox on the lock's shard, where the
+	// Locker's BLPOP does not look.
+	NoInbox bool
+
 	// Replicas, when above 0, makes an acquisition (a lock taken, or
 	// confirmed by the waiter it was handed over to) count only once
 	// Redis's WAIT confirms that at least Replicas replicas have the write,
@@ -184,6 +191,9 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
 	d.poll.Store(c.NoPubSub)
+	if c.NoInbox {
+		d.inbox = nil
+	}
 	if c.Unfair {
 		d.unfairArg = "1"
 	}
