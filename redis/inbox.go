@@ -134,11 +134,26 @@ func (ib *inbox) usable() bool {
 	return ib.running && !ib.failed && !ib.closed && !ib.disabled
 }
 
+// isDisabled reports whether the server refused BLPOP.
+func (ib *inbox) isDisabled() bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.disabled
+}
+
 // read is the reader goroutine.
 func (ib *inbox) read(done chan struct{}) {
 	defer close(done)
 	failures := 0
 	for {
+		select {
+		case <-ib.stop:
+			ib.mu.Lock()
+			ib.running = false
+			ib.mu.Unlock()
+			return
+		default:
+		}
 		res, err := ib.client.BLPop(context.Background(), inboxIdle, ib.key).Result()
 		ib.mu.Lock()
 		if ib.closed {
@@ -158,10 +173,14 @@ func (ib *inbox) read(done chan struct{}) {
 			// The server refuses BLPOP, or the list (ACL): hand-overs
 			// are confirmed by an attempt from now on.
 			ib.disabled, ib.running = true, false
+			ib.wakeLocked()
 			ib.mu.Unlock()
 			ib.logger.Info("locker: redis: the server refuses reading the inbox; hand-overs are confirmed by an attempt from now on", "cause", err)
 			return
 		case err != nil:
+			if !ib.failed {
+				ib.wakeLocked()
+			}
 			ib.failed = true
 			failures++
 			if len(ib.waiters) == 0 {
@@ -194,6 +213,19 @@ func (ib *inbox) read(done chan struct{}) {
 			case <-ib.stop:
 				t.Stop()
 			}
+		}
+	}
+}
+
+// wakeLocked hands every waiter a grant that names no attempt, after which
+// it confirms in the store, with an attempt that no longer asks for the
+// inbox: a grant pushed while nobody read it is not missed. ib.mu must be
+// held.
+func (ib *inbox) wakeLocked() {
+	for _, ch := range ib.waiters {
+		select {
+		case ch <- inboxGrant{}:
+		default:
 		}
 	}
 }

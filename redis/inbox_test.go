@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"strings"
 	"testing"
 	"time"
@@ -216,3 +217,83 @@ func TestNoInboxConfirms(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInboxRefusedWakesWaiters: when the server starts refusing the
+// Locker's BLPOP (its ACL changed), its waiters that asked for their grants
+// in the inbox are woken and queue again without asking, long before
+// their refresh, so that a hand-over pushed where nobody reads is not
+// waited out.
+func TestInboxRefusedWakesWaiters(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 40*time.Second)
+	user := "noblpop_" + rand.Text()[:8]
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(context.WithoutCancel(ctx), "ACL", "DELUSER", user).Err() })
+	o := clientOptions(srv.Addr())
+	o.Username, o.Password = user, "pw"
+	userClient := goredis.NewClient(o)
+	t.Cleanup(func() { _ = userClient.Close() })
+
+	key := uniqueKey(t)
+	const ttl = time.Minute // a refresh every 20 s
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	waiters, d := newTestLocker(t, userClient, locker.WithTTL(ttl))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	seq := func() string {
+		recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("reading the waiter's record: %q, %v", recs, err)
+		}
+		return strings.Fields(recs[0])[1]
+	}
+	// Let the attempt that the subscription's confirmation wakes pass.
+	time.Sleep(200 * time.Millisecond)
+	if s := seq(); !strings.HasPrefix(s, "i") {
+		t.Fatalf("the waiter does not ask for its grants in its inbox: seq %q", s)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "-blpop").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The reader's next BLPOP, within inboxIdle, is refused.
+	for !d.inboxDisabled() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the refused BLPOP never disabled the inbox")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// Well before the waiter's refresh (20 s), it must have queued again.
+	woken := ctxFor(t, 10*time.Second)
+	for strings.HasPrefix(seq(), "i") {
+		select {
+		case <-woken.Done():
+			t.Fatal("the waiter still asks for its grants in an inbox nobody reads")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inboxDisabled reports whether the Locker's inbox was disabled by a refusal.
+func (d *redisDriver) inboxDisabled() bool { return d.inbox != nil && d.inbox.isDisabled() }
