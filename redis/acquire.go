@@ -26,15 +26,23 @@ const wakeGap = time.Millisecond
 // Each attempt either takes the key or (held) records the waiter in the key's
 // queue, in arrival order. Unlock of the holder hands the key over to the
 // first live waiter in the same script (a new fencing token, and a claim
-// window of at most 500 ms) and publishes "grant <owner> <seq> <token>
-// <claim>" on the key's channel. The message is only a wake-up: anyone who
-// may PUBLISH can forge one, so nothing in it is trusted. The waiter it
-// names confirms with an attempt at once, which finds the lock its own,
-// renews it to its TTL and returns the token Redis holds; the validity
-// counts from that attempt. A waiter that died while queued never confirms:
-// the claim runs out, and the other waiters, told by the same message how
-// long the claim lasts, try again then. So a release wakes one waiter, which
-// pays one round trip to confirm, and a dead waiter holds up the key for the
+// window of at most 500 ms). When the waiter's Locker reads its inbox (its
+// record's seq is "i<n>"), the script pushes "<owner> <seq> <token>
+// <claim>" into that list, which only a writer of the store can write:
+// the waiter takes the grant as it is, without a round trip. Its validity
+// is the claim window, counted from the send time of attempt seq, whose
+// record the hand-over read (so the hand-over came after it); the
+// renewals extend it. A grant with less than half its claim left by then
+// is confirmed by an attempt instead. Otherwise (no inbox: a Cluster,
+// Config.Replicas, a server that refuses BLPOP) the script publishes
+// "grant <owner> <seq> <token> <claim>" on the key's channel. The message
+// is only a wake-up: anyone who may PUBLISH can forge one, so nothing in
+// it is trusted. The waiter it names confirms with an attempt at once,
+// which finds the lock its own, renews it to its TTL and returns the token
+// Redis holds; the validity counts from that attempt. A waiter that died
+// while queued never takes its grant: the claim runs out, and the other
+// waiters, told by a message how long the claim lasts, try again then. So
+// a release wakes one waiter, and a dead waiter holds up the key for the
 // claim window, not for a TTL.
 //
 // In unfair mode a release frees the key and wakes the first waiter
@@ -73,6 +81,16 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, err
 		}
 	}
+	var grants <-chan inboxGrant
+	if d.inbox != nil && d.replicas == 0 && d.unfairArg == "0" {
+		// With Config.Replicas a grant counts only once WAIT confirmed
+		// it, which the confirming attempt does; an unfair release hands
+		// nothing over.
+		var cancel func()
+		grants, cancel = d.inbox.register(req.Owner)
+		defer cancel()
+	}
+	var sent []time.Time // sent[i]: when attempt i+1 was sent
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	keys := scriptKeys(req.Key)
 	validity := time.Duration(ttl) * time.Millisecond
@@ -89,7 +107,12 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	for {
 		now := time.Now()
 		seq++
-		r, err := d.attempt(ctx, req, keys, ttlArg, strconv.FormatUint(seq, 10))
+		seqArg := strconv.FormatUint(seq, 10)
+		if grants != nil && d.inbox.usable() {
+			seqArg = "i" + seqArg
+		}
+		sent = append(sent, now)
+		r, err := d.attempt(ctx, req, keys, ttlArg, seqArg)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -144,6 +167,19 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 					wakeAt = time.Now().Add(d)
 				}
 				sleeping = true
+			case g := <-grants:
+				if g.seq == 0 || g.seq > seq {
+					woken = true // names no attempt of ours: confirm
+					break
+				}
+				// The hand-over read the record of attempt g.seq: it
+				// came after that attempt was sent.
+				since := sent[g.seq-1]
+				if time.Until(since.Add(g.claim)) < g.claim/2 {
+					woken = true // too little left to count on: confirm
+					break
+				}
+				return driver.Grant{Token: g.token, Validity: g.claim, Since: since, State: keys[0], Queued: true}, nil
 			case <-wake:
 				woken = true
 			case <-timer.C:

@@ -30,6 +30,13 @@
 //     its Locks waited. Close stops them, waits for them and closes the
 //     pub/sub connection, leaving no subscription. A channel stays subscribed
 //     for 2 s after its last waiter left.
+//   - A fair Locker on one server (not a Cluster, without Config.Replicas)
+//     also reads its inbox, the list locker:inbox:<its id>, with BLPOP on one
+//     connection of the client's pool while its Locks wait, and for 2 s
+//     after. A hand-over to one of its waiters is pushed there, and the
+//     waiter takes it without another round trip. The list expires a minute
+//     after its last grant. A user whose ACL refuses the list, and a Locker
+//     with [Config.NoInbox], keep the confirming round trip.
 //
 // # Fair and unfair
 //

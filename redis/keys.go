@@ -25,6 +25,11 @@ import (
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>
 //
+// A Locker's inbox, the list of hand-overs to its waiters (inbox.go), is
+// one name for all its keys, outside any key's slot:
+//
+//	inbox    locker:inbox:<its 16-hex-digit id>
+//
 // Redis hashes the text between the first '{' and the first '}' after it, so
 // these share the slot of s. A '}' inside s would end the tag early (and one
 // at its start would leave the tag empty, so that each name hashed whole and

@@ -46,9 +46,10 @@ local function dequeue(owner)
   end
 end
 
--- record parses a waiter's record: deadline, seq, ttl, lid, label.
+-- record parses a waiter's record: deadline, seq, ttl, lid, label. A seq
+-- of "i<n>" marks a waiter whose Locker reads its inbox (see hand_over).
 local function record(rec)
-  return string.match(rec, '^(%d+) (%d+) (%d+) (%S+) (.*)$')
+  return string.match(rec, '^(%d+) (i?%d+) (%d+) (%S+) (.*)$')
 end
 
 -- gone collects the Lockers (lids) of the waiters head dropped.
@@ -101,6 +102,10 @@ end
 -- queued holds the key up for this long, not for a whole TTL.
 local claim_ms = 500
 
+-- inbox_ms is how long a Locker's inbox list outlives its last grant
+-- (inboxTTL in inbox.go): the residue of a Locker that is gone.
+local inbox_ms = 60000
+
 -- nopub is set when the server refused a PUBLISH (ACL -@pubsub or
 -- resetchannels, rename-command): the script's writes stand, and it says so
 -- in its reply, after which its caller stops publishing and polls.
@@ -130,10 +135,24 @@ local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
   local _, s = take(now, h, claim, label, retention)
   dequeue(h)
+  local pushed = false
+  if string.byte(seq, 1) == 105 then
+    -- "i<n>": the waiter's Locker reads its inbox list, which only a
+    -- writer of the store can write: the grant needs no confirmation.
+    local inbox = 'locker:inbox:' .. lid
+    local r = redis.pcall('LPUSH', inbox, h .. ' ' .. string.sub(seq, 2) .. ' ' .. s .. ' ' .. claim)
+    if type(r) ~= 'table' or not r.err then
+      redis.pcall('PEXPIRE', inbox, inbox_ms)
+      pushed = true
+    end
+    seq = string.sub(seq, 2)
+  end
   if channel == '' then
     return
   end
-  publish(channel .. ':' .. lid, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
+  if not pushed then
+    publish(channel .. ':' .. lid, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
+  end
   if next_lid and next_lid ~= lid then
     publish(channel .. ':' .. next_lid, 'claim ' .. claim)
   end

@@ -24,7 +24,7 @@ import (
 // system roots or the PEM file of parameter ca_file; cert_file and key_file
 // name a client certificate and its key. A password goes to a host other
 // than this machine only over TLS, or with insecure=true. nopubsub=true
-// sets [Config.NoPubSub], unfair=true [Config.Unfair], replicas=n and replica_timeout=<duration>
+// sets [Config.NoPubSub], noinbox=true [Config.NoInbox], unfair=true [Config.Unfair], replicas=n and replica_timeout=<duration>
 // [Config.Replicas] and [Config.ReplicaTimeout]. The Locker owns the client:
 // its Close closes it.
 //
@@ -113,6 +113,9 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 	}
 	var cfg Config
 	if cfg.NoPubSub, err = p.Bool("nopubsub"); err != nil {
+		return nil, err
+	}
+	if cfg.NoInbox, err = p.Bool("noinbox"); err != nil {
 		return nil, err
 	}
 	if cfg.Unfair, err = p.Bool("unfair"); err != nil {

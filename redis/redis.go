@@ -100,6 +100,13 @@ type Config struct {
 	// at the first refusal.
 	NoPubSub bool
 
+	// NoInbox makes the Locker's waiters confirm every hand-over with an
+	// attempt, as on a Cluster, instead of reading it from the Locker's
+	// inbox list (see the package doc). Set it behind a proxy that shards
+	// by key: the scripts write the inbox on the lock's shard, where the
+	// Locker's BLPOP does not look.
+	NoInbox bool
+
 	// Replicas, when above 0, makes an acquisition (a lock taken, or
 	// confirmed by the waiter it was handed over to) count only once
 	// Redis's WAIT confirms that at least Replicas replicas have the write,
@@ -184,6 +191,9 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	d := newDriver(client)
 	d.retentionArg = strconv.FormatInt(retention.Milliseconds(), 10)
 	d.poll.Store(c.NoPubSub)
+	if c.NoInbox {
+		d.inbox = nil
+	}
 	if c.Unfair {
 		d.unfairArg = "1"
 	}
@@ -246,6 +256,7 @@ type redisDriver struct {
 
 	logger *slog.Logger
 	notify *notifier
+	inbox  *inbox // nil: hand-overs are confirmed by an attempt
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
@@ -312,6 +323,7 @@ func newDriver(client Client) *redisDriver {
 		unfairArg:    "0",
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
+	d.inbox = newInbox(client, d.lid, logger)
 	return d
 }
 
@@ -351,6 +363,7 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if cfg.Logger != nil {
 		d.logger = cfg.Logger
 		d.notify.logger = cfg.Logger
+		d.inbox.setLogger(cfg.Logger)
 	}
 	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
 		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
@@ -438,5 +451,6 @@ func (d *redisDriver) Close() error {
 		<-d.checked
 	}
 	d.notify.close()
+	d.inbox.close()
 	return nil
 }

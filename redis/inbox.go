@@ -1,0 +1,258 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+const (
+	// inboxTTL is how long an inbox list outlives its last grant (inbox_ms
+	// in lib.lua).
+	inboxTTL = time.Minute
+	// inboxIdle is how long the reader blocks before it looks whether any
+	// waiter is left; with none, it stops until the next one registers.
+	inboxIdle = 2 * time.Second
+)
+
+// blpopper is the part of a go-redis client the inbox reader needs.
+type blpopper interface {
+	BLPop(ctx context.Context, timeout time.Duration, keys ...string) *goredis.StringSliceCmd
+}
+
+// inboxName returns the name of the inbox list of the Locker with id lid.
+func inboxName(lid string) string { return namespace + "inbox:" + lid }
+
+// inboxGrant is a hand-over read from the inbox: "<owner> <seq> <token>
+// <claim>".
+type inboxGrant struct {
+	seq   uint64        // the waiter's attempt the hand-over read from its record
+	token uint64        // the fencing token
+	claim time.Duration // the lock's time to live from the hand-over
+}
+
+// parseInboxGrant parses an inbox entry.
+func parseInboxGrant(entry string) (string, inboxGrant, bool) {
+	f := strings.Fields(entry)
+	if len(f) != 4 {
+		return "", inboxGrant{}, false
+	}
+	seq, err1 := strconv.ParseUint(f[1], 10, 64)
+	token, err2 := strconv.ParseUint(f[2], 10, 64)
+	claim, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || seq == 0 || token == 0 || claim <= 0 {
+		return "", inboxGrant{}, false
+	}
+	return f[0], inboxGrant{seq: seq, token: token, claim: time.Duration(claim) * time.Millisecond}, true
+}
+
+// inbox reads the grants that release scripts push into this Locker's
+// inbox list, and hands each to the waiting Lock of the owner it names. The
+// list is data of the store, written by scripts: a grant read from it is as
+// trustworthy as the lock key itself, unlike a pub/sub message. An entry
+// that names no waiting Lock (it gave up, or the Locker is another's) is
+// dropped: the waiter's owner is unique to its acquisition.
+//
+// One goroutine, started by the first registration, blocks in BLPOP on one
+// connection of the client's pool; it stops when no waiter is left after
+// inboxIdle, and on close.
+type inbox struct {
+	client blpopper
+	pipe   func() goredis.Pipeliner
+	key    string
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	waiters map[string]chan inboxGrant // by owner
+	running bool
+	failed  bool // the last BLPOP failed: waiters do not ask for grants here
+	// disabled is set for good when the server refused BLPOP.
+	disabled bool
+	closed   bool
+	done     chan struct{} // closed when the running reader exits
+	stop     chan struct{} // closed by close
+}
+
+func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
+	b, ok := client.(blpopper)
+	if !ok {
+		return nil
+	}
+	switch client.(type) {
+	case *goredis.ClusterClient, *goredis.Ring:
+		// A script may not write a key outside its slot.
+		return nil
+	}
+	return &inbox{client: b, pipe: client.Pipeline, key: inboxName(lid), logger: logger,
+		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{})}
+}
+
+// register registers the waiting Lock of owner and starts the reader if it
+// is not running. Its channel receives the grants read for owner (nil after
+// close, or once the server refused BLPOP); cancel unregisters it. It does
+// not block on the network.
+func (ib *inbox) register(owner string) (grants <-chan inboxGrant, cancel func()) {
+	ch := make(chan inboxGrant, 1)
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	if ib.closed || ib.disabled {
+		return nil, func() {}
+	}
+	ib.waiters[owner] = ch
+	if !ib.running {
+		ib.running = true
+		ib.done = make(chan struct{})
+		go ib.read(ib.done)
+	}
+	return ch, func() {
+		ib.mu.Lock()
+		delete(ib.waiters, owner)
+		ib.mu.Unlock()
+	}
+}
+
+// setLogger sets the logger before first use; a nil inbox ignores it.
+func (ib *inbox) setLogger(l *slog.Logger) {
+	if ib != nil {
+		ib.logger = l
+	}
+}
+
+// usable reports whether a waiting Lock may ask for its grants in the inbox.
+func (ib *inbox) usable() bool {
+	if ib == nil {
+		return false
+	}
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.running && !ib.failed && !ib.closed && !ib.disabled
+}
+
+// isDisabled reports whether the server refused BLPOP.
+func (ib *inbox) isDisabled() bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	return ib.disabled
+}
+
+// read is the reader goroutine.
+func (ib *inbox) read(done chan struct{}) {
+	defer close(done)
+	failures := 0
+	for {
+		select {
+		case <-ib.stop:
+			ib.mu.Lock()
+			ib.running = false
+			ib.mu.Unlock()
+			return
+		default:
+		}
+		res, err := ib.client.BLPop(context.Background(), inboxIdle, ib.key).Result()
+		ib.mu.Lock()
+		if ib.closed {
+			ib.running = false
+			ib.mu.Unlock()
+			return
+		}
+		switch {
+		case errors.Is(err, goredis.Nil):
+			ib.failed = false
+			if len(ib.waiters) == 0 {
+				ib.running = false
+				ib.mu.Unlock()
+				return
+			}
+		case refused(err):
+			// The server refuses BLPOP, or the list (ACL): hand-overs
+			// are confirmed by an attempt from now on.
+			ib.disabled, ib.running = true, false
+			ib.wakeLocked()
+			ib.mu.Unlock()
+			ib.logger.Info("locker: redis: the server refuses reading the inbox; hand-overs are confirmed by an attempt from now on", "cause", err)
+			return
+		case err != nil:
+			if !ib.failed {
+				ib.wakeLocked()
+			}
+			ib.failed = true
+			failures++
+			if len(ib.waiters) == 0 {
+				ib.running = false
+				ib.mu.Unlock()
+				return
+			}
+		default:
+			ib.failed = false
+			failures = 0
+			if len(res) == 2 {
+				if owner, g, ok := parseInboxGrant(res[1]); ok {
+					if ch := ib.waiters[owner]; ch != nil {
+						select {
+						case ch <- g:
+						default:
+						}
+					}
+				}
+			}
+		}
+		ib.mu.Unlock()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			if failures == 1 {
+				ib.logger.Debug("locker: redis: inbox read failed", "err", err)
+			}
+			t := time.NewTimer(backoff(failures))
+			select {
+			case <-t.C:
+			case <-ib.stop:
+				t.Stop()
+			}
+		}
+	}
+}
+
+// wakeLocked hands every waiter a grant that names no attempt, after which
+// it confirms in the store, with an attempt that no longer asks for the
+// inbox: a grant pushed while nobody read it is not missed. ib.mu must be
+// held.
+func (ib *inbox) wakeLocked() {
+	for _, ch := range ib.waiters {
+		select {
+		case ch <- inboxGrant{}:
+		default:
+		}
+	}
+}
+
+// close stops the reader: it pushes an entry that names nobody, which ends
+// its BLPOP, and waits for it.
+func (ib *inbox) close() {
+	if ib == nil {
+		return
+	}
+	ib.mu.Lock()
+	if ib.closed {
+		ib.mu.Unlock()
+		return
+	}
+	ib.closed = true
+	close(ib.stop)
+	running, done := ib.running, ib.done
+	ib.mu.Unlock()
+	if !running {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	pipe := ib.pipe()
+	pipe.LPush(ctx, ib.key, "close")
+	pipe.PExpire(ctx, ib.key, inboxTTL)
+	_, _ = pipe.Exec(ctx)
+	cancel()
+	<-done
+}

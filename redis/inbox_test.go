@@ -1,0 +1,299 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// forgedToken is a token no store hands out in a test: a waiter that
+// returns it trusted an inbox entry it must not trust.
+const forgedToken = "4611686018427387904" // 2^62
+
+// queuedWaiter starts a Lock of key on l, which key's holder keeps waiting,
+// and returns its owner, its Locker's id, its result channel and a cancel
+// that ends its wait.
+func queuedWaiter(t *testing.T, ctx context.Context, admin *goredis.Client, l locker.Locker, key string) (owner, lid string, res <-chan error, cancel func()) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	ch := make(chan error, 1)
+	go func() {
+		lk, err := l.Lock(wctx, key)
+		if err == nil {
+			err = errGranted{lk.Token()}
+			_ = lk.Unlock(context.WithoutCancel(ctx))
+		}
+		ch <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	owners, err := admin.ZRange(ctx, name(kindQueue, key), 0, 0).Result()
+	if err != nil || len(owners) != 1 {
+		t.Fatalf("reading the queue: %v, %v", owners, err)
+	}
+	rec, err := admin.HGet(ctx, name(kindWaiters, key), owners[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// <deadline> <seq> <ttl> <lid> <label>; seq "i<n>": the Locker reads
+	// its inbox.
+	f := strings.Fields(rec)
+	if !strings.HasPrefix(f[1], "i") {
+		t.Fatalf("the waiter does not ask for its grants in its inbox: record %q", rec)
+	}
+	return owners[0], f[3], ch, cancel
+}
+
+// errGranted is a waiter's Lock that returned the lock.
+type errGranted struct{ token uint64 }
+
+func (e errGranted) Error() string { return "granted" }
+
+// expectWaiting fails when the waiter's Lock ended within a while.
+func expectWaiting(t *testing.T, res <-chan error, why string) {
+	t.Helper()
+	select {
+	case err := <-res:
+		if g, ok := err.(errGranted); ok {
+			t.Fatalf("%s: the waiter returned holding the lock, token %d, while the holder held it", why, g.token)
+		}
+		t.Fatalf("%s: the wait ended: %v", why, err)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestInboxEntryGrantsNothingUntrusted: an inbox entry (written here as
+// a writer of the store could) grants nothing when it names a waiter that
+// gave up, even to the next waiter of the same Locker, or when it is read
+// after the claim it names could have run out, counted from the waiter's
+// attempt the hand-over read: its validity bound would lie past the
+// store's expiry. The waiter then gets the lock from the store once the
+// holder unlocks.
+func TestInboxEntryGrantsNothingUntrusted(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// entry queues a waiter on waiters and returns it, with the
+		// owner an entry should name and the inbox it goes to.
+		entry func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (owner, lid string, res <-chan error, cancel func())
+	}{
+		{"GoneWaiter", func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (string, string, <-chan error, func()) {
+			gone, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			cancel()
+			<-res
+			waitQueued(t, ctx, admin, key, 0)
+			next, _, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			if next == gone {
+				t.Fatal("two acquisitions share an owner token")
+			}
+			return gone, lid, res, cancel
+		}},
+		{"LateEntry", func(t *testing.T, ctx context.Context, admin *goredis.Client, waiters locker.Locker, key string) (string, string, <-chan error, func()) {
+			owner, lid, res, cancel := queuedWaiter(t, ctx, admin, waiters, key)
+			// The waiter's next attempt is a refresh interval (over 3 s)
+			// away: its first attempt stays the last the store saw, and
+			// an entry naming it is older than the claim.
+			time.Sleep(600 * time.Millisecond)
+			return owner, lid, res, cancel
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := storeenv.Redis(t)
+			admin := newClient(t, srv.Addr())
+			ctx := ctxFor(t, 30*time.Second)
+			key := uniqueKey(t)
+			holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+			waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+			lk, err := holder.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner, lid, res, cancel := c.entry(t, ctx, admin, waiters, key)
+			defer cancel()
+			if err := admin.LPush(ctx, inboxName(lid), owner+" 1 "+forgedToken+" 500").Err(); err != nil {
+				t.Fatal(err)
+			}
+			expectWaiting(t, res, "an untrusted inbox entry")
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if g, ok := (<-res).(errGranted); !ok || g.token == 1<<62 {
+				t.Fatalf("the waiter must get the lock from the store after the holder's Unlock: %v", g)
+			}
+		})
+	}
+}
+
+// TestInboxGrantEndsBeforeStoreExpiry: a lock handed over through the
+// inbox has a local deadline no later than the store's expiry of the
+// hand-over (the lock's PX, claim window, from the release).
+func TestInboxGrantEndsBeforeStoreExpiry(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan locker.Lock, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- wl
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	// Let the attempt that the subscription's confirmation wakes pass,
+	// so that the hand-over is taken from the inbox, not confirmed.
+	time.Sleep(100 * time.Millisecond)
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wl := <-got
+	if wl == nil {
+		return
+	}
+	defer wl.Unlock(ctx)
+	// Read after the deadline was set: the store's expiry is before the
+	// reply's arrival + pttl (+1 ms of rounding).
+	pttl, err := admin.PTTL(ctx, name(kindLock, key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if expiry := time.Now().Add(pttl + time.Millisecond); wl.Deadline().After(expiry) {
+		t.Fatalf("the lock's local deadline is %v after the store's expiry of the key", wl.Deadline().Sub(expiry))
+	}
+}
+
+// TestNoInboxConfirms: a Locker with Config.NoInbox does not ask for its
+// grants in an inbox, and its waiter still gets the lock on Unlock.
+func TestNoInboxConfirms(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	waiters, err := Config{NoInbox: true}.New(newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiters.Close()
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("reading the waiter's record: %v, %v", recs, err)
+	}
+	if seq := strings.Fields(recs[0])[1]; strings.HasPrefix(seq, "i") {
+		t.Errorf("a Locker with NoInbox asks for its grants in an inbox: record %q", recs[0])
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInboxRefusedWakesWaiters: when the server starts refusing the
+// Locker's BLPOP (its ACL changed), its waiters that asked for their grants
+// in the inbox are woken and queue again without asking, long before
+// their refresh, so that a hand-over pushed where nobody reads is not
+// waited out.
+func TestInboxRefusedWakesWaiters(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 40*time.Second)
+	user := "noblpop_" + rand.Text()[:8]
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(context.WithoutCancel(ctx), "ACL", "DELUSER", user).Err() })
+	o := clientOptions(srv.Addr())
+	o.Username, o.Password = user, "pw"
+	userClient := goredis.NewClient(o)
+	t.Cleanup(func() { _ = userClient.Close() })
+
+	key := uniqueKey(t)
+	const ttl = time.Minute // a refresh every 20 s
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	waiters, d := newTestLocker(t, userClient, locker.WithTTL(ttl))
+	lk, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiters.Lock(ctx, key)
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	seq := func() string {
+		recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("reading the waiter's record: %q, %v", recs, err)
+		}
+		return strings.Fields(recs[0])[1]
+	}
+	// Let the attempt that the subscription's confirmation wakes pass.
+	time.Sleep(200 * time.Millisecond)
+	if s := seq(); !strings.HasPrefix(s, "i") {
+		t.Fatalf("the waiter does not ask for its grants in its inbox: seq %q", s)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "-blpop").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The reader's next BLPOP, within inboxIdle, is refused.
+	for !d.inboxDisabled() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the refused BLPOP never disabled the inbox")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// Well before the waiter's refresh (20 s), it must have queued again.
+	woken := ctxFor(t, 10*time.Second)
+	for strings.HasPrefix(seq(), "i") {
+		select {
+		case <-woken.Done():
+			t.Fatal("the waiter still asks for its grants in an inbox nobody reads")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inboxDisabled reports whether the Locker's inbox was disabled by a refusal.
+func (d *redisDriver) inboxDisabled() bool { return d.inbox != nil && d.inbox.isDisabled() }
