@@ -46,6 +46,7 @@ type memEnv struct {
 	granted []string               // losesOnFailover: the keys granted so far
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
+	marked  map[string]bool        // sharedMarks: the keys shared holds ever held
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -63,6 +64,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		waiting:  make(map[string]int),
 		residue:  make(map[string][]*residue),
 		limits:   make(map[string]int),
+		marked:   make(map[string]bool),
 	}
 }
 
@@ -284,6 +286,7 @@ const (
 	blindRenewed    = "blindRenewed"    // Done and Err tell a loss only until the lock's first renewal (a watch that misses the deletions it should report)
 	keepsPlace      = "keepsPlace"      // a wait that SetLimit failed keeps a place in line for a TTL, and holds what it gets meanwhile until then (a withdrawal left to run later)
 	limitOutlives   = "limitOutlives"   // the limit SetLimit set rules the key for good, after its last holder left or crashed (a limit record nobody deletes)
+	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -360,6 +363,7 @@ var mustCatch = map[string][]string{
 	blindRenewed:    {"LossAfterRenewal"},
 	keepsPlace:      {"SetLimitWaiters"},
 	limitOutlives:   {"SetLimitForgotten"},
+	sharedMarks:     {"SharedKeyFreed"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -586,6 +590,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst || kind == multiPiecemeal || kind == multiFreesSome {
 		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
 			return brokenLockMulti(ctx, kind, l, keys, wait)
+		}
+	}
+	if kind == sharedMarks {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return markedLockMulti(ctx, e, l, keys, wait)
 		}
 	}
 	if kind == neverExpires {

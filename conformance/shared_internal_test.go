@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/golocker/locker"
@@ -49,6 +50,11 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		})
 	}
 	lk, err := call(ctx, s)
+	if err == nil && b.kind == sharedMarks {
+		b.env.mu.Lock()
+		b.env.marked[key] = true
+		b.env.mu.Unlock()
+	}
 	if err != nil {
 		if b.kind == lateShared && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
@@ -116,4 +122,29 @@ func (b *brokenLocker) keepPlace(key string, s locker.Share, opts []locker.LockO
 			return
 		}
 	}
+}
+
+// markedLockMulti is locker.LockMulti and locker.TryLockMulti through l,
+// except that a key shared holds ever held counts as held for good
+// (sharedMarks): TryLockMulti refuses it, LockMulti waits until ctx ends.
+func markedLockMulti(ctx context.Context, e *memEnv, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	e.mu.Lock()
+	marked := slices.ContainsFunc(keys, func(k string) bool { return e.marked[k] })
+	e.mu.Unlock()
+	switch {
+	case marked && wait:
+		<-ctx.Done()
+		return nil, &locker.Error{Op: "lockmulti", Key: keys[0], Err: locker.ErrNotAcquired, Cause: ctx.Err()}
+	case marked:
+		return nil, &locker.Error{Op: "trylockmulti", Key: keys[0], Err: locker.ErrNotAcquired}
+	}
+	take := locker.TryLockMulti
+	if wait {
+		take = locker.LockMulti
+	}
+	m, err := take(ctx, l, keys)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
