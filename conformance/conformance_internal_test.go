@@ -46,7 +46,7 @@ type memEnv struct {
 	granted []string               // losesOnFailover: the keys granted so far
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
-	marked  map[string]bool        // sharedMarks: the keys shared holds ever held
+	marked  map[string]bool        // sharedMarks: the keys shared holds ever held; crashedMark: the keys a permit holds or held until it crashed
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -287,6 +287,7 @@ const (
 	keepsPlace      = "keepsPlace"      // a wait that SetLimit failed keeps a place in line for a TTL, and holds what it gets meanwhile until then (a withdrawal left to run later)
 	limitOutlives   = "limitOutlives"   // the limit SetLimit set rules the key for good, after its last holder left or crashed (a limit record nobody deletes)
 	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
+	crashedMark     = "crashedMark"     // a key whose last permit crashed refuses the first multi-key lock after the permit expired (a mark only that refusal clears)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -364,6 +365,7 @@ var mustCatch = map[string][]string{
 	keepsPlace:      {"SetLimitWaiters"},
 	limitOutlives:   {"SetLimitForgotten"},
 	sharedMarks:     {"SharedKeyFreed"},
+	crashedMark:     {"SharedKeyFreed"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -592,9 +594,9 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			return brokenLockMulti(ctx, kind, l, keys, wait)
 		}
 	}
-	if kind == sharedMarks {
+	if kind == sharedMarks || kind == crashedMark {
 		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
-			return markedLockMulti(ctx, e, l, keys, wait)
+			return markedLockMulti(ctx, e, kind, l, keys, wait)
 		}
 	}
 	if kind == neverExpires {

@@ -235,8 +235,9 @@
 //   - SharedKeyFreed: the only permit of a semaphore is unlocked, or its
 //     holder crashes (with Crash); another Locker then takes the key with
 //     TryLockMulti, beside a fresh key, with a token above the permit's,
-//     and then with TryLock: at once after the Unlock, within one TTL of
-//     the crash.
+//     and then with TryLock: at once after the Unlock, and at the first
+//     try once Inspect shows the key free after the crash (within one TTL
+//     of it for a Locker that cannot inspect).
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten and SharedKeyFreed) skip, saying so, for a Locker with no
