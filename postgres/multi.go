@@ -47,7 +47,10 @@ func multiAcquireSQL(table string) string {
 // TryAcquireMulti implements driver.MultiAcquirer with one statement: the
 // INSERT … ON CONFLICT DO UPDATE of TryAcquire for every key, rolled back
 // unless it took them all. A statement rolled back by a serialization
-// failure or a deadlock counts as held.
+// failure or a deadlock counts as held. When it took nothing, one read
+// finds the keys marked as held by shared holds: each is freed when its
+// holds all ended, and the statement runs once more; a key with a live
+// hold fails the attempt with driver.ErrConflict.
 func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one statement", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
