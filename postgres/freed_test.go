@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/postgres"
 )
@@ -24,31 +26,15 @@ func TestFreedSharedKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var key string
-			if err := pool.QueryRow(ctx, `SELECT task_name FROM "`+postgres.DefaultTable+`_shared" WHERE token = $1`, int64(p.Token())).Scan(&key); err != nil {
-				t.Fatal(err)
-			}
-			switch how {
-			case "crashed":
+			key := storedKey(ctx, t, pool, p)
+			if how == "crashed" {
 				// The holder crashed two seconds ago.
 				if _, err := pool.Exec(ctx, `UPDATE "`+postgres.DefaultTable+`_shared" SET lock_until = clock_timestamp() - interval '2 seconds'`+
 					` WHERE task_name = $1`, key); err != nil {
 					t.Fatal(err)
 				}
-			default:
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+postgres.DefaultTable+`" WHERE task_name = $1 FOR UPDATE`, key); err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if err := tx.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
+			} else {
+				releaseWhileLocked(ctx, t, pool, p)
 			}
 			var owner string
 			if err := pool.QueryRow(ctx, `SELECT owner_token FROM "`+postgres.DefaultTable+`" WHERE task_name = $1`, key).Scan(&owner); err != nil {
@@ -95,23 +81,7 @@ func TestLockMultiFreedSharedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var key string
-	if err := pool.QueryRow(ctx, `SELECT task_name FROM "`+postgres.DefaultTable+`_shared" WHERE token = $1`, int64(p.Token())).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+postgres.DefaultTable+`" WHERE task_name = $1 FOR UPDATE`, key); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	releaseWhileLocked(ctx, t, pool, p)
 	// Generous: a key that stays refused makes LockMulti wait it out.
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -145,5 +115,35 @@ func TestTryLockMultiLiveSharedKey(t *testing.T) {
 		if !errors.Is(err, locker.ErrInvalidOption) {
 			t.Errorf("multi-key lock (wait %v) of a semaphore's key and another: got %v, want ErrInvalidOption", wait, err)
 		}
+	}
+}
+
+// storedKey returns the key, prefix included, of permit p.
+func storedKey(ctx context.Context, t *testing.T, pool *pgxpool.Pool, p locker.Lock) string {
+	t.Helper()
+	var key string
+	if err := pool.QueryRow(ctx, `SELECT task_name FROM "`+postgres.DefaultTable+`_shared" WHERE token = $1`, int64(p.Token())).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// releaseWhileLocked unlocks permit p while another transaction holds its
+// key's row locked, as an attempt on the key does.
+func releaseWhileLocked(ctx context.Context, t *testing.T, pool *pgxpool.Pool, p locker.Lock) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+postgres.DefaultTable+`" WHERE task_name = $1 FOR UPDATE`, storedKey(ctx, t, pool, p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
