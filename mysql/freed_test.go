@@ -1,11 +1,11 @@
 package mysql_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/mysql"
 )
 
@@ -34,7 +34,7 @@ func TestFreedSharedKeyFirstTry(t *testing.T) {
 			if !st.Held {
 				break
 			}
-			if !sleep(ctx, 20*time.Millisecond) {
+			if !driver.Sleep(ctx, 20*time.Millisecond) {
 				t.Fatal(ctx.Err())
 			}
 		}
@@ -51,14 +51,5 @@ func TestFreedSharedKeyFirstTry(t *testing.T) {
 			}
 			_ = lk.Unlock(ctx)
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
 	}
 }
