@@ -130,6 +130,7 @@ var cases = []testCase{
 	{name: "MultiUnlock", contract: multiUnlockFrees, run: testMultiUnlock},
 	{name: "SetLimitWaiters", contract: limitWaitsGone, run: testSetLimitWaiters},
 	{name: "SetLimitForgotten", contract: limitForgotten, run: testSetLimitForgotten},
+	{name: "SharedKeyFreed", contract: sharedFreed, run: testSharedKeyFreed},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -46,6 +46,7 @@ type memEnv struct {
 	granted []string               // losesOnFailover: the keys granted so far
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
+	marked  map[string]bool        // sharedMarks: the keys shared holds ever held; crashedMark: the keys a permit holds or held until it crashed
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -63,6 +64,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		waiting:  make(map[string]int),
 		residue:  make(map[string][]*residue),
 		limits:   make(map[string]int),
+		marked:   make(map[string]bool),
 	}
 }
 
@@ -284,6 +286,8 @@ const (
 	blindRenewed    = "blindRenewed"    // Done and Err tell a loss only until the lock's first renewal (a watch that misses the deletions it should report)
 	keepsPlace      = "keepsPlace"      // a wait that SetLimit failed keeps a place in line for a TTL, and holds what it gets meanwhile until then (a withdrawal left to run later)
 	limitOutlives   = "limitOutlives"   // the limit SetLimit set rules the key for good, after its last holder left or crashed (a limit record nobody deletes)
+	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
+	crashedMark     = "crashedMark"     // a key whose last permit crashed refuses the first multi-key lock after the permit expired (a mark only that refusal clears)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -360,6 +364,8 @@ var mustCatch = map[string][]string{
 	blindRenewed:    {"LossAfterRenewal"},
 	keepsPlace:      {"SetLimitWaiters"},
 	limitOutlives:   {"SetLimitForgotten"},
+	sharedMarks:     {"SharedKeyFreed"},
+	crashedMark:     {"SharedKeyFreed"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -586,6 +592,11 @@ func brokenHarness(e *memEnv, kind string) Harness {
 	if kind == multiUnordered || kind == multiKeepsSome || kind == multiDoneFirst || kind == multiPiecemeal || kind == multiFreesSome {
 		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
 			return brokenLockMulti(ctx, kind, l, keys, wait)
+		}
+	}
+	if kind == sharedMarks || kind == crashedMark {
+		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+			return markedLockMulti(ctx, e, kind, l, keys, wait)
 		}
 	}
 	if kind == neverExpires {

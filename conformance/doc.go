@@ -232,9 +232,15 @@
 //     three permits, within one TTL of the crash, and not a fourth, and
 //     Inspect shows the limit 3. Skipped for a Locker that is not a
 //     locker.LimitSetter.
+//   - SharedKeyFreed: the only permit of a semaphore is unlocked, or its
+//     holder crashes (with Crash); another Locker then takes the key with
+//     TryLockMulti, beside a fresh key, with a token above the permit's,
+//     and then with TryLock: at once after the Unlock, and at the first
+//     try once Inspect shows the key free after the crash (within one TTL
+//     of it for a Locker that cannot inspect).
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
-// SetLimitWaiters and SetLimitForgotten) skip, saying so, for a Locker with no
+// SetLimitWaiters, SetLimitForgotten and SharedKeyFreed) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/golocker/locker"
@@ -49,6 +50,14 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		})
 	}
 	lk, err := call(ctx, s)
+	if err == nil && (b.kind == sharedMarks || b.kind == crashedMark) {
+		b.env.mu.Lock()
+		b.env.marked[key] = true
+		b.env.mu.Unlock()
+	}
+	if err == nil && b.kind == crashedMark {
+		return &unmarkingLock{Lock: lk, env: b.env, key: key}, nil
+	}
 	if err != nil {
 		if b.kind == lateShared && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
@@ -116,4 +125,65 @@ func (b *brokenLocker) keepPlace(key string, s locker.Share, opts []locker.LockO
 			return
 		}
 	}
+}
+
+// unmarkingLock is a permit of crashedMark: its Unlock clears its key's
+// mark.
+type unmarkingLock struct {
+	locker.Lock
+	env *memEnv
+	key string
+}
+
+func (l *unmarkingLock) Unlock(ctx context.Context) error {
+	l.env.mu.Lock()
+	delete(l.env.marked, l.key)
+	l.env.mu.Unlock()
+	return l.Lock.Unlock(ctx)
+}
+
+// markedLockMulti is locker.LockMulti and locker.TryLockMulti through l,
+// except that a marked key counts as held: TryLockMulti refuses it,
+// LockMulti waits until ctx ends. sharedMarks marks a key shared holds
+// ever held, for good; crashedMark marks a key while a permit holds it or
+// held it until it crashed, and the first refusal once no permit is live
+// clears the mark.
+func markedLockMulti(ctx context.Context, e *memEnv, kind string, l locker.Locker, keys []string, wait bool) (multiLock, error) {
+	e.mu.Lock()
+	marked := slices.ContainsFunc(keys, func(k string) bool { return e.marked[k] })
+	e.mu.Unlock()
+	if marked && kind == crashedMark {
+		// Refused while a permit is live, as it should be; the first
+		// refusal after that clears the mark.
+		for _, k := range keys {
+			e.mu.Lock()
+			m := e.marked[k]
+			e.mu.Unlock()
+			if !m {
+				continue
+			}
+			if st, err := locker.Inspect(ctx, l, k); err == nil && !st.Held {
+				e.mu.Lock()
+				delete(e.marked, k)
+				e.mu.Unlock()
+			}
+		}
+		return nil, &locker.Error{Op: "trylockmulti", Key: keys[0], Err: locker.ErrNotAcquired}
+	}
+	switch {
+	case marked && wait:
+		<-ctx.Done()
+		return nil, &locker.Error{Op: "lockmulti", Key: keys[0], Err: locker.ErrNotAcquired, Cause: ctx.Err()}
+	case marked:
+		return nil, &locker.Error{Op: "trylockmulti", Key: keys[0], Err: locker.ErrNotAcquired}
+	}
+	take := locker.TryLockMulti
+	if wait {
+		take = locker.LockMulti
+	}
+	m, err := take(ctx, l, keys)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -41,6 +41,20 @@ func (d *sqlDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 }
 
 func (d *sqlDriver) tryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	gs, err := d.tryAcquireMultiOnce(ctx, reqs)
+	if errors.Is(err, errSettled) {
+		// A key left marked by shared holds that all ended is free
+		// now: the next attempt may take it.
+		gs, err = d.tryAcquireMultiOnce(ctx, reqs)
+	}
+	return gs, err
+}
+
+// errSettled marks the refusal of a multi-key attempt that freed a key left
+// marked as held by shared holds that all ended.
+var errSettled = errors.New("a key left marked by ended shared holds was freed")
+
+func (d *sqlDriver) tryAcquireMultiOnce(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one transaction", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
 	}
@@ -161,7 +175,8 @@ func (d *sqlDriver) takeAll(ctx context.Context, reqs []driver.Request, label st
 // heldMulti is the refusal of a transaction that could not take key,
 // held is its error: a key marked as held by shared holds is refused with
 // their conflict while one of them is live, and settled otherwise, so
-// that the next attempt can take it.
+// that the next attempt can take it (the error then matches errSettled
+// too).
 func (d *sqlDriver) heldMulti(ctx context.Context, key string, held error) error {
 	var rem sql.NullInt64
 	var now int64
@@ -170,8 +185,11 @@ func (d *sqlDriver) heldMulti(ctx context.Context, key string, held error) error
 		return held
 	}
 	free, err := d.settleShared(ctx, key, 1)
-	if err != nil || free {
+	switch {
+	case err != nil:
 		return held
+	case free:
+		return fmt.Errorf("%w (%w)", held, errSettled)
 	}
 	return fmt.Errorf("acquire %q: %w", key, errSharedKey)
 }

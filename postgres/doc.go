@@ -49,7 +49,11 @@
 // readers, a waiting heavy request later light ones. The holds are renewed
 // in the statement that renews the Locker's locks. A release is one
 // statement, which frees the key's row when no other hold or waiter is
-// left. The server ends a transaction on shared holds that waits for its
+// left. It leaves the row marked when another attempt has it locked, as
+// it leaves the row of holders that crashed. A marked row with no live
+// hold is free: every acquisition frees it first (a plain lock, a
+// multi-key lock, a shared hold), and Inspect and List show the key free.
+// The server ends a transaction on shared holds that waits for its
 // client for more than a third of the TTL (within 1 s and 10 s), so that a
 // client cut off in the middle holds its key's other attempts up that
 // long at most.

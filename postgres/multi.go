@@ -47,7 +47,10 @@ func multiAcquireSQL(table string) string {
 // TryAcquireMulti implements driver.MultiAcquirer with one statement: the
 // INSERT … ON CONFLICT DO UPDATE of TryAcquire for every key, rolled back
 // unless it took them all. A statement rolled back by a serialization
-// failure or a deadlock counts as held.
+// failure or a deadlock counts as held. When it took nothing, one read
+// finds the keys marked as held by shared holds: each is freed when its
+// holds all ended, and the statement runs once more; a key with a live
+// hold fails the attempt with driver.ErrConflict.
 func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one statement", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
@@ -70,6 +73,59 @@ func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) (
 	if l := reqs[0].Label; l != "" && l != label {
 		label = cleanLabel(l)
 	}
+	for settled := false; ; settled = true {
+		grants, err := d.tryMulti(ctx, reqs, keys, owners, ttls, idx, label, ttl)
+		if !errors.Is(err, driver.ErrHeld) {
+			return grants, err
+		}
+		// The statement takes no row marked as held by shared holds: a
+		// key whose last holder crashed, or whose last release skipped
+		// its row, is freed first, as TryAcquire does.
+		marked, merr := d.markedShared(ctx, keys)
+		switch {
+		case merr != nil:
+			return nil, fmt.Errorf("acquire: %w", merr)
+		case len(marked) == 0:
+			return nil, err
+		case settled:
+			return nil, fmt.Errorf("%w: the key %q is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict, marked[0])
+		}
+		for _, key := range marked {
+			free, serr := d.settleShared(ctx, key)
+			if serr != nil {
+				return nil, fmt.Errorf("acquire: %w", serr)
+			}
+			if !free {
+				return nil, fmt.Errorf("%w: the key %q is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict, key)
+			}
+		}
+	}
+}
+
+// markedSharedSQL reads which of a set of keys have their row marked as
+// held by shared holds. Args: keys.
+func markedSharedSQL(table string) string {
+	return "SELECT task_name FROM " + quoteIdent(table) + " WHERE task_name = ANY($1::text[]) AND task_status = 'RUNNING'" +
+		" AND owner_token = " + sharedOwnerSQL + " ORDER BY task_name"
+}
+
+// markedShared returns which of keys have their row marked as held by
+// shared holds, live or not.
+func (d *pgDriver) markedShared(ctx context.Context, keys []string) ([]string, error) {
+	var marked []string
+	err := d.q.query(ctx, markedSharedSQL(d.cfg.Table), []any{keys}, func(scan func(...any) error) error {
+		var key string
+		if err := scan(&key); err != nil {
+			return err
+		}
+		marked = append(marked, key)
+		return nil
+	})
+	return marked, classify(err)
+}
+
+// tryMulti is one statement of TryAcquireMulti.
+func (d *pgDriver) tryMulti(ctx context.Context, reqs []driver.Request, keys, owners []string, ttls []float64, idx map[string]int, label string, ttl time.Duration) ([]driver.Grant, error) {
 	sent := time.Now()
 	f := d.clock.Fence(ctx, sent, ttl)
 	grants := make([]driver.Grant, len(reqs))

@@ -28,8 +28,8 @@ const (
 // no Locker acquired, renewed or released for at least idle, and that are
 // not held (kept rows, locker.MinHold, count as held until their end); it
 // returns how many it deleted. It leaves the rows of keys that shared
-// holds hold, or held until their holders crashed: the key's next
-// acquisition frees such a row. The table keeps one row per key ever locked:
+// holds hold, or held and left marked (see the package doc): the key's
+// next acquisition frees such a row. The table keeps one row per key ever locked:
 // run Purge from time to time (a cron job) when keys come and go.
 //
 // Fencing tokens stay strictly increasing across a purge: a row's version
