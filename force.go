@@ -39,6 +39,9 @@ func ForceUnlock(ctx context.Context, l Locker, key string) error {
 	return f.ForceUnlock(ctx, key)
 }
 
+// errNobodyHolds is the cause of ForceUnlock's ErrNotHeld.
+var errNobodyHolds = errors.New("nobody holds the key")
+
 // ForceUnlock implements ForceUnlocker.
 func (e *engine) ForceUnlock(ctx context.Context, key string) error {
 	const op = "forceunlock"
@@ -46,7 +49,9 @@ func (e *engine) ForceUnlock(ctx context.Context, key string) error {
 	return e.keyCall(ctx, op, key, ok, "cannot free a key it does not hold", func(ctx context.Context, skey string) error {
 		err := b.Break(ctx, skey)
 		if errors.Is(err, driver.ErrNotHeld) {
-			return e.err(op, key, ErrNotHeld, err)
+			// The driver's text speaks of an owner; a forced
+			// unlock has none.
+			return e.err(op, key, ErrNotHeld, errNobodyHolds)
 		}
 		return err
 	})

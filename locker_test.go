@@ -332,3 +332,17 @@ func TestIsolatedHolderLosesBeforeExpiry(t *testing.T) {
 		t.Fatalf("stale Unlock: want ErrNotHeld, got %v", err)
 	}
 }
+
+// TestForceUnlockFreeKeyText checks that ForceUnlock of a free key says
+// nobody holds it, not that the caller is not its owner: a forced unlock
+// has no owner.
+func TestForceUnlockFreeKeyText(t *testing.T) {
+	a, _, _ := newPair(t)
+	err := locker.ForceUnlock(t.Context(), a, "free")
+	if !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("ForceUnlock of a free key: got %v, want an error matching ErrNotHeld", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "owner") || !strings.Contains(msg, "nobody holds") {
+		t.Errorf("ForceUnlock of a free key: %q should say nobody holds the key, and name no owner", msg)
+	}
+}
