@@ -264,12 +264,21 @@ func (c pendingCreate) reply(r result[[]zk.MultiResponse]) result[[]zk.MultiResp
 	return result[[]zk.MultiResponse]{v: r.v[c.at : c.at+2], err: r.err}
 }
 
-// abandonCreate cleans up after a multi-operation of creates whose caller's
-// ctx ended while it was in flight: each node is deleted once the outcome
-// is known, at once if it is known within the cleanup timeout, else by the
-// janitor. Deleting before the reply came could run ahead of the create
-// and leave the node behind.
+// abandonCreate cleans up, in the background (Close waits for it), after a
+// multi-operation of creates whose caller's ctx ended while it was in
+// flight: each node is deleted once the outcome is known, at once if it is
+// known within the cleanup timeout, else by the janitor. Deleting before
+// the reply came could run ahead of the create and leave the node behind.
 func (d *zkDriver) abandonCreate(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs ...pendingCreate) {
+	d.cleanups.Add(1)
+	go func() {
+		defer d.cleanups.Done()
+		d.settleAbandoned(ctx, ch, cs)
+	}()
+}
+
+// settleAbandoned is the work of abandonCreate.
+func (d *zkDriver) settleAbandoned(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs []pendingCreate) {
 	cctx, cancel := d.cleanupContext(ctx)
 	defer cancel()
 	select {
