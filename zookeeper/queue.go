@@ -48,7 +48,10 @@ import (
 // leader, that shows no node before ours shows the leader none either
 // (nodes before ours are only ever deleted), so the list needs not wait for
 // the sync.
-func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
+//
+// first, when its listing is not nil, is a first round made after our
+// create (see create).
+func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time, first turn) (since time.Time, waited bool, err error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
 	if !ok {
@@ -58,8 +61,8 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	// The watches set and not fired yet, by node path: a node watched in
 	// one round and still there in the next is not watched again.
 	watches := map[string]<-chan zk.Event{}
-	var children []string
-	list := true
+	t := first
+	list := t.children == nil
 	for {
 		if list {
 			var synced <-chan result[string]
@@ -67,10 +70,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				since = time.Now()
 				synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
 			}
-			children, err = call(ctx, d, func() ([]string, error) {
-				c, _, err := d.conn.Children(parent)
-				return c, err
-			})
+			t, err = call(ctx, d, func() (turn, error) { return d.listTurn(parent, name, watches) })
 			if err != nil {
 				return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 			}
@@ -85,6 +85,20 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				}
 			}
 		}
+		children := t.children
+		if t.pred != "" {
+			// The watch listTurn set on the node before ours.
+			switch {
+			case t.err == nil:
+				watches[t.pred] = t.ev
+			case errors.Is(t.err, zk.ErrNoNode):
+				t, list = turn{}, true
+				continue // gone already: look again
+			default:
+				return time.Time{}, false, fmt.Errorf("watch %s: %w", t.pred, t.err)
+			}
+		}
+		t = turn{}
 		list = true
 		pred, found := predecessor(children, name, seq)
 		if !found {
@@ -127,13 +141,40 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			waited = true
 			if ev.Type == zk.EventNodeDeleted {
 				// pp was first: pred is now, as our listing would show.
-				children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
+				t.children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
 				list = false
 			}
 		case <-ctx.Done():
 			return time.Time{}, false, ctx.Err()
 		}
 	}
+}
+
+// turn is a round of a waiter's wait: a listing of its queue and, when a
+// lock node is before the waiter's and was not watched yet, the outcome of
+// watching it.
+type turn struct {
+	children []string
+	pred     string // the path watched, "" when none was
+	ev       <-chan zk.Event
+	err      error // of the watch
+}
+
+// listTurn lists the queue of parent and then watches the lock node just
+// before ours (name) unless watches has a watch on it: one goroutine for
+// both calls. An error is the listing's; the watch's is in the turn.
+func (d *zkDriver) listTurn(parent, name string, watches map[string]<-chan zk.Event) (turn, error) {
+	c, _, err := d.conn.Children(parent)
+	if err != nil {
+		return turn{}, err
+	}
+	t := turn{children: c}
+	seq, _ := sequenceOf(name)
+	if pred, found := predecessor(c, name, seq); found && pred != "" && watches[parent+"/"+pred] == nil {
+		t.pred = parent + "/" + pred
+		t.ev, t.err = d.watch(t.pred)
+	}
+	return t, nil
 }
 
 // mustSequence is sequenceOf for a name predecessor returned (a lock
