@@ -86,19 +86,23 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			}
 		}
 		children := t.children
-		if t.pred != "" {
-			// The watch listTurn set on the node before ours.
+		// The watches listTurn set.
+		gone := false
+		for _, w := range t.watched {
 			switch {
-			case t.err == nil:
-				watches[t.pred] = t.ev
-			case errors.Is(t.err, zk.ErrNoNode):
-				t, list = turn{}, true
-				continue // gone already: look again
+			case w.err == nil:
+				watches[w.path] = w.ev
+			case errors.Is(w.err, zk.ErrNoNode):
+				gone = true
 			default:
-				return time.Time{}, false, fmt.Errorf("watch %s: %w", t.pred, t.err)
+				return time.Time{}, false, fmt.Errorf("watch %s: %w", w.path, w.err)
 			}
 		}
 		t = turn{}
+		if gone {
+			list = true
+			continue // gone already: look again
+		}
 		list = true
 		pred, found := predecessor(children, name, seq)
 		if !found {
@@ -150,19 +154,25 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	}
 }
 
-// turn is a round of a waiter's wait: a listing of its queue and, when a
-// lock node is before the waiter's and was not watched yet, the outcome of
-// watching it.
+// turn is a round of a waiter's wait: a listing of its queue, and the
+// watches set after it.
 type turn struct {
 	children []string
-	pred     string // the path watched, "" when none was
-	ev       <-chan zk.Event
-	err      error // of the watch
+	watched  []watched
 }
 
-// listTurn lists the queue of parent and then watches the lock node just
-// before ours (name) unless watches has a watch on it: one goroutine for
-// both calls. An error is the listing's; the watch's is in the turn.
+// watched is the outcome of watching the node at path.
+type watched struct {
+	path string
+	ev   <-chan zk.Event
+	err  error
+}
+
+// listTurn lists the queue of parent and then sets the watches waitTurn
+// sets after such a listing (on the node before ours, name, and on the one
+// before that when it is first in line) that watches does not hold yet:
+// the listing and the first watch in the caller's goroutine, a second watch
+// in parallel. An error is the listing's; the watches' are in the turn.
 func (d *zkDriver) listTurn(parent, name string, watches map[string]<-chan zk.Event) (turn, error) {
 	c, _, err := d.conn.Children(parent)
 	if err != nil {
@@ -170,9 +180,34 @@ func (d *zkDriver) listTurn(parent, name string, watches map[string]<-chan zk.Ev
 	}
 	t := turn{children: c}
 	seq, _ := sequenceOf(name)
-	if pred, found := predecessor(c, name, seq); found && pred != "" && watches[parent+"/"+pred] == nil {
-		t.pred = parent + "/" + pred
-		t.ev, t.err = d.watch(t.pred)
+	pred, found := predecessor(c, name, seq)
+	if !found || pred == "" {
+		return t, nil
+	}
+	var paths []string
+	add := func(p string) {
+		if watches[p] == nil {
+			paths = append(paths, p)
+		}
+	}
+	add(parent + "/" + pred)
+	if pp, _ := predecessor(c, pred, mustSequence(pred)); pp != "" {
+		if ppp, _ := predecessor(c, pp, mustSequence(pp)); ppp == "" {
+			add(parent + "/" + pp)
+		}
+	}
+	if len(paths) == 0 {
+		return t, nil
+	}
+	var second <-chan result[<-chan zk.Event]
+	if len(paths) == 2 {
+		second = start(d, func() (<-chan zk.Event, error) { return d.watch(paths[1]) })
+	}
+	ev, err := d.watch(paths[0])
+	t.watched = append(t.watched, watched{paths[0], ev, err})
+	if second != nil {
+		r := <-second
+		t.watched = append(t.watched, watched{paths[1], r.v, r.err})
 	}
 	return t, nil
 }
