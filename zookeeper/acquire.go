@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,7 +58,14 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 	guid := newGUID()
 	session := d.conn.SessionID()
 	sent := time.Now()
-	node, pstat, err := d.create(ctx, parent, guid, nodeData(req.Label, req.Data))
+	// A waiter's create makes waitTurn's first round right after it in
+	// the same goroutine, when its reply shows other nodes: no goroutine
+	// and wake-up of their own.
+	var queue *turn
+	if wait {
+		queue = new(turn)
+	}
+	node, pstat, err := d.create(ctx, parent, guid, nodeData(req.Label, req.Data), queue)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -103,7 +111,7 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 		}
 		return driver.Grant{}, driver.Held(0)
 	}
-	since, waited, err := d.waitTurn(ctx, parent, node, sent)
+	since, waited, err := d.waitTurn(ctx, parent, node, sent, *queue)
 	if err != nil {
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, err
@@ -118,14 +126,27 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 // reply's stat of parent gives the number of nodes in the queue and, as its
 // mzxid, the zxid of our create, our fencing token. On any failure it
 // removes what it may have created before returning.
-func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte) (string, *zk.Stat, error) {
+//
+// When queue is not nil and the reply shows other nodes in the queue, a
+// first round of waitTurn follows the create (listTurn), stored in *queue
+// (the zero turn when it failed).
+func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte, queue *turn) (string, *zk.Stat, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return "", nil, err
 		}
 		acl := d.currentACL()
 		ops := createOps(parent, guid, data, acl)
-		ch := start(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		var first turn // written before ch receives, read after
+		ch := start(d, func() ([]zk.MultiResponse, error) {
+			res, err := d.conn.Multi(ops...)
+			if queue != nil && err == nil && len(res) == 2 && res[1].Stat != nil && res[1].Stat.NumChildren > 1 {
+				if name, ok := strings.CutPrefix(res[0].String, parent+"/"); ok {
+					first, _ = d.listTurn(parent, name, nil)
+				}
+			}
+			return res, err
+		})
 		var r result[[]zk.MultiResponse]
 		select {
 		case r = <-ch:
@@ -136,6 +157,9 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte)
 		node, stat, err := createOutcome(r)
 		switch {
 		case err == nil:
+			if queue != nil {
+				*queue = first
+			}
 			return node, stat, nil
 		case d.fallBack(acl, err):
 			continue
@@ -264,12 +288,21 @@ func (c pendingCreate) reply(r result[[]zk.MultiResponse]) result[[]zk.MultiResp
 	return result[[]zk.MultiResponse]{v: r.v[c.at : c.at+2], err: r.err}
 }
 
-// abandonCreate cleans up after a multi-operation of creates whose caller's
-// ctx ended while it was in flight: each node is deleted once the outcome
-// is known, at once if it is known within the cleanup timeout, else by the
-// janitor. Deleting before the reply came could run ahead of the create
-// and leave the node behind.
+// abandonCreate cleans up, in the background (Close waits for it), after a
+// multi-operation of creates whose caller's ctx ended while it was in
+// flight: each node is deleted once the outcome is known, at once if it is
+// known within the cleanup timeout, else by the janitor. Deleting before
+// the reply came could run ahead of the create and leave the node behind.
 func (d *zkDriver) abandonCreate(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs ...pendingCreate) {
+	d.cleanups.Add(1)
+	go func() {
+		defer d.cleanups.Done()
+		d.settleAbandoned(ctx, ch, cs)
+	}()
+}
+
+// settleAbandoned is the work of abandonCreate.
+func (d *zkDriver) settleAbandoned(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs []pendingCreate) {
 	cctx, cancel := d.cleanupContext(ctx)
 	defer cancel()
 	select {

@@ -18,7 +18,10 @@ import (
 // zero.
 func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.Status, error) {
 	parent := d.parentOf(key)
-	children, _, err := d.conn.Children(parent)
+	children, err := call(ctx, d, func() ([]string, error) {
+		c, _, err := d.conn.Children(parent)
+		return c, err
+	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return driver.Status{}, nil
 	}
@@ -32,7 +35,15 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 	if q := queueOf(children); !q[0].plain {
 		return d.inspectShared(ctx, parent, q, recordsOf(children))
 	}
-	data, stat, err := d.conn.Get(parent + "/" + first)
+	type node struct {
+		data []byte
+		stat *zk.Stat
+	}
+	got, err := call(ctx, d, func() (node, error) {
+		data, stat, err := d.conn.Get(parent + "/" + first)
+		return node{data, stat}, err
+	})
+	data, stat := got.data, got.stat
 	if errors.Is(err, zk.ErrNoNode) {
 		return driver.Status{Waiters: n - 1}, nil // released meanwhile
 	}

@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -141,6 +142,11 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 	d.keeps = nil
 	d.mu.Unlock()
 
+	// Deletions still going on after their caller's ctx ended finish
+	// first: the ones that fail become orphans for the last sweep.
+	if err := waitGroup(ctx, &d.cleanups, d.cleanupTimeout()); err != nil {
+		d.logger.Warn("locker: zookeeper node deletions still running when Close went on", "err", err)
+	}
 	d.mu.Lock()
 	left := len(d.orphans)
 	d.mu.Unlock()
@@ -156,19 +162,34 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 		d.logger.Warn("locker: zookeeper nodes left for the session's end", "nodes", left)
 	}
 
-	done := make(chan struct{})
-	go func() {
-		d.calls.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d.cleanupTimeout())
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+	switch err := waitGroup(ctx, &d.calls, d.cleanupTimeout()); {
+	case errors.Is(err, errWaitTimeout):
 		d.logger.Warn("locker: zookeeper calls still running after Close; they end when the connection answers or gives up")
-	case <-ctx.Done():
+	case err != nil:
 		d.logger.Warn("locker: zookeeper calls still running when Close had to return; they end when the connection answers or gives up")
 	}
 	return nil
+}
+
+// errWaitTimeout is waitGroup's error when its timeout passed.
+var errWaitTimeout = errors.New("zookeeper: timed out")
+
+// waitGroup waits for wg, at most timeout and until ctx ends; it returns
+// errWaitTimeout or ctx's error when it gave up.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup, timeout time.Duration) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return errWaitTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -75,6 +75,9 @@ type zkDriver struct {
 	stop   chan struct{}  // closed by Close
 	wg     sync.WaitGroup // the events and janitor goroutines
 	calls  sync.WaitGroup // go-zookeeper calls running in goroutines of their own
+	// cleanups are the deletions of our nodes that went on after their
+	// caller's ctx ended (see cleanup and abandonCreate).
+	cleanups sync.WaitGroup
 
 	connClosed atomic.Bool // the events channel was closed
 
@@ -121,9 +124,12 @@ func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL)
 	return d
 }
 
-// Info implements driver.Driver.
+// Info implements driver.Driver. The driver promises PromptCancel: each
+// go-zookeeper call runs in a goroutine of its own that the caller stops
+// waiting for when its ctx ends, and the deletion of a node left by a
+// cancelled call goes on in the background.
 func (d *zkDriver) Info() driver.Info {
-	return driver.Info{Name: backendName, MaxKeyBytes: MaxKeyBytes}
+	return driver.Info{Name: backendName, MaxKeyBytes: MaxKeyBytes, PromptCancel: true}
 }
 
 // Configure implements driver.Configurer: it records the TTL and starts the

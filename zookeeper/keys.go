@@ -24,6 +24,9 @@ func QueuePath(root, key string) string { return root + "/" + escapeKey(key) }
 // U+D800–U+F8FF and U+FFF0–U+FFFF are refused, and so is every rune above
 // U+FFFF (Java stores it as a surrogate pair, inside the refused range).
 func escapeKey(key string) string {
+	if plainKey(key) {
+		return key
+	}
 	var b strings.Builder
 	b.Grow(len(key))
 	for i := 0; i < len(key); {
@@ -45,6 +48,21 @@ func escapeKey(key string) string {
 	default:
 		return s
 	}
+}
+
+// plainKey reports whether escapeKey leaves key as it is for want of any
+// byte to escape: printable ASCII other than '%' and '/', and not "." or
+// "..". Others may still be left as they are.
+func plainKey(key string) bool {
+	if key == "." || key == ".." {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c >= 0x7F || c == '%' || c == '/' {
+			return false
+		}
+	}
+	return true
 }
 
 // keepRune reports whether rune r, encoded in w bytes, may appear as is in a

@@ -21,14 +21,25 @@ type orphan struct {
 
 // cleanup deletes our node (node, or the one carrying guid under parent when
 // node is "") with a fresh bounded context, and leaves it to the janitor when
-// that fails.
+// that fails. It returns when the deletion is done or ctx ends, whichever
+// comes first: the deletion goes on after ctx, and Close waits for it.
 func (d *zkDriver) cleanup(ctx context.Context, parent, guid, node string) {
-	cctx, cancel := d.cleanupContext(ctx)
-	defer cancel()
-	o := &orphan{parent: parent, guid: guid, path: node}
-	if err := d.deleteOrphan(cctx, o); err != nil {
-		d.logger.Warn("locker: zookeeper cleanup failed, retrying in the background", "parent", parent, "node", node, "err", err)
-		d.addOrphan(o)
+	done := make(chan struct{})
+	d.cleanups.Add(1)
+	go func() {
+		defer d.cleanups.Done()
+		defer close(done)
+		cctx, cancel := d.cleanupContext(ctx)
+		defer cancel()
+		o := &orphan{parent: parent, guid: guid, path: node}
+		if err := d.deleteOrphan(cctx, o); err != nil {
+			d.logger.Warn("locker: zookeeper cleanup failed, retrying in the background", "parent", parent, "node", node, "err", err)
+			d.addOrphan(o)
+		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 

@@ -48,7 +48,10 @@ import (
 // leader, that shows no node before ours shows the leader none either
 // (nodes before ours are only ever deleted), so the list needs not wait for
 // the sync.
-func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
+//
+// first, when its listing is not nil, is a first round made after our
+// create (see create).
+func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time, first turn) (since time.Time, waited bool, err error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
 	if !ok {
@@ -58,8 +61,8 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	// The watches set and not fired yet, by node path: a node watched in
 	// one round and still there in the next is not watched again.
 	watches := map[string]<-chan zk.Event{}
-	var children []string
-	list := true
+	t := first
+	list := t.children == nil
 	for {
 		if list {
 			var synced <-chan result[string]
@@ -67,10 +70,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				since = time.Now()
 				synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
 			}
-			children, err = call(ctx, d, func() ([]string, error) {
-				c, _, err := d.conn.Children(parent)
-				return c, err
-			})
+			t, err = call(ctx, d, func() (turn, error) { return d.listTurn(parent, name, watches) })
 			if err != nil {
 				return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 			}
@@ -84,6 +84,24 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 					return time.Time{}, false, ctx.Err()
 				}
 			}
+		}
+		children := t.children
+		// The watches listTurn set.
+		gone := false
+		for _, w := range t.watched {
+			switch {
+			case w.err == nil:
+				watches[w.path] = w.ev
+			case errors.Is(w.err, zk.ErrNoNode):
+				gone = true
+			default:
+				return time.Time{}, false, fmt.Errorf("watch %s: %w", w.path, w.err)
+			}
+		}
+		t = turn{}
+		if gone {
+			list = true
+			continue // gone already: look again
 		}
 		list = true
 		pred, found := predecessor(children, name, seq)
@@ -127,13 +145,71 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			waited = true
 			if ev.Type == zk.EventNodeDeleted {
 				// pp was first: pred is now, as our listing would show.
-				children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
+				t.children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
 				list = false
 			}
 		case <-ctx.Done():
 			return time.Time{}, false, ctx.Err()
 		}
 	}
+}
+
+// turn is a round of a waiter's wait: a listing of its queue, and the
+// watches set after it.
+type turn struct {
+	children []string
+	watched  []watched
+}
+
+// watched is the outcome of watching the node at path.
+type watched struct {
+	path string
+	ev   <-chan zk.Event
+	err  error
+}
+
+// listTurn lists the queue of parent and then sets the watches waitTurn
+// sets after such a listing (on the node before ours, name, and on the one
+// before that when it is first in line) that watches does not hold yet:
+// the listing and the first watch in the caller's goroutine, a second watch
+// in parallel. An error is the listing's; the watches' are in the turn.
+func (d *zkDriver) listTurn(parent, name string, watches map[string]<-chan zk.Event) (turn, error) {
+	c, _, err := d.conn.Children(parent)
+	if err != nil {
+		return turn{}, err
+	}
+	t := turn{children: c}
+	seq, _ := sequenceOf(name)
+	pred, found := predecessor(c, name, seq)
+	if !found || pred == "" {
+		return t, nil
+	}
+	var paths []string
+	add := func(p string) {
+		if watches[p] == nil {
+			paths = append(paths, p)
+		}
+	}
+	add(parent + "/" + pred)
+	if pp, _ := predecessor(c, pred, mustSequence(pred)); pp != "" {
+		if ppp, _ := predecessor(c, pp, mustSequence(pp)); ppp == "" {
+			add(parent + "/" + pp)
+		}
+	}
+	if len(paths) == 0 {
+		return t, nil
+	}
+	var second <-chan result[<-chan zk.Event]
+	if len(paths) == 2 {
+		second = start(d, func() (<-chan zk.Event, error) { return d.watch(paths[1]) })
+	}
+	ev, err := d.watch(paths[0])
+	t.watched = append(t.watched, watched{paths[0], ev, err})
+	if second != nil {
+		r := <-second
+		t.watched = append(t.watched, watched{paths[1], r.v, r.err})
+	}
+	return t, nil
 }
 
 // mustSequence is sequenceOf for a name predecessor returned (a lock

@@ -1,0 +1,63 @@
+package zookeeper_test
+
+import (
+	"math"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/contend"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+// Turns of BenchmarkHandoffCost: the first of each implementation warms
+// up and is not counted.
+const (
+	costTurns    = 4
+	costTurnTime = 4 * time.Second
+	costClients  = 16
+)
+
+// BenchmarkHandoffCost measures what a contended hand-off costs the client:
+// 16 clients on one key, this library (locker) and zk.Lock (zklock) taking
+// turns of 4 s on the test server, the first turn of each not counted. It
+// reports, over the counted turns, this process's CPU time per hand-off
+// (locker-cpu-per-handoff-µs, zklock-cpu-per-handoff-µs, and their ratio
+// locker-cpu-x-zklock), its heap allocations per hand-off (the turn's
+// warm-up and client set-up included: locker-allocs-per-handoff,
+// zklock-allocs-per-handoff, locker-allocs-x-zklock), and the geometric
+// mean over the turns of the hand-off rates' ratio (locker-rate-x-zklock).
+// The other metrics are the last turn's, as contend.OneKey reports them.
+//
+//	go test -run '^$' -bench HandoffCost ./integration/zookeeper/
+func BenchmarkHandoffCost(b *testing.B) {
+	srv := testenv.ZooKeeper(b)
+	addr := srv.Servers()[0]
+	impls := scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL)
+	var cpu, allocs, handoffs, logRate [2]float64
+	for turn := range costTurns {
+		for i := range impls[:2] {
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			rs := contend.OneKey(b, impls[i:i+1], costClients, costTurnTime)
+			runtime.ReadMemStats(&m1)
+			if turn == 0 {
+				continue
+			}
+			cpu[i] += float64(rs[0].ClientCPU) / float64(time.Microsecond)
+			allocs[i] += float64(m1.Mallocs - m0.Mallocs)
+			handoffs[i] += float64(rs[0].Acquisitions)
+			logRate[i] += math.Log(rs[0].Rate())
+		}
+	}
+	per := func(v [2]float64, i int) float64 { return v[i] / max(handoffs[i], 1) }
+	for i := range 2 {
+		b.ReportMetric(per(cpu, i), impls[i].Name+"-cpu-per-handoff-µs")
+		b.ReportMetric(per(allocs, i), impls[i].Name+"-allocs-per-handoff")
+	}
+	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "locker-cpu-x-zklock")
+	b.ReportMetric(per(allocs, 0)/per(allocs, 1), "locker-allocs-x-zklock")
+	b.ReportMetric(math.Exp((logRate[0]-logRate[1])/(costTurns-1)), "locker-rate-x-zklock")
+	b.ReportMetric(0, "ns/op")
+}
