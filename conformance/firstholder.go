@@ -13,8 +13,9 @@ import (
 // firstHolders is the contract of FirstHolder.
 const firstHolders = "the first holders of a free key are held to its kind and limit: never more permits than the limit at once, never a plain lock or another kind beside a shared hold"
 
-// firstKeys is how many free keys each round of FirstHolder races on.
-const firstKeys = 40
+// firstKeys is how many free keys each round of FirstHolder races on,
+// firstBatch at a time.
+const firstKeys, firstBatch = 40, 4
 
 // attempt is one contender of a FirstHolder race: what it called, and what
 // it got.
@@ -31,7 +32,8 @@ type attempt struct {
 // one TryLock, one TryAcquire and two TryRLock. Nobody releases until every
 // attempt returned, so every grant counts as held at once. Every other key
 // was held and released once before the race: a store may keep a freed
-// key's record, and its first holder then takes another path.
+// key's record, and its first holder then takes another path. The keys
+// race firstBatch at a time, on one signal.
 func testFirstHolder(c *caseT) {
 	ctx := c.ctx(c.within(4))
 	var ls [4]locker.Locker
@@ -40,15 +42,24 @@ func testFirstHolder(c *caseT) {
 	}
 	c.semaphore(ls[0], c.key(), 1) // skips for a Locker with no shared holds
 	for _, round := range []string{"permits", "kinds"} {
-		for i := range firstKeys {
-			key := c.key()
-			if i%2 == 1 {
-				c.useOnce(ctx, ls[i%len(ls)], key, i%4 == 1)
+		for i := 0; i < firstKeys; i += firstBatch {
+			keys := make([]string, firstBatch)
+			tries := make([][]*attempt, firstBatch)
+			var all []*attempt
+			for j := range keys {
+				keys[j] = c.key()
+				if j%2 == 1 {
+					c.useOnce(ctx, ls[j], keys[j], j == 1)
+				}
+				tries[j] = c.firstTries(ls, keys[j], round)
+				all = append(all, tries[j]...)
 			}
-			tries := c.firstTries(ls, key, round)
-			race(ctx, tries)
-			ok := c.firstFits(key, round, tries) && c.firstErrs(key, tries)
-			releaseAll(ctx, tries)
+			race(ctx, all)
+			ok := true
+			for j, key := range keys {
+				ok = ok && c.firstFits(key, round, tries[j]) && c.firstErrs(key, tries[j])
+			}
+			releaseAll(ctx, all)
 			if !ok {
 				return
 			}
