@@ -131,6 +131,7 @@ var cases = []testCase{
 	{name: "SetLimitWaiters", contract: limitWaitsGone, run: testSetLimitWaiters},
 	{name: "SetLimitForgotten", contract: limitForgotten, run: testSetLimitForgotten},
 	{name: "SharedKeyFreed", contract: sharedFreed, run: testSharedKeyFreed},
+	{name: "FirstHolder", contract: firstHolders, run: testFirstHolder},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -46,6 +46,7 @@ type memEnv struct {
 	granted []string               // losesOnFailover: the keys granted so far
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
+	firsts  map[string]int         // firstTwice: key → one-shot attempts so far, plus one if the first was granted
 	marked  map[string]bool        // sharedMarks: the keys shared holds ever held; crashedMark: the keys a permit holds or held until it crashed
 }
 
@@ -64,6 +65,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		waiting:  make(map[string]int),
 		residue:  make(map[string][]*residue),
 		limits:   make(map[string]int),
+		firsts:   make(map[string]int),
 		marked:   make(map[string]bool),
 	}
 }
@@ -288,6 +290,7 @@ const (
 	limitOutlives   = "limitOutlives"   // the limit SetLimit set rules the key for good, after its last holder left or crashed (a limit record nobody deletes)
 	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
 	crashedMark     = "crashedMark"     // a key whose last permit crashed refuses the first multi-key lock after the permit expired (a mark only that refusal clears)
+	firstTwice      = "firstTwice"      // the second one-shot attempt at a key is granted too when the first was and it is refused (two first holders: a take that does not check the key moved)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -366,6 +369,7 @@ var mustCatch = map[string][]string{
 	limitOutlives:   {"SetLimitForgotten"},
 	sharedMarks:     {"SharedKeyFreed"},
 	crashedMark:     {"SharedKeyFreed"},
+	firstTwice:      {"FirstHolder"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -963,6 +967,9 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return lk, err
 	}
 	lk, err := call(ctx, key)
+	if b.kind == firstTwice && !wait {
+		lk, err = b.firstTwice(key, lk, err, func() (locker.Lock, error) { return call(ctx, key+firstTwin) })
+	}
 	if err != nil {
 		if b.kind == residueWhenCut && wait && ctx.Err() != nil {
 			b.env.mu.Lock()

@@ -238,9 +238,14 @@
 //     and then with TryLock: at once after the Unlock, and at the first
 //     try once Inspect shows the key free after the crash (within one TTL
 //     of it for a Locker that cannot inspect).
+//   - FirstHolder: on each of 40 free keys, four Lockers released at once
+//     try once each: for the one permit of a semaphore of 1, then on 40
+//     more keys one TryLock, one TryAcquire and two TryRLock. The grants
+//     held at once must fit the key's kind and limit. Every other key was
+//     held and released once before its race.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
-// SetLimitWaiters, SetLimitForgotten and SharedKeyFreed) skip, saying so, for a Locker with no
+// SetLimitWaiters, SetLimitForgotten, SharedKeyFreed and FirstHolder) skip, saying so, for a Locker with no
 // shared holds (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)

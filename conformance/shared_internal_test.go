@@ -50,6 +50,11 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		})
 	}
 	lk, err := call(ctx, s)
+	if b.kind == firstTwice && !wait {
+		lk, err = b.firstTwice(key, lk, err, func() (locker.Lock, error) {
+			return inner.TryLockShared(ctx, key+firstTwin, s, opts...)
+		})
+	}
 	if err == nil && (b.kind == sharedMarks || b.kind == crashedMark) {
 		b.env.mu.Lock()
 		b.env.marked[key] = true
@@ -186,4 +191,32 @@ func markedLockMulti(ctx context.Context, e *memEnv, kind string, l locker.Locke
 		return nil, err
 	}
 	return m, nil
+}
+
+// firstTwin is appended to a key for firstTwice's second first holder.
+const firstTwin = "-first-twin"
+
+// firstTwice stands in for a first holder's take that does not check that
+// the key moved since it looked (firstTwice): the second one-shot attempt
+// ever made at key, when the first was granted and this one is refused, is
+// granted all the same, through twin on a key of its own.
+func (b *brokenLocker) firstTwice(key string, lk locker.Lock, err error, twin func() (locker.Lock, error)) (locker.Lock, error) {
+	b.env.mu.Lock()
+	n := b.env.firsts[key]
+	switch {
+	case n == 0 && err == nil:
+		b.env.firsts[key] = 2 // the first attempt, granted
+	case n == 0:
+		b.env.firsts[key] = 1 // the first attempt, refused
+	default:
+		b.env.firsts[key] = 3 // nothing more to break
+	}
+	b.env.mu.Unlock()
+	if n != 2 || err == nil || !errors.Is(err, locker.ErrNotAcquired) && !errors.Is(err, locker.ErrInvalidOption) {
+		return lk, err
+	}
+	if got, terr := twin(); terr == nil {
+		return got, nil
+	}
+	return lk, err
 }
