@@ -231,8 +231,10 @@ func (ib *inbox) wakeLocked() {
 }
 
 // close stops the reader: it pushes an entry that names nobody, which ends
-// its BLPOP, and waits for it.
-func (ib *inbox) close() {
+// its BLPOP, and waits for it until ctx ends. When the store does not
+// answer, the BLPOP may block for its timeout plus the client's; the reader
+// then ends by itself (ib.closed is set).
+func (ib *inbox) close(ctx context.Context) {
 	if ib == nil {
 		return
 	}
@@ -248,11 +250,12 @@ func (ib *inbox) close() {
 	if !running {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	pipe := ib.pipe()
 	pipe.LPush(ctx, ib.key, "close")
 	pipe.PExpire(ctx, ib.key, inboxTTL)
 	_, _ = pipe.Exec(ctx)
-	cancel()
-	<-done
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

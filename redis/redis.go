@@ -443,14 +443,22 @@ func (d *redisDriver) staleArg(ttl time.Duration) any {
 	return millis(3 * refreshInterval(ttl))
 }
 
-// Close implements driver.Driver: it closes the pub/sub connection and stops
-// its goroutines. The client stays open.
+// Close implements driver.Driver: CloseContext within writeTimeout.
 func (d *redisDriver) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	return d.CloseContext(ctx)
+}
+
+// CloseContext implements driver.ContextCloser: it closes the pub/sub
+// connection and stops its goroutines, waiting for the inbox reader until
+// ctx ends. The client stays open.
+func (d *redisDriver) CloseContext(ctx context.Context) error {
 	if d.stopCheck != nil {
 		d.stopCheck()
 		<-d.checked
 	}
 	d.notify.close()
-	d.inbox.close()
+	d.inbox.close(ctx)
 	return nil
 }
