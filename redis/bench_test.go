@@ -25,6 +25,11 @@ import (
 // ratio of the means, x-floor-p50 the median of the per-iteration ratios.
 // BenchmarkContended alternates rounds of the floor and of ours for the same
 // reason.
+//
+// LockUnlock and SemaphoreUncontended time every operation twice, ours and
+// the floor's given the same ctx: context.Background() (a ctx that never
+// ends, as a cron job passes) and a cancellable one. The first kind's
+// figures have the plain names, the second's end in "-cancellable".
 
 // floorUnlockLua is the floor's compare-and-delete.
 const floorUnlockLua = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
@@ -59,7 +64,7 @@ func (f *floor) release(ctx context.Context, key, owner string) (int64, error) {
 // pair accumulates the paired timings of a benchmark.
 type pair struct{ floor, ours []time.Duration }
 
-func (p *pair) report(b *testing.B) {
+func (p *pair) report(b *testing.B, suffix string) {
 	mean := func(ds []time.Duration) float64 {
 		var s time.Duration
 		for _, d := range ds {
@@ -70,10 +75,27 @@ func (p *pair) report(b *testing.B) {
 	if len(p.ours) == 0 {
 		return
 	}
-	b.ReportMetric(mean(p.ours), "ns/op")
-	b.ReportMetric(mean(p.floor), "floor-ns/op")
-	b.ReportMetric(mean(p.ours)/mean(p.floor), "x-floor")
-	b.ReportMetric(p.p50Ratio(), "x-floor-p50")
+	if suffix == "" {
+		b.ReportMetric(mean(p.ours), "ns/op")
+	} else {
+		b.ReportMetric(mean(p.ours), "ours-ns/op"+suffix)
+	}
+	b.ReportMetric(mean(p.floor), "floor-ns/op"+suffix)
+	b.ReportMetric(mean(p.ours)/mean(p.floor), "x-floor"+suffix)
+	b.ReportMetric(p.p50Ratio(), "x-floor-p50"+suffix)
+}
+
+// ctxKinds are the two ctxs the uncontended benchmarks give ours and the
+// floor alike, with the suffix of their metrics: one that never ends, for
+// which the Locker calls the store inline, and a cancellable one.
+func ctxKinds(b *testing.B) []struct {
+	ctx    context.Context
+	suffix string
+} {
+	return []struct {
+		ctx    context.Context
+		suffix string
+	}{{context.Background(), ""}, {b.Context(), "-cancellable"}}
 }
 
 // p50Ratio is the median of the per-iteration ratios ours ÷ floor; p must
@@ -90,69 +112,80 @@ func (p *pair) p50Ratio() float64 {
 func benchServer(b *testing.B) *storeenv.Server { return storeenv.Redis(b) }
 
 // BenchmarkLockUnlock: uncontended Lock+Unlock against the floor's SET NX PX
-// plus EVALSHA compare-and-delete. Target: x-floor <= 1.2.
+// plus EVALSHA compare-and-delete, with a ctx that never ends and with a
+// cancellable one. Target: x-floor <= 1.2.
 func BenchmarkLockUnlock(b *testing.B) {
 	srv := benchServer(b)
 	f := newFloor(b, srv.Addr())
 	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
-	ctx := b.Context()
 	key, fkey := uniqueKey(b), uniqueKey(b)+"-floor"
-	var p pair
+	kinds := ctxKinds(b)
+	ps := make([]pair, len(kinds))
 	for b.Loop() {
-		t0 := time.Now()
-		ok, err := f.tryLock(ctx, fkey, "owner")
-		if err != nil || !ok {
-			b.Fatalf("floor SET NX: %v %v", ok, err)
+		for i, k := range kinds {
+			ctx := k.ctx
+			t0 := time.Now()
+			ok, err := f.tryLock(ctx, fkey, "owner")
+			if err != nil || !ok {
+				b.Fatalf("floor SET NX: %v %v", ok, err)
+			}
+			if n, err := f.release(ctx, fkey, "owner"); err != nil || n != 1 {
+				b.Fatalf("floor release: %v %v", n, err)
+			}
+			t1 := time.Now()
+			lk, err := l.Lock(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			ps[i].floor = append(ps[i].floor, t1.Sub(t0))
+			ps[i].ours = append(ps[i].ours, t2.Sub(t1))
 		}
-		if n, err := f.release(ctx, fkey, "owner"); err != nil || n != 1 {
-			b.Fatalf("floor release: %v %v", n, err)
-		}
-		t1 := time.Now()
-		lk, err := l.Lock(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		p.floor = append(p.floor, t1.Sub(t0))
-		p.ours = append(p.ours, t2.Sub(t1))
 	}
-	p.report(b)
+	for i, k := range kinds {
+		ps[i].report(b, k.suffix)
+	}
 }
 
 // BenchmarkTryLockHeld: TryLock refused on a key another Locker holds, against
-// one EVALSHA round trip (the floor's compare-and-delete, refused). Target:
-// x-floor <= 1.1.
+// one EVALSHA round trip (the floor's compare-and-delete, refused), with a
+// ctx that never ends and with a cancellable one. Target: x-floor <= 1.1.
 func BenchmarkTryLockHeld(b *testing.B) {
 	srv := benchServer(b)
 	f := newFloor(b, srv.Addr())
 	holder, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
 	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
-	ctx := b.Context()
 	key := uniqueKey(b)
-	lk, err := holder.Lock(ctx, key)
+	lk, err := holder.Lock(b.Context(), key)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = lk.Unlock(context.WithoutCancel(ctx)) }()
+	defer func() { _ = lk.Unlock(context.WithoutCancel(b.Context())) }()
 	fkey := lockKey(key)
-	var p pair
+	kinds := ctxKinds(b)
+	ps := make([]pair, len(kinds))
 	for b.Loop() {
-		t0 := time.Now()
-		if n, err := f.release(ctx, fkey, "not the owner"); err != nil || n != 0 {
-			b.Fatalf("floor EVALSHA: %v %v", n, err)
+		for i, k := range kinds {
+			ctx := k.ctx
+			t0 := time.Now()
+			if n, err := f.release(ctx, fkey, "not the owner"); err != nil || n != 0 {
+				b.Fatalf("floor EVALSHA: %v %v", n, err)
+			}
+			t1 := time.Now()
+			if _, err := l.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+				b.Fatalf("TryLock on a held key: %v", err)
+			}
+			t2 := time.Now()
+			ps[i].floor = append(ps[i].floor, t1.Sub(t0))
+			ps[i].ours = append(ps[i].ours, t2.Sub(t1))
 		}
-		t1 := time.Now()
-		if _, err := l.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
-			b.Fatalf("TryLock on a held key: %v", err)
-		}
-		t2 := time.Now()
-		p.floor = append(p.floor, t1.Sub(t0))
-		p.ours = append(p.ours, t2.Sub(t1))
 	}
-	p.report(b)
+	for i, k := range kinds {
+		ps[i].report(b, k.suffix)
+	}
 }
 
 // BenchmarkHandoff: from the holder's Unlock to the return of the Lock that

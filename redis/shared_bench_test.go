@@ -28,10 +28,11 @@ return 0`
 // BenchmarkSemaphoreUncontended: an uncontended permit (Acquire+Unlock of a
 // semaphore of 4) against the floor's sorted-set semaphore (EVALSHA, then
 // ZREM) and against this package's Lock+Unlock, timed back to back in each
-// iteration. Targets: x-floor <= 1.2, x-lock <= 1.3. driver-x-floor-p50 is
-// the same median ratio for the driver's own TryAcquireShared and Release
-// (the two scripts' round trips without the Locker), timed right after the
-// floor: what the scripts cost.
+// iteration, with a ctx that never ends and with a cancellable one (metrics
+// ending in "-cancellable"). Targets: x-floor <= 1.2, x-lock <= 1.3.
+// driver-x-floor-p50 is the same median ratio for the driver's own
+// TryAcquireShared and Release (the two scripts' round trips without the
+// Locker), timed right after the floor: what the scripts cost.
 func BenchmarkSemaphoreUncontended(b *testing.B) {
 	srv := benchServer(b)
 	fc := newClient(b, srv.Addr())
@@ -40,55 +41,61 @@ func BenchmarkSemaphoreUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	l, d := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
-	ctx := b.Context()
 	key := uniqueKey(b)
 	fkey, lkey, dkey := key+"-floor", key+"-lock", key+"-driver"
 	sem, _ := locker.NewSemaphore(l, key, 4)
 	share := driver.Share{Mode: driver.Permits, Limit: 4, Weight: 1}
-	var p, drv pair
-	var lockTime []time.Duration
+	kinds := ctxKinds(b)
+	ps, drv := make([]pair, len(kinds)), make([]pair, len(kinds))
+	lockTime := make([][]time.Duration, len(kinds))
 	for b.Loop() {
-		t0 := time.Now()
-		if n, err := acquire.EvalSha(ctx, fc, []string{fkey}, "owner", 4, benchTTL.Milliseconds()).Int64(); err != nil || n != 1 {
-			b.Fatalf("floor acquire: %v %v", n, err)
+		for i, k := range kinds {
+			ctx := k.ctx
+			t0 := time.Now()
+			if n, err := acquire.EvalSha(ctx, fc, []string{fkey}, "owner", 4, benchTTL.Milliseconds()).Int64(); err != nil || n != 1 {
+				b.Fatalf("floor acquire: %v %v", n, err)
+			}
+			if err := fc.ZRem(ctx, fkey, "owner").Err(); err != nil {
+				b.Fatalf("floor release: %v", err)
+			}
+			t1 := time.Now()
+			g, err := d.TryAcquireShared(ctx, driver.Request{Key: dkey, Owner: "owner", TTL: benchTTL}, share)
+			if err != nil {
+				b.Fatalf("driver acquire: %v", err)
+			}
+			if err := d.Release(ctx, driver.Lease{Key: dkey, Owner: "owner", State: g.State}); err != nil {
+				b.Fatalf("driver release: %v", err)
+			}
+			t2 := time.Now()
+			if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
+				b.Fatal(err)
+			}
+			t3 := time.Now()
+			if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, lkey) }); err != nil {
+				b.Fatal(err)
+			}
+			t4 := time.Now()
+			ps[i].floor = append(ps[i].floor, t1.Sub(t0))
+			ps[i].ours = append(ps[i].ours, t3.Sub(t2))
+			lockTime[i] = append(lockTime[i], t4.Sub(t3))
+			drv[i].floor = append(drv[i].floor, t1.Sub(t0))
+			drv[i].ours = append(drv[i].ours, t2.Sub(t1))
 		}
-		if err := fc.ZRem(ctx, fkey, "owner").Err(); err != nil {
-			b.Fatalf("floor release: %v", err)
-		}
-		t1 := time.Now()
-		g, err := d.TryAcquireShared(ctx, driver.Request{Key: dkey, Owner: "owner", TTL: benchTTL}, share)
-		if err != nil {
-			b.Fatalf("driver acquire: %v", err)
-		}
-		if err := d.Release(ctx, driver.Lease{Key: dkey, Owner: "owner", State: g.State}); err != nil {
-			b.Fatalf("driver release: %v", err)
-		}
-		t2 := time.Now()
-		if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, lkey) }); err != nil {
-			b.Fatal(err)
-		}
-		t4 := time.Now()
-		p.floor = append(p.floor, t1.Sub(t0))
-		p.ours = append(p.ours, t3.Sub(t2))
-		lockTime = append(lockTime, t4.Sub(t3))
-		drv.floor = append(drv.floor, t1.Sub(t0))
-		drv.ours = append(drv.ours, t2.Sub(t1))
 	}
-	p.report(b)
-	if len(drv.ours) > 0 {
-		b.ReportMetric(drv.p50Ratio(), "driver-x-floor-p50")
-	}
-	if len(lockTime) > 0 {
-		var sem, lock time.Duration
-		for i := range lockTime {
-			sem, lock = sem+p.ours[i], lock+lockTime[i]
+	for i, k := range kinds {
+		p := ps[i]
+		p.report(b, k.suffix)
+		if len(drv[i].ours) > 0 && i == 0 {
+			b.ReportMetric(drv[i].p50Ratio(), "driver-x-floor-p50") // the driver alone: the ctx makes no difference
 		}
-		b.ReportMetric(float64(lock)/float64(len(lockTime)), "lock-ns/op")
-		b.ReportMetric(float64(sem)/float64(max(lock, 1)), "x-lock")
+		if len(lockTime[i]) > 0 {
+			var sem, lock time.Duration
+			for j := range lockTime[i] {
+				sem, lock = sem+p.ours[j], lock+lockTime[i][j]
+			}
+			b.ReportMetric(float64(lock)/float64(len(lockTime[i])), "lock-ns/op"+k.suffix)
+			b.ReportMetric(float64(sem)/float64(max(lock, 1)), "x-lock"+k.suffix)
+		}
 	}
 }
 

@@ -18,6 +18,13 @@
 //   - MultiKey: OneKey with the three keys of MultiKeys taken together
 //     (LockerMulti; a peer's multi-key lock).
 //
+// Every scenario runs each implementation twice, every client of both given
+// the same ctx: context.Background(), a ctx that never ends (what a cron job
+// passes), and a cancellable one. A Locker may call the store inline for
+// the first kind and must stay ready to return early for the second. The
+// first kind's figures have the names below; the second's end in
+// "-cancellable" ("fair-x-fenced-cancellable").
+//
 // Every figure is reported with b.ReportMetric, named after the
 // implementation ("locker-handoffs/s", "peer-wait-p99-ms", …), and every
 // ratio as "<name>-x-<other>": the first implementation's to each other's,
@@ -48,6 +55,25 @@ import (
 	"testing"
 	"time"
 )
+
+// ctxKind is a kind of ctx the clients are given, and the suffix of its
+// metrics.
+type ctxKind struct {
+	// cancellable: a ctx that can end, else context.Background()
+	cancellable bool
+	suffix      string
+}
+
+// ctxKinds are the kinds every scenario runs with: see the package doc.
+var ctxKinds = [...]ctxKind{{false, ""}, {true, "-cancellable"}}
+
+// ctx returns a ctx of kind k, derived from parent when it is cancellable.
+func (k ctxKind) ctx(parent context.Context) context.Context {
+	if k.cancellable {
+		return parent
+	}
+	return context.Background()
+}
 
 // Mutex is one client's lock on one key.
 type Mutex interface {
@@ -148,15 +174,16 @@ func (t *tally) result() Result {
 	}
 }
 
-// run has the clients ms of impl loop on their keys for d and adds what
-// they did to t (nil: a warm-up, not counted). With shared set, the
-// clients read-modify-write one counter under the lock and a lost update
-// fails b.
-func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *tally) {
+// run has the clients ms of impl loop on their keys for d, with ctxs of
+// kind k, and adds what they did to t (nil: a warm-up, not counted). With
+// shared set, the clients read-modify-write one counter under the lock and
+// a lost update fails b.
+func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ctxKind, t *tally) {
 	b.Helper()
 	n := len(ms)
 	ctx, cancel := context.WithTimeout(b.Context(), d+time.Minute)
 	defer cancel()
+	cctx := k.ctx(ctx)
 	var (
 		counter  atomic.Int64
 		wg       sync.WaitGroup
@@ -193,7 +220,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 		wg.Go(func() {
 			for time.Now().Before(stop) {
 				t0 := time.Now()
-				unlock, err := ms[i].Lock(ctx)
+				unlock, err := ms[i].Lock(cctx)
 				if err != nil {
 					mu.Lock()
 					firstErr = cmpOr(firstErr, fmt.Errorf("%s client %d: lock: %w", impl.Name, i, err))
@@ -207,7 +234,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, t *t
 					counter.Store(v + 1)
 				}
 				counts[i]++
-				if err := unlock(ctx); err != nil {
+				if err := unlock(cctx); err != nil {
 					mu.Lock()
 					firstErr = cmpOr(firstErr, fmt.Errorf("%s client %d: unlock: %w", impl.Name, i, err))
 					mu.Unlock()
@@ -268,80 +295,87 @@ func perAcquisition(d time.Duration, r Result) float64 {
 }
 
 // report reports each implementation's figures and the first one's ratios
-// to each other's.
-func report(b *testing.B, impls []Impl, rs []Result, unit string) {
+// to each other's, for the runs with ctxs of kind k.
+func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
+	metric := func(v float64, name string) { b.ReportMetric(v, name+k.suffix) }
 	for i, r := range rs {
 		n := impls[i].Name
-		b.ReportMetric(r.Rate(), n+"-"+unit)
-		b.ReportMetric(r.Fairness(), n+"-min/max")
-		b.ReportMetric(ms(r.WaitP50), n+"-wait-p50-ms")
-		b.ReportMetric(ms(r.WaitP99), n+"-wait-p99-ms")
-		b.ReportMetric(ms(r.WaitMax), n+"-wait-max-ms")
+		metric(r.Rate(), n+"-"+unit)
+		metric(r.Fairness(), n+"-min/max")
+		metric(ms(r.WaitP50), n+"-wait-p50-ms")
+		metric(ms(r.WaitP99), n+"-wait-p99-ms")
+		metric(ms(r.WaitMax), n+"-wait-max-ms")
 		cpu := ""
 		if r.ClientCPU > 0 {
-			b.ReportMetric(perAcquisition(r.ClientCPU, r), n+"-client-cpu-µs")
+			metric(perAcquisition(r.ClientCPU, r), n+"-client-cpu-µs")
 			cpu = fmt.Sprintf(", CPU per acquisition %.1f µs here", perAcquisition(r.ClientCPU, r))
 		}
 		if r.ServerCPU > 0 {
-			b.ReportMetric(perAcquisition(r.ServerCPU, r), n+"-server-cpu-µs")
+			metric(perAcquisition(r.ServerCPU, r), n+"-server-cpu-µs")
 			cpu += fmt.Sprintf(", %.1f µs in the server", perAcquisition(r.ServerCPU, r))
 		}
 		if c := r.Calls; c.Commands > 0 {
 			per := func(n int64) float64 { return float64(n) / float64(max(r.Acquisitions, 1)) }
-			b.ReportMetric(per(c.Commands), n+"-server-calls")
-			b.ReportMetric(per(c.Scripts), n+"-scripts")
+			metric(per(c.Commands), n+"-server-calls")
+			metric(per(c.Scripts), n+"-scripts")
 			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts", per(c.Commands), per(c.Scripts))
 			if c.Scripts > 0 {
 				us := float64(c.ScriptTime) / float64(time.Microsecond) / float64(c.Scripts)
-				b.ReportMetric(us, n+"-script-µs")
+				metric(us, n+"-script-µs")
 				cpu += fmt.Sprintf(", %.1f µs each", us)
 			}
 			cpu += ")"
 		}
-		b.Logf("%-8s %8.0f %s, per client %d–%d, wait p50 %v p99 %v max %v%s", n, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), r.WaitMax.Round(time.Microsecond), cpu)
+		b.Logf("%-8s%-12s %8.0f %s, per client %d–%d, wait p50 %v p99 %v max %v%s", n, k.suffix, r.Rate(), unit, r.MinPer, r.MaxPer, r.WaitP50.Round(time.Microsecond), r.WaitP99.Round(time.Microsecond), r.WaitMax.Round(time.Microsecond), cpu)
 	}
-	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "")
+	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "", k.suffix)
 	if rs[0].ClientCPU > 0 {
 		ratios(b, impls, func(i, j int) float64 {
 			return perAcquisition(rs[i].ClientCPU, rs[i]) / perAcquisition(rs[j].ClientCPU, rs[j])
-		}, "client-cpu-")
+		}, "client-cpu-", k.suffix)
 	}
 	b.ReportMetric(0, "ns/op")
 }
 
-// ratios reports ratio(i, j) as "<impls[i]>-<what>x-<impls[j]>" for the
-// first implementation against each other one, and for each one against
-// the reference (Impl.Reference) when there is one.
-func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what string) {
+// ratios reports ratio(i, j) as "<impls[i]>-<what>x-<impls[j]><suffix>"
+// for the first implementation against each other one, and for each one
+// against the reference (Impl.Reference) when there is one.
+func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what, suffix string) {
 	ref := slices.IndexFunc(impls, func(impl Impl) bool { return impl.Reference })
 	for i := range impls {
 		for j := range impls {
 			if i != j && (i == 0 || j == ref) {
-				b.ReportMetric(ratio(i, j), impls[i].Name+"-"+what+"x-"+impls[j].Name)
+				b.ReportMetric(ratio(i, j), impls[i].Name+"-"+what+"x-"+impls[j].Name+suffix)
 			}
 		}
 	}
 }
 
 // OneKey runs the one-key scenario for each implementation in turn, clients
-// at a time, for d each, and reports them side by side. The scenario runs
-// once whatever b.N.
-func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) []Result {
+// at a time, for d each per ctx kind, and reports them side by side. The
+// scenario runs once whatever b.N. It returns the results per ctx kind
+// (ctxKinds).
+func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
 	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "onekey")
 		return func(int) string { return key }
 	}, true)
-	report(b, impls, rs, "handoffs/s")
+	for k, kind := range ctxKinds {
+		report(b, impls, rs[k], "handoffs/s", kind)
+	}
 	return rs
 }
 
-// ManyKeys runs n clients on a key each, for d per implementation.
-func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) []Result {
+// ManyKeys runs n clients on a key each, for d per implementation and ctx
+// kind.
+func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
 	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "manykeys")
 		return func(c int) string { return fmt.Sprintf("%s-%d", key, c) }
 	}, false)
-	report(b, impls, rs, "ops/s")
+	for k, kind := range ctxKinds {
+		report(b, impls, rs[k], "ops/s", kind)
+	}
 	return rs
 }
 
@@ -351,36 +385,43 @@ func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) []Result {
 const rounds = 3
 
 // alternate warms each implementation's n clients up, then runs them in
-// turns for d in all per implementation.
-func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool) []Result {
+// turns for d in all per implementation and ctx kind.
+func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool) [len(ctxKinds)][]Result {
 	cs := make([][]Mutex, len(impls))
 	for i, impl := range impls {
 		cs[i] = clients(b, impl, n, keys(impl))
-		run(b, impl, cs[i], d/10, shared, nil)
+		run(b, impl, cs[i], d/10, shared, ctxKinds[0], nil)
 	}
-	ts := make([]tally, len(impls))
+	var ts [len(ctxKinds)][]tally
+	for k := range ts {
+		ts[k] = make([]tally, len(impls))
+	}
 	for range rounds {
 		for i, impl := range impls {
-			run(b, impl, cs[i], d/rounds, shared, &ts[i])
+			for k, kind := range ctxKinds {
+				run(b, impl, cs[i], d/rounds, shared, kind, &ts[k][i])
+			}
 		}
 	}
-	rs := make([]Result, len(impls))
-	for i := range ts {
-		rs[i] = ts[i].result()
+	var rs [len(ctxKinds)][]Result
+	for k := range ts {
+		rs[k] = make([]Result, len(impls))
+		for i := range ts[k] {
+			rs[k][i] = ts[k][i].result()
+		}
 	}
 	return rs
 }
 
 // Uncontended times one client's Lock+Unlock of each implementation, the
-// implementations interleaved in each of b.N rounds, and reports the
-// medians and the first one's ratios to the others'.
+// implementations and the ctx kinds interleaved in each of b.N rounds, and
+// reports the medians and the first one's ratios to the others'.
 func Uncontended(b *testing.B, impls []Impl) {
-	ctx := b.Context()
 	ms := make([]Mutex, len(impls))
 	for i, impl := range impls {
 		ms[i] = impl.New(b, Keys(b, impl.Name, "uncontended"))
 	}
-	once := func(m Mutex) time.Duration {
+	once := func(ctx context.Context, m Mutex) time.Duration {
 		t0 := time.Now()
 		unlock, err := m.Lock(ctx)
 		if err != nil {
@@ -393,86 +434,110 @@ func Uncontended(b *testing.B, impls []Impl) {
 	}
 	for range 20 { // warm connections and script caches
 		for _, m := range ms {
-			once(m)
+			once(b.Context(), m)
 		}
 	}
-	times := make([][]time.Duration, len(impls))
+	var times [len(ctxKinds)][][]time.Duration
+	for k := range times {
+		times[k] = make([][]time.Duration, len(impls))
+	}
 	for b.Loop() {
-		for i, m := range ms {
-			times[i] = append(times[i], once(m))
+		for k, kind := range ctxKinds {
+			ctx := kind.ctx(b.Context())
+			for i, m := range ms {
+				times[k][i] = append(times[k][i], once(ctx, m))
+			}
 		}
 	}
-	p50 := make([]time.Duration, len(impls))
-	for i := range impls {
-		slices.Sort(times[i])
-		p50[i] = pct(times[i], 0.5)
-		b.ReportMetric(float64(p50[i].Microseconds()), impls[i].Name+"-p50-µs")
+	for k, kind := range ctxKinds {
+		p50 := make([]time.Duration, len(impls))
+		for i := range impls {
+			slices.Sort(times[k][i])
+			p50[i] = pct(times[k][i], 0.5)
+			b.ReportMetric(float64(p50[i].Microseconds()), impls[i].Name+"-p50-µs"+kind.suffix)
+		}
+		ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "", kind.suffix)
 	}
-	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
 }
 
-// Handoff measures, rounds times per implementation, the time from the
-// holder's Unlock call to the return of the Lock a second client has been
-// waiting in for 10–30 ms, and reports p50/p99 and the first one's p50
-// ratios to the others'.
+// Handoff measures, rounds times per implementation and ctx kind, the time
+// from the holder's Unlock call to the return of the Lock a second client
+// has been waiting in for 10–30 ms, and reports p50/p99 and the first one's
+// p50 ratios to the others'. The ctx kinds alternate round by round.
 func Handoff(b *testing.B, impls []Impl, rounds int) {
-	ctx := b.Context()
-	p50 := make([]time.Duration, len(impls))
+	var p50 [len(ctxKinds)][]time.Duration
+	for k := range p50 {
+		p50[k] = make([]time.Duration, len(impls))
+	}
 	for i, impl := range impls {
 		key := Keys(b, impl.Name, "handoff")
 		a, w := impl.New(b, key), impl.New(b, key)
-		var lats []time.Duration
+		var lats [len(ctxKinds)][]time.Duration
 		for range rounds {
-			unlockA, err := a.Lock(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			type got struct {
-				unlock func(context.Context) error
-				at     time.Time
-				err    error
-			}
-			ch := make(chan got, 1)
-			go func() {
-				unlock, err := w.Lock(ctx)
-				ch <- got{unlock, time.Now(), err}
-			}()
-			time.Sleep(10*time.Millisecond + rand.N(20*time.Millisecond))
-			released := time.Now()
-			if err := unlockA(ctx); err != nil {
-				b.Fatal(err)
-			}
-			g := <-ch
-			if g.err != nil {
-				b.Fatal(g.err)
-			}
-			lats = append(lats, g.at.Sub(released))
-			if err := g.unlock(ctx); err != nil {
-				b.Fatal(err)
+			for k, kind := range ctxKinds {
+				lats[k] = append(lats[k], handoff(b, a, w, kind.ctx(b.Context())))
 			}
 		}
-		slices.Sort(lats)
-		p50[i] = pct(lats, 0.5)
-		b.ReportMetric(ms(p50[i]), impl.Name+"-handoff-p50-ms")
-		b.ReportMetric(ms(pct(lats, 0.99)), impl.Name+"-handoff-p99-ms")
+		for k, kind := range ctxKinds {
+			slices.Sort(lats[k])
+			p50[k][i] = pct(lats[k], 0.5)
+			b.ReportMetric(ms(p50[k][i]), impl.Name+"-handoff-p50-ms"+kind.suffix)
+			b.ReportMetric(ms(pct(lats[k], 0.99)), impl.Name+"-handoff-p99-ms"+kind.suffix)
+		}
 	}
-	ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "")
+	for k, kind := range ctxKinds {
+		ratios(b, impls, func(i, j int) float64 { return float64(p50[k][i]) / float64(max(p50[k][j], 1)) }, "", kind.suffix)
+	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// handoff times one hand-off from a to w, both called with ctx.
+func handoff(b *testing.B, a, w Mutex, ctx context.Context) time.Duration {
+	unlockA, err := a.Lock(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type got struct {
+		unlock func(context.Context) error
+		at     time.Time
+		err    error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		unlock, err := w.Lock(ctx)
+		ch <- got{unlock, time.Now(), err}
+	}()
+	time.Sleep(10*time.Millisecond + rand.N(20*time.Millisecond))
+	released := time.Now()
+	if err := unlockA(ctx); err != nil {
+		b.Fatal(err)
+	}
+	g := <-ch
+	if g.err != nil {
+		b.Fatal(g.err)
+	}
+	if err := g.unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return g.at.Sub(released)
 }
 
 // Scenarios runs every scenario as sub-benchmarks of b: OneKey at 4, 16 and
 // 64 clients (at 64 with each implementation's hand-offs/s over its
 // 4-client figure, "<name>-x-4-clients": the "does not fall as waiters
-// grow" target), ManyKeys at
-// 16, Uncontended and Handoff. d is each contended run's length.
+// grow" target), ManyKeys at 16, Uncontended and Handoff. d is each
+// contended run's length, per ctx kind.
 func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
-	var by = map[int][]Result{}
+	var by = map[int][len(ctxKinds)][]Result{}
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
 			by[n] = OneKey(b, impls, n, d)
-			if n == 64 && len(by[4]) == len(impls) {
+			if n != 64 || len(by[4][0]) != len(impls) {
+				return
+			}
+			for k, kind := range ctxKinds {
 				for i, impl := range impls {
-					b.ReportMetric(by[64][i].Rate()/by[4][i].Rate(), impl.Name+"-x-4-clients")
+					b.ReportMetric(by[64][k][i].Rate()/by[4][k][i].Rate(), impl.Name+"-x-4-clients"+kind.suffix)
 				}
 			}
 		})
