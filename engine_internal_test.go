@@ -225,10 +225,12 @@ func TestAbandonedLockIsReleased(t *testing.T) {
 // over an in-process driver that costs nothing: the part of a backend's
 // ratio to its raw floor that is ours rather than the store's. The Observer
 // sub-benchmark adds an observer that does nothing, for the price of the
-// events. Both use a driver that promises PromptCancel, as memory does;
-// Detached uses one that does not, whose calls each run in a goroutine.
+// events. Both use a driver that promises PromptCancel, as memory does, and
+// a ctx that never ends. The NoPromise ones use a driver that does not
+// promise it: with a ctx that never ends (Background) and with a
+// cancellable one (Cancellable), whose calls each run in a worker.
 func BenchmarkEngineOverhead(b *testing.B) {
-	run := func(b *testing.B, prompt bool, opts ...Option) {
+	run := func(b *testing.B, prompt, cancellable bool, opts ...Option) {
 		d := newTableDriver()
 		d.prompt = prompt
 		l, err := New(d, opts...)
@@ -237,6 +239,9 @@ func BenchmarkEngineOverhead(b *testing.B) {
 		}
 		defer l.Close()
 		ctx := context.Background()
+		if cancellable {
+			ctx = b.Context()
+		}
 		b.ReportAllocs()
 		for b.Loop() {
 			lk, err := l.TryLock(ctx, "k")
@@ -248,9 +253,10 @@ func BenchmarkEngineOverhead(b *testing.B) {
 			}
 		}
 	}
-	b.Run("NoObserver", func(b *testing.B) { run(b, true) })
-	b.Run("Observer", func(b *testing.B) { run(b, true, WithObserver(ObserverFunc(func(Event) {}))) })
-	b.Run("Detached", func(b *testing.B) { run(b, false) })
+	b.Run("NoObserver", func(b *testing.B) { run(b, true, false) })
+	b.Run("Observer", func(b *testing.B) { run(b, true, false, WithObserver(ObserverFunc(func(Event) {}))) })
+	b.Run("NoPromise/Background", func(b *testing.B) { run(b, false, false) })
+	b.Run("NoPromise/Cancellable", func(b *testing.B) { run(b, false, true) })
 }
 
 // stalledWatchdog returns an engine on d whose watchdog, once renewals
