@@ -14,7 +14,10 @@ import (
 // honours ctx ends it soon after; one that must finish something first (a
 // session to set up, an attempt to undo) finishes it there. A driver that
 // promises to return promptly (driver.Info.PromptCancel) has its calls
-// made inline, in the caller's goroutine, which costs no goroutine.
+// made inline, in the caller's goroutine, which costs no goroutine. So has
+// a call whose caller's ctx can never end (ctx.Done() returns nil, as for
+// context.Background()): that caller waits for the call anyway. Close
+// cancels such a call's ctx as it does any other's, and waits for it.
 //
 // A detached call runs in one of the engine's workers: a goroutine that
 // waits for the next call once it is done, so that a Locker in use does
@@ -31,10 +34,11 @@ const (
 // ends (gone is then true). A call still running then goes on in its
 // worker, counted in e.calls so that Close waits for it, and hands its
 // outcome to late instead. The caller must hold e.calls (see enter).
-// For a driver that promises PromptCancel, call runs inline and gone is
-// always false.
-func detached[T any](e *engine, ctx context.Context, call func() (T, error), late func(T, error)) (v T, err error, gone bool) {
-	if e.inline {
+// ctx is the call's own ctx (see callContext), caller the ctx its caller
+// passed. When e.inlineFor(caller), call runs inline and gone is always
+// false.
+func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func(T, error)) (v T, err error, gone bool) {
+	if e.inlineFor(caller) {
 		v, err = call()
 		return v, err, false
 	}
@@ -52,6 +56,10 @@ func detached[T any](e *engine, ctx context.Context, call func() (T, error), lat
 		return c.v, c.err, false
 	}
 }
+
+// inlineFor reports whether the store calls of a caller that passed ctx run
+// inline: the driver promises PromptCancel, or ctx can never end.
+func (e *engine) inlineFor(ctx context.Context) bool { return e.inline || ctx.Done() == nil }
 
 // detachedCall is one call of detached, run by a worker.
 type detachedCall[T any] struct {

@@ -161,21 +161,46 @@ func TestDetachedCallsReuseWorkers(t *testing.T) {
 	}
 }
 
+// TestBackgroundCallsRunInline: the store calls of a caller whose ctx can
+// never end run in the caller's goroutine, even for a driver without
+// PromptCancel: no worker is started.
+func TestBackgroundCallsRunInline(t *testing.T) {
+	e := newTestEngine(t, newTableDriver(), WithTTL(time.Minute))
+	for _, ctx := range []context.Context{context.Background(), context.WithoutCancel(t.Context())} {
+		for range 20 {
+			lk, err := e.TryLock(ctx, "c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := workers(e); n != 0 {
+		t.Errorf("%d workers after store calls whose ctx could not end, want none: such calls run inline", n)
+	}
+}
+
 // TestLockUnlockAllocations: a TryLock+Unlock allocates within a budget,
-// with the store calls inline (PromptCancel) and detached; the detached
-// call's state is one allocation, and a key's gate is reused.
+// with the store calls inline (PromptCancel, or a ctx that never ends) and
+// detached; the detached call's state is one allocation, and a key's gate
+// is reused.
 func TestLockUnlockAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
 	}
 	for _, tc := range []struct {
-		prompt bool
-		budget float64
-	}{{true, 16}, {false, 22}} {
+		prompt, cancellable bool
+		budget              float64
+	}{{true, false, 16}, {false, false, 16}, {false, true, 22}} {
 		d := newTableDriver()
 		d.prompt = tc.prompt
 		e := newTestEngine(t, d)
 		ctx := context.Background()
+		if tc.cancellable {
+			ctx = t.Context()
+		}
 		n := testing.AllocsPerRun(200, func() {
 			lk, err := e.TryLock(ctx, "k")
 			if err != nil {
@@ -186,7 +211,7 @@ func TestLockUnlockAllocations(t *testing.T) {
 			}
 		})
 		if n > tc.budget {
-			t.Errorf("PromptCancel %v: TryLock+Unlock makes %v allocations, want at most %v", tc.prompt, n, tc.budget)
+			t.Errorf("PromptCancel %v, cancellable ctx %v: TryLock+Unlock makes %v allocations, want at most %v", tc.prompt, tc.cancellable, n, tc.budget)
 		}
 	}
 }

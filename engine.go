@@ -271,7 +271,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 		// Each attempt has its own owner token: what a failed one left in
 		// the store is cleaned up with its token, never with this one's.
 		req.Owner = rand.Text()
-		a, err, gone := detached(e, cctx, func() (a tryOutcome, err error) {
+		a, err, gone := detached(e, ctx, cctx, func() (a tryOutcome, err error) {
 			switch {
 			case share != nil && !wait:
 				a.sent = time.Now()
@@ -752,7 +752,7 @@ func (l *handle) unlock(ctx context.Context) error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	_, err, gone := detached(e, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
+	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
 		h.lateRelease(err)
 	})
 	return h.released(cctx, err, gone)

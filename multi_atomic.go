@@ -84,7 +84,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 		}
 	}
 	start := time.Now()
-	a, err, gone := detached(e, cctx, func() (a multiOutcome, err error) {
+	a, err, gone := detached(e, ctx, cctx, func() (a multiOutcome, err error) {
 		// A waiting LockMulti tries again, holding nothing, for one
 		// TTL at most, woken when a key may be free (the driver's
 		// AcquireMulti, or multiWait); then the caller takes the keys

@@ -80,7 +80,7 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	res, err, gone := detached(e, cctx, func() ([]error, error) {
+	res, err, gone := detached(e, ctx, cctx, func() ([]error, error) {
 		res := make([]error, len(claimed))
 		var berrs []error
 		if len(batch) > 0 {

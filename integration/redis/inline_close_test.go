@@ -1,0 +1,81 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
+)
+
+// TestCloseWhileInlineCallBlocks: a call whose ctx never ends runs its
+// store call inline, in the caller's goroutine; when the store is cut off,
+// Close still returns within its release timeout plus one read timeout, and
+// so does the call, with an error. The client retries a timed-out command
+// ten times: a store call that Close did not cancel would take more than
+// ten read timeouts.
+func TestCloseWhileInlineCallBlocks(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	for _, op := range []string{"Lock", "TryLock", "Unlock"} {
+		t.Run(op, func(t *testing.T) {
+			p := testenv.NewProxy(t, srv.Addr())
+			opts := clientOptions(p.Addr())
+			opts.MaxRetries = 10
+			c := goredis.NewClient(opts)
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := redis.Config{}.New(c, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background() // Done is nil: the store calls run inline
+			key := "inline-close-" + op
+			var held locker.Lock
+			if op == "Unlock" {
+				if held, err = l.TryLock(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.Cut()
+			returned := make(chan error, 1)
+			go func() {
+				var err error
+				switch op {
+				case "Lock":
+					_, err = l.Lock(ctx, key)
+				case "TryLock":
+					_, err = l.TryLock(ctx, key)
+				default:
+					err = held.Unlock(ctx)
+				}
+				returned <- err
+			}()
+			time.Sleep(200 * time.Millisecond) // the call waits for its reply
+			start := time.Now()
+			closed := make(chan struct{})
+			go func() {
+				_ = l.Close()
+				close(closed)
+			}()
+			// Release timeout 1 s, read timeout 1 s: the bound is generous.
+			const bound = 6 * time.Second
+			select {
+			case <-closed:
+			case <-time.After(bound):
+				t.Fatalf("Close of a cut-off Locker whose %s(context.Background()) waits for the store took over %v; want its release timeout (1 s) plus a read timeout (1 s)", op, bound)
+			}
+			select {
+			case err := <-returned:
+				if err == nil {
+					t.Errorf("%s on a cut-off Locker that closed meanwhile returned no error", op)
+				}
+			case <-time.After(max(bound-time.Since(start), time.Second)):
+				t.Fatalf("%s(context.Background()) on a cut-off Locker did not return within %v of Close", op, bound)
+			}
+		})
+	}
+}
