@@ -115,7 +115,7 @@ func (l *handle) SetData(ctx context.Context, data []byte) error {
 	defer h.extending.Unlock()
 	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) {
 		return struct{}{}, e.dataSetter.SetData(cctx, h.lease, data)
-	}, func(struct{}, error) {})
+	}, nil)
 	switch {
 	case gone && e.isClosed(), err != nil && e.isClosed():
 		return e.err("setdata", h.key, ErrNotHeld, ErrClosed)

@@ -33,16 +33,21 @@ const (
 // detached runs call and returns its outcome, or ctx.Err() as soon as ctx
 // ends (gone is then true). A call still running then goes on in its
 // worker, counted in e.calls so that Close waits for it, and hands its
-// outcome to late instead. The caller must hold e.calls (see enter).
+// outcome to the function late returns instead (nothing when late is nil).
+// late is called only then, so that a call made inline builds no such
+// function. The caller must hold e.calls (see enter).
 // ctx is the call's own ctx (see callContext), caller the ctx its caller
 // passed. When e.inlineFor(caller), call runs inline and gone is always
 // false.
-func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func(T, error)) (v T, err error, gone bool) {
+func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
 	if e.inlineFor(caller) {
 		v, err = call()
 		return v, err, false
 	}
-	c := &detachedCall[T]{e: e, call: call, late: late, done: make(chan struct{})}
+	c := &detachedCall[T]{e: e, call: call, done: make(chan struct{})}
+	if late != nil {
+		c.late = late()
+	}
 	e.calls.Add(1)
 	e.run(c)
 	select {
@@ -65,9 +70,9 @@ func (e *engine) inlineFor(ctx context.Context) bool { return e.inline || ctx.Do
 type detachedCall[T any] struct {
 	e     *engine
 	call  func() (T, error)
-	late  func(T, error)
-	state atomic.Int32  // callRunning, then one of the others
-	done  chan struct{} // closed once v and err are delivered
+	late  func(T, error) // nil: nothing to do with a late outcome
+	state atomic.Int32   // callRunning, then one of the others
+	done  chan struct{}  // closed once v and err are delivered
 	v     T
 	err   error
 }
@@ -80,7 +85,9 @@ func (c *detachedCall[T]) run() {
 		close(c.done)
 		return
 	}
-	c.late(v, err)
+	if c.late != nil {
+		c.late(v, err)
+	}
 }
 
 // job is a call a worker runs.

@@ -292,7 +292,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 				a.grant, err = e.poll(cctx, req)
 			}
 			return a, err
-		}, e.lateAttempt(req, h.gate))
+		}, func() func(tryOutcome, error) { return e.lateAttempt(req, h.gate) })
 		if gone {
 			// The attempt goes on without its caller: a loss it reports
 			// is nobody's, and it gives the gate back when it ends.
@@ -752,8 +752,8 @@ func (l *handle) unlock(ctx context.Context) error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func(_ struct{}, err error) {
-		h.lateRelease(err)
+	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func() func(struct{}, error) {
+		return func(_ struct{}, err error) { h.lateRelease(err) }
 	})
 	return h.released(cctx, err, gone)
 }

@@ -113,16 +113,18 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 				reqs[i].Owner = rand.Text()
 			}
 		}
-	}, func(a multiOutcome, err error) {
-		// The caller has returned: give back what the attempt took.
-		defer leave()
-		if err != nil {
-			e.keepResidue(reqs[0].Key, err)
-			return
-		}
-		for i, g := range a.grants {
-			lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
-			e.addCleanup(cleanup{key: lease.Key, lease: &lease})
+	}, func() func(multiOutcome, error) {
+		return func(a multiOutcome, err error) {
+			// The caller has returned: give back what the attempt took.
+			defer leave()
+			if err != nil {
+				e.keepResidue(reqs[0].Key, err)
+				return
+			}
+			for i, g := range a.grants {
+				lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
+				e.addCleanup(cleanup{key: lease.Key, lease: &lease})
+			}
 		}
 	})
 	if gone {

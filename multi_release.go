@@ -100,12 +100,14 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 			}
 		}
 		return res, nil
-	}, func(res []error, err error) {
-		for j, i := range claimed {
-			if err != nil {
-				hs[i].lateRelease(err)
-			} else {
-				hs[i].lateRelease(res[j])
+	}, func() func([]error, error) {
+		return func(res []error, err error) {
+			for j, i := range claimed {
+				if err != nil {
+					hs[i].lateRelease(err)
+				} else {
+					hs[i].lateRelease(res[j])
+				}
 			}
 		}
 	})

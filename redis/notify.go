@@ -168,12 +168,23 @@ func newNotifier(client Client, logger *slog.Logger, refused func(error), lid st
 // registering, and the waiter starts woken. After disable it returns a nil
 // waiter: the caller polls.
 func (n *notifier) register(key, owner string, early bool) (*waiter, func(), error) {
+	if early && !n.subscribedOrClosed(key) {
+		return nil, nil, nil // the common case of an uncontended Lock: no allocation
+	}
 	w := newWaiter(owner)
 	cancel, err := n.add(key, w, early)
 	if cancel == nil {
 		return nil, nil, err
 	}
 	return w, cancel, nil
+}
+
+// subscribedOrClosed reports whether add may register an early waiter for
+// key, or fail: the key's channel is subscribed, or n is closed.
+func (n *notifier) subscribedOrClosed(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed || (!n.disabled && n.subs[key] != nil)
 }
 
 func newWaiter(owner string) *waiter {
