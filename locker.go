@@ -85,7 +85,9 @@ import (
 // Locker hands out locks on string keys. It is safe for concurrent use by
 // multiple goroutines. Lock, TryLock and Unlock return as soon as their ctx
 // ends, whatever the store does. Store work they started then finishes in
-// the background, and Close waits for it.
+// the background, and Close waits for it. A call whose ctx can never end
+// (context.Background()) makes its store calls in its own goroutine, so
+// Close ends it only as soon as the backend lets it.
 type Locker interface {
 	// Lock blocks until key is held by the caller, ctx ends, the Locker is
 	// closed, or the backend fails. ctx bounds only the wait: cancelling it

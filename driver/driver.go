@@ -205,8 +205,10 @@ type Info struct {
 	// its ctx ends, whatever the store does, the first call included. The
 	// engine then makes the store calls of Lock, TryLock and Unlock in the
 	// caller's goroutine. When false, it makes each in another goroutine,
-	// and returns without waiting for it when the caller's ctx ends. The
-	// conformance case PromptCancel checks the promise.
+	// and returns without waiting for it when the caller's ctx ends. It
+	// makes them in the caller's goroutine all the same for a caller whose
+	// ctx can never end (its Done returns nil). The conformance case
+	// PromptCancel checks the promise.
 	PromptCancel bool
 }
 

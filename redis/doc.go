@@ -194,7 +194,10 @@
 // renewals bounds each call. Without it a store cut off from the network
 // holds Unlock and Close for ReadTimeout and WriteTimeout, times the retries.
 // Keep ReadTimeout below TTL/3, so that a renewal stuck on a dead connection
-// fails before the lock's deadline.
+// fails before the lock's deadline. go-redis ignores a cancelled ctx until
+// the command's reply or ReadTimeout: a call with a ctx that never ends
+// (context.Background()) runs its commands in the caller's goroutine, and
+// returns after Close only when its command does.
 //
 // # URLs
 //
