@@ -132,6 +132,7 @@ var cases = []testCase{
 	{name: "SetLimitForgotten", contract: limitForgotten, run: testSetLimitForgotten},
 	{name: "SharedKeyFreed", contract: sharedFreed, run: testSharedKeyFreed},
 	{name: "FirstHolder", contract: firstHolders, run: testFirstHolder},
+	{name: "CloseEndsBackgroundCalls", contract: closeBackground, run: testCloseEndsBackgroundCalls},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -142,6 +142,15 @@ func (e *memEnv) newInnerWith(t testing.TB, opts ...locker.Option) (locker.Locke
 	return l, nil
 }
 
+// healedOf returns the channel the heal of l's Isolate closes while l is
+// isolated, and nil otherwise.
+func (e *memEnv) healedOf(l locker.Locker) <-chan struct{} {
+	f := e.fault(l)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.healed[f]
+}
+
 func (e *memEnv) fault(l locker.Locker) *memory.Fault {
 	if b, ok := l.(*brokenLocker); ok {
 		l = b.inner
@@ -291,6 +300,7 @@ const (
 	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
 	crashedMark     = "crashedMark"     // a key whose last permit crashed refuses the first multi-key lock after the permit expired (a mark only that refusal clears)
 	firstTwice      = "firstTwice"      // the second one-shot attempt at a key is granted too when the first was and it is refused (two first holders: a take that does not check the key moved)
+	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -370,6 +380,7 @@ var mustCatch = map[string][]string{
 	sharedMarks:     {"SharedKeyFreed"},
 	crashedMark:     {"SharedKeyFreed"},
 	firstTwice:      {"FirstHolder"},
+	closeSparesBg:   {"CloseEndsBackgroundCalls"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -847,6 +858,12 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			})
 			if first {
 				return lk, err
+			}
+		}
+	case closeSparesBg:
+		if ctx != nil && ctx.Done() == nil {
+			if healed := b.env.healedOf(b.inner); healed != nil {
+				<-healed
 			}
 		}
 	case dropsOptions:

@@ -243,6 +243,10 @@
 //     more keys one TryLock, one TryAcquire and two TryRLock. The grants
 //     held at once must fit the key's kind and limit. Every other key was
 //     held and released once before its race.
+//   - CloseEndsBackgroundCalls (Isolate): a Lock of a held key, a TryLock
+//     of a free key and an Unlock, all with context.Background(), wait on
+//     a Locker cut off from the store; Close returns, and ends each call,
+//     within two TTLs plus slack, Lock and TryLock with an error.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed and FirstHolder) skip, saying so, for a Locker with no
