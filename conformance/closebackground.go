@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"time"
 
 	"github.com/golocker/locker"
 )
@@ -36,12 +37,14 @@ func testCloseEndsBackgroundCalls(c *caseT) {
 	go func() { results <- result{"Unlock", nil, la.Unlock(bg)} }()
 	sleep(ctx, c.pause()) // the calls wait for the store
 	closed := make(chan error, 1)
+	start := time.Now()
 	go func() { closed <- a.Close() }()
 
 	wctx, cancel := context.WithTimeout(ctx, c.within(2))
 	defer cancel()
 	select {
-	case <-closed:
+	case err := <-closed:
+		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-wctx.Done():
 		c.Errorf("%s: Close still running %v after it began", closeBackground, c.within(2))
 	}
