@@ -29,7 +29,7 @@ return 0`
 // semaphore of 4) against the floor's sorted-set semaphore (EVALSHA, then
 // ZREM) and against this package's Lock+Unlock, timed back to back in each
 // iteration, with a ctx that never ends and with a cancellable one (metrics
-// ending in "-cancellable"). Targets: x-floor <= 1.2, x-lock <= 1.3.
+// ending in "-cancellable"; see ctxKinds). Targets: x-floor <= 1.2, x-lock <= 1.3.
 // driver-x-floor-p50 is the same median ratio for the driver's own
 // TryAcquireShared and Release (the two scripts' round trips without the
 // Locker), timed right after the floor: what the scripts cost.
@@ -48,39 +48,38 @@ func BenchmarkSemaphoreUncontended(b *testing.B) {
 	kinds := ctxKinds(b)
 	ps, drv := make([]pair, len(kinds)), make([]pair, len(kinds))
 	lockTime := make([][]time.Duration, len(kinds))
-	for b.Loop() {
-		for i, k := range kinds {
-			ctx := k.ctx
-			t0 := time.Now()
-			if n, err := acquire.EvalSha(ctx, fc, []string{fkey}, "owner", 4, benchTTL.Milliseconds()).Int64(); err != nil || n != 1 {
-				b.Fatalf("floor acquire: %v %v", n, err)
-			}
-			if err := fc.ZRem(ctx, fkey, "owner").Err(); err != nil {
-				b.Fatalf("floor release: %v", err)
-			}
-			t1 := time.Now()
-			g, err := d.TryAcquireShared(ctx, driver.Request{Key: dkey, Owner: "owner", TTL: benchTTL}, share)
-			if err != nil {
-				b.Fatalf("driver acquire: %v", err)
-			}
-			if err := d.Release(ctx, driver.Lease{Key: dkey, Owner: "owner", State: g.State}); err != nil {
-				b.Fatalf("driver release: %v", err)
-			}
-			t2 := time.Now()
-			if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
-				b.Fatal(err)
-			}
-			t3 := time.Now()
-			if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, lkey) }); err != nil {
-				b.Fatal(err)
-			}
-			t4 := time.Now()
-			ps[i].floor = append(ps[i].floor, t1.Sub(t0))
-			ps[i].ours = append(ps[i].ours, t3.Sub(t2))
-			lockTime[i] = append(lockTime[i], t4.Sub(t3))
-			drv[i].floor = append(drv[i].floor, t1.Sub(t0))
-			drv[i].ours = append(drv[i].ours, t2.Sub(t1))
+	for it := 0; b.Loop(); it++ {
+		i := ctxKind(it)
+		ctx := kinds[i].ctx
+		t0 := time.Now()
+		if n, err := acquire.EvalSha(ctx, fc, []string{fkey}, "owner", 4, benchTTL.Milliseconds()).Int64(); err != nil || n != 1 {
+			b.Fatalf("floor acquire: %v %v", n, err)
 		}
+		if err := fc.ZRem(ctx, fkey, "owner").Err(); err != nil {
+			b.Fatalf("floor release: %v", err)
+		}
+		t1 := time.Now()
+		g, err := d.TryAcquireShared(ctx, driver.Request{Key: dkey, Owner: "owner", TTL: benchTTL}, share)
+		if err != nil {
+			b.Fatalf("driver acquire: %v", err)
+		}
+		if err := d.Release(ctx, driver.Lease{Key: dkey, Owner: "owner", State: g.State}); err != nil {
+			b.Fatalf("driver release: %v", err)
+		}
+		t2 := time.Now()
+		if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, lkey) }); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		ps[i].floor = append(ps[i].floor, t1.Sub(t0))
+		ps[i].ours = append(ps[i].ours, t3.Sub(t2))
+		lockTime[i] = append(lockTime[i], t4.Sub(t3))
+		drv[i].floor = append(drv[i].floor, t1.Sub(t0))
+		drv[i].ours = append(drv[i].ours, t2.Sub(t1))
 	}
 	for i, k := range kinds {
 		p := ps[i]

@@ -414,8 +414,11 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 }
 
 // Uncontended times one client's Lock+Unlock of each implementation, the
-// implementations and the ctx kinds interleaved in each of b.N rounds, and
-// reports the medians and the first one's ratios to the others'.
+// implementations interleaved in each of b.N rounds, the ctx kinds taking
+// turns every uncontendedBlock rounds, and reports the medians and the
+// first one's ratios to the others'. Turns of several rounds: a Locker's
+// detached call right after inline ones finds its worker cold, which a
+// caller that always passes one kind never does.
 func Uncontended(b *testing.B, impls []Impl) {
 	ms := make([]Mutex, len(impls))
 	for i, impl := range impls {
@@ -441,12 +444,11 @@ func Uncontended(b *testing.B, impls []Impl) {
 	for k := range times {
 		times[k] = make([][]time.Duration, len(impls))
 	}
-	for b.Loop() {
-		for k, kind := range ctxKinds {
-			ctx := kind.ctx(b.Context())
-			for i, m := range ms {
-				times[k][i] = append(times[k][i], once(ctx, m))
-			}
+	for round := 0; b.Loop(); round++ {
+		k := round / uncontendedBlock % len(ctxKinds)
+		ctx := ctxKinds[k].ctx(b.Context())
+		for i, m := range ms {
+			times[k][i] = append(times[k][i], once(ctx, m))
 		}
 	}
 	for k, kind := range ctxKinds {
@@ -459,6 +461,10 @@ func Uncontended(b *testing.B, impls []Impl) {
 		ratios(b, impls, func(i, j int) float64 { return float64(p50[i]) / float64(max(p50[j], 1)) }, "", kind.suffix)
 	}
 }
+
+// uncontendedBlock is how many rounds of Uncontended in a row use one kind
+// of ctx.
+const uncontendedBlock = 20
 
 // Handoff measures, rounds times per implementation and ctx kind, the time
 // from the holder's Unlock call to the return of the Lock a second client
