@@ -23,6 +23,7 @@ type blockedWait struct {
 	blocker locker.Lock
 	retake  func(context.Context, ...locker.LockOption) (locker.Lock, error)
 	res     chan lockResult
+	at      time.Time // when the wait returned
 }
 
 // blockedWaits returns the waits of CloseWhileWaiting on fresh keys, each
@@ -79,6 +80,7 @@ func testCloseWhileWaiting(c *caseT) {
 		w.res = make(chan lockResult, 1)
 		go func() {
 			lk, err := w.wait(ctx)
+			w.at = time.Now()
 			w.res <- lockResult{lk, err}
 		}()
 	}
@@ -110,24 +112,24 @@ func testCloseWhileWaiting(c *caseT) {
 	bound := c.within(2)
 	dctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	select {
-	case err := <-closed:
+	if err, ok := recvBy(dctx, closed); ok {
 		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	case <-dctx.Done():
+	} else {
 		c.Errorf("%s: Close still running %v after it was called", closeWaiting, bound)
 	}
 	for _, w := range waits {
-		select {
-		case r := <-w.res:
-			switch {
-			case r.err == nil:
-				c.Errorf("%s: %s of the closed Locker returned a hold (token %d) while another Locker held what it waits for", exclusive, w.what, r.lk.Token())
-				_ = r.lk.Unlock(ctx)
-			case !errors.Is(r.err, locker.ErrClosed):
-				c.Errorf("%s: %s got %v", closeWaiting, w.what, r.err)
-			}
-		case <-dctx.Done():
+		r, ok := recvBy(dctx, w.res)
+		if !ok {
 			c.Errorf("%s: %s was still waiting %v after Close was called", closeWaiting, w.what, bound)
+			continue
+		}
+		c.Logf("%s returned %v after Close was called: %v", w.what, w.at.Sub(start).Round(time.Millisecond), r.err)
+		switch {
+		case r.err == nil:
+			c.Errorf("%s: %s of the closed Locker returned a hold (token %d) while another Locker held what it waits for", exclusive, w.what, r.lk.Token())
+			_ = r.lk.Unlock(ctx)
+		case !errors.Is(r.err, locker.ErrClosed):
+			c.Errorf("%s: %s got %v", closeWaiting, w.what, r.err)
 		}
 	}
 	heal()
@@ -145,5 +147,22 @@ func testCloseWhileWaiting(c *caseT) {
 			continue
 		}
 		c.unlock(ctx, lk, heldUntil)
+	}
+}
+
+// recvBy receives from ch until ctx ends; a value sent by then is received
+// even when ctx ended too.
+func recvBy[T any](ctx context.Context, ch <-chan T) (T, bool) {
+	select {
+	case v := <-ch:
+		return v, true
+	case <-ctx.Done():
+		select {
+		case v := <-ch:
+			return v, true
+		default:
+			var zero T
+			return zero, false
+		}
 	}
 }
