@@ -49,16 +49,13 @@ func (c *caseT) blockedWaits(ctx context.Context, a, b, d locker.Locker) []*bloc
 	if err != nil {
 		c.Fatalf("locker.NewSemaphore: %v", err)
 	}
-	sa, _ := locker.NewSemaphore(a, skey, 1)
-	sd, _ := locker.NewSemaphore(d, skey, 1)
+	sa, sd := c.semaphore(a, skey, 1), c.semaphore(d, skey, 1)
 	p, err := sb.TryAcquire(ctx)
 	if err != nil {
 		c.Fatalf("%s: TryAcquire on a free semaphore: %v", withinLimit, err)
 	}
-	rkey := c.key()
-	rb, _ := locker.NewRWMutex(b, rkey)
-	ra, _ := locker.NewRWMutex(a, rkey)
-	rd, _ := locker.NewRWMutex(d, rkey)
+	rb := c.rwmutex(b, c.key())
+	ra, rd := c.rwmutex(a, rb.Key()), c.rwmutex(d, rb.Key())
 	r, err := rb.TryRLock(ctx)
 	if err != nil {
 		c.Fatalf("%s: TryRLock on a free key: %v", readersShare, err)
