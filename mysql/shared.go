@@ -427,11 +427,11 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 	if err != nil {
 		return err
 	}
-	cond, args := "queued > 0", []any{key, owner}
+	text, args := leaveSQL(st, "queued > 0"), []any{key, owner}
 	if token != 0 {
-		cond, args = "token = ? AND queued = 0", append(args, token)
+		text, args = leaveSQL(st, "token = ? AND queued = 0"), append(args, token)
 	}
-	del, err := d.sharedStmt(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow)
+	del, err := d.sharedStmt(ctx, text)
 	if err != nil {
 		return classify(err)
 	}
@@ -446,6 +446,12 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// leaveSQL deletes an owner's live row of a key in the table of shared
+// holds st, chosen by cond. Args: key, owner, then cond's.
+func leaveSQL(st, cond string) string {
+	return "DELETE FROM " + st + " WHERE task_name = ? AND owner_token = ? AND " + cond + " AND lock_until > " + dbNow
 }
 
 // undoShare deletes owner's live hold or place in line of key, which an

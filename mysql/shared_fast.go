@@ -42,19 +42,7 @@ func (d *sqlDriver) takeMarked(ctx context.Context, st string, req driver.Reques
 	if !d.mariaDB || s.Mode == driver.Permits && s.Weight > s.Limit {
 		return driver.Grant{}, errFastOut
 	}
-	// SET STATEMENT bounds the wait for the key's row, as inTx does.
-	take, err := d.sharedStmt(ctx, fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR", txIdle(req.TTL))+
-		" INSERT INTO "+st+" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
-		" SELECT q.task_name, o.owner, IF(o.owner = '', 0, ?), IF(o.owner = '', 0, ?), IF(o.owner = '', 0, ?),"+
-		" LAST_INSERT_ID(GREATEST(k.version, q.token) + 1), 0, 0, IF(o.owner = '', '', ?),"+
-		" IF(o.owner = '', "+seqUntil+", "+untilExpr+"), "+dbNow+
-		" FROM "+d.sql.table+" AS k JOIN "+st+" AS q ON q.task_name = k.task_name AND q.owner_token = ''"+
-		" JOIN (SELECT CAST('' AS BINARY) AS owner UNION ALL SELECT ?) AS o"+
-		" WHERE k.task_name = ? AND k.task_status = '"+sharedStatus+"'"+
-		" AND NOT EXISTS (SELECT 1 FROM "+st+" AS h WHERE h.task_name = k.task_name AND h.owner_token <> ''"+
-		" AND h.lock_until > "+dbNow+" LOCK IN SHARE MODE)"+
-		" AND "+beforeFence+" LOCK IN SHARE MODE"+
-		" ON DUPLICATE KEY UPDATE "+st+".token = IF("+st+".owner_token = '' AND "+st+".token < VALUES(token), VALUES(token), ~0 + ("+st+".token | 1))")
+	take, err := d.sharedStmt(ctx, takeMarkedSQL(d.sql.table, st, txIdle(req.TTL)))
 	if err != nil {
 		return driver.Grant{}, errFastOut
 	}
@@ -81,6 +69,26 @@ func (d *sqlDriver) takeMarked(ctx context.Context, st string, req driver.Reques
 	token := uint64(id)
 	return driver.Grant{Token: token, Validity: req.TTL, Since: sent,
 		State: &shareState{key: req.Key, owner: req.Owner, token: token}}, nil
+}
+
+// takeMarkedSQL is the statement of takeMarked on lock table t (quoted)
+// and its table of shared holds st, whose wait for the key's row lasts
+// idle seconds at most. Args: mode, weight, limit, label, ttl µs, owner,
+// key, fence µs.
+func takeMarkedSQL(t, st string, idle int64) string {
+	// SET STATEMENT bounds the wait for the key's row, as inTx does.
+	return fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR", idle) +
+		" INSERT INTO " + st + " (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
+		" SELECT q.task_name, o.owner, IF(o.owner = '', 0, ?), IF(o.owner = '', 0, ?), IF(o.owner = '', 0, ?)," +
+		" LAST_INSERT_ID(GREATEST(k.version, q.token) + 1), 0, 0, IF(o.owner = '', '', ?)," +
+		" IF(o.owner = '', " + seqUntil + ", " + untilExpr + "), " + dbNow +
+		" FROM " + t + " AS k JOIN " + st + " AS q ON q.task_name = k.task_name AND q.owner_token = ''" +
+		" JOIN (SELECT CAST('' AS BINARY) AS owner UNION ALL SELECT ?) AS o" +
+		" WHERE k.task_name = ? AND k.task_status = '" + sharedStatus + "'" +
+		" AND NOT EXISTS (SELECT 1 FROM " + st + " AS h WHERE h.task_name = k.task_name AND h.owner_token <> ''" +
+		" AND h.lock_until > " + dbNow + " LOCK IN SHARE MODE)" +
+		" AND " + beforeFence + " LOCK IN SHARE MODE" +
+		" ON DUPLICATE KEY UPDATE " + st + ".token = IF(" + st + ".owner_token = '' AND " + st + ".token < VALUES(token), VALUES(token), ~0 + (" + st + ".token | 1))"
 }
 
 // undoTake is err as a driver.Residue that deletes the hold's row a
