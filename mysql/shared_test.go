@@ -154,7 +154,8 @@ func TestSharedLongTableName(t *testing.T) {
 }
 
 // TestPurgeShared checks that Purge deletes the rows of shared holds that
-// ended idle ago, which nothing else deletes once their key is unused.
+// ended idle ago, which nothing else deletes once their key is unused, and
+// frees the key's row, so that a later purge can delete it.
 func TestPurgeShared(t *testing.T) {
 	l, ctx := sharedLocker(t, mysql.Config{})
 	s, _ := locker.NewSemaphore(l, "s", 2)
@@ -178,6 +179,13 @@ func TestPurgeShared(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("Purge left %d rows of shared holds that ended two seconds ago", n)
+	}
+	var marked int64
+	if err := db.Raw("SELECT COUNT(*) FROM "+mysql.DefaultTable+" WHERE task_name LIKE ? AND task_status = 'SHARED'", like).Scan(&marked).Error; err != nil {
+		t.Fatal(err)
+	}
+	if marked != 0 {
+		t.Errorf("Purge left the key's row marked as held by shared holds, none of which is left")
 	}
 }
 
