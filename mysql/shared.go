@@ -48,11 +48,11 @@ func SharedTableSQL(table string) string { return sharedTableSQL(table) }
 func sharedTableSQL(table string) string {
 	return "CREATE TABLE IF NOT EXISTS `" + table + sharedSuffix + "` (\n" +
 		"  `task_name`   VARBINARY(255)   NOT NULL COMMENT 'lock key, as in the lock table',\n" +
-		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter',\n" +
+		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter; empty on the key''s sequence row',\n" +
 		"  `mode`        TINYINT UNSIGNED NOT NULL COMMENT '1 permits, 2 read, 3 write',\n" +
 		"  `weight`      INT UNSIGNED     NOT NULL COMMENT 'permits taken, or 1',\n" +
 		"  `share_limit` INT UNSIGNED     NOT NULL COMMENT 'the semaphore''s permits, 0 for a read-write lock',\n" +
-		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter',\n" +
+		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter; the key''s latest on its sequence row',\n" +
 		"  `queued`      BIGINT UNSIGNED  NOT NULL COMMENT 'place in line of a waiter, 0 for a holder',\n" +
 		"  `kept`        TINYINT UNSIGNED NOT NULL COMMENT '1 when given up with a MinHold left',\n" +
 		"  `owner_label` VARCHAR(255)     NOT NULL COMMENT 'human-readable holder, e.g. host:pid',\n" +
