@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -418,5 +419,44 @@ func TestSharedPurgeKeepsKey(t *testing.T) {
 			_ = lk.Unlock(ctx)
 		}
 		t.Fatalf("TryLock of a key a permit holds, after Purge: got %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestListSharedKeys checks that List yields the keys shared holds hold,
+// with their holders, and not a key whose holds all left, which stays
+// marked as held by shared holds.
+func TestListSharedKeys(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	held, _ := locker.NewSemaphore(l, "held", 3)
+	left, _ := locker.NewSemaphore(l, "left", 3)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for range 2 {
+		p, err := held.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Unlock(ctx) }()
+	}
+	r, err := rw.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Unlock(ctx) }()
+	p, err := left.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for ks, err := range locker.List(ctx, l, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[ks.Key] = len(ks.Holders)
+	}
+	if want := map[string]int{"held": 2, "rw": 1}; !maps.Equal(got, want) {
+		t.Errorf("List yielded keys and holders %v, want %v", got, want)
 	}
 }
