@@ -101,12 +101,11 @@ type shareRow struct {
 }
 
 // TryAcquireShared implements driver.Sharer. The first hold of a key
-// marked SHARED takes one statement on MariaDB (see takeMarked). Otherwise
-// each attempt
-// is one transaction (run again after a deadlock) that locks the key's
-// row, drops the expired holders and waiters, checks the kind and limit,
-// and grants the hold or records the waiter. Waiters poll, with the
-// Locker's backoff.
+// marked SHARED takes one statement on MariaDB (see takeMarked).
+// Otherwise each attempt is one transaction (run again after a deadlock)
+// that locks the key's row, drops the expired holders and waiters, checks
+// the kind and limit, and grants the hold or records the waiter. Waiters
+// poll, with the Locker's backoff.
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
