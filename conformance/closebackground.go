@@ -40,24 +40,23 @@ func testCloseEndsBackgroundCalls(c *caseT) {
 	start := time.Now()
 	go func() { closed <- a.Close() }()
 
-	wctx, cancel := context.WithTimeout(ctx, c.within(2))
+	bound := c.within(2)
+	wctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	select {
-	case err := <-closed:
+	if err, ok := recvBy(wctx, closed); ok {
 		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	case <-wctx.Done():
-		c.Errorf("%s: Close still running %v after it began", closeBackground, c.within(2))
+	} else {
+		c.Errorf("%s: Close still running %v after it was called", closeBackground, bound)
 	}
 	for range 3 {
-		select {
-		case r := <-results:
-			if r.op != "Unlock" && r.err == nil {
-				c.Errorf("%s: %s on a Locker closed while cut off returned a lock (token %d)", closeBackground, r.op, r.lk.Token())
-				_ = r.lk.Unlock(context.WithoutCancel(ctx))
-			}
-		case <-wctx.Done():
-			c.Errorf("%s: a call with context.Background() still running %v after Close began", closeBackground, c.within(2))
+		r, ok := recvBy(wctx, results)
+		if !ok {
+			c.Errorf("%s: a call with context.Background() still running %v after Close was called", closeBackground, bound)
 			return
+		}
+		if r.op != "Unlock" && r.err == nil {
+			c.Errorf("%s: %s on a Locker closed while cut off returned a lock (token %d)", closeBackground, r.op, r.lk.Token())
+			_ = r.lk.Unlock(context.WithoutCancel(ctx))
 		}
 	}
 }

@@ -132,6 +132,7 @@ var cases = []testCase{
 	{name: "SetLimitForgotten", contract: limitForgotten, run: testSetLimitForgotten},
 	{name: "SharedKeyFreed", contract: sharedFreed, run: testSharedKeyFreed},
 	{name: "FirstHolder", contract: firstHolders, run: testFirstHolder},
+	{name: "CloseWhileWaiting", contract: closeWaiting + "; " + closedWaits, run: testCloseWhileWaiting},
 	{name: "CloseEndsBackgroundCalls", contract: closeBackground, run: testCloseEndsBackgroundCalls},
 }
 

@@ -300,6 +300,8 @@ const (
 	sharedMarks     = "sharedMarks"     // a key once held by shared holds refuses multi-key locks for good (a mark its last holder's leaving did not clear)
 	crashedMark     = "crashedMark"     // a key whose last permit crashed refuses the first multi-key lock after the permit expired (a mark only that refusal clears)
 	firstTwice      = "firstTwice"      // the second one-shot attempt at a key is granted too when the first was and it is refused (two first holders: a take that does not check the key moved)
+	waitHangsCut    = "waitHangsCut"    // a Lock that fails while cut off returns only once the cut heals (a blocking read its ctx does not end), and Close waits for it
+	sharedHangsCut  = "sharedHangsCut"  // waitHangsCut for waits for shared holds
 	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
@@ -380,6 +382,8 @@ var mustCatch = map[string][]string{
 	sharedMarks:     {"SharedKeyFreed"},
 	crashedMark:     {"SharedKeyFreed"},
 	firstTwice:      {"FirstHolder"},
+	waitHangsCut:    {"CloseWhileWaiting"},
+	sharedHangsCut:  {"CloseWhileWaiting"},
 	closeSparesBg:   {"CloseEndsBackgroundCalls"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
@@ -665,6 +669,7 @@ type brokenLocker struct {
 	crashed bool
 	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder; staleData: the last with data
 	first   sync.Once                // slowFirstCall: the Locker's first call
+	hung    atomic.Int32             // waitHangsCut, sharedHangsCut: the waits in progress
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -814,6 +819,14 @@ func (b *brokenLocker) Close() error {
 		b.shut = true
 		b.mu.Unlock()
 	}
+	if b.kind == waitHangsCut || b.kind == sharedHangsCut {
+		// As the engine's Close waits for the calls in progress.
+		err := b.inner.Close()
+		for b.hung.Load() > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return err
+	}
 	if b.kind == closeLate {
 		// As if its releases hung until they gave up: Done stays open.
 		b.mu.Lock()
@@ -929,6 +942,9 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			return nil, err
 		}
 		return &renamedLock{Lock: lk, key: key}, nil
+	}
+	if b.kind == waitHangsCut && wait {
+		return b.hangsCut(func() (locker.Lock, error) { return call(ctx, key) })
 	}
 	if b.kind == deadWaiter {
 		if wait {
@@ -1072,14 +1088,26 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 	return lk, nil
 }
 
+// hangsCut is the wait of waitHangsCut and sharedHangsCut: when it fails
+// while b is cut off, it returns only once the cut heals, as a wait on a
+// blocking read its ctx does not end. Close waits for it.
+func (b *brokenLocker) hangsCut(wait func() (locker.Lock, error)) (locker.Lock, error) {
+	b.hung.Add(1)
+	defer b.hung.Add(-1)
+	lk, err := wait()
+	if err != nil {
+		if healed := b.env.healedOf(b.inner); healed != nil {
+			<-healed
+		}
+	}
+	return lk, err
+}
+
 // onHeal runs request once the cut of b's inner Locker heals, if it is
 // cut: a request held by the cut, which the heal delivers. What it takes is
 // kept until the Locker is closed.
 func (b *brokenLocker) onHeal(request func()) {
-	b.env.mu.Lock()
-	healed := b.env.healed[b.env.faults[b.inner]]
-	b.env.mu.Unlock()
-	if healed != nil {
+	if healed := b.env.healedOf(b.inner); healed != nil {
 		go func() {
 			<-healed
 			request()

@@ -243,6 +243,12 @@
 //     more keys one TryLock, one TryAcquire and two TryRLock. The grants
 //     held at once must fit the key's kind and limit. Every other key was
 //     held and released once before its race.
+//   - CloseWhileWaiting (Isolate): Close of a Locker cut off from the
+//     store while its Lock waits (and, with shared holds, a permit's
+//     Acquire and a write hold's Lock) returns within two TTLs plus
+//     slack, and each wait returns within that time with ErrClosed. Once
+//     the cut heals and the holders unlock, a third Locker gets what the
+//     closed waits waited for within one TTL.
 //   - CloseEndsBackgroundCalls (Isolate): a Lock of a held key, a TryLock
 //     of a free key and an Unlock, all with context.Background(), wait on
 //     a Locker cut off from the store; Close returns, and ends each call,

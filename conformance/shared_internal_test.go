@@ -49,6 +49,9 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 			return inner.TryLockShared(ctx, key, s, opts...)
 		})
 	}
+	if b.kind == sharedHangsCut && wait {
+		return b.hangsCut(func() (locker.Lock, error) { return call(ctx, s) })
+	}
 	lk, err := call(ctx, s)
 	if b.kind == firstTwice && !wait {
 		lk, err = b.firstTwice(key, lk, err, func() (locker.Lock, error) {

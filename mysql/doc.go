@@ -43,23 +43,25 @@
 //
 // Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
 // keep one row per holder or waiter in a second table, the lock table's
-// name plus "_shared" (its DDL: [SharedTableSQL]). Each attempt is one
-// transaction that locks the key's row in the lock table, drops the
-// expired holders and waiters, and grants the hold or records the waiter
-// in line. On MariaDB the first hold of a key without live holders or
-// waiters takes two statements instead: its row, then the key's version
-// advanced only if it did not move meanwhile. A grant advances the key's
-// version, so tokens increase across locks and shared holds. The key's
-// row is SHARED, which a plain
-// acquisition never takes, until the last holder or waiter leaves; when
-// they crashed, the next plain acquisition that finds none live frees it.
-// Renewals, releases and withdrawals change only their own row of the
-// "_shared" table, found by primary key, never the key's row. The server
-// ends a transaction on shared holds whose client stays silent for a third
-// of the TTL (in whole seconds, within 1 s and 10 s), and its row-lock
-// waits last as long at most, so that a client cut off in the middle of
-// one holds up the key's other attempts that long at most. Waiters poll,
-// with the Locker's backoff: there are no wake-ups for shared holds.
+// name plus "_shared" (its DDL: [SharedTableSQL]). The key's row is
+// SHARED, which a plain acquisition never takes, from the key's first
+// shared hold on. Each attempt is one transaction that locks the key's
+// row, drops the expired holders and waiters, and grants the hold or
+// records the waiter in line. On MariaDB, a hold of a key that is SHARED
+// with no live holder or waiter is one statement instead. Every grant
+// takes a token above the key's version and above the token of the key's
+// sequence row in the "_shared" table (owner_token empty), and advances
+// the sequence row to it, so tokens increase across locks and shared
+// holds. Renewals, releases and withdrawals change only their own row of
+// the "_shared" table, found by primary key, never the key's row. The
+// key's row stays SHARED when the last holder or waiter leaves, or
+// crashes: the next plain acquisition, and [Purge], free it once none is
+// live, and give it the sequence row's token. The server ends a
+// transaction on shared holds whose client stays silent for a third of
+// the TTL (in whole seconds, within 1 s and 10 s), and its row-lock waits
+// last as long at most, so that a client cut off in the middle of one
+// holds up the key's other attempts that long at most. Waiters poll, with
+// the Locker's backoff: there are no wake-ups for shared holds.
 //
 // # Guarantees
 //
@@ -147,9 +149,12 @@
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
 //     costs one transaction of five to seven statements, plus one that
 //     sets the session's wait_timeout and innodb_lock_wait_timeout before
-//     it and one that restores them after it. A release costs two
-//     statements, and such a transaction when it was the key's last hold. The transactions run at READ COMMITTED, which
-//     binlog_format=STATEMENT refuses for writes (MIXED and ROW accept it).
+//     it and one that restores them after it; on MariaDB, a first holder
+//     of a key shared holds used before costs one statement. A release
+//     costs one statement. The first plain lock of a key after shared
+//     holds costs a transaction more. The transactions run at READ
+//     COMMITTED, which binlog_format=STATEMENT refuses for writes (MIXED
+//     and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - A lock's data (locker.WithData) is in lock_data, which a table made
 //     by an earlier version lacks: New adds it ([AddDataColumnSQL]).

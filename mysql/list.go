@@ -12,9 +12,9 @@ import (
 // the database's clock) whose task_name starts with prefix, after the
 // cursor (the last task_name of the previous page), in task_name order, at
 // most limit of them: one range read of the primary key per page. Keys
-// held by shared holds (SHARED rows, whose lock_until nobody renews) are
-// read as Inspect reads them, one query each, and kept when a holder
-// lives. Waiters is 0 for plain locks, as for Inspect.
+// marked as held by shared holds (SHARED rows, whose lock_until nobody
+// renews) are read as Inspect reads them, in one more query per page, and
+// kept when a holder lives. Waiters is 0 for plain locks, as for Inspect.
 func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
 	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND (task_status = 'RUNNING' AND lock_until > " + dbNow + " OR task_status = '" + sharedStatus + "')" +
@@ -45,14 +45,22 @@ func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) 
 		return nil, "", fmt.Errorf("list: %w", err)
 	}
 	rows.Close()
+	var marked []string
+	for _, ks := range page {
+		if !ks.Held {
+			marked = append(marked, ks.Key)
+		}
+	}
+	var shared map[string]driver.Status
+	if len(marked) > 0 {
+		if shared, err = d.inspectSharedKeys(ctx, marked); err != nil {
+			return nil, "", fmt.Errorf("list: %w", err)
+		}
+	}
 	held := page[:0]
 	for _, ks := range page {
 		if !ks.Held {
-			st, err := d.inspectShared(ctx, ks.Key)
-			if err != nil {
-				return nil, "", fmt.Errorf("list: %w", err)
-			}
-			ks.Status = st
+			ks.Status = shared[ks.Key]
 		}
 		if ks.Held {
 			held = append(held, ks)

@@ -257,10 +257,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	if err != nil {
 		return err
 	}
-	d.isolationVar, d.mariaDB = "transaction_isolation", srv.mariaDB
-	if srv.mariaDB {
-		d.isolationVar = "tx_isolation" // transaction_isolation from 11.1 only
-	}
+	d.setServer(srv)
 	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return err
 	}
@@ -289,6 +286,14 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		d.notify.releaseSQL = d.sql.releaseNamed
 	}
 	return nil
+}
+
+// setServer records what the driver needs to know about the server.
+func (d *sqlDriver) setServer(srv server) {
+	d.isolationVar, d.mariaDB = "transaction_isolation", srv.mariaDB
+	if srv.mariaDB {
+		d.isolationVar = "tx_isolation" // transaction_isolation from 11.1 only
+	}
 }
 
 // cleanLabel makes the owner label fit owner_label: valid UTF-8, at most

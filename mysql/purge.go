@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -29,9 +30,9 @@ const (
 // returns how many it deleted. The table keeps one row per key ever locked:
 // run Purge from time to time (a cron job) when keys come and go.
 // Purge also deletes the rows of the table of shared holds whose hold or
-// place in line ended at least idle ago; they are not counted. A key's row
-// marked as held by shared holds stays until the key's next acquisition
-// finds them all ended.
+// place in line ended at least idle ago; they are not counted. It frees
+// the row of a key marked as held by shared holds when no hold or place in
+// line of the key is left, whatever its times; a later purge deletes it.
 //
 // Fencing tokens stay strictly increasing across a purge: a row's version
 // grows by one per acquisition from the database clock in microseconds at
@@ -94,9 +95,64 @@ func Purge(ctx context.Context, db *gorm.DB, table string, idle time.Duration) (
 			return total, &locker.Error{Op: "purge", Backend: backend, Cause: fmt.Errorf("delete ended rows of %s%s: %w", table, sharedSuffix, err)}
 		}
 		if n, err := res.RowsAffected(); err != nil || n < purgeBatch {
-			return total, nil
+			break
 		}
 	}
+	if err := settleMarked(ctx, sqlDB, table); err != nil {
+		return total, &locker.Error{Op: "purge", Backend: backend, Cause: fmt.Errorf("free keys of %s whose shared holds ended: %w", table, err)}
+	}
+	return total, nil
+}
+
+// settleMarked frees the rows of table's keys marked as held by shared
+// holds none of which is left (see settle), in batches, each key in a
+// transaction of its own. A later purge deletes them once idle.
+func settleMarked(ctx context.Context, db *sql.DB, table string) error {
+	srv, err := serverInfo(ctx, db)
+	if err != nil {
+		return err
+	}
+	d := newDriver(db, Config{Table: table}, 0)
+	defer d.closeStatements()
+	d.setServer(srv)
+	d.ttl = locker.DefaultTTL
+	q := "SELECT task_name FROM `" + table + "` AS k WHERE task_status = '" + sharedStatus + "' AND task_name > ?" +
+		" AND NOT EXISTS (SELECT 1 FROM `" + table + sharedSuffix + "` AS h WHERE h.task_name = k.task_name AND h.owner_token <> '')" +
+		" ORDER BY task_name LIMIT ?"
+	after := []byte{}
+	for {
+		keys, err := markedKeys(ctx, db, q, after)
+		if err != nil {
+			return err
+		}
+		for _, key := range keys {
+			if _, err := d.settleShared(ctx, key, maxAttempts); err != nil {
+				return err
+			}
+		}
+		if len(keys) < purgeBatch {
+			return nil
+		}
+		after = []byte(keys[len(keys)-1])
+	}
+}
+
+// markedKeys runs q, the query of settleMarked, after a key.
+func markedKeys(ctx context.Context, db *sql.DB, q string, after []byte) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, after, purgeBatch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, string(k))
+	}
+	return keys, rows.Err()
 }
 
 // purgeSharedSQL deletes up to a batch of rows of the table of shared holds
@@ -104,7 +160,7 @@ func Purge(ctx context.Context, db *gorm.DB, table string, idle time.Duration) (
 // µs, batch size.
 func purgeSharedSQL(table string) string {
 	return "DELETE FROM `" + table + sharedSuffix + "` WHERE lock_until < TIMESTAMPADD(MICROSECOND, -?, " + dbNow + ")" +
-		" ORDER BY task_name, owner_token LIMIT ?"
+		" AND owner_token <> '' ORDER BY task_name, owner_token LIMIT ?"
 }
 
 // purgeSQL deletes up to a batch of rows idle for a time. A row is idle when

@@ -16,17 +16,20 @@ import (
 
 // Shared holds (semaphore permits, read and write holds) live in a second
 // table, the lock table's name plus sharedSuffix, one row per holder or
-// waiter. The key's row in the lock table stays the key's mutex and token
-// sequence: every attempt is one transaction that locks it first (SELECT …
-// FOR UPDATE), so attempts on one key run one at a time, and every grant
-// advances its version, so tokens increase across plain locks and shared
-// holds. While a key has shared holders or waiters its row is SHARED, which
-// a plain acquisition never takes. Renewals, releases and withdrawals touch
-// only their own row of the table of shared holds, by primary key: none of
-// them waits for the key's row, which an attempt cut off from its client
-// holds until the server ends its session (txIdle). The last hold to leave
-// frees the key's row; when the holders crashed, the next plain
-// acquisition does.
+// waiter. The key's row in the lock table stays the key's mutex: every
+// attempt but the one-statement take of shared_fast.go is one transaction
+// that locks it first (SELECT … FOR UPDATE), so attempts on one key run
+// one at a time. Tokens come from the key's version and, while the key is
+// marked for shared holds, from its sequence row in the table of shared
+// holds too: every grant takes a token above both, so tokens increase
+// across plain locks and shared holds. While a key has shared holders or
+// waiters its row is SHARED, which a plain acquisition never takes.
+// Renewals, releases and withdrawals touch only their own row of the table
+// of shared holds, by primary key: none of them waits for the key's row,
+// which an attempt cut off from its client holds until the server ends its
+// session (txIdle). The last hold to leave leaves the mark; the next plain
+// acquisition frees the key's row once every hold ended (settle), as it
+// does after a crash, and so does Purge.
 
 // sharedSuffix names the table of shared holds after the lock table's.
 const sharedSuffix = "_shared"
@@ -45,11 +48,11 @@ func SharedTableSQL(table string) string { return sharedTableSQL(table) }
 func sharedTableSQL(table string) string {
 	return "CREATE TABLE IF NOT EXISTS `" + table + sharedSuffix + "` (\n" +
 		"  `task_name`   VARBINARY(255)   NOT NULL COMMENT 'lock key, as in the lock table',\n" +
-		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter',\n" +
+		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter; empty on the key''s sequence row',\n" +
 		"  `mode`        TINYINT UNSIGNED NOT NULL COMMENT '1 permits, 2 read, 3 write',\n" +
 		"  `weight`      INT UNSIGNED     NOT NULL COMMENT 'permits taken, or 1',\n" +
 		"  `share_limit` INT UNSIGNED     NOT NULL COMMENT 'the semaphore''s permits, 0 for a read-write lock',\n" +
-		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter',\n" +
+		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter; the key''s latest on its sequence row',\n" +
 		"  `queued`      BIGINT UNSIGNED  NOT NULL COMMENT 'place in line of a waiter, 0 for a holder',\n" +
 		"  `kept`        TINYINT UNSIGNED NOT NULL COMMENT '1 when given up with a MinHold left',\n" +
 		"  `owner_label` VARCHAR(255)     NOT NULL COMMENT 'human-readable holder, e.g. host:pid',\n" +
@@ -98,11 +101,11 @@ type shareRow struct {
 }
 
 // TryAcquireShared implements driver.Sharer. The first hold of a key
-// takes two statements on MariaDB (see takeFirst). Otherwise each attempt
-// is one transaction (run again after a deadlock) that locks the key's
-// row, drops the expired holders and waiters, checks the kind and limit,
-// and grants the hold or records the waiter. Waiters poll, with the
-// Locker's backoff.
+// marked SHARED takes one statement on MariaDB (see takeMarked).
+// Otherwise each attempt is one transaction (run again after a deadlock)
+// that locks the key's row, drops the expired holders and waiters, checks
+// the kind and limit, and grants the hold or records the waiter. Waiters
+// poll, with the Locker's backoff.
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
@@ -115,7 +118,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	if g, err := d.takeFirst(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+	if g, err := d.takeMarked(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
 		return g, err
 	}
 	for range maxAttempts {
@@ -168,7 +171,7 @@ var errFenced = errors.New("the statement arrived after its fence")
 func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f *driver.Fence) (g driver.Grant, err error) {
 	var refusal error // a refusal to report once the transaction committed
 	err = d.inTx(ctx, txIdle(req.TTL), func(tx *sql.Tx) error {
-		version, status, err := d.lockKey(ctx, tx, req.Key)
+		last, status, err := d.lockKey(ctx, tx, st, req.Key)
 		if err != nil {
 			return err
 		}
@@ -211,7 +214,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 					ttl, req.Key, req.Owner); err != nil {
 					return err
 				}
-				if err := d.coverShare(ctx, tx, req.Key, ttl, *f, false); err != nil {
+				if err := d.coverShare(ctx, tx, req.Key, ttl, *f, 0); err != nil {
 					return err
 				}
 				refusal = d.queued(req, next)
@@ -220,18 +223,21 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			}
 			return nil
 		}
-		// A grant, or a new place in line: both take the next version.
-		if err := d.coverShare(ctx, tx, req.Key, ttl, *f, true); err != nil {
+		// A grant, or a new place in line: both take the next token,
+		// which the key's version and its sequence row record.
+		tok := last + 1
+		if err := d.coverShare(ctx, tx, req.Key, ttl, *f, tok); err != nil {
 			return err
 		}
-		token, queued := version+1, uint64(0)
+		token, queued := tok, uint64(0)
 		if !fits {
-			token, queued = 0, version+1
+			token, queued = 0, tok
 		}
 		if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
 			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
-			" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
-			req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
+			" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+"),"+
+			" (?, '', 0, 0, 0, ?, 0, 0, '', "+seqUntil+", "+dbNow+")",
+			req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl, req.Key, tok); err != nil {
 			return err
 		}
 		if !fits {
@@ -251,14 +257,17 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 	return g, nil
 }
 
-// lockKey reads and row-locks the key's row in tx, inserting it free when
-// it is missing, and returns its version and status. A plain lock that
-// expired counts as FINISH.
-func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, key string) (version uint64, status string, err error) {
+// lockKey reads and row-locks, in tx, the key's row, inserting it free
+// when it is missing, and the key's sequence row in the table of shared
+// holds st when there is one. It returns the latest token of the key (the
+// greater of the version and the sequence row's token) and the key's
+// status. A plain lock that expired counts as FINISH.
+func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (last uint64, status string, err error) {
 	var live bool
 	lock := func() error {
-		return d.txQueryRow(ctx, tx, "SELECT task_status, version, lock_until > "+dbNow+" FROM "+d.sql.table+
-			" WHERE task_name = ? FOR UPDATE", key).Scan(&status, &version, &live)
+		return d.txQueryRow(ctx, tx, "SELECT k.task_status, GREATEST(k.version, IFNULL(q.token, 0)), k.lock_until > "+dbNow+
+			" FROM "+d.sql.table+" AS k LEFT JOIN "+st+" AS q ON q.task_name = k.task_name AND q.owner_token = ''"+
+			" WHERE k.task_name = ? FOR UPDATE", key).Scan(&status, &last, &live)
 	}
 	err = lock()
 	if errors.Is(err, sql.ErrNoRows) {
@@ -278,7 +287,7 @@ func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, key string) (versio
 	if status == string(Running) && !live {
 		status = "FINISH"
 	}
-	return version, status, nil
+	return last, status, nil
 }
 
 // dropExpired deletes, in tx, those of the owners' rows of key that are
@@ -356,16 +365,16 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 
 // coverShare marks the key's row SHARED, which plain acquisitions never
 // take, with a lock_until no earlier than ttl µs from now (for Inspect and
-// the waiters' backoff); with advance it also advances the version. It
+// the waiters' backoff); a version other than 0 becomes the row's. It
 // fails with errFenced once the fence passed.
-func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f driver.Fence, advance bool) error {
-	set := ""
-	if advance {
-		set = "version = version + 1, "
+func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl int64, f driver.Fence, version uint64) error {
+	set, args := "", []any{ttl, key, f.Store}
+	if version != 0 {
+		set, args = "version = ?, ", append([]any{version}, args...)
 	}
 	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
 		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
-		" WHERE task_name = ? AND "+beforeFence, ttl, key, f.Store)
+		" WHERE task_name = ? AND "+beforeFence, args...)
 	if err != nil {
 		return err
 	}
@@ -379,11 +388,12 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 }
 
 // shareRows reads the key's holders and waiters, expired ones included
-// (remaining not above 0), holders first, then waiters in line order.
+// (remaining not above 0), holders first, then waiters in line order; not
+// the key's sequence row.
 func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) ([]shareRow, error) {
 	rs, err := d.txQuery(ctx, tx, "SELECT owner_token, mode, weight, share_limit, queued,"+
 		" TIMESTAMPDIFF(MICROSECOND, "+dbNow+", lock_until) FROM "+st+
-		" WHERE task_name = ? ORDER BY queued", key)
+		" WHERE task_name = ? AND owner_token <> '' ORDER BY queued", key)
 	if err != nil {
 		return nil, err
 	}
@@ -406,20 +416,21 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 // leave deletes owner's live row of key (its hold when token is not 0,
 // its place in line otherwise) by primary key, outside any transaction:
 // deleting a row only makes room, and needs no lock of the key's row,
-// which an attempt cut off from its client may hold. When no live row of
-// the key is left, it frees the key's row: on MariaDB with one statement
-// when the hold was the key's latest grant, else by settling it. It returns driver.ErrNotHeld
-// when there was nothing to delete.
+// which an attempt cut off from its client may hold. It leaves the key's
+// row marked SHARED even when no live row is left: the next shared hold
+// takes one statement then (see takeMarked), and the next plain
+// acquisition settles the row first. It returns driver.ErrNotHeld when
+// there was nothing to delete.
 func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
 	st, err := d.sharedTable()
 	if err != nil {
 		return err
 	}
-	cond, args := "queued > 0", []any{key, owner}
+	text, args := leaveSQL(st, "queued > 0"), []any{key, owner}
 	if token != 0 {
-		cond, args = "token = ? AND queued = 0", append(args, token)
+		text, args = leaveSQL(st, "token = ? AND queued = 0"), append(args, token)
 	}
-	del, err := d.sharedStmt(ctx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND "+cond+" AND lock_until > "+dbNow)
+	del, err := d.sharedStmt(ctx, text)
 	if err != nil {
 		return classify(err)
 	}
@@ -433,47 +444,13 @@ func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) 
 		}
 		return driver.ErrNotHeld
 	}
-	if token != 0 && d.mariaDB {
-		// No grant and no place in line since this hold's (the version
-		// is its token), and no live row left: the key's row is free.
-		// The version decides, not the subquery: a row the subquery
-		// may miss came with a version of its own. SET STATEMENT bounds
-		// the wait for the key's row, as inTx does.
-		free, err := d.sharedStmt(ctx, fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR", txIdle(d.ttl))+
-			" UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
-			", lock_until = "+dbNow+", update_time = "+dbNow+
-			" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND version = ?"+
-			" AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
-		var n int64
-		if err == nil {
-			var res sql.Result
-			if res, err = free.ExecContext(ctx, key, token, key); err == nil {
-				n, err = res.RowsAffected()
-			}
-		}
-		if err != nil || n == 1 {
-			if err != nil {
-				// The next acquisition of the key settles it.
-				d.logger.Debug("locker: mysql: freeing a key whose last shared hold left", "key", key, "err", err)
-			}
-			return nil
-		}
-	}
-	var left bool
-	exists, err := d.sharedStmt(ctx, "SELECT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND lock_until > "+dbNow+")")
-	if err == nil {
-		err = exists.QueryRowContext(ctx, key).Scan(&left)
-	}
-	if err != nil || !left {
-		if err == nil {
-			_, err = d.settleShared(ctx, key, 1)
-		}
-		if err != nil {
-			// The next acquisition of the key settles it.
-			d.logger.Debug("locker: mysql: settling a key whose last shared hold left", "key", key, "err", err)
-		}
-	}
 	return nil
+}
+
+// leaveSQL deletes an owner's live row of a key in the table of shared
+// holds st, chosen by cond. Args: key, owner, then cond's.
+func leaveSQL(st, cond string) string {
+	return "DELETE FROM " + st + " WHERE task_name = ? AND owner_token = ? AND " + cond + " AND lock_until > " + dbNow
 }
 
 // undoShare deletes owner's live hold or place in line of key, which an
@@ -501,7 +478,7 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 	}
 	for range maxAttempts {
 		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-			_, status, err := d.lockKey(ctx, tx, key)
+			_, status, err := d.lockKey(ctx, tx, st, key)
 			if err != nil {
 				return err
 			}
@@ -525,22 +502,31 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 	return classify(err)
 }
 
-// settle deletes, in tx, which holds the key's row, the key's expired
-// holds and waiters, frees the key's row when no row is left, and reports
-// whether it did. The delete waits for a renewal on the way, and a
-// renewal never brings back an expired row: a row that is left was live.
+// settle deletes, in tx, which holds the key's row and its sequence row
+// (lockKey), the key's expired holds and waiters, frees the key's row when
+// no row is left, and reports whether it did. The delete waits for a
+// renewal on the way, and a renewal never brings back an expired row: a
+// row that is left was live. A freed row takes the sequence row's token
+// as its version when it is greater, and the sequence row goes.
 func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) (bool, error) {
-	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND lock_until <= "+dbNow, key); err != nil {
+	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token <> '' AND lock_until <= "+dbNow, key); err != nil {
 		return false, err
 	}
 	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
 		", lock_until = "+dbNow+", update_time = "+dbNow+
-		" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ?)", key, key)
+		", version = GREATEST(version, IFNULL((SELECT token FROM "+st+" WHERE task_name = ? AND owner_token = ''), 0))"+
+		" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND owner_token <> '')",
+		key, key, key)
 	if err != nil {
 		return false, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return false, err
+	}
+	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ''", key); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // settleShared frees the row of a key marked as held by shared holds when
@@ -555,7 +541,7 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 	free := false
 	for range tries {
 		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-			_, status, err := d.lockKey(ctx, tx, key)
+			_, status, err := d.lockKey(ctx, tx, st, key)
 			if err != nil || status != sharedStatus {
 				free = err == nil
 				return err
@@ -616,7 +602,7 @@ func (d *sqlDriver) setLimit(ctx context.Context, st, key string, limit int) err
 				return fmt.Errorf("%w: the key is a read-write lock, not a semaphore", driver.ErrConflict)
 			}
 		}
-		_, err = d.txExec(ctx, tx, "UPDATE "+st+" SET share_limit = ? WHERE task_name = ?", limit, key)
+		_, err = d.txExec(ctx, tx, "UPDATE "+st+" SET share_limit = ? WHERE task_name = ? AND owner_token <> ''", limit, key)
 		return err
 	})
 }

@@ -18,18 +18,26 @@ import (
 	"github.com/golocker/locker/internal/storeenv"
 )
 
-// TestTakeFirstLosesToAnEarlierDecision checks that a first holder's
-// two-statement take refuses when a transaction decided on the key's rows
-// before the take's row was there, and granted after: with a limit of 1,
-// never two holders. The transaction's grant waits, on its connection,
-// until the take's row is in; the take reads without locks (READ
-// COMMITTED).
-func TestTakeFirstLosesToAnEarlierDecision(t *testing.T) {
+// TestTakeMarkedLosesToATransaction checks that the one-statement take of
+// a hold on a key marked SHARED refuses when a transaction holds the key's
+// row meanwhile, and decides after it: a transaction that grants a hold
+// (with a limit of 1, never two holders), and one that frees the key for a
+// plain lock (never a plain lock beside a hold). Each transaction waits,
+// in the middle, until the take waits for a lock the transaction holds;
+// the take reads without locks of its own (READ COMMITTED) unless it asks
+// for them. Either may win the key.
+func TestTakeMarkedLosesToATransaction(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		name := map[bool]string{false: "Grant", true: "PlainLock"}[plain]
+		t.Run(name, func(t *testing.T) { takeMarkedRace(t, plain) })
+	}
+}
+
+func takeMarkedRace(t *testing.T, plain bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	k := t.Name() + "-" + rand.Text()[:8]
-	inserted := make(chan struct{}) // the take's row is in
-	var started, armed bool         // the slow driver's grant began; the take watched
+	var started bool // the slow driver's transaction reached its write
 	open := func(isolation string, hook func(query string)) *sql.DB {
 		cfg, err := gomysql.ParseDSN(os.Getenv(storeenv.MySQLDSN))
 		if err != nil {
@@ -51,58 +59,88 @@ func TestTakeFirstLosesToAnEarlierDecision(t *testing.T) {
 	}
 	newDrv := func(db *sql.DB) *sqlDriver {
 		d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
-		if err := d.Configure(ctx, driver.Config{TTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
+		if err := d.Configure(ctx, driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = d.Close() })
 		return d
 	}
-	fast := newDrv(open("'READ-COMMITTED'", func(q string) {
-		// The take's second statement: its row is in.
-		if strings.HasPrefix(q, "UPDATE") && strings.Contains(q, "task_status <> 'RUNNING'") && armed {
-			armed = false
-			close(inserted)
-		}
-	}))
+	share := driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1}
+	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second} }
+	fast := newDrv(open("'READ-COMMITTED'", func(string) {}))
 	if !fast.mariaDB {
-		t.Skip("the two-statement take runs on MariaDB only")
+		t.Skip("the one-statement take runs on MariaDB only")
 	}
+	// The key is marked SHARED, with its sequence row, and has no hold.
+	g, err := fast.TryAcquireShared(ctx, req(), share)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fast.Release(ctx, driver.Lease{Key: k, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	monitor := open("", func(string) {})
 	done := make(chan struct{})
 	var fastGrant driver.Grant
 	var fastErr error
 	slow := newDrv(open("", func(q string) {
-		// The transaction's grant (coverShare), after it read no row:
-		// the take runs now, up to its second statement.
-		if strings.Contains(q, "version = version + 1, task_status = 'SHARED'") && !strings.Contains(q, "task_status <> 'RUNNING'") && !started {
-			started, armed = true, true
-			go func() {
-				defer close(done)
-				fastGrant, fastErr = fast.TryAcquireShared(ctx, driver.Request{Key: k, Owner: rand.Text(), TTL: 10 * time.Second}, driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1})
-			}()
+		write := strings.HasPrefix(q, "REPLACE INTO") // a grant
+		if plain {
+			write = strings.Contains(q, "SET task_status = 'FINISH'") && strings.Contains(q, "IFNULL((SELECT token") // settle
+		}
+		if !write || started {
+			return
+		}
+		started = true
+		go func() {
+			defer close(done)
+			fastGrant, fastErr = fast.TryAcquireShared(ctx, req(), share)
+		}()
+		// The take runs now, until it waits for a lock this transaction
+		// holds.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			var n int
+			if err := monitor.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
+				t.Error(err)
+				return
+			}
+			if n > 0 {
+				return
+			}
 			select {
-			case <-inserted:
-			case <-time.After(10 * time.Second):
-				t.Error("the take did not reach its second statement: its first took nothing")
+			case <-done:
+				return // it took or refused without waiting: the outcome tells
+			case <-time.After(5 * time.Millisecond):
 			}
 		}
+		t.Error("the take never waited for the transaction's locks")
 	}))
 	slow.mariaDB = false // the transaction, as on MySQL
-	// The key's row exists and is free, so that the take's first
-	// statement applies.
-	if _, err := slow.db.ExecContext(ctx, "INSERT INTO "+slow.sql.table+" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-		" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", k); err != nil {
-		t.Fatal(err)
+	var slowErr error
+	var slowToken uint64
+	if plain {
+		var g driver.Grant
+		g, slowErr = slow.TryAcquire(ctx, req())
+		slowToken = g.Token
+	} else {
+		var g driver.Grant
+		g, slowErr = slow.TryAcquireShared(ctx, req(), share)
+		slowToken = g.Token
 	}
-	_, slowErr := slow.TryAcquireShared(ctx, driver.Request{Key: k, Owner: rand.Text(), TTL: 10 * time.Second}, driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1})
 	if !started {
-		t.Fatalf("the transaction never granted: %v", slowErr)
+		t.Fatalf("the transaction never wrote: %v", slowErr)
 	}
 	<-done
 	if slowErr == nil && fastErr == nil {
-		t.Fatalf("a semaphore of 1 must never have two holders: the transaction's grant and the take's (token %d) both hold", fastGrant.Token)
+		what := map[bool]string{false: "a semaphore of 1 must never have two holders", true: "a key must never be a plain lock and a semaphore at once"}[plain]
+		t.Fatalf("%s: the transaction's grant (token %d) and the take's (token %d) both hold", what, slowToken, fastGrant.Token)
 	}
-	if fastErr != nil && !errors.Is(fastErr, driver.ErrHeld) {
-		t.Errorf("the take after the transaction's grant: %v, want ErrHeld", fastErr)
+	// Either may win; the loser is refused.
+	want := map[bool]error{false: driver.ErrHeld, true: driver.ErrConflict}[plain]
+	for who, err := range map[string]error{"the transaction": slowErr, "the take": fastErr} {
+		if err != nil && !errors.Is(err, want) {
+			t.Errorf("%s: %v, want nil or %v", who, err, want)
+		}
 	}
 }
 

@@ -55,48 +55,78 @@ func (d *sqlDriver) breakShared(ctx context.Context, key string) error {
 
 // inspectShared reads the holders of a key held by shared holds.
 func (d *sqlDriver) inspectShared(ctx context.Context, key string) (driver.Status, error) {
+	sts, err := d.inspectSharedKeys(ctx, []string{key})
+	return sts[key], err
+}
+
+// inspectSharedKeys reads the holders of keys held by shared holds, in one
+// query per 500 keys; a key without a live holder or waiter is missing
+// from the map.
+func (d *sqlDriver) inspectSharedKeys(ctx context.Context, keys []string) (map[string]driver.Status, error) {
 	st, err := d.sharedTable()
 	if err != nil {
-		return driver.Status{}, err
+		return nil, err
 	}
-	rs, err := d.db.QueryContext(ctx, "SELECT mode, weight, share_limit, token, queued, owner_label, "+
-		micros("start_time")+", "+micros("lock_until")+" FROM "+st+
-		" WHERE task_name = ? AND lock_until > "+dbNow+" ORDER BY queued, token", key)
-	if err != nil {
-		return driver.Status{}, err
+	sts := make(map[string]driver.Status, len(keys))
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		args := make([]any, n)
+		for i, k := range keys[:n] {
+			args[i] = k
+		}
+		keys = keys[n:]
+		var in strings.Builder
+		placeholders(&in, n, "?")
+		rs, err := d.db.QueryContext(ctx, "SELECT task_name, mode, weight, share_limit, token, queued, owner_label, "+
+			micros("start_time")+", "+micros("lock_until")+" FROM "+st+
+			" WHERE task_name IN ("+in.String()+") AND lock_until > "+dbNow+" ORDER BY task_name, queued, token", args...)
+		if err != nil {
+			return nil, err
+		}
+		err = scanShared(rs, sts)
+		_ = rs.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
-	defer rs.Close()
-	var s driver.Status
+	for k, s := range sts {
+		if n := len(s.Holders); n > 0 {
+			h := s.Holders[n-1]
+			s.Held, s.Label, s.Token, s.Acquired, s.Expires = true, h.Label, h.Token, h.Acquired, h.Expires
+			sts[k] = s
+		}
+	}
+	return sts, nil
+}
+
+// scanShared adds the rows of inspectSharedKeys to the keys' statuses.
+func scanShared(rs *sql.Rows, sts map[string]driver.Status) error {
 	for rs.Next() {
 		var (
 			h              driver.Holder
+			key            []byte
 			mode           uint8
 			limit          int
 			queued         uint64
 			label          []byte
 			start, expires sql.NullInt64
 		)
-		if err := rs.Scan(&mode, &h.Weight, &limit, &h.Token, &queued, &label, &start, &expires); err != nil {
-			return driver.Status{}, err
+		if err := rs.Scan(&key, &mode, &h.Weight, &limit, &h.Token, &queued, &label, &start, &expires); err != nil {
+			return err
 		}
+		s := sts[string(key)]
 		if driver.Mode(mode) == driver.Permits {
 			s.Limit = limit
 		}
 		if queued > 0 {
 			s.Waiters++
-			continue
+		} else {
+			h.Mode, h.Label, h.Acquired, h.Expires = driver.Mode(mode), string(label), utc(start), utc(expires)
+			s.Holders = append(s.Holders, h)
 		}
-		h.Mode, h.Label, h.Acquired, h.Expires = driver.Mode(mode), string(label), utc(start), utc(expires)
-		s.Holders = append(s.Holders, h)
+		sts[string(key)] = s
 	}
-	if err := rs.Err(); err != nil {
-		return driver.Status{}, err
-	}
-	if n := len(s.Holders); n > 0 {
-		h := s.Holders[n-1]
-		s.Held, s.Label, s.Token, s.Acquired, s.Expires = true, h.Label, h.Token, h.Acquired, h.Expires
-	}
-	return s, nil
+	return rs.Err()
 }
 
 // renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of

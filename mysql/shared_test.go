@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +155,8 @@ func TestSharedLongTableName(t *testing.T) {
 }
 
 // TestPurgeShared checks that Purge deletes the rows of shared holds that
-// ended idle ago, which nothing else deletes once their key is unused.
+// ended idle ago, which nothing else deletes once their key is unused, and
+// frees the key's row, so that a later purge can delete it.
 func TestPurgeShared(t *testing.T) {
 	l, ctx := sharedLocker(t, mysql.Config{})
 	s, _ := locker.NewSemaphore(l, "s", 2)
@@ -178,6 +180,13 @@ func TestPurgeShared(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("Purge left %d rows of shared holds that ended two seconds ago", n)
+	}
+	var marked int64
+	if err := db.Raw("SELECT COUNT(*) FROM "+mysql.DefaultTable+" WHERE task_name LIKE ? AND task_status = 'SHARED'", like).Scan(&marked).Error; err != nil {
+		t.Fatal(err)
+	}
+	if marked != 0 {
+		t.Errorf("Purge left the key's row marked as held by shared holds, none of which is left")
 	}
 }
 
@@ -410,5 +419,44 @@ func TestSharedPurgeKeepsKey(t *testing.T) {
 			_ = lk.Unlock(ctx)
 		}
 		t.Fatalf("TryLock of a key a permit holds, after Purge: got %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestListSharedKeys checks that List yields the keys shared holds hold,
+// with their holders, and not a key whose holds all left, which stays
+// marked as held by shared holds.
+func TestListSharedKeys(t *testing.T) {
+	l, ctx := sharedLocker(t, mysql.Config{})
+	held, _ := locker.NewSemaphore(l, "held", 3)
+	left, _ := locker.NewSemaphore(l, "left", 3)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for range 2 {
+		p, err := held.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Unlock(ctx) }()
+	}
+	r, err := rw.TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Unlock(ctx) }()
+	p, err := left.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for ks, err := range locker.List(ctx, l, "") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[ks.Key] = len(ks.Holders)
+	}
+	if want := map[string]int{"held": 2, "rw": 1}; !maps.Equal(got, want) {
+		t.Errorf("List yielded keys and holders %v, want %v", got, want)
 	}
 }

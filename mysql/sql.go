@@ -2,6 +2,8 @@ package mysql
 
 import (
 	"strings"
+
+	"github.com/golocker/locker"
 )
 
 // The SQL of the driver. Every instant comes from the database's clock
@@ -76,18 +78,33 @@ type statements struct {
 }
 
 // Statements are SQL statements a Locker on a lock table runs, for benchmarks
-// that must run the same ones (see the package doc, Testing). Acquire takes an existing row (args: owner, label, data (nil:
-// none), TTL in µs, key; LAST_INSERT_ID() is then the fencing token),
-// Insert creates a missing one (args: key, owner, label, data, TTL in µs),
-// Release gives a row back (args: key, owner, token).
+// that must run the same ones (see the package doc, Testing). Each acquiring
+// statement takes a fence, in µs since the epoch on the database clock,
+// as its last argument.
 type Statements struct {
-	Acquire, Insert, Release string
+	// Acquire takes an existing row. Args: owner, label, data (nil: none),
+	// TTL in µs, key. LAST_INSERT_ID() is then the fencing token.
+	Acquire string
+	// Insert creates a missing row, taken. Args: key, owner, label, data,
+	// TTL in µs.
+	Insert string
+	// Release gives a row back. Args: key, owner, token.
+	Release string
+	// Hold takes a shared hold on a key marked as held by shared holds,
+	// none of them live (MariaDB only). Args: mode (1 for a permit),
+	// weight, limit, label, TTL in µs, owner, key. It affects 3 rows when
+	// it takes the hold; LAST_INSERT_ID() is then the fencing token.
+	Hold string
+	// Leave ends a shared hold. Args: key, owner, token.
+	Leave string
 }
 
 // SQL returns the statements a Locker runs on lock table table.
 func SQL(table string) Statements {
 	s := newStatements(table)
-	return Statements{Acquire: s.acquire, Insert: s.insert, Release: s.release}
+	st := "`" + table + sharedSuffix + "`"
+	return Statements{Acquire: s.acquire, Insert: s.insert, Release: s.release,
+		Hold: takeMarkedSQL(s.table, st, txIdle(locker.DefaultTTL)), Leave: leaveSQL(st, "token = ? AND queued = 0")}
 }
 
 func newStatements(table string) statements {

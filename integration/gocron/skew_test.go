@@ -1,7 +1,7 @@
 // Package gocron_test runs gocron v2 schedulers on three replicas through
-// gocronlock, on every backend against real servers: with MinHold every
-// tick runs exactly once whatever the skew between the schedulers; without
-// it, a short job runs again on the replicas whose ticks come later.
+// gocronlock, on every backend against real servers: with a MinHold above
+// the skew between the schedulers no tick runs twice; without it, a short
+// job runs again on the replicas whose ticks come later.
 package gocron_test
 
 import (
@@ -38,6 +38,12 @@ const (
 	ticks    = 10
 	replicas = 3
 	ttl      = 3 * time.Second
+	// margin is what TestSkew's MinHold leaves of the interval: how late
+	// a run may take its key (a loaded store's round trips, a late timer)
+	// before its claim outlasts the next tick. 50 ms (MinHold 950 ms) was
+	// less than a loaded ZooKeeper's round trips under make test: 6 ticks
+	// in 10 missed.
+	margin = 300 * time.Millisecond
 )
 
 // lockers opens one Locker per replica on b.
@@ -123,10 +129,11 @@ func runTicks(t *testing.T, ls []locker.Locker, job string, skew, minHold time.D
 }
 
 // TestSkew: three gocron schedulers per backend, ticks skewed by 0, 10 ms,
-// 100 ms and 900 ms, ten ticks each, a 1 ms job: with MinHold(950ms) no
-// tick runs twice; without it the skewed runs show double runs. Every run
-// goes at once (they take ten seconds each, mostly waiting); the log has
-// the runs per tick of each.
+// 100 ms and 900 ms, ten ticks each, a 1 ms job: with a MinHold of the
+// interval less the margin (700 ms) no tick runs twice at skews under it,
+// and at most half the ticks are missed; without it the skewed runs show
+// double runs. Every run goes at once (they take ten seconds each, mostly
+// waiting); the log has the runs per tick of each.
 func TestSkew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs schedulers for about 15 s")
@@ -142,7 +149,7 @@ func TestSkew(t *testing.T) {
 	var all []*run
 	for _, b := range backendsUnderTest {
 		for _, skew := range []time.Duration{0, 10 * time.Millisecond, 100 * time.Millisecond, 900 * time.Millisecond} {
-			for _, minHold := range []time.Duration{950 * time.Millisecond, 0} {
+			for _, minHold := range []time.Duration{interval - margin, 0} {
 				r := &run{backend: b.Name, skew: skew, minHold: minHold, ls: lockers(t, b, mem)}
 				if minHold > 0 {
 					if err := locker.CheckLockOptions(r.ls[0], locker.MinHold(minHold)); err != nil {
@@ -174,19 +181,23 @@ func TestSkew(t *testing.T) {
 		}
 		t.Logf("%-9s skew %5v MinHold %5v: runs per tick %v: %d double runs, %d missed ticks", r.backend, r.skew, r.minHold, r.runs, double, missed)
 		// What holds whatever the machine's load: a MinHold well above the
-		// skew leaves no double run, and never costs half the ticks. The
-		// spec's extremes (skew 900 ms under a MinHold of 950 ms; a MinHold
-		// 50 ms short of the interval, which a store's write latency can
-		// outlast) are reported above, not asserted.
+		// skew leaves no double run, and a run as late as the margin still
+		// frees its key before the next tick, so a tick is missed only
+		// after a run later than that: never half of them, unless a claim
+		// outlasts the interval by more than the margin (a build that keeps
+		// the key too long, or never frees it). A skew above the MinHold
+		// (900 ms) runs twice by design, and is only reported.
 		switch {
 		case r.minHold > 0 && r.skew+200*time.Millisecond <= r.minHold && double > 0:
 			t.Errorf("%s skew %v: with MinHold %v a tick ran twice: runs per tick %v", r.backend, r.skew, r.minHold, r.runs)
 		case r.minHold > 0 && missed > ticks/2:
 			t.Errorf("%s skew %v: with MinHold %v most ticks did not run: runs per tick %v", r.backend, r.skew, r.minHold, r.runs)
-		case r.minHold == 0 && r.skew >= 100*time.Millisecond && double == 0:
-			// Skews well above a store round trip: a smaller one (10 ms)
-			// can hide under a slow store's Lock+Unlock, and is only
-			// reported.
+		case r.minHold == 0 && double == 0 && (r.skew > margin || r.skew >= 100*time.Millisecond && r.backend == "memory"):
+			// Skews above the margin, which the MinHold runs give the
+			// store's round trips; 100 ms on memory, which makes none. A
+			// store's Lock+Unlock can outlast a smaller skew: 10 ms under
+			// -race, 100 ms on a loaded ZooKeeper (no double run in ten
+			// ticks). Those are only reported.
 			t.Errorf("%s skew %v: without MinHold a 1 ms job must run more than once per tick (or the test proves nothing): runs per tick %v", r.backend, r.skew, r.runs)
 		}
 	}

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -212,6 +213,65 @@ func TestRoundTrips(t *testing.T) {
 	if n := run("new"); n != 2 {
 		t.Errorf("Lock+Unlock of a known key sent %d statements; want 2", n)
 	}
+}
+
+// TestSharedRoundTrips: on MariaDB an uncontended permit or read hold of a
+// key that shared holds used before costs one statement to take and one to
+// give back, as Lock+Unlock does; the first use of a key runs the
+// transaction. A plain lock of the key afterwards still gets it.
+func TestSharedRoundTrips(t *testing.T) {
+	dsn := testenv.NewDatabase(t)
+	var rec recorder
+	gdb, _ := openRecorded(t, dsnConfig(t, dsn, ""), &rec)
+	l, err := mysql.New(gdb, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := ctxFor(t, 30*time.Second)
+	var version string
+	if err := gdb.Raw("SELECT VERSION()").Scan(&version).Error; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(version, "MariaDB") {
+		t.Skip("the one-statement take runs on MariaDB only")
+	}
+	statements := func() int {
+		n := 0
+		for _, e := range rec.take() {
+			if !e.prepare {
+				n++
+			}
+		}
+		return n
+	}
+	sem, _ := locker.NewSemaphore(l, "sem", 4)
+	rw, _ := locker.NewRWMutex(l, "rw")
+	for name, take := range map[string]func() (locker.Lock, error){
+		"permit":    func() (locker.Lock, error) { return sem.Acquire(ctx) },
+		"read hold": func() (locker.Lock, error) { return rw.RLock(ctx) },
+	} {
+		for i := range 3 {
+			rec.take()
+			h, err := take()
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := statements()
+			if err := h.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			gave := statements()
+			if i > 0 && (took != 1 || gave != 1) {
+				t.Errorf("a %s of a key used before sent %d statements to take and %d to give back; want 1 and 1", name, took, gave)
+			}
+		}
+	}
+	lk, err := l.TryLock(ctx, "sem")
+	if err != nil {
+		t.Fatalf("TryLock of a key whose permits all left: %v", err)
+	}
+	_ = lk.Unlock(ctx)
 }
 
 // TestClockSkew: replicas whose sessions disagree about the time (different

@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -42,8 +44,13 @@ type fleet struct {
 	cfg    postgres.Config
 	admin  *pgxpool.Pool
 
+	// states, when set, tell the store's state for a failed case's log:
+	// name → what it returns.
+	states map[string]func(context.Context) (string, error)
+
 	mu       sync.Mutex
 	replicas map[locker.Locker]replica
+	logged   map[testing.TB]*sync.Once // logs the states of a failed test
 }
 
 type replica struct {
@@ -61,7 +68,42 @@ func newFleet(t testing.TB, url string, c client, cfg postgres.Config) *fleet {
 		cfg:      cfg,
 		admin:    openPool(t, url),
 		replicas: map[locker.Locker]replica{},
+		logged:   map[testing.TB]*sync.Once{},
 	}
+}
+
+// logOnFailure makes t log the fleet's states if it ends failed, once per
+// test, from the first of its cleanups to run among those registered by
+// the calls for t: the hooks call it, so that it logs before the cleanups
+// registered earlier close the case's Lockers and pools.
+func (f *fleet) logOnFailure(t testing.TB) {
+	if len(f.states) == 0 {
+		return
+	}
+	f.mu.Lock()
+	once := f.logged[t]
+	if once == nil {
+		once = new(sync.Once)
+		f.logged[t] = once
+	}
+	f.mu.Unlock()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, name := range slices.Sorted(maps.Keys(f.states)) {
+				s, err := f.states[name](ctx)
+				if err != nil {
+					t.Logf("%s after the failure: %v", name, err)
+					continue
+				}
+				t.Logf("%s after the failure:\n%s", name, s)
+			}
+		})
+	})
 }
 
 // openPool opens a pgx pool on url, closed when the test ends.
@@ -123,6 +165,7 @@ func (f *fleet) newLocker(t testing.TB) locker.Locker {
 	f.mu.Lock()
 	f.replicas[l] = replica{close: closeDB, proxy: p}
 	f.mu.Unlock()
+	f.logOnFailure(t)
 	return l
 }
 
@@ -153,16 +196,21 @@ func (f *fleet) harness() conformance.Harness {
 			return l, err
 		},
 		TTL: f.ttl,
-		// A crashed process: its connections drop, nothing is released.
+		// A crashed process: its kernel resets its connections, so the
+		// server ends its sessions and their transactions at once, and
+		// nothing is released. A silent cut would leave the pool's Close
+		// waiting for a statement in flight until the call's ctx ended.
 		Crash: func(t testing.TB, l locker.Locker) {
+			f.logOnFailure(t)
 			if r, ok := f.get(t, l); ok {
 				if r.proxy != nil {
-					r.proxy.Cut()
+					r.proxy.Reset()
 				}
 				r.close()
 			}
 		},
 		Isolate: func(t testing.TB, l locker.Locker) func() {
+			f.logOnFailure(t)
 			r, ok := f.get(t, l)
 			if !ok || r.proxy == nil {
 				t.Errorf("Isolate needs a proxied Locker")
@@ -194,7 +242,9 @@ func (f *fleet) table() string {
 // which its Restart hook restarts.
 func TestConformance(t *testing.T) {
 	srv := testenv.NewPostgres(t)
-	h := newFleet(t, srv.URL(), viaPool, postgres.Config{}).harness()
+	f := newFleet(t, srv.URL(), viaPool, postgres.Config{})
+	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity}
+	h := f.harness()
 	h.Restart = srv.Restart
 	conformance.Run(t, h)
 }
@@ -202,7 +252,9 @@ func TestConformance(t *testing.T) {
 // TestConformanceSQLDB runs the suite on *sql.DB through pgx/stdlib.
 func TestConformanceSQLDB(t *testing.T) {
 	srv := testenv.NewPostgres(t)
-	h := newFleet(t, srv.URL(), viaDB, postgres.Config{Table: "sqldb_locks"}).harness()
+	f := newFleet(t, srv.URL(), viaDB, postgres.Config{Table: "sqldb_locks"})
+	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity}
+	h := f.harness()
 	h.Restart = srv.Restart
 	conformance.Run(t, h)
 }
@@ -212,7 +264,9 @@ func TestConformanceSQLDB(t *testing.T) {
 func TestConformancePgBouncer(t *testing.T) {
 	srv := testenv.NewPostgres(t)
 	b := testenv.NewPgBouncer(t, srv)
-	h := newFleet(t, b.URL(), viaPool, postgres.Config{Table: "bouncer_locks", PollOnly: true}).harness()
+	f := newFleet(t, b.URL(), viaPool, postgres.Config{Table: "bouncer_locks", PollOnly: true})
+	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity, "PgBouncer SHOW POOLS": b.Pools}
+	h := f.harness()
 	h.Restart = srv.Restart
 	conformance.Run(t, h)
 }

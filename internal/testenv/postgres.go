@@ -103,6 +103,54 @@ func WithHost(rawURL, addr string) (string, error) {
 	return u.String(), nil
 }
 
+// withDatabase returns rawURL with its database replaced by db.
+func withDatabase(rawURL, db string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + db
+	return u.String(), nil
+}
+
+// Activity returns the sessions of the server's pg_stat_activity on the
+// database of URL (but its own), one line each, for a failed test's log:
+// what each runs or waits for, and since when.
+func (s *PostgresServer) Activity(ctx context.Context) (string, error) {
+	return postgresRows(ctx, s.url, `SELECT pid, state, wait_event_type, wait_event,
+		round(extract(epoch FROM now() - xact_start)::numeric, 3) AS xact_s,
+		round(extract(epoch FROM now() - query_start)::numeric, 3) AS query_s,
+		left(regexp_replace(query, '\s+', ' ', 'g'), 160) AS query
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+		ORDER BY xact_start NULLS LAST, query_start`)
+}
+
+// postgresRows runs query on a new connection and returns its rows, one
+// line each, as column=value pairs.
+func postgresRows(ctx context.Context, rawURL, query string) (string, error) {
+	c, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	rows, err := c.Query(ctx, query, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		for i, f := range rows.FieldDescriptions() {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s=%s", f.Name, rows.RawValues()[i])
+		}
+		b.WriteByte('\n')
+	}
+	return b.String(), rows.Err()
+}
+
 // postgresPing checks that the server of rawURL accepts a connection.
 func postgresPing(ctx context.Context, rawURL string) error {
 	c, err := pgx.Connect(ctx, rawURL)
@@ -332,6 +380,16 @@ func (b *PgBouncer) URL() string { return b.url }
 // Addr returns the pooler's host:port.
 func (b *PgBouncer) Addr() string { return b.addr }
 
+// Pools returns the pooler's SHOW POOLS, one line per pool, for a failed
+// test's log: clients waiting for a server connection, servers in use.
+func (b *PgBouncer) Pools(ctx context.Context) (string, error) {
+	u, err := withDatabase(b.url, "pgbouncer")
+	if err != nil {
+		return "", err
+	}
+	return postgresRows(ctx, u, "SHOW POOLS")
+}
+
 // NewPgBouncer starts a PgBouncer (pool_mode=transaction, trust
 // authentication, loopback only) in front of srv for this test only. It
 // runs the pgbouncer binary, or under LOCKER_TESTENV=docker a container of
@@ -383,7 +441,7 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 	err = retryPorts(1, func(ports []int) error {
 		adr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		ini := filepath.Join(dir, "pgbouncer.ini")
-		conf := pgbouncerConfig(cfg.Host, cfg.Port, "127.0.0.1", ports[0], users)
+		conf := pgbouncerConfig(cfg.Host, cfg.Port, "127.0.0.1", ports[0], users, cfg.User)
 		if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
 			return err
 		}
@@ -412,7 +470,7 @@ func pgbouncerUsers(user string) string { return fmt.Sprintf("%q \"\"\n", user) 
 
 // pgbouncerConfig is the configuration of a PgBouncer listening on
 // listen:port in front of the server at host:serverPort.
-func pgbouncerConfig(host string, serverPort uint16, listen string, port int, usersFile string) string {
+func pgbouncerConfig(host string, serverPort uint16, listen string, port int, usersFile, user string) string {
 	return strings.Join([]string{
 		"[databases]",
 		fmt.Sprintf("* = host=%s port=%d", host, serverPort),
@@ -422,6 +480,8 @@ func pgbouncerConfig(host string, serverPort uint16, listen string, port int, us
 		"unix_socket_dir =",
 		"auth_type = trust",
 		"auth_file = " + usersFile,
+		// The tests' user reads SHOW POOLS on the admin console (Pools).
+		"stats_users = " + user,
 		"pool_mode = transaction",
 		"max_client_conn = 2000",
 		"default_pool_size = 40",
@@ -480,7 +540,7 @@ func pgbouncerContainer(srv *PostgresServer) (*PgBouncer, func(), error) {
 			return []testcontainers.ContainerCustomizer{
 				testcontainers.WithFiles(
 					testcontainers.ContainerFile{ContainerFilePath: ini, FileMode: 0o644,
-						Reader: strings.NewReader(pgbouncerConfig(host, cfg.Port, containerListen(loopback), ports[0], users))},
+						Reader: strings.NewReader(pgbouncerConfig(host, cfg.Port, containerListen(loopback), ports[0], users, cfg.User))},
 					testcontainers.ContainerFile{ContainerFilePath: users, FileMode: 0o644,
 						Reader: strings.NewReader(pgbouncerUsers(cfg.User))}),
 				testcontainers.WithCmd("pgbouncer", ini),

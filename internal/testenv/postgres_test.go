@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,6 +18,16 @@ func TestPostgres(t *testing.T) {
 		if err := postgresPing(ctx, u); err != nil {
 			t.Fatalf("ping %s: %v", u, err)
 		}
+	}
+	// The diagnostics of a failed test: the pooler's pools, and the
+	// server's sessions (the pooler's among them).
+	pools, err := b.Pools(ctx)
+	if err != nil || !strings.Contains(pools, "database=locker_test") {
+		t.Errorf("Pools: %v\n%s", err, pools)
+	}
+	act, err := s.Activity(ctx)
+	if err != nil || !strings.Contains(act, "state=") {
+		t.Errorf("Activity: %v\n%s", err, act)
 	}
 	s.Restart(t)
 	if err := postgresPing(ctx, s.URL()); err != nil {
