@@ -91,7 +91,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		}
 		// The watches listTurn set.
 		gone := false
-		for _, w := range t.watched {
+		for _, w := range t.watched[:t.set] {
 			switch {
 			case w.err == nil:
 				watches[w.path] = w.ev
@@ -159,7 +159,8 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 type turn struct {
 	children []string
 	at       line
-	watched  []watched
+	watched  [2]watched
+	set      int // how many of watched were set
 }
 
 // watched is the outcome of watching the node at path.
@@ -239,10 +240,10 @@ func (d *zkDriver) listTurn(parent, name string, seq int64, watches map[string]<
 		second = start(d, func() (<-chan zk.Event, error) { return d.watch(paths[1]) })
 	}
 	ev, err := d.watch(paths[0])
-	t.watched = append(make([]watched, 0, n), watched{paths[0], ev, err})
+	t.watched[0], t.set = watched{paths[0], ev, err}, 1
 	if second != nil {
 		r := <-second
-		t.watched = append(t.watched, watched{paths[1], r.v, r.err})
+		t.watched[1], t.set = watched{paths[1], r.v, r.err}, 2
 	}
 	return t, nil
 }
