@@ -29,17 +29,32 @@ const (
 // warm-up and client set-up included: locker-allocs-per-handoff,
 // zklock-allocs-per-handoff, locker-allocs-x-zklock), the goroutines it
 // started per hand-off (locker-goroutines-per-handoff and
-// zklock-goroutines-per-handoff, a count that load does not blur), and the
-// geometric mean over the turns of the hand-off rates' ratio
-// (locker-rate-x-zklock).
-// The other metrics are the last turn's, as contend.OneKey reports them.
+// zklock-goroutines-per-handoff, a count that load does not blur), the
+// server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
+// harness can read it), and the geometric mean over the turns of the
+// hand-off rates' ratio (locker-rate-x-zklock). The other metrics are the
+// last turn's, as contend.OneKey reports them.
 //
 //	go test -run '^$' -bench HandoffCost ./integration/zookeeper/
 func BenchmarkHandoffCost(b *testing.B) {
 	srv := testenv.ZooKeeper(b)
 	addr := srv.Servers()[0]
-	impls := scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL)
-	var cpu, allocs, goroutines, handoffs, logRate [2]float64
+	handoffCost(b, scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL))
+}
+
+// BenchmarkHandoffCostProduction is BenchmarkHandoffCost on the server and
+// clients of BenchmarkScenariosProduction: the stock JVM with 2 s ticks,
+// Lockers opened through the zk:// URL with a TTL of productionTTL. The
+// first turn of each implementation warms the JVM up.
+func BenchmarkHandoffCostProduction(b *testing.B) {
+	srv := testenv.ZooKeeperProduction(b)
+	handoffCost(b, scenarioImpls(b, srv, urlLockers(b, srv), productionTTL))
+}
+
+// handoffCost runs the turns of BenchmarkHandoffCost on impls and reports
+// its metrics.
+func handoffCost(b *testing.B, impls []contend.Impl) {
+	var cpu, serverCPU, allocs, goroutines, handoffs, logRate [2]float64
 	for turn := range costTurns {
 		for i := range impls[:2] {
 			var m0, m1 runtime.MemStats
@@ -52,6 +67,7 @@ func BenchmarkHandoffCost(b *testing.B) {
 				continue
 			}
 			cpu[i] += float64(rs[0].ClientCPU) / float64(time.Microsecond)
+			serverCPU[i] += float64(rs[0].ServerCPU) / float64(time.Microsecond)
 			allocs[i] += float64(m1.Mallocs - m0.Mallocs)
 			goroutines[i] += float64(g1 - g0)
 			handoffs[i] += float64(rs[0].Acquisitions)
@@ -65,6 +81,9 @@ func BenchmarkHandoffCost(b *testing.B) {
 		b.ReportMetric(per(goroutines, i), impls[i].Name+"-goroutines-per-handoff")
 	}
 	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "locker-cpu-x-zklock")
+	if serverCPU[1] > 0 {
+		b.ReportMetric(per(serverCPU, 0)/per(serverCPU, 1), "locker-server-cpu-x-zklock")
+	}
 	b.ReportMetric(per(allocs, 0)/per(allocs, 1), "locker-allocs-x-zklock")
 	b.ReportMetric(math.Exp((logRate[0]-logRate[1])/(costTurns-1)), "locker-rate-x-zklock")
 	b.ReportMetric(0, "ns/op")
