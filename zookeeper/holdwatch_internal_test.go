@@ -21,22 +21,8 @@ import (
 // runs none by itself), and its own Release or Keep reports no loss.
 func TestHolderSeesItsNodeDeleted(t *testing.T) {
 	srv := storeenv.ZooKeeper(t)
-	connect := func() *zk.Conn {
-		conn, _, err := zk.Connect(srv.Addrs(), 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(conn.Close)
-		return conn
-	}
-	conn, admin := connect(), connect()
-	d := newDriver(conn, nil, "/locker-holdwatch-"+rand.Text()[:10], Config{}.nodeACL())
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := d.Configure(ctx, driver.Config{TTL: 3 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, ctx := holdWatchDriver(t, srv, nil)
+	admin := holdWatchConn(t, srv, nil)
 	acquire := func(key string) (driver.Lease, <-chan error) {
 		lost := make(chan error, 10)
 		g, err := d.TryAcquire(ctx, driver.Request{Key: key, Lost: func(err error) { lost <- err }})
@@ -94,6 +80,37 @@ func TestHolderSeesItsNodeDeleted(t *testing.T) {
 	}
 }
 
+// holdWatchDriver returns a driver with a TTL of 3 s on a connection of
+// its own (see holdWatchConn), and a context that ends with the test or
+// after 30 s.
+func holdWatchDriver(t *testing.T, srv *storeenv.Server, dial zk.Dialer) (*zkDriver, context.Context) {
+	t.Helper()
+	conn := holdWatchConn(t, srv, dial)
+	d := newDriver(conn, nil, "/locker-holdwatch-"+rand.Text()[:10], Config{}.nodeACL())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := d.Configure(ctx, driver.Config{TTL: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d, ctx
+}
+
+// holdWatchConn returns a connection to srv that dials with dial (the
+// default dialer when nil), closed when the test ends.
+func holdWatchConn(t *testing.T, srv *storeenv.Server, dial zk.Dialer) *zk.Conn {
+	t.Helper()
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	conn, _, err := zk.Connect(srv.Addrs(), 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}), zk.WithDialer(dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
 // TestSlowReleaseSetsNoHoldWatch: a Release whose Delete is still on its
 // way when the hold watch's delay ends sends no watch of the node it is
 // deleting (it would cost the server a request, and the holder a goroutine,
@@ -109,18 +126,7 @@ func TestSlowReleaseSetsNoHoldWatch(t *testing.T) {
 		}
 		return &opConn{Conn: c, slow: &slow, gets: &watches}, nil
 	}
-	conn, _, err := zk.Connect(srv.Addrs(), 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}), zk.WithDialer(dial))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	d := newDriver(conn, nil, "/locker-holdwatch-"+rand.Text()[:10], Config{}.nodeACL())
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := d.Configure(ctx, driver.Config{TTL: 3 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, ctx := holdWatchDriver(t, srv, dial)
 	// A hold that lasts longer than holdWatchDelay before its Release
 	// begins is watched, rightly: try until one does not (a loaded
 	// machine may pause between the two calls).
