@@ -58,14 +58,14 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 	guid := newGUID()
 	session := d.conn.SessionID()
 	sent := time.Now()
-	// A waiter's create makes waitTurn's first round right after it in
-	// the same goroutine, when its reply shows other nodes: no goroutine
-	// and wake-up of their own.
-	var queue *turn
+	// A waiter waits for its turn in the goroutine of its create, when
+	// the create's reply shows other nodes: no goroutine and wake-up per
+	// round of its own.
+	var queue *queued
 	if wait {
-		queue = new(turn)
+		queue = new(queued)
 	}
-	node, pstat, err := d.create(ctx, parent, guid, nodeData(req.Label, req.Data), queue)
+	node, pstat, err := d.create(ctx, parent, guid, nodeData(req.Label, req.Data), sent, queue)
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -111,14 +111,20 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 		}
 		return driver.Grant{}, driver.Held(0)
 	}
-	since, waited, err := d.waitTurn(ctx, parent, node, sent, *queue)
-	if err != nil {
+	if queue.err != nil {
 		d.cleanup(ctx, parent, guid, node)
-		return driver.Grant{}, err
+		return driver.Grant{}, queue.err
 	}
-	g, err := d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, since)
-	g.Queued = waited
+	g, err := d.grant(ctx, req, parent, guid, node, session, pstat.Mzxid, queue.since)
+	g.Queued = queue.waited
 	return g, err
+}
+
+// queued is the outcome of a waiter's waitTurn, made after its create.
+type queued struct {
+	since  time.Time
+	waited bool
+	err    error
 }
 
 // create adds our node to the queue of parent, creating parent when it is
@@ -127,22 +133,26 @@ func (d *zkDriver) acquire(ctx context.Context, req driver.Request, wait, cleare
 // mzxid, the zxid of our create, our fencing token. On any failure it
 // removes what it may have created before returning.
 //
-// When queue is not nil and the reply shows other nodes in the queue, a
-// first round of waitTurn follows the create (listTurn), stored in *queue
-// (the zero turn when it failed).
-func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte, queue *turn) (string, *zk.Stat, error) {
+// When queue is not nil and the reply shows other nodes in the queue,
+// the create's goroutine goes on to wait for our turn (waitTurn, with sent
+// as the create's send time) and stores the outcome in *queue. It leaves
+// the wait soon after ctx ends, and the reply is then cleaned up as any
+// create's whose ctx ended.
+func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte, sent time.Time, queue *queued) (string, *zk.Stat, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return "", nil, err
 		}
 		acl := d.currentACL()
 		ops := createOps(parent, guid, data, acl)
-		var first turn // written before ch receives, read after
+		var turn queued // written before ch receives, read after
 		ch := start(d, func() ([]zk.MultiResponse, error) {
 			res, err := d.conn.Multi(ops...)
 			if queue != nil && err == nil && len(res) == 2 && res[1].Stat != nil && res[1].Stat.NumChildren > 1 {
-				if name, ok := strings.CutPrefix(res[0].String, parent+"/"); ok {
-					first, _ = d.listTurn(parent, name, nil)
+				if _, ok := strings.CutPrefix(res[0].String, parent+"/"); ok {
+					turn.since, turn.waited, turn.err = d.waitTurn(ctx, parent, res[0].String, sent)
+				} else {
+					turn.err = fmt.Errorf("zookeeper: unexpected lock node %q under %s", res[0].String, parent)
 				}
 			}
 			return res, err
@@ -158,7 +168,7 @@ func (d *zkDriver) create(ctx context.Context, parent, guid string, data []byte,
 		switch {
 		case err == nil:
 			if queue != nil {
-				*queue = first
+				*queue = turn
 			}
 			return node, stat, nil
 		case d.fallBack(acl, err):
@@ -239,7 +249,7 @@ func voidRecords(children []string, mine string) []record {
 	if !ok {
 		return nil
 	}
-	if pred, _ := predecessor(children, mine, seq); pred != "" {
+	if lineOf(children, mine, seq).pred != "" {
 		return nil
 	}
 	return slices.DeleteFunc(recordsOf(children), func(r record) bool { return r.seq > seq })

@@ -125,9 +125,10 @@ func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL)
 }
 
 // Info implements driver.Driver. The driver promises PromptCancel: each
-// go-zookeeper call runs in a goroutine of its own that the caller stops
-// waiting for when its ctx ends, and the deletion of a node left by a
-// cancelled call goes on in the background.
+// go-zookeeper call (a waiter's create and the calls of its wait, all
+// together) runs in a goroutine of its own that the caller stops waiting
+// for when its ctx ends, and the deletion of a node left by a cancelled
+// call goes on in the background.
 func (d *zkDriver) Info() driver.Info {
 	return driver.Info{Name: backendName, MaxKeyBytes: MaxKeyBytes, PromptCancel: true}
 }

@@ -18,12 +18,8 @@ const holdWatchDelay = 10 * time.Millisecond
 // watch's goroutine.
 func (d *zkDriver) follow(h *hold) {
 	d.wg.Add(1)
-	t := time.AfterFunc(holdWatchDelay, func() { d.followHold(h) })
-	h.unfollow = func() {
-		if t.Stop() {
-			d.wg.Done()
-		}
-	}
+	h.followers = &d.wg
+	h.follower = time.AfterFunc(holdWatchDelay, func() { d.followHold(h) })
 }
 
 // followHold watches the holder's node of h until the hold ends, so that a

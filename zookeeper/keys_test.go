@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,13 +139,23 @@ func TestSequenceOrder(t *testing.T) {
 	g := strings.Repeat("a", guidLen)
 	name := func(seq string) string { return protectedPrefix + g + lockMarker + seq }
 	children := []string{name("0000000003"), name("0000000010"), "foreign", name("0000000007"), protectedPrefix + "x" + lockMarker + "junk"}
-	if pred, found := predecessor(children, name("0000000010"), 10); !found || pred != name("0000000007") {
-		t.Errorf("predecessor of 10 = %q, %v", pred, found)
+	want := line{found: true, ahead: 2, pred: name("0000000007"), pp: name("0000000003")}
+	if got := lineOf(children, name("0000000010"), 10); got != want {
+		t.Errorf("lineOf 10 = %+v, want %+v", got, want)
 	}
-	if pred, found := predecessor(children, name("0000000003"), 3); !found || pred != "" {
-		t.Errorf("predecessor of the first = %q, %v", pred, found)
+	// The order of the listing does not matter.
+	slices.Reverse(children)
+	if got := lineOf(children, name("0000000010"), 10); got != want {
+		t.Errorf("lineOf 10, listed the other way = %+v, want %+v", got, want)
 	}
-	if _, found := predecessor(children, name("0000000004"), 4); found {
+	want = line{found: true, ahead: 1, pred: name("0000000003")}
+	if got := lineOf(children, name("0000000007"), 7); got != want {
+		t.Errorf("lineOf 7 = %+v, want %+v", got, want)
+	}
+	if got := lineOf(children, name("0000000003"), 3); got != (line{found: true}) {
+		t.Errorf("lineOf the first = %+v", got)
+	}
+	if lineOf(children, name("0000000004"), 4).found {
 		t.Error("a node not in the queue was found")
 	}
 	if got := guidOf(name("0000000003")); got != g {

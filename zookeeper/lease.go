@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,9 +33,10 @@ type hold struct {
 	// releasing is set by Release before it deletes the node: the
 	// deletion its watch then sees is no loss.
 	releasing atomic.Bool
-	// unfollow stops the watch of the node before it starts (see follow);
-	// set before h is shared.
-	unfollow func()
+	// follower starts the watch of the node (see follow), and counts in
+	// followers until it fired or was stopped; set before h is shared.
+	follower  *time.Timer
+	followers *sync.WaitGroup
 	// granted is the key node's version after the create of a multi-key
 	// grant, whose queue then had no other lock node; zero otherwise. Set
 	// before the engine sees h, read by its release.
@@ -47,10 +49,15 @@ func (h *hold) end() bool {
 		return false
 	}
 	close(h.done)
-	if h.unfollow != nil {
-		h.unfollow()
-	}
+	h.unfollow()
 	return true
+}
+
+// unfollow stops the watch of h's node before it starts (see follow).
+func (h *hold) unfollow() {
+	if h.follower != nil && h.follower.Stop() {
+		h.followers.Done()
+	}
 }
 
 func (h *hold) held() bool { return holdState(h.state.Load()) == holdHeld }
@@ -220,8 +227,10 @@ func (d *zkDriver) Release(ctx context.Context, l driver.Lease) error {
 	}
 	// The hold stays held until the node is gone: ending it first would
 	// make a renewal round overlapping the Delete report a loss. Its watch
-	// sees the deletion before the Delete's reply comes.
+	// sees the deletion before the Delete's reply comes; a watch not set
+	// yet never will be (a slow Delete cost a request more).
 	h.releasing.Store(true)
+	h.unfollow()
 	err = call0(ctx, d, func() error { return d.conn.Delete(h.path, -1) })
 	switch {
 	case err == nil:

@@ -49,9 +49,10 @@ import (
 // (nodes before ours are only ever deleted), so the list needs not wait for
 // the sync.
 //
-// first, when its listing is not nil, is a first round made after our
-// create (see create).
-func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time, first turn) (since time.Time, waited bool, err error) {
+// waitTurn makes its calls in the caller's goroutine: it runs in the
+// goroutine of our create (see create), which it leaves soon after ctx
+// ends.
+func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.Time) (since time.Time, waited bool, err error) {
 	name := node[len(parent)+1:]
 	seq, ok := sequenceOf(name)
 	if !ok {
@@ -61,16 +62,19 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	// The watches set and not fired yet, by node path: a node watched in
 	// one round and still there in the next is not watched again.
 	watches := map[string]<-chan zk.Event{}
-	t := first
-	list := t.children == nil
+	var t turn
+	list := true
 	for {
 		if list {
+			if err := ctx.Err(); err != nil {
+				return time.Time{}, false, err
+			}
 			var synced <-chan result[string]
 			if !d.fresh(since) {
 				since = time.Now()
 				synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
 			}
-			t, err = call(ctx, d, func() (turn, error) { return d.listTurn(parent, name, watches) })
+			t, err = d.listTurn(parent, name, seq, watches)
 			if err != nil {
 				return time.Time{}, false, fmt.Errorf("list the queue %s: %w", parent, denied(err, parent, "READ"))
 			}
@@ -85,10 +89,9 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				}
 			}
 		}
-		children := t.children
 		// The watches listTurn set.
 		gone := false
-		for _, w := range t.watched {
+		for _, w := range t.watched[:t.set] {
 			switch {
 			case w.err == nil:
 				watches[w.path] = w.ev
@@ -98,28 +101,24 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				return time.Time{}, false, fmt.Errorf("watch %s: %w", w.path, w.err)
 			}
 		}
+		children, at := t.children, t.at
 		t = turn{}
 		if gone {
 			list = true
 			continue // gone already: look again
 		}
 		list = true
-		pred, found := predecessor(children, name, seq)
-		if !found {
+		if !at.found {
 			return time.Time{}, false, errNodeGone
 		}
-		if pred == "" {
+		if at.pred == "" {
 			d.clearRecords(parent, voidRecords(children, name))
 			return since, waited, nil
 		}
-		// The node before pred, "" when pred is first in line; watched
-		// only when it is first itself.
-		pp, _ := predecessor(children, pred, mustSequence(pred))
-		predPath, watchPP := parent+"/"+pred, ""
-		if pp != "" {
-			if ppp, _ := predecessor(children, pp, mustSequence(pp)); ppp == "" {
-				watchPP = parent + "/" + pp
-			}
+		// The node before pred is watched only when it is first.
+		predPath, watchPP := parent+"/"+at.pred, ""
+		if at.ahead == 2 {
+			watchPP = parent + "/" + at.pp
 		}
 		if err := d.watchAll(ctx, watches, predPath, watchPP); err != nil {
 			if errors.Is(err, zk.ErrNoNode) {
@@ -134,7 +133,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				return time.Time{}, false, fmt.Errorf("watch %s: %w", predPath, ev.Err)
 			}
 			waited = true
-			if pp == "" && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
+			if at.ahead == 1 && ev.Type == zk.EventNodeDeleted && d.fresh(since) {
 				return since, true, nil
 			}
 		case ev := <-watches[watchPP]: // never ready when watchPP is "": a nil channel
@@ -145,7 +144,8 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			waited = true
 			if ev.Type == zk.EventNodeDeleted {
 				// pp was first: pred is now, as our listing would show.
-				t.children = slices.DeleteFunc(children, func(c string) bool { return c == pp })
+				t.children = slices.DeleteFunc(children, func(c string) bool { return c == at.pp })
+				t.at = line{found: true, ahead: 1, pred: at.pred}
 				list = false
 			}
 		case <-ctx.Done():
@@ -154,11 +154,13 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 	}
 }
 
-// turn is a round of a waiter's wait: a listing of its queue, and the
-// watches set after it.
+// turn is a round of a waiter's wait: a listing of its queue, where the
+// waiter's node stands in it, and the watches set after it.
 type turn struct {
 	children []string
-	watched  []watched
+	at       line
+	watched  [2]watched
+	set      int // how many of watched were set
 }
 
 // watched is the outcome of watching the node at path.
@@ -168,55 +170,82 @@ type watched struct {
 	err  error
 }
 
+// line is where a lock node stands in its queue, as a listing shows it.
+type line struct {
+	found bool   // the node is in the listing
+	ahead int    // how many lock nodes are before it
+	pred  string // the lock node just before it, "" when it is first
+	pp    string // the lock node just before pred, "" when pred is first
+}
+
+// lineOf reads where the lock node name, whose sequence is seq, stands in
+// the queue children, in one pass. Names that are not lock nodes are
+// ignored.
+func lineOf(children []string, name string, seq int64) line {
+	var l line
+	var predSeq, ppSeq int64
+	for _, c := range children {
+		if c == name {
+			l.found = true
+			continue
+		}
+		s, ok := sequenceOf(c)
+		if !ok || s >= seq {
+			continue
+		}
+		l.ahead++
+		switch {
+		case l.pred == "" || s > predSeq:
+			l.pp, ppSeq = l.pred, predSeq
+			l.pred, predSeq = c, s
+		case l.pp == "" || s > ppSeq:
+			l.pp, ppSeq = c, s
+		}
+	}
+	return l
+}
+
 // listTurn lists the queue of parent and then sets the watches waitTurn
-// sets after such a listing (on the node before ours, name, and on the one
-// before that when it is first in line) that watches does not hold yet:
-// the listing and the first watch in the caller's goroutine, a second watch
-// in parallel. An error is the listing's; the watches' are in the turn.
-func (d *zkDriver) listTurn(parent, name string, watches map[string]<-chan zk.Event) (turn, error) {
+// sets after such a listing (on the node before ours, name with sequence
+// seq, and on the one before that when it is first in line) that watches
+// does not hold yet: the listing and the first watch in the caller's
+// goroutine, a second watch in parallel. An error is the listing's; the
+// watches' are in the turn.
+func (d *zkDriver) listTurn(parent, name string, seq int64, watches map[string]<-chan zk.Event) (turn, error) {
 	c, _, err := d.conn.Children(parent)
 	if err != nil {
 		return turn{}, err
 	}
-	t := turn{children: c}
-	seq, _ := sequenceOf(name)
-	pred, found := predecessor(c, name, seq)
-	if !found || pred == "" {
+	t := turn{children: c, at: lineOf(c, name, seq)}
+	if !t.at.found || t.at.pred == "" {
 		return t, nil
 	}
-	var paths []string
+	var paths [2]string
+	n := 0
 	add := func(p string) {
 		if watches[p] == nil {
-			paths = append(paths, p)
+			paths[n] = p
+			n++
 		}
 	}
-	add(parent + "/" + pred)
-	if pp, _ := predecessor(c, pred, mustSequence(pred)); pp != "" {
-		if ppp, _ := predecessor(c, pp, mustSequence(pp)); ppp == "" {
-			add(parent + "/" + pp)
-		}
+	add(parent + "/" + t.at.pred)
+	if t.at.ahead == 2 {
+		add(parent + "/" + t.at.pp)
 	}
-	if len(paths) == 0 {
+	if n == 0 {
 		return t, nil
 	}
 	var second <-chan result[<-chan zk.Event]
-	if len(paths) == 2 {
+	if n == 2 {
 		second = start(d, func() (<-chan zk.Event, error) { return d.watch(paths[1]) })
 	}
 	ev, err := d.watch(paths[0])
-	t.watched = append(t.watched, watched{paths[0], ev, err})
+	t.watched[0], t.set = watched{paths[0], ev, err}, 1
 	if second != nil {
 		r := <-second
-		t.watched = append(t.watched, watched{paths[1], r.v, r.err})
+		t.watched[1], t.set = watched{paths[1], r.v, r.err}, 2
 	}
 	return t, nil
-}
-
-// mustSequence is sequenceOf for a name predecessor returned (a lock
-// node's, so it parses).
-func mustSequence(name string) int64 {
-	s, _ := sequenceOf(name)
-	return s
 }
 
 // watchAll sets a watch on each of the nodes paths ("" skipped) that has
@@ -312,25 +341,4 @@ func guidOf(name string) string {
 		return ""
 	}
 	return name[len(protectedPrefix) : len(protectedPrefix)+guidLen]
-}
-
-// predecessor returns the name of the node just before name (whose sequence
-// is seq) in the queue children, "" when name is first, and whether name is
-// in children at all. Names that are not lock nodes are ignored.
-func predecessor(children []string, name string, seq int64) (pred string, found bool) {
-	best := int64(-1 << 63)
-	for _, c := range children {
-		if c == name {
-			found = true
-			continue
-		}
-		s, ok := sequenceOf(c)
-		if !ok || s >= seq {
-			continue
-		}
-		if pred == "" || s > best {
-			pred, best = c, s
-		}
-	}
-	return pred, found
 }

@@ -177,7 +177,7 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	session := d.conn.SessionID()
 	if fresh {
 		var pstat *zk.Stat
-		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label), nil); err != nil {
+		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label), time.Time{}, nil); err != nil {
 			return driver.Grant{}, err
 		}
 		zxid = pstat.Mzxid

@@ -3,6 +3,7 @@ package zookeeper_test
 import (
 	"math"
 	"runtime"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -27,22 +28,46 @@ const (
 // (locker-cpu-per-handoff-µs, zklock-cpu-per-handoff-µs, and their ratio
 // locker-cpu-x-zklock), its heap allocations per hand-off (the turn's
 // warm-up and client set-up included: locker-allocs-per-handoff,
-// zklock-allocs-per-handoff, locker-allocs-x-zklock), and the geometric
-// mean over the turns of the hand-off rates' ratio (locker-rate-x-zklock).
-// The other metrics are the last turn's, as contend.OneKey reports them.
+// zklock-allocs-per-handoff, locker-allocs-x-zklock), the goroutines it
+// started per hand-off (locker-goroutines-per-handoff and
+// zklock-goroutines-per-handoff, a count that load does not blur), the
+// server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
+// harness can read it), and the geometric mean over the turns of the
+// hand-off rates' ratio (locker-rate-x-zklock). The other metrics are the
+// last turn's, as contend.OneKey reports them.
 //
 //	go test -run '^$' -bench HandoffCost ./integration/zookeeper/
 func BenchmarkHandoffCost(b *testing.B) {
 	srv := testenv.ZooKeeper(b)
 	addr := srv.Servers()[0]
-	impls := scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL)
-	var cpu, allocs, handoffs, logRate [2]float64
+	handoffCost(b, scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL))
+}
+
+// BenchmarkHandoffCostProduction is BenchmarkHandoffCost on the server and
+// clients of BenchmarkScenariosProduction: the stock JVM with 2 s ticks,
+// Lockers opened through the zk:// URL with a TTL of productionTTL. The
+// implementations first warm the JVM up as there (warmUp): the server's
+// compiler works for seconds on each one's code paths, and its CPU time
+// would count against whichever implementation runs then.
+func BenchmarkHandoffCostProduction(b *testing.B) {
+	srv := testenv.ZooKeeperProduction(b)
+	impls := scenarioImpls(b, srv, urlLockers(b, srv), productionTTL)
+	warmUp(b, impls, productionWarmUp)
+	handoffCost(b, impls)
+}
+
+// handoffCost runs the turns of BenchmarkHandoffCost on impls and reports
+// its metrics.
+func handoffCost(b *testing.B, impls []contend.Impl) {
+	var cpu, serverCPU, allocs, goroutines, handoffs, logRate [2]float64
 	for turn := range costTurns {
 		for i := range impls[:2] {
 			var m0, m1 runtime.MemStats
+			g0 := goroutinesCreated()
 			runtime.ReadMemStats(&m0)
 			rs := contend.OneKey(b, impls[i:i+1], costClients, costTurnTime)
 			runtime.ReadMemStats(&m1)
+			g1 := goroutinesCreated()
 			if turn == 0 {
 				continue
 			}
@@ -51,10 +76,12 @@ func BenchmarkHandoffCost(b *testing.B) {
 			var n, secs float64
 			for _, r := range rs {
 				cpu[i] += float64(r[0].ClientCPU) / float64(time.Microsecond)
+				serverCPU[i] += float64(r[0].ServerCPU) / float64(time.Microsecond)
 				n += float64(r[0].Acquisitions)
 				secs += r[0].Elapsed.Seconds()
 			}
 			allocs[i] += float64(m1.Mallocs - m0.Mallocs)
+			goroutines[i] += float64(g1 - g0)
 			handoffs[i] += n
 			logRate[i] += math.Log(n / secs)
 		}
@@ -63,9 +90,23 @@ func BenchmarkHandoffCost(b *testing.B) {
 	for i := range 2 {
 		b.ReportMetric(per(cpu, i), impls[i].Name+"-cpu-per-handoff-µs")
 		b.ReportMetric(per(allocs, i), impls[i].Name+"-allocs-per-handoff")
+		b.ReportMetric(per(goroutines, i), impls[i].Name+"-goroutines-per-handoff")
 	}
 	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "locker-cpu-x-zklock")
+	if serverCPU[1] > 0 {
+		b.ReportMetric(per(serverCPU, 0)/per(serverCPU, 1), "locker-server-cpu-x-zklock")
+	}
 	b.ReportMetric(per(allocs, 0)/per(allocs, 1), "locker-allocs-x-zklock")
 	b.ReportMetric(math.Exp((logRate[0]-logRate[1])/(costTurns-1)), "locker-rate-x-zklock")
 	b.ReportMetric(0, "ns/op")
+}
+
+// goroutinesCreated is how many goroutines this process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }

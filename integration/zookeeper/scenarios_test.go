@@ -41,12 +41,20 @@ func BenchmarkScenarios(b *testing.B) {
 // client count.
 func BenchmarkScenariosProduction(b *testing.B) {
 	srv := testenv.ZooKeeperProduction(b)
+	impls := scenarioImpls(b, srv, urlLockers(b, srv), productionTTL)
+	warmUp(b, impls, productionWarmUp)
+	contend.Scenarios(b, impls, 3*time.Second)
+}
+
+// urlLockers returns a function that opens a Locker on srv as users open
+// one: through the zk:// URL, with a TTL of productionTTL.
+func urlLockers(b *testing.B, srv *testenv.ZooKeeperServer) func(*testing.B) locker.Locker {
 	var mux locker.Mux
 	if err := mux.Register("zk", zookeeper.Open); err != nil {
 		b.Fatal(err)
 	}
 	url := "zk://" + srv.Servers()[0] + zookeeper.DefaultRoot
-	newLocker := func(b *testing.B) locker.Locker {
+	return func(b *testing.B) locker.Locker {
 		l, err := locker.Open(b.Context(), &mux, url, locker.WithTTL(productionTTL))
 		if err != nil {
 			b.Fatal(err)
@@ -54,9 +62,6 @@ func BenchmarkScenariosProduction(b *testing.B) {
 		b.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	impls := scenarioImpls(b, srv, newLocker, productionTTL)
-	warmUp(b, impls, productionWarmUp)
-	contend.Scenarios(b, impls, 3*time.Second)
 }
 
 // productionWarmUp is how long BenchmarkScenariosProduction has the
