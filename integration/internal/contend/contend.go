@@ -418,9 +418,10 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 }
 
 // Uncontended times one client's Lock+Unlock of each implementation, the
-// implementations interleaved in each of b.N rounds, the ctx kinds taking
-// turns every uncontendedBlock rounds, and reports the medians and the
-// first one's ratios to the others'. Turns of several rounds: a Locker's
+// implementations interleaved in each round; each of b.N iterations runs
+// uncontendedBlock rounds with each kind of ctx in turn, so that even
+// -benchtime 1x gives every kind a median of several rounds. It reports
+// the medians and the first one's ratios to the others'. Turns of several rounds: a Locker's
 // detached call right after inline ones finds its worker cold, which a
 // caller that always passes one kind never does.
 func Uncontended(b *testing.B, impls []Impl) {
@@ -448,11 +449,14 @@ func Uncontended(b *testing.B, impls []Impl) {
 	for k := range times {
 		times[k] = make([][]time.Duration, len(impls))
 	}
-	for round := 0; b.Loop(); round++ {
-		k := round / uncontendedBlock % len(ctxKinds)
-		ctx := ctxKinds[k].ctx(b.Context())
-		for i, m := range ms {
-			times[k][i] = append(times[k][i], once(ctx, m))
+	for b.Loop() {
+		for k, kind := range ctxKinds {
+			ctx := kind.ctx(b.Context())
+			for range uncontendedBlock {
+				for i, m := range ms {
+					times[k][i] = append(times[k][i], once(ctx, m))
+				}
+			}
 		}
 	}
 	for k, kind := range ctxKinds {
@@ -467,7 +471,7 @@ func Uncontended(b *testing.B, impls []Impl) {
 }
 
 // uncontendedBlock is how many rounds of Uncontended in a row use one kind
-// of ctx.
+// of ctx, in each iteration.
 const uncontendedBlock = 20
 
 // Handoff measures, rounds times per implementation and ctx kind, the time
