@@ -43,14 +43,15 @@ func TestNewRefusesSessionShorterThanTTL(t *testing.T) {
 }
 
 // TestSessionLongerThanTTL: a server whose minimum session timeout is above
-// the TTL grants more than asked: the Locker works, and a crashed holder's
-// key is taken over once that longer session expired.
+// the session the client asks for grants more than asked, and more than the
+// TTL: New accepts it, and renewals keep the lock over several TTLs. The
+// server is one of the test's own with a tick of 2 s (sessions of 4 s at
+// least): a session of the test server's minimum, 400 ms, timed out on a
+// loaded machine and closed the connection.
 func TestSessionLongerThanTTL(t *testing.T) {
-	srv := testenv.ZooKeeper(t)
-	conn, events := connectWith(t, srv, 100*time.Millisecond) // granted 400 ms
-	// Just under the binary server's 400 ms minimum: at 200 ms, a renewal
-	// late on a loaded machine lost the lock.
-	l, err := zookeeper.New(conn, events, locker.WithTTL(380*time.Millisecond))
+	srv := testenv.NewZooKeeperProduction(t)
+	conn, events := connectWith(t, srv, 100*time.Millisecond) // granted 4 s
+	l, err := zookeeper.New(conn, events, locker.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestSessionLongerThanTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // several TTLs: renewals keep it
+	time.Sleep(3 * time.Second) // several TTLs: renewals keep it
 	select {
 	case <-lk.Done():
 		t.Fatalf("the lock was lost: %v", lk.Err())

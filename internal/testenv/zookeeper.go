@@ -121,6 +121,15 @@ func ZooKeeperProduction(t testing.TB) *ZooKeeperServer {
 	})
 }
 
+// NewZooKeeperProduction returns a server of this test's own run as
+// [ZooKeeperProduction]'s is: a tick of 2 s, so that the server grants no
+// session shorter than 4 s. It is stopped when the test ends (see
+// [ownServer]).
+func NewZooKeeperProduction(t testing.TB) *ZooKeeperServer {
+	t.Helper()
+	return ownServer(t, zkSource(zkProduction))
+}
+
 // startZooKeeper finds a ZooKeeper server: from the environment, Docker or
 // the jars.
 func startZooKeeper() (*ZooKeeperServer, func(), error) { return zkSource(zkTest).provision() }
