@@ -20,7 +20,8 @@ import (
 //	queue    locker:{s}:q      sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <lid> <label>",
 //	                           and " woke" -> "<until> <owner>" (unfair mode)
-//	                           and " watch <lid>" -> "1" (a LockMulti to wake)
+//	                           and " watch <lid>" -> "1" (a LockMulti to wake),
+//	                           with " watched" -> "1" while any may be left
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>

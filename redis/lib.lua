@@ -18,7 +18,10 @@
 --                   wakes it no more before until (server µs)
 --                   And fields " watch <lid>" -> "1": a LockMulti of that
 --                   Locker found the key held (multi_acquire.lua); the
---                   release that frees the key wakes the first of them
+--                   release that frees the key wakes the first of them.
+--                   Each sets " watched" -> "1", which lets a release
+--                   skip the list of fields while none was recorded
+--                   (watch.lua)
 --
 -- Every name carries the same Cluster hash tag.
 

@@ -11,8 +11,9 @@
 -- ARGV[4]  lid        the caller's Locker id, or "": a failed attempt then
 --                     records nothing. Otherwise it records the Locker in
 --                     the waiters hash of the key it found held (field
---                     " watch <lid>"), so that the release that frees the
---                     key wakes it (release.lua, multi_release.lua)
+--                     " watch <lid>", and " watched", see watch.lua), so
+--                     that the release that frees the key wakes it
+--                     (release.lua, multi_release.lua)
 -- ARGV[5]  stale      milliseconds a waiters hash created for a record
 --                     lasts
 -- ARGV[6]  unwatch    the numbers (from 1, each followed by a space) of
@@ -69,7 +70,7 @@ if held > 0 then
   -- hash it creates lasts twice the stale time (as enqueue's do).
   local w = KEYS[4 * n + held]
   if ARGV[4] ~= '' then
-    redis.call('HSET', w, ' watch ' .. ARGV[4], '1')
+    redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1')
     if redis.call('PTTL', w) == -1 then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end

@@ -41,7 +41,7 @@ end
 local q = redis.call('ZRANGE', KEYS[3], 0, 1)
 if not q[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+  if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
     return 2
   end
   return 1
@@ -58,7 +58,7 @@ do
     if h and ARGV[2] ~= '' and wake_due(now, h) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
-    if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+    if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
       nopub = true
     end
   elseif h then
@@ -72,7 +72,7 @@ do
         publish(ARGV[2] .. ':' .. lid, 'free')
       end
     end
-    if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 and not wake_watcher(KEYS[4], ARGV[2]) then
+    if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
       nopub = true
     end
   end
