@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 )
 
 // The cases of this file drive waits through store faults: waits cancelled
@@ -64,6 +65,7 @@ func testCancelWhileIsolated(c *caseT) {
 	sleep(ctx, c.pause())
 	healOnce := c.isolate(w)
 	cancel()
+	cancelled := time.Now()
 	for range waits {
 		select {
 		case r := <-results:
@@ -75,6 +77,12 @@ func testCancelWhileIsolated(c *caseT) {
 		}
 	}
 	healOnce()
+	// A request sent before the cancel may still be on its way (queued in
+	// a proxy or a pooler) and take the key until its fence, at most
+	// driver.FenceWindow after it was sent; its undo frees the key after
+	// that. The holder unlocks once no such request can take the key, so
+	// that a key taken after the Unlock is a residue.
+	sleep(ctx, time.Until(cancelled.Add(driver.FenceWindow(c.h.TTL))))
 	// Whatever the Lockers must clean up, they can now: the key must be
 	// free soon after the holder's Unlock, and stay free.
 	c.unlock(ctx, la, heldUntil)
