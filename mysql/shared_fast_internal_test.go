@@ -57,8 +57,21 @@ func takeMarkedRace(t *testing.T, plain bool) {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
+	// A table of the test's own, which no other test's rows, locks or DDL
+	// touch.
+	table := "take_marked_" + strings.ToLower(rand.Text()[:8])
+	plainDB := open("", func(string) {})
+	if err := migrate(ctx, plainDB, table); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateShared(ctx, plainDB, table); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = plainDB.ExecContext(context.Background(), "DROP TABLE IF EXISTS `"+table+sharedSuffix+"`, `"+table+"`")
+	})
 	newDrv := func(db *sql.DB) *sqlDriver {
-		d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
+		d := newDriver(db, Config{PollOnly: true, Table: table}, 0)
 		if err := d.Configure(ctx, driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +127,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			}
 		}
 		t.Error("the take never waited for the transaction's locks")
+		logProcesses(ctx, t, monitor)
 	}))
 	slow.mariaDB = false // the transaction, as on MySQL
 	var slowErr error
@@ -200,4 +214,24 @@ func (s *hookStmt) ExecContext(ctx context.Context, args []sqldriver.NamedValue)
 
 func (s *hookStmt) QueryContext(ctx context.Context, args []sqldriver.NamedValue) (sqldriver.Rows, error) {
 	return s.Stmt.(sqldriver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+// logProcesses logs what the server's connections are doing, for a take
+// that neither waited on InnoDB's locks nor finished.
+func logProcesses(ctx context.Context, t *testing.T, db *sql.DB) {
+	rows, err := db.QueryContext(ctx, "SELECT ID, COMMAND, TIME, IFNULL(STATE, ''), LEFT(IFNULL(INFO, ''), 160) FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Sleep'")
+	if err != nil {
+		t.Logf("read the process list: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, secs int64
+		var command, state, info string
+		if err := rows.Scan(&id, &command, &secs, &state, &info); err != nil {
+			t.Logf("read the process list: %v", err)
+			return
+		}
+		t.Logf("process %d: %s %ds state=%q %s", id, command, secs, state, info)
+	}
 }
