@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"time"
 
 	"github.com/golocker/locker"
 )
@@ -36,18 +35,9 @@ func testCloseEndsBackgroundCalls(c *caseT) {
 	go func() { lk, err := a.TryLock(bg, free); results <- result{"TryLock of a free key", lk, err} }()
 	go func() { results <- result{"Unlock", nil, la.Unlock(bg)} }()
 	sleep(ctx, c.pause()) // the calls wait for the store
-	closed := make(chan error, 1)
-	start := time.Now()
-	go func() { closed <- a.Close() }()
-
-	bound := c.within(2)
-	wctx, cancel := context.WithTimeout(ctx, bound)
+	_, wctx, cancel := c.closeCutOff(ctx, a, closeBackground)
 	defer cancel()
-	if err, ok := recvBy(wctx, closed); ok {
-		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	} else {
-		c.Errorf("%s: Close still running %v after it was called", closeBackground, bound)
-	}
+	bound := c.within(2)
 	for range 3 {
 		r, ok := recvBy(wctx, results)
 		if !ok {

@@ -103,17 +103,9 @@ func testCloseWhileWaiting(c *caseT) {
 	sleep(ctx, c.pause())
 	checkWaiting("after the cut")
 
-	closed := make(chan error, 1)
-	start := time.Now()
-	go func() { closed <- a.Close() }()
-	bound := c.within(2)
-	dctx, cancel := context.WithTimeout(ctx, bound)
+	start, dctx, cancel := c.closeCutOff(ctx, a, closeWaiting)
 	defer cancel()
-	if err, ok := recvBy(dctx, closed); ok {
-		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	} else {
-		c.Errorf("%s: Close still running %v after it was called", closeWaiting, bound)
-	}
+	bound := c.within(2)
 	for _, w := range waits {
 		r, ok := recvBy(dctx, w.res)
 		if !ok {
@@ -145,6 +137,25 @@ func testCloseWhileWaiting(c *caseT) {
 		}
 		c.unlock(ctx, lk, heldUntil)
 	}
+}
+
+// closeCutOff closes l, a Locker cut off from the store, and fails the
+// case under contract unless Close returns within 2 TTLs (c.within(2)). It
+// returns when Close was called and a ctx that ends at that bound, for the
+// calls that Close must end by then.
+func (c *caseT) closeCutOff(ctx context.Context, l locker.Locker, contract string) (time.Time, context.Context, context.CancelFunc) {
+	c.Helper()
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- l.Close() }()
+	bound := c.within(2)
+	dctx, cancel := context.WithDeadline(ctx, start.Add(bound))
+	if err, ok := recvBy(dctx, closed); ok {
+		c.Logf("Close of the cut-off Locker returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	} else {
+		c.Errorf("%s: Close still running %v after it was called", contract, bound)
+	}
+	return start, dctx, cancel
 }
 
 // recvBy receives from ch until ctx ends; a value sent by then is received
