@@ -50,6 +50,20 @@ func queuedWaiter(t *testing.T, ctx context.Context, admin *goredis.Client, l lo
 	return owners[0], f[3], ch, cancel
 }
 
+// lockAndUnlock locks key on l in a goroutine, waiting as long as ctx
+// allows, unlocks it, and sends the first error (nil when both succeeded).
+func lockAndUnlock(ctx context.Context, l locker.Locker, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lk, err := l.Lock(ctx, key)
+		if err == nil {
+			err = lk.Unlock(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
 // errGranted is a waiter's Lock that returned the lock.
 type errGranted struct{ token uint64 }
 
@@ -194,14 +208,7 @@ func TestNoInboxConfirms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiters.Lock(ctx, key)
-		if err == nil {
-			err = wl.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiters, key)
 	waitQueued(t, ctx, admin, key, 1)
 	recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()
 	if err != nil || len(recs) != 1 {
@@ -246,14 +253,7 @@ func TestInboxRefusedWakesWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiters.Lock(ctx, key)
-		if err == nil {
-			err = wl.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiters, key)
 	waitQueued(t, ctx, admin, key, 1)
 	seq := func() string {
 		recs, err := admin.HVals(ctx, name(kindWaiters, key)).Result()

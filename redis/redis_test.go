@@ -524,14 +524,7 @@ func TestWakeByPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx, key)
-		if err == nil {
-			err = wl.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiter, key)
 	waitSubscribers(t, ctx, admin, channelName(key), 1)
 	released := time.Now()
 	if err := lk.Unlock(ctx); err != nil {
@@ -647,14 +640,7 @@ func TestHandOverRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			wl, err := waiter.Lock(ctx, key)
-			if err == nil {
-				err = wl.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockAndUnlock(ctx, waiter, key)
 		<-hook.refused
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -901,14 +887,7 @@ func TestClusterKeys(t *testing.T) {
 		if _, err := b.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
 			t.Errorf("TryLock(%q) from another Locker while held: %v; want ErrNotAcquired", key, err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			wl, err := b.Lock(ctx, key)
-			if err == nil {
-				err = wl.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := lockAndUnlock(ctx, b, key)
 		time.Sleep(50 * time.Millisecond)
 		if err := lk.Unlock(ctx); err != nil {
 			t.Errorf("Unlock(%q): %v", key, err)
@@ -1014,14 +993,7 @@ func TestCrashedWaiter(t *testing.T) {
 	}
 
 	survivor, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
-	got := make(chan error, 1)
-	go func() {
-		wl, err := survivor.Lock(ctx, key)
-		if err == nil {
-			err = wl.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, survivor, key)
 	for admin.ZCard(ctx, name(kindQueue, key)).Val() < 1 {
 		time.Sleep(2 * time.Millisecond)
 	}
