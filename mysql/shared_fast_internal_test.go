@@ -110,8 +110,10 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			fastGrant, fastErr = fast.TryAcquireShared(ctx, req(), share)
 		}()
 		// The take runs now, until it waits for a lock this transaction
-		// holds.
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		// holds. InnoDB refreshes what INNODB_TRX shows only when nobody
+		// has read it for 100 ms. A monitor that polls faster sees its
+		// first answer for ever, so this one polls every 150 ms.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			var n int
 			if err := monitor.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
 				t.Error(err)
@@ -123,7 +125,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			select {
 			case <-done:
 				return // it took or refused without waiting: the outcome tells
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(150 * time.Millisecond):
 			}
 		}
 		t.Error("the take never waited for the transaction's locks")
