@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/golocker/locker/driver"
 )
@@ -111,21 +112,44 @@ func (e *engine) lockShared(ctx context.Context, op, key string, wait bool, s Sh
 // the engine tries again after a store error.
 func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	s.Queue = true
-	var queued error // the last refusal that recorded the waiter
+	var (
+		queued error // the last refusal that recorded the waiter
+		// answered is when the last refusal arrived, zero once an
+		// attempt ended without an answer: such an attempt may still
+		// reach the store, and renew the record, at any later time.
+		answered time.Time
+		unknown  bool
+	)
 	try := func(ctx context.Context) (driver.Grant, error) {
 		g, err := e.sharer.TryAcquireShared(ctx, req, s)
 		var r *driver.Residue
-		if err != nil && errors.Is(err, driver.ErrHeld) && errors.As(err, &r) {
-			queued = err
+		switch {
+		case err == nil:
+		case errors.Is(err, driver.ErrHeld):
+			if errors.As(err, &r) {
+				queued = err
+			}
+			if !unknown {
+				answered = time.Now()
+			}
+		default:
+			unknown, answered = true, time.Time{}
 		}
 		return g, err
 	}
 	g, err := driver.Backoff(e.cfg.backoff).Poll(ctx, try, e.subscriber(req.Key))
+	// A record expires with the request's TTL unless an attempt renews it
+	// (driver.Sharer): once every attempt was answered, it is gone a TTL
+	// after the last answer.
+	var gone time.Time
+	if !answered.IsZero() {
+		gone = answered.Add(req.TTL)
+	}
 	var r *driver.Residue
 	switch {
 	case err == nil || queued == nil || errors.As(err, &r):
 	case errors.Is(err, driver.ErrConflict) || permanent(err) || ctx.Err() != nil:
-		e.withdraw(ctx, req.Key, queued)
+		e.withdraw(ctx, req.Key, queued, gone)
 	default:
 		e.keepResidue(req.Key, queued)
 	}
@@ -139,13 +163,14 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 // there all the same (the caller has returned), and one whose calls run in
 // the caller's goroutine leaves it to the background cleanup, so that the
 // caller returns promptly, as does a Locker that is closing (Close runs it).
-// What fails is left to the background cleanup.
-func (e *engine) withdraw(ctx context.Context, key string, refusal error) {
+// What fails is left to the background cleanup, until gone (zero: for as
+// long as it takes).
+func (e *engine) withdraw(ctx context.Context, key string, refusal error, gone time.Time) {
 	var r *driver.Residue
 	if !errors.As(refusal, &r) || r.Cleanup == nil {
 		return
 	}
-	c := cleanup{key: key, residue: r.Cleanup}
+	c := cleanup{key: key, residue: r.Cleanup, gone: gone}
 	var cctx context.Context // nil: runCleanups bounds it under the Locker's ctx
 	switch {
 	case ctx.Err() == nil:

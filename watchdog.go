@@ -349,6 +349,9 @@ type cleanup struct {
 	// keepUntil, when ahead, keeps the lease's key claimed until then
 	// (its MinHold) instead of releasing it.
 	keepUntil time.Time
+	// gone, when set, is when the store drops what the cleanup removes by
+	// itself: from then on there is nothing to remove (see pollShared).
+	gone time.Time
 }
 
 // run makes one attempt; nil means nothing is left to do.
@@ -434,15 +437,26 @@ func (e *engine) retryCleanups(left []cleanup) {
 }
 
 // runCleanups runs cs with ctx (nil: each bounded by the release timeout
-// under e.ctx), and returns those that failed.
+// under e.ctx), and returns those that failed. A cleanup whose gone has
+// passed counts as done, and no try of it outlasts its gone.
 func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 	var mu sync.Mutex
 	var left []cleanup
 	forEach(cs, renewWorkers, func(c cleanup) {
+		if !c.gone.IsZero() && !time.Now().Before(c.gone) {
+			return // the store has dropped it by itself
+		}
 		cctx := ctx
 		if cctx == nil {
 			var cancel context.CancelFunc
 			cctx, cancel = context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
+			defer cancel()
+		}
+		if !c.gone.IsZero() {
+			// No try is worth more time than the store keeps what it
+			// removes.
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(cctx, c.gone)
 			defer cancel()
 		}
 		err := c.run(cctx, e)
@@ -450,6 +464,9 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			e.observe(Event{Kind: EventBackgroundRelease, Key: strings.TrimPrefix(c.key, e.cfg.prefix), Token: c.lease.Token, Err: err})
 		}
 		if err != nil {
+			if !c.gone.IsZero() && !time.Now().Before(c.gone) {
+				return // failed, but the store has dropped it meanwhile
+			}
 			if errors.Is(err, driver.ErrPermanent) {
 				e.cfg.logger.Warn("locker: background cleanup failed for good; the store expires what is left", "backend", e.name, "key", c.key, "err", err)
 				return

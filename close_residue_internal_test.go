@@ -1,0 +1,119 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+// queueingSharer is a Sharer whose every attempt is refused and recorded in
+// line, with a Residue that withdraws the record. Once cut, a withdrawal
+// blocks until its ctx ends, as with a store that never answers; with hang
+// set, so does an attempt, whose outcome is then unknown.
+type queueingSharer struct {
+	*tableDriver
+	cut      atomic.Bool
+	hang     atomic.Bool
+	refused  chan struct{} // receives after each refusal
+	inFlight chan struct{} // receives when an attempt starts to hang
+	withdraw atomic.Int64  // withdrawals tried while cut
+}
+
+func newQueueingSharer() *queueingSharer {
+	return &queueingSharer{tableDriver: newTableDriver(), refused: make(chan struct{}, 100), inFlight: make(chan struct{}, 100)}
+}
+
+func (d *queueingSharer) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	cleanup := func(ctx context.Context) error {
+		if !d.cut.Load() {
+			return nil
+		}
+		d.withdraw.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if d.hang.Load() {
+		d.inFlight <- struct{}{}
+		<-ctx.Done()
+		return driver.Grant{}, &driver.Residue{Err: ctx.Err(), Cleanup: cleanup}
+	}
+	d.refused <- struct{}{}
+	return driver.Grant{}, &driver.Residue{Err: driver.Held(req.TTL / 3), Cleanup: cleanup}
+}
+
+// waitShared starts an Acquire on a semaphore of l and returns its result.
+func waitShared(t *testing.T, l Locker) <-chan error {
+	t.Helper()
+	s, err := NewSemaphore(l, "s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { _, err := s.Acquire(context.Background()); res <- err }()
+	return res
+}
+
+// TestCloseSkipsExpiredWaiterRecords: a Locker cut off from its store
+// while a semaphore wait sleeps between answered refusals needs not wait
+// its release timeout in Close: the store drops the wait's record a TTL
+// after the last refusal (driver.Sharer), so Close tries its withdrawal
+// only until then.
+func TestCloseSkipsExpiredWaiterRecords(t *testing.T) {
+	const ttl = time.Second
+	const releaseTimeout = time.Minute
+	d := newQueueingSharer()
+	l, err := New(d, WithTTL(ttl), WithReleaseTimeout(releaseTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := waitShared(t, l)
+	<-d.refused // recorded in line
+	d.cut.Store(true)
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	// A bound, not a measurement: the record is gone a TTL after the last
+	// refusal; the old Close tried its withdrawal for the release timeout.
+	bound := 2*ttl + 5*time.Second
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("Close of a Locker cut off while a wait slept between answered refusals still running after %v (release timeout %v): it must not try to withdraw a record past the time the store drops it", bound, releaseTimeout)
+	}
+	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
+	if err := <-res; !errors.Is(err, ErrClosed) {
+		t.Errorf("the wait ended by Close = %v; want ErrClosed", err)
+	}
+}
+
+// TestCloseWithdrawsAfterUnansweredAttempt: when the wait's last attempt
+// went unanswered (it may still reach the store and renew the record at
+// any time), Close still tries the withdrawal, within its release timeout.
+func TestCloseWithdrawsAfterUnansweredAttempt(t *testing.T) {
+	const releaseTimeout = 300 * time.Millisecond
+	d := newQueueingSharer()
+	l, err := New(d, WithTTL(time.Second), WithReleaseTimeout(releaseTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.hang.Store(true)
+	res := waitShared(t, l)
+	<-d.inFlight
+	d.cut.Store(true)
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := <-res; !errors.Is(err, ErrClosed) {
+		t.Errorf("the wait ended by Close = %v; want ErrClosed", err)
+	}
+	if d.withdraw.Load() == 0 {
+		t.Errorf("Close did not try to withdraw the record of a wait whose last attempt went unanswered")
+	}
+}
