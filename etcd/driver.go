@@ -522,8 +522,10 @@ const keptPrefix = "kept "
 // (rounded up, and to the server's minimum lease TTL): this Locker deletes
 // the key itself when remaining has passed on its monotonic clock, and the
 // lease deletes it later if this process does not live that long (or its
-// Locker is closed first).
+// Locker is closed first). The remaining time counts from the call.
 func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
+	// The claim ends remaining after this call, not after its round trips.
+	end := time.Now().Add(remaining)
 	st := l.State.(*lockState)
 	d.forget(st)
 	d.mu.Lock()
@@ -542,7 +544,7 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Then(clientv3.OpPut(st.key, keptPrefix+value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
-		d.deleteAfter(st.key, keptPrefix+value, remaining, st.limitOps()...)
+		d.deleteAfter(st.key, keptPrefix+value, time.Until(end), st.limitOps()...)
 		if own != nil {
 			d.revokeLease(ctx, own.id)
 		}
