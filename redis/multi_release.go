@@ -76,7 +76,7 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	calls := make([]evalCall, len(each))
 	for j, i := range each {
 		calls[j] = evalCall{script: d.release, keys: scriptKeys(ls[i].Key)[:4],
-			args: []any{ls[i].Owner, d.channelArg(ls[i].Key), d.retentionArg, "0", d.unfairArg}}
+			args: []any{ls[i].Owner, d.channelArg(ls[i].Key), d.retentionArg, "0", d.unfairArg, channelName(ls[i].Key)}}
 	}
 	for j, c := range evalPipelined(ctx, d.client, calls) {
 		n, err := c.Int64()

@@ -93,7 +93,8 @@ type Config struct {
 	FenceRetention time.Duration
 
 	// NoPubSub makes the Locker work without pub/sub from the start: no
-	// script publishes, and waiting Locks poll (see the package doc,
+	// script publishes, except a release that wakes a waiting LockMulti of
+	// a Locker with pub/sub, and waiting Locks poll (see the package doc,
 	// Waiting without pub/sub). Set it for a deployment known to refuse
 	// PUBLISH or SUBSCRIBE (ACL -@pubsub or resetchannels, rename-command,
 	// a proxy without pub/sub); without it the Locker switches by itself

@@ -13,9 +13,12 @@
 --                     Locker ("free"), whoever takes it, unless that
 --                     waiter was woken less than wake_gap_us ago (lib.lua);
 --                     "0": hand it over
+-- ARGV[6]  watchers   the lock's channel even without pub/sub: a LockMulti
+--                     of a Locker with pub/sub may wait on it
 --
 -- A release that frees the key also wakes one Locker whose LockMulti found
--- it held (wake_watcher).
+-- it held (wake_watcher), on ARGV[6]: that Locker recorded itself because
+-- it listens, whether or not this one does.
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 2 when it was
@@ -41,7 +44,7 @@ end
 local q = redis.call('ZRANGE', KEYS[3], 0, 1)
 if not q[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
+  if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
     return 2
   end
   return 1
@@ -58,7 +61,7 @@ do
     if h and ARGV[2] ~= '' and wake_due(now, h) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
-    if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
+    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
       nopub = true
     end
   elseif h then
@@ -72,7 +75,7 @@ do
         publish(ARGV[2] .. ':' .. lid, 'free')
       end
     end
-    if ARGV[2] ~= '' and watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
+    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
       nopub = true
     end
   end

@@ -2,9 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
@@ -39,4 +42,59 @@ func TestConformanceNoPubSub(t *testing.T) {
 // TestConformanceNoPubSubForced runs the suite with Config.NoPubSub.
 func TestConformanceNoPubSubForced(t *testing.T) {
 	conformance.Run(t, singleHarnessWith(t, testenv.NewRedis(t), redis.Config{NoPubSub: true}, nil))
+}
+
+// TestReleaseWithoutPubSubWakesLockMulti: a single-key release by a Locker
+// without pub/sub (Config.NoPubSub) wakes a LockMulti of a Locker with
+// pub/sub that waits for the key: the channel is the key's, whoever
+// releases. Without the wake-up the LockMulti would wait for its next
+// refresh, a third of a long TTL.
+func TestReleaseWithoutPubSubWakesLockMulti(t *testing.T) {
+	const ttl = time.Minute // the waiter's refresh: 20 s
+	srv := testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	quiet, err := redis.Config{NoPubSub: true}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	loud, err := redis.Config{}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loud.Close()
+
+	key := fmt.Sprintf("nopubsub-wakes-multi/%x", rand.Uint64())
+	held, err := quiet.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		m, err := locker.LockMulti(ctx, loud, []string{key, key + "/other"})
+		if err == nil {
+			err = m.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The LockMulti finds the key held and waits; a slower start only
+	// makes the check weaker.
+	time.Sleep(500 * time.Millisecond)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	released := time.Now()
+	// A generous bound, not a measurement: without the wake-up the wait
+	// lasts until its refresh, ten seconds or more.
+	bound := 3 * time.Second
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("LockMulti: %v", err)
+		}
+		t.Logf("LockMulti got the keys %v after the release", time.Since(released).Round(time.Millisecond))
+	case <-time.After(bound):
+		t.Fatalf("a LockMulti with pub/sub still waited %v after a Locker without pub/sub released the key it waits for: the release must wake it", bound)
+	}
 }
