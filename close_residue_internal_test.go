@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,15 +22,17 @@ type queueingSharer struct {
 	refused  chan struct{} // receives after each refusal
 	inFlight chan struct{} // receives when an attempt starts to hang
 	withdraw atomic.Int64  // withdrawals tried while cut
+	withdrew chan struct{} // receives after a withdrawal while not cut
 }
 
 func newQueueingSharer() *queueingSharer {
-	return &queueingSharer{tableDriver: newTableDriver(), refused: make(chan struct{}, 100), inFlight: make(chan struct{}, 100)}
+	return &queueingSharer{tableDriver: newTableDriver(), refused: make(chan struct{}, 100), inFlight: make(chan struct{}, 100), withdrew: make(chan struct{}, 100)}
 }
 
 func (d *queueingSharer) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	cleanup := func(ctx context.Context) error {
 		if !d.cut.Load() {
+			d.withdrew <- struct{}{}
 			return nil
 		}
 		d.withdraw.Add(1)
@@ -115,5 +118,40 @@ func TestCloseWithdrawsAfterUnansweredAttempt(t *testing.T) {
 	}
 	if d.withdraw.Load() == 0 {
 		t.Errorf("Close did not try to withdraw the record of a wait whose last attempt went unanswered")
+	}
+}
+
+// TestOpenLockerWithdrawsPastRecordExpiry: while the Locker is open, a
+// withdrawal that failed is retried after the record's TTL has passed, until
+// the store answers: a session the Locker keeps alive (etcd, ZooKeeper) may
+// hold the record that long.
+func TestOpenLockerWithdrawsPastRecordExpiry(t *testing.T) {
+	const ttl = time.Second
+	d := newQueueingSharer()
+	l, err := New(d, WithTTL(ttl), WithReleaseTimeout(300*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := NewSemaphore(l, "s", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { _, err := s.Acquire(ctx); res <- err }()
+	<-d.refused
+	d.cut.Store(true)
+	answered := time.Now()
+	cancel()
+	if err := <-res; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("the cancelled wait = %v; want ErrNotAcquired", err)
+	}
+	time.Sleep(time.Until(answered.Add(ttl + ttl/2))) // past the record's TTL
+	d.cut.Store(false)
+	select {
+	case <-d.withdrew:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("an open Locker gave up withdrawing a record once its TTL had passed; a session it keeps alive may still hold it")
 	}
 }

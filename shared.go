@@ -140,9 +140,9 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 	g, err := driver.Backoff(e.cfg.backoff).Poll(ctx, try, e.subscriber(req.Key))
 	// A record expires with the request's TTL unless an attempt renews it
 	// (driver.Sharer): once every attempt was answered, it is gone a TTL
-	// after the last answer.
+	// after the last answer (or with the session that holds it).
 	var gone time.Time
-	if !answered.IsZero() {
+	if !answered.IsZero() && req.TTL > 0 {
 		gone = answered.Add(req.TTL)
 	}
 	var r *driver.Residue

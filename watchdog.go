@@ -350,7 +350,7 @@ type cleanup struct {
 	// (its MinHold) instead of releasing it.
 	keepUntil time.Time
 	// gone, when set, is when the store drops what the cleanup removes by
-	// itself: from then on there is nothing to remove (see pollShared).
+	// itself once nothing of the Locker keeps it alive (see pollShared).
 	gone time.Time
 }
 
@@ -437,13 +437,18 @@ func (e *engine) retryCleanups(left []cleanup) {
 }
 
 // runCleanups runs cs with ctx (nil: each bounded by the release timeout
-// under e.ctx), and returns those that failed. A cleanup whose gone has
-// passed counts as done, and no try of it outlasts its gone.
+// under e.ctx), and returns those that failed. Once the Locker is closing
+// (e.ctx ended), a cleanup whose gone has passed counts as done, and no try
+// of it outlasts its gone: nothing of the Locker keeps what it removes
+// alive any more. While the Locker is open, a session it keeps alive may
+// hold a record past gone.
 func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
+	closing := e.ctx.Err() != nil
 	var mu sync.Mutex
 	var left []cleanup
 	forEach(cs, renewWorkers, func(c cleanup) {
-		if !c.gone.IsZero() && !time.Now().Before(c.gone) {
+		expires := closing && !c.gone.IsZero()
+		if expires && !time.Now().Before(c.gone) {
 			return // the store has dropped it by itself
 		}
 		cctx := ctx
@@ -452,7 +457,7 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			cctx, cancel = context.WithTimeout(e.ctx, e.cfg.releaseTimeout)
 			defer cancel()
 		}
-		if !c.gone.IsZero() {
+		if expires {
 			// No try is worth more time than the store keeps what it
 			// removes.
 			var cancel context.CancelFunc
@@ -464,7 +469,7 @@ func (e *engine) runCleanups(ctx context.Context, cs []cleanup) []cleanup {
 			e.observe(Event{Kind: EventBackgroundRelease, Key: strings.TrimPrefix(c.key, e.cfg.prefix), Token: c.lease.Token, Err: err})
 		}
 		if err != nil {
-			if !c.gone.IsZero() && !time.Now().Before(c.gone) {
+			if expires && !time.Now().Before(c.gone) {
 				return // failed, but the store has dropped it meanwhile
 			}
 			if errors.Is(err, driver.ErrPermanent) {
