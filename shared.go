@@ -163,8 +163,8 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 // there all the same (the caller has returned), and one whose calls run in
 // the caller's goroutine leaves it to the background cleanup, so that the
 // caller returns promptly, as does a Locker that is closing (Close runs it).
-// What fails is left to the background cleanup, until gone (zero: for as
-// long as it takes).
+// What fails is left to the background cleanup. gone is when the record
+// expires by itself (zero: unknown), which Close goes by (see runCleanups).
 func (e *engine) withdraw(ctx context.Context, key string, refusal error, gone time.Time) {
 	var r *driver.Residue
 	if !errors.As(refusal, &r) || r.Cleanup == nil {
