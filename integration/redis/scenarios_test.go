@@ -114,8 +114,8 @@ func BenchmarkScenarios(b *testing.B) {
 		impls[i].ServerCalls = serverCalls(stats)
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
-	// Three keys at once: LockMulti beside redislock's ObtainMulti;
-	// locker-x-redislock is the ratio of their rates.
+	// Three keys at once: LockMulti, fair and unfair, beside redislock's
+	// ObtainMulti (multiImpls).
 	multi := multiImpls(addr, ttl)
 	for i := range multi {
 		multi[i].ServerCPU = serverCPU(stats)
