@@ -27,8 +27,8 @@ import (
 // costs, which bounds what this library can reach against the peers
 // without one. Every implementation reports its ratios to "fenced"
 // ("fair-x-fenced", "unfair-x-fenced", ...). The multi-key scenario runs
-// LockMulti beside redislock's ObtainMulti. Each client is on a
-// connection of its own:
+// LockMulti, fair and unfair, beside redislock's ObtainMulti and a fenced
+// ObtainMulti (multiImpls). Each client is on a connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
