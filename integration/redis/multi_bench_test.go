@@ -2,11 +2,14 @@ package redis_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/bsm/redislock"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
@@ -35,19 +38,27 @@ func BenchmarkConformance(b *testing.B) {
 }
 
 // multiImpls are the implementations of the multi-key scenario on the
-// server at addr: locker.LockMulti beside bsm/redislock's ObtainMulti
-// (retrying every millisecond, as its Obtain does in BenchmarkScenarios).
+// server at addr: locker.LockMulti, fair (the default) and unfair
+// (Config.Unfair), beside bsm/redislock's ObtainMulti (retrying every
+// millisecond, as its Obtain does in BenchmarkScenarios), the reference:
+// fair-x-redislock and unfair-x-redislock are the ratios of their rates.
+// "fenced" is ObtainMulti with a fencing token per key (fencedMultiAcquire):
+// fenced-x-redislock bounds what a lock with tokens can reach.
 func multiImpls(addr string, ttl time.Duration) []scen.Impl {
-	return []scen.Impl{
-		scen.LockerMulti(func(b *testing.B) locker.Locker {
-			l, err := redis.New(newClient(b, addr), locker.WithTTL(ttl))
+	lockers := func(cfg redis.Config) func(b *testing.B) locker.Locker {
+		return func(b *testing.B) locker.Locker {
+			l, err := cfg.New(newClient(b, addr), locker.WithTTL(ttl))
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = l.Close() })
 			return l
-		}),
-		{Name: "redislock", New: func(b *testing.B, key string) scen.Mutex {
+		}
+	}
+	return []scen.Impl{
+		scen.LockerMulti("fair", lockers(redis.Config{})),
+		scen.LockerMulti("unfair", lockers(redis.Config{Unfair: true})),
+		{Name: "redislock", Reference: true, New: func(b *testing.B, key string) scen.Mutex {
 			rl := redislock.New(newClient(b, addr))
 			keys := scen.MultiKeys(key)
 			opts := &redislock.Options{RetryStrategy: redislock.LinearBackoff(time.Millisecond)}
@@ -64,5 +75,54 @@ func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 				}
 			})
 		}},
+		{Name: "fenced", New: func(b *testing.B, key string) scen.Mutex {
+			c := newClient(b, addr)
+			keys := scen.MultiKeys(key)
+			names := append(slices.Clone(keys), make([]string, len(keys))...)
+			for i, k := range keys {
+				names[len(keys)+i] = k + ":fence"
+			}
+			return scen.Func(func(ctx context.Context) (func(context.Context) error, error) {
+				owner := rand.Text()
+				for {
+					took, err := fencedMultiAcquire.Run(ctx, c, names, owner, ttl.Milliseconds()).Slice()
+					if err != nil {
+						return nil, err
+					}
+					if len(took) == len(keys) {
+						return func(ctx context.Context) error {
+							return fencedMultiRelease.Run(ctx, c, keys, owner).Err()
+						}, nil
+					}
+					select {
+					case <-time.After(time.Millisecond):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+			})
+		}},
 	}
 }
+
+// fencedMultiAcquire is the acquire of the multi-key "fenced" reference:
+// for n keys, KEYS[1..n] the locks and KEYS[n+i] lock i's token counter.
+// When no lock exists it sets them all (PX ARGV[2]) and returns each one's
+// new token (INCR of its counter); otherwise an empty list. It is the
+// least a multi-key lock with a token per key costs on Redis: no queue, no
+// label, counters that never expire.
+var fencedMultiAcquire = goredis.NewScript(`local n = #KEYS / 2
+if redis.call('EXISTS', unpack(KEYS, 1, n)) > 0 then return {} end
+local t = {}
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  t[i] = redis.call('INCR', KEYS[n + i])
+end
+return t`)
+
+// fencedMultiRelease deletes the locks KEYS when every one is ARGV[1]'s.
+var fencedMultiRelease = goredis.NewScript(`local vs = redis.call('MGET', unpack(KEYS))
+for i = 1, #KEYS do
+  if vs[i] ~= ARGV[1] then return 0 end
+end
+return redis.call('DEL', unpack(KEYS))`)

@@ -27,8 +27,8 @@ import (
 // costs, which bounds what this library can reach against the peers
 // without one. Every implementation reports its ratios to "fenced"
 // ("fair-x-fenced", "unfair-x-fenced", ...). The multi-key scenario runs
-// LockMulti beside redislock's ObtainMulti. Each client is on a
-// connection of its own:
+// LockMulti, fair and unfair, beside redislock's ObtainMulti and a fenced
+// ObtainMulti (multiImpls). Each client is on a connection of its own:
 //
 //	go test -run '^$' -bench Scenarios ./integration/redis/
 func BenchmarkScenarios(b *testing.B) {
@@ -114,8 +114,8 @@ func BenchmarkScenarios(b *testing.B) {
 		impls[i].ServerCalls = serverCalls(stats)
 	}
 	scen.Scenarios(b, impls, 3*time.Second)
-	// Three keys at once: LockMulti beside redislock's ObtainMulti;
-	// locker-x-redislock is the ratio of their rates.
+	// Three keys at once: LockMulti, fair and unfair, beside redislock's
+	// ObtainMulti (multiImpls).
 	multi := multiImpls(addr, ttl)
 	for i := range multi {
 		multi[i].ServerCPU = serverCPU(stats)

@@ -16,10 +16,10 @@ func MultiKeys(key string) []string {
 	return []string{key + ":a", key + ":b", key + ":c"}
 }
 
-// LockerMulti is the Impl of this library's locker.LockMulti: newLocker
-// returns a Locker of its own for each client.
-func LockerMulti(newLocker func(b *testing.B) locker.Locker) Impl {
-	return Impl{Name: "locker", New: func(b *testing.B, key string) Mutex {
+// LockerMulti is the Impl, named name, of this library's locker.LockMulti:
+// newLocker returns a Locker of its own for each client.
+func LockerMulti(name string, newLocker func(b *testing.B) locker.Locker) Impl {
+	return Impl{Name: name, New: func(b *testing.B, key string) Mutex {
 		l, keys := newLocker(b), MultiKeys(key)
 		return Func(func(ctx context.Context) (func(context.Context) error, error) {
 			m, err := locker.LockMulti(ctx, l, keys)
