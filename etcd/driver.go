@@ -329,10 +329,15 @@ func (d *etcdDriver) grant(ctx context.Context, st *lockState) (driver.Grant, er
 // land), the key is also deleted before the lease is next kept alive.
 func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, cause error) error {
 	d.mu.Lock()
-	dead := st.sess.dead != nil && st.own == nil
+	onSession := st.own == nil
+	dead := st.sess.dead != nil && onSession
+	// A Locker that is closing revokes its session's lease next, or lets
+	// it expire: a key on it goes too, and a deletion first, against a
+	// store that may not answer, would only hold Close up.
+	closing := onSession && (st.sess == d.sess || d.closed) && errors.Is(context.Cause(ctx), locker.ErrClosed)
 	d.mu.Unlock()
-	if dead {
-		return cause // etcd deleted the key with the lease
+	if dead || closing {
+		return cause // etcd deletes, or deleted, the key with the lease
 	}
 	if !created {
 		d.orphan(st)

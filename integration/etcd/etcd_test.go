@@ -595,3 +595,50 @@ func TestBreakManyPermits(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseCutOffWaitSkipsDeletion: Close of a Locker cut off from etcd
+// while a Lock waits does not spend the waiter key's deletion timeout on
+// it. The key is on the Locker's lease, which Close revokes or lets
+// expire, so the deletion buys nothing; Close then takes the revocation's
+// bound, a TTL.
+func TestCloseCutOffWaitSkipsDeletion(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f := newFleet(t, eps, testTTL)
+	holder := newLocker(t, eps)
+	key := uniqueKey(t)
+	hl, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Unlock(ctx)
+	a := f.newLocker(t)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(context.Background(), key)
+		waited <- err
+	}()
+	// The wait has put its waiter key in line once the key's directory
+	// holds two keys.
+	waitFor(t, 10*time.Second, "the waiter's key", func() bool {
+		resp, err := f.admin.Get(ctx, etcd.Dir(testPrefix+key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count >= 2
+	})
+	for _, p := range f.proxies[a] {
+		p.Cut()
+	}
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	took := time.Since(start)
+	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("the wait ended with %v, want ErrClosed", err)
+	}
+	// The revocation is bounded by the TTL (2 s); the deletion by 5 s,
+	// which came on top of it.
+	if limit := testTTL + 2*time.Second; took > limit {
+		t.Errorf("Close of the cut-off Locker took %v, want at most %v (the lease's revocation, not the waiter key's deletion)", took, limit)
+	}
+}
