@@ -15,7 +15,7 @@ func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*tim
 
 // wakeGap is how long after an unfair release woke a waiter ("free") the
 // next unfair releases of the key do not wake it again (wake_gap_us in
-// lib.lua): a waiter woken in vain, the key taken by a Locker that barged
+// release.lua): a waiter woken in vain, the key taken by a Locker that barged
 // in first, tries again by itself after wakeGap, so that a release in that
 // gap is not missed.
 const wakeGap = time.Millisecond

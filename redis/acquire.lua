@@ -31,33 +31,23 @@
 --
 -- A free lock goes to the first live waiter of the queue: the caller takes
 -- it when it is that waiter or nobody waits, and otherwise hands it over to
--- that waiter (and queues if it waits itself).
+-- that waiter (and queues if it waits itself). Unfair (ARGV[9] = "1"), it
+-- goes to the caller, who leaves the queue if it was in it.
 local owner, ttl = ARGV[1], ARGV[2]
 local waiting = ARGV[5] ~= '0'
 
--- Fast paths: the lock is held and the caller does not wait; the lock is
--- the caller's; the lock is free, and neither waiters nor shared holds
--- exist (take, as in lib.lua).
-local got = redis.call('MGET', KEYS[1], KEYS[2])
-local v = got[1]
-if v then
-  local n = #owner
-  if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    return tonumber(string.match(v, '^%S+ (%d+)'))
-  end
-  if not waiting then
-    return 0
-  end
-elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
-  local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
-  if sh[1] then
-    return { 'shared', sh[1], sh[2] }
-  end
-else
+-- time returns the server clock in microseconds (now_us of token.lua,
+-- which the fast paths do not include).
+local function time()
   local t = redis.call('TIME')
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(got[2])
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- fast_take gives the free lock to the caller and returns its fencing
+-- token (take of lib.lua, without its definitions).
+local function fast_take(last)
+  local token = time()
+  last = tonumber(last)
   if last and last >= token then
     token = last + 1
   end
@@ -67,9 +57,8 @@ else
   return token
 end
 
--- #include lib.lua
-fence = got[2]
-
+-- enqueue puts the caller in the queue, keeping its place if it is there
+-- (ZADD NX), and records it (see lib.lua) as of now (server µs).
 local function enqueue(now)
   local stale = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], 'NX', now, owner)
@@ -83,16 +72,51 @@ local function enqueue(now)
   end
 end
 
+-- Fast paths, before lib.lua (whose definitions cost time in every run
+-- that includes them): the lock is held and the caller does not wait, or
+-- waits (it queues); the lock is the caller's; the lock is free, and
+-- neither waiters nor shared holds exist, or the caller is unfair.
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local v = got[1]
 if v then
-  enqueue(now_us())
+  local n = #owner
+  if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return tonumber(string.match(v, '^%S+ (%d+)'))
+  end
+  if not waiting then
+    return 0
+  end
+  enqueue(time())
   return -1 - redis.call('PTTL', KEYS[1])
+elseif ARGV[9] == '1' then
+  -- Unfair: the free key is the caller's whoever waits, unless shared
+  -- holds have it. Only an attempt after the first of a waiting Lock
+  -- (seq > 1) may have queued: it leaves the queue (dequeue of lib.lua).
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
+    if sh[1] then
+      return { 'shared', sh[1], sh[2] }
+    end
+  end
+  if waiting and ARGV[5] ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
+    redis.call('HDEL', KEYS[4], owner)
+  end
+  return fast_take(got[2])
+elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
+  local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
+  if sh[1] then
+    return { 'shared', sh[1], sh[2] }
+  end
+else
+  return fast_take(got[2])
 end
--- The lock is free and the queue exists.
+
+-- #include lib.lua
+fence = got[2]
+
+-- The lock is free, the queue exists, and the caller is fair.
 local now = now_us()
-if ARGV[9] == '1' then
-  dequeue(owner)
-  return (take(now, owner, ttl, ARGV[3], ARGV[4]))
-end
 local h, seq, httl, lid, label = head(now)
 if h and h ~= owner then
   hand_over(now, h, seq, httl, lid, label, ARGV[7], ARGV[4])
