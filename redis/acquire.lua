@@ -8,7 +8,9 @@
 -- ARGV[4]  retention  milliseconds the fence key outlives the last acquisition
 -- ARGV[5]  seq        "0" for a single attempt (TryLock); otherwise the
 --                     number of this attempt of a waiting Lock, which then
---                     queues for the lock when it is held
+--                     queues for the lock when it is held. "k<n>": the
+--                     attempt of an unfair waiter whose record is recent;
+--                     if it is still queued, the held key writes nothing
 -- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
 --                     counts as gone
 -- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing. A
@@ -33,8 +35,12 @@
 -- it when it is that waiter or nobody waits, and otherwise hands it over to
 -- that waiter (and queues if it waits itself). Unfair (ARGV[9] = "1"), it
 -- goes to the caller, who leaves the queue if it was in it.
-local owner, ttl = ARGV[1], ARGV[2]
-local waiting = ARGV[5] ~= '0'
+local owner, ttl, seq = ARGV[1], ARGV[2], ARGV[5]
+local keep = string.byte(seq, 1) == 107 -- "k<n>"
+if keep then
+  seq = string.sub(seq, 2)
+end
+local waiting = seq ~= '0'
 
 -- time returns the server clock in microseconds (now_us of token.lua,
 -- which the fast paths do not include).
@@ -63,7 +69,7 @@ local function enqueue(now)
   local stale = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], 'NX', now, owner)
   redis.call('HSET', KEYS[4], owner,
-    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. seq .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
   -- The queue and the records expire together: the records outlive no
   -- queue (the " woke" field may), and a queue ZADD creates has no expiry.
   if redis.call('PTTL', KEYS[3]) < stale then
@@ -87,6 +93,9 @@ if v then
   if not waiting then
     return 0
   end
+  if keep and redis.call('ZSCORE', KEYS[3], owner) then
+    return -1 - redis.call('PTTL', KEYS[1])
+  end
   enqueue(time())
   return -1 - redis.call('PTTL', KEYS[1])
 elseif ARGV[9] == '1' then
@@ -99,7 +108,7 @@ elseif ARGV[9] == '1' then
       return { 'shared', sh[1], sh[2] }
     end
   end
-  if waiting and ARGV[5] ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
+  if waiting and seq ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
     redis.call('HDEL', KEYS[4], owner)
   end
   return fast_take(got[2])
@@ -117,9 +126,9 @@ fence = got[2]
 
 -- The lock is free, the queue exists, and the caller is fair.
 local now = now_us()
-local h, seq, httl, lid, label = head(now)
+local h, hseq, httl, lid, label = head(now)
 if h and h ~= owner then
-  hand_over(now, h, seq, httl, lid, label, ARGV[7], ARGV[4])
+  hand_over(now, h, hseq, httl, lid, label, ARGV[7], ARGV[4])
   if waiting then
     enqueue(now)
   end
