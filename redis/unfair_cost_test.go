@@ -123,15 +123,7 @@ func TestUnfairWaiterAttemptWritesNothing(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 	key := uniqueKey(t)
 	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
-	open := func() locker.Locker {
-		l, err := Config{Unfair: true}.New(newClient(t, addr), locker.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
-	a, b := open(), open()
+	a, b := newUnfairLocker(t, addr), newUnfairLocker(t, addr)
 	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
 	for _, s := range []string{include(acquireLua), include(releaseLua)} {
 		if err := c.ScriptLoad(ctx, s).Err(); err != nil {
@@ -163,4 +155,16 @@ func TestUnfairWaiterAttemptWritesNothing(t *testing.T) {
 	if counts[2] > 4 {
 		t.Errorf("the waiter's second attempt on the held key ran %d commands, want at most 4", counts[2])
 	}
+}
+
+// newUnfairLocker returns an unfair Locker with a TTL of a minute on the
+// server at addr, on a client of its own, closed when t ends.
+func newUnfairLocker(t *testing.T, addr string) locker.Locker {
+	t.Helper()
+	l, err := Config{Unfair: true}.New(newClient(t, addr), locker.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
