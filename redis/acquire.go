@@ -15,7 +15,7 @@ func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*tim
 
 // wakeGap is how long after an unfair release woke a waiter ("free") the
 // next unfair releases of the key do not wake it again (wake_gap_us in
-// lib.lua): a waiter woken in vain, the key taken by a Locker that barged
+// release.lua): a waiter woken in vain, the key taken by a Locker that barged
 // in first, tries again by itself after wakeGap, so that a release in that
 // gap is not missed.
 const wakeGap = time.Millisecond
@@ -50,6 +50,9 @@ const wakeGap = time.Millisecond
 // in vain (a Locker barged in first) tries again after wakeGap by itself,
 // which bounds its attempts on a hot key to about two per wakeGap instead
 // of one per hand-off.
+// Such an attempt, less than a refresh interval after one that wrote the
+// waiter's record, finds the waiter still queued and writes nothing (seq
+// "k<n>"): its record lives three refresh intervals.
 //
 // Between messages the waiter makes an attempt every refreshInterval, or when
 // the holder's remaining time runs out if that comes first (a crashed holder
@@ -96,6 +99,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
 	var seq uint64
+	// recorded is when the attempt that last wrote this waiter's record
+	// (unfair mode) was sent: its deadline is at least three refresh
+	// intervals later.
+	var recorded time.Time
 	woken := false // the last pause ended with a wake-up from the notifier
 	var timer *time.Timer
 	var wakeAt time.Time // when timer fires
@@ -108,13 +115,21 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		now := time.Now()
 		seq++
 		seqArg := strconv.FormatUint(seq, 10)
-		if grants != nil && d.inbox.usable() {
+		switch {
+		case grants != nil && d.inbox.usable():
 			seqArg = "i" + seqArg
+		case d.unfairArg == "1" && now.Sub(recorded) < refresh:
+			// The record is recent: still queued, the attempt
+			// writes nothing.
+			seqArg = "k" + seqArg
 		}
 		sent = append(sent, now)
 		r, err := d.attempt(ctx, req, keys, ttlArg, seqArg)
 		if err != nil {
 			return driver.Grant{}, err
+		}
+		if r <= 0 && seqArg[0] != 'k' {
+			recorded = now
 		}
 		if r > 0 {
 			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0], Queued: seq > 1}, nil

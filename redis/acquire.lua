@@ -8,7 +8,9 @@
 -- ARGV[4]  retention  milliseconds the fence key outlives the last acquisition
 -- ARGV[5]  seq        "0" for a single attempt (TryLock); otherwise the
 --                     number of this attempt of a waiting Lock, which then
---                     queues for the lock when it is held
+--                     queues for the lock when it is held. "k<n>": the
+--                     attempt of an unfair waiter whose record is recent;
+--                     if it is still queued, the held key writes nothing
 -- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
 --                     counts as gone
 -- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing. A
@@ -31,13 +33,55 @@
 --
 -- A free lock goes to the first live waiter of the queue: the caller takes
 -- it when it is that waiter or nobody waits, and otherwise hands it over to
--- that waiter (and queues if it waits itself).
-local owner, ttl = ARGV[1], ARGV[2]
-local waiting = ARGV[5] ~= '0'
+-- that waiter (and queues if it waits itself). Unfair (ARGV[9] = "1"), it
+-- goes to the caller, who leaves the queue if it was in it.
+local owner, ttl, seq = ARGV[1], ARGV[2], ARGV[5]
+local keep = string.byte(seq, 1) == 107 -- "k<n>"
+if keep then
+  seq = string.sub(seq, 2)
+end
+local waiting = seq ~= '0'
 
--- Fast paths: the lock is held and the caller does not wait; the lock is
--- the caller's; the lock is free, and neither waiters nor shared holds
--- exist (take, as in lib.lua).
+-- time returns the server clock in microseconds (now_us of token.lua,
+-- which the fast paths do not include).
+local function time()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- fast_take gives the free lock to the caller and returns its fencing
+-- token (take of lib.lua, without its definitions).
+local function fast_take(last)
+  local token = time()
+  last = tonumber(last)
+  if last and last >= token then
+    token = last + 1
+  end
+  local s = string.format('%d', token)
+  redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. ARGV[3], 'PX', ttl)
+  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  return token
+end
+
+-- enqueue puts the caller in the queue, keeping its place if it is there
+-- (ZADD NX), and records it (see lib.lua) as of now (server µs).
+local function enqueue(now)
+  local stale = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], 'NX', now, owner)
+  redis.call('HSET', KEYS[4], owner,
+    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. seq .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+  -- The queue and the records expire together: the records outlive no
+  -- queue (the " woke" field may), and a queue ZADD creates has no expiry.
+  if redis.call('PTTL', KEYS[3]) < stale then
+    redis.call('PEXPIRE', KEYS[3], 2 * stale)
+    redis.call('PEXPIRE', KEYS[4], 2 * stale)
+  end
+end
+
+-- Fast paths, before lib.lua (whose definitions cost time in every run
+-- that includes them): the lock is held and the caller does not wait, or
+-- waits (it queues); the lock is the caller's; the lock is free, and
+-- neither waiters nor shared holds exist, or the caller is unfair.
 local got = redis.call('MGET', KEYS[1], KEYS[2])
 local v = got[1]
 if v then
@@ -49,53 +93,42 @@ if v then
   if not waiting then
     return 0
   end
+  if keep and redis.call('ZSCORE', KEYS[3], owner) then
+    return -1 - redis.call('PTTL', KEYS[1])
+  end
+  enqueue(time())
+  return -1 - redis.call('PTTL', KEYS[1])
+elseif ARGV[9] == '1' then
+  -- Unfair: the free key is the caller's whoever waits, unless shared
+  -- holds have it. Only an attempt after the first of a waiting Lock
+  -- (seq > 1) may have queued: it leaves the queue (dequeue of lib.lua).
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
+    if sh[1] then
+      return { 'shared', sh[1], sh[2] }
+    end
+  end
+  if waiting and seq ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
+    redis.call('HDEL', KEYS[4], owner)
+  end
+  return fast_take(got[2])
 elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
   local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
   if sh[1] then
     return { 'shared', sh[1], sh[2] }
   end
 else
-  local t = redis.call('TIME')
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(got[2])
-  if last and last >= token then
-    token = last + 1
-  end
-  local s = string.format('%d', token)
-  redis.call('SET', KEYS[1], owner .. ' ' .. s .. ' ' .. ARGV[3], 'PX', ttl)
-  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
-  return token
+  return fast_take(got[2])
 end
 
 -- #include lib.lua
 fence = got[2]
 
-local function enqueue(now)
-  local stale = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], 'NX', now, owner)
-  redis.call('HSET', KEYS[4], owner,
-    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. ARGV[5] .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
-  -- The queue and the records expire together: the records outlive no
-  -- queue (the " woke" field may), and a queue ZADD creates has no expiry.
-  if redis.call('PTTL', KEYS[3]) < stale then
-    redis.call('PEXPIRE', KEYS[3], 2 * stale)
-    redis.call('PEXPIRE', KEYS[4], 2 * stale)
-  end
-end
-
-if v then
-  enqueue(now_us())
-  return -1 - redis.call('PTTL', KEYS[1])
-end
--- The lock is free and the queue exists.
+-- The lock is free, the queue exists, and the caller is fair.
 local now = now_us()
-if ARGV[9] == '1' then
-  dequeue(owner)
-  return (take(now, owner, ttl, ARGV[3], ARGV[4]))
-end
-local h, seq, httl, lid, label = head(now)
+local h, hseq, httl, lid, label = head(now)
 if h and h ~= owner then
-  hand_over(now, h, seq, httl, lid, label, ARGV[7], ARGV[4])
+  hand_over(now, h, hseq, httl, lid, label, ARGV[7], ARGV[4])
   if waiting then
     enqueue(now)
   end

@@ -160,25 +160,3 @@ local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
     publish(channel .. ':' .. next_lid, 'claim ' .. claim)
   end
 end
-
--- wake_gap_us is how long after an unfair release woke a waiter the next
--- unfair releases do not wake it again (wakeGap in acquire.go: the waiter
--- tries again by itself after that long). A hot key changes hands many
--- times per millisecond between Lockers that loop, each of which barges in
--- before the waiter woken: waking it at every release would cost it one
--- failed attempt per hand-off, the most of an unfair hand-off's work.
-local wake_gap_us = 1000
-
--- wake_due reports whether an unfair release may wake waiter h (what head
--- returned last) now, and if so records the wake-up: h was not woken
--- within wake_gap_us.
-local function wake_due(now, h)
-  if woke then
-    local untl, who = string.match(woke, '^(%d+) (%S+)$')
-    if who == h and tonumber(untl) > now then
-      return false
-    end
-  end
-  redis.call('HSET', KEYS[4], ' woke', string.format('%d', now + wake_gap_us) .. ' ' .. h)
-  return true
-end

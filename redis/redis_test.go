@@ -1241,15 +1241,7 @@ func TestUnfairWakeGap(t *testing.T) {
 func TestUnfairWokenWaiterRetries(t *testing.T) {
 	t.Parallel()
 	addr := storeenv.Redis(t).Addr()
-	open := func() locker.Locker {
-		l, err := Config{Unfair: true}.New(newClient(t, addr), locker.WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
-	a, b := open(), open()
+	a, b := newUnfairLocker(t, addr), newUnfairLocker(t, addr)
 	key := uniqueKey(t)
 	ctx := ctxFor(t, time.Minute)
 	for round := range 50 {

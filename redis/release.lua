@@ -11,7 +11,7 @@
 --                      "force": release whoever owns it (owner is ignored)
 -- ARGV[5]  unfair     "1": free the key and wake the first live waiter's
 --                     Locker ("free"), whoever takes it, unless that
---                     waiter was woken less than wake_gap_us ago (lib.lua);
+--                     waiter was woken less than wake_gap_us ago;
 --                     "0": hand it over
 -- ARGV[6]  watchers   the lock's channel even without pub/sub: a LockMulti
 --                     of a Locker with pub/sub may wait on it
@@ -50,6 +50,56 @@ if not q[1] then
   return 1
 end
 
+-- wake_gap_us is how long after an unfair release woke a waiter the next
+-- unfair releases do not wake it again (wakeGap in acquire.go: the waiter
+-- tries again by itself after that long). A hot key changes hands many
+-- times per millisecond between Lockers that loop, each of which barges in
+-- before the waiter woken: waking it at every release would cost it one
+-- failed attempt per hand-off, the most of an unfair hand-off's work.
+local wake_gap_us = 1000
+
+-- wake_due reports whether an unfair release may wake waiter h now (server
+-- µs), woke being the " woke" field of the waiters (false or nil: none),
+-- and if so records the wake-up: h was not woken within wake_gap_us.
+local function wake_due(now, h, woke)
+  if woke then
+    local untl, who = string.match(woke, '^(%d+) (%S+)$')
+    if who == h and tonumber(untl) > now then
+      return false
+    end
+  end
+  redis.call('HSET', KEYS[4], ' woke', string.format('%d', now + wake_gap_us) .. ' ' .. h)
+  return true
+end
+
+-- Unfair, and the first waiter is alive: free the key and wake it (head
+-- and publish of lib.lua, without their definitions). A dead first waiter
+-- takes the path below, which drops it.
+if ARGV[5] == '1' then
+  local recs = redis.call('HMGET', KEYS[4], q[1], ' woke', ' watched')
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local deadline, lid
+  if recs[1] then
+    deadline, lid = string.match(recs[1], '^(%d+) i?%d+ %d+ (%S+) ')
+  end
+  if deadline and tonumber(deadline) > math.floor(now / 1000) then
+    redis.call('DEL', KEYS[1])
+    local ok = true
+    if ARGV[2] ~= '' and wake_due(now, q[1], recs[2]) then
+      local r = redis.pcall('PUBLISH', ARGV[2] .. ':' .. lid, 'free')
+      ok = not (type(r) == 'table' and r.err)
+    end
+    if recs[3] and not wake_watcher(KEYS[4], ARGV[6]) then
+      ok = false
+    end
+    if ok then
+      return 1
+    end
+    return 2
+  end
+end
+
 -- #include lib.lua
 fence = got[2]
 
@@ -58,7 +108,7 @@ do
   local h, seq, ttl, lid, label = head(now, q)
   if ARGV[5] == '1' then
     redis.call('DEL', KEYS[1])
-    if h and ARGV[2] ~= '' and wake_due(now, h) then
+    if h and ARGV[2] ~= '' and wake_due(now, h, woke) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
     if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
