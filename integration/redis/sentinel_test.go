@@ -43,9 +43,10 @@ func failoverClientVia(t testing.TB, srv *testenv.RedisSentinelServer, dial func
 }
 
 // TestOpenSentinel opens a Locker by URL through the sentinels (the route
-// backends.Register takes for master_name), whose client speaks RESP2 to
-// the primary (redis.DefaultProtocol), and checks the URL's errors: a
-// missing master name, and no sentinel password in any error.
+// backends.Register takes for master_name), whose client speaks to the
+// primary the RESP version of parameter protocol, and checks the URL's
+// errors: a missing master name, a bad protocol, and no sentinel password
+// in any error.
 func TestOpenSentinel(t *testing.T) {
 	srv := testenv.NewRedisSentinel(t)
 	var mux locker.Mux
@@ -55,7 +56,7 @@ func TestOpenSentinel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	hosts := strings.Join(srv.SentinelAddrs(), ",")
-	l, err := locker.Open(ctx, &mux, "redis://"+hosts+"/0?master_name="+testenv.SentinelMaster+"&ttl=2s&prefix=sentinel/&replicas=1&client_name=sentinel-open")
+	l, err := locker.Open(ctx, &mux, "redis://"+hosts+"/0?master_name="+testenv.SentinelMaster+"&ttl=2s&prefix=sentinel/&replicas=1&client_name=sentinel-open&protocol=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestOpenSentinel(t *testing.T) {
 		if fs := strings.Fields(line); slices.Contains(fs, "name=sentinel-open") {
 			named++
 			if !slices.Contains(fs, "resp=2") {
-				t.Errorf("the client of OpenSentinel must speak RESP2 to the primary: %s", line)
+				t.Errorf("with protocol=2, the client of OpenSentinel must speak RESP2 to the primary: %s", line)
 			}
 		}
 	}
