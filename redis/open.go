@@ -28,6 +28,10 @@ import (
 // [Config.Replicas] and [Config.ReplicaTimeout]. The Locker owns the client:
 // its Close closes it.
 //
+// Parameter protocol sets the client's RESP version: 2 or 3 (without it,
+// go-redis's default, RESP3); any other value is refused with an error
+// naming it. The Locker works alike on both.
+//
 // A comma-separated host list names a Cluster: register [OpenCluster] for
 // it (Open refuses it, so that a program using one server does not link
 // go-redis's Cluster client); parameter master_name names a primary behind
@@ -74,14 +78,31 @@ func OpenSentinel(ctx context.Context, u *url.URL, opts ...locker.Option) (locke
 	return open(ctx, &v, opts, true, auth.client)
 }
 
-// target is where a client made by a clientMaker connects: the URL's
-// hosts, the roots and certificates of its TLS file parameters (nil
-// without), and whether it uses TLS or accepts cleartext secrets
-// (insecure=true).
+// urlProtocol takes parameter protocol, the RESP version of an owned client:
+// 2 or 3, and 0 (go-redis's default) when absent.
+func urlProtocol(p *lockurl.Params) (int, error) {
+	v, ok := p.Take("protocol")
+	if !ok {
+		return 0, nil
+	}
+	switch v {
+	case "2":
+		return 2, nil
+	case "3":
+		return 3, nil
+	}
+	return 0, p.Errorf("parameter protocol=%q is not a RESP version (2 or 3)", v)
+}
+
+// target is where a client made by a clientMaker connects, and how: the
+// URL's hosts, the roots and certificates of its TLS file parameters (nil
+// without), whether it uses TLS or accepts cleartext secrets
+// (insecure=true), and its RESP version.
 type target struct {
 	hosts            []string
 	tls              *tls.Config
 	secure, insecure bool
+	protocol         int
 }
 
 // clientMaker makes the go-redis client of URL v (the Locker's parameters
@@ -129,7 +150,11 @@ func open(ctx context.Context, u *url.URL, opts []locker.Option, cluster bool, m
 	if cfg.ReplicaTimeout, err = p.Duration("replica_timeout", 0); err != nil {
 		return nil, err
 	}
-	client, err := mk(p, *u, target{hosts: hs, tls: tc, secure: u.Scheme == "rediss", insecure: insecure})
+	proto, err := urlProtocol(p)
+	if err != nil {
+		return nil, err
+	}
+	client, err := mk(p, *u, target{hosts: hs, tls: tc, secure: u.Scheme == "rediss", insecure: insecure, protocol: proto})
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +177,7 @@ func singleClient(p *lockurl.Params, v url.URL, to target) (goredis.UniversalCli
 	if err != nil {
 		return nil, p.Errorf("%v", err)
 	}
+	o.Protocol = to.protocol
 	// ctx deadlines must bound every call (see the package doc): an Unlock
 	// or a cancelled Lock must not wait for the read timeout.
 	o.ContextTimeoutEnabled = true
@@ -168,6 +194,7 @@ func clusterClient(p *lockurl.Params, v url.URL, to target) (goredis.UniversalCl
 	if err != nil {
 		return nil, p.Errorf("%v", err)
 	}
+	o.Protocol = to.protocol
 	o.ContextTimeoutEnabled = true
 	withTLS(o.TLSConfig, to.tls)
 	return goredis.NewClusterClient(o), nil
@@ -208,6 +235,7 @@ func (a sentinelAuth) client(p *lockurl.Params, v url.URL, to target) (goredis.U
 	if err != nil {
 		return nil, p.Errorf("%v", err)
 	}
+	o.Protocol = to.protocol
 	o.Username = user.Username()
 	o.Password, _ = user.Password()
 	o.SentinelUsername, o.SentinelPassword = a.user, a.pass

@@ -76,6 +76,7 @@ type Client interface {
 // New returns a Locker that keeps its locks in Redis through client, the
 // caller's own go-redis v9 client, which the Locker never closes. The options
 // are the shared locker options (locker.WithTTL, locker.WithPrefix, …).
+// The Locker uses client as given (RESP2 or RESP3, its timeouts, its pool).
 //
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.

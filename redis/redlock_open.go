@@ -31,9 +31,9 @@ import (
 // rediss://; a password goes to a host other than this machine only over
 // TLS, or with insecure=true. restart_delay, fence_retention and
 // master_timeout (Go durations) set [RedlockConfig]'s RestartDelay,
-// FenceRetention and Timeout. OpenRedlock pings every master and fails
-// when fewer than a majority answer. The Locker owns the clients: its
-// Close closes them.
+// FenceRetention and Timeout; protocol is the clients' RESP version, as
+// for [Open]. OpenRedlock pings every master and fails when fewer than a
+// majority answer. The Locker owns the clients: its Close closes them.
 func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker.Locker, error) {
 	p := lockurl.Parse(u)
 	hs, err := p.Hosts()
@@ -65,6 +65,10 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 	if cfg.Timeout, err = p.Duration("master_timeout", 0); err != nil {
 		return nil, err
 	}
+	proto, err := urlProtocol(p)
+	if err != nil {
+		return nil, err
+	}
 	v := *u
 	v.Scheme = "redis"
 	if secure {
@@ -87,6 +91,7 @@ func OpenRedlock(ctx context.Context, u *url.URL, opts ...locker.Option) (locker
 			_ = closeAll()
 			return nil, p.Errorf("%v", err)
 		}
+		o.Protocol = proto
 		o.ContextTimeoutEnabled = true
 		o.MaxRetries, o.DialerRetries = -1, 1
 		withTLS(o.TLSConfig, tc)

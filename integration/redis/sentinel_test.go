@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,8 +43,10 @@ func failoverClientVia(t testing.TB, srv *testenv.RedisSentinelServer, dial func
 }
 
 // TestOpenSentinel opens a Locker by URL through the sentinels (the route
-// backends.Register takes for master_name), and checks the URL's errors:
-// a missing master name, and no sentinel password in any error.
+// backends.Register takes for master_name), whose client speaks to the
+// primary the RESP version of parameter protocol, and checks the URL's
+// errors: a missing master name, a bad protocol, and no sentinel password
+// in any error.
 func TestOpenSentinel(t *testing.T) {
 	srv := testenv.NewRedisSentinel(t)
 	var mux locker.Mux
@@ -53,11 +56,29 @@ func TestOpenSentinel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	hosts := strings.Join(srv.SentinelAddrs(), ",")
-	l, err := locker.Open(ctx, &mux, "redis://"+hosts+"/0?master_name="+testenv.SentinelMaster+"&ttl=2s&prefix=sentinel/&replicas=1")
+	l, err := locker.Open(ctx, &mux, "redis://"+hosts+"/0?master_name="+testenv.SentinelMaster+"&ttl=2s&prefix=sentinel/&replicas=1&client_name=sentinel-open&protocol=2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	primary := goredis.NewClient(&goredis.Options{Addr: srv.DataAddrs()[0]})
+	defer primary.Close()
+	list, err := primary.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for line := range strings.Lines(list) {
+		if fs := strings.Fields(line); slices.Contains(fs, "name=sentinel-open") {
+			named++
+			if !slices.Contains(fs, "resp=2") {
+				t.Errorf("with protocol=2, the client of OpenSentinel must speak RESP2 to the primary: %s", line)
+			}
+		}
+	}
+	if named == 0 {
+		t.Errorf("no connection named sentinel-open on the primary:\n%s", list)
+	}
 	lk, err := l.TryLock(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +88,7 @@ func TestOpenSentinel(t *testing.T) {
 		t.Errorf("Inspect through the sentinels: %+v, %v; want the lock held with token %d", st, err, lk.Token())
 	}
 	// The lock is on the primary, under the prefix.
-	if n, err := goredis.NewClient(&goredis.Options{Addr: srv.DataAddrs()[0]}).Exists(ctx, redis.KeysOf("sentinel/k").Lock).Result(); err != nil || n != 1 {
+	if n, err := primary.Exists(ctx, redis.KeysOf("sentinel/k").Lock).Result(); err != nil || n != 1 {
 		t.Errorf("the lock is not on the primary: EXISTS = %d, %v", n, err)
 	}
 	if err := lk.Unlock(ctx); err != nil {
@@ -79,6 +100,7 @@ func TestOpenSentinel(t *testing.T) {
 		{"redis://" + hosts + "/0?sentinel_password=" + secret, ""}, // a Cluster URL to the mux
 		{"redis://" + hosts + "/0?master_name=&sentinel_password=" + secret, "master_name"},
 		{"redis://" + hosts + "/0?master_name=m&sentinel_password=" + secret + "&bogus=1", "bogus"},
+		{"redis://" + hosts + "/0?master_name=m&sentinel_password=" + secret + "&protocol=4", "parameter protocol="},
 		{"redis://0.0.0.0:1/0?master_name=m&sentinel_password=" + secret, "cleartext"},
 		{"redis://0.0.0.0:1/0?master_name=m&sentinel_password=" + secret + "&insecure=true&dial_timeout=100ms", ""},
 	} {
