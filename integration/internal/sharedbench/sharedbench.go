@@ -176,13 +176,19 @@ func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
 // semaphore of 4 must run about four times as much work at once as a
 // mutex. x-limit1-min and x-limit1-max are the extremes of those ratios,
 // and x-limit1-total is the ratio of the limits' total times.
+// limit1-cpu-ms/grant and limit4-cpu-ms/grant are the CPU time the
+// process spent per grant (its clients, and the store when it runs in the
+// process): a limit whose grants cost the same CPU runs four times as
+// many per second, so it needs four times the CPU the other one does.
 func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string, traffic Traffic) {
 	ctx := b.Context()
 	lockers := make([]locker.Locker, throughputClients)
 	for i := range lockers {
 		lockers[i] = newLocker()
 	}
-	var trips [2]int64 // limit 1, limit 4
+	var trips [2]int64       // limit 1, limit 4
+	var cpu [2]time.Duration // the process's CPU time
+	cpuOK := true
 	phase := func(limit, round int) time.Duration {
 		k := fmt.Sprintf("%s/limit%d-%d", key, limit, round)
 		sems := make([]*locker.Semaphore, len(lockers))
@@ -197,6 +203,7 @@ func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string,
 		if traffic != nil {
 			t0, _ = traffic()
 		}
+		c0, ok0 := processCPU()
 		var wg sync.WaitGroup
 		start := time.Now()
 		for _, s := range sems {
@@ -219,6 +226,9 @@ func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string,
 		}
 		wg.Wait()
 		d := time.Since(start)
+		c1, ok1 := processCPU()
+		cpu[min(limit/4, 1)] += c1 - c0
+		cpuOK = cpuOK && ok0 && ok1
 		if traffic != nil {
 			t1, _ := traffic()
 			trips[min(limit/4, 1)] += t1 - t0
@@ -253,6 +263,10 @@ func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string,
 	b.ReportMetric(ratios[0], "x-limit1-min")
 	b.ReportMetric(ratios[len(ratios)-1], "x-limit1-max")
 	b.ReportMetric(float64(one)/float64(four), "x-limit1-total")
+	if cpuOK {
+		b.ReportMetric(ms(cpu[0])/grants, "limit1-cpu-ms/grant")
+		b.ReportMetric(ms(cpu[1])/grants, "limit4-cpu-ms/grant")
+	}
 	if traffic != nil {
 		b.ReportMetric(float64(trips[0])/grants, "limit1-trips/grant")
 		b.ReportMetric(float64(trips[1])/grants, "limit4-trips/grant")
