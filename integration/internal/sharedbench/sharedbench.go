@@ -153,7 +153,7 @@ const (
 	throughputClients = 16
 	throughputWork    = 5 * time.Millisecond
 	throughputRounds  = 4 // acquisitions per client per phase
-	throughputPairs   = 5 // pairs of phases per iteration
+	throughputPairs   = 9 // pairs of phases per iteration
 )
 
 // Throughput races 16 clients, each a Locker of its own from newLocker, on
@@ -167,7 +167,7 @@ func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
 // reports the round trips per grant of each limit (limit1-trips/grant,
 // limit4-trips/grant), counted over every client's connections.
 //
-// An iteration runs 5 pairs of phases: a phase of limit 1 and one of
+// An iteration runs 9 pairs of phases: a phase of limit 1 and one of
 // limit 4, on fresh keys, in an order that alternates from pair to pair,
 // so that a change of the machine's load weighs on both limits alike.
 // It reports the grants per second of each limit over every phase, and
