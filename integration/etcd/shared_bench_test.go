@@ -26,12 +26,22 @@ func BenchmarkSharedHandoff(b *testing.B) {
 	sharedbench.Handoff(b, benchLocker(b, newClient(b, eps)), benchLocker(b, newClient(b, eps)), uniqueKey(b))
 }
 
-// BenchmarkSharedThroughput: see sharedbench.Throughput.
+// BenchmarkSharedThroughput: see sharedbench.ThroughputTraffic. A round
+// trip is an RPC message a client sent, as in BenchmarkSharedRenewal.
 //
 //	go test -run '^$' -bench SharedThroughput ./integration/etcd/
 func BenchmarkSharedThroughput(b *testing.B) {
-	eps := benchEtcd(b)
-	sharedbench.Throughput(b, func() locker.Locker { return benchLocker(b, newClient(b, eps)) }, uniqueKey(b))
+	var h trafficHandler
+	cfg := clientConfig(benchEtcd(b))
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithStatsHandler(&h))
+	sharedbench.ThroughputTraffic(b, func() locker.Locker {
+		cli, err := clientv3.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cli.Close() })
+		return benchLocker(b, cli)
+	}, uniqueKey(b), func() (int64, int64) { return h.trips.Load(), h.bytes.Load() })
 }
 
 // BenchmarkSharedRenewal: see sharedbench.Renewal. A round trip is an RPC

@@ -153,20 +153,42 @@ const (
 	throughputClients = 16
 	throughputWork    = 5 * time.Millisecond
 	throughputRounds  = 4 // acquisitions per client per phase
+	throughputPairs   = 9 // pairs of phases per iteration
 )
 
 // Throughput races 16 clients, each a Locker of its own from newLocker, on
-// one semaphore of limit 1 and then on one of limit 4 (keys under key),
-// each client holding its permit for a few milliseconds of work. It
-// reports the grants per second of each and their ratio, x-limit1: the
-// target is at least 3, for a semaphore of 4 must run about four times as
-// much work at once as a mutex.
+// semaphores of limit 1 and of limit 4 (keys under key), each client
+// holding its permit for a few milliseconds of work. See ThroughputTraffic.
 func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
+	ThroughputTraffic(b, newLocker, key, nil)
+}
+
+// ThroughputTraffic is Throughput, and with traffic (nil: none) it also
+// reports the round trips per grant of each limit (limit1-trips/grant,
+// limit4-trips/grant), counted over every client's connections.
+//
+// An iteration runs 9 pairs of phases: a phase of limit 1 and one of
+// limit 4, on fresh keys, in an order that alternates from pair to pair,
+// so that a change of the machine's load weighs on both limits alike.
+// It reports the grants per second of each limit over every phase, and
+// x-limit1: the median over the pairs of the limit-4 phase's throughput
+// divided by the limit-1 phase's. The target is at least 3, for a
+// semaphore of 4 must run about four times as much work at once as a
+// mutex. x-limit1-min and x-limit1-max are the extremes of those ratios,
+// and x-limit1-total is the ratio of the limits' total times.
+// limit1-cpu-ms/grant and limit4-cpu-ms/grant are the CPU time the
+// process spent per grant (its clients, and the store when it runs in the
+// process): a limit whose grants cost the same CPU runs four times as
+// many per second, so it needs four times the CPU the other one does.
+func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string, traffic Traffic) {
 	ctx := b.Context()
 	lockers := make([]locker.Locker, throughputClients)
 	for i := range lockers {
 		lockers[i] = newLocker()
 	}
+	var trips [2]int64       // limit 1, limit 4
+	var cpu [2]time.Duration // the process's CPU time
+	cpuOK := true
 	phase := func(limit, round int) time.Duration {
 		k := fmt.Sprintf("%s/limit%d-%d", key, limit, round)
 		sems := make([]*locker.Semaphore, len(lockers))
@@ -177,6 +199,11 @@ func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
 			}
 			sems[i] = s
 		}
+		var t0 int64
+		if traffic != nil {
+			t0, _ = traffic()
+		}
+		c0, ok0 := processCPU()
 		var wg sync.WaitGroup
 		start := time.Now()
 		for _, s := range sems {
@@ -198,19 +225,61 @@ func Throughput(b *testing.B, newLocker func() locker.Locker, key string) {
 			}()
 		}
 		wg.Wait()
-		return time.Since(start)
+		d := time.Since(start)
+		c1, ok1 := processCPU()
+		cpu[min(limit/4, 1)] += c1 - c0
+		cpuOK = cpuOK && ok0 && ok1
+		if traffic != nil {
+			t1, _ := traffic()
+			trips[min(limit/4, 1)] += t1 - t0
+		}
+		if b.Failed() {
+			b.FailNow()
+		}
+		return d
 	}
 	var one, four time.Duration
-	round := 0
+	var ratios []float64
+	pair := 0
 	for b.Loop() {
-		one += phase(1, round)
-		four += phase(4, round)
-		round++
+		for range throughputPairs {
+			var d1, d4 time.Duration
+			if pair%2 == 0 {
+				d1, d4 = phase(1, pair), phase(4, pair)
+			} else {
+				d4, d1 = phase(4, pair), phase(1, pair)
+			}
+			one += d1
+			four += d4
+			ratios = append(ratios, float64(d1)/float64(d4))
+			pair++
+		}
 	}
-	grants := float64(round * throughputClients * throughputRounds)
+	slices.Sort(ratios)
+	grants := float64(pair * throughputClients * throughputRounds)
 	b.ReportMetric(grants/one.Seconds(), "limit1-grants/s")
 	b.ReportMetric(grants/four.Seconds(), "limit4-grants/s")
-	b.ReportMetric(float64(one)/float64(four), "x-limit1")
+	b.ReportMetric(median(ratios), "x-limit1")
+	b.ReportMetric(ratios[0], "x-limit1-min")
+	b.ReportMetric(ratios[len(ratios)-1], "x-limit1-max")
+	b.ReportMetric(float64(one)/float64(four), "x-limit1-total")
+	if cpuOK {
+		b.ReportMetric(ms(cpu[0])/grants, "limit1-cpu-ms/grant")
+		b.ReportMetric(ms(cpu[1])/grants, "limit4-cpu-ms/grant")
+	}
+	if traffic != nil {
+		b.ReportMetric(float64(trips[0])/grants, "limit1-trips/grant")
+		b.ReportMetric(float64(trips[1])/grants, "limit4-trips/grant")
+	}
+}
+
+// median returns the median of sorted.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // renewalHeld is how many permits Renewal holds on one Locker: renewalKeys
