@@ -135,6 +135,19 @@ func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func()) {
 	}
 }
 
+// ended returns why ctx ended: its Err, or context.DeadlineExceeded once
+// its deadline passed (a read that timed out at the deadline may return
+// before ctx.Err is set); nil while it runs.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // cuttable reports whether a call with ctx goes to a slot.
 func cuttable(ctx context.Context) bool { return ctx.Done() != nil }
 
@@ -240,6 +253,18 @@ func (d *redisDriver) tombFor(ctx context.Context, req driver.Request) string {
 		return ""
 	}
 	return cutKey(req.Key, req.Owner)
+}
+
+// cleanUpCut is cleanUp for a driver that cuts its calls: out runs with
+// ctx, so that the caller returns when ctx ends, and the engine runs it
+// again when it failed.
+func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx context.Context) error) error {
+	if ended(ctx) == nil {
+		if err := out(ctx); err == nil || errors.Is(err, driver.ErrNotHeld) {
+			return cause
+		}
+	}
+	return &driver.Residue{Err: cause, Cleanup: out}
 }
 
 // bury returns cause, wrapped in a driver.Residue whose cleanup writes the

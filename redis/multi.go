@@ -112,11 +112,13 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 		args = append(keys[:len(keys):len(keys)], tomb)
 	}
 	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, args, c.args...)
-	if err != nil && tomb != "" && ctx.Err() != nil {
-		// Cut: Redis may still run the request, after the cleanup.
-		return nil, d.bury(reqs[0], fmt.Errorf("acquire: %w", ctx.Err()), tomb, func(ctx context.Context, _, _ string) error {
-			return d.undoAll(ctx, reqs)
-		})
+	if err != nil && tomb != "" {
+		if cause := ended(ctx); cause != nil {
+			// Cut: Redis may still run the request, after the cleanup.
+			return nil, d.bury(reqs[0], fmt.Errorf("acquire: %w", cause), tomb, func(ctx context.Context, _, _ string) error {
+				return d.undoAll(ctx, reqs)
+			})
+		}
 	}
 	if errors.Is(err, errNotReplicated) {
 		return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: %w", err))
@@ -182,10 +184,9 @@ func multiTook(reply any) bool {
 // when the store could not be reached.
 func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, cause error) error {
 	out := func(ctx context.Context) error { return d.undoAll(ctx, reqs) }
-	if d.cutsCalls() && ctx.Err() != nil {
-		// The caller returns at once (driver.Info.PromptCancel): the
-		// engine cleans up.
-		return &driver.Residue{Err: cause, Cleanup: out}
+	if d.cutsCalls() {
+		// The caller returns when ctx ends (driver.Info.PromptCancel).
+		return d.cleanUpCut(ctx, cause, out)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
 	defer cancel()
