@@ -168,12 +168,12 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 }
 
 // cleanUp runs out(key, owner) for req with a fresh context bounded by
-// cleanupTimeout (with ctx when the driver cuts its calls), and returns
-// cause, wrapped in a driver.Residue that runs out again when the store
-// could not be reached.
+// cleanupTimeout (with ctx when the driver cuts its calls and ctx can
+// end), and returns cause, wrapped in a driver.Residue that runs out again
+// when the store could not be reached.
 func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause error, out func(ctx context.Context, key, owner string) error) error {
 	key, owner := req.Key, req.Owner
-	if d.cutsCalls() {
+	if d.cutsCalls() && cuttable(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel).
 		return d.cleanUpCut(ctx, cause, func(ctx context.Context) error { return out(ctx, key, owner) })
 	}

@@ -213,6 +213,6 @@
 // when the ctx ends: the call then returns at once. Redis may still run a
 // request it had read. An attempt cut so leaves a tombstone of its owner
 // (locker:{key}:cut:<owner>, for the TTL), and a request that runs after it
-// takes nothing. Up to 16 such connections stay open beside the client's
-// pool.
+// takes nothing. Such a call holds a connection of its own while it runs,
+// beside the client's pool; up to 16 stay open between calls.
 package redis

@@ -184,7 +184,7 @@ func multiTook(reply any) bool {
 // when the store could not be reached.
 func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, cause error) error {
 	out := func(ctx context.Context) error { return d.undoAll(ctx, reqs) }
-	if d.cutsCalls() {
+	if d.cutsCalls() && cuttable(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel).
 		return d.cleanUpCut(ctx, cause, out)
 	}
