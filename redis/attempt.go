@@ -182,7 +182,7 @@ func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause err
 	if err := out(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
 			"key", req.Key, "err", err)
-		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(ctx, key, owner) }}
+		return residue(cause, func(ctx context.Context) error { return out(ctx, key, owner) })
 	}
 	return cause
 }

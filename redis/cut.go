@@ -56,9 +56,10 @@ type cutSlot struct {
 	client *goredis.Client
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	mu   sync.Mutex
-	conn net.Conn // the connection, nil before a dial
-	cut  bool     // the call in progress was cut: no more dials
+	mu      sync.Mutex
+	conn    net.Conn // the connection, nil before a dial
+	cut     bool     // the call in progress was cut: no more dials
+	refused bool     // a dial was refused: go-redis remembers the error
 }
 
 // errCut is the error of a dial on a slot whose call was cut.
@@ -73,6 +74,8 @@ func (c *ownedClient) newSlot() *cutSlot {
 		s.dial = goredis.NewDialer(&o)
 	}
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	// A refused dial (the call was cut) is not tried again.
+	o.DialerRetries = 1
 	o.Dialer = s.dialConn
 	s.client = goredis.NewClient(&o)
 	return s
@@ -86,6 +89,7 @@ func (s *cutSlot) dialConn(ctx context.Context, network, addr string) (net.Conn,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cut {
+		s.refused = true
 		_ = conn.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Err: errCut}
 	}
@@ -103,9 +107,22 @@ func (s *cutSlot) cutNow() {
 	}
 }
 
+// reusable reports whether the slot may serve another call after one that
+// ended with err: go-redis dropped a connection cut under a call that
+// failed, but keeps one cut after its reply, and remembers a refused dial.
+func (s *cutSlot) reusable(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused || s.cut && err == nil {
+		return false
+	}
+	s.cut = false
+	return true
+}
+
 // take returns a slot for a call with ctx, armed to be cut when ctx ends;
-// the caller calls done after the call.
-func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func()) {
+// the caller calls done with the call's error.
+func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func(err error)) {
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
 		s = c.idle[n-1]
@@ -116,10 +133,8 @@ func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func()) {
 		s = c.newSlot()
 	}
 	stop := context.AfterFunc(ctx, s.cutNow)
-	return s, func() {
-		if !stop() {
-			// Cut: go-redis may keep the broken connection; the slot
-			// goes with it.
+	return s, func(err error) {
+		if !stop() && !s.reusable(err) {
 			_ = s.client.Close()
 			return
 		}
@@ -148,8 +163,23 @@ func ended(ctx context.Context) error {
 	return nil
 }
 
-// cuttable reports whether a call with ctx goes to a slot.
-func cuttable(ctx context.Context) bool { return ctx.Done() != nil }
+// cuttable reports whether a call with ctx goes to a slot: ctx can end,
+// and is not marked by uncut.
+func cuttable(ctx context.Context) bool { return ctx.Done() != nil && ctx.Value(uncutKey{}) == nil }
+
+// uncutKey marks a ctx whose calls use the client's pool (uncut).
+type uncutKey struct{}
+
+// uncut returns ctx, marked so that its calls use the client's pool: the
+// engine's renewals and cleanups, bounded by their deadlines
+// (ContextTimeoutEnabled), whose callers need not return at once.
+func uncut(ctx context.Context) context.Context { return context.WithValue(ctx, uncutKey{}, true) }
+
+// residue returns cause wrapped in a driver.Residue whose Cleanup runs out
+// on the client's pool.
+func residue(cause error, out func(ctx context.Context) error) *driver.Residue {
+	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(uncut(ctx)) }}
+}
 
 // Eval runs EVAL, on a slot when ctx can end.
 func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
@@ -157,8 +187,9 @@ func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, ar
 		return c.Client.Eval(ctx, script, keys, args...)
 	}
 	s, done := c.take(ctx)
-	defer done()
-	return s.client.Eval(ctx, script, keys, args...)
+	cmd := s.client.Eval(ctx, script, keys, args...)
+	done(cmd.Err())
+	return cmd
 }
 
 // EvalSha runs EVALSHA, on a slot when ctx can end.
@@ -167,8 +198,9 @@ func (c *ownedClient) EvalSha(ctx context.Context, sha1 string, keys []string, a
 		return c.Client.EvalSha(ctx, sha1, keys, args...)
 	}
 	s, done := c.take(ctx)
-	defer done()
-	return s.client.EvalSha(ctx, sha1, keys, args...)
+	cmd := s.client.EvalSha(ctx, sha1, keys, args...)
+	done(cmd.Err())
+	return cmd
 }
 
 // EvalRO runs EVAL_RO, on a slot when ctx can end.
@@ -177,8 +209,9 @@ func (c *ownedClient) EvalRO(ctx context.Context, script string, keys []string, 
 		return c.Client.EvalRO(ctx, script, keys, args...)
 	}
 	s, done := c.take(ctx)
-	defer done()
-	return s.client.EvalRO(ctx, script, keys, args...)
+	cmd := s.client.EvalRO(ctx, script, keys, args...)
+	done(cmd.Err())
+	return cmd
 }
 
 // EvalShaRO runs EVALSHA_RO, on a slot when ctx can end.
@@ -187,8 +220,9 @@ func (c *ownedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string,
 		return c.Client.EvalShaRO(ctx, sha1, keys, args...)
 	}
 	s, done := c.take(ctx)
-	defer done()
-	return s.client.EvalShaRO(ctx, sha1, keys, args...)
+	cmd := s.client.EvalShaRO(ctx, sha1, keys, args...)
+	done(cmd.Err())
+	return cmd
 }
 
 // Pipeline returns a pipeline whose Exec runs on a slot when its ctx can
@@ -223,12 +257,13 @@ func (p *cutPipeline) Exec(ctx context.Context) ([]goredis.Cmder, error) {
 	cmds := slices.Clone(p.Pipeliner.Cmds())
 	p.Pipeliner.Discard()
 	s, done := p.c.take(ctx)
-	defer done()
 	sp := s.client.Pipeline()
 	for _, cmd := range cmds {
 		_ = sp.Process(ctx, cmd)
 	}
-	return sp.Exec(ctx)
+	res, err := sp.Exec(ctx)
+	done(err)
+	return res, err
 }
 
 // kindCut is the kind of the tombstones of cutKey.
@@ -264,7 +299,7 @@ func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx 
 			return cause
 		}
 	}
-	return &driver.Residue{Err: cause, Cleanup: out}
+	return residue(cause, out)
 }
 
 // bury returns cause, wrapped in a driver.Residue whose cleanup writes the
@@ -273,7 +308,7 @@ func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx 
 // is left to the engine, so that the caller returns at once.
 func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out func(ctx context.Context, key, owner string) error) error {
 	key, owner, ttl := req.Key, req.Owner, max(req.TTL, time.Second)
-	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error {
+	return residue(cause, func(ctx context.Context) error {
 		pipe := d.client.Pipeline()
 		set := pipe.Set(ctx, tomb, "1", ttl)
 		_, _ = pipe.Exec(ctx)
@@ -281,5 +316,5 @@ func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out fun
 			return fmt.Errorf("tombstone: %w", classify(err))
 		}
 		return out(ctx, key, owner)
-	}}
+	})
 }

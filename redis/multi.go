@@ -192,7 +192,7 @@ func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, caus
 	defer cancel()
 	if err := out(ctx); err != nil {
 		d.logger.Warn("locker: redis: could not undo a multi-key acquisition; retrying in the background", "keys", len(reqs), "err", err)
-		return &driver.Residue{Err: cause, Cleanup: out}
+		return residue(cause, out)
 	}
 	return cause
 }

@@ -151,9 +151,9 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 			remaining = r
 		}
 		key, owner := req.Key, req.Owner
-		return driver.Grant{}, &driver.Residue{Err: driver.Held(remaining), Cleanup: func(ctx context.Context) error {
+		return driver.Grant{}, residue(driver.Held(remaining), func(ctx context.Context) error {
 			return d.withdraw(ctx, key, owner)
-		}}
+		})
 	}
 	return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", reply)
 }
