@@ -1,7 +1,9 @@
 -- acquire.lua: one attempt to take the lock.
 --
 -- KEYS     lock, fence, queue, waiters (see lib.lua), and meta: the hash
---          of the key's shared holds (see shared_lib.lua)
+--          of the key's shared holds (see shared_lib.lua); then, for an
+--          attempt that may be cut (cut.go), the owner's tombstone: while
+--          it exists, the attempt writes nothing and returns 0
 -- ARGV[1]  owner      random, unique to this acquisition, without spaces
 -- ARGV[2]  ttl        milliseconds
 -- ARGV[3]  label      human-readable holder name, recorded only
@@ -41,6 +43,9 @@ if keep then
   seq = string.sub(seq, 2)
 end
 local waiting = seq ~= '0'
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  return 0
+end
 
 -- time returns the server clock in microseconds (now_us of token.lua,
 -- which the fast paths do not include).

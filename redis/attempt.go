@@ -37,8 +37,18 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 	if err := checkOwner(req.Owner); err != nil {
 		return 0, err
 	}
+	tomb := d.tombFor(ctx, req)
+	if tomb != "" {
+		keys = append(keys[:len(keys):len(keys)], tomb)
+	}
 	reply, err := d.runAcquire(ctx, keys,
 		req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
+	if err != nil && tomb != "" {
+		if cause := ended(ctx); cause != nil {
+			// Cut: Redis may still run the request, after the cleanup.
+			return 0, d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, d.leaveQueue)
+		}
+	}
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
 	}
@@ -158,16 +168,21 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 }
 
 // cleanUp runs out(key, owner) for req with a fresh context bounded by
-// cleanupTimeout, and returns cause, wrapped in a driver.Residue that runs
-// out again when the store could not be reached.
+// cleanupTimeout (with ctx when the driver cuts its calls and ctx can
+// end), and returns cause, wrapped in a driver.Residue that runs out again
+// when the store could not be reached.
 func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause error, out func(ctx context.Context, key, owner string) error) error {
+	key, owner := req.Key, req.Owner
+	if d.cutsCalls() && cuttable(ctx) {
+		// The caller returns when ctx ends (driver.Info.PromptCancel).
+		return d.cleanUpCut(ctx, cause, func(ctx context.Context) error { return out(ctx, key, owner) })
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
 	if err := out(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
 			"key", req.Key, "err", err)
-		key, owner := req.Key, req.Owner
-		return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(ctx, key, owner) }}
+		return residue(cause, func(ctx context.Context) error { return out(ctx, key, owner) })
 	}
 	return cause
 }

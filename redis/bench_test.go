@@ -125,8 +125,25 @@ func benchServer(b *testing.B) *storeenv.Server { return storeenv.Redis(b) }
 // cancellable one. Target: x-floor <= 1.2.
 func BenchmarkLockUnlock(b *testing.B) {
 	srv := benchServer(b)
-	f := newFloor(b, srv.Addr())
-	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	benchLockUnlock(b, srv.Addr(), newClient(b, srv.Addr()))
+}
+
+// BenchmarkLockUnlockOpen is BenchmarkLockUnlock on a Locker that owns its
+// client, as Open makes it: a call with a cancellable ctx runs inline on a
+// connection the Locker cuts when the ctx ends. Target: x-floor-p50-cancellable
+// not above x-floor-p50.
+func BenchmarkLockUnlockOpen(b *testing.B) {
+	srv := benchServer(b)
+	c := newOwnedClient(clientOptions(srv.Addr()))
+	b.Cleanup(func() { _ = c.Close() })
+	benchLockUnlock(b, srv.Addr(), c)
+}
+
+// benchLockUnlock is BenchmarkLockUnlock on a Locker on client, the floor
+// on a client of addr.
+func benchLockUnlock(b *testing.B, addr string, client Client) {
+	f := newFloor(b, addr)
+	l, _ := newTestLocker(b, client, locker.WithTTL(benchTTL))
 	key, fkey := uniqueKey(b), uniqueKey(b)+"-floor"
 	kinds := ctxKinds(b)
 	ps := make([]pair, len(kinds))

@@ -197,7 +197,9 @@
 // fails before the lock's deadline. go-redis ignores a cancelled ctx until
 // the command's reply or ReadTimeout: a call with a ctx that never ends
 // (context.Background()) runs its commands in the caller's goroutine, and
-// returns after Close only when its command does.
+// returns after Close only when its command does. On a client of yours, a
+// call whose ctx can end runs in another goroutine, which it leaves when
+// the ctx ends.
 //
 // # URLs
 //
@@ -205,4 +207,12 @@
 // (master_name=) and [OpenRedlock] (redlock://, redlocks://) open a Locker
 // that owns its client, with ContextTimeoutEnabled set. Each opener's doc
 // lists its parameters.
+//
+// A Locker from [Open] runs every call in its caller's goroutine. A call
+// whose ctx can end takes a connection of its own, which the Locker closes
+// when the ctx ends: the call then returns at once. Redis may still run a
+// request it had read. An attempt cut so leaves a tombstone of its owner
+// (locker:{key}:cut:<owner>, for the TTL), and a request that runs after it
+// takes nothing. Such a call holds a connection of its own while it runs,
+// beside the client's pool; up to 16 stay open between calls.
 package redis

@@ -22,6 +22,9 @@ import (
 //	                           and " woke" -> "<until> <owner>" (unfair mode)
 //	                           and " watch <lid>" -> "1" (a LockMulti to wake),
 //	                           with " watched" -> "1" while any may be left
+//	cut      locker:{s}:cut:<owner>  a tombstone: the attempts of owner,
+//	                           cut when their ctx ended, take nothing
+//	                           (cut.go); expires after the TTL
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>

@@ -106,6 +106,7 @@ func renewResult(ttl, n int64, err error) (time.Duration, error) {
 // replicas confirm it. Otherwise its error matches errNotReplicated, and
 // the lock keeps the validity of its last confirmed renewal.
 func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	ctx = uncut(ctx) // bounded by the round's deadline
 	ttls := make([]int64, len(ls))
 	calls := make([]evalCall, len(ls))
 	for i, l := range ls {

@@ -106,7 +106,20 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 // runMulti makes the attempt c, which takes reqs.
 func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
 	keys, ttls := c.keys, c.ttls
-	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, keys, c.args...)
+	args := keys
+	tomb := d.tombFor(ctx, reqs[0])
+	if tomb != "" {
+		args = append(keys[:len(keys):len(keys)], tomb)
+	}
+	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, args, c.args...)
+	if err != nil && tomb != "" {
+		if cause := ended(ctx); cause != nil {
+			// Cut: Redis may still run the request, after the cleanup.
+			return nil, d.bury(reqs[0], fmt.Errorf("acquire: %w", cause), tomb, func(ctx context.Context, _, _ string) error {
+				return d.undoAll(ctx, reqs)
+			})
+		}
+	}
 	if errors.Is(err, errNotReplicated) {
 		return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: %w", err))
 	}
@@ -170,20 +183,28 @@ func multiTook(reply any) bool {
 // and returns cause; wrapped in a driver.Residue that tries them all again
 // when the store could not be reached.
 func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, cause error) error {
+	out := func(ctx context.Context) error { return d.undoAll(ctx, reqs) }
+	if d.cutsCalls() && cuttable(ctx) {
+		// The caller returns when ctx ends (driver.Info.PromptCancel).
+		return d.cleanUpCut(ctx, cause, out)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
 	defer cancel()
-	out := func(ctx context.Context) error {
-		var errs []error
-		for _, req := range reqs {
-			if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
-	}
 	if err := out(ctx); err != nil {
 		d.logger.Warn("locker: redis: could not undo a multi-key acquisition; retrying in the background", "keys", len(reqs), "err", err)
-		return &driver.Residue{Err: cause, Cleanup: out}
+		return residue(cause, out)
 	}
 	return cause
+}
+
+// undoAll gives up every lock reqs may have taken, and their places in
+// line: nil when nothing was left.
+func (d *redisDriver) undoAll(ctx context.Context, reqs []driver.Request) error {
+	var errs []error
+	for _, req := range reqs {
+		if err := d.leaveQueue(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -3,7 +3,10 @@
 -- KEYS     five names per lock (see lib.lua and shared_lib.lua), grouped
 --          by kind: for n locks, KEYS[i] is lock i's lock, KEYS[n+i] its
 --          fence, KEYS[2n+i] its queue, KEYS[3n+i] its meta and KEYS[4n+i]
---          its waiters (i from 1), so that one call reads a group
+--          its waiters (i from 1), so that one call reads a group; then,
+--          for an attempt that may be cut (cut.go), the tombstone of lock
+--          1's owner: while it exists, the attempt writes nothing and
+--          returns {'held', 1, 0}
 -- ARGV[1]  label      human-readable holder name, recorded only
 -- ARGV[2]  retention  milliseconds a fence key outlives the last acquisition
 -- ARGV[3]  unfair     "1": a free key goes to the caller even when others
@@ -35,7 +38,10 @@
 -- finding the first key held, an MGET, an HSET and one or two PTTLs. The
 -- script builds no table of its own (its reply is the MGET's): a Lua
 -- allocation costs the server about as much as a call.
-local n = #KEYS / 5
+local n = math.floor(#KEYS / 5)
+if #KEYS > 5 * n and redis.call('EXISTS', KEYS[#KEYS]) == 1 then
+  return { 'held', 1, 0 }
+end
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
 -- fence.

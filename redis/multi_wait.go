@@ -121,8 +121,17 @@ func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *
 	if lid == "" || !all && !slices.Contains(call.recorded, true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
-	defer cancel()
+	if d.cutsCalls() && cuttable(ctx) {
+		// The caller returns when ctx ends (driver.Info.PromptCancel);
+		// records left expire with their hash.
+		if ended(ctx) != nil {
+			return
+		}
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), min(reqs[0].TTL, cleanupTimeout))
+		defer cancel()
+	}
 	pipe := d.client.Pipeline()
 	for i := range reqs {
 		if all || call.recorded[i] {

@@ -182,7 +182,8 @@ func singleClient(p *lockurl.Params, v url.URL, to target) (goredis.UniversalCli
 	// or a cancelled Lock must not wait for the read timeout.
 	o.ContextTimeoutEnabled = true
 	withTLS(o.TLSConfig, to.tls)
-	return goredis.NewClient(o), nil
+	// Calls whose ctx can end run on connections the Locker cuts (cut.go).
+	return newOwnedClient(o), nil
 }
 
 // clusterClient is the client of OpenCluster: go-redis's ParseClusterURL

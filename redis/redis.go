@@ -184,7 +184,11 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	// WAIT answers only when its timeout ends: a client that stops reading
 	// first drops the connection, and the write's outcome is then a network
 	// error instead of "not replicated".
-	if cl, ok := client.(*goredis.Client); ok && c.Replicas > 0 {
+	cl, ok := client.(*goredis.Client)
+	if oc, owned := client.(*ownedClient); owned {
+		cl, ok = oc.Client, true
+	}
+	if ok && c.Replicas > 0 {
 		if rt := cl.Options().ReadTimeout; rt > 0 && replicaTimeout >= rt {
 			return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 				Cause: fmt.Errorf("Config.ReplicaTimeout %v is not below the client's ReadTimeout %v", replicaTimeout, rt)}
@@ -356,7 +360,7 @@ func (d *redisDriver) channelArg(s string) string {
 
 // Info implements driver.Driver.
 func (d *redisDriver) Info() driver.Info {
-	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes, PerLockTTL: true}
+	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes, PerLockTTL: true, PromptCancel: d.cutsCalls()}
 }
 
 // Configure implements driver.Configurer: it takes the logger and prepares

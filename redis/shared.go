@@ -93,8 +93,19 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, keys, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+	args := keys
+	tomb := d.tombFor(ctx, req)
+	if tomb != "" {
+		args = append(keys[:len(keys):len(keys)], tomb)
+	}
+	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key))
+	if err != nil && tomb != "" {
+		if cause := ended(ctx); cause != nil {
+			// Cut: Redis may still run the request, after the cleanup.
+			return driver.Grant{}, d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, d.withdraw)
+		}
+	}
 	if errors.Is(err, errNotReplicated) {
 		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
 	}
@@ -140,9 +151,9 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 			remaining = r
 		}
 		key, owner := req.Key, req.Owner
-		return driver.Grant{}, &driver.Residue{Err: driver.Held(remaining), Cleanup: func(ctx context.Context) error {
+		return driver.Grant{}, residue(driver.Held(remaining), func(ctx context.Context) error {
 			return d.withdraw(ctx, key, owner)
-		}}
+		})
 	}
 	return driver.Grant{}, fmt.Errorf("acquire: unexpected reply %v", reply)
 }

@@ -1,7 +1,10 @@
 -- shared_acquire.lua: one attempt to take a shared hold (semaphore permits,
 -- or a read or write hold of a read-write lock).
 --
--- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua)
+-- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua);
+--          then, for an attempt that may be cut (cut.go), the owner's
+--          tombstone: while it exists, the attempt writes nothing and
+--          returns {'held', 0, 0}
 -- ARGV[1]  owner      random, unique to this hold, without spaces
 -- ARGV[2]  ttl        milliseconds
 -- ARGV[3]  label      human-readable holder name, recorded only
@@ -22,6 +25,9 @@
 --   {'plain'}                   the key is a plain lock
 -- nopub is 1 when the server refused a PUBLISH, else 0.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
+if KEYS[7] and redis.call('EXISTS', KEYS[7]) == 1 then
+  return { 'held', 0, 0 }
+end
 local mode, limit, weight = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local want = 'rw'
 if mode == 'permits' then

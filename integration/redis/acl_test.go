@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -140,6 +141,24 @@ func TestACLRulesCoverEveryKeyOfAPrefix(t *testing.T) {
 		}
 		if err := <-got; err != nil {
 			t.Errorf("a waiting Lock(%q) by the tenant: %v", key, err)
+		}
+	}
+
+	// A Locker from Open names a tombstone in its cancellable attempts
+	// (locker:{key}:cut:<owner>): the rules cover it too.
+	u := &url.URL{Scheme: "redis", User: url.UserPassword(user, "pw"), Host: srv.Addr()}
+	ol, err := redis.Open(ctx, u, locker.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ol.Close()
+	for _, key := range []string{"plain", "we}ird"} {
+		lk, err := ol.TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("TryLock(%q) by the tenant's Locker from Open: %v", key, err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -53,9 +53,18 @@ func (r *replicas) get(t testing.TB, l locker.Locker) (replica, bool) {
 	return rep, ok
 }
 
+// crash closes the Locker's client or, for a Locker that owns its client
+// (client nil), cuts its proxies for good.
 func (r *replicas) crash(t testing.TB, l locker.Locker) {
-	if rep, ok := r.get(t, l); ok {
+	rep, ok := r.get(t, l)
+	switch {
+	case !ok:
+	case rep.client != nil:
 		_ = rep.client.Close()
+	default:
+		for _, p := range rep.proxies {
+			p.Cut()
+		}
 	}
 }
 
@@ -84,24 +93,33 @@ func singleHarness(t *testing.T, srv *testenv.RedisServer) conformance.Harness {
 // singleHarnessWith is singleHarness with Lockers made by cfg on clients
 // whose options login adjusts (nil: the default user).
 func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config, login func(*goredis.Options)) conformance.Harness {
-	admin := newClient(t, srv.Addr())
-	client := func(t testing.TB, addr string) *goredis.Client {
+	return singleHarnessOf(t, srv, func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error) {
+		var c *goredis.Client
 		if login == nil {
-			return newClient(t, addr)
+			c = newClient(t, addr)
+		} else {
+			o := clientOptions(addr)
+			login(o)
+			c = goredis.NewClient(o)
+			t.Cleanup(func() { _ = c.Close() })
 		}
-		o := clientOptions(addr)
-		login(o)
-		c := goredis.NewClient(o)
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+		l, err := cfg.New(c, opts...)
+		return l, c, err
+	})
+}
+
+// singleHarnessOf is singleHarness with Lockers that mk makes on the
+// server at addr (a proxy's for NewLocker) with opts, the TTL's first. It
+// returns the client Crash closes; nil for a Locker that owns its client,
+// whose Crash cuts its proxy for good.
+func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error)) conformance.Harness {
+	admin := newClient(t, srv.Addr())
 	var reps replicas
 	return conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
 			p := testenv.NewProxy(t, srv.Addr())
-			c := client(t, p.Addr())
-			l, err := cfg.New(c, locker.WithTTL(testTTL))
+			l, c, err := mk(t, p.Addr(), locker.WithTTL(testTTL))
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
@@ -110,7 +128,8 @@ func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config,
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
-			return cfg.New(client(t, srv.Addr()), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			l, _, err := mk(t, srv.Addr(), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+			return l, err
 		},
 		Crash:   reps.crash,
 		Isolate: reps.isolate,

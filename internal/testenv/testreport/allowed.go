@@ -56,6 +56,7 @@ func allowances() []allowance {
 				"integration/redis TestConformanceNoPubSub",
 				"integration/redis TestConformanceNoPubSubForced",
 				"integration/redis TestConformanceCluster",
+				"integration/redis TestConformanceOpen",
 			},
 			cases:   []string{"Failover"},
 			message: "Harness.Failover is nil",

@@ -1,0 +1,23 @@
+package redis_test
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/internal/testenv"
+	"github.com/golocker/locker/redis"
+)
+
+// TestConformanceOpen runs the suite on Lockers that own their client
+// (redis.Open): their calls whose ctx can end run on connections the
+// Locker cuts when the ctx ends, made inline by the engine. Every Locker
+// dials through a proxy of its own; Crash cuts it for good.
+func TestConformanceOpen(t *testing.T) {
+	conformance.Run(t, singleHarnessOf(t, testenv.NewRedis(t), func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error) {
+		u := &url.URL{Scheme: "redis", Host: addr, RawQuery: "read_timeout=1s&write_timeout=1s&dial_timeout=1s&protocol=3"}
+		l, err := redis.Open(t.Context(), u, opts...)
+		return l, nil, err
+	}))
+}

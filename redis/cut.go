@@ -1,0 +1,320 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/driver"
+)
+
+// A Locker that owns its client (Open) promises driver.Info.PromptCancel:
+// the engine makes every call in its caller's goroutine. go-redis does not
+// stop a command when its ctx ends, so the owned client runs a script or
+// pipeline whose ctx can end on a connection of its own, and closes that
+// connection when the ctx ends. The caller then returns at once with the
+// ctx's error. A request that Redis has read still runs after the cut: an
+// attempt that may have queued or taken something leaves it to a
+// driver.Residue, whose cleanup first writes a tombstone of its owner (see
+// cutKey). acquire.lua and shared_acquire.lua do nothing for an owner with
+// a tombstone, so a cut request that runs after its cleanup takes nothing
+// and leaves nothing. Calls whose ctx never ends use the shared pool.
+
+// cutSlotIdle is how many idle cut slots an owned client keeps at most,
+// beside its pool.
+const cutSlotIdle = 16
+
+// ownedClient is the single-node client of a Locker opened by Open: the
+// client of the URL, and idle slots for calls whose ctx can end.
+type ownedClient struct {
+	*goredis.Client
+	opt goredis.Options // the client's as given, before go-redis filled them in
+
+	mu     sync.Mutex
+	idle   []*cutSlot
+	closed bool
+}
+
+// newOwnedClient makes the client of o, which the Locker owns.
+func newOwnedClient(o *goredis.Options) *ownedClient {
+	// The slots copy o as given: go-redis fills in a client's options
+	// with objects of its own (a push notification processor) that
+	// another client must not share.
+	c := &ownedClient{opt: *o}
+	c.Client = goredis.NewClient(o)
+	return c
+}
+
+// cutSlot is a client of one connection, which cut closes.
+type cutSlot struct {
+	client *goredis.Client
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	mu      sync.Mutex
+	conn    net.Conn // the connection, nil before a dial
+	cut     bool     // the call in progress was cut: no more dials
+	refused bool     // a dial was refused: go-redis remembers the error
+}
+
+// errCut is the error of a dial on a slot whose call was cut.
+var errCut = errors.New("the call's connection was cut when its ctx ended")
+
+// newSlot makes a slot with c's options: one connection, dialled by c's
+// dialer through the slot.
+func (c *ownedClient) newSlot() *cutSlot {
+	o := c.opt
+	s := &cutSlot{dial: o.Dialer}
+	if s.dial == nil {
+		s.dial = goredis.NewDialer(&o)
+	}
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	// A refused dial (the call was cut) is not tried again.
+	o.DialerRetries = 1
+	o.Dialer = s.dialConn
+	s.client = goredis.NewClient(&o)
+	return s
+}
+
+func (s *cutSlot) dialConn(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := s.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cut {
+		s.refused = true
+		_ = conn.Close()
+		return nil, &net.OpError{Op: "dial", Net: network, Err: errCut}
+	}
+	s.conn = conn
+	return conn, nil
+}
+
+// cutNow closes the slot's connection, and refuses dials from then on.
+func (s *cutSlot) cutNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cut = true
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+}
+
+// reusable reports whether the slot may serve another call after one that
+// ended with err: go-redis dropped a connection cut under a call that
+// failed, but keeps one cut after its reply, and remembers a refused dial.
+func (s *cutSlot) reusable(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused || s.cut && err == nil {
+		return false
+	}
+	s.cut = false
+	return true
+}
+
+// take returns a slot for a call with ctx, armed to be cut when ctx ends;
+// the caller calls done with the call's error.
+func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func(err error)) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		s = c.idle[n-1]
+		c.idle = c.idle[:n-1]
+	}
+	c.mu.Unlock()
+	if s == nil {
+		s = c.newSlot()
+	}
+	stop := context.AfterFunc(ctx, s.cutNow)
+	return s, func(err error) {
+		if !stop() && !s.reusable(err) {
+			_ = s.client.Close()
+			return
+		}
+		c.mu.Lock()
+		keep := !c.closed && len(c.idle) < cutSlotIdle
+		if keep {
+			c.idle = append(c.idle, s)
+		}
+		c.mu.Unlock()
+		if !keep {
+			_ = s.client.Close()
+		}
+	}
+}
+
+// ended returns why ctx ended: its Err, or context.DeadlineExceeded once
+// its deadline passed (a read that timed out at the deadline may return
+// before ctx.Err is set); nil while it runs.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// cuttable reports whether a call with ctx goes to a slot: ctx can end,
+// and is not marked by uncut.
+func cuttable(ctx context.Context) bool { return ctx.Done() != nil && ctx.Value(uncutKey{}) == nil }
+
+// uncutKey marks a ctx whose calls use the client's pool (uncut).
+type uncutKey struct{}
+
+// uncut returns ctx, marked so that its calls use the client's pool: the
+// engine's renewals and cleanups, bounded by their deadlines
+// (ContextTimeoutEnabled), whose callers need not return at once.
+func uncut(ctx context.Context) context.Context { return context.WithValue(ctx, uncutKey{}, true) }
+
+// residue returns cause wrapped in a driver.Residue whose Cleanup runs out
+// on the client's pool.
+func residue(cause error, out func(ctx context.Context) error) *driver.Residue {
+	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(uncut(ctx)) }}
+}
+
+// Eval runs EVAL, on a slot when ctx can end.
+func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	if !cuttable(ctx) {
+		return c.Client.Eval(ctx, script, keys, args...)
+	}
+	s, done := c.take(ctx)
+	cmd := s.client.Eval(ctx, script, keys, args...)
+	done(cmd.Err())
+	return cmd
+}
+
+// EvalSha runs EVALSHA, on a slot when ctx can end.
+func (c *ownedClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
+	if !cuttable(ctx) {
+		return c.Client.EvalSha(ctx, sha1, keys, args...)
+	}
+	s, done := c.take(ctx)
+	cmd := s.client.EvalSha(ctx, sha1, keys, args...)
+	done(cmd.Err())
+	return cmd
+}
+
+// EvalRO runs EVAL_RO, on a slot when ctx can end.
+func (c *ownedClient) EvalRO(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	if !cuttable(ctx) {
+		return c.Client.EvalRO(ctx, script, keys, args...)
+	}
+	s, done := c.take(ctx)
+	cmd := s.client.EvalRO(ctx, script, keys, args...)
+	done(cmd.Err())
+	return cmd
+}
+
+// EvalShaRO runs EVALSHA_RO, on a slot when ctx can end.
+func (c *ownedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
+	if !cuttable(ctx) {
+		return c.Client.EvalShaRO(ctx, sha1, keys, args...)
+	}
+	s, done := c.take(ctx)
+	cmd := s.client.EvalShaRO(ctx, sha1, keys, args...)
+	done(cmd.Err())
+	return cmd
+}
+
+// Pipeline returns a pipeline whose Exec runs on a slot when its ctx can
+// end.
+func (c *ownedClient) Pipeline() goredis.Pipeliner {
+	return &cutPipeline{Pipeliner: c.Client.Pipeline(), c: c}
+}
+
+// Close closes the idle slots and the client.
+func (c *ownedClient) Close() error {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, s := range idle {
+		_ = s.client.Close()
+	}
+	return c.Client.Close()
+}
+
+// cutPipeline is a pipeline of an ownedClient.
+type cutPipeline struct {
+	goredis.Pipeliner
+	c *ownedClient
+}
+
+// Exec sends the queued commands, on a slot when ctx can end.
+func (p *cutPipeline) Exec(ctx context.Context) ([]goredis.Cmder, error) {
+	if !cuttable(ctx) {
+		return p.Pipeliner.Exec(ctx)
+	}
+	cmds := slices.Clone(p.Pipeliner.Cmds())
+	p.Pipeliner.Discard()
+	s, done := p.c.take(ctx)
+	sp := s.client.Pipeline()
+	for _, cmd := range cmds {
+		_ = sp.Process(ctx, cmd)
+	}
+	res, err := sp.Exec(ctx)
+	done(err)
+	return res, err
+}
+
+// kindCut is the kind of the tombstones of cutKey.
+const kindCut = "cut"
+
+// cutKey returns the tombstone of owner's attempts on store key s, in the
+// key's slot: while it exists, acquire.lua and shared_acquire.lua do
+// nothing for owner.
+func cutKey(s, owner string) string { return name(kindCut, s) + ":" + owner }
+
+// cutsCalls reports whether the calls of d whose ctx can end run on a slot
+// that is cut when the ctx ends.
+func (d *redisDriver) cutsCalls() bool {
+	_, ok := d.client.(*ownedClient)
+	return ok
+}
+
+// tombFor returns the tombstone an attempt of req with ctx passes to its
+// script, or "" when the attempt cannot be cut.
+func (d *redisDriver) tombFor(ctx context.Context, req driver.Request) string {
+	if !d.cutsCalls() || !cuttable(ctx) {
+		return ""
+	}
+	return cutKey(req.Key, req.Owner)
+}
+
+// cleanUpCut is cleanUp for a driver that cuts its calls: out runs with
+// ctx, so that the caller returns when ctx ends, and the engine runs it
+// again when it failed.
+func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx context.Context) error) error {
+	if ended(ctx) == nil {
+		if err := out(ctx); err == nil || errors.Is(err, driver.ErrNotHeld) {
+			return cause
+		}
+	}
+	return residue(cause, out)
+}
+
+// bury returns cause, wrapped in a driver.Residue whose cleanup writes the
+// tombstone tomb for req's TTL and then runs out(key, owner): an attempt
+// cut when its ctx ended, whose request Redis may run later. The cleanup
+// is left to the engine, so that the caller returns at once.
+func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out func(ctx context.Context, key, owner string) error) error {
+	key, owner, ttl := req.Key, req.Owner, max(req.TTL, time.Second)
+	return residue(cause, func(ctx context.Context) error {
+		pipe := d.client.Pipeline()
+		set := pipe.Set(ctx, tomb, "1", ttl)
+		_, _ = pipe.Exec(ctx)
+		if err := set.Err(); err != nil {
+			return fmt.Errorf("tombstone: %w", classify(err))
+		}
+		return out(ctx, key, owner)
+	})
+}

@@ -1,0 +1,227 @@
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// lateNet wraps the connections of a test client: while armed, the first
+// write that carries marker is held back, as by a slow network, and
+// reaches the server only when the test sends it, even after the client
+// closed the connection.
+type lateNet struct {
+	marker []byte
+	mu     sync.Mutex
+	armed  bool
+	held   chan *lateConn // the connection of the write held back
+}
+
+func (n *lateNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lateConn{Conn: c, n: n, closed: make(chan struct{})}, nil
+}
+
+// lateConn is a connection of lateNet.
+type lateConn struct {
+	net.Conn
+	n       *lateNet
+	mu      sync.Mutex
+	holding []byte // the request held back; nil when none
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (c *lateConn) Write(b []byte) (int, error) {
+	c.n.mu.Lock()
+	hold := c.n.armed && bytes.Contains(b, c.n.marker)
+	if hold {
+		c.n.armed = false
+	}
+	c.n.mu.Unlock()
+	if !hold {
+		return c.Conn.Write(b)
+	}
+	c.mu.Lock()
+	c.holding = bytes.Clone(b)
+	c.mu.Unlock()
+	c.n.held <- c
+	return len(b), nil
+}
+
+func (c *lateConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	holding := c.holding != nil
+	c.mu.Unlock()
+	if holding {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
+}
+
+// Close closes the connection, but for one whose request is held back:
+// the client's side closes, and the request still reaches the server
+// (deliver).
+func (c *lateConn) Close() error {
+	c.mu.Lock()
+	holding := c.holding != nil
+	c.mu.Unlock()
+	if holding {
+		c.once.Do(func() { close(c.closed) })
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+// deliver sends the request held back and returns the start of the
+// server's reply.
+func (c *lateConn) deliver(t *testing.T) string {
+	t.Helper()
+	defer c.Conn.Close()
+	if _, err := c.Conn.Write(c.holding); err != nil {
+		t.Fatalf("send the held request: %v", err)
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var reply []byte
+	buf := make([]byte, 256)
+	for !strings.HasSuffix(string(reply), "\r\n") || bytes.Count(reply, []byte("\r\n")) < 3 && reply[0] == '*' {
+		n, err := c.Conn.Read(buf)
+		reply = append(reply, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read the held request's reply (so far %q): %v", reply, err)
+		}
+	}
+	return string(reply)
+}
+
+// TestCutAttemptRunsAfterItsCleanup: an attempt of a Locker that owns its
+// client (Open) is cut when its ctx ends, and its request reaches Redis
+// only after the engine cleaned up for it. The request must then take
+// nothing and queue nothing: the cleanup's tombstone stops it.
+func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
+	srv := storeenv.Redis(t)
+	plain := newClient(t, srv.Addr())
+	type attempt func(ctx context.Context, l locker.Locker, key string) error
+	for _, tc := range []struct {
+		name    string
+		holder  bool   // another Locker holds the key: the attempt queues
+		reply   string // the start of the late request's reply
+		attempt attempt
+	}{
+		{"TryLock", false, ":0\r\n", func(ctx context.Context, l locker.Locker, key string) error {
+			_, err := l.TryLock(ctx, key)
+			return err
+		}},
+		{"Lock", true, ":0\r\n", func(ctx context.Context, l locker.Locker, key string) error {
+			_, err := l.Lock(ctx, key)
+			return err
+		}},
+		{"Semaphore", false, "*3\r\n$4\r\nheld\r\n", func(ctx context.Context, l locker.Locker, key string) error {
+			sem, err := locker.NewSemaphore(l, key, 1)
+			if err != nil {
+				return err
+			}
+			_, err = sem.TryAcquire(ctx)
+			return err
+		}},
+		{"LockMulti", false, "*3\r\n$4\r\nheld\r\n", func(ctx context.Context, l locker.Locker, key string) error {
+			_, err := locker.TryLockMulti(ctx, l, []string{key, key + "-b"})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 30*time.Second)
+			key := uniqueKey(t)
+			ln := &lateNet{marker: []byte("{" + key + "}"), held: make(chan *lateConn, 1)}
+			o := clientOptions(srv.Addr())
+			o.Dialer = ln.dial
+			oc := newOwnedClient(o)
+			t.Cleanup(func() { _ = oc.Close() })
+			l, err := Config{}.New(oc, locker.WithTTL(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			if !newDriver(oc).Info().PromptCancel {
+				t.Fatal("a Locker on an owned client must promise PromptCancel")
+			}
+			// Load the scripts, on another key.
+			warm := "warm-" + key
+			if err := tc.attempt(ctx, l, warm); err != nil {
+				t.Fatalf("warm-up attempt: %v", err)
+			}
+			other, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+			if tc.holder {
+				lk, err := other.TryLock(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = lk.Unlock(ctx) }()
+			}
+
+			ln.mu.Lock()
+			ln.armed = true
+			ln.mu.Unlock()
+			actx, cancel := context.WithCancel(ctx)
+			errc := make(chan error, 1)
+			go func() { errc <- tc.attempt(actx, l, key) }()
+			var held *lateConn
+			select {
+			case held = <-ln.held:
+			case <-ctx.Done():
+				t.Fatal("the attempt sent no request")
+			}
+			cancel()
+			if err := <-errc; !errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("a cut attempt must fail with ErrNotAcquired and ctx.Err(), got %v", err)
+			}
+			// The engine cleans up in the background: wait for the
+			// tombstone.
+			for {
+				names, err := plain.Keys(ctx, "locker:{"+key+"}:cut:*").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(names) > 0 {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatal("the cut attempt was never cleaned up")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			if got := held.deliver(t); !strings.HasPrefix(got, tc.reply) {
+				t.Fatalf("a request that runs after its cleanup must take nothing: reply %q, want %q", got, tc.reply)
+			}
+			k := KeysOf(key)
+			names := []string{k.Lock, k.Queue, k.Holders, k.SharedQueue}
+			if tc.name == "LockMulti" {
+				names = append(names, lockKey(key+"-b"))
+			}
+			n, err := plain.Exists(ctx, names...).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.holder {
+				n-- // the holder's lock
+			}
+			if n != 0 {
+				t.Fatalf("a request that runs after its cleanup must leave nothing: %d of lock, queue, holders, line exist", n)
+			}
+		})
+	}
+}
