@@ -181,48 +181,36 @@ func residue(cause error, out func(ctx context.Context) error) *driver.Residue {
 	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(uncut(ctx)) }}
 }
 
-// Eval runs EVAL, on a slot when ctx can end.
-func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+// onSlot returns do's command, run on the client's pool, or on a slot when
+// ctx can end.
+func (c *ownedClient) onSlot(ctx context.Context, do func(cl *goredis.Client) *goredis.Cmd) *goredis.Cmd {
 	if !cuttable(ctx) {
-		return c.Client.Eval(ctx, script, keys, args...)
+		return do(c.Client)
 	}
 	s, done := c.take(ctx)
-	cmd := s.client.Eval(ctx, script, keys, args...)
+	cmd := do(s.client)
 	done(cmd.Err())
 	return cmd
+}
+
+// Eval runs EVAL, on a slot when ctx can end.
+func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
+	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.Eval(ctx, script, keys, args...) })
 }
 
 // EvalSha runs EVALSHA, on a slot when ctx can end.
 func (c *ownedClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
-	if !cuttable(ctx) {
-		return c.Client.EvalSha(ctx, sha1, keys, args...)
-	}
-	s, done := c.take(ctx)
-	cmd := s.client.EvalSha(ctx, sha1, keys, args...)
-	done(cmd.Err())
-	return cmd
+	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.EvalSha(ctx, sha1, keys, args...) })
 }
 
 // EvalRO runs EVAL_RO, on a slot when ctx can end.
 func (c *ownedClient) EvalRO(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
-	if !cuttable(ctx) {
-		return c.Client.EvalRO(ctx, script, keys, args...)
-	}
-	s, done := c.take(ctx)
-	cmd := s.client.EvalRO(ctx, script, keys, args...)
-	done(cmd.Err())
-	return cmd
+	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.EvalRO(ctx, script, keys, args...) })
 }
 
 // EvalShaRO runs EVALSHA_RO, on a slot when ctx can end.
 func (c *ownedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
-	if !cuttable(ctx) {
-		return c.Client.EvalShaRO(ctx, sha1, keys, args...)
-	}
-	s, done := c.take(ctx)
-	cmd := s.client.EvalShaRO(ctx, sha1, keys, args...)
-	done(cmd.Err())
-	return cmd
+	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.EvalShaRO(ctx, sha1, keys, args...) })
 }
 
 // Pipeline returns a pipeline whose Exec runs on a slot when its ctx can
