@@ -203,10 +203,9 @@ func TestClaimSeesLimitChange(t *testing.T) {
 	q := queueBehind(t, permitsOf(3, 2, false), share)
 	holder, waiter, ctx, key, g, wake := q.holder, q.waiter, q.ctx, q.key, q.held, q.wake
 	waiter.mu.Lock()
-	wkey := waiter.sess.shares["waiter"].key
+	wkey := Dir(key) + waiter.sess.hex + ".waiter"
 	waiter.mu.Unlock()
-	wvalue := sharedValue(limitReq(key, "waiter"), share)
-	v := waiter.view(Dir(key), wkey, wvalue)
+	v := waiter.view(Dir(key), wkey)
 	if v == nil {
 		t.Fatal("the queued waiter keeps no view: the test cannot tell")
 	}
@@ -229,7 +228,7 @@ func TestClaimSeesLimitChange(t *testing.T) {
 	v.lost = false
 	v.read = time.Now().Add(time.Hour) // not too old, however slow the test
 	waiter.mu.Unlock()
-	if waiter.view(Dir(key), wkey, wvalue) != v {
+	if waiter.view(Dir(key), wkey) != v {
 		t.Fatal("the lagging view is not the waiter's: the test cannot tell")
 	}
 	p, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), share)

@@ -49,7 +49,6 @@ type dirSub struct {
 
 // queueView is what a queued shared request knows of the keys ahead of it.
 type queueView struct {
-	value string                 // the request's key's value: its owner's
 	read  time.Time              // when the read it comes from was sent
 	rev   int64                  // create revision of the request's key
 	ahead map[string]shareRecord // keys ahead, not yet seen deleted
@@ -144,10 +143,9 @@ func (sub *dirSub) wake() {
 }
 
 // keepView records, for the queued request whose key is key, created at
-// rev with value, the keys ahead of it and the limit record lr as a read
-// at revision at showed them, if the watches of dir cover every change
-// since.
-func (d *etcdDriver) keepView(dir, key, value string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
+// rev, the keys ahead of it and the limit record lr as a read at revision
+// at showed them, if the watches of dir cover every change since.
+func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.dropViewLocked(dir, key)
@@ -155,7 +153,7 @@ func (d *etcdDriver) keepView(dir, key, value string, read time.Time, rev, at in
 		if sub.created > at || sub.seen > at {
 			continue
 		}
-		v := &queueView{value: value, read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
+		v := &queueView{read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
 		for _, kv := range ahead {
 			r, ok := parseShared(kv.Value)
 			if !ok {
@@ -168,14 +166,13 @@ func (d *etcdDriver) keepView(dir, key, value string, read time.Time, rev, at in
 	}
 }
 
-// view returns the view of the queued request whose key is key, with
-// value, nil when none is kept. A key's name outlives its request
-// (sharename.go): the value tells whose the view is.
-func (d *etcdDriver) view(dir, key, value string) *queueView {
+// view returns the view of the queued request whose key is key, nil when
+// none is kept.
+func (d *etcdDriver) view(dir, key string) *queueView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for sub := range d.subs[dir] {
-		if v := sub.views[key]; v != nil && v.value == value && !v.lost && time.Since(v.read) < d.ttl/3 {
+		if v := sub.views[key]; v != nil && !v.lost && time.Since(v.read) < d.ttl/3 {
 			return v
 		}
 	}
