@@ -58,6 +58,7 @@ type cutSlot struct {
 
 	mu      sync.Mutex
 	conn    net.Conn // the connection, nil before a dial
+	armed   bool     // a call runs: its ctx's end cuts the connection
 	cut     bool     // the call in progress was cut: no more dials
 	refused bool     // a dial was refused: go-redis remembers the error
 }
@@ -97,22 +98,29 @@ func (s *cutSlot) dialConn(ctx context.Context, network, addr string) (net.Conn,
 	return conn, nil
 }
 
-// cutNow closes the slot's connection, and refuses dials from then on.
+// cutNow closes the slot's connection, and refuses dials from then on,
+// unless the call it was armed for has ended.
 func (s *cutSlot) cutNow() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.armed {
+		return // too late: the call ended, and the slot serves another
+	}
 	s.cut = true
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
 }
 
-// reusable reports whether the slot may serve another call after one that
-// ended with err: go-redis dropped a connection cut under a call that
-// failed, but keeps one cut after its reply, and remembers a refused dial.
+// reusable disarms the slot, and reports whether it may serve another
+// call after one that ended with err: go-redis dropped a connection cut
+// under a call that failed, but keeps one cut after its reply, and
+// remembers a refused dial. A cut that starts after this finds the slot
+// disarmed, and does nothing.
 func (s *cutSlot) reusable(err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.armed = false
 	if s.refused || s.cut && err == nil {
 		return false
 	}
@@ -132,9 +140,15 @@ func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func(err error
 	if s == nil {
 		s = c.newSlot()
 	}
+	s.mu.Lock()
+	s.armed = true
+	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, s.cutNow)
 	return s, func(err error) {
-		if !stop() && !s.reusable(err) {
+		// stop is false once the cut has started, which may still be
+		// running: reusable disarms the slot under its lock either way.
+		stop()
+		if !s.reusable(err) {
 			_ = s.client.Close()
 			return
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
 )
@@ -223,5 +225,33 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 				t.Fatalf("a request that runs after its cleanup must leave nothing: %d of lock, queue, holders, line exist", n)
 			}
 		})
+	}
+}
+
+// TestLateCutSparesTheNextCall: a cut whose AfterFunc starts as its call
+// ends, and runs after the call's done, must not cut the slot, which then
+// serves another call: the next call's dial was refused ("the call's
+// connection was cut when its ctx ended"), and a TryLock on a free key
+// failed in a CI run.
+func TestLateCutSparesTheNextCall(t *testing.T) {
+	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	s, done := c.take(ctx)
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The order the race makes: the call ends, then its cut runs.
+	done(nil)
+	s.cutNow()
+	cancel()
+	next, nextDone := c.take(t.Context())
+	if next != s {
+		t.Fatal("the slot of the ended call was not reused")
+	}
+	err := next.client.Ping(t.Context()).Err()
+	nextDone(err)
+	if err != nil {
+		t.Fatalf("a call on a slot whose last call ended before its cut ran: %v", err)
 	}
 }
