@@ -37,17 +37,11 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []st
 	if err := checkOwner(req.Owner); err != nil {
 		return 0, err
 	}
-	tomb := d.tombFor(ctx, req)
-	if tomb != "" {
-		keys = append(keys[:len(keys):len(keys)], tomb)
-	}
+	keys, tomb := d.withTomb(ctx, req, keys)
 	reply, err := d.runAcquire(ctx, keys,
 		req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
-	if err != nil && tomb != "" {
-		if cause := ended(ctx); cause != nil {
-			// Cut: Redis may still run the request, after the cleanup.
-			return 0, d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, d.leaveQueue)
-		}
+	if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {
+		return 0, cut
 	}
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))
@@ -173,7 +167,7 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 // when the store could not be reached.
 func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause error, out func(ctx context.Context, key, owner string) error) error {
 	key, owner := req.Key, req.Owner
-	if d.cutsCalls() && cuttable(ctx) {
+	if d.cuts(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel).
 		return d.cleanUpCut(ctx, cause, func(ctx context.Context) error { return out(ctx, key, owner) })
 	}

@@ -283,13 +283,34 @@ func (d *redisDriver) cutsCalls() bool {
 	return ok
 }
 
-// tombFor returns the tombstone an attempt of req with ctx passes to its
-// script, or "" when the attempt cannot be cut.
-func (d *redisDriver) tombFor(ctx context.Context, req driver.Request) string {
-	if !d.cutsCalls() || !cuttable(ctx) {
-		return ""
+// cuts reports whether d's calls with ctx run on a slot cut when ctx ends.
+func (d *redisDriver) cuts(ctx context.Context) bool { return d.cutsCalls() && cuttable(ctx) }
+
+// withTomb returns the keys of an attempt of req with ctx, with the
+// tombstone its script honours appended when the attempt may be cut, and
+// that tombstone ("" when it cannot be cut).
+func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []string) ([]string, string) {
+	if !d.cuts(ctx) {
+		return keys, ""
 	}
-	return cutKey(req.Key, req.Owner)
+	tomb := cutKey(req.Key, req.Owner)
+	return append(keys[:len(keys):len(keys)], tomb), tomb
+}
+
+// buryCut returns the error of an attempt of req that failed with err
+// because its call was cut (tomb is set and ctx ended): a driver.Residue
+// whose cleanup writes tomb and then runs out (see bury). It returns nil
+// for any other outcome.
+func (d *redisDriver) buryCut(ctx context.Context, req driver.Request, err error, tomb string, out func(ctx context.Context, key, owner string) error) error {
+	if err == nil || tomb == "" {
+		return nil
+	}
+	cause := ended(ctx)
+	if cause == nil {
+		return nil
+	}
+	// Redis may still run the request, after the cleanup.
+	return d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, out)
 }
 
 // cleanUpCut is cleanUp for a driver that cuts its calls: out runs with

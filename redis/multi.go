@@ -106,19 +106,10 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 // runMulti makes the attempt c, which takes reqs.
 func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
 	keys, ttls := c.keys, c.ttls
-	args := keys
-	tomb := d.tombFor(ctx, reqs[0])
-	if tomb != "" {
-		args = append(keys[:len(keys):len(keys)], tomb)
-	}
+	args, tomb := d.withTomb(ctx, reqs[0], keys)
 	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, args, c.args...)
-	if err != nil && tomb != "" {
-		if cause := ended(ctx); cause != nil {
-			// Cut: Redis may still run the request, after the cleanup.
-			return nil, d.bury(reqs[0], fmt.Errorf("acquire: %w", cause), tomb, func(ctx context.Context, _, _ string) error {
-				return d.undoAll(ctx, reqs)
-			})
-		}
+	if cut := d.buryCut(ctx, reqs[0], err, tomb, func(ctx context.Context, _, _ string) error { return d.undoAll(ctx, reqs) }); cut != nil {
+		return nil, cut
 	}
 	if errors.Is(err, errNotReplicated) {
 		return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: %w", err))
@@ -184,7 +175,7 @@ func multiTook(reply any) bool {
 // when the store could not be reached.
 func (d *redisDriver) undoMulti(ctx context.Context, reqs []driver.Request, cause error) error {
 	out := func(ctx context.Context) error { return d.undoAll(ctx, reqs) }
-	if d.cutsCalls() && cuttable(ctx) {
+	if d.cuts(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel).
 		return d.cleanUpCut(ctx, cause, out)
 	}

@@ -121,7 +121,7 @@ func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *
 	if lid == "" || !all && !slices.Contains(call.recorded, true) {
 		return
 	}
-	if d.cutsCalls() && cuttable(ctx) {
+	if d.cuts(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel);
 		// records left expire with their hash.
 		if ended(ctx) != nil {

@@ -93,18 +93,11 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	args := keys
-	tomb := d.tombFor(ctx, req)
-	if tomb != "" {
-		args = append(keys[:len(keys):len(keys)], tomb)
-	}
+	args, tomb := d.withTomb(ctx, req, keys)
 	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key))
-	if err != nil && tomb != "" {
-		if cause := ended(ctx); cause != nil {
-			// Cut: Redis may still run the request, after the cleanup.
-			return driver.Grant{}, d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, d.withdraw)
-		}
+	if cut := d.buryCut(ctx, req, err, tomb, d.withdraw); cut != nil {
+		return driver.Grant{}, cut
 	}
 	if errors.Is(err, errNotReplicated) {
 		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
