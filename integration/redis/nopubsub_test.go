@@ -49,17 +49,27 @@ func TestConformanceNoPubSubForced(t *testing.T) {
 // pub/sub that waits for the key: the channel is the key's, whoever
 // releases. Without the wake-up the LockMulti would wait for its next
 // refresh, a third of a long TTL.
+// Unfair, the release takes its shorter path when a live waiter queues
+// ahead (release.lua), and must wake the LockMulti there too.
 func TestReleaseWithoutPubSubWakesLockMulti(t *testing.T) {
+	for _, unfair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Fair", true: "UnfairWithAQueuedLock"}[unfair], func(t *testing.T) {
+			releaseWithoutPubSubWakesLockMulti(t, unfair)
+		})
+	}
+}
+
+func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair bool) {
 	const ttl = time.Minute // the waiter's refresh: 20 s
 	srv := testenv.NewRedis(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	quiet, err := redis.Config{NoPubSub: true}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	quiet, err := redis.Config{NoPubSub: true, Unfair: unfair}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer quiet.Close()
-	loud, err := redis.Config{}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	loud, err := redis.Config{Unfair: unfair}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +79,23 @@ func TestReleaseWithoutPubSubWakesLockMulti(t *testing.T) {
 	held, err := quiet.TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if unfair {
+		// A Lock queues ahead of the LockMulti; nothing wakes it (the
+		// release publishes nothing for it), so it waits for its refresh.
+		other, err := redis.Config{Unfair: true}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		lctx, lcancel := context.WithCancel(ctx)
+		defer lcancel()
+		go func() {
+			if l, err := other.Lock(lctx, key); err == nil {
+				_ = l.Unlock(context.Background())
+			}
+		}()
+		time.Sleep(300 * time.Millisecond)
 	}
 	got := make(chan error, 1)
 	go func() {
