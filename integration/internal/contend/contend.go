@@ -560,3 +560,10 @@ func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
 	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })
 	b.Run("Handoff", func(b *testing.B) { Handoff(b, impls, 50) })
 }
+
+// processCPU is ProcessCPU, 0 when the system does not say: the client CPU
+// figures are then not reported.
+func processCPU() time.Duration {
+	d, _ := ProcessCPU()
+	return d
+}

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) this process has used
-// so far, or 0 when the system does not say.
-func processCPU() time.Duration {
+// ProcessCPU returns the CPU time (user and system) this process has used
+// so far; ok is false when the system does not say.
+func ProcessCPU() (d time.Duration, ok bool) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		return 0, false
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/contend"
 )
 
 // handoffWait is how long the waiter has been waiting when the holder
@@ -203,7 +204,7 @@ func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string,
 		if traffic != nil {
 			t0, _ = traffic()
 		}
-		c0, ok0 := processCPU()
+		c0, ok0 := contend.ProcessCPU()
 		var wg sync.WaitGroup
 		start := time.Now()
 		for _, s := range sems {
@@ -226,7 +227,7 @@ func ThroughputTraffic(b *testing.B, newLocker func() locker.Locker, key string,
 		}
 		wg.Wait()
 		d := time.Since(start)
-		c1, ok1 := processCPU()
+		c1, ok1 := contend.ProcessCPU()
 		cpu[min(limit/4, 1)] += c1 - c0
 		cpuOK = cpuOK && ok0 && ok1
 		if traffic != nil {
