@@ -75,6 +75,9 @@ func (c *ownedClient) newSlot() *cutSlot {
 		s.dial = goredis.NewDialer(&o)
 	}
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	// No pool of its own for pipelines: their connection would not be the
+	// one a cut closes.
+	o.PipelinePoolSize = -1
 	// A refused dial (the call was cut) is not tried again.
 	o.DialerRetries = 1
 	o.Dialer = s.dialConn

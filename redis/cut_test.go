@@ -3,6 +3,7 @@ package redis
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"net"
 	"strings"
@@ -253,5 +254,45 @@ func TestLateCutSparesTheNextCall(t *testing.T) {
 	nextDone(err)
 	if err != nil {
 		t.Fatalf("a call on a slot whose last call ended before its cut ran: %v", err)
+	}
+}
+
+// TestCutReachesThePipelinesConnection: a slot that has run a pipeline and
+// then a script cuts the connection of its next pipeline. go-redis gives
+// pipelines a pool of their own, whose connection the slot did not know:
+// the cut closed the script's, and a blocked pipeline went on waiting (a
+// cancelled Inspect of an Open Locker waited for the read timeout; here
+// go-redis gave up after 5 s, where a cut returns at once).
+func TestCutReachesThePipelinesConnection(t *testing.T) {
+	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pipe := c.Pipeline()
+	pipe.Ping(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Eval(ctx, "return 1", nil).Err(); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() {
+		pipe := c.Pipeline()
+		pipe.BLPop(ctx, 0, "cut-pipeline-"+rand.Text()) // blocks until cut
+		_, err := pipe.Exec(ctx)
+		returned <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the pipeline waits for its reply
+	cancel()
+	cancelled := time.Now()
+	select {
+	case err := <-returned:
+		t.Logf("the cut pipeline returned %v after the cancel: %v", time.Since(cancelled), err)
+		if err == nil {
+			t.Fatal("a cut pipeline succeeded")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a pipeline whose ctx ended was not cut within 2 s (a cut returns at once): the cut closed another connection of its slot")
 	}
 }
