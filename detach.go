@@ -8,8 +8,9 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// The store calls of Lock, TryLock and Unlock are detached from their
-// caller when the caller's ctx ends: the caller returns at once, whatever
+// The store calls of Lock, TryLock, Unlock, Inspect, List, Extend,
+// SetData and the operators' calls are detached from their caller when the
+// caller's ctx ends: the caller returns at once, whatever
 // the driver does, and the call goes on in the background. A driver that
 // honours ctx ends it soon after; one that must finish something first (a
 // session to set up, an attempt to undo) finishes it there. A driver that
@@ -18,6 +19,9 @@ import (
 // a call whose caller's ctx can never end (ctx.Done() returns nil, as for
 // context.Background()): that caller waits for the call anyway. Close
 // cancels such a call's ctx as it does any other's, and waits for it.
+// Extend's renewal is made inline only for such a caller: PromptCancel does
+// not cover renewals (see driver.Info), which a driver may bound by their
+// deadline alone.
 //
 // A detached call runs in one of the engine's workers: a goroutine that
 // waits for the next call once it is done, so that a Locker in use does
@@ -40,7 +44,12 @@ const (
 // passed. When e.inlineFor(caller), call runs inline and gone is always
 // false.
 func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
-	if e.inlineFor(caller) {
+	return detachedIf(e, !e.inlineFor(caller), ctx, call, late)
+}
+
+// detachedIf is detached, with call run inline unless detach is set.
+func detachedIf[T any](e *engine, detach bool, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+	if !detach {
 		v, err = call()
 		return v, err, false
 	}
@@ -65,6 +74,31 @@ func detached[T any](e *engine, caller, ctx context.Context, call func() (T, err
 // inlineFor reports whether the store calls of a caller that passed ctx run
 // inline: the driver promises PromptCancel, or ctx can never end.
 func (e *engine) inlineFor(ctx context.Context) bool { return e.inline || ctx.Done() == nil }
+
+// read runs call, a store call of Inspect or List, as detached runs
+// Lock's: with the ctx of a call that entered (see callContext), returning
+// when ctx ends or the Locker closes, whatever the store does. Its error is
+// op's on key: ErrClosed once the Locker has closed, ctx's cause once ctx
+// has ended, else call's.
+func read[T any](e *engine, op, key string, ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if !e.enter() {
+		return zero, e.err(op, key, ErrClosed, nil)
+	}
+	defer e.calls.Done()
+	cctx, scope := e.callContext(ctx)
+	defer scope.end()
+	v, err, gone := detached(e, ctx, cctx, func() (T, error) { return call(cctx) }, nil)
+	switch {
+	case (gone || err != nil) && e.isClosed():
+		return zero, e.err(op, key, ErrClosed, nil)
+	case gone, err != nil && ctx.Err() != nil:
+		return zero, e.err(op, key, nil, ctxCause(ctx))
+	case err != nil:
+		return zero, e.err(op, key, nil, err)
+	}
+	return v, nil
+}
 
 // detachedCall is one call of detached, run by a worker.
 type detachedCall[T any] struct {

@@ -107,8 +107,16 @@ func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
 	rctx, cancel := context.WithDeadline(cctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	v, err := e.renewOne(rctx, lease)
+	// Detached unless ctx can never end: PromptCancel does not cover a
+	// renewal (see detach.go). A renewal left running extends nothing.
+	v, err, gone := detachedIf(e, ctx.Done() != nil, rctx, func() (time.Duration, error) { return e.renewOne(rctx, lease) }, nil)
 	switch {
+	case gone && e.isClosed():
+		return e.err("extend", h.key, ErrNotHeld, ErrClosed)
+	case gone && ctx.Err() != nil:
+		return e.err("extend", h.key, nil, ctxCause(ctx))
+	case gone: // the lock's deadline passed
+		return e.err("extend", h.key, nil, ctxCause(rctx))
 	case errors.Is(err, driver.ErrNotHeld):
 		h.lost(err)
 		return e.err("extend", h.key, ErrNotHeld, err)

@@ -94,12 +94,9 @@ func (e *engine) Inspect(ctx context.Context, key string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if e.isClosed() {
-		return Status{}, e.err("inspect", key, ErrClosed, nil)
-	}
-	st, err := ins.Inspect(ctx, skey)
+	st, err := read(e, "inspect", key, ctx, func(ctx context.Context) (driver.Status, error) { return ins.Inspect(ctx, skey) })
 	if err != nil {
-		return Status{}, e.err("inspect", key, nil, err)
+		return Status{}, err
 	}
 	return statusOf(st), nil
 }

@@ -78,16 +78,17 @@ func (e *engine) List(ctx context.Context, prefix string) iter.Seq2[KeyStatus, e
 				yield(KeyStatus{}, e.err("list", prefix, nil, err))
 				return
 			}
-			if e.isClosed() {
-				yield(KeyStatus{}, e.err("list", prefix, ErrClosed, nil))
-				return
-			}
-			page, next, err := ls.List(ctx, sprefix, cursor, ListPage)
+			p, err := read(e, "list", prefix, ctx, func(ctx context.Context) (listPage, error) {
+				var p listPage
+				var err error
+				p.keys, p.next, err = ls.List(ctx, sprefix, cursor, ListPage)
+				return p, err
+			})
 			if err != nil {
-				yield(KeyStatus{}, e.err("list", prefix, nil, err))
+				yield(KeyStatus{}, err)
 				return
 			}
-			for _, ks := range page {
+			for _, ks := range p.keys {
 				key, ok := strings.CutPrefix(ks.Key, e.cfg.prefix)
 				if !ok || !strings.HasPrefix(key, prefix) || !ks.Held {
 					continue // not ours: a driver that matched too much
@@ -96,10 +97,16 @@ func (e *engine) List(ctx context.Context, prefix string) iter.Seq2[KeyStatus, e
 					return
 				}
 			}
-			if next == "" {
+			if p.next == "" {
 				return
 			}
-			cursor = next
+			cursor = p.next
 		}
 	}
+}
+
+// listPage is one page of a driver's listing, and the cursor of the next.
+type listPage struct {
+	keys []driver.KeyStatus
+	next string
 }

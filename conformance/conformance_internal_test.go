@@ -303,6 +303,7 @@ const (
 	waitHangsCut    = "waitHangsCut"    // a Lock that fails while cut off returns only once the cut heals (a blocking read its ctx does not end), and Close waits for it
 	sharedHangsCut  = "sharedHangsCut"  // waitHangsCut for waits for shared holds
 	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
+	inspectHangsCut = "inspectHangsCut" // an Inspect while cut off waits out a read timeout of its own, whatever its ctx (a client that honours deadlines only)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -385,6 +386,7 @@ var mustCatch = map[string][]string{
 	waitHangsCut:    {"CloseWhileWaiting"},
 	sharedHangsCut:  {"CloseWhileWaiting"},
 	closeSparesBg:   {"CloseEndsBackgroundCalls"},
+	inspectHangsCut: {"PromptCancelCalls"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -684,6 +686,10 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...locker.L
 // the key's previous state, inspectsFirst with the first holder it saw,
 // dropsData with no data, staleData with the last data it saw on the key.
 func (b *brokenLocker) Inspect(ctx context.Context, key string) (locker.Status, error) {
+	if b.kind == inspectHangsCut && b.env.healedOf(b) != nil {
+		time.Sleep(sessionSetup)
+		return locker.Status{}, errCut
+	}
 	b.env.settleResidue(key)
 	b.mu.Lock()
 	shut := b.shut

@@ -253,6 +253,11 @@
 //     of a free key and an Unlock, all with context.Background(), wait on
 //     a Locker cut off from the store; Close returns, and ends each call,
 //     within two TTLs plus slack, Lock and TryLock with an error.
+//   - PromptCancelCalls (Isolate): Inspect, List, Extend and SetData calls
+//     whose ctx is cancelled (it has no nearer deadline) while their Locker
+//     is cut off from a store that does not answer return within
+//     max(1 s, TTL/2) of the cancel, the first calls of a fresh Locker
+//     included.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed and FirstHolder) skip, saying so, for a Locker with no
@@ -266,8 +271,9 @@
 // Cases make no wall-clock assertions ("took less than 10 ms"): they poll
 // until a deadline of a few TTLs plus a few seconds of slack, so a slow CI
 // machine makes them slower, not flaky. Timing belongs in [RunBenchmarks].
-// PromptCancel is the exception, as its contract is about time: its bound
-// of max(1 s, TTL/2) is one a loaded machine still meets.
+// PromptCancel and PromptCancelCalls are the exceptions, as their contract
+// is about time: their bound of max(1 s, TTL/2) is one a loaded machine
+// still meets.
 //
 // # The suite's own test
 //

@@ -202,10 +202,13 @@ type Info struct {
 	// that need another.
 	PerLockTTL bool
 	// PromptCancel promises that every call of the driver returns soon after
-	// its ctx ends, whatever the store does, the first call included. The
-	// engine then makes the store calls of Lock, TryLock and Unlock in the
-	// caller's goroutine. When false, it makes each in another goroutine,
-	// and returns without waiting for it when the caller's ctx ends. It
+	// its ctx ends, whatever the store does, the first call included.
+	// Renew and RenewBatch are exempt: they may end at their ctx's deadline
+	// alone. The engine then makes the other store calls of its callers
+	// (Lock, TryLock, Unlock, Inspect, List, ...) in the caller's goroutine.
+	// When false, and for Extend's renewal, it makes each in another
+	// goroutine, and returns without waiting for it when the caller's ctx
+	// ends. It
 	// makes them in the caller's goroutine all the same for a caller whose
 	// ctx can never end (its Done returns nil). The conformance case
 	// PromptCancel checks the promise.
