@@ -33,7 +33,9 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 		for j, i := range plain {
 			k := ls[i].Key
 			keys[j], keys[n+j], keys[2*n+j] = leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k)
-			args = append(args, ls[i].Owner, d.channelArg(k))
+			// The channel even without pub/sub: a LockMulti of a Locker
+			// with pub/sub may wait on it (release.lua's ARGV[6]).
+			args = append(args, ls[i].Owner, channelName(k))
 		}
 		v, err := d.multiRelease.Run(ctx, d.client, keys, args...).Result()
 		reply, _ := v.([]any)

@@ -5,7 +5,9 @@
 --          locks, KEYS[i] is lock i's lock, KEYS[n+i] its queue and
 --          KEYS[2n+i] its waiters (i from 1)
 -- ARGV[2i-1], ARGV[2i]  owner and channel of lock i: the lock's pub/sub
---                       channel, "" to publish nothing
+--                       channel, even without pub/sub (a LockMulti of a
+--                       Locker with pub/sub may wait on it), "" to publish
+--                       nothing
 --
 -- Returns one integer per lock: 1 when the lock was the owner's and is
 -- released (deleted, and the first Locker recorded by a LockMulti woken,

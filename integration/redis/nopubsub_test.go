@@ -51,15 +51,20 @@ func TestConformanceNoPubSubForced(t *testing.T) {
 // refresh, a third of a long TTL.
 // Unfair, the release takes its shorter path when a live waiter queues
 // ahead (release.lua), and must wake the LockMulti there too.
+// A MultiLock's Unlock (multi_release.lua) must wake it too.
 func TestReleaseWithoutPubSubWakesLockMulti(t *testing.T) {
 	for _, unfair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Fair", true: "UnfairWithAQueuedLock"}[unfair], func(t *testing.T) {
-			releaseWithoutPubSubWakesLockMulti(t, unfair)
+			releaseWithoutPubSubWakesLockMulti(t, unfair, false)
 		})
 	}
+	t.Run("MultiRelease", func(t *testing.T) { releaseWithoutPubSubWakesLockMulti(t, false, true) })
 }
 
-func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair bool) {
+// releaseWithoutPubSubWakesLockMulti is TestReleaseWithoutPubSubWakesLockMulti
+// with an unfair Locker and a Lock queued ahead, or with the key held by a
+// MultiLock of two keys (multi).
+func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair, multi bool) {
 	const ttl = time.Minute // the waiter's refresh: 20 s
 	srv := testenv.NewRedis(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -76,7 +81,12 @@ func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair bool) {
 	defer loud.Close()
 
 	key := fmt.Sprintf("nopubsub-wakes-multi/%x", rand.Uint64())
-	held, err := quiet.TryLock(ctx, key)
+	var held interface{ Unlock(context.Context) error }
+	if multi {
+		held, err = locker.TryLockMulti(ctx, quiet, []string{key, key + "/quiet"})
+	} else {
+		held, err = quiet.TryLock(ctx, key)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
