@@ -50,8 +50,10 @@
 // polling at the first refusal and logs it once at INFO. [Config.NoPubSub]
 // starts it that way. Waiting Locks then poll with the Locker's backoff. Each
 // pause is bounded by the holder's remaining time, the caller's ctx and 200
-// ms. The queue keeps the order. A refused PUBLISH never fails a script: the
-// hand-over it follows is written and reported as done.
+// ms. The queue keeps the order. Its releases still publish, so that the
+// waiters of Lockers with pub/sub on the same keys are woken. A refused
+// PUBLISH never fails a script: the hand-over it follows is written and
+// reported as done.
 //
 // # Replicated before granted (Sentinel)
 //

@@ -22,7 +22,7 @@ func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) 
 	if leave == "force" {
 		wrote = released
 	}
-	v, err := d.runReplicated(ctx, d.release, wrote, scriptKeys(key), owner, d.channelArg(key), d.retentionArg, leave, d.unfairArg, channelName(key))
+	v, err := d.runReplicated(ctx, d.release, wrote, scriptKeys(key), owner, channelName(key), d.retentionArg, leave, d.unfairArg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, err
 	}

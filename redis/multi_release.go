@@ -34,7 +34,7 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 			k := ls[i].Key
 			keys[j], keys[n+j], keys[2*n+j] = leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k)
 			// The channel even without pub/sub: a LockMulti of a Locker
-			// with pub/sub may wait on it (release.lua's ARGV[6]).
+			// with pub/sub may wait on it (see release.lua).
 			args = append(args, ls[i].Owner, channelName(k))
 		}
 		v, err := d.multiRelease.Run(ctx, d.client, keys, args...).Result()
@@ -78,7 +78,7 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	calls := make([]evalCall, len(each))
 	for j, i := range each {
 		calls[j] = evalCall{script: d.release, keys: scriptKeys(ls[i].Key)[:4],
-			args: []any{ls[i].Owner, d.channelArg(ls[i].Key), d.retentionArg, "0", d.unfairArg, channelName(ls[i].Key)}}
+			args: []any{ls[i].Owner, channelName(ls[i].Key), d.retentionArg, "0", d.unfairArg}}
 	}
 	for j, c := range evalPipelined(ctx, d.client, calls) {
 		n, err := c.Int64()

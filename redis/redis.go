@@ -93,9 +93,9 @@ type Config struct {
 	// it only has to cover a backward step of the server's clock.
 	FenceRetention time.Duration
 
-	// NoPubSub makes the Locker work without pub/sub from the start: no
-	// script publishes, except a release that wakes a waiting LockMulti of
-	// a Locker with pub/sub, and waiting Locks poll (see the package doc,
+	// NoPubSub makes the Locker work without pub/sub from the start: its
+	// waiting Locks poll, and only its releases publish, to wake the
+	// waiters of Lockers with pub/sub (see the package doc,
 	// Waiting without pub/sub). Set it for a deployment known to refuse
 	// PUBLISH or SUBSCRIBE (ACL -@pubsub or resetchannels, rename-command,
 	// a proxy without pub/sub); without it the Locker switches by itself

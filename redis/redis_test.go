@@ -139,7 +139,7 @@ func (r scriptRunner) acquire(owner, seq string) int64 {
 // release runs release.lua for owner; leave "1" also leaves the queue.
 func (r scriptRunner) release(owner, leave string) int64 {
 	r.t.Helper()
-	n, err := r.d.release.Run(r.ctx, r.c, scriptKeys(r.key), owner, channelName(r.key), 60000, leave, r.mode(), channelName(r.key)).Int64()
+	n, err := r.d.release.Run(r.ctx, r.c, scriptKeys(r.key), owner, channelName(r.key), 60000, leave, r.mode()).Int64()
 	if err != nil {
 		r.t.Fatalf("release script: %v", err)
 	}

@@ -5,7 +5,10 @@
 --
 -- KEYS     lock, fence, queue, waiters (see lib.lua)
 -- ARGV[1]  owner
--- ARGV[2]  channel    the lock's pub/sub channel; "" publishes nothing
+-- ARGV[2]  channel    the lock's pub/sub channel, even from a Locker
+--                     without pub/sub: the waiters (and LockMultis) of
+--                     Lockers with pub/sub listen on it; "" publishes
+--                     nothing
 -- ARGV[3]  retention  milliseconds the fence key outlives the last acquisition
 -- ARGV[4]  leave      "1": remove the owner from the queue first;
 --                      "force": release whoever owns it (owner is ignored)
@@ -13,12 +16,11 @@
 --                     Locker ("free"), whoever takes it, unless that
 --                     waiter was woken less than wake_gap_us ago;
 --                     "0": hand it over
--- ARGV[6]  watchers   the lock's channel even without pub/sub: a LockMulti
---                     of a Locker with pub/sub may wait on it
 --
 -- A release that frees the key also wakes one Locker whose LockMulti found
--- it held (wake_watcher), on ARGV[6]: that Locker recorded itself because
--- it listens, whether or not this one does.
+-- it held (wake_watcher). Whether a waiter is told depends on its Locker,
+-- not on this one: a waiter of a Locker that listens is woken by a release
+-- from a Locker that polls.
 --
 -- Returns 1 when the lock was the owner's and is released (deleted, or
 -- handed over with a "grant" message on the channel), 2 when it was
@@ -44,7 +46,7 @@ end
 local q = redis.call('ZRANGE', KEYS[3], 0, 1)
 if not q[1] then
   redis.call('DEL', KEYS[1])
-  if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
+  if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
     return 2
   end
   return 1
@@ -90,7 +92,7 @@ if ARGV[5] == '1' then
       local r = redis.pcall('PUBLISH', ARGV[2] .. ':' .. lid, 'free')
       ok = not (type(r) == 'table' and r.err)
     end
-    if recs[3] and not wake_watcher(KEYS[4], ARGV[6]) then
+    if recs[3] and not wake_watcher(KEYS[4], ARGV[2]) then
       ok = false
     end
     if ok then
@@ -111,7 +113,7 @@ do
     if h and ARGV[2] ~= '' and wake_due(now, h, woke) then
       publish(ARGV[2] .. ':' .. lid, 'free')
     end
-    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
+    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
       nopub = true
     end
   elseif h then
@@ -125,7 +127,7 @@ do
         publish(ARGV[2] .. ':' .. lid, 'free')
       end
     end
-    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[6]) then
+    if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
       nopub = true
     end
   end
