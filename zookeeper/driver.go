@@ -69,6 +69,9 @@ type zkDriver struct {
 	// proved its session alive: the TTL, or the session timeout the server
 	// granted when that is shorter (in nanoseconds).
 	validity atomic.Int64
+	// seen is the session whose granted timeout validity took in, for a
+	// driver without events (see noteSession).
+	seen atomic.Int64
 
 	ctx    context.Context // cancelled by Close: ends janitor sweeps
 	cancel context.CancelFunc

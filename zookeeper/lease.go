@@ -76,7 +76,7 @@ func (d *zkDriver) grant(ctx context.Context, req driver.Request, parent, guid, 
 		d.cleanup(ctx, parent, guid, node)
 		return driver.Grant{}, fmt.Errorf("session %#x ended while acquiring: %w", session, zk.ErrSessionExpired)
 	}
-	return driver.Grant{Token: uint64(zxid), Validity: time.Duration(d.validity.Load()), Since: since, State: h}, nil
+	return driver.Grant{Token: uint64(zxid), Validity: d.validityNow(), Since: since, State: h}, nil
 }
 
 // forget drops h from the holds tracked for renewals and session changes.
@@ -132,7 +132,7 @@ func (d *zkDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 			}
 		}
 		for _, i := range chunk[:failed] {
-			validity[i] = time.Duration(d.validity.Load())
+			validity[i] = d.validityNow()
 		}
 		var again []int
 		if failed < n {

@@ -37,6 +37,31 @@ func (d *zkDriver) sessionGranted() {
 	}
 }
 
+// validityNow returns how long a lock on the current session is counted
+// on (see validity). A Locker without the connection's events learns here
+// of a new session's granted timeout, which watchEvents reports otherwise.
+func (d *zkDriver) validityNow() time.Duration {
+	if d.events == nil {
+		d.noteSession()
+	}
+	return time.Duration(d.validity.Load())
+}
+
+// noteSession takes in the timeout of the connection's session once, when
+// it is one the driver has not seen yet.
+func (d *zkDriver) noteSession() {
+	s := d.conn.SessionID()
+	// go-zookeeper writes the session id, then the timeout, then the
+	// state: the timeout is read once the state says the session is set
+	// up.
+	if s == 0 || d.seen.Load() == s || d.conn.State() != zk.StateHasSession {
+		return
+	}
+	if d.seen.Swap(s) != s {
+		d.sessionGranted()
+	}
+}
+
 // ownerOf returns the session that owns the ephemeral node p.
 func (d *zkDriver) ownerOf(ctx context.Context, p string) (int64, error) {
 	type exists struct {

@@ -96,7 +96,8 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...locker.Option) (locker.L
 // events is the channel zk.Connect returned with conn: the Locker reads it
 // from now on (it must not be read by anyone else) to learn at once that the
 // session expired or the connection was closed. It may be nil, for example to
-// share conn between Lockers; expiry is then noticed at the next renewal.
+// share conn between Lockers; expiry is then noticed at the next renewal,
+// and a new session's granted timeout at its next grant or renewal.
 //
 // The TTL of the shared options (locker.WithTTL) must not exceed the session
 // timeout the server grants conn: see the package doc, Limits. New does not
