@@ -240,8 +240,12 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	}
 	defer e.calls.Done()
 
-	// Waits and store calls end when ctx ends or the Locker is closed, so
-	// that Close never waits for a store that does not answer.
+	// Waits and store calls get a ctx that also ends when the Locker is
+	// closed. Close waits for them: for a store that does not answer, as
+	// long as the driver takes to honour that ctx. A caller whose ctx can
+	// end has returned by then (detach.go); one whose ctx never ends, on a
+	// driver without PromptCancel, waits as long as Close does (one read
+	// timeout of a Redis client of the caller's, for example).
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 
