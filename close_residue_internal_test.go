@@ -155,3 +155,46 @@ func TestOpenLockerWithdrawsPastRecordExpiry(t *testing.T) {
 		t.Fatalf("an open Locker gave up withdrawing a record once its TTL had passed; a session it keeps alive may still hold it")
 	}
 }
+
+// goneResidueDriver fails every TryAcquire with a Residue whose cleanup
+// blocks until its ctx ends, as with a store that never answers, and whose
+// record the store drops by itself at once (Gone).
+type goneResidueDriver struct {
+	*tableDriver
+	tried atomic.Int64 // cleanups tried
+}
+
+func (d *goneResidueDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, &driver.Residue{Err: errors.New("cut off"), Gone: time.Now(), Cleanup: func(ctx context.Context) error {
+		d.tried.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}}
+}
+
+// TestCloseSkipsResiduesPastTheirGone: Close does not try, for its release
+// timeout, the cleanup of a residue whose Gone has passed: the store has
+// dropped what it would remove (a Redis waiter's place, stale).
+func TestCloseSkipsResiduesPastTheirGone(t *testing.T) {
+	const releaseTimeout = time.Minute
+	d := &goneResidueDriver{tableDriver: newTableDriver()}
+	l, err := New(d, WithTTL(time.Second), WithReleaseTimeout(releaseTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock(t.Context(), "k"); err == nil {
+		t.Fatal("TryLock succeeded on a driver that fails every attempt")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	// A bound, not a measurement: the residue's Gone has passed.
+	const bound = 10 * time.Second
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("Close still running after %v (release timeout %v): it must not try a cleanup past its residue's Gone", bound, releaseTimeout)
+	}
+}

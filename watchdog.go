@@ -382,7 +382,7 @@ func (e *engine) abandon(h *hold) {
 func (e *engine) keepResidue(key string, err error) {
 	var r *driver.Residue
 	if errors.As(err, &r) && r.Cleanup != nil {
-		e.addCleanup(cleanup{key: key, residue: r.Cleanup})
+		e.addCleanup(cleanup{key: key, residue: r.Cleanup, gone: r.Gone})
 	}
 }
 

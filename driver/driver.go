@@ -128,6 +128,10 @@ type Residue struct {
 	Err error
 	// Cleanup removes what the attempt left; ctx bounds one try.
 	Cleanup func(ctx context.Context) error
+	// Gone, when not zero, is when the store stops counting what Cleanup
+	// removes (a waiter's place that expires). Once the Locker is closing,
+	// the engine tries Cleanup only until then.
+	Gone time.Time
 }
 
 // Error implements error.

@@ -13,6 +13,14 @@ import (
 // intervals counts as gone) and catches a hand-over whose message it missed.
 func refreshInterval(ttl time.Duration) time.Duration { return max(ttl/3, 10*time.Millisecond) }
 
+// staleAfter is how long a waiter with a TTL of ttl may go without an
+// attempt before it counts as gone: three of its refresh intervals.
+func staleAfter(ttl time.Duration) time.Duration { return 3 * refreshInterval(ttl) }
+
+// claimWindow is how long a hand-over claims the lock for its waiter
+// unless it confirms (claim_ms in lib.lua).
+const claimWindow = 500 * time.Millisecond
+
 // wakeGap is how long after an unfair release woke a waiter ("free") the
 // next unfair releases of the key do not wake it again (wake_gap_us in
 // release.lua): a waiter woken in vain, the key taken by a Locker that barged
@@ -103,6 +111,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	// (unfair mode) was sent: its deadline is at least three refresh
 	// intervals later.
 	var recorded time.Time
+	// answered is when the reply of the attempt that last wrote this
+	// waiter's record came: the store stops counting the waiter its
+	// stale time later.
+	var answered time.Time
 	woken := false // the last pause ended with a wake-up from the notifier
 	var timer *time.Timer
 	var wakeAt time.Time // when timer fires
@@ -129,7 +141,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, err
 		}
 		if r <= 0 && seqArg[0] != 'k' {
-			recorded = now
+			recorded, answered = now, time.Now()
 		}
 		if r > 0 {
 			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0], Queued: seq > 1}, nil
@@ -199,7 +211,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 				woken = true
 			case <-timer.C:
 			case <-ctx.Done():
-				return driver.Grant{}, d.leave(ctx, req, ctx.Err())
+				return driver.Grant{}, d.leaveBy(ctx, req, ctx.Err(), answered, staleAfter(req.TTL))
 			}
 		}
 	}

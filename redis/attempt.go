@@ -158,7 +158,20 @@ func took(reply any) bool {
 // cause, wrapped in a driver.Residue when the store could not be reached:
 // the engine then retries until it can.
 func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error) error {
-	return d.cleanUp(ctx, req, cause, d.leaveQueue)
+	return d.cleanUpBy(ctx, req, cause, time.Time{}, d.leaveQueue)
+}
+
+// leaveBy is leave for a waiter whose record an attempt's reply at
+// answered wrote (zero: none): the store stops counting the waiter stale
+// later, and a lock handed over to it meanwhile is free claimWindow after
+// that at the latest. No try outlasts that, and a residue carries it
+// (driver.Residue.Gone).
+func (d *redisDriver) leaveBy(ctx context.Context, req driver.Request, cause error, answered time.Time, stale time.Duration) error {
+	var gone time.Time
+	if !answered.IsZero() {
+		gone = answered.Add(stale + claimWindow)
+	}
+	return d.cleanUpBy(ctx, req, cause, gone, d.leaveQueue)
 }
 
 // cleanUp runs out(key, owner) for req with a fresh context bounded by
@@ -166,19 +179,38 @@ func (d *redisDriver) leave(ctx context.Context, req driver.Request, cause error
 // end), and returns cause, wrapped in a driver.Residue that runs out again
 // when the store could not be reached.
 func (d *redisDriver) cleanUp(ctx context.Context, req driver.Request, cause error, out func(ctx context.Context, key, owner string) error) error {
+	return d.cleanUpBy(ctx, req, cause, time.Time{}, out)
+}
+
+// cleanUpBy is cleanUp for what the store drops by itself at gone (zero:
+// unknown): no try outlasts it, and the residue carries it.
+func (d *redisDriver) cleanUpBy(ctx context.Context, req driver.Request, cause error, gone time.Time, out func(ctx context.Context, key, owner string) error) error {
 	key, owner := req.Key, req.Owner
 	if d.cuts(ctx) {
 		// The caller returns when ctx ends (driver.Info.PromptCancel).
-		return d.cleanUpCut(ctx, cause, func(ctx context.Context) error { return out(ctx, key, owner) })
+		return goneBy(d.cleanUpCut(ctx, cause, func(ctx context.Context) error { return out(ctx, key, owner) }), gone)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(req.TTL, cleanupTimeout))
 	defer cancel()
+	if !gone.IsZero() {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, gone)
+		defer stop()
+	}
 	if err := out(ctx, req.Key, req.Owner); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		d.logger.Warn("locker: redis: could not clean up after a failed or abandoned acquisition; retrying in the background",
 			"key", req.Key, "err", err)
-		return residue(cause, func(ctx context.Context) error { return out(ctx, key, owner) })
+		return goneBy(residue(cause, func(ctx context.Context) error { return out(ctx, key, owner) }), gone)
 	}
 	return cause
+}
+
+// goneBy sets the Gone of err when it is a driver.Residue.
+func goneBy(err error, gone time.Time) error {
+	if r, ok := err.(*driver.Residue); ok {
+		r.Gone = gone
+	}
+	return err
 }
 
 // leaveQueue runs release.lua for owner with "leave": out of the queue, and

@@ -378,7 +378,7 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	d.ttl = cfg.TTL
 	d.ttlArg = strconv.FormatInt(millis(cfg.TTL), 10)
 	d.labelArg = cfg.Label
-	d.staleMs = strconv.FormatInt(millis(3*refreshInterval(cfg.TTL)), 10)
+	d.staleMs = strconv.FormatInt(millis(staleAfter(cfg.TTL)), 10)
 	// New does not wait for Redis: the check runs in the background.
 	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 	d.stopCheck, d.checked = cancel, make(chan struct{})
@@ -440,13 +440,12 @@ func (d *redisDriver) labelArgOf(label string) any {
 // millis converts a TTL to whole milliseconds (PX), at least 1.
 func millis(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
-// staleArg is how long (ms) a waiter may go without an attempt before it
-// counts as gone: three of its refresh intervals.
+// staleArg is staleAfter(ttl) in milliseconds.
 func (d *redisDriver) staleArg(ttl time.Duration) any {
 	if ttl == d.ttl && d.staleMs != nil {
 		return d.staleMs
 	}
-	return millis(3 * refreshInterval(ttl))
+	return millis(staleAfter(ttl))
 }
 
 // Close implements driver.Driver: CloseContext within writeTimeout.
