@@ -230,6 +230,17 @@ func (c *ownedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string,
 	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.EvalShaRO(ctx, sha1, keys, args...) })
 }
 
+// BLPop runs BLPOP, on a slot when ctx can end.
+func (c *ownedClient) BLPop(ctx context.Context, timeout time.Duration, keys ...string) *goredis.StringSliceCmd {
+	if !cuttable(ctx) {
+		return c.Client.BLPop(ctx, timeout, keys...)
+	}
+	s, done := c.take(ctx)
+	cmd := s.client.BLPop(ctx, timeout, keys...)
+	done(cmd.Err())
+	return cmd
+}
+
 // Pipeline returns a pipeline whose Exec runs on a slot when its ctx can
 // end.
 func (c *ownedClient) Pipeline() goredis.Pipeliner {

@@ -77,6 +77,11 @@ type inbox struct {
 	closed   bool
 	done     chan struct{} // closed when the running reader exits
 	stop     chan struct{} // closed by close
+	// readCtx is the ctx of the reader's BLPOP, which close cancels: on
+	// a client that cuts its calls (Open's), that ends the BLPOP at once.
+	readCtx    context.Context
+	cancelRead context.CancelFunc
+	cuts       bool // the client cuts a call when its ctx ends
 }
 
 func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
@@ -89,8 +94,11 @@ func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
 		// A script may not write a key outside its slot.
 		return nil
 	}
-	return &inbox{client: b, pipe: client.Pipeline, key: inboxName(lid), logger: logger,
-		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{})}
+	_, cuts := client.(*ownedClient)
+	ib := &inbox{client: b, pipe: client.Pipeline, key: inboxName(lid), logger: logger,
+		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{}), cuts: cuts}
+	ib.readCtx, ib.cancelRead = context.WithCancel(context.Background())
+	return ib
 }
 
 // register registers the waiting Lock of owner and starts the reader if it
@@ -154,7 +162,7 @@ func (ib *inbox) read(done chan struct{}) {
 			return
 		default:
 		}
-		res, err := ib.client.BLPop(context.Background(), inboxIdle, ib.key).Result()
+		res, err := ib.client.BLPop(ib.readCtx, inboxIdle, ib.key).Result()
 		ib.mu.Lock()
 		if ib.closed {
 			ib.running = false
@@ -230,10 +238,12 @@ func (ib *inbox) wakeLocked() {
 	}
 }
 
-// close stops the reader: it pushes an entry that names nobody, which ends
-// its BLPOP, and waits for it until ctx ends. When the store does not
-// answer, the BLPOP may block for its timeout plus the client's; the reader
-// then ends by itself (ib.closed is set).
+// close stops the reader: it cancels the BLPOP's ctx, which cuts it on a
+// client that cuts its calls; on another client, it pushes an entry that
+// names nobody, which ends the BLPOP. It waits for the reader until ctx
+// ends. When the store does not answer, the BLPOP of a client that does
+// not cut may block for its timeout plus 10 s (go-redis); the reader then
+// ends by itself (ib.closed is set).
 func (ib *inbox) close(ctx context.Context) {
 	if ib == nil {
 		return
@@ -245,9 +255,17 @@ func (ib *inbox) close(ctx context.Context) {
 	}
 	ib.closed = true
 	close(ib.stop)
+	ib.cancelRead()
 	running, done := ib.running, ib.done
 	ib.mu.Unlock()
 	if !running {
+		return
+	}
+	if ib.cuts {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 		return
 	}
 	pipe := ib.pipe()
