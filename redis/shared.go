@@ -174,7 +174,9 @@ func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) 
 	if op == "keep" || op == "limit" || op == "break" {
 		wrote = sharedActed
 	}
-	v, err := d.runReplicated(ctx, d.shareRelease, wrote, sharedKeys(s), owner, d.channelArg(s), op, arg)
+	// The channel even without pub/sub: the waiters of Lockers with
+	// pub/sub listen on it (see release.lua).
+	v, err := d.runReplicated(ctx, d.shareRelease, wrote, sharedKeys(s), owner, channelName(s), op, arg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}

@@ -3,7 +3,9 @@
 --
 -- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua)
 -- ARGV[1]  owner    the hold's or the waiter's owner ("" for break)
--- ARGV[2]  channel  the key's pub/sub channel base; "" publishes nothing
+-- ARGV[2]  channel  the key's pub/sub channel base, even from a Locker
+--                   without pub/sub: the waiters of Lockers with pub/sub
+--                   listen on it; "" publishes nothing
 -- ARGV[3]  op       "release", "leave" (out of the line, and the hold
 --                   given up if an attempt whose reply was lost took it),
 --                   "keep", "break" or "limit"

@@ -139,3 +139,64 @@ func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair, same, multi bool) 
 		t.Fatalf("a LockMulti with pub/sub still waited %v after a Locker without pub/sub released the key it waits for: the release must wake it", bound)
 	}
 }
+
+// TestSharedReleaseWithoutPubSubWakesWaiter: a permit's release by a
+// Locker without pub/sub (Config.NoPubSub) wakes a waiting Acquire of a
+// Locker with pub/sub on the same semaphore, which would otherwise wait
+// for its refresh, a third of a long TTL.
+func TestSharedReleaseWithoutPubSubWakesWaiter(t *testing.T) {
+	const ttl = time.Minute // the waiter's refresh: 20 s
+	srv := testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	quiet, err := redis.Config{NoPubSub: true}.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	loud, err := redis.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loud.Close()
+	key := fmt.Sprintf("nopubsub-wakes-permit/%x", rand.Uint64())
+	qs, err := locker.NewSemaphore(quiet, key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := locker.NewSemaphore(loud, key, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := qs.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		p, err := ls.Acquire(ctx)
+		if err == nil {
+			err = p.Unlock(ctx)
+		}
+		got <- err
+	}()
+	// The Acquire finds the permit held and waits; a slower start only
+	// makes the check weaker.
+	time.Sleep(500 * time.Millisecond)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	released := time.Now()
+	// A generous bound, not a measurement: without the wake-up the wait
+	// lasts until its refresh, ten seconds or more.
+	const bound = 3 * time.Second
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		t.Logf("Acquire got the permit %v after the release", time.Since(released).Round(time.Millisecond))
+	case <-time.After(bound):
+		t.Fatalf("an Acquire with pub/sub still waited %v after a Locker without pub/sub released the permit it waits for: the release must wake it", bound)
+	}
+}
