@@ -1,7 +1,9 @@
 package redis_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,34 +37,61 @@ func TestCloseSkipsAStaleWaitersLeave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	lk, err := holder.TryLock(ctx, "close-stale-leave")
+	waited := waitingLock(t, holder, waiter, "close-stale-leave", nil)
+	// A bound, not a measurement: the waiter is stale 1.5 s after its
+	// last answered attempt; one try of its leave takes 10 s.
+	closeCutOff(t, waiter, p, 8*time.Second, "it must not try the waiter's leave past the time Redis counts the waiter as gone")
+	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("the waiting Lock ended by Close = %v; want ErrClosed", err)
+	}
+}
+
+// waitingLock takes key with holder, starts a Lock of it on waiter, and
+// returns the Lock's result once it waits: once the waiter's inbox reader
+// runs BLPOP, as admin sees, or after a pause when admin is nil. holder
+// unlocks when the test ends.
+func waitingLock(t *testing.T, holder, waiter locker.Locker, key string, admin *goredis.Client) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	lk, err := holder.TryLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lk.Unlock(ctx)
+	t.Cleanup(func() { _ = lk.Unlock(context.WithoutCancel(ctx)) })
 	waited := make(chan error, 1)
 	go func() {
-		_, err := waiter.Lock(ctx, "close-stale-leave")
+		_, err := waiter.Lock(ctx, key)
 		waited <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the Lock is queued and waits
+	if admin == nil {
+		time.Sleep(300 * time.Millisecond) // the Lock is queued and waits
+		return waited
+	}
+	for !strings.Contains(admin.ClientList(ctx).Val(), "cmd=blpop") {
+		if ctx.Err() != nil {
+			t.Fatal("the waiting Locker's inbox reader never ran BLPOP")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return waited
+}
+
+// closeCutOff cuts p, under l, and closes l; it fails, saying must, when
+// Close has not returned within bound (it heals p then, so that Close
+// ends).
+func closeCutOff(t *testing.T, l locker.Locker, p *testenv.Proxy, bound time.Duration, must string) {
+	t.Helper()
 	p.Cut()
 	start := time.Now()
 	closed := make(chan error, 1)
-	go func() { closed <- waiter.Close() }()
-	// A bound, not a measurement: the waiter is stale 1.5 s after its
-	// last answered attempt; one try of its leave takes 10 s.
-	const bound = 8 * time.Second
+	go func() { closed <- l.Close() }()
 	select {
 	case <-closed:
 		t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
 	case <-time.After(bound):
 		p.Heal()
 		<-closed
-		t.Fatalf("Close of a cut-off Locker whose Lock waited took more than %v: it must not try the waiter's leave past the time Redis counts the waiter as gone", bound)
-	}
-	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
-		t.Errorf("the waiting Lock ended by Close = %v; want ErrClosed", err)
+		t.Fatalf("Close of a cut-off Locker whose Lock waited took more than %v: %s", bound, must)
 	}
 }

@@ -1,9 +1,7 @@
 package redis_test
 
 import (
-	"context"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,25 +27,7 @@ func TestCloseWhileInboxReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	lk, err := holder.TryLock(ctx, "inbox-close")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Unlock(context.WithoutCancel(ctx))
-	waited := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx, "inbox-close")
-		waited <- err
-	}()
-	// The waiting Lock starts the Locker's inbox reader.
-	for !strings.Contains(admin.ClientList(ctx).Val(), "cmd=blpop") {
-		if ctx.Err() != nil {
-			t.Fatal("the waiting Locker's inbox reader never ran BLPOP")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waited := waitingLock(t, holder, waiter, "inbox-close", admin)
 	p.Cut()
 	start := time.Now()
 	_ = waiter.Close()
@@ -78,39 +58,10 @@ func TestCloseCutsTheInboxRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	lk, err := holder.TryLock(ctx, "inbox-cut")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lk.Unlock(context.WithoutCancel(ctx))
-	waited := make(chan error, 1)
-	go func() {
-		_, err := waiter.Lock(ctx, "inbox-cut")
-		waited <- err
-	}()
-	for !strings.Contains(admin.ClientList(ctx).Val(), "cmd=blpop") {
-		if ctx.Err() != nil {
-			t.Fatal("the waiting Locker's inbox reader never ran BLPOP")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.Cut()
-	start := time.Now()
-	closed := make(chan error, 1)
-	go func() { closed <- waiter.Close() }()
+	waited := waitingLock(t, holder, waiter, "inbox-cut", admin)
 	// A bound, not a measurement: the waiter's leave is skipped 1.5 s
 	// after its last answered attempt; the BLPOP would block 12 s.
-	const bound = 8 * time.Second
-	select {
-	case <-closed:
-		t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(bound):
-		p.Heal()
-		<-closed
-		t.Fatalf("Close of a cut-off Open Locker whose Lock waited on its inbox took more than %v: it must cut the inbox's BLPOP", bound)
-	}
+	closeCutOff(t, waiter, p, 8*time.Second, "it must cut the inbox's BLPOP")
 	if err := <-waited; err == nil {
 		t.Errorf("the waiting Lock returned the lock from a closed, cut-off Locker")
 	}
