@@ -59,17 +59,67 @@ const (
 
 // name returns the Redis name of the given kind for store key s.
 func name(kind, s string) string {
+	var b strings.Builder
+	b.Grow(nameLen(kind, s))
+	writeName(&b, kind, s)
+	return b.String()
+}
+
+// names returns name(k, s) for each kind k, in one allocation.
+func names(s string, kinds ...string) []string {
+	n := 0
+	for _, k := range kinds {
+		n += nameLen(k, s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, k := range kinds {
+		writeName(&b, k, s)
+	}
+	all := b.String()
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		n := nameLen(k, s)
+		out[i], all = all[:n], all[n:]
+	}
+	return out
+}
+
+// nameLen returns len(name(kind, s)).
+func nameLen(kind, s string) int {
 	if strings.IndexByte(s, '}') < 0 {
 		if kind == kindLock {
-			return namespace + "{" + s + "}"
+			return len(namespace) + len(s) + 2
 		}
-		return namespace + "{" + s + "}:" + kind
+		return len(namespace) + len(s) + len(kind) + 3
+	}
+	return len(namespace) + 21 + len(kind) + len(s)
+}
+
+// writeName writes name(kind, s) to b.
+func writeName(b *strings.Builder, kind, s string) {
+	b.WriteString(namespace)
+	if strings.IndexByte(s, '}') < 0 {
+		b.WriteByte('{')
+		b.WriteString(s)
+		b.WriteByte('}')
+		if kind != kindLock {
+			b.WriteByte(':')
+			b.WriteString(kind)
+		}
+		return
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
 	var buf [16]byte
 	hex := strconv.AppendUint(buf[:0], h.Sum64(), 16)
-	return namespace + "#{" + strings.Repeat("0", 16-len(hex)) + string(hex) + "}:" + kind + ":" + s
+	b.WriteString("#{")
+	b.WriteString(strings.Repeat("0", 16-len(hex)))
+	b.Write(hex)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
+	b.WriteString(s)
 }
 
 // Keys are the Redis names of one lock (see the naming rules above), for
