@@ -119,13 +119,16 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	}
 	st := newShareState(req.Key)
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	queue := "0"
+	var queue any = "0"
 	if s.Queue {
 		queue = "1"
 	}
 	args, tomb := d.withTomb(ctx, req, st.keys)
 	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
+	if token, ok := v.(int64); ok && token > 0 && err == nil {
+		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
+	}
 	if cut := d.buryCut(ctx, req, err, tomb, d.withdraw); cut != nil {
 		return driver.Grant{}, cut
 	}
@@ -138,9 +141,6 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 			return driver.Grant{}, d.cleanUp(ctx, req, err, d.withdraw)
 		}
 		return driver.Grant{}, err
-	}
-	if token, ok := v.(int64); ok && token > 0 {
-		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
 	}
 	reply, _ := v.([]any)
 	if len(reply) == 0 {
