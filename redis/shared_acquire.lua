@@ -77,12 +77,13 @@ end
 
 -- meta lives while the key has holders or waiters, and the holders do not
 -- outlive it (see shared_lib.lua): without it, the key is free, and
--- nobody waits.
+-- nobody waits. A hold that fits an empty key is the caller's then.
 local meta = redis.call('HGETALL', KEYS[4])
+local weight = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ms = math.floor(now / 1000)
-if not meta[1] then
+if not meta[1] and (mode ~= 'permits' or weight <= tonumber(limit)) then
   local token, s = take_token(now)
   new_hold(ms, s)
   redis.call('PEXPIRE', KEYS[3], ttl)
@@ -94,7 +95,6 @@ for i = 1, #meta, 2 do
   recs[meta[i]] = meta[i + 1]
 end
 local kind, have = recs[' kind'], recs[' limit']
-local weight = tonumber(ARGV[7])
 
 -- The rest of what the decision needs: the holders by expiry, and the
 -- line (only when meta has a kind: the line has no waiters without it).
