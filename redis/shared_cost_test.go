@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
 )
@@ -30,14 +28,7 @@ func TestSharedScriptCommands(t *testing.T) {
 	owned := newOwnedClient(clientOptions(addr))
 	t.Cleanup(func() { _ = owned.Close() })
 	lo, _ := newTestLocker(t, owned, locker.WithTTL(time.Minute))
-	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
-	for _, s := range []interface {
-		Load(ctx context.Context, c goredis.Scripter) *goredis.StringCmd
-	}{d.shareAcquire, d.shareRelease} {
-		if err := s.Load(ctx, c).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadScripts(ctx, t, c, d.shareAcquire, d.shareRelease)
 	sem, err := locker.NewSemaphore(l, key, 4)
 	if err != nil {
 		t.Fatal(err)
