@@ -293,8 +293,8 @@ func TestSharedManyExpire(t *testing.T) {
 }
 
 // TestSharedManyHolders checks that an attempt counts every live holder of
-// a key with more holders than one HMGET of shared_acquire.lua reads: the
-// last permit of the limit is granted, and the next is refused.
+// a key with more holders than one Lua unpack takes: the last permit of the
+// limit is granted, and the next is refused.
 func TestSharedManyHolders(t *testing.T) {
 	c := newClient(t, storeenv.Redis(t).Addr())
 	l, _ := newTestLocker(t, c)
