@@ -29,6 +29,12 @@ import (
 // read (a watch that lags does not hold a request back for longer). The
 // claim compares the limit record as the view's read saw it: a change the
 // watch has yet to report fails the claim, and the request reads again.
+//
+// A view learns only from the changes after its read. A watch may report
+// a change after a read that already shows it, and a key's name may
+// outlive its key (a queued request whose key was deleted creates it
+// again): a deletion before the read may be of an earlier key under the
+// name of a key the read shows ahead.
 
 // dirSub is one Subscribe's watches of a key directory and its limit
 // record. Fields are guarded by etcdDriver.mu.
@@ -50,6 +56,7 @@ type dirSub struct {
 // queueView is what a queued shared request knows of the keys ahead of it.
 type queueView struct {
 	read  time.Time              // when the read it comes from was sent
+	at    int64                  // the revision of that read
 	rev   int64                  // create revision of the request's key
 	ahead map[string]shareRecord // keys ahead, not yet seen deleted
 	limit limitRecord            // the limit record as read
@@ -97,8 +104,8 @@ func (d *etcdDriver) unsubscribe(sub *dirSub) {
 	}
 }
 
-// seeDeletions strikes the keys deleted by evs out of sub's views, then
-// wakes its subscribers.
+// seeDeletions strikes the keys deleted by evs out of the views of sub read
+// before the deletions, then wakes its subscribers.
 func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -107,27 +114,32 @@ func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 		if ev.Type != mvccpb.DELETE {
 			continue
 		}
-		key := string(ev.Kv.Key)
-		sub.seen = max(sub.seen, ev.Kv.ModRevision)
-		if v := sub.views[key]; v != nil {
+		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		sub.seen = max(sub.seen, rev)
+		if v := sub.views[key]; v != nil && rev > v.rev {
 			v.lost = true
 		}
 		for _, v := range sub.views {
-			delete(v.ahead, key)
+			if rev > v.at {
+				delete(v.ahead, key)
+			}
 		}
 	}
 }
 
-// seeLimit ends every view of sub after evs changed the limit record of
-// its directory, then wakes its subscribers.
+// seeLimit ends the views of sub read before evs changed the limit record
+// of its directory, then wakes its subscribers.
 func (d *etcdDriver) seeLimit(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ev := range evs {
-		sub.seen = max(sub.seen, ev.Kv.ModRevision)
-	}
-	for _, v := range sub.views {
-		v.lost = true
+		rev := ev.Kv.ModRevision
+		sub.seen = max(sub.seen, rev)
+		for _, v := range sub.views {
+			if rev > v.at {
+				v.lost = true
+			}
+		}
 	}
 	sub.wake()
 }
@@ -153,7 +165,7 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 		if sub.created > at || sub.seen > at {
 			continue
 		}
-		v := &queueView{read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
+		v := &queueView{read: read, at: at, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
 		for _, kv := range ahead {
 			r, ok := parseShared(kv.Value)
 			if !ok {
