@@ -55,6 +55,7 @@ type dirSub struct {
 
 // queueView is what a queued shared request knows of the keys ahead of it.
 type queueView struct {
+	value string                 // the request's key's value: its owner's
 	read  time.Time              // when the read it comes from was sent
 	at    int64                  // the revision of that read
 	rev   int64                  // create revision of the request's key
@@ -155,9 +156,10 @@ func (sub *dirSub) wake() {
 }
 
 // keepView records, for the queued request whose key is key, created at
-// rev, the keys ahead of it and the limit record lr as a read at revision
-// at showed them, if the watches of dir cover every change since.
-func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
+// rev with value, the keys ahead of it and the limit record lr as a read
+// at revision at showed them, if the watches of dir cover every change
+// since.
+func (d *etcdDriver) keepView(dir, key, value string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.dropViewLocked(dir, key)
@@ -165,7 +167,7 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 		if sub.created > at || sub.seen > at {
 			continue
 		}
-		v := &queueView{read: read, at: at, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
+		v := &queueView{value: value, read: read, at: at, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
 		for _, kv := range ahead {
 			r, ok := parseShared(kv.Value)
 			if !ok {
@@ -178,13 +180,14 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 	}
 }
 
-// view returns the view of the queued request whose key is key, nil when
-// none is kept.
-func (d *etcdDriver) view(dir, key string) *queueView {
+// view returns the view of the queued request whose key is key, with
+// value, nil when none is kept. A key's name outlives its request
+// (sharename.go): the value tells whose the view is.
+func (d *etcdDriver) view(dir, key, value string) *queueView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for sub := range d.subs[dir] {
-		if v := sub.views[key]; v != nil && !v.lost && time.Since(v.read) < d.ttl/3 {
+		if v := sub.views[key]; v != nil && v.value == value && !v.lost && time.Since(v.read) < d.ttl/3 {
 			return v
 		}
 	}
