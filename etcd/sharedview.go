@@ -31,10 +31,10 @@ import (
 // watch has yet to report fails the claim, and the request reads again.
 //
 // A view learns only from the changes after its read. A watch may report
-// a change after a read that already shows it, and a key's name may
-// outlive its key (a queued request whose key was deleted creates it
-// again): a deletion before the read may be of an earlier key under the
-// name of a key the read shows ahead.
+// a change after a read that already shows it, and a key's name outlives
+// its key (a Locker's next request takes its slot's name, sharename.go):
+// a deletion before the read may be of an earlier key under the name of a
+// key the read shows ahead.
 
 // dirSub is one Subscribe's watches of a key directory and its limit
 // record. Fields are guarded by etcdDriver.mu.

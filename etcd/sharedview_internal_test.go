@@ -112,6 +112,18 @@ func TestViewIgnoresDeletionsBeforeItsRead(t *testing.T) {
 		// and grant of its holder. g holds key's permit of 1.
 		again func(ctx context.Context, t *testing.T, holder *etcdDriver, key string, g driver.Grant) (string, string, driver.Grant)
 	}{{
+		// A Locker's next permit takes its last one's name
+		// (sharename.go).
+		name: "NextPermit",
+		again: func(ctx context.Context, t *testing.T, holder *etcdDriver, key string, g driver.Grant) (string, string, driver.Grant) {
+			releaseHold(ctx, t, holder, key, "first", g)
+			next, err := holder.TryAcquireShared(ctx, limitReq(key, "next"), one)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g.State.(*lockState).key, "next", next
+		},
+	}, {
 		// A queued request whose key was deleted by hand creates it
 		// again at its next attempt, and is granted.
 		name: "WaiterQueuedAgain",
