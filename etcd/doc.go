@@ -129,9 +129,9 @@
 //     different keys never share a directory, even when one key is a prefix
 //     of another. Each waiter key is the directory followed by the lease ID
 //     in hex (a permit's or shared hold's, then a dot and a slot number
-//     that the Locker's later requests reuse); its value is the acquisition's owner token, a space and the
-//     owner label, then a NUL byte and the lock's data (locker.WithData)
-//     when it has any. SetData puts the value again. A semaphore's limit
+//     that the Locker's later requests reuse); its value is the
+//     acquisition's owner token, a space and the owner label, then a NUL
+//     byte and the lock's data (locker.WithData) when it has any. SetData puts the value again. A semaphore's limit
 //     record is [LimitKey](k): k encoded as in Dir, then "%limit", which no
 //     encoded key ends with. Lockers with [locker.WithPrefix] keep their
 //     keys under that prefix, encoded as keys are ([KeyPrefix]: the same

@@ -110,9 +110,10 @@ func fits(ahead []*mvccpb.KeyValue, s driver.Share) bool {
 // TryAcquireShared implements driver.Sharer. Each holder or waiter is a
 // key of the key's directory on the Locker's lease, named after the lease
 // and a slot that the request keeps (sharename.go), so that a waiter's
-// later attempts find the key its first one created. One transaction creates the key, or finds it, and
-// reads the directory and the limit record (limit.go); the request holds
-// once the keys ahead of it fit (see fits). A request that does not fit
+// later attempts find the key its first one created. One transaction
+// creates the key, or finds it, and reads the directory and the limit
+// record (limit.go); the request holds once the keys ahead of it fit (see
+// fits). A request that does not fit
 // keeps its key when it queues, and deletes it when it does not.
 //
 // A grant's token is the revision of a write that made it: the key's
