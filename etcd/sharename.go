@@ -17,6 +17,13 @@ import "strconv"
 // unknown outcome that landed late, or a key a Keep moved. The request
 // then names its key after its owner token, a name no other request has,
 // and the slot stays out of use until the session ends.
+//
+// Nothing may tell a key by its name alone. A delete compares the key's
+// value, which holds its owner token; a claim and a renewal's read compare
+// its create revision; the key watch matches a deletion to a lock created
+// before it (keywatch.go); a queued request's view learns only from the
+// deletions after its read, and belongs to the value it was kept for
+// (sharedview.go).
 
 // shareName is the name of a shared request's key on a session.
 type shareName struct {
