@@ -266,7 +266,8 @@ type redisDriver struct {
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
-	lid string
+	lid    string
+	lidArg any // lid, boxed for the scripts' arguments
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
@@ -328,6 +329,7 @@ func newDriver(client Client) *redisDriver {
 		lid:          newLockerID(),
 		unfairArg:    "0",
 	}
+	d.lidArg = d.lid
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
 	d.inbox = newInbox(client, d.lid, logger)
 	return d
@@ -356,6 +358,14 @@ func (d *redisDriver) channelArg(s string) string {
 		return ""
 	}
 	return channelName(s)
+}
+
+// channelArgOf is channelArg for the lock names n, boxed.
+func (d *redisDriver) channelArgOf(n *lockNames) any {
+	if d.poll.Load() {
+		return ""
+	}
+	return n.channelArg
 }
 
 // Info implements driver.Driver.
