@@ -26,14 +26,14 @@ func TestRoundTripAllocations(t *testing.T) {
 		budget float64
 		run    func() error
 	}{
-		{"Lock+Unlock", 53, func() error {
+		{"Lock+Unlock", 46, func() error {
 			lk, err := l.Lock(ctx, key)
 			if err != nil {
 				return err
 			}
 			return lk.Unlock(ctx)
 		}},
-		{"LockMulti+Unlock of three keys", 137, func() error {
+		{"LockMulti+Unlock of three keys", 122, func() error {
 			m, err := locker.LockMulti(ctx, l, keys)
 			if err != nil {
 				return err
