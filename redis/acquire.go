@@ -95,7 +95,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	}
 	var sent []time.Time // sent[i]: when attempt i+1 was sent
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	names := newLockNames(req.Key)
+	names := d.lockNames(req.Key)
 	args := d.acquireArgs(req, ttlArg)
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)

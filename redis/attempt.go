@@ -17,7 +17,7 @@ import (
 // goes to the first of them.
 func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	names := newLockNames(req.Key)
+	names := d.lockNames(req.Key)
 	r, err := d.attempt(ctx, req, names, d.acquireArgs(req, ttlArg), "0")
 	if err != nil {
 		return driver.Grant{}, err
@@ -50,7 +50,11 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lo
 	}
 	args[4], args[6] = seq, d.channelArgOf(names)
 	keys, tomb := d.withTomb(ctx, req, names.keys[:])
-	reply, err := d.runAcquire(ctx, keys, args[:]...)
+	boxed := names.keyArgs
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	reply, err := d.runAcquire(ctx, keys, boxed, args[:]...)
 	if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {
 		return 0, cut
 	}
@@ -102,8 +106,8 @@ var errNotReplicated = errors.New("the write did not reach the replicas in time"
 // write the primary had made before (the hand-over to this owner
 // included). Otherwise it returns an error matching errNotReplicated, and
 // the caller undoes the acquisition.
-func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
-	return d.runReplicated(ctx, d.acquire, took, keys, args...)
+func (d *redisDriver) runAcquire(ctx context.Context, keys []string, boxed []any, args ...any) (any, error) {
+	return d.runReplicatedKeys(ctx, d.acquire, took, keys, boxed, args...)
 }
 
 // runReplicated runs script with keys and args. With Config.Replicas, a
@@ -112,8 +116,14 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any
 // errNotReplicated when the replicas did not confirm in time. The write
 // stays on the primary then. A nil wrote never waits.
 func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, wrote func(any) bool, keys []string, args ...any) (any, error) {
+	return d.runReplicatedKeys(ctx, script, wrote, keys, nil, args...)
+}
+
+// runReplicatedKeys is runReplicated with keys also boxed (nil: not), for
+// runScript.
+func (d *redisDriver) runReplicatedKeys(ctx context.Context, script *goredis.Script, wrote func(any) bool, keys []string, boxed []any, args ...any) (any, error) {
 	if d.replicas == 0 || wrote == nil {
-		return script.Run(ctx, d.client, keys, args...).Result()
+		return d.runScript(ctx, script, keys, boxed, args...)
 	}
 	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()

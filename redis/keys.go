@@ -142,6 +142,21 @@ type lockNames struct {
 	channel string    // channelName
 	// channelArg is channel, boxed for the scripts' arguments.
 	channelArg any
+	// keyArgs are keys, boxed for runScript (nil without boxedKeys).
+	keyArgs []any
+}
+
+// lockNames returns the names of the lock on store key s, with its keys
+// boxed when runScript can use them.
+func (d *redisDriver) lockNames(s string) *lockNames {
+	n := newLockNames(s)
+	if d.proc != nil {
+		n.keyArgs = make([]any, len(n.keys))
+		for i, k := range n.keys {
+			n.keyArgs[i] = k
+		}
+	}
+	return n
 }
 
 // newLockNames returns the names of the lock on store key s. A key without

@@ -23,7 +23,7 @@ func (d *redisDriver) runRelease(ctx context.Context, names *lockNames, owner st
 	if leave == "force" {
 		wrote = released
 	}
-	v, err := d.runReplicated(ctx, d.release, wrote, names.keys[:], owner, d.channelArgOf(names), d.retentionArg, leave, d.unfairArg, names.channelArg)
+	v, err := d.runReplicatedKeys(ctx, d.release, wrote, names.keys[:], names.keyArgs, owner, d.channelArgOf(names), d.retentionArg, leave, d.unfairArg, names.channelArg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, err
 	}

@@ -46,6 +46,7 @@ func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid s
 // attempt of one wait, but for the records it lists.
 type multiCall struct {
 	keys  []string
+	boxed []any        // keys, boxed for runScript (nil: not)
 	names []*lockNames // of each request
 	args  []any        // args[3] is lid, args[5] the records (unwatch)
 	ttls  []int64
@@ -88,7 +89,7 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err
 		}
-		names[i] = newLockNames(req.Key)
+		names[i] = d.lockNames(req.Key)
 		k := &names[i].keys // lock, fence, queue, waiters, meta
 		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] = k[0], k[1], k[2], k[4], k[3]
 		var ttlArg any
@@ -103,14 +104,26 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 			}
 		}
 	}
-	return &multiCall{keys: keys, names: names, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
+	var boxed []any
+	if names[0].keyArgs != nil {
+		boxed = make([]any, len(keys))
+		for i, nm := range names {
+			k := nm.keyArgs
+			boxed[i], boxed[n+i], boxed[2*n+i], boxed[3*n+i], boxed[4*n+i] = k[0], k[1], k[2], k[4], k[3]
+		}
+	}
+	return &multiCall{keys: keys, boxed: boxed, names: names, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
 }
 
 // runMulti makes the attempt c, which takes reqs.
 func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
 	keys, ttls := c.keys, c.ttls
 	args, tomb := d.withTomb(ctx, reqs[0], keys)
-	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, args, c.args...)
+	boxed := c.boxed
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	v, err := d.runReplicatedKeys(ctx, d.multiAcquire, multiTook, args, boxed, c.args...)
 	if cut := d.buryCut(ctx, reqs[0], err, tomb, func(ctx context.Context, _, _ string) error { return d.undoAll(ctx, reqs) }); cut != nil {
 		return nil, cut
 	}

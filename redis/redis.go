@@ -288,6 +288,12 @@ type redisDriver struct {
 	staleMs      any // staleArg(ttl)
 	unfairArg    any // "1" with Config.Unfair, else "0"
 
+	// direct are the scripts runScript may send as commands of its own,
+	// through proc: the client when it is a go-redis *Client or
+	// *ClusterClient, else nil (see eval.go).
+	direct map[*goredis.Script]scriptArgs
+	proc   processor
+
 	// The eviction check started by Configure; Close stops and waits.
 	stopCheck context.CancelFunc
 	checked   chan struct{}
@@ -313,16 +319,12 @@ func newDriver(client Client) *redisDriver {
 	logger := slog.New(slog.DiscardHandler)
 	d := &redisDriver{
 		client:  client,
-		acquire: goredis.NewScript(include(acquireLua)),
-		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
 		setData: goredis.NewScript(setDataLua),
 
 		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
 		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
 		shareRenew:   goredis.NewScript(shareRenewLua),
-		multiAcquire: goredis.NewScript(multiAcquireLua),
-		multiRelease: goredis.NewScript(includeWatch(multiReleaseLua)),
 		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
@@ -330,6 +332,14 @@ func newDriver(client Client) *redisDriver {
 		unfairArg:    "0",
 	}
 	d.lidArg = d.lid
+	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
+	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
+	switch c := client.(type) {
+	case *goredis.Client:
+		d.proc = c
+	case *goredis.ClusterClient:
+		d.proc = c
+	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
 	d.inbox = newInbox(client, d.lid, logger)
 	return d
