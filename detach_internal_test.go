@@ -194,7 +194,7 @@ func TestLockUnlockAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		prompt, cancellable bool
 		budget              float64
-	}{{true, false, 9}, {false, false, 9}, {false, true, 21}} {
+	}{{true, false, 7}, {false, false, 7}, {false, true, 21}} {
 		d := newTableDriver()
 		d.prompt = tc.prompt
 		e := newTestEngine(t, d)
@@ -239,7 +239,7 @@ func TestLockMultiUnlockAllocations(t *testing.T) {
 		}
 	})
 	t.Logf("%v allocations", n)
-	if budget := 41.0; n > budget {
+	if budget := 39.0; n > budget {
 		t.Errorf("LockMulti+Unlock of three keys makes %v allocations, want at most %v", n, budget)
 	}
 }

@@ -80,6 +80,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.dataSetter, _ = d.(driver.DataSetter)
 	e.multiReleaser, _ = d.(driver.MultiReleaser)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.background = closingContext{Context: context.Background(), e: e}
 	e.wg.Add(1)
 	go e.watchdog()
 	return e, nil
@@ -123,6 +124,9 @@ type engine struct {
 
 	ctx    context.Context // cancelled by Close: ends waits and store calls
 	cancel context.CancelCauseFunc
+	// background is the call context of a caller's context.Background()
+	// (see callContext), made once.
+	background context.Context
 
 	mu     sync.Mutex
 	closed bool
@@ -349,6 +353,9 @@ func (e *engine) callContext(ctx context.Context) (context.Context, callScope) {
 	if ctx.Done() == nil {
 		// The caller's ctx never ends: the Locker's own ends the call,
 		// and Close needs no registration.
+		if ctx == context.Background() {
+			return e.background, callScope{}
+		}
 		return closingContext{Context: ctx, e: e}, callScope{}
 	}
 	c, cancel := context.WithCancelCause(ctx)

@@ -93,7 +93,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		grants, cancel = d.inbox.register(req.Owner)
 		defer cancel()
 	}
-	var sent []time.Time // sent[i]: when attempt i+1 was sent
+	var sentBuf [4]time.Time
+	sent := sentBuf[:0] // sent[i]: when attempt i+1 was sent
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	names := d.lockNames(req.Key)
 	args := d.acquireArgs(req, ttlArg)

@@ -27,14 +27,14 @@ func TestRoundTripAllocations(t *testing.T) {
 		budget float64
 		run    func() error
 	}{
-		{"Lock+Unlock", 38, func() error {
+		{"Lock+Unlock", 35, func() error {
 			lk, err := l.Lock(ctx, key)
 			if err != nil {
 				return err
 			}
 			return lk.Unlock(ctx)
 		}},
-		{"LockMulti+Unlock of three keys", 114, func() error {
+		{"LockMulti+Unlock of three keys", 109, func() error {
 			m, err := locker.LockMulti(ctx, l, keys)
 			if err != nil {
 				return err

@@ -142,8 +142,10 @@ type lockNames struct {
 	channel string    // channelName
 	// channelArg is channel, boxed for the scripts' arguments.
 	channelArg any
-	// keyArgs are keys, boxed for runScript (nil without boxedKeys).
+	// keyArgs are keys, boxed for runScript (nil when it cannot use
+	// them); boxes holds them.
 	keyArgs []any
+	boxes   [5]any
 }
 
 // lockNames returns the names of the lock on store key s, with its keys
@@ -151,10 +153,10 @@ type lockNames struct {
 func (d *redisDriver) lockNames(s string) *lockNames {
 	n := newLockNames(s)
 	if d.proc != nil {
-		n.keyArgs = make([]any, len(n.keys))
 		for i, k := range n.keys {
-			n.keyArgs[i] = k
+			n.boxes[i] = k
 		}
+		n.keyArgs = n.boxes[:]
 	}
 	return n
 }
