@@ -13,7 +13,9 @@ import (
 // ctx that never ends (the calls run inline). go-redis makes about half of
 // them. Each name of a lock is made and boxed once per acquisition, the
 // scripts' fixed arguments and digests are boxed once per Locker, and a
-// release names nothing.
+// release names nothing. The budgets leave go-redis a few allocations of
+// slack (its connection checks); the code before these savings made 71 and
+// 157.
 func TestRoundTripAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
@@ -27,14 +29,14 @@ func TestRoundTripAllocations(t *testing.T) {
 		budget float64
 		run    func() error
 	}{
-		{"Lock+Unlock", 35, func() error {
+		{"Lock+Unlock", 37, func() error {
 			lk, err := l.Lock(ctx, key)
 			if err != nil {
 				return err
 			}
 			return lk.Unlock(ctx)
 		}},
-		{"LockMulti+Unlock of three keys", 109, func() error {
+		{"LockMulti+Unlock of three keys", 112, func() error {
 			m, err := locker.LockMulti(ctx, l, keys)
 			if err != nil {
 				return err
