@@ -183,3 +183,71 @@ func newLockerID() string {
 func scriptKeys(s string) []string {
 	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareMeta, s)}
 }
+
+// lockNames are the names a plain lock's scripts use, made once per
+// acquisition: the Lease.State of the lock, so that its attempts, renewals
+// and release name nothing again.
+type lockNames struct {
+	keys    [5]string // scriptKeys, in its order
+	channel string    // channelName
+	// channelArg is channel, boxed for the scripts' arguments.
+	channelArg any
+	// keyArgs are keys, boxed for runScript (nil when it cannot use
+	// them); boxes holds them.
+	keyArgs []any
+	boxes   [5]any
+}
+
+// lockNames returns the names of the lock on store key s, with its keys
+// boxed when runScript can use them.
+func (d *redisDriver) lockNames(s string) *lockNames {
+	n := newLockNames(s)
+	if d.proc != nil {
+		for i, k := range n.keys {
+			n.boxes[i] = k
+		}
+		n.keyArgs = n.boxes[:]
+	}
+	return n
+}
+
+// newLockNames returns the names of the lock on store key s. A key without
+// a '}' gets all its names in one string.
+func newLockNames(s string) *lockNames {
+	n := &lockNames{}
+	if strings.IndexByte(s, '}') >= 0 {
+		copy(n.keys[:], scriptKeys(s))
+		n.channel = channelName(s)
+	} else {
+		// The lock's name, then each other name as it plus ":" and its
+		// kind, back to back.
+		kinds := [...]string{kindFence, kindQueue, kindWaiters, kindShareMeta, kindChannel}
+		base := len(namespace) + len(s) + 2
+		size := base
+		for _, k := range kinds {
+			size += base + 1 + len(k)
+		}
+		var b strings.Builder
+		b.Grow(size)
+		var at [len(kinds) + 2]int // where each name starts, then the end
+		for i := range len(kinds) + 1 {
+			at[i] = b.Len()
+			b.WriteString(namespace)
+			b.WriteByte('{')
+			b.WriteString(s)
+			b.WriteByte('}')
+			if i > 0 {
+				b.WriteByte(':')
+				b.WriteString(kinds[i-1])
+			}
+		}
+		all := b.String()
+		at[len(kinds)+1] = len(all)
+		for i := range n.keys {
+			n.keys[i] = all[at[i]:at[i+1]]
+		}
+		n.channel = all[at[len(kinds)]:]
+	}
+	n.channelArg = n.channel
+	return n
+}
