@@ -67,6 +67,13 @@ func name(kind, s string) string {
 
 // names returns name(k, s) for each kind k, in one allocation.
 func names(s string, kinds ...string) []string {
+	out := make([]string, len(kinds))
+	fillNames(out, s, kinds...)
+	return out
+}
+
+// fillNames sets out[i] to name(kinds[i], s), all in one string.
+func fillNames(out []string, s string, kinds ...string) {
 	n := 0
 	for _, k := range kinds {
 		n += nameLen(k, s)
@@ -77,12 +84,10 @@ func names(s string, kinds ...string) []string {
 		writeName(&b, k, s)
 	}
 	all := b.String()
-	out := make([]string, len(kinds))
 	for i, k := range kinds {
 		n := nameLen(k, s)
 		out[i], all = all[:n], all[n:]
 	}
-	return out
 }
 
 // nameLen returns len(name(kind, s)).
@@ -211,43 +216,14 @@ func (d *redisDriver) lockNames(s string) *lockNames {
 	return n
 }
 
-// newLockNames returns the names of the lock on store key s. A key without
-// a '}' gets all its names in one string.
+// newLockNames returns the names of the lock on store key s, in one
+// allocation.
 func newLockNames(s string) *lockNames {
 	n := &lockNames{}
-	if strings.IndexByte(s, '}') >= 0 {
-		copy(n.keys[:], scriptKeys(s))
-		n.channel = channelName(s)
-	} else {
-		// The lock's name, then each other name as it plus ":" and its
-		// kind, back to back.
-		kinds := [...]string{kindFence, kindQueue, kindWaiters, kindShareMeta, kindChannel}
-		base := len(namespace) + len(s) + 2
-		size := base
-		for _, k := range kinds {
-			size += base + 1 + len(k)
-		}
-		var b strings.Builder
-		b.Grow(size)
-		var at [len(kinds) + 2]int // where each name starts, then the end
-		for i := range len(kinds) + 1 {
-			at[i] = b.Len()
-			b.WriteString(namespace)
-			b.WriteByte('{')
-			b.WriteString(s)
-			b.WriteByte('}')
-			if i > 0 {
-				b.WriteByte(':')
-				b.WriteString(kinds[i-1])
-			}
-		}
-		all := b.String()
-		at[len(kinds)+1] = len(all)
-		for i := range n.keys {
-			n.keys[i] = all[at[i]:at[i+1]]
-		}
-		n.channel = all[at[len(kinds)]:]
-	}
+	var all [len(n.keys) + 1]string
+	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareMeta, kindChannel)
+	copy(n.keys[:], all[:])
+	n.channel = all[len(n.keys)]
 	n.channelArg = n.channel
 	return n
 }
