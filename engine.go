@@ -80,6 +80,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.dataSetter, _ = d.(driver.DataSetter)
 	e.multiReleaser, _ = d.(driver.MultiReleaser)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.background = closingContext{Context: context.Background(), e: e}
 	e.wg.Add(1)
 	go e.watchdog()
 	return e, nil
@@ -123,6 +124,9 @@ type engine struct {
 
 	ctx    context.Context // cancelled by Close: ends waits and store calls
 	cancel context.CancelCauseFunc
+	// background is the call context of a caller's context.Background()
+	// (see callContext), made once.
+	background context.Context
 
 	mu     sync.Mutex
 	closed bool
@@ -275,28 +279,17 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 		// Each attempt has its own owner token: what a failed one left in
 		// the store is cleaned up with its token, never with this one's.
 		req.Owner = rand.Text()
-		a, err, gone := detached(e, ctx, cctx, func() (a tryOutcome, err error) {
-			switch {
-			case share != nil && !wait:
-				a.sent = time.Now()
-				a.grant, err = e.sharer.TryAcquireShared(cctx, req, *share)
-			case share != nil:
-				a.sent = time.Now()
-				a.grant, err = e.pollShared(cctx, req, *share)
-			case !wait:
-				a.sent = time.Now()
-				a.grant, err = e.drv.TryAcquire(cctx, req)
-			case e.acquirer != nil:
-				// The driver's queue decides; it reports in Grant.Since
-				// when the request behind the validity was sent.
-				a.sent = time.Now()
-				a.grant, err = e.acquirer.Acquire(cctx, req)
-			default:
-				a.sent = time.Now()
-				a.grant, err = e.poll(cctx, req)
-			}
-			return a, err
-		}, func() func(tryOutcome, error) { return e.lateAttempt(req, h.gate) })
+		var (
+			a    tryOutcome
+			gone bool
+		)
+		if e.inlineFor(ctx) {
+			// No closures to allocate: detached would run it inline too.
+			a, err = e.try(cctx, req, share, wait)
+		} else {
+			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, req, share, wait) },
+				func() func(tryOutcome, error) { return e.lateAttempt(req, h.gate) })
+		}
 		if gone {
 			// The attempt goes on without its caller: a loss it reports
 			// is nobody's, and it gives the gate back when it ends.
@@ -336,10 +329,39 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	return &handle{h: h}, nil
 }
 
+// try makes one acquisition attempt of lock: the driver call that share
+// and wait call for.
+func (e *engine) try(ctx context.Context, req driver.Request, share *driver.Share, wait bool) (a tryOutcome, err error) {
+	a.sent = time.Now()
+	switch {
+	case share != nil && !wait:
+		a.grant, err = e.sharer.TryAcquireShared(ctx, req, *share)
+	case share != nil:
+		a.grant, err = e.pollShared(ctx, req, *share)
+	case !wait:
+		a.grant, err = e.drv.TryAcquire(ctx, req)
+	case e.acquirer != nil:
+		// The driver's queue decides; it reports in Grant.Since when
+		// the request behind the validity was sent.
+		a.grant, err = e.acquirer.Acquire(ctx, req)
+	default:
+		a.grant, err = e.poll(ctx, req)
+	}
+	return a, err
+}
+
 // callContext returns ctx, also cancelled (with cause ErrClosed) when the
 // Locker closes, for the waits and store calls of one Lock, TryLock or
 // Unlock that entered; the caller ends the returned scope when done.
 func (e *engine) callContext(ctx context.Context) (context.Context, callScope) {
+	if ctx.Done() == nil {
+		// The caller's ctx never ends: the Locker's own ends the call,
+		// and Close needs no registration.
+		if ctx == context.Background() {
+			return e.background, callScope{}
+		}
+		return closingContext{Context: ctx, e: e}, callScope{}
+	}
 	c, cancel := context.WithCancelCause(ctx)
 	e.mu.Lock()
 	if e.closed {
@@ -367,7 +389,29 @@ func (s callScope) end() {
 		delete(s.e.inflight, s.id)
 		s.e.mu.Unlock()
 	}
-	s.cancel(nil)
+	if s.cancel != nil {
+		s.cancel(nil)
+	}
+}
+
+// closingContext is the call context of a caller whose ctx never ends
+// (Done returns nil): it has the caller's values and deadline, and ends
+// with the Locker's ctx, which Close cancels with cause ErrClosed.
+type closingContext struct {
+	context.Context // the caller's
+	e               *engine
+}
+
+func (c closingContext) Done() <-chan struct{} { return c.e.ctx.Done() }
+func (c closingContext) Err() error            { return c.e.ctx.Err() }
+
+// Value is the caller's value for key, else the Locker ctx's: context.Cause
+// and the contexts derived from c find the Locker's cancellation there.
+func (c closingContext) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.e.ctx.Value(key)
 }
 
 // heldIn returns the lock on key that a Do up ctx's call chain holds through
@@ -666,7 +710,8 @@ func (h *hold) end(err error) bool {
 		return false
 	}
 	if err != nil {
-		h.err.Store(&err)
+		lost := err // only a loss moves to the heap
+		h.err.Store(&lost)
 	}
 	h.e.mu.Lock()
 	delete(h.e.holds, h)
@@ -756,6 +801,10 @@ func (l *handle) unlock(ctx context.Context) error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
+	if e.inlineFor(ctx) {
+		// No closures to allocate: detached would run it inline too.
+		return h.released(cctx, h.release(cctx), false)
+	}
 	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func() func(struct{}, error) {
 		return func(_ struct{}, err error) { h.lateRelease(err) }
 	})

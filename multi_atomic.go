@@ -59,16 +59,11 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	defer scope.end()
 
 	holds := make([]*hold, 0, len(keys))
-	leave := func() {
-		for _, h := range holds {
-			h.gate.leave()
-		}
-	}
 	for i, k := range keys {
 		g, err := e.enterGate(cctx, skeys[i], false)
 		if err != nil {
 			// Another caller of this Locker holds or takes the key.
-			leave()
+			leaveGates(holds)
 			if wait {
 				return nil, true, nil
 			}
@@ -84,49 +79,31 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 		}
 	}
 	start := time.Now()
-	a, err, gone := detached(e, ctx, cctx, func() (a multiOutcome, err error) {
-		// A waiting LockMulti tries again, holding nothing, for one
-		// TTL at most, woken when a key may be free (the driver's
-		// AcquireMulti, or multiWait); then the caller takes the keys
-		// one by one.
-		until := time.Now().Add(lc.ttl)
-		if mw, ok := ma.(driver.MultiWaiter); ok && wait {
-			uctx, cancel := context.WithDeadline(cctx, until)
-			defer cancel()
-			a.sent = time.Now()
-			a.grants, err = mw.AcquireMulti(uctx, reqs)
-			return a, err
-		}
-		w := multiWait{e: e, keys: skeys}
-		defer w.close()
-		for attempt := 0; ; attempt++ {
-			a.sent = time.Now()
-			a.grants, err = ma.TryAcquireMulti(cctx, reqs)
-			if !wait || !errors.Is(err, driver.ErrHeld) {
-				return a, err
-			}
-			e.keepResidue(reqs[0].Key, err)
-			if !w.pause(cctx, attempt, err, until) {
-				return a, err
-			}
-			for i := range reqs {
-				reqs[i].Owner = rand.Text()
-			}
-		}
-	}, func() func(multiOutcome, error) {
-		return func(a multiOutcome, err error) {
-			// The caller has returned: give back what the attempt took.
-			defer leave()
-			if err != nil {
-				e.keepResidue(reqs[0].Key, err)
-				return
-			}
-			for i, g := range a.grants {
-				lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
-				e.addCleanup(cleanup{key: lease.Key, lease: &lease})
-			}
-		}
-	})
+	var (
+		a    multiOutcome
+		gone bool
+	)
+	if e.inlineFor(ctx) {
+		// No closures to allocate: detached would run it inline too.
+		a, err = e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl)
+	} else {
+		hs := holds // not captured by reference: holds stays on the stack
+		a, err, gone = detached(e, ctx, cctx, func() (multiOutcome, error) { return e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl) },
+			func() func(multiOutcome, error) {
+				return func(a multiOutcome, err error) {
+					// The caller has returned: give back what the attempt took.
+					defer leaveGates(hs)
+					if err != nil {
+						e.keepResidue(reqs[0].Key, err)
+						return
+					}
+					for i, g := range a.grants {
+						lease := driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
+						e.addCleanup(cleanup{key: lease.Key, lease: &lease})
+					}
+				}
+			})
+	}
 	if gone {
 		for _, h := range holds {
 			h.claim() // a loss the late attempt reports is nobody's
@@ -142,7 +119,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 		err = errMultiGrants
 	}
 	if err != nil {
-		leave()
+		leaveGates(holds)
 		e.keepResidue(reqs[0].Key, err)
 		switch {
 		case errors.Is(err, driver.ErrNotAtomic):
@@ -175,6 +152,44 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	}
 	e.observeMulti(ctx, keys, start, wait, locks, nil)
 	return locks, false, nil
+}
+
+// leaveGates gives back the local gates of holds.
+func leaveGates(holds []*hold) {
+	for _, h := range holds {
+		h.gate.leave()
+	}
+}
+
+// takeMulti takes reqs (on the store keys skeys) in one operation of ma:
+// once, or, when wait is set, again while a key is held, holding nothing,
+// for one TTL at most, woken when a key may be free (the driver's
+// AcquireMulti, or multiWait); then the caller takes the keys one by one.
+func (e *engine) takeMulti(ctx context.Context, ma driver.MultiAcquirer, reqs []driver.Request, skeys []string, wait bool, ttl time.Duration) (a multiOutcome, err error) {
+	until := time.Now().Add(ttl)
+	if mw, ok := ma.(driver.MultiWaiter); ok && wait {
+		uctx, cancel := context.WithDeadline(ctx, until)
+		defer cancel()
+		a.sent = time.Now()
+		a.grants, err = mw.AcquireMulti(uctx, reqs)
+		return a, err
+	}
+	w := multiWait{e: e, keys: skeys}
+	defer w.close()
+	for attempt := 0; ; attempt++ {
+		a.sent = time.Now()
+		a.grants, err = ma.TryAcquireMulti(ctx, reqs)
+		if !wait || !errors.Is(err, driver.ErrHeld) {
+			return a, err
+		}
+		e.keepResidue(reqs[0].Key, err)
+		if !w.pause(ctx, attempt, err, until) {
+			return a, err
+		}
+		for i := range reqs {
+			reqs[i].Owner = rand.Text()
+		}
+	}
 }
 
 // errMultiGrants is the error of a driver whose TryAcquireMulti returned

@@ -67,7 +67,7 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 	}
 	// Read under one hold of e.mu: the MinHold ends, which Extend may move.
 	keep := make([]time.Time, len(claimed))
-	var batch []driver.Lease
+	batch := make([]driver.Lease, 0, len(claimed))
 	e.mu.Lock()
 	for j, i := range claimed {
 		keep[j] = hs[i].minHoldEnd
@@ -80,37 +80,28 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	res, err, gone := detached(e, ctx, cctx, func() ([]error, error) {
-		res := make([]error, len(claimed))
-		var berrs []error
-		if len(batch) > 0 {
-			var err error
-			if berrs, err = e.multiReleaser.ReleaseMulti(cctx, batch); err != nil {
-				return nil, err
-			}
-			if len(berrs) != len(batch) {
-				return nil, errMultiReleases
-			}
-		}
-		for j, i := range claimed {
-			if keep[j].IsZero() {
-				res[j], berrs = berrs[0], berrs[1:]
-			} else {
-				res[j] = e.giveUp(cctx, hs[i].lease, keep[j])
-			}
-		}
-		return res, nil
-	}, func() func([]error, error) {
-		return func(res []error, err error) {
-			for j, i := range claimed {
-				if err != nil {
-					hs[i].lateRelease(err)
-				} else {
-					hs[i].lateRelease(res[j])
+	var (
+		res  []error
+		err  error
+		gone bool
+	)
+	if e.inlineFor(ctx) {
+		// No closures to allocate: detached would run it inline too.
+		res, err = e.releaseAll(cctx, hs, claimed, keep, batch)
+	} else {
+		res, err, gone = detached(e, ctx, cctx, func() ([]error, error) { return e.releaseAll(cctx, hs, claimed, keep, batch) },
+			func() func([]error, error) {
+				return func(res []error, err error) {
+					for j, i := range claimed {
+						if err != nil {
+							hs[i].lateRelease(err)
+						} else {
+							hs[i].lateRelease(res[j])
+						}
+					}
 				}
-			}
-		}
-	})
+			})
+	}
 	for j, i := range claimed {
 		if err == nil && !gone {
 			errs[i] = hs[i].released(cctx, res[j], false)
@@ -119,6 +110,31 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 		}
 	}
 	return errs
+}
+
+// releaseAll releases the holds hs[i], i in claimed: with one ReleaseMulti
+// call for the leases of batch (those whose keep is zero, in order), and
+// one Keep each for the others. It returns one error per claimed hold.
+func (e *engine) releaseAll(ctx context.Context, hs []*hold, claimed []int, keep []time.Time, batch []driver.Lease) ([]error, error) {
+	res := make([]error, len(claimed))
+	var berrs []error
+	if len(batch) > 0 {
+		var err error
+		if berrs, err = e.multiReleaser.ReleaseMulti(ctx, batch); err != nil {
+			return nil, err
+		}
+		if len(berrs) != len(batch) {
+			return nil, errMultiReleases
+		}
+	}
+	for j, i := range claimed {
+		if keep[j].IsZero() {
+			res[j], berrs = berrs[0], berrs[1:]
+		} else {
+			res[j] = e.giveUp(ctx, hs[i].lease, keep[j])
+		}
+	}
+	return res, nil
 }
 
 // errMultiReleases is the error of a driver whose ReleaseMulti returned a

@@ -134,6 +134,7 @@ var cases = []testCase{
 	{name: "FirstHolder", contract: firstHolders, run: testFirstHolder},
 	{name: "CloseWhileWaiting", contract: closeWaiting + "; " + closedWaits, run: testCloseWhileWaiting},
 	{name: "CloseEndsBackgroundCalls", contract: closeBackground, run: testCloseEndsBackgroundCalls},
+	{name: "SemaphorePool", contract: withinLimit, run: testSemaphorePool},
 	{name: "PromptCancelCalls", contract: promptCalls, run: testPromptCancelCalls},
 }
 

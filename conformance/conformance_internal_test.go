@@ -282,6 +282,7 @@ const (
 	lateShared      = "lateShared"      // lateDelivery for waits for shared holds: the delivered request takes a permit or a read hold
 	slowFirstCall   = "slowFirstCall"   // the first Lock or TryLock of a Locker waits out a timeout of its own (setting up a session), not its ctx
 	overLimit       = "overLimit"       // a semaphore grants one permit more than its limit
+	overLimitAgain  = "overLimitAgain"  // a permit that a Locker asks for right after it gave one back is not counted against the limit (taken for the one given back, as by a view of the line that tells keys by their reused names)
 	writerAsReader  = "writerAsReader"  // a write hold is taken as a read hold, beside readers
 	readersOvertake = "readersOvertake" // a waiting writer polls TryLock, with no place in line, so readers keep passing it
 	inspectsFirst   = "inspectsFirst"   // Inspect keeps reporting the first holder it saw for a key (a watch that never sees the loss)
@@ -364,7 +365,8 @@ var mustCatch = map[string][]string{
 	lateDelivery:    {"LateDelivery"}, // CancelWhileIsolated too when the delivered request loses the race with the Unlock that follows its heal
 	lateShared:      {"SharedLateDelivery"},
 	slowFirstCall:   {"PromptCancel"},
-	overLimit:       {"SemaphoreLimit", "SemaphoreCrash"},
+	overLimit:       {"SemaphoreLimit", "SemaphoreCrash", "SemaphorePool"},
+	overLimitAgain:  {"SemaphorePool", "SemaphoreLimit"},
 	writerAsReader:  {"RWExclusion", "SharedCancellation"},
 	readersOvertake: {"RWWriterFirst"},
 	inspectsFirst:   {"Watch", "Inspect"},
@@ -672,6 +674,7 @@ type brokenLocker struct {
 	seen    map[string]locker.Status // inspectsStale: the last state of each key; inspectsFirst: the first holder; staleData: the last with data
 	first   sync.Once                // slowFirstCall: the Locker's first call
 	hung    atomic.Int32             // waitHangsCut, sharedHangsCut: the waits in progress
+	freed   map[string]time.Time     // overLimitAgain: when a permit of each key was last given back
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {

@@ -253,6 +253,11 @@
 //     of a free key and an Unlock, all with context.Background(), wait on
 //     a Locker cut off from the store; Close returns, and ends each call,
 //     within two TTLs plus slack, Lock and TryLock with an error.
+//   - SemaphorePool: six Lockers, one worker each, take a permit of a
+//     semaphore of four, hold it a moment, give it back and ask again at
+//     once, for three TTLs, each until a deadline of its own; with Crash,
+//     one crashes holding its permit. Never more than four permits are
+//     held at once, and every worker gets permits.
 //   - PromptCancelCalls (Isolate): Inspect, List, Extend and SetData calls
 //     whose ctx is cancelled (it has no nearer deadline) while their Locker
 //     is cut off from a store that does not answer return within
@@ -260,8 +265,9 @@
 //     included.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
-// SetLimitWaiters, SetLimitForgotten, SharedKeyFreed and FirstHolder) skip, saying so, for a Locker with no
-// shared holds (locker.NewSemaphore refuses it).
+// SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and
+// SemaphorePool) skip, saying so, for a Locker with no shared holds
+// (locker.NewSemaphore refuses it).
 //
 // Cases of options a backend refuses (an error matching ErrInvalidOption)
 // skip and say so.

@@ -32,6 +32,13 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		}
 		return inner.TryLockShared(ctx, key, s, opts...)
 	}
+	if b.kind == overLimitAgain && s.Mode == locker.Permits && b.freedJustNow(key) {
+		// The permit is taken for the one just given back: the key does
+		// not count it.
+		if lk, err := inner.TryLockShared(ctx, key+againTwin, s, opts...); err == nil {
+			return &renamedLock{Lock: lk, key: key}, nil
+		}
+	}
 	switch {
 	case b.kind == overLimit && s.Mode == locker.Permits:
 		s.Limit++
@@ -89,8 +96,43 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		return &neverDoneLock{Lock: lk}, nil
 	case blindRenewed:
 		return newBlindLock(lk), nil
+	case overLimitAgain:
+		return &freeingLock{Lock: lk, b: b, key: key}, nil
 	}
 	return lk, nil
+}
+
+// againTwin is appended to a key for overLimitAgain's permits that the key
+// does not count.
+const againTwin = "-again-twin"
+
+// freedJustNow reports whether b gave back a permit of key within the last
+// tenth of a TTL, and forgets it (overLimitAgain).
+func (b *brokenLocker) freedJustNow(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.freed[key]
+	delete(b.freed, key)
+	return ok && time.Since(at) < b.env.ttl/10
+}
+
+// freeingLock is a permit of overLimitAgain: its Unlock records when its
+// Locker gave back a permit of its key.
+type freeingLock struct {
+	locker.Lock
+	b   *brokenLocker
+	key string
+}
+
+func (l *freeingLock) Unlock(ctx context.Context) error {
+	err := l.Lock.Unlock(ctx)
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.b.freed == nil {
+		l.b.freed = map[string]time.Time{}
+	}
+	l.b.freed[l.key] = time.Now()
+	return err
 }
 
 // SetLimit passes the inner Locker's on; limitNotStored changes nothing in

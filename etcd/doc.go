@@ -128,9 +128,10 @@
 //     [Dir](k): k with '%' and NUL percent-encoded, then a NUL byte. Locks of
 //     different keys never share a directory, even when one key is a prefix
 //     of another. Each waiter key is the directory followed by the lease ID
-//     in hex; its value is the acquisition's owner token, a space and the
-//     owner label, then a NUL byte and the lock's data (locker.WithData)
-//     when it has any. SetData puts the value again. A semaphore's limit
+//     in hex (a permit's or shared hold's, then a dot and a slot number
+//     that the Locker's later requests reuse); its value is the
+//     acquisition's owner token, a space and the owner label, then a NUL
+//     byte and the lock's data (locker.WithData) when it has any. SetData puts the value again. A semaphore's limit
 //     record is [LimitKey](k): k encoded as in Dir, then "%limit", which no
 //     encoded key ends with. Lockers with [locker.WithPrefix] keep their
 //     keys under that prefix, encoded as keys are ([KeyPrefix]: the same

@@ -63,8 +63,9 @@ type lockState struct {
 	// deletion (keywatch.go); guarded by etcdDriver.mu.
 	watched bool
 	// shared: a shared hold's key, whose leaving may take the limit
-	// record with it (limit.go).
+	// record with it (limit.go), named by owner (sharename.go).
 	shared bool
+	owner  string
 }
 
 // deleteOp deletes st's key if it is still st's.
@@ -346,6 +347,9 @@ func (d *etcdDriver) cleanup(ctx context.Context, st *lockState, created bool, c
 	defer cancel()
 	del := func(ctx context.Context) error {
 		_, err := d.cli.Txn(ctx).Then(st.leaveOps()...).Commit()
+		if err == nil {
+			d.freeShareName(st)
+		}
 		return d.classify(err)
 	}
 	if err := del(cctx); err != nil {
@@ -507,6 +511,7 @@ func (d *etcdDriver) Release(ctx context.Context, l driver.Lease) error {
 	if err != nil {
 		return d.classify(err)
 	}
+	d.freeShareName(st)
 	if own != nil {
 		d.revokeLease(ctx, own.id)
 	}
@@ -549,6 +554,9 @@ func (d *etcdDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Du
 		Then(clientv3.OpPut(st.key, keptPrefix+value, clientv3.WithLease(lease.ID))).
 		Commit()
 	if err == nil && resp.Succeeded {
+		// The kept key keeps its name: a request that gets it finds
+		// it taken, and takes another.
+		d.freeShareName(st)
 		d.deleteAfter(st.key, keptPrefix+value, time.Until(end), st.limitOps()...)
 		if own != nil {
 			d.revokeLease(ctx, own.id)

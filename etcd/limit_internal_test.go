@@ -203,9 +203,10 @@ func TestClaimSeesLimitChange(t *testing.T) {
 	q := queueBehind(t, permitsOf(3, 2, false), share)
 	holder, waiter, ctx, key, g, wake := q.holder, q.waiter, q.ctx, q.key, q.held, q.wake
 	waiter.mu.Lock()
-	wkey := Dir(key) + waiter.sess.hex + ".waiter"
+	wkey := waiter.sess.shares["waiter"].key
 	waiter.mu.Unlock()
-	v := waiter.view(Dir(key), wkey)
+	wvalue := sharedValue(limitReq(key, "waiter"), share)
+	v := waiter.view(Dir(key), wkey, wvalue)
 	if v == nil {
 		t.Fatal("the queued waiter keeps no view: the test cannot tell")
 	}
@@ -228,7 +229,7 @@ func TestClaimSeesLimitChange(t *testing.T) {
 	v.lost = false
 	v.read = time.Now().Add(time.Hour) // not too old, however slow the test
 	waiter.mu.Unlock()
-	if waiter.view(Dir(key), wkey) != v {
+	if waiter.view(Dir(key), wkey, wvalue) != v {
 		t.Fatal("the lagging view is not the waiter's: the test cannot tell")
 	}
 	p, err := waiter.TryAcquireShared(ctx, limitReq(key, "waiter"), share)

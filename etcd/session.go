@@ -27,6 +27,11 @@ type session struct {
 	// locks past their deadline. They are deleted before the lease is kept
 	// alive again: a live lease must not keep a forgotten key alive.
 	orphans []orphan
+	// shares are the names of the keys of the session's shared requests
+	// not known to be deleted, by owner token; named holds those names
+	// (sharename.go).
+	shares map[string]*shareName
+	named  map[string]bool
 }
 
 // expiry is the earliest moment etcd may expire the lease.

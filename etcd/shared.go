@@ -109,10 +109,11 @@ func fits(ahead []*mvccpb.KeyValue, s driver.Share) bool {
 
 // TryAcquireShared implements driver.Sharer. Each holder or waiter is a
 // key of the key's directory on the Locker's lease, named after the lease
-// and the owner token, so that a waiter's later attempts find the key its
-// first one created. One transaction creates the key, or finds it, and
-// reads the directory and the limit record (limit.go); the request holds
-// once the keys ahead of it fit (see fits). A request that does not fit
+// and a slot that the request keeps (sharename.go), so that a waiter's
+// later attempts find the key its first one created. One transaction
+// creates the key, or finds it, and reads the directory and the limit
+// record (limit.go); the request holds once the keys ahead of it fit (see
+// fits). A request that does not fit
 // keeps its key when it queues, and deletes it when it does not.
 //
 // A grant's token is the revision of a write that made it: the key's
@@ -133,10 +134,10 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 			return driver.Grant{}, err
 		}
 		st := d.newState(sess, req, false)
-		st.key += "." + req.Owner
+		st.key = d.shareName(sess, st.dir, req.Owner)
 		st.value = sharedValue(req, s)
-		st.shared = true
-		if v := d.view(st.dir, st.key); v != nil {
+		st.shared, st.owner = true, req.Owner
+		if v := d.view(st.dir, st.key, st.value); v != nil {
 			// Queued, and watched since its last read: no read.
 			st.rev = v.rev
 			if err := ctx.Err(); err != nil {
@@ -178,6 +179,9 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 			return driver.Grant{}, d.cleanup(ctx, st, false, err)
 		}
 		fresh := resp.Succeeded
+		if fresh {
+			d.createdShare(st)
+		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		lr := limitOf(resp.Responses[1].GetResponseRange())
 		st.rev = resp.Header.Revision
@@ -193,6 +197,14 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 			for i < len(kvs) && string(kvs[i].Key) != st.key {
 				i++
 			}
+			if i < len(kvs) && d.takenShare(st) {
+				// The slot's name is another key's: take another name.
+				if !strings.HasPrefix(string(kvs[i].Value), keptPrefix) {
+					d.orphan(&lockState{key: st.key, value: string(kvs[i].Value), sess: sess})
+				}
+				d.renameShare(st)
+				continue
+			}
 			if i == len(kvs) || string(kvs[i].Value) != st.value {
 				return driver.Grant{}, fmt.Errorf("etcd: key %q of a queued shared hold changed", st.key)
 			}
@@ -207,7 +219,7 @@ func (d *etcdDriver) tryAcquireShared(ctx context.Context, req driver.Request, s
 		}
 		if !fits(kvs, s) {
 			if s.Queue {
-				d.keepView(st.dir, st.key, sent, st.rev, resp.Header.Revision, kvs, lr)
+				d.keepView(st.dir, st.key, st.value, sent, st.rev, resp.Header.Revision, kvs, lr)
 			}
 			return driver.Grant{}, d.refuseShared(ctx, st, s)
 		}
@@ -253,6 +265,7 @@ func (d *etcdDriver) claimShared(ctx context.Context, st *lockState, lr limitRec
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].CreateRevision == st.rev {
 			return 0, errLimitChanged
 		}
+		d.freeShareName(st)
 		return 0, fmt.Errorf("etcd: key %q of a queued shared hold deleted", st.key)
 	}
 	return resp.Header.Revision, nil
@@ -267,6 +280,9 @@ func (d *etcdDriver) refuseShared(ctx context.Context, st *lockState, s driver.S
 	// Back before the lease, which the attempts keep alive, expires.
 	return &driver.Residue{Err: driver.Held(min(st.ttl, d.ttl) / 3), Cleanup: func(ctx context.Context) error {
 		_, err := d.cli.Txn(ctx).Then(st.leaveOps()...).Commit()
+		if err == nil {
+			d.freeShareName(st)
+		}
 		return d.classify(err)
 	}}
 }

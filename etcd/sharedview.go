@@ -29,6 +29,12 @@ import (
 // read (a watch that lags does not hold a request back for longer). The
 // claim compares the limit record as the view's read saw it: a change the
 // watch has yet to report fails the claim, and the request reads again.
+//
+// A view learns only from the changes after its read. A watch may report
+// a change after a read that already shows it, and a key's name outlives
+// its key (a Locker's next request takes its slot's name, sharename.go):
+// a deletion before the read may be of an earlier key under the name of a
+// key the read shows ahead.
 
 // dirSub is one Subscribe's watches of a key directory and its limit
 // record. Fields are guarded by etcdDriver.mu.
@@ -49,7 +55,9 @@ type dirSub struct {
 
 // queueView is what a queued shared request knows of the keys ahead of it.
 type queueView struct {
+	value string                 // the request's key's value: its owner's
 	read  time.Time              // when the read it comes from was sent
+	at    int64                  // the revision of that read
 	rev   int64                  // create revision of the request's key
 	ahead map[string]shareRecord // keys ahead, not yet seen deleted
 	limit limitRecord            // the limit record as read
@@ -97,8 +105,8 @@ func (d *etcdDriver) unsubscribe(sub *dirSub) {
 	}
 }
 
-// seeDeletions strikes the keys deleted by evs out of sub's views, then
-// wakes its subscribers.
+// seeDeletions strikes the keys deleted by evs out of the views of sub read
+// before the deletions, then wakes its subscribers.
 func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -107,27 +115,32 @@ func (d *etcdDriver) seeDeletions(sub *dirSub, evs []*clientv3.Event) {
 		if ev.Type != mvccpb.DELETE {
 			continue
 		}
-		key := string(ev.Kv.Key)
-		sub.seen = max(sub.seen, ev.Kv.ModRevision)
-		if v := sub.views[key]; v != nil {
+		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		sub.seen = max(sub.seen, rev)
+		if v := sub.views[key]; v != nil && rev > v.rev {
 			v.lost = true
 		}
 		for _, v := range sub.views {
-			delete(v.ahead, key)
+			if rev > v.at {
+				delete(v.ahead, key)
+			}
 		}
 	}
 }
 
-// seeLimit ends every view of sub after evs changed the limit record of
-// its directory, then wakes its subscribers.
+// seeLimit ends the views of sub read before evs changed the limit record
+// of its directory, then wakes its subscribers.
 func (d *etcdDriver) seeLimit(sub *dirSub, evs []*clientv3.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ev := range evs {
-		sub.seen = max(sub.seen, ev.Kv.ModRevision)
-	}
-	for _, v := range sub.views {
-		v.lost = true
+		rev := ev.Kv.ModRevision
+		sub.seen = max(sub.seen, rev)
+		for _, v := range sub.views {
+			if rev > v.at {
+				v.lost = true
+			}
+		}
 	}
 	sub.wake()
 }
@@ -143,9 +156,10 @@ func (sub *dirSub) wake() {
 }
 
 // keepView records, for the queued request whose key is key, created at
-// rev, the keys ahead of it and the limit record lr as a read at revision
-// at showed them, if the watches of dir cover every change since.
-func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
+// rev with value, the keys ahead of it and the limit record lr as a read
+// at revision at showed them, if the watches of dir cover every change
+// since.
+func (d *etcdDriver) keepView(dir, key, value string, read time.Time, rev, at int64, ahead []*mvccpb.KeyValue, lr limitRecord) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.dropViewLocked(dir, key)
@@ -153,7 +167,7 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 		if sub.created > at || sub.seen > at {
 			continue
 		}
-		v := &queueView{read: read, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
+		v := &queueView{value: value, read: read, at: at, rev: rev, ahead: make(map[string]shareRecord, len(ahead)), limit: lr}
 		for _, kv := range ahead {
 			r, ok := parseShared(kv.Value)
 			if !ok {
@@ -166,13 +180,14 @@ func (d *etcdDriver) keepView(dir, key string, read time.Time, rev, at int64, ah
 	}
 }
 
-// view returns the view of the queued request whose key is key, nil when
-// none is kept.
-func (d *etcdDriver) view(dir, key string) *queueView {
+// view returns the view of the queued request whose key is key, with
+// value, nil when none is kept. A key's name outlives its request
+// (sharename.go): the value tells whose the view is.
+func (d *etcdDriver) view(dir, key, value string) *queueView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for sub := range d.subs[dir] {
-		if v := sub.views[key]; v != nil && !v.lost && time.Since(v.read) < d.ttl/3 {
+		if v := sub.views[key]; v != nil && v.value == value && !v.lost && time.Since(v.read) < d.ttl/3 {
 			return v
 		}
 	}

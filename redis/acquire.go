@@ -101,9 +101,11 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		grants, cancel = d.inbox.register(req.Owner)
 		defer cancel()
 	}
-	var sent []time.Time // sent[i]: when attempt i+1 was sent
+	var sentBuf [4]time.Time
+	sent := sentBuf[:0] // sent[i]: when attempt i+1 was sent
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	keys := scriptKeys(req.Key)
+	names := d.lockNames(req.Key)
+	args := d.acquireArgs(req, ttlArg)
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
 	var seq uint64
@@ -136,7 +138,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			seqArg = "k" + seqArg
 		}
 		sent = append(sent, now)
-		r, err := d.attempt(ctx, req, keys, ttlArg, seqArg)
+		r, err := d.attempt(ctx, req, names, args, seqArg)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -144,7 +146,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			recorded, answered = now, time.Now()
 		}
 		if r > 0 {
-			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: keys[0], Queued: seq > 1}, nil
+			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: names, Queued: seq > 1}, nil
 		}
 		remaining := time.Duration(max(-1-r, 0)) * time.Millisecond
 		var wait time.Duration
@@ -206,7 +208,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 					woken = true // too little left to count on: confirm
 					break
 				}
-				return driver.Grant{Token: g.token, Validity: g.claim, Since: since, State: keys[0], Queued: true}, nil
+				return driver.Grant{Token: g.token, Validity: g.claim, Since: since, State: names, Queued: true}, nil
 			case <-wake:
 				woken = true
 			case <-timer.C:

@@ -17,29 +17,44 @@ import (
 // goes to the first of them.
 func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	keys := scriptKeys(req.Key)
-	r, err := d.attempt(ctx, req, keys, ttlArg, "0")
+	names := d.lockNames(req.Key)
+	r, err := d.attempt(ctx, req, names, d.acquireArgs(req, ttlArg), "0")
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	if r <= 0 {
 		return driver.Grant{}, driver.Held(time.Duration(max(-1-r, 0)) * time.Millisecond)
 	}
-	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: keys[0]}, nil
+	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: names}, nil
 }
 
-// attempt runs acquire.lua once: r > 0 is the token of a lock now held, r <=
-// 0 means held by another owner for -r-1 more milliseconds (r = 0: unknown).
-// seq is "0" for TryLock, else the attempt's number in a waiting Lock, which
-// queues. On an error after which the lock may be ours, or the owner may be
-// queued, it cleans up (see leave) before returning.
-func (d *redisDriver) attempt(ctx context.Context, req driver.Request, keys []string, ttlArg any, seq string) (int64, error) {
+// acquireArgs are the arguments of acquire.lua for req, boxed once for all
+// the attempts of one driver call: attempt sets the seq and the channel.
+type acquireArgs [9]any
+
+// acquireArgs returns the arguments of req's attempts, with ttlArg its TTL
+// argument (ttlArgs).
+func (d *redisDriver) acquireArgs(req driver.Request, ttlArg any) *acquireArgs {
+	return &acquireArgs{req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, nil, d.staleArg(req.TTL), nil, d.lidArg, d.unfairArg}
+}
+
+// attempt runs acquire.lua once with args for the lock names: r > 0 is the
+// token of a lock now held, r <= 0 means held by another owner for -r-1
+// more milliseconds (r = 0: unknown). seq is "0" for TryLock, else the
+// attempt's number in a waiting Lock, which queues. On an error after
+// which the lock may be ours, or the owner may be queued, it cleans up
+// (see leave) before returning.
+func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lockNames, args *acquireArgs, seq any) (int64, error) {
 	if err := checkOwner(req.Owner); err != nil {
 		return 0, err
 	}
-	keys, tomb := d.withTomb(ctx, req, keys)
-	reply, err := d.runAcquire(ctx, keys,
-		req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, seq, d.staleArg(req.TTL), d.channelArg(req.Key), d.lid, d.unfairArg)
+	args[4], args[6] = seq, d.channelArgOf(names)
+	keys, tomb := d.withTomb(ctx, req, names.keys[:])
+	boxed := names.keyArgs
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	reply, err := d.runAcquire(ctx, keys, boxed, args[:]...)
 	if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {
 		return 0, cut
 	}
@@ -91,8 +106,8 @@ var errNotReplicated = errors.New("the write did not reach the replicas in time"
 // write the primary had made before (the hand-over to this owner
 // included). Otherwise it returns an error matching errNotReplicated, and
 // the caller undoes the acquisition.
-func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any) (any, error) {
-	return d.runReplicated(ctx, d.acquire, took, keys, args...)
+func (d *redisDriver) runAcquire(ctx context.Context, keys []string, boxed []any, args ...any) (any, error) {
+	return d.runReplicatedKeys(ctx, d.acquire, took, keys, boxed, args...)
 }
 
 // runReplicated runs script with keys and args. With Config.Replicas, a
@@ -101,8 +116,14 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, args ...any
 // errNotReplicated when the replicas did not confirm in time. The write
 // stays on the primary then. A nil wrote never waits.
 func (d *redisDriver) runReplicated(ctx context.Context, script *goredis.Script, wrote func(any) bool, keys []string, args ...any) (any, error) {
+	return d.runReplicatedKeys(ctx, script, wrote, keys, nil, args...)
+}
+
+// runReplicatedKeys is runReplicated with keys also boxed (nil: not), for
+// runScript.
+func (d *redisDriver) runReplicatedKeys(ctx context.Context, script *goredis.Script, wrote func(any) bool, keys []string, boxed []any, args ...any) (any, error) {
 	if d.replicas == 0 || wrote == nil {
-		return script.Run(ctx, d.client, keys, args...).Result()
+		return d.runScript(ctx, script, keys, boxed, args...)
 	}
 	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
@@ -216,6 +237,6 @@ func goneBy(err error, gone time.Time) error {
 // leaveQueue runs release.lua for owner with "leave": out of the queue, and
 // the lock passed on if it was handed over to owner.
 func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
-	_, err := d.runRelease(ctx, key, owner, "1")
+	_, err := d.runRelease(ctx, newLockNames(key), owner, "1")
 	return classify(err)
 }

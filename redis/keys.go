@@ -59,17 +59,72 @@ const (
 
 // name returns the Redis name of the given kind for store key s.
 func name(kind, s string) string {
+	var b strings.Builder
+	b.Grow(nameLen(kind, s))
+	writeName(&b, kind, s)
+	return b.String()
+}
+
+// names returns name(k, s) for each kind k, in one allocation.
+func names(s string, kinds ...string) []string {
+	out := make([]string, len(kinds))
+	fillNames(out, s, kinds...)
+	return out
+}
+
+// fillNames sets out[i] to name(kinds[i], s), all in one string.
+func fillNames(out []string, s string, kinds ...string) {
+	n := 0
+	for _, k := range kinds {
+		n += nameLen(k, s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, k := range kinds {
+		writeName(&b, k, s)
+	}
+	all := b.String()
+	for i, k := range kinds {
+		n := nameLen(k, s)
+		out[i], all = all[:n], all[n:]
+	}
+}
+
+// nameLen returns len(name(kind, s)).
+func nameLen(kind, s string) int {
 	if strings.IndexByte(s, '}') < 0 {
 		if kind == kindLock {
-			return namespace + "{" + s + "}"
+			return len(namespace) + len(s) + 2
 		}
-		return namespace + "{" + s + "}:" + kind
+		return len(namespace) + len(s) + len(kind) + 3
+	}
+	return len(namespace) + 21 + len(kind) + len(s)
+}
+
+// writeName writes name(kind, s) to b.
+func writeName(b *strings.Builder, kind, s string) {
+	b.WriteString(namespace)
+	if strings.IndexByte(s, '}') < 0 {
+		b.WriteByte('{')
+		b.WriteString(s)
+		b.WriteByte('}')
+		if kind != kindLock {
+			b.WriteByte(':')
+			b.WriteString(kind)
+		}
+		return
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
 	var buf [16]byte
 	hex := strconv.AppendUint(buf[:0], h.Sum64(), 16)
-	return namespace + "#{" + strings.Repeat("0", 16-len(hex)) + string(hex) + "}:" + kind + ":" + s
+	b.WriteString("#{")
+	b.WriteString(strings.Repeat("0", 16-len(hex)))
+	b.Write(hex)
+	b.WriteString("}:")
+	b.WriteString(kind)
+	b.WriteByte(':')
+	b.WriteString(s)
 }
 
 // Keys are the Redis names of one lock (see the naming rules above), for
@@ -132,4 +187,43 @@ func newLockerID() string {
 // lock, fence, queue, waiters, and the meta hash of shared holds.
 func scriptKeys(s string) []string {
 	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareMeta, s)}
+}
+
+// lockNames are the names a plain lock's scripts use, made once per
+// acquisition: the Lease.State of the lock, so that its attempts, renewals
+// and release name nothing again.
+type lockNames struct {
+	keys    [5]string // scriptKeys, in its order
+	channel string    // channelName
+	// channelArg is channel, boxed for the scripts' arguments.
+	channelArg any
+	// keyArgs are keys, boxed for runScript (nil when it cannot use
+	// them); boxes holds them.
+	keyArgs []any
+	boxes   [5]any
+}
+
+// lockNames returns the names of the lock on store key s, with its keys
+// boxed when runScript can use them.
+func (d *redisDriver) lockNames(s string) *lockNames {
+	n := newLockNames(s)
+	if d.proc != nil {
+		for i, k := range n.keys {
+			n.boxes[i] = k
+		}
+		n.keyArgs = n.boxes[:]
+	}
+	return n
+}
+
+// newLockNames returns the names of the lock on store key s, in one
+// allocation.
+func newLockNames(s string) *lockNames {
+	n := &lockNames{}
+	var all [len(n.keys) + 1]string
+	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareMeta, kindChannel)
+	copy(n.keys[:], all[:])
+	n.channel = all[len(n.keys)]
+	n.channelArg = n.channel
+	return n
 }

@@ -11,18 +11,21 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// runRelease runs release.lua, with leave "1", "0" or "force", and returns 1 when
-// owner's lock was released, 0 when owner held nothing. A release whose
+// runRelease runs release.lua on the lock names, with leave "1", "0" or
+// "force", and returns 1 when owner's lock was released, 0 when owner held
+// nothing. A release whose
 // message the server refused counts as done (it is: the message is the
 // script's last step), and switches the Locker to polling. With
 // Config.Replicas, a forced release that freed the key (Break) waits for
 // the replicas as runReplicated does; other releases do not.
-func (d *redisDriver) runRelease(ctx context.Context, key, owner, leave string) (int64, error) {
+func (d *redisDriver) runRelease(ctx context.Context, names *lockNames, owner string, leave any) (int64, error) {
 	var wrote func(any) bool
 	if leave == "force" {
 		wrote = released
 	}
-	v, err := d.runReplicated(ctx, d.release, wrote, scriptKeys(key), owner, channelName(key), d.retentionArg, leave, d.unfairArg)
+	// The channel even without pub/sub: the waiters of Lockers with
+	// pub/sub listen on it (see release.lua).
+	v, err := d.runReplicatedKeys(ctx, d.release, wrote, names.keys[:], names.keyArgs, owner, names.channelArg, d.retentionArg, leave, d.unfairArg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, err
 	}
@@ -43,10 +46,19 @@ func released(reply any) bool { return reply == int64(1) || reply == int64(2) }
 
 // leaseKey returns the Redis key of a held lock.
 func leaseKey(l driver.Lease) string {
-	if k, ok := l.State.(string); ok {
-		return k
+	if n, ok := l.State.(*lockNames); ok {
+		return n.keys[0]
 	}
 	return lockKey(l.Key)
+}
+
+// leaseNames returns the names of a held lock: its State, made when it was
+// acquired.
+func leaseNames(l driver.Lease) *lockNames {
+	if n, ok := l.State.(*lockNames); ok {
+		return n
+	}
+	return newLockNames(l.Key)
 }
 
 // Release implements driver.Driver: compare-and-delete, or hand-over to the
@@ -55,7 +67,7 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 	if isShared(l) {
 		return d.releaseShared(ctx, l)
 	}
-	n, err := d.runRelease(ctx, l.Key, l.Owner, "0")
+	n, err := d.runRelease(ctx, leaseNames(l), l.Owner, "0")
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -75,7 +87,7 @@ func (d *redisDriver) Keep(ctx context.Context, l driver.Lease, remaining time.D
 	if isShared(l) {
 		return d.keepShared(ctx, l, remaining)
 	}
-	reply, err := d.runReplicated(ctx, d.renew, repliedOne, []string{leaseKey(l)}, l.Owner, millis(remaining))
+	reply, err := d.runReplicated(ctx, d.renew, repliedOne, leaseNames(l).keys[:1:1], l.Owner, millis(remaining))
 	switch {
 	case errors.Is(err, errNotReplicated):
 		return fmt.Errorf("keep: %w", err)
@@ -115,7 +127,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 		if st, ok := l.State.(*shareState); ok {
 			calls[i] = evalCall{script: d.shareRenew, keys: st.keys[2:4], args: []any{l.Owner, arg}}
 		} else {
-			calls[i] = evalCall{script: d.renew, keys: []string{leaseKey(l)}, args: []any{l.Owner, arg}}
+			calls[i] = evalCall{script: d.renew, keys: leaseNames(l).keys[:1:1], args: []any{l.Owner, arg}}
 		}
 	}
 	var wait func(context.Context, goredis.Pipeliner) *goredis.Cmd

@@ -45,9 +45,11 @@ func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid s
 // multiCall is the script call of a multi-key attempt: the same for every
 // attempt of one wait, but for the records it lists.
 type multiCall struct {
-	keys []string
-	args []any // args[3] is lid, args[5] the records (unwatch)
-	ttls []int64
+	keys  []string
+	boxed []any        // keys, boxed for runScript (nil: not)
+	names []*lockNames // of each request
+	args  []any        // args[3] is lid, args[5] the records (unwatch)
+	ttls  []int64
 	// recorded[i] is set when an attempt recorded the Locker with lock i
 	// (multi_acquire.lua): the next successful attempt removes the record.
 	recorded []bool
@@ -82,12 +84,14 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 	args := make([]any, 0, 6+2*n)
 	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "")
 	ttls := make([]int64, n)
+	names := make([]*lockNames, n)
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err
 		}
-		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] =
-			name(kindLock, req.Key), name(kindFence, req.Key), name(kindQueue, req.Key), name(kindShareMeta, req.Key), name(kindWaiters, req.Key)
+		names[i] = d.lockNames(req.Key)
+		k := &names[i].keys // lock, fence, queue, waiters, meta
+		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] = k[0], k[1], k[2], k[4], k[3]
 		var ttlArg any
 		ttlArg, ttls[i] = d.ttlArgs(req.TTL)
 		args = append(args, req.Owner, ttlArg)
@@ -100,14 +104,26 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 			}
 		}
 	}
-	return &multiCall{keys: keys, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
+	var boxed []any
+	if names[0].keyArgs != nil {
+		boxed = make([]any, len(keys))
+		for i, nm := range names {
+			k := nm.keyArgs
+			boxed[i], boxed[n+i], boxed[2*n+i], boxed[3*n+i], boxed[4*n+i] = k[0], k[1], k[2], k[4], k[3]
+		}
+	}
+	return &multiCall{keys: keys, boxed: boxed, names: names, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
 }
 
 // runMulti makes the attempt c, which takes reqs.
 func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
 	keys, ttls := c.keys, c.ttls
 	args, tomb := d.withTomb(ctx, reqs[0], keys)
-	v, err := d.runReplicated(ctx, d.multiAcquire, multiTook, args, c.args...)
+	boxed := c.boxed
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	v, err := d.runReplicatedKeys(ctx, d.multiAcquire, multiTook, args, boxed, c.args...)
 	if cut := d.buryCut(ctx, reqs[0], err, tomb, func(ctx context.Context, _, _ string) error { return d.undoAll(ctx, reqs) }); cut != nil {
 		return nil, cut
 	}
@@ -133,7 +149,7 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 			if err != nil {
 				return nil, d.undoMulti(ctx, reqs, fmt.Errorf("acquire: malformed token %q", s))
 			}
-			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: keys[i]}
+			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: c.names[i]}
 		}
 		return grants, nil
 	}
@@ -143,13 +159,26 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 		case reply[0] == "held" && len(reply) == 3 && i >= 1 && int(i) <= len(reqs):
 			c.record(i)
 			ms, _ := reply[2].(int64)
-			return nil, fmt.Errorf("acquire %s: %w", reqKey(reqs, i), driver.Held(time.Duration(ms)*time.Millisecond))
+			return nil, &keyHeldError{key: reqs[i-1].Key, held: driver.Held(time.Duration(ms) * time.Millisecond)}
 		case reply[0] == "shared" && len(reply) == 4:
 			return nil, fmt.Errorf("acquire %s: %w: the key is %s, not a plain lock", reqKey(reqs, i), driver.ErrConflict, shareKindOf(reply[2], reply[3]))
 		}
 	}
 	return nil, fmt.Errorf("acquire: unexpected reply %v", v)
 }
+
+// keyHeldError is the error of a multi-key attempt that found key held. A
+// waiting LockMulti reads only its Remaining: its text is made when asked.
+type keyHeldError struct {
+	key  string
+	held error // a *driver.HeldError
+}
+
+func (e *keyHeldError) Error() string {
+	return "acquire " + strconv.Quote(e.key) + ": " + e.held.Error()
+}
+
+func (e *keyHeldError) Unwrap() error { return e.held }
 
 // reqKey names the store key of reqs[i-1] (i from the script, from 1).
 func reqKey(reqs []driver.Request, i int64) string {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
@@ -137,6 +139,17 @@ func TestMultiScriptCommands(t *testing.T) {
 	for i, s := range steps {
 		if got[i] > s.most {
 			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+		}
+	}
+}
+
+// loadScripts loads scripts on c, so that a MONITOR started after it shows
+// no NOSCRIPT round.
+func loadScripts(ctx context.Context, t *testing.T, c goredis.Scripter, scripts ...*goredis.Script) {
+	t.Helper()
+	for _, s := range scripts {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -29,15 +29,21 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	if len(plain) > 1 && d.oneScript(ls, plain) {
 		n := len(plain)
 		keys := make([]string, 3*n) // grouped by kind, see multi_release.lua
+		boxed := make([]any, 3*n)   // nil once a lease's names are not boxed
 		args := make([]any, 0, 2*n)
 		for j, i := range plain {
-			k := ls[i].Key
-			keys[j], keys[n+j], keys[2*n+j] = leaseKey(ls[i]), name(kindQueue, k), name(kindWaiters, k)
+			nm := leaseNames(ls[i])
+			keys[j], keys[n+j], keys[2*n+j] = nm.keys[0], nm.keys[2], nm.keys[3]
+			if k := nm.keyArgs; k != nil && boxed != nil {
+				boxed[j], boxed[n+j], boxed[2*n+j] = k[0], k[2], k[3]
+			} else {
+				boxed = nil
+			}
 			// The channel even without pub/sub: a LockMulti of a Locker
 			// with pub/sub may wait on it (see release.lua).
-			args = append(args, ls[i].Owner, channelName(k))
+			args = append(args, ls[i].Owner, nm.channelArg)
 		}
-		v, err := d.multiRelease.Run(ctx, d.client, keys, args...).Result()
+		v, err := d.runScript(ctx, d.multiRelease, keys, boxed, args...)
 		reply, _ := v.([]any)
 		switch {
 		case err != nil && hasPrefix(err, "CROSSSLOT"):
@@ -77,8 +83,9 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	}
 	calls := make([]evalCall, len(each))
 	for j, i := range each {
-		calls[j] = evalCall{script: d.release, keys: scriptKeys(ls[i].Key)[:4],
-			args: []any{ls[i].Owner, channelName(ls[i].Key), d.retentionArg, "0", d.unfairArg}}
+		nm := leaseNames(ls[i])
+		calls[j] = evalCall{script: d.release, keys: nm.keys[:4:4],
+			args: []any{ls[i].Owner, nm.channelArg, d.retentionArg, "0", d.unfairArg}}
 	}
 	for j, c := range evalPipelined(ctx, d.client, calls) {
 		n, err := c.Int64()

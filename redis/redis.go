@@ -266,7 +266,8 @@ type redisDriver struct {
 	// lid names this Locker in its waiters' records: a hand-over is
 	// announced on the key's channel .. ":" .. lid, which only this
 	// Locker's notifier subscribes.
-	lid string
+	lid    string
+	lidArg any // lid, boxed once for the scripts' arguments
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
@@ -286,6 +287,12 @@ type redisDriver struct {
 	retentionArg any // FenceRetention in milliseconds, as a string
 	staleMs      any // staleArg(ttl)
 	unfairArg    any // "1" with Config.Unfair, else "0"
+
+	// direct are the scripts runScript may send as commands of its own,
+	// through proc: the client when it is a go-redis *Client or
+	// *ClusterClient, else nil (see eval.go).
+	direct map[*goredis.Script]scriptArgs
+	proc   processor
 
 	// The eviction check started by Configure; Close stops and waits.
 	stopCheck context.CancelFunc
@@ -312,21 +319,26 @@ func newDriver(client Client) *redisDriver {
 	logger := slog.New(slog.DiscardHandler)
 	d := &redisDriver{
 		client:  client,
-		acquire: goredis.NewScript(include(acquireLua)),
-		release: goredis.NewScript(include(releaseLua)),
 		renew:   goredis.NewScript(renewLua),
 		setData: goredis.NewScript(setDataLua),
 
 		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
 		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
 		shareRenew:   goredis.NewScript(shareRenewLua),
-		multiAcquire: goredis.NewScript(multiAcquireLua),
-		multiRelease: goredis.NewScript(includeWatch(multiReleaseLua)),
 		logger:       logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),
 		unfairArg:    "0",
+	}
+	d.lidArg = d.lid
+	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
+	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
+	switch c := client.(type) {
+	case *goredis.Client:
+		d.proc = c
+	case *goredis.ClusterClient:
+		d.proc = c
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
 	d.inbox = newInbox(client, d.lid, logger)
@@ -356,6 +368,14 @@ func (d *redisDriver) channelArg(s string) string {
 		return ""
 	}
 	return channelName(s)
+}
+
+// channelArgOf is channelArg for the lock names n, boxed.
+func (d *redisDriver) channelArgOf(n *lockNames) any {
+	if d.poll.Load() {
+		return ""
+	}
+	return n.channelArg
 }
 
 // Info implements driver.Driver.

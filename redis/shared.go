@@ -53,14 +53,44 @@ func includeShared(script string) string {
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
 // store key s: lock, fence, holders, meta, queue, waiters.
-func sharedKeys(s string) []string {
-	return []string{name(kindLock, s), name(kindFence, s), name(kindShareHolders, s),
-		name(kindShareMeta, s), name(kindShareQueue, s), name(kindShareWaiters, s)}
-}
+func sharedKeys(s string) []string { return newShareState(s).keys }
 
 // shareState is the Lease.State of a shared hold: RenewBatch, Release and
-// Keep tell it from a plain lock's by its type.
-type shareState struct{ keys []string }
+// Keep tell it from a plain lock's by its type. It keeps the names of the
+// hold's store key, made once when it was acquired.
+type shareState struct {
+	keys    []string // sharedKeys
+	channel any      // channelName, boxed for the scripts' ARGV
+}
+
+// newShareState makes the names of store key s in one allocation.
+func newShareState(s string) *shareState {
+	n := names(s, kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel)
+	return &shareState{keys: n[:6:6], channel: n[6]}
+}
+
+// channelArg is the channel argument of the shared scripts for st: its
+// channel, or "" (publish nothing) without pub/sub.
+func (d *redisDriver) shareChannelArg(st *shareState) any {
+	if d.poll.Load() {
+		return ""
+	}
+	return st.channel
+}
+
+// modeArg is the mode argument of shared_acquire.lua, boxed without an
+// allocation.
+func modeArg(m driver.Mode) any {
+	switch m {
+	case driver.Permits:
+		return "permits"
+	case driver.Read:
+		return "read"
+	case driver.Write:
+		return "write"
+	}
+	return m.String()
+}
 
 // shareKindOf names the use of a key from a script's kind and limit.
 func shareKindOf(kind, limit any) string {
@@ -87,15 +117,18 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if err := checkOwner(req.Owner); err != nil {
 		return driver.Grant{}, err
 	}
-	keys := sharedKeys(req.Key)
+	st := newShareState(req.Key)
 	ttlArg, ttl := d.ttlArgs(req.TTL)
-	queue := "0"
+	var queue any = "0"
 	if s.Queue {
 		queue = "1"
 	}
-	args, tomb := d.withTomb(ctx, req, keys)
+	args, tomb := d.withTomb(ctx, req, st.keys)
 	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
-		s.Mode.String(), strconv.Itoa(s.Limit), strconv.Itoa(s.Weight), queue, d.lid, d.channelArg(req.Key))
+		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
+	if token, ok := v.(int64); ok && token > 0 && err == nil {
+		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
+	}
 	if cut := d.buryCut(ctx, req, err, tomb, d.withdraw); cut != nil {
 		return driver.Grant{}, cut
 	}
@@ -132,7 +165,7 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 		if err != nil {
 			return driver.Grant{}, fmt.Errorf("acquire: malformed token %q", v)
 		}
-		return driver.Grant{Token: token, Validity: time.Duration(ttl) * time.Millisecond, State: &shareState{keys: keys}}, nil
+		return driver.Grant{Token: token, Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
 	case "held":
 		ms, _ := reply[1].(int64)
 		remaining := time.Duration(ms) * time.Millisecond
@@ -153,52 +186,61 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 
 // sharedTook reports whether a shared_acquire.lua reply is a grant.
 func sharedTook(reply any) bool {
+	if token, ok := reply.(int64); ok {
+		return token > 0
+	}
 	r, ok := reply.([]any)
 	return ok && len(r) > 0 && r[0] == "ok"
 }
 
-// runShared runs shared_release.lua with op for owner on store key s and
+// runShared runs shared_release.lua with op for owner on st's key and
 // reports whether there was something to act on.
-func (d *redisDriver) runShared(ctx context.Context, s, owner, op string, keep time.Duration) (bool, error) {
-	n, err := d.runSharedN(ctx, s, owner, op, strconv.FormatInt(millis(keep), 10))
+func (d *redisDriver) runShared(ctx context.Context, st *shareState, owner, op string, keep time.Duration) (bool, error) {
+	var arg any = 0
+	if keep != 0 {
+		arg = millis(keep)
+	}
+	n, err := d.runSharedN(ctx, st, owner, op, arg)
 	return n == 1, err
 }
 
 // runSharedN runs shared_release.lua with op and arg (ARGV[4]) for owner on
-// store key s and returns the n of its reply. With Config.Replicas, a
-// keep, a limit or a break that acted (n = 1) waits for the replicas as
+// st's key and returns the n of its reply. With Config.Replicas, a keep, a
+// limit or a break that acted (n = 1) waits for the replicas as
 // runReplicated does: the error then matches errNotReplicated, beside the
 // n.
-func (d *redisDriver) runSharedN(ctx context.Context, s, owner, op, arg string) (int64, error) {
+func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op string, arg any) (int64, error) {
 	var wrote func(any) bool
 	if op == "keep" || op == "limit" || op == "break" {
 		wrote = sharedActed
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicated(ctx, d.shareRelease, wrote, sharedKeys(s), owner, channelName(s), op, arg)
+	v, err := d.runReplicated(ctx, d.shareRelease, wrote, st.keys, owner, st.channel, op, arg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}
-	reply, _ := v.([]any)
-	if len(reply) != 2 {
+	if n, ok := v.(int64); ok {
+		return n, err
+	}
+	reply, _ := v.([]any) // {n, 1}: a PUBLISH was refused
+	if len(reply) != 2 || reply[1] != int64(1) {
 		return 0, fmt.Errorf("unexpected reply %v", v)
 	}
-	acted, ok1 := reply[0].(int64)
-	nopub, ok2 := reply[1].(int64)
-	if !ok1 || !ok2 {
+	acted, ok := reply[0].(int64)
+	if !ok {
 		return 0, fmt.Errorf("unexpected reply %v", v)
 	}
-	if nopub == 1 {
-		d.noPubSub(errPublishRefused)
-	}
+	d.noPubSub(errPublishRefused)
 	return acted, err
 }
 
 // sharedActed reports whether a shared_release.lua reply says it acted.
 func sharedActed(reply any) bool {
-	r, ok := reply.([]any)
-	return ok && len(r) == 2 && r[0] == int64(1)
+	if r, ok := reply.([]any); ok && len(r) == 2 {
+		reply = r[0]
+	}
+	return reply == int64(1)
 }
 
 // SetLimit implements driver.Limiter: one round trip of
@@ -207,7 +249,7 @@ func sharedActed(reply any) bool {
 // WAIT confirms the limit on the replicas. Otherwise the error matches
 // errNotReplicated, and the new limit may or may not survive a failover.
 func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error {
-	n, err := d.runSharedN(ctx, key, "", "limit", strconv.Itoa(limit))
+	n, err := d.runSharedN(ctx, newShareState(key), "", "limit", limit)
 	switch {
 	case err != nil:
 		return fmt.Errorf("setlimit: %w", err)
@@ -223,7 +265,7 @@ func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error
 // attempt whose reply was lost have granted one. It returns an error
 // matching driver.ErrNotHeld when there was neither.
 func (d *redisDriver) withdraw(ctx context.Context, key, owner string) error {
-	ok, err := d.runShared(ctx, key, owner, "leave", 0)
+	ok, err := d.runShared(ctx, newShareState(key), owner, "leave", 0)
 	switch {
 	case err != nil:
 		return err
@@ -239,9 +281,17 @@ func isShared(l driver.Lease) bool {
 	return ok
 }
 
+// stateOf returns the state of shared hold l.
+func stateOf(l driver.Lease) *shareState {
+	if st, ok := l.State.(*shareState); ok && st != nil {
+		return st
+	}
+	return newShareState(l.Key)
+}
+
 // releaseShared ends l's hold and wakes the head of the key's line.
 func (d *redisDriver) releaseShared(ctx context.Context, l driver.Lease) error {
-	ok, err := d.runShared(ctx, l.Key, l.Owner, "release", 0)
+	ok, err := d.runShared(ctx, stateOf(l), l.Owner, "release", 0)
 	switch {
 	case err != nil:
 		return fmt.Errorf("release: %w", err)
@@ -254,7 +304,7 @@ func (d *redisDriver) releaseShared(ctx context.Context, l driver.Lease) error {
 // keepShared marks l's hold kept (renewals refuse it) and sets its expiry
 // remaining from now.
 func (d *redisDriver) keepShared(ctx context.Context, l driver.Lease, remaining time.Duration) error {
-	ok, err := d.runShared(ctx, l.Key, l.Owner, "keep", remaining)
+	ok, err := d.runShared(ctx, stateOf(l), l.Owner, "keep", remaining)
 	switch {
 	case err != nil:
 		return fmt.Errorf("keep: %w", err)
@@ -267,7 +317,7 @@ func (d *redisDriver) keepShared(ctx context.Context, l driver.Lease, remaining 
 // breakShared ends every shared hold of key; it reports whether there was
 // one.
 func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error) {
-	return d.runShared(ctx, key, "", "break", 0)
+	return d.runShared(ctx, newShareState(key), "", "break", 0)
 }
 
 // inspectShared fills st from a shared key's holders, meta hash and line

@@ -17,7 +17,10 @@
 -- ARGV[10] channel    the key's pub/sub channel base; "" publishes nothing
 --
 -- Returns one of:
---   {'ok', token, nopub}        granted with fencing token (a string)
+--   token                       granted, with this fencing token (an
+--                               integer), every PUBLISH accepted
+--   {'ok', token, 1}            granted, with token (a string), but the
+--                               server refused a PUBLISH
 --   {'held', ms, nopub}         refused; the first holder ends in ms (0:
 --                               unknown)
 --   {'conflict', kind, limit}   the key is a semaphore ("permits") of limit,
@@ -25,25 +28,76 @@
 --   {'plain'}                   the key is a plain lock
 -- nopub is 1 when the server refused a PUBLISH, else 0.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
-if KEYS[7] and redis.call('EXISTS', KEYS[7]) == 1 then
-  return { 'held', 0, 0 }
-end
-local mode, limit, weight = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local mode, limit = ARGV[5], ARGV[6]
 local want = 'rw'
 if mode == 'permits' then
   want = 'permits'
 end
 
--- Read everything the decision needs: the plain lock and the fence, the
--- clock, the holders by expiry, the kind, limit and holders' records, and
--- the line (only when meta exists: the line has no waiters without it).
-local got = redis.call('MGET', KEYS[1], KEYS[2])
+-- One read of the strings: the plain lock, the fence, and the tombstone.
+local got
+if KEYS[7] then
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[7])
+  if got[3] then
+    return { 'held', 0, 0 }
+  end
+else
+  got = redis.call('MGET', KEYS[1], KEYS[2])
+end
 if got[1] then
   return { 'plain' }
 end
+
+-- new_hold writes the caller's hold with its token (a string) at ms:
+-- its expiry in the holders, its record in meta, with the kind and the
+-- limit unless kind says meta has them.
+local function new_hold(ms, s, kind)
+  redis.call('ZADD', KEYS[3], ms + ttl, owner)
+  local rec = mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
+  if kind then
+    redis.call('HSET', KEYS[4], owner, rec)
+  else
+    redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit, owner, rec)
+  end
+end
+
+-- take_token is next_token (token.lua) without its definitions: the
+-- fencing token at now (server µs), a number and a string, recorded in
+-- the fence as got read it.
+local function take_token(now)
+  local token = now
+  local fence = tonumber(got[2])
+  if fence and fence >= token then
+    token = fence + 1
+  end
+  local s = string.format('%d', token)
+  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  return token, s
+end
+
+-- meta lives while the key has holders or waiters, and the holders do not
+-- outlive it (see shared_lib.lua): without it, the key is free, and
+-- nobody waits. A hold that fits an empty key is the caller's then.
+local meta = redis.call('HGETALL', KEYS[4])
+local weight = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ms = math.floor(now / 1000)
+if not meta[1] and (mode ~= 'permits' or weight <= tonumber(limit)) then
+  local token, s = take_token(now)
+  new_hold(ms, s)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  return token
+end
+local recs = {}
+for i = 1, #meta, 2 do
+  recs[meta[i]] = meta[i + 1]
+end
+local kind, have = recs[' kind'], recs[' limit']
+
+-- The rest of what the decision needs: the holders by expiry, and the
+-- line (only when meta has a kind: the line has no waiters without it).
 local zs = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 -- live: the holders whose expiry is after ms (first and last: the earliest
 -- and the latest of those expiries); expired: whether others are left.
@@ -58,19 +112,11 @@ for i = 1, #zs, 2 do
     last = s
   end
 end
-local m = redis.call('HMGET', KEYS[4], ' kind', ' limit', unpack(live, 1, math.min(#live, 998)))
-local kind, have = m[1], m[2]
-for i = 999, #live, 1000 do -- more holders than one unpack takes
-  local more = redis.call('HMGET', KEYS[4], unpack(live, i, math.min(i + 999, #live)))
-  for j = 1, #more do
-    m[i + j + 1] = more[j]
-  end
-end
 -- The hold's fit beside the live holders; mine: the caller's record, when
 -- a retried call already took the hold.
 local used, write, mine = 0, false, nil
-for i, h in ipairs(live) do
-  local rec = m[i + 2]
+for _, h in ipairs(live) do
+  local rec = recs[h]
   if rec then
     if h == owner then
       mine = rec
@@ -112,31 +158,18 @@ if not expired and #q == 0 then
       redis.call('PEXPIRE', KEYS[3], ttl)
       redis.call('PEXPIRE', KEYS[4], ttl)
     end
-    return { 'ok', string.match(mine, '^%S+ %d+ (%d+)'), 0 }
+    return tonumber(string.match(mine, '^%S+ %d+ (%d+)'))
   end
   if fits then
-    -- The fencing token, as next_token (token.lua) makes it.
-    local token = now
-    local fence = tonumber(got[2])
-    if fence and fence >= token then
-      token = fence + 1
-    end
-    local s = string.format('%d', token)
-    redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
-    redis.call('ZADD', KEYS[3], ms + ttl, owner)
-    local rec = mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
-    if kind then
-      redis.call('HSET', KEYS[4], owner, rec)
-    else
-      redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit, owner, rec)
-    end
+    local token, s = take_token(now)
+    new_hold(ms, s, kind)
     if ms + ttl > last then
       redis.call('PEXPIRE', KEYS[3], ttl)
       redis.call('PEXPIRE', KEYS[4], ttl)
     elseif not kind then
       redis.call('PEXPIRE', KEYS[4], last - ms)
     end
-    return { 'ok', s, 0 }
+    return token
   end
   if ARGV[8] ~= '1' then
     return { 'held', first and first - ms or 0, 0 }
@@ -167,6 +200,9 @@ end
 local function reply(status, v)
   if changed then
     wake(ARGV[10], waiting, wrecs, owner)
+  end
+  if status == 'ok' and not nopub then
+    return tonumber(v)
   end
   return { status, v, nopub and 1 or 0 }
 end
@@ -207,10 +243,8 @@ if fits and not behind then
     table.remove(wrecs, queued)
     changed = true -- the next in line may go
   end
-  local _, s = next_token(now, ARGV[4], got[2])
-  redis.call('ZADD', KEYS[3], ms + ttl, owner)
-  redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit,
-    owner, mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3])
+  local _, s = take_token(now)
+  new_hold(ms, s)
   extend(KEYS[3], ttl)
   extend(KEYS[4], ttl)
   return reply('ok', s)

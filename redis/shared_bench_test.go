@@ -35,12 +35,28 @@ return 0`
 // Locker), timed right after the floor: what the scripts cost.
 func BenchmarkSemaphoreUncontended(b *testing.B) {
 	srv := benchServer(b)
-	fc := newClient(b, srv.Addr())
+	benchSemaphore(b, srv.Addr(), newClient(b, srv.Addr()))
+}
+
+// BenchmarkSemaphoreUncontendedOpen is BenchmarkSemaphoreUncontended on a
+// Locker that owns its client, as Open makes it: a call with a cancellable
+// ctx runs inline on a connection the Locker cuts when the ctx ends.
+func BenchmarkSemaphoreUncontendedOpen(b *testing.B) {
+	srv := benchServer(b)
+	c := newOwnedClient(clientOptions(srv.Addr()))
+	b.Cleanup(func() { _ = c.Close() })
+	benchSemaphore(b, srv.Addr(), c)
+}
+
+// benchSemaphore is BenchmarkSemaphoreUncontended on a Locker on client,
+// the floor on a client of addr.
+func benchSemaphore(b *testing.B, addr string, client Client) {
+	fc := newClient(b, addr)
 	acquire := goredis.NewScript(floorSemLua)
 	if err := acquire.Load(b.Context(), fc).Err(); err != nil {
 		b.Fatal(err)
 	}
-	l, d := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	l, d := newTestLocker(b, client, locker.WithTTL(benchTTL))
 	key := uniqueKey(b)
 	fkey, lkey, dkey := key+"-floor", key+"-lock", key+"-driver"
 	sem, _ := locker.NewSemaphore(l, key, 4)

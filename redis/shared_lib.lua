@@ -17,7 +17,8 @@
 -- meta lives while the key has holders or waiters; all four go together.
 -- Each key lives at least until the last expiry or deadline it records
 -- (meta: of the holders and the waiters), so that a script that read those
--- knows whether a PEXPIRE would change anything.
+-- knows whether a PEXPIRE would change anything. The holders never outlive
+-- meta: a script that finds no meta finds no holder and no waiter.
 
 -- #include token.lua
 

@@ -12,10 +12,10 @@
 -- ARGV[4]  ms       for keep: how long the hold stays, unrenewed; for
 --                   limit: the semaphore's new limit
 --
--- Returns {n, nopub}: n = 1 when there was a hold (a waiter, for leave; a
--- semaphore with holders or waiters, for limit) to act on, 0 otherwise;
--- for limit, 2 when the key is a read-write lock and 3 when it is a plain
--- lock. nopub = 1 when the server refused a PUBLISH.
+-- Returns n, or {n, 1} when the server refused a PUBLISH: n = 1 when there
+-- was a hold (a waiter, for leave; a semaphore with holders or waiters, for
+-- limit) to act on, 0 otherwise; for limit, 2 when the key is a read-write
+-- lock and 3 when it is a plain lock.
 
 local owner, op = ARGV[1], ARGV[3]
 
@@ -24,16 +24,19 @@ local owner, op = ARGV[1], ARGV[3]
 local released
 if op == 'release' then
   released = redis.call('ZREM', KEYS[3], owner) == 1
-  if released and redis.call('EXISTS', KEYS[5]) == 0 then
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    if not first[1] then
+  if released then
+    local left = redis.call('EXISTS', KEYS[3], KEYS[5])
+    if left == 0 then -- the last holder, and nobody waits
       redis.call('DEL', KEYS[4], KEYS[6])
-      return { 1, 0 }
+      return 1
     end
-    local t = redis.call('TIME')
-    if tonumber(first[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-      redis.call('HDEL', KEYS[4], owner)
-      return { 1, 0 }
+    local first = left == 1 and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    if first and first[1] then -- holders are left, so nobody waits
+      local t = redis.call('TIME')
+      if tonumber(first[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+        redis.call('HDEL', KEYS[4], owner)
+        return 1
+      end
     end
   end
 end
@@ -96,4 +99,7 @@ tidy()
 if changed then
   wake(ARGV[2], alive, recs, '')
 end
-return { n, nopub and 1 or 0 }
+if nopub then
+  return { n, 1 }
+end
+return n

@@ -293,8 +293,8 @@ func TestSharedManyExpire(t *testing.T) {
 }
 
 // TestSharedManyHolders checks that an attempt counts every live holder of
-// a key with more holders than one HMGET of shared_acquire.lua reads: the
-// last permit of the limit is granted, and the next is refused.
+// a key with more holders than one Lua unpack takes: the last permit of the
+// limit is granted, and the next is refused.
 func TestSharedManyHolders(t *testing.T) {
 	c := newClient(t, storeenv.Redis(t).Addr())
 	l, _ := newTestLocker(t, c)
@@ -475,5 +475,24 @@ func TestSharedGrantWakesNext(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSharedOverweightFreeKey: shared_acquire.lua refuses a hold of more
+// permits than the limit on a key nobody holds, which takes the path that
+// reads no holders, whatever the engine checked before.
+func TestSharedOverweightFreeKey(t *testing.T) {
+	c := newClient(t, storeenv.Redis(t).Addr())
+	_, d := newTestLocker(t, c)
+	ctx := ctxFor(t, 20*time.Second)
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), sharedKeys(key)...) })
+	req := driver.Request{Key: key, Owner: "owner", TTL: time.Minute}
+	_, err := d.TryAcquireShared(ctx, req, driver.Share{Mode: driver.Permits, Limit: 4, Weight: 5})
+	if !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("5 permits of a free semaphore of 4: got %v, want ErrHeld", err)
+	}
+	if n := c.Exists(ctx, sharedKeys(key)[2:]...).Val(); n != 0 {
+		t.Errorf("%d shared names of the key are left after a refused attempt that did not queue, want none", n)
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/golocker/locker"
 
 	"github.com/golocker/locker/internal/storeenv"
@@ -25,14 +23,7 @@ import (
 func TestUnfairScriptCommands(t *testing.T) {
 	t.Parallel()
 	r := newScriptRunner(t, map[string]string{"B": "LB"}, true)
-	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
-	for _, s := range []interface {
-		Load(ctx context.Context, c goredis.Scripter) *goredis.StringCmd
-	}{r.d.acquire, r.d.release} {
-		if err := s.Load(r.ctx, r.c).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loadScripts(r.ctx, t, r.c, r.d.acquire, r.d.release)
 	m := startMonitor(t, storeenv.Redis(t).Addr())
 	if r.acquire("A", "0") <= 0 {
 		t.Fatal("A could not take the free key")

@@ -44,7 +44,7 @@ func allowances() []allowance {
 			},
 			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
 				"SharedFencing", "SharedCancellation", "SharedLossIsolate", "SharedLateDelivery", "SemaphoreSetLimit",
-				"ForceUnlockShared", "SetLimitWaiters", "SetLimitForgotten", "SharedKeyFreed", "FirstHolder"},
+				"ForceUnlockShared", "SetLimitWaiters", "SetLimitForgotten", "SharedKeyFreed", "FirstHolder", "SemaphorePool"},
 			message: "has no shared holds",
 			reason: "Redlock has no shared holds: a count of permits kept on a quorum of independent masters " +
 				"is not one count (issue 30 lets Redlock refuse); the other Redis harnesses run these cases",

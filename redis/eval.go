@@ -1,0 +1,73 @@
+package redis
+
+import (
+	"context"
+	"slices"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// A script call through Script.Run boxes its name, its digest and each
+// key into a new argument list, every time. The hot scripts (acquire.lua,
+// release.lua and the multi-key ones) are sent instead as commands built
+// from arguments boxed once: the digest and source once per Locker, a
+// lock's names once per acquisition (lockNames). go-redis sees the same
+// command (EVALSHA, its key position set), through its Process, so hooks,
+// retries and Cluster routing are as for Script.Run. Only a go-redis
+// *Client or *ClusterClient is called so: an owned client (Open) sends
+// its calls to slots it may cut, and a wrapper may count on Scripter.
+
+// processor is the part of a go-redis client that runs a command built by
+// the caller.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// scriptArgs are the EVALSHA and EVAL arguments of a script, boxed once.
+type scriptArgs struct{ sha, src any }
+
+// newScript returns the script of src, registered for runScript's direct
+// path.
+func (d *redisDriver) newScript(src string) *goredis.Script {
+	s := goredis.NewScript(src)
+	if d.direct == nil {
+		d.direct = make(map[*goredis.Script]scriptArgs)
+	}
+	d.direct[s] = scriptArgs{sha: s.Hash(), src: src}
+	return s
+}
+
+// runScript runs script with keys and args: EVALSHA, then EVAL when the
+// server lacks the script, as Script.Run does. boxed, when not nil, holds
+// keys boxed (the same strings, in order): with them, and a client that
+// allows it, the call allocates one argument list instead of a box for
+// each key.
+func (d *redisDriver) runScript(ctx context.Context, script *goredis.Script, keys []string, boxed []any, args ...any) (any, error) {
+	sa, ok := d.direct[script]
+	if !ok || d.proc == nil || boxed == nil || len(boxed) != len(keys) {
+		return script.Run(ctx, d.client, keys, args...).Result()
+	}
+	argv := make([]any, 3+len(boxed)+len(args))
+	argv[0], argv[1], argv[2] = "evalsha", sa.sha, len(boxed)
+	copy(argv[3+copy(argv[3:], boxed):], args)
+	cmd := d.process(ctx, argv, len(boxed) > 0)
+	if isNoScript(cmd.Err()) {
+		// The server's cache lost the script: EVAL, with a list of its
+		// own (a hook may keep the first command).
+		argv = slices.Clone(argv)
+		argv[0], argv[1] = "eval", sa.src
+		cmd = d.process(ctx, argv, len(boxed) > 0)
+	}
+	return cmd.Result()
+}
+
+// process sends the command argv through d.proc; keyed says that its keys
+// start at argv[3], as EVAL's do.
+func (d *redisDriver) process(ctx context.Context, argv []any, keyed bool) *goredis.Cmd {
+	cmd := goredis.NewCmd(ctx, argv...)
+	if keyed {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = d.proc.Process(ctx, cmd)
+	return cmd
+}

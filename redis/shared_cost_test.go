@@ -1,0 +1,110 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/storeenv"
+)
+
+// TestSharedScriptCommands counts, through MONITOR, the commands of each
+// script call of uncontended permits (the EVALSHA included), as
+// TestUnfairScriptCommands does for locks. A permit of a key nobody holds
+// reads the strings in one MGET and finds no meta hash, which says that
+// nobody holds and nobody waits: it reads no holders and no line. The
+// release of the last holder finds nobody left in one EXISTS. A Locker
+// that owns its client, given a cancellable ctx, reads the attempt's
+// tombstone in the same MGET.
+func TestSharedScriptCommands(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	c := newClient(t, addr)
+	ctx := ctxFor(t, 60*time.Second)
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), sharedKeys(key)...) })
+	l, d := newTestLocker(t, newClient(t, addr), locker.WithTTL(time.Minute))
+	owned := newOwnedClient(clientOptions(addr))
+	t.Cleanup(func() { _ = owned.Close() })
+	lo, _ := newTestLocker(t, owned, locker.WithTTL(time.Minute))
+	loadScripts(ctx, t, c, d.shareAcquire, d.shareRelease)
+	sem, err := locker.NewSemaphore(l, key, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	semo, err := locker.NewSemaphore(lo, key, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m := startMonitor(t, addr)
+	p, err := sem.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p, err = semo.Acquire(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(cctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err = sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := semo.Acquire(cctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Exists(ctx, key) // ends the last script's lines in MONITOR
+	steps := []struct {
+		what string
+		most int
+	}{
+		{"a permit of a free key", 9},
+		{"releasing the last permit", 4},
+		{"a permit of a free key, cancellable ctx, on a Locker that owns its client", 9},
+		{"releasing the last permit, cancellable ctx, on a Locker that owns its client", 4},
+		{"a permit of a free key", 9},
+		{"a permit beside another holder, cancellable ctx, on a Locker that owns its client", 11},
+		{"releasing a permit, another holder left", 6},
+		{"releasing the last permit", 4},
+	}
+	got := m.scripts(ctx, t, key, len(steps))
+	t.Logf("commands per script: %v", got)
+	for i, s := range steps {
+		if got[i] > s.most {
+			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+		}
+	}
+}
+
+// TestNamesMatchName: names, which makes several names in one allocation,
+// makes each as name does, in both forms of the naming rules.
+func TestNamesMatchName(t *testing.T) {
+	kinds := []string{kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel}
+	for _, s := range []string{"k", "a:b", "x}y", "}", "{t}z", ""} {
+		got := names(s, kinds...)
+		for i, k := range kinds {
+			if got[i] != name(k, s) {
+				t.Errorf("names(%q)[%d] = %q; want name(%q, %q) = %q", s, i, got[i], k, s, name(k, s))
+			}
+		}
+	}
+	st := newShareState("k")
+	if len(st.keys) != 6 || st.channel != channelName("k") {
+		t.Errorf("newShareState: keys %q, channel %v; want the six KEYS and the channel %q", st.keys, st.channel, channelName("k"))
+	}
+}
