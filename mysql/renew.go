@@ -12,7 +12,9 @@ import (
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
 // 512 leases (two for 1,000 held locks), plus one SELECT for a chunk in which
-// some lease did not match, to tell which.
+// some lease did not match, to tell which. Plain locks and shared holds in
+// their keys' rows share the UPDATE; other shared holds have one of their
+// own.
 func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
@@ -27,25 +29,33 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 	}
 	for _, ttl := range ttls {
 		// Shared holds (their State tells them apart) live in a table of
-		// their own.
+		// their own, but for those in their key's row, which renew with
+		// the plain locks. A hold that was moved out of its key's row
+		// renews with the others.
 		var plain, shared []int
 		for _, i := range byTTL[ttl] {
-			if _, ok := ls[i].State.(*shareState); ok {
+			if s, ok := ls[i].State.(*shareState); ok && !s.rowHeld() {
 				shared = append(shared, i)
 			} else {
 				plain = append(plain, i)
 			}
 		}
-		for _, p := range []struct {
-			idx   []int
-			renew func(context.Context, []driver.Lease, []int, time.Duration, []time.Duration, []error)
-		}{{plain, d.renewChunk}, {shared, d.renewShared}} {
-			idx := p.idx
-			for len(idx) > 0 {
-				n := min(len(idx), renewChunk)
-				p.renew(ctx, ls, idx[:n], ttl, validity, errs)
-				idx = idx[n:]
+		for idx := plain; len(idx) > 0; {
+			n := min(len(idx), renewChunk)
+			d.renewChunk(ctx, ls, idx[:n], ttl, validity, errs)
+			idx = idx[n:]
+		}
+		for _, i := range plain {
+			if s, ok := ls[i].State.(*shareState); ok && errs[i] == driver.ErrNotHeld {
+				s.moved.Store(true)
+				errs[i] = nil
+				shared = append(shared, i)
 			}
+		}
+		for idx := shared; len(idx) > 0; {
+			n := min(len(idx), renewChunk)
+			d.renewShared(ctx, ls, idx[:n], ttl, validity, errs)
+			idx = idx[n:]
 		}
 	}
 	return validity, errs, nil
@@ -97,12 +107,16 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 	}
 	for _, i := range idx {
 		s := leaseRow(ls[i])
-		if renewed[s] {
+		_, share := ls[i].State.(*shareState)
+		switch {
+		case renewed[s]:
 			validity[i] = ttl
-			if d.notify != nil {
+			if d.notify != nil && !share {
 				d.notify.renewed(s.key, s.owner)
 			}
-		} else {
+		case share:
+			errs[i] = driver.ErrNotHeld
+		default:
 			errs[i] = driver.ErrNotHeld
 			d.forgetLater(leaseState(ls[i]))
 		}

@@ -9,14 +9,16 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// TestSharedTokensAcrossHints checks, with and without the one-statement
-// take (MariaDB, and the transaction alone as on MySQL), that tokens
-// increase across shared holds of a key left marked by the previous hold,
-// a plain lock that frees the key, and shared holds after it; and that a
-// released hold leaves the key's row marked SHARED.
+// TestSharedTokensAcrossHints checks, with and without the take of a key
+// marked SHARED in its row (MariaDB, and the transaction alone as on
+// MySQL), that tokens increase across shared holds of a key left marked by
+// the previous hold, a plain lock that frees the key, and shared holds
+// after it; and that a released hold leaves the key's row marked SHARED
+// when it lived in the table of shared holds, and frees it when it lived
+// in the row.
 func TestSharedTokensAcrossHints(t *testing.T) {
 	for _, fast := range []bool{true, false} {
-		t.Run(map[bool]string{true: "OneStatement", false: "Transaction"}[fast], func(t *testing.T) {
+		t.Run(map[bool]string{true: "MarkedInRow", false: "Transaction"}[fast], func(t *testing.T) {
 			db, ctx := openTestDB(t)
 			d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
 			if err := d.Configure(ctx, driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
@@ -56,8 +58,15 @@ func TestSharedTokensAcrossHints(t *testing.T) {
 				if err := d.Release(ctx, driver.Lease{Key: k, State: g.State}); err != nil {
 					t.Fatal(err)
 				}
-				if s := status(); s != sharedStatus {
-					t.Fatalf("after permit %d left, the key's row is %s, want %s (the hint)", i, s, sharedStatus)
+				want := sharedStatus // the hint
+				if g.State.(*shareState).inRow {
+					want = "FINISH"
+				}
+				if s := status(); s != want {
+					t.Fatalf("after permit %d left, the key's row is %s, want %s", i, s, want)
+				}
+				if inRow := g.State.(*shareState).inRow; inRow != (fast && i > 0) {
+					t.Fatalf("permit %d: in the key's row %v, want %v", i, inRow, fast && i > 0)
 				}
 			}
 			g := step("a plain lock after the permits")(d.TryAcquire(ctx, req()))
