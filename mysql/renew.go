@@ -12,9 +12,8 @@ import (
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
 // 512 leases (two for 1,000 held locks), plus one SELECT for a chunk in which
-// some lease did not match, to tell which. Plain locks and shared holds in
-// their keys' rows share the UPDATE; other shared holds have one of their
-// own.
+// some lease did not match, to tell which. Shared holds have an UPDATE of
+// their own; those in their keys' rows then renew with the plain locks.
 func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
@@ -29,15 +28,31 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 	}
 	for _, ttl := range ttls {
 		// Shared holds (their State tells them apart) live in a table of
-		// their own, but for those in their key's row, which renew with
-		// the plain locks. A hold that was moved out of its key's row
-		// renews with the others.
+		// their own. A hold taken in its key's row looks there first: it
+		// may have been moved, and the key's row then may be locked by an
+		// attempt cut off from its client, which the renewal must not
+		// wait for. Holds found in neither place renew with the plain
+		// locks, in their keys' rows; one that was moved meanwhile is
+		// looked for once more.
 		var plain, shared []int
 		for _, i := range byTTL[ttl] {
-			if s, ok := ls[i].State.(*shareState); ok && !s.rowHeld() {
+			if _, ok := ls[i].State.(*shareState); ok {
 				shared = append(shared, i)
 			} else {
 				plain = append(plain, i)
+			}
+		}
+		d.renewSharedChunks(ctx, ls, shared, ttl, validity, errs)
+		var inRow []int
+		for _, i := range shared {
+			if s := ls[i].State.(*shareState); s.rowHeld() {
+				if errs[i] == nil {
+					s.moved.Store(true)
+				} else if errs[i] == driver.ErrNotHeld {
+					errs[i] = nil
+					plain = append(plain, i)
+					inRow = append(inRow, i)
+				}
 			}
 		}
 		for idx := plain; len(idx) > 0; {
@@ -45,20 +60,27 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 			d.renewChunk(ctx, ls, idx[:n], ttl, validity, errs)
 			idx = idx[n:]
 		}
-		for _, i := range plain {
-			if s, ok := ls[i].State.(*shareState); ok && errs[i] == driver.ErrNotHeld {
-				s.moved.Store(true)
+		var moved []int
+		for _, i := range inRow {
+			if errs[i] == driver.ErrNotHeld {
+				ls[i].State.(*shareState).moved.Store(true)
 				errs[i] = nil
-				shared = append(shared, i)
+				moved = append(moved, i)
 			}
 		}
-		for idx := shared; len(idx) > 0; {
-			n := min(len(idx), renewChunk)
-			d.renewShared(ctx, ls, idx[:n], ttl, validity, errs)
-			idx = idx[n:]
-		}
+		d.renewSharedChunks(ctx, ls, moved, ttl, validity, errs)
 	}
 	return validity, errs, nil
+}
+
+// renewSharedChunks renews the shared leases ls[idx...] in the table of
+// shared holds, renewChunk at a time.
+func (d *sqlDriver) renewSharedChunks(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
+	for len(idx) > 0 {
+		n := min(len(idx), renewChunk)
+		d.renewShared(ctx, ls, idx[:n], ttl, validity, errs)
+		idx = idx[n:]
+	}
 }
 
 // renewChunk renews the leases ls[idx...] (at most renewChunk) with one

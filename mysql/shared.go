@@ -31,8 +31,8 @@ import (
 // which an attempt cut off from its client holds until the server ends its
 // session (txIdle). The last hold to leave leaves the mark; the next plain
 // acquisition frees the key's row once every hold ended (settle), as it
-// does after a crash, and so does Purge. The next first holder takes the
-// row back in one statement once no hold or waiter is live.
+// does after a crash, and so does Purge. The transaction of the next first
+// holder puts it in the key's row once no hold or waiter is live.
 
 // sharedSuffix names the table of shared holds after the lock table's.
 const sharedSuffix = "_shared"
@@ -251,6 +251,23 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		// A grant, or a new place in line: both take the next token,
 		// which the key's version and its sequence row record.
 		tok := last + 1
+		if fits && len(rows) == 0 {
+			// The key's first hold: in the key's row, as takeRow takes
+			// it, whose version records the token.
+			res, err := d.txExec(ctx, tx, soleGrantSQL(d.sql.table), tok, req.Owner, label, soleKind(s), ttl, req.Key, f.Store)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				if err != nil {
+					return err
+				}
+				return errFenced // take nothing
+			}
+			g = driver.Grant{Token: tok, Validity: req.TTL,
+				State: &shareState{key: req.Key, owner: req.Owner, token: tok, inRow: true}}
+			return nil
+		}
 		if err := d.coverShare(ctx, tx, req.Key, ttl, *f, tok); err != nil {
 			return err
 		}
@@ -465,9 +482,9 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 // its place in line otherwise) by primary key, outside any transaction:
 // deleting a row only makes room, and needs no lock of the key's row,
 // which an attempt cut off from its client may hold. It leaves the key's
-// row marked SHARED even when no live row is left: the next shared hold
-// takes the row in one statement then (see takeRow), and the next plain
-// acquisition settles the row first. It returns driver.ErrNotHeld when
+// row marked SHARED even when no live row is left: the next first holder's
+// transaction takes the row then, and the next plain acquisition settles
+// the row first. It returns driver.ErrNotHeld when
 // there was nothing to delete.
 func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
 	st, err := d.sharedTable()

@@ -11,16 +11,17 @@ import (
 )
 
 // A key's first shared hold lives in the key's own row, as a plain lock
-// does: the row is SHARED_ONE, owner_token and version are the hold's,
+// does (takeRow on a free row, the transaction on a row marked SHARED): the row is SHARED_ONE, owner_token and version are the hold's,
 // lock_until is its end, lock_data holds its kind (see soleKind), and
-// finish_time is set once it was given up with a MinHold left. Taking,
-// renewing and releasing it are one single-row statement each, the lock's.
-// Any other hold of the key lives in the table of shared holds: a shared
+// finish_time is set once it was given up with a MinHold left. Taking and
+// releasing it are one single-row statement each, the lock's. Any other
+// hold of the key lives in the table of shared holds: a shared
 // transaction never locks a row held this way (lockKey); it moves the hold
-// into the table of shared holds first, in autocommit statements (moveSole),
-// and the key's row becomes SHARED. So no renewal waits for an attempt
-// cut off from its client. A hold that no longer finds itself in the row
-// looks for itself in the table of shared holds.
+// into the table of shared holds first, in autocommit statements
+// (moveSole), and the key's row becomes SHARED, which attempts lock. So a
+// hold taken in the row renews in the table of shared holds first, and in
+// the row only when not found there (RenewBatch): no renewal waits for an
+// attempt cut off from its client. A hold found moved remembers it.
 
 // soleStatus is the task_status of a key held by one shared hold that
 // lives in the key's row.
@@ -57,14 +58,15 @@ func parseKind(b []byte) (driver.Share, error) {
 }
 
 // takeRow is the one-statement take of a key's first shared hold, in the
-// key's row: a row that is free or expired, or, on MariaDB, one marked
-// SHARED without live holds or waiters. It returns errFastOut when it took
-// nothing; any other error with the outcome unknown is a driver.Residue.
+// key's row: a row that is free or expired. A row marked SHARED is left to
+// the transaction, which puts a first holder in the row too (see
+// shareAttempt). It returns errFastOut when it took nothing; any other
+// error with the outcome unknown is a driver.Residue.
 func (d *sqlDriver) takeRow(ctx context.Context, st string, req driver.Request, s driver.Share, label string) (driver.Grant, error) {
 	if s.Mode == driver.Permits && s.Weight > s.Limit {
 		return driver.Grant{}, errFastOut
 	}
-	take, err := d.sharedStmt(ctx, takeRowSQL(d.sql.table, st, d.mariaDB))
+	take, err := d.sharedStmt(ctx, takeRowSQL(d.sql.table))
 	if err != nil {
 		return driver.Grant{}, errFastOut
 	}
@@ -92,26 +94,24 @@ func (d *sqlDriver) takeRow(ctx context.Context, st string, req driver.Request, 
 		State: &shareState{key: req.Key, owner: req.Owner, token: token, inRow: true}}, nil
 }
 
-// takeRowSQL is the statement of takeRow on lock table t (quoted) and its
-// table of shared holds st; marked adds keys marked SHARED without live
-// holds or waiters (MariaDB). Args: owner, label, kind (soleKind), ttl µs,
-// key, fence µs.
-func takeRowSQL(t, st string, marked bool) string {
-	// The version goes first: the later assignments change task_status.
-	version, free := "version", acquireFree
-	if marked {
-		// The token is above the sequence row's, which a hold granted by
-		// an older version of this package may have left higher. The
-		// reads lock what they read, so that they see the latest.
-		version = "GREATEST(version, IF(task_status = '" + sharedStatus + "', IFNULL((SELECT q.token FROM " + st +
-			" AS q WHERE q.task_name = k.task_name AND q.owner_token = '' LOCK IN SHARE MODE), 0), 0))"
-		free = "(" + acquireFree + " OR task_status = '" + sharedStatus + "' AND NOT EXISTS (SELECT 1 FROM " + st +
-			" AS h WHERE h.task_name = k.task_name AND h.owner_token <> '' AND h.lock_until > " + dbNow + " LOCK IN SHARE MODE))"
-	}
-	return "UPDATE " + t + " AS k SET version = LAST_INSERT_ID(" + version + " + 1), task_status = '" + soleStatus + "'," +
+// takeRowSQL is the statement of takeRow on lock table t (quoted): a
+// plain lock's acquire, but for the status and the kind in lock_data.
+// Args: owner, label, kind (soleKind), ttl µs, key, fence µs.
+func takeRowSQL(t string) string {
+	return "UPDATE " + t + " SET version = LAST_INSERT_ID(version + 1), task_status = '" + soleStatus + "'," +
 		" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
 		" lock_until = " + untilExpr + ", update_time = " + dbNow +
-		" WHERE task_name = ? AND " + free + " AND " + beforeFence
+		" WHERE task_name = ? AND " + acquireFree + " AND " + beforeFence
+}
+
+// soleGrantSQL puts a key's first shared hold in the key's row, in a
+// transaction that holds the row. Args: token, owner, label, kind, ttl µs,
+// key, fence µs.
+func soleGrantSQL(t string) string {
+	return "UPDATE " + t + " SET version = ?, task_status = '" + soleStatus + "'," +
+		" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
+		" lock_until = " + untilExpr + ", update_time = " + dbNow +
+		" WHERE task_name = ? AND " + beforeFence
 }
 
 // soleReleaseSQL gives up a shared hold in its key's row, which frees the

@@ -187,10 +187,12 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 	}
 	want := map[shareID]bool{}
 	holds := make([]any, 0, 3*len(idx))
+	inRow := true // every lease may be in its key's row
 	for _, i := range idx {
 		s := ls[i].State.(*shareState)
 		holds = append(holds, s.key, s.owner, s.token)
 		want[s.id()] = true
+		inRow = inRow && s.rowHeld()
 	}
 	var b strings.Builder
 	placeholders(&b, len(idx), "(task_name = ? AND owner_token = ? AND token = ?)")
@@ -208,7 +210,10 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		return
 	}
 	renewed := want
-	if int(n) != len(want) {
+	switch {
+	case n == 0 && inRow:
+		renewed = nil // all in their keys' rows, as they were taken
+	case int(n) != len(want):
 		renewed = map[shareID]bool{}
 		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
 			" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, holds...)

@@ -99,9 +99,8 @@ type Statements struct {
 // SQL returns the statements a Locker runs on lock table table.
 func SQL(table string) Statements {
 	s := newStatements(table)
-	st := "`" + table + sharedSuffix + "`"
 	return Statements{Acquire: s.acquire, Insert: s.insert, Release: s.release,
-		Hold: takeRowSQL(s.table, st, true), Leave: soleReleaseSQL(s.table)}
+		Hold: takeRowSQL(s.table), Leave: soleReleaseSQL(s.table)}
 }
 
 func newStatements(table string) statements {
