@@ -34,7 +34,8 @@ var ErrNoRun = errors.New("mysql: no run recorded")
 type Run struct {
 	// Key is the row's task_name: the Locker's prefix plus the key.
 	Key string
-	// State is Running or Finished.
+	// State is Running or Finished, or, for a key of shared holds,
+	// SHARED_ONE (one hold, in this row) or SHARED.
 	State RunState
 	// Held reports whether the row is RUNNING and its lock_until is still
 	// ahead of the database clock.

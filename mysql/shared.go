@@ -152,7 +152,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 			continue // rolled back: certainly nothing done
 		}
 		if errors.Is(err, errSole) {
-			if err := d.moveSole(ctx, st, req.Key); err != nil {
+			if err := d.moveSole(ctx, st, req.Key); err != nil && !contended(err) {
 				return driver.Grant{}, fmt.Errorf("shared hold: move the key's first hold: %w", classify(err))
 			}
 			continue
@@ -338,12 +338,17 @@ func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (la
 		switch err := d.txQueryRow(ctx, tx, "SELECT task_status, lock_until > "+dbNow+" FROM "+d.sql.table+
 			" WHERE task_name = ?", key).Scan(&status, &held); {
 		case errors.Is(err, sql.ErrNoRows):
-			// The key's row, free, when it is missing. The INSERT comes
-			// second: on an existing row it would take a shared lock,
-			// which two attempts would both upgrade, a deadlock.
-			if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+d.sql.table+
+			// The key's row, free, when it is missing, in a statement of
+			// its own: on a row created meanwhile the INSERT takes a
+			// shared lock, which the UPDATE above would upgrade while a
+			// release or a move waits for the row, a deadlock.
+			ins, err := d.sharedStmt(ctx, "INSERT IGNORE INTO "+d.sql.table+
 				" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-				" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", key); err != nil {
+				" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")")
+			if err == nil {
+				_, err = ins.ExecContext(ctx, key)
+			}
+			if err != nil {
 				return 0, "", err
 			}
 		case err != nil:
@@ -642,7 +647,7 @@ func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	for range maxAttempts {
 		err = d.setLimit(ctx, st, key, limit)
 		if errors.Is(err, errSole) {
-			if err = d.moveSole(ctx, st, key); err == nil {
+			if err = d.moveSole(ctx, st, key); err == nil || contended(err) {
 				continue
 			}
 		}

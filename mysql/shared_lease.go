@@ -20,7 +20,7 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 		if err != nil {
 			return fmt.Errorf("release: %w", classify(err))
 		}
-		res, err := rel.ExecContext(ctx, s.key, s.owner, s.token)
+		res, err := execRetried(ctx, rel, s.key, s.owner, s.token)
 		if err != nil {
 			return fmt.Errorf("release: %w", classify(err))
 		}
@@ -53,7 +53,7 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 		if err != nil {
 			return fmt.Errorf("keep: %w", classify(err))
 		}
-		res, err := keep.ExecContext(ctx, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
+		res, err := execRetried(ctx, keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
 		if err != nil {
 			return fmt.Errorf("keep: %w", classify(err))
 		}
@@ -243,6 +243,17 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 			errs[i] = driver.ErrNotHeld
 		}
 	}
+}
+
+// execRetried runs an autocommit statement, and again after a deadlock or
+// a lock wait timeout, which rolled it back: up to maxAttempts times.
+func execRetried(ctx context.Context, stmt *sql.Stmt, args ...any) (res sql.Result, err error) {
+	for range maxAttempts {
+		if res, err = stmt.ExecContext(ctx, args...); !contended(err) {
+			break
+		}
+	}
+	return res, err
 }
 
 // shareKindOf names the use of a key, for conflict errors.
