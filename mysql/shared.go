@@ -254,15 +254,8 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		if fits && len(rows) == 0 {
 			// The key's first hold: in the key's row, as takeRow takes
 			// it, whose version records the token.
-			res, err := d.txExec(ctx, tx, soleGrantSQL(d.sql.table), tok, req.Owner, label, soleKind(s), ttl, req.Key, f.Store)
-			if err != nil {
+			if err := d.fencedExec(ctx, tx, soleGrantSQL(d.sql.table), tok, req.Owner, label, soleKind(s), ttl, req.Key, f.Store); err != nil {
 				return err
-			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				if err != nil {
-					return err
-				}
-				return errFenced // take nothing
 			}
 			g = driver.Grant{Token: tok, Validity: req.TTL,
 				State: &shareState{key: req.Key, owner: req.Owner, token: tok, inRow: true}}
@@ -442,9 +435,16 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 	if version != 0 {
 		set, args = "version = ?, ", append([]any{version}, args...)
 	}
-	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
+	return d.fencedExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
 		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
 		" WHERE task_name = ? AND "+beforeFence, args...)
+}
+
+// fencedExec runs, in tx, an UPDATE of the key's row whose last argument
+// is a fence. It fails with errFenced when it changed no row: the fence
+// passed, and it took nothing.
+func (d *sqlDriver) fencedExec(ctx context.Context, tx *sql.Tx, text string, args ...any) error {
+	res, err := d.txExec(ctx, tx, text, args...)
 	if err != nil {
 		return err
 	}
@@ -452,7 +452,7 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 		if err != nil {
 			return err
 		}
-		return errFenced // take nothing
+		return errFenced
 	}
 	return nil
 }

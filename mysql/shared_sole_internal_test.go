@@ -19,19 +19,9 @@ import (
 func TestSoleHoldMoves(t *testing.T) {
 	db, ctx := openTestDB(t)
 	d := soleDriver(t, db)
-	k := t.Name() + "-" + rand.Text()[:8]
+	k, req, last := freeKey(t, d)
 	ttl := 30 * time.Second
-	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: ttl} }
 	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
-	// The key's row exists and is free.
-	g, err := d.TryAcquire(ctx, req())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: k, State: g.State}); err != nil {
-		t.Fatal(err)
-	}
-	last := g.Token
 	take := func(what string, inRow bool) driver.Grant {
 		t.Helper()
 		g, err := d.TryAcquireShared(ctx, req(), permit)
@@ -91,7 +81,7 @@ func TestSoleHoldMoves(t *testing.T) {
 	if err := d.Release(ctx, driver.Lease{Key: k, State: again.State}); err != nil {
 		t.Fatal(err)
 	}
-	g, err = d.TryAcquire(ctx, req())
+	g, err := d.TryAcquire(ctx, req())
 	if err != nil {
 		t.Fatalf("a plain lock after the permits: %v", err)
 	}
@@ -107,17 +97,9 @@ func TestSoleHoldMoves(t *testing.T) {
 func TestSoleHoldRenewsBesideAttempt(t *testing.T) {
 	db, ctx := openTestDB(t)
 	d := soleDriver(t, db)
-	k := t.Name() + "-" + rand.Text()[:8]
+	k, req, _ := freeKey(t, d)
 	ttl := 30 * time.Second
-	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: ttl} }
 	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
-	g, err := d.TryAcquire(ctx, req())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: k, State: g.State}); err != nil {
-		t.Fatal(err)
-	}
 	p, err := d.TryAcquireShared(ctx, req(), permit)
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +154,20 @@ func soleDriver(t *testing.T, db *sql.DB) *sqlDriver {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// freeKey returns a key of the test's own whose row exists and is free,
+// requests for it with a TTL of 30 s, and its latest token.
+func freeKey(t *testing.T, d *sqlDriver) (string, func() driver.Request, uint64) {
+	t.Helper()
+	k := t.Name() + "-" + rand.Text()[:8]
+	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second} }
+	g, err := d.TryAcquire(t.Context(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(t.Context(), driver.Lease{Key: k, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	return k, req, g.Token
 }
