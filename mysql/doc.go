@@ -42,21 +42,29 @@
 // holder. docs/design.md in the repository gives the reasons.
 //
 // Semaphores and read-write locks (locker.NewSemaphore, locker.NewRWMutex)
-// keep one row per holder or waiter in a second table, the lock table's
-// name plus "_shared" (its DDL: [SharedTableSQL]). The key's row is
-// SHARED, which a plain acquisition never takes, from the key's first
-// shared hold on. Each attempt is one transaction that locks the key's
-// row, drops the expired holders and waiters, and grants the hold or
-// records the waiter in line. On MariaDB, a hold of a key that is SHARED
-// with no live holder or waiter is one statement instead. Every grant
+// keep a key's first hold in the key's row, as a plain lock does: the
+// row is SHARED_ONE, and lock_data holds the hold's mode, weight and
+// limit. Taking it on a free row and giving it back are one statement
+// each, and giving it back frees the key. Every other holder or waiter
+// has a row in a second table, the lock table's name plus "_shared" (its
+// DDL: [SharedTableSQL]), and the key's row is SHARED, which a plain
+// acquisition never takes. Each attempt then is one transaction that
+// locks the key's row, drops the expired holders and waiters, and grants
+// the hold or records the waiter in line; a first holder goes to the
+// key's row. It never locks a row that holds a live hold: it moves that
+// hold into the "_shared" table first, in two statements of their own.
+// A hold taken in its key's row looks for itself in the "_shared" table
+// first when it renews, and in the row then, so that no renewal waits
+// for an attempt; once found there, it releases there too. Every grant
 // takes a token above the key's version and above the token of the key's
-// sequence row in the "_shared" table (owner_token empty), and advances
-// the sequence row to it, so tokens increase across locks and shared
-// holds. Renewals, releases and withdrawals change only their own row of
-// the "_shared" table, found by primary key, never the key's row. The
-// key's row stays SHARED when the last holder or waiter leaves, or
-// crashes: the next plain acquisition, and [Purge], free it once none is
-// live, and give it the sequence row's token. The server ends a
+// sequence row in the "_shared" table (owner_token empty), and the token
+// becomes the key's version, so tokens increase across locks and shared
+// holds. Renewals, releases and withdrawals of holds in the "_shared"
+// table change only their own row, found by primary key, never the key's
+// row. The key's row stays SHARED when the last holder or waiter there
+// leaves, or crashes: the transaction of the next first holder puts it in
+// the row once none is live, and the next plain acquisition, and [Purge],
+// free the row and give it the sequence row's token. The server ends a
 // transaction on shared holds whose client stays silent for a third of
 // the TTL (in whole seconds, within 1 s and 10 s), and its row-lock waits
 // last as long at most, so that a client cut off in the middle of one
@@ -149,9 +157,14 @@
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
 //     costs one transaction of five to seven statements, plus one that
 //     sets the session's wait_timeout and innodb_lock_wait_timeout before
-//     it and one that restores them after it; on MariaDB, a first holder
-//     of a key shared holds used before costs one statement. A release
-//     costs one statement. The first plain lock of a key after shared
+//     it and one that restores them after it; a first holder of a key
+//     whose row is free costs one statement. A release costs one
+//     statement. A second holder that finds the first in the key's row
+//     costs two statements more. A renewal tick costs one statement more
+//     while a Locker holds a shared hold in its key's row. A hold moved
+//     out of its key's row that releases before its next renewal may wait
+//     for an attempt cut off from its client as long as the server keeps
+//     that attempt's session. The first plain lock of a key after shared
 //     holds costs a transaction more. The transactions run at READ
 //     COMMITTED, which binlog_format=STATEMENT refuses for writes (MIXED
 //     and ROW accept it).

@@ -14,10 +14,12 @@ import (
 // most limit of them: one range read of the primary key per page. Keys
 // marked as held by shared holds (SHARED rows, whose lock_until nobody
 // renews) are read as Inspect reads them, in one more query per page, and
-// kept when a holder lives. Waiters is 0 for plain locks, as for Inspect.
+// kept when a holder lives; a key's shared hold in its row is read with
+// it. Waiters is 0 for plain locks, as for Inspect.
 func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
-	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND (task_status = 'RUNNING' AND lock_until > " + dbNow + " OR task_status = '" + sharedStatus + "')" +
+	q := "SELECT task_name, " + runColumns + " FROM " + d.sql.table + " WHERE task_name > ? AND task_name LIKE ? ESCAPE '!' AND (task_status = 'RUNNING' AND lock_until > " + dbNow + " OR task_status = '" + sharedStatus + "'" +
+		" OR task_status = '" + soleStatus + "' AND lock_until > " + dbNow + ")" +
 		" ORDER BY task_name LIMIT ?"
 	like := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(prefix) + "%"
 	rows, err := d.db.QueryContext(ctx, q, []byte(cursor), []byte(like), limit)
@@ -37,6 +39,8 @@ func (d *sqlDriver) List(ctx context.Context, prefix, cursor string, limit int) 
 		switch {
 		case r.State == sharedStatus:
 			page = append(page, driver.KeyStatus{Key: last}) // read below, once rows is done
+		case r.State == soleStatus && r.live:
+			page = append(page, driver.KeyStatus{Key: last, Status: r.soleHold()})
 		case r.Held:
 			page = append(page, driver.KeyStatus{Key: last, Status: r.status()})
 		}

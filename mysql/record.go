@@ -34,7 +34,8 @@ var ErrNoRun = errors.New("mysql: no run recorded")
 type Run struct {
 	// Key is the row's task_name: the Locker's prefix plus the key.
 	Key string
-	// State is Running or Finished.
+	// State is Running or Finished, or, for a key of shared holds,
+	// SHARED_ONE (one hold, in this row) or SHARED.
 	State RunState
 	// Held reports whether the row is RUNNING and its lock_until is still
 	// ahead of the database clock.
@@ -57,6 +58,9 @@ type Run struct {
 	// Data is the latest holder's data (locker.WithData, locker.SetData);
 	// nil when none.
 	Data []byte
+
+	live bool   // lock_until is ahead of the database clock
+	kind []byte // lock_data of a row held by a shared hold (soleKind)
 }
 
 // LastRun reads the record of the latest run of one key, for operators and
@@ -112,7 +116,11 @@ func scanRunRow(rows *sql.Rows, key string, dest ...any) (Run, error) {
 	}
 	r.Key, r.State, r.OwnerLabel = key, RunState(status), string(label)
 	r.StartTime, r.FinishTime, r.UpdateTime, r.LockUntil = utc(start), utc(finish), utc(update), utc(until)
-	r.Held = r.State == Running && held.Valid && held.Bool
+	r.live = held.Valid && held.Bool
+	r.Held = r.State == Running && r.live
+	if r.State == soleStatus {
+		r.kind, r.Data = r.Data, nil
+	}
 	if len(r.Data) == 0 {
 		r.Data = nil
 	}

@@ -16,6 +16,9 @@ type rowKey struct {
 }
 
 func leaseRow(l driver.Lease) rowKey {
+	if s, ok := l.State.(*shareState); ok {
+		return rowKey{key: s.key, owner: s.owner, version: s.token}
+	}
 	s := leaseState(l)
 	return rowKey{key: s.key, owner: s.owner, version: s.version}
 }
@@ -111,6 +114,8 @@ func (d *sqlDriver) Inspect(ctx context.Context, key string) (driver.Status, err
 			return driver.Status{}, fmt.Errorf("inspect: %w", err)
 		}
 		return st, nil
+	case r.State == soleStatus:
+		return r.soleHold(), nil
 	case !r.Held:
 		return driver.Status{}, nil
 	}

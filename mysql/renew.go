@@ -12,7 +12,8 @@ import (
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE per chunk of up to
 // 512 leases (two for 1,000 held locks), plus one SELECT for a chunk in which
-// some lease did not match, to tell which.
+// some lease did not match, to tell which. Shared holds have an UPDATE of
+// their own; those in their keys' rows then renew with the plain locks.
 func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
@@ -27,7 +28,12 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 	}
 	for _, ttl := range ttls {
 		// Shared holds (their State tells them apart) live in a table of
-		// their own.
+		// their own. A hold taken in its key's row looks there first: it
+		// may have been moved, and the key's row then may be locked by an
+		// attempt cut off from its client, which the renewal must not
+		// wait for. Holds found in neither place renew with the plain
+		// locks, in their keys' rows; one that was moved meanwhile is
+		// looked for once more.
 		var plain, shared []int
 		for _, i := range byTTL[ttl] {
 			if _, ok := ls[i].State.(*shareState); ok {
@@ -36,19 +42,45 @@ func (d *sqlDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.D
 				plain = append(plain, i)
 			}
 		}
-		for _, p := range []struct {
-			idx   []int
-			renew func(context.Context, []driver.Lease, []int, time.Duration, []time.Duration, []error)
-		}{{plain, d.renewChunk}, {shared, d.renewShared}} {
-			idx := p.idx
-			for len(idx) > 0 {
-				n := min(len(idx), renewChunk)
-				p.renew(ctx, ls, idx[:n], ttl, validity, errs)
-				idx = idx[n:]
+		d.renewSharedChunks(ctx, ls, shared, ttl, validity, errs)
+		var inRow []int
+		for _, i := range shared {
+			if s := ls[i].State.(*shareState); s.rowHeld() {
+				if errs[i] == nil {
+					s.moved.Store(true)
+				} else if errs[i] == driver.ErrNotHeld {
+					errs[i] = nil
+					plain = append(plain, i)
+					inRow = append(inRow, i)
+				}
 			}
 		}
+		for idx := plain; len(idx) > 0; {
+			n := min(len(idx), renewChunk)
+			d.renewChunk(ctx, ls, idx[:n], ttl, validity, errs)
+			idx = idx[n:]
+		}
+		var moved []int
+		for _, i := range inRow {
+			if errs[i] == driver.ErrNotHeld {
+				ls[i].State.(*shareState).moved.Store(true)
+				errs[i] = nil
+				moved = append(moved, i)
+			}
+		}
+		d.renewSharedChunks(ctx, ls, moved, ttl, validity, errs)
 	}
 	return validity, errs, nil
+}
+
+// renewSharedChunks renews the shared leases ls[idx...] in the table of
+// shared holds, renewChunk at a time.
+func (d *sqlDriver) renewSharedChunks(ctx context.Context, ls []driver.Lease, idx []int, ttl time.Duration, validity []time.Duration, errs []error) {
+	for len(idx) > 0 {
+		n := min(len(idx), renewChunk)
+		d.renewShared(ctx, ls, idx[:n], ttl, validity, errs)
+		idx = idx[n:]
+	}
 }
 
 // renewChunk renews the leases ls[idx...] (at most renewChunk) with one
@@ -97,12 +129,16 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 	}
 	for _, i := range idx {
 		s := leaseRow(ls[i])
-		if renewed[s] {
+		_, share := ls[i].State.(*shareState)
+		switch {
+		case renewed[s]:
 			validity[i] = ttl
-			if d.notify != nil {
+			if d.notify != nil && !share {
 				d.notify.renewed(s.key, s.owner)
 			}
-		} else {
+		case share:
+			errs[i] = driver.ErrNotHeld
+		default:
 			errs[i] = driver.ErrNotHeld
 			d.forgetLater(leaseState(ls[i]))
 		}

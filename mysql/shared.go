@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -14,11 +15,12 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// Shared holds (semaphore permits, read and write holds) live in a second
-// table, the lock table's name plus sharedSuffix, one row per holder or
-// waiter. The key's row in the lock table stays the key's mutex: every
-// attempt but the one-statement take of shared_fast.go is one transaction
-// that locks it first (SELECT … FOR UPDATE), so attempts on one key run
+// A key's first shared hold lives in the key's row (see shared_fast.go).
+// Other shared holds (semaphore permits, read and write holds) live in a
+// second table, the lock table's name plus sharedSuffix, one row per
+// holder or waiter. The key's row in the lock table stays the key's mutex:
+// every attempt but the one-statement take of shared_fast.go is one
+// transaction that locks it first (lockKey), so attempts on one key run
 // one at a time. Tokens come from the key's version and, while the key is
 // marked for shared holds, from its sequence row in the table of shared
 // holds too: every grant takes a token above both, so tokens increase
@@ -29,7 +31,8 @@ import (
 // which an attempt cut off from its client holds until the server ends its
 // session (txIdle). The last hold to leave leaves the mark; the next plain
 // acquisition frees the key's row once every hold ended (settle), as it
-// does after a crash, and so does Purge.
+// does after a crash, and so does Purge. The transaction of the next first
+// holder puts it in the key's row once no hold or waiter is live.
 
 // sharedSuffix names the table of shared holds after the lock table's.
 const sharedSuffix = "_shared"
@@ -78,7 +81,23 @@ func migrateShared(ctx context.Context, db *sql.DB, table string) error {
 type shareState struct {
 	key, owner string
 	token      uint64
+	// inRow is set on a hold taken in its key's row; moved once the hold
+	// was found moved out of it (or gone).
+	inRow bool
+	moved atomic.Bool
 }
+
+// shareID identifies a shared hold: key, owner and token.
+type shareID struct {
+	key, owner string
+	token      uint64
+}
+
+func (s *shareState) id() shareID { return shareID{key: s.key, owner: s.owner, token: s.token} }
+
+// rowHeld reports whether the hold was taken in its key's row and is not
+// known to have left it.
+func (s *shareState) rowHeld() bool { return s.inRow && !s.moved.Load() }
 
 // sharedTable returns the quoted name of the table of shared holds, or an
 // error when the lock table's name leaves no room for it.
@@ -101,11 +120,11 @@ type shareRow struct {
 }
 
 // TryAcquireShared implements driver.Sharer. The first hold of a key
-// marked SHARED takes one statement on MariaDB (see takeMarked).
-// Otherwise each attempt is one transaction (run again after a deadlock)
-// that locks the key's row, drops the expired holders and waiters, checks
-// the kind and limit, and grants the hold or records the waiter. Waiters
-// poll, with the Locker's backoff.
+// takes one statement, in the key's row (see takeRow). Otherwise each
+// attempt is one transaction (run again after a deadlock) that locks the
+// key's row, drops the expired holders and waiters, checks the kind and
+// limit, and grants the hold or records the waiter; a hold in the key's
+// row moves out first. Waiters poll, with the Locker's backoff.
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
@@ -118,7 +137,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	if g, err := d.takeMarked(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+	if g, err := d.takeRow(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
 		return g, err
 	}
 	for range maxAttempts {
@@ -131,6 +150,12 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 		}
 		if contended(err) || errors.Is(err, errRenewed) || errors.Is(err, errFenced) && ctx.Err() == nil {
 			continue // rolled back: certainly nothing done
+		}
+		if errors.Is(err, errSole) {
+			if err := d.moveSole(ctx, st, req.Key); err != nil && !contended(err) {
+				return driver.Grant{}, fmt.Errorf("shared hold: move the key's first hold: %w", classify(err))
+			}
+			continue
 		}
 		if errors.Is(err, errFenced) {
 			break
@@ -226,6 +251,16 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		// A grant, or a new place in line: both take the next token,
 		// which the key's version and its sequence row record.
 		tok := last + 1
+		if fits && len(rows) == 0 {
+			// The key's first hold: in the key's row, as takeRow takes
+			// it, whose version records the token.
+			if err := d.fencedExec(ctx, tx, soleGrantSQL(d.sql.table), tok, req.Owner, label, soleKind(s), ttl, req.Key, f.Store); err != nil {
+				return err
+			}
+			g = driver.Grant{Token: tok, Validity: req.TTL,
+				State: &shareState{key: req.Key, owner: req.Owner, token: tok, inRow: true}}
+			return nil
+		}
 		if err := d.coverShare(ctx, tx, req.Key, ttl, *f, tok); err != nil {
 			return err
 		}
@@ -261,33 +296,61 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 // when it is missing, and the key's sequence row in the table of shared
 // holds st when there is one. It returns the latest token of the key (the
 // greater of the version and the sequence row's token) and the key's
-// status. A plain lock that expired counts as FINISH.
+// status. A plain lock or a hold in the row that expired counts as
+// FINISH. It fails with errSole, holding no lock, when a live shared hold
+// lives in the key's row: that hold's renewals must never wait for a
+// transaction.
 func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (last uint64, status string, err error) {
-	var live bool
-	lock := func() error {
-		return d.txQueryRow(ctx, tx, "SELECT k.task_status, GREATEST(k.version, IFNULL(q.token, 0)), k.lock_until > "+dbNow+
-			" FROM "+d.sql.table+" AS k LEFT JOIN "+st+" AS q ON q.task_name = k.task_name AND q.owner_token = ''"+
-			" WHERE k.task_name = ? FOR UPDATE", key).Scan(&status, &last, &live)
-	}
-	err = lock()
-	if errors.Is(err, sql.ErrNoRows) {
-		// The key's row, free, when it is missing. The INSERT comes
-		// second: on an existing row it would take a shared lock, which
-		// two attempts would both upgrade, a deadlock.
-		if _, err := d.txExec(ctx, tx, "INSERT IGNORE INTO "+d.sql.table+
-			" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-			" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", key); err != nil {
+	for range maxAttempts {
+		// At READ COMMITTED an UPDATE keeps no lock on a row it does not
+		// change (a SELECT … FOR UPDATE keeps it): a row held in place
+		// stays unlocked. update_time changes, so that a changed row
+		// counts.
+		res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET update_time = "+dbNow+
+			" WHERE task_name = ? AND NOT (task_status = '"+soleStatus+"' AND lock_until > "+dbNow+")", key)
+		if err != nil {
 			return 0, "", err
 		}
-		err = lock()
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			if err != nil {
+				return 0, "", err
+			}
+			var live bool
+			err = d.txQueryRow(ctx, tx, "SELECT k.task_status, GREATEST(k.version, IFNULL(q.token, 0)), k.lock_until > "+dbNow+
+				" FROM "+d.sql.table+" AS k LEFT JOIN "+st+" AS q ON q.task_name = k.task_name AND q.owner_token = ''"+
+				" WHERE k.task_name = ? FOR UPDATE", key).Scan(&status, &last, &live)
+			if err != nil {
+				return 0, "", err
+			}
+			if (status == string(Running) || status == soleStatus) && !live {
+				status = "FINISH"
+			}
+			return last, status, nil
+		}
+		var held bool
+		switch err := d.txQueryRow(ctx, tx, "SELECT task_status, lock_until > "+dbNow+" FROM "+d.sql.table+
+			" WHERE task_name = ?", key).Scan(&status, &held); {
+		case errors.Is(err, sql.ErrNoRows):
+			// The key's row, free, when it is missing, in a statement of
+			// its own: on a row created meanwhile the INSERT takes a
+			// shared lock, which the UPDATE above would upgrade while a
+			// release or a move waits for the row, a deadlock.
+			ins, err := d.sharedStmt(ctx, "INSERT IGNORE INTO "+d.sql.table+
+				" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
+				" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")")
+			if err == nil {
+				_, err = ins.ExecContext(ctx, key)
+			}
+			if err != nil {
+				return 0, "", err
+			}
+		case err != nil:
+			return 0, "", err
+		case status == soleStatus && held:
+			return 0, "", errSole
+		}
 	}
-	if err != nil {
-		return 0, "", err
-	}
-	if status == string(Running) && !live {
-		status = "FINISH"
-	}
-	return last, status, nil
+	return 0, "", errRenewed // the row kept changing: run the transaction again
 }
 
 // dropExpired deletes, in tx, those of the owners' rows of key that are
@@ -372,9 +435,16 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 	if version != 0 {
 		set, args = "version = ?, ", append([]any{version}, args...)
 	}
-	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
+	return d.fencedExec(ctx, tx, "UPDATE "+d.sql.table+" SET "+set+"task_status = '"+sharedStatus+"',"+
 		" lock_until = GREATEST(IF(task_status = '"+sharedStatus+"', lock_until, "+dbNow+"), "+untilExpr+"), update_time = "+dbNow+
 		" WHERE task_name = ? AND "+beforeFence, args...)
+}
+
+// fencedExec runs, in tx, an UPDATE of the key's row whose last argument
+// is a fence. It fails with errFenced when it changed no row: the fence
+// passed, and it took nothing.
+func (d *sqlDriver) fencedExec(ctx context.Context, tx *sql.Tx, text string, args ...any) error {
+	res, err := d.txExec(ctx, tx, text, args...)
 	if err != nil {
 		return err
 	}
@@ -382,7 +452,7 @@ func (d *sqlDriver) coverShare(ctx context.Context, tx *sql.Tx, key string, ttl 
 		if err != nil {
 			return err
 		}
-		return errFenced // take nothing
+		return errFenced
 	}
 	return nil
 }
@@ -417,9 +487,9 @@ func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) (
 // its place in line otherwise) by primary key, outside any transaction:
 // deleting a row only makes room, and needs no lock of the key's row,
 // which an attempt cut off from its client may hold. It leaves the key's
-// row marked SHARED even when no live row is left: the next shared hold
-// takes one statement then (see takeMarked), and the next plain
-// acquisition settles the row first. It returns driver.ErrNotHeld when
+// row marked SHARED even when no live row is left: the next first holder's
+// transaction takes the row then, and the next plain acquisition settles
+// the row first. It returns driver.ErrNotHeld when
 // there was nothing to delete.
 func (d *sqlDriver) leave(ctx context.Context, key, owner string, token uint64) error {
 	st, err := d.sharedTable()
@@ -495,7 +565,13 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 			_, err = d.settle(ctx, tx, st, key)
 			return err
 		})
-		if !contended(err) {
+		if errors.Is(err, errSole) {
+			err = d.moveSole(ctx, st, key)
+			if err == nil {
+				continue
+			}
+		}
+		if !contended(err) && !errors.Is(err, errRenewed) {
 			return classify(err)
 		}
 	}
@@ -549,7 +625,10 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 			free, err = d.settle(ctx, tx, st, key)
 			return err
 		})
-		if !contended(err) {
+		if errors.Is(err, errSole) {
+			return false, nil // held by the shared hold in its row
+		}
+		if !contended(err) && !errors.Is(err, errRenewed) {
 			break
 		}
 	}
@@ -557,8 +636,9 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 }
 
 // SetLimit implements driver.Limiter: one transaction that locks the key's
-// row, as attempts do, and sets the limit of every live holder and waiter.
-// Waiters poll, so they see it at their next attempt.
+// row, as attempts do, and sets the limit of every live holder and waiter;
+// a hold in the key's row moves out first. Waiters poll, so they see it at
+// their next attempt.
 func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	st, err := d.sharedTable()
 	if err != nil {
@@ -566,7 +646,12 @@ func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	}
 	for range maxAttempts {
 		err = d.setLimit(ctx, st, key, limit)
-		if !contended(err) {
+		if errors.Is(err, errSole) {
+			if err = d.moveSole(ctx, st, key); err == nil || contended(err) {
+				continue
+			}
+		}
+		if !contended(err) && !errors.Is(err, errRenewed) {
 			break
 		}
 	}
@@ -579,18 +664,11 @@ func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 // setLimit is one transaction of SetLimit.
 func (d *sqlDriver) setLimit(ctx context.Context, st, key string, limit int) error {
 	return d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-		var (
-			status string
-			live   bool
-		)
-		err := d.txQueryRow(ctx, tx, "SELECT task_status, lock_until > "+dbNow+" FROM "+d.sql.table+
-			" WHERE task_name = ? FOR UPDATE", key).Scan(&status, &live)
+		_, status, err := d.lockKey(ctx, tx, st, key)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return nil // a free key keeps no limit
 		case err != nil:
 			return err
-		case status == string(Running) && live:
+		case status == string(Running):
 			return fmt.Errorf("%w: the key is a plain lock, not a semaphore", driver.ErrConflict)
 		}
 		rows, err := d.shareRows(ctx, tx, st, key)

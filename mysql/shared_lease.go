@@ -11,8 +11,27 @@ import (
 	"github.com/golocker/locker/driver"
 )
 
-// releaseShared ends a shared hold (driver.Driver.Release).
+// releaseShared ends a shared hold (driver.Driver.Release): one UPDATE
+// of the key's row for a hold in it, which frees the key, and otherwise
+// one DELETE of the hold's own row.
 func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
+	if s.rowHeld() {
+		rel, err := d.sharedStmt(ctx, soleReleaseSQL(d.sql.table))
+		if err != nil {
+			return fmt.Errorf("release: %w", classify(err))
+		}
+		res, err := execRetried(ctx, rel, s.key, s.owner, s.token)
+		if err != nil {
+			return fmt.Errorf("release: %w", classify(err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			if err != nil {
+				return fmt.Errorf("release: %w", err)
+			}
+			return nil
+		}
+		s.moved.Store(true) // moved out of the row, or gone
+	}
 	if err := d.leave(ctx, s.key, s.owner, s.token); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
@@ -20,11 +39,31 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 }
 
 // keepShared leaves a shared hold in place for remaining, renewed by
-// nobody (driver.Keeper.Keep). It changes only the hold's own row.
+// nobody (driver.Keeper.Keep). It changes only the hold's own row: the
+// key's row for a hold in it (finish_time set), its row in the table of
+// shared holds otherwise.
 func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining time.Duration) error {
 	st, err := d.sharedTable()
 	if err != nil {
 		return err
+	}
+	if s.rowHeld() {
+		keep, err := d.sharedStmt(ctx, "UPDATE "+d.sql.table+" SET finish_time = "+dbNow+", lock_until = "+untilExpr+", update_time = "+dbNow+
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = '"+soleStatus+"' AND lock_until > "+dbNow)
+		if err != nil {
+			return fmt.Errorf("keep: %w", classify(err))
+		}
+		res, err := execRetried(ctx, keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
+		if err != nil {
+			return fmt.Errorf("keep: %w", classify(err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			if err != nil {
+				return fmt.Errorf("keep: %w", err)
+			}
+			return nil
+		}
+		s.moved.Store(true)
 	}
 	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
 		" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
@@ -129,8 +168,9 @@ func scanShared(rs *sql.Rows, sts map[string]driver.Status) error {
 	return rs.Err()
 }
 
-// renewShared renews shared leases ls[idx...] of one TTL: one UPDATE of
-// the holds' own rows, each found by its primary key, and one SELECT when
+// renewShared renews shared leases ls[idx...] of one TTL that live in the
+// table of shared holds: one UPDATE of the holds' own rows, each found by
+// its primary key, and one SELECT when
 // some lease did not match, to tell which. It never touches the keys' rows
 // nor another holder's or waiter's row, so that no lock an attempt holds
 // (one cut off from its client holds them a while) can hold it up.
@@ -145,12 +185,14 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		fail(err)
 		return
 	}
-	want := map[shareState]bool{}
+	want := map[shareID]bool{}
 	holds := make([]any, 0, 3*len(idx))
+	inRow := true // every lease may be in its key's row
 	for _, i := range idx {
 		s := ls[i].State.(*shareState)
 		holds = append(holds, s.key, s.owner, s.token)
-		want[*s] = true
+		want[s.id()] = true
+		inRow = inRow && s.rowHeld()
 	}
 	var b strings.Builder
 	placeholders(&b, len(idx), "(task_name = ? AND owner_token = ? AND token = ?)")
@@ -168,8 +210,11 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		return
 	}
 	renewed := want
-	if int(n) != len(want) {
-		renewed = map[shareState]bool{}
+	switch {
+	case n == 0 && inRow:
+		renewed = nil // all in their keys' rows, as they were taken
+	case int(n) != len(want):
+		renewed = map[shareID]bool{}
 		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
 			" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, holds...)
 		if err != nil {
@@ -184,7 +229,7 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 				fail(err)
 				return
 			}
-			renewed[shareState{key: string(key), owner: string(owner), token: token}] = true
+			renewed[shareID{key: string(key), owner: string(owner), token: token}] = true
 		}
 		if err := rs.Err(); err != nil {
 			fail(err)
@@ -192,12 +237,23 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		}
 	}
 	for _, i := range idx {
-		if renewed[*ls[i].State.(*shareState)] {
+		if renewed[ls[i].State.(*shareState).id()] {
 			validity[i] = ttl
 		} else {
 			errs[i] = driver.ErrNotHeld
 		}
 	}
+}
+
+// execRetried runs an autocommit statement, and again after a deadlock or
+// a lock wait timeout, which rolled it back: up to maxAttempts times.
+func execRetried(ctx context.Context, stmt *sql.Stmt, args ...any) (res sql.Result, err error) {
+	for range maxAttempts {
+		if res, err = stmt.ExecContext(ctx, args...); !contended(err) {
+			break
+		}
+	}
+	return res, err
 }
 
 // shareKindOf names the use of a key, for conflict errors.

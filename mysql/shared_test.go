@@ -281,10 +281,12 @@ func TestSemaphoreLine(t *testing.T) {
 	}
 }
 
-// TestSharedRenewalIgnoresKeyRow checks that holds renew, and leave, while
-// another transaction holds their key's row (as an attempt cut off from
-// its client does until the server ends its session): renewals and
-// releases of shared holds must never wait for the key's row.
+// TestSharedRenewalIgnoresKeyRow checks that holds in the table of shared
+// holds renew, and leave, while another transaction holds their key's row
+// (as an attempt cut off from its client does until the server ends its
+// session): their renewals and releases must never wait for the key's
+// row. Two holds of each key put both there. (No attempt locks a row that
+// holds a hold: see TestSoleHoldRenewsBesideAttempt.)
 func TestSharedRenewalIgnoresKeyRow(t *testing.T) {
 	const ttl = 900 * time.Millisecond
 	db := openExampleDB()
@@ -308,6 +310,14 @@ func TestSharedRenewalIgnoresKeyRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p2, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tx, err := sqlDB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +338,7 @@ func TestSharedRenewalIgnoresKeyRow(t *testing.T) {
 		t.Fatalf("a read hold must stay held while another transaction holds its key's row: lost: %v", r.Err())
 	case <-time.After(3 * ttl):
 	}
-	for _, lk := range []locker.Lock{p, r} {
+	for _, lk := range []locker.Lock{p, r, p2, r2} {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := lk.Unlock(uctx)
 		cancel()
@@ -402,11 +412,14 @@ func TestSharedPurgeKeepsKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// Two permits: both in the table of shared holds, the key's row SHARED.
+	for range 2 {
+		p, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = p.Unlock(ctx) }()
 	}
-	defer func() { _ = p.Unlock(ctx) }()
 	if _, err := sqlDB.ExecContext(ctx, "UPDATE distribute_task_lock SET update_time = TIMESTAMPADD(HOUR, -2, UTC_TIMESTAMP(6)),"+
 		" lock_until = TIMESTAMPADD(HOUR, -2, UTC_TIMESTAMP(6)) WHERE task_name = ?", prefix+"k"); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,6 @@
 package mysql
 
-import (
-	"strings"
-
-	"github.com/golocker/locker"
-)
+import "strings"
 
 // The SQL of the driver. Every instant comes from the database's clock
 // through UTC_TIMESTAMP(6) (never a replica's clock, never NOW(6), which
@@ -72,8 +68,8 @@ type statements struct {
 	// keep ends a run but leaves the row RUNNING until a point (MinHold).
 	// Args: remaining µs, key, owner, version.
 	keep string
-	// force gives the row up whoever holds it (locker.ForceUnlock).
-	// Args: key.
+	// force gives the row up whoever holds it, a plain lock or a
+	// shared hold in the row (locker.ForceUnlock). Args: key.
 	force string
 }
 
@@ -90,21 +86,21 @@ type Statements struct {
 	Insert string
 	// Release gives a row back. Args: key, owner, token.
 	Release string
-	// Hold takes a shared hold on a key marked as held by shared holds,
-	// none of them live (MariaDB only). Args: mode (1 for a permit),
-	// weight, limit, label, TTL in µs, owner, key. It affects 3 rows when
-	// it takes the hold; LAST_INSERT_ID() is then the fencing token.
+	// Hold takes the first shared hold of a key, in the key's row. Args:
+	// owner, label, kind (mode, weight and limit in decimal, separated by
+	// spaces: "1 1 4" for one permit of a semaphore of 4), TTL in µs, key.
+	// It affects 1 row when it takes the hold; LAST_INSERT_ID() is then
+	// the fencing token.
 	Hold string
-	// Leave ends a shared hold. Args: key, owner, token.
+	// Leave ends a hold that Hold took. Args: key, owner, token.
 	Leave string
 }
 
 // SQL returns the statements a Locker runs on lock table table.
 func SQL(table string) Statements {
 	s := newStatements(table)
-	st := "`" + table + sharedSuffix + "`"
 	return Statements{Acquire: s.acquire, Insert: s.insert, Release: s.release,
-		Hold: takeMarkedSQL(s.table, st, txIdle(locker.DefaultTTL)), Leave: leaveSQL(st, "token = ? AND queued = 0")}
+		Hold: takeRowSQL(s.table), Leave: soleReleaseSQL(s.table)}
 }
 
 func newStatements(table string) statements {
@@ -119,8 +115,8 @@ func newStatements(table string) statements {
 			" (task_name, task_status, version, owner_token, owner_label, lock_data, lock_until, start_time, update_time)" +
 			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +
 			" FROM DUAL WHERE " + beforeFence,
-		remaining: "SELECT r.rem, " + epochMicros + ", r.status = 'SHARED' FROM (SELECT NULL) AS dual_" +
-			" LEFT JOIN (SELECT IF(task_status IN ('RUNNING', 'SHARED'), TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1) AS rem," +
+		remaining: "SELECT r.rem, " + epochMicros + ", r.status IN ('" + sharedStatus + "', '" + soleStatus + "') FROM (SELECT NULL) AS dual_" +
+			" LEFT JOIN (SELECT IF(task_status IN ('RUNNING', '" + sharedStatus + "', '" + soleStatus + "'), TIMESTAMPDIFF(MICROSECOND, " + dbNow + ", lock_until), -1) AS rem," +
 			" task_status AS status FROM " + t + " WHERE task_name = ?) AS r ON TRUE",
 		now: "SELECT " + epochMicros,
 		release: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
@@ -134,9 +130,9 @@ func newStatements(table string) statements {
 		undo: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
 			", update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND task_status = 'RUNNING'",
-		force: "UPDATE " + t + " SET task_status = 'FINISH', finish_time = " + dbNow + ", lock_until = " + dbNow +
-			", update_time = " + dbNow +
-			" WHERE task_name = ? AND task_status = 'RUNNING' AND lock_until > " + dbNow,
+		force: "UPDATE " + t + " SET lock_data = IF(task_status = '" + soleStatus + "', NULL, lock_data), task_status = 'FINISH'," +
+			" finish_time = " + dbNow + ", lock_until = " + dbNow + ", update_time = " + dbNow +
+			" WHERE task_name = ? AND task_status IN ('RUNNING', '" + soleStatus + "') AND lock_until > " + dbNow,
 		inspect: "SELECT " + runColumns + " FROM " + t + " WHERE task_name = ?",
 		setData: "UPDATE " + t + " SET lock_data = ?, update_time = " + dbNow +
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = 'RUNNING' AND lock_until > " + dbNow,
@@ -149,7 +145,8 @@ func newStatements(table string) statements {
 var runColumns = "task_status, version, owner_label, " + micros("start_time") + ", " + micros("finish_time") +
 	", " + micros("update_time") + ", " + micros("lock_until") + ", lock_until > " + dbNow + ", lock_data"
 
-// renewSQL renews n leases in one statement. The task_name IN list lets the
+// renewSQL renews n leases in one statement, plain locks and shared holds
+// in their key's row alike. The task_name IN list lets the
 // optimizer read the rows by primary key; the row constructor list checks
 // owner and version. Args: ttl µs, n keys, then n (key, owner, version).
 func (s statements) renewSQL(n int) string {
@@ -160,14 +157,18 @@ func (s statements) renewSQL(n int) string {
 	placeholders(&b, n, "?")
 	b.WriteString(") AND (task_name, owner_token, version) IN (")
 	placeholders(&b, n, "(?, ?, ?)")
-	b.WriteString(") AND task_status = 'RUNNING' AND lock_until > " + dbNow)
+	b.WriteString(") AND " + renewable + " AND lock_until > " + dbNow)
 	return b.String()
 }
 
-// liveSQL lists which of n rows are held (RUNNING, unexpired), with their
-// owner and version. Args: n keys.
+// renewable is true on a row held by a plain lock, or by a shared hold in
+// the row that was not given up with a MinHold left.
+const renewable = "(task_status = 'RUNNING' OR task_status = '" + soleStatus + "' AND finish_time IS NULL)"
+
+// liveSQL lists which of n rows are held and renewable, with their owner
+// and version. Args: n keys.
 func (s statements) liveSQL(n int) string {
-	return s.rowsSQL(n, "task_status = 'RUNNING' AND lock_until > "+dbNow)
+	return s.rowsSQL(n, renewable+" AND lock_until > "+dbNow)
 }
 
 // rowsSQL lists which of n rows meet cond, with their owner and version.
@@ -182,9 +183,10 @@ func (s statements) rowsSQL(n int, cond string) string {
 	return b.String()
 }
 
-// acquireFree is true on a row that a plain lock may take: neither held
-// (RUNNING, unexpired) nor marked as held by shared holds (SHARED).
-const acquireFree = "(task_status NOT IN ('RUNNING', 'SHARED') OR task_status = 'RUNNING' AND lock_until <= " + dbNow + ")"
+// acquireFree is true on a row that a plain lock or a key's first shared
+// hold may take: neither held (RUNNING or SHARED_ONE, unexpired) nor
+// marked as held by shared holds (SHARED).
+const acquireFree = "(task_status NOT IN ('RUNNING', '" + sharedStatus + "', '" + soleStatus + "') OR task_status IN ('RUNNING', '" + soleStatus + "') AND lock_until <= " + dbNow + ")"
 
 // refuse is an expression that fails the statement that evaluates it with
 // error 1690 (BIGINT UNSIGNED out of range), whatever the sql_mode: the
