@@ -36,10 +36,9 @@
 -- the first that stops the attempt is the reply. The usual attempts cost:
 -- taking free keys, an MGET (which reads the tombstone too), an EXISTS, a
 -- TIME and two SETs per lock; finding the first key held, an MGET, an HSET
--- and one or two PTTLs; finding it held again with the record of an
--- earlier attempt still there, an MGET, an HSET and a PTTL. The script
--- builds no table of its own (its reply is the MGET's): a Lua allocation
--- costs the server about as much as a call.
+-- and a PTTL, and a PTTL (and a PEXPIRE) more when the key's waiters hash
+-- had no " watched". The script builds no table of its own (its reply is
+-- the MGET's): a Lua allocation costs the server about as much as a call.
 local n = math.floor(#KEYS / 5)
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
@@ -83,11 +82,12 @@ end
 if held > 0 then
   -- Record the caller's Locker with the key, unless it polls; a waiters
   -- hash it creates lasts twice the stale time (as enqueue's do). HSET
-  -- counts the fields it adds: none when an earlier attempt's record is
-  -- still there, and then the hash has its expiry already (only this
-  -- script writes " watched", and it sets the expiry with it).
+  -- counts the fields it adds: fewer than two when " watched" was there,
+  -- and then the hash has its expiry already (only this script writes
+  -- " watched", and it sets the expiry with it; watch.lua removes it only
+  -- with the last record).
   local w = KEYS[4 * n + held]
-  if ARGV[4] ~= '' and redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1') > 0 then
+  if ARGV[4] ~= '' and redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1') == 2 then
     if redis.call('PTTL', w) == -1 then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end

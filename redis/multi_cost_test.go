@@ -147,8 +147,9 @@ func TestMultiScriptCommands(t *testing.T) {
 // (MONITOR) where a lean script saves them: taking free keys on a cut call
 // reads the tombstone in the MGET of the keys, and a waiter's retry that
 // finds the key held again, its record from the attempt before still
-// there, adds nothing (MGET, HSET, PTTL). A retry whose record a release
-// consumed records the Locker again. A cut single-key attempt
+// there or others' (" watched"), adds nothing but its record (MGET, HSET,
+// PTTL). A retry whose record a release consumed records the Locker
+// again, and a waiters hash it creates expires. A cut single-key attempt
 // (acquire.lua) reads its tombstone in its MGET too.
 func TestMultiAttemptCommands(t *testing.T) {
 	t.Parallel()
@@ -215,13 +216,19 @@ func TestMultiAttemptCommands(t *testing.T) {
 	if !watched() {
 		t.Fatal("a retry on the held key lost the record of its Locker")
 	}
-	// A release consumed the record: the next retry makes it again.
-	c.HDel(ctx, watch, " watch "+b.lid, " watched")
-	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
-		t.Fatalf("retry on held keys: got %v, want ErrHeld", err)
-	}
-	if !watched() || c.HExists(ctx, watch, " watched").Val() != true {
-		t.Error("a retry whose record was consumed did not record its Locker again, with \" watched\"")
+	// A release consumed the record, and others are left (" watched"
+	// stays); then the last one: the next retry records its Locker again.
+	for _, fields := range [][]string{{" watch " + b.lid}, {" watch " + b.lid, " watched"}} {
+		c.HDel(ctx, watch, fields...)
+		if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("retry on held keys: got %v, want ErrHeld", err)
+		}
+		if !watched() || !c.HExists(ctx, watch, " watched").Val() {
+			t.Error("a retry whose record was consumed did not record its Locker again, with \" watched\"")
+		}
+		if ms := c.PTTL(ctx, watch).Val(); ms <= 0 {
+			t.Errorf("the waiters hash a retry recorded its Locker in has no expiry (PTTL %v)", ms)
+		}
 	}
 	if _, err := b.TryAcquire(ctx, driver.Request{Key: keys[0], Owner: "D", Label: "l", TTL: 10 * time.Second}); !errors.Is(err, driver.ErrHeld) {
 		t.Fatalf("single-key attempt on a held key: got %v, want ErrHeld", err)
@@ -236,7 +243,8 @@ func TestMultiAttemptCommands(t *testing.T) {
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"finding the first key held again, its record there", 4},
-		{"finding the first key held again, its record consumed", 6},
+		{"finding the first key held again, its record consumed, others left", 4},
+		{"finding the first key held again, its record consumed, the last", 6},
 		{"a cut single-key attempt on a held key", 2},
 	}
 	got := m.scripts(ctx, t, base, len(steps))
