@@ -121,10 +121,7 @@ func TestMultiScriptCommands(t *testing.T) {
 		t.Error("a successful attempt left the record of its Locker made by an earlier attempt of its call")
 	}
 
-	steps := []struct {
-		what string
-		most int
-	}{
+	steps := []costStep{
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"releasing three keys, waking the Locker recorded", 8},
@@ -134,13 +131,7 @@ func TestMultiScriptCommands(t *testing.T) {
 		{"finding the first key held, recording the Locker", 6},
 		{"taking three free keys, removing a record", 11},
 	}
-	got := m.scripts(ctx, t, base, len(steps))
-	t.Logf("commands per script: %v", got)
-	for i, s := range steps {
-		if got[i] > s.most {
-			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
-		}
-	}
+	m.expect(ctx, t, base, steps)
 }
 
 // TestMultiAttemptCommands counts the commands of a multi-key attempt
@@ -235,10 +226,7 @@ func TestMultiAttemptCommands(t *testing.T) {
 	}
 	c.Ping(ctx) // ends the last script's lines in MONITOR
 
-	steps := []struct {
-		what string
-		most int
-	}{
+	steps := []costStep{
 		{"taking three free keys, the attempt a cut one", 10},
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
@@ -247,13 +235,7 @@ func TestMultiAttemptCommands(t *testing.T) {
 		{"finding the first key held again, its record consumed, the last", 6},
 		{"a cut single-key attempt on a held key", 2},
 	}
-	got := m.scripts(ctx, t, base, len(steps))
-	t.Logf("commands per script: %v", got)
-	for i, s := range steps {
-		if got[i] > s.most {
-			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
-		}
-	}
+	m.expect(ctx, t, base, steps)
 }
 
 // loadScripts loads scripts on c, so that a MONITOR started after it shows
@@ -312,6 +294,26 @@ func startMonitor(t *testing.T, addr string) *monitor {
 		wg.Wait()
 	})
 	return m
+}
+
+// costStep is a script call of a test that counts commands, and the most
+// commands it may run.
+type costStep struct {
+	what string
+	most int
+}
+
+// expect reads the commands of the script calls naming key (scripts), one
+// call per step, and fails t for each step that ran more than its most.
+func (m *monitor) expect(ctx context.Context, t *testing.T, key string, steps []costStep) {
+	t.Helper()
+	got := m.scripts(ctx, t, key, len(steps))
+	t.Logf("commands per script: %v", got)
+	for i, s := range steps {
+		if got[i] > s.most {
+			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+		}
+	}
 }
 
 // scripts returns how many commands each of the first n script calls
