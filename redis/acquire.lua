@@ -43,9 +43,6 @@ if keep then
   seq = string.sub(seq, 2)
 end
 local waiting = seq ~= '0'
-if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
-  return 0
-end
 
 -- time returns the server clock in microseconds (now_us of token.lua,
 -- which the fast paths do not include).
@@ -87,7 +84,16 @@ end
 -- that includes them): the lock is held and the caller does not wait, or
 -- waits (it queues); the lock is the caller's; the lock is free, and
 -- neither waiters nor shared holds exist, or the caller is unfair.
-local got = redis.call('MGET', KEYS[1], KEYS[2])
+-- One read of the strings: the lock, the fence, and the tombstone.
+local got
+if KEYS[6] then
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[6])
+  if got[3] then
+    return 0
+  end
+else
+  got = redis.call('MGET', KEYS[1], KEYS[2])
+end
 local v = got[1]
 if v then
   local n = #owner

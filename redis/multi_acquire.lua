@@ -34,18 +34,26 @@
 --
 -- Each lock is looked at in order: held, then shared holds, then waiters;
 -- the first that stops the attempt is the reply. The usual attempts cost:
--- taking free keys, an MGET, an EXISTS, a TIME and two SETs per lock;
--- finding the first key held, an MGET, an HSET and one or two PTTLs. The
--- script builds no table of its own (its reply is the MGET's): a Lua
--- allocation costs the server about as much as a call.
+-- taking free keys, an MGET (which reads the tombstone too), an EXISTS, a
+-- TIME and two SETs per lock; finding the first key held, an MGET, an HSET
+-- and a PTTL, and a PTTL (and a PEXPIRE) more when the key's waiters hash
+-- had no " watched". The script builds no table of its own (its reply is
+-- the MGET's): a Lua allocation costs the server about as much as a call.
 local n = math.floor(#KEYS / 5)
-if #KEYS > 5 * n and redis.call('EXISTS', KEYS[#KEYS]) == 1 then
-  return { 'held', 1, 0 }
-end
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
--- fence.
-local got = redis.call('MGET', unpack(KEYS, 1, 2 * n))
+-- fence. The tombstone, when there is one, comes first in the same call
+-- (only the last argument of a call spreads unpack's values), and goes.
+local got
+if #KEYS > 5 * n then
+  got = redis.call('MGET', KEYS[#KEYS], unpack(KEYS, 1, 2 * n))
+  if got[1] then
+    return { 'held', 1, 0 }
+  end
+  table.remove(got, 1)
+else
+  got = redis.call('MGET', unpack(KEYS, 1, 2 * n))
+end
 
 -- held: the first lock held (0: none); the locks before it are free, and
 -- only their queues and shared holds can still stop the attempt. One
@@ -73,10 +81,13 @@ end
 
 if held > 0 then
   -- Record the caller's Locker with the key, unless it polls; a waiters
-  -- hash it creates lasts twice the stale time (as enqueue's do).
+  -- hash it creates lasts twice the stale time (as enqueue's do). HSET
+  -- counts the fields it adds: fewer than two when " watched" was there,
+  -- and then the hash has its expiry already (only this script writes
+  -- " watched", and it sets the expiry with it; watch.lua removes it only
+  -- with the last record).
   local w = KEYS[4 * n + held]
-  if ARGV[4] ~= '' then
-    redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1')
+  if ARGV[4] ~= '' and redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1') == 2 then
     if redis.call('PTTL', w) == -1 then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end

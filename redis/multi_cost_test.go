@@ -121,10 +121,7 @@ func TestMultiScriptCommands(t *testing.T) {
 		t.Error("a successful attempt left the record of its Locker made by an earlier attempt of its call")
 	}
 
-	steps := []struct {
-		what string
-		most int
-	}{
+	steps := []costStep{
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"releasing three keys, waking the Locker recorded", 8},
@@ -134,13 +131,111 @@ func TestMultiScriptCommands(t *testing.T) {
 		{"finding the first key held, recording the Locker", 6},
 		{"taking three free keys, removing a record", 11},
 	}
-	got := m.scripts(ctx, t, base, len(steps))
-	t.Logf("commands per script: %v", got)
-	for i, s := range steps {
-		if got[i] > s.most {
-			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+	m.expect(ctx, t, base, steps)
+}
+
+// TestMultiAttemptCommands counts the commands of a multi-key attempt
+// (MONITOR) where a lean script saves them: taking free keys on a cut call
+// reads the tombstone in the MGET of the keys, and a waiter's retry that
+// finds the key held again, its record from the attempt before still
+// there or others' (" watched"), adds nothing but its record (MGET, HSET,
+// PTTL). A retry whose record a release consumed records the Locker
+// again, and a waiters hash it creates expires. A cut single-key attempt
+// (acquire.lua) reads its tombstone in its MGET too.
+func TestMultiAttemptCommands(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	c := newClient(t, addr)
+	ctx := ctxFor(t, 60*time.Second) // it ends: b's calls are cut ones
+	base := uniqueKey(t)
+	keys := []string{base + ".a", base + ".b", base + ".c"}
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	oc := newOwnedClient(clientOptions(addr))
+	t.Cleanup(func() { _ = oc.Close() })
+	a, b := newDriver(c), newDriver(oc)
+	if !b.cuts(ctx) {
+		t.Fatal("the attempts of a driver on an owned client with a ctx that ends must be cut ones")
+	}
+	loadScripts(ctx, t, c, a.multiAcquire, a.acquire)
+	reqs := func(owner string) []driver.Request {
+		rs := make([]driver.Request, len(keys))
+		for i, k := range keys {
+			rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
+		}
+		return rs
+	}
+	free := func(gs []driver.Grant, rs []driver.Request) {
+		for i, r := range rs {
+			c.Del(ctx, leaseKey(driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}))
 		}
 	}
+	watch := name(kindWaiters, keys[0])
+	watched := func() bool {
+		t.Helper()
+		ok, err := c.HExists(ctx, watch, " watch "+b.lid).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	m := startMonitor(t, addr)
+	rb := reqs("B")
+	gb, err := b.TryAcquireMulti(ctx, rb)
+	if err != nil {
+		t.Fatalf("free keys: %v", err)
+	}
+	free(gb, rb)
+	ra := reqs("A")
+	if _, err := a.TryAcquireMulti(ctx, ra); err != nil {
+		t.Fatalf("free keys: %v", err)
+	}
+	rb = reqs("C")
+	call, err := b.newMultiCall(rb, b.lid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("attempt %d on held keys: got %v, want ErrHeld", i+1, err)
+		}
+	}
+	if !watched() {
+		t.Fatal("a retry on the held key lost the record of its Locker")
+	}
+	// A release consumed the record, and others are left (" watched"
+	// stays); then the last one: the next retry records its Locker again.
+	for _, fields := range [][]string{{" watch " + b.lid}, {" watch " + b.lid, " watched"}} {
+		c.HDel(ctx, watch, fields...)
+		if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("retry on held keys: got %v, want ErrHeld", err)
+		}
+		if !watched() || !c.HExists(ctx, watch, " watched").Val() {
+			t.Error("a retry whose record was consumed did not record its Locker again, with \" watched\"")
+		}
+		if ms := c.PTTL(ctx, watch).Val(); ms <= 0 {
+			t.Errorf("the waiters hash a retry recorded its Locker in has no expiry (PTTL %v)", ms)
+		}
+	}
+	if _, err := b.TryAcquire(ctx, driver.Request{Key: keys[0], Owner: "D", Label: "l", TTL: 10 * time.Second}); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("single-key attempt on a held key: got %v, want ErrHeld", err)
+	}
+	c.Ping(ctx) // ends the last script's lines in MONITOR
+
+	steps := []costStep{
+		{"taking three free keys, the attempt a cut one", 10},
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"finding the first key held again, its record there", 4},
+		{"finding the first key held again, its record consumed, others left", 4},
+		{"finding the first key held again, its record consumed, the last", 6},
+		{"a cut single-key attempt on a held key", 2},
+	}
+	m.expect(ctx, t, base, steps)
 }
 
 // loadScripts loads scripts on c, so that a MONITOR started after it shows
@@ -199,6 +294,26 @@ func startMonitor(t *testing.T, addr string) *monitor {
 		wg.Wait()
 	})
 	return m
+}
+
+// costStep is a script call of a test that counts commands, and the most
+// commands it may run.
+type costStep struct {
+	what string
+	most int
+}
+
+// expect reads the commands of the script calls naming key (scripts), one
+// call per step, and fails t for each step that ran more than its most.
+func (m *monitor) expect(ctx context.Context, t *testing.T, key string, steps []costStep) {
+	t.Helper()
+	got := m.scripts(ctx, t, key, len(steps))
+	t.Logf("commands per script: %v", got)
+	for i, s := range steps {
+		if got[i] > s.most {
+			t.Errorf("%s ran %d commands, want at most %d", s.what, got[i], s.most)
+		}
+	}
 }
 
 // scripts returns how many commands each of the first n script calls
