@@ -15,16 +15,16 @@ import (
 // whose requests c counts, closed when the test ends. It has locked a key
 // of its own once: it knows which ACL the connection may set (see
 // zookeeper.Config.ACL).
-func countedLocker(t *testing.T, srv *testenv.ZooKeeperServer, c *opCounter) locker.Locker {
-	t.Helper()
-	conn, events := countedConn(t, srv, c)
+func countedLocker(tb testing.TB, srv *testenv.ZooKeeperServer, c *opCounter) locker.Locker {
+	tb.Helper()
+	conn, events := countedConn(tb, srv, c)
 	l, err := zookeeper.New(conn, events, locker.WithTTL(testTTL))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
-	if err := lockUnlock(t.Context(), l, uniqueKey(t)); err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { _ = l.Close() })
+	if err := lockUnlock(tb.Context(), l, uniqueKey(tb)); err != nil {
+		tb.Fatal(err)
 	}
 	return l
 }
@@ -52,6 +52,28 @@ func (g *gate) before(kind string) {
 	case <-g.open:
 	case <-time.After(time.Minute):
 	}
+}
+
+// gatedWaiter starts a Lock and Unlock of key by a Locker of its own whose
+// requests it counts, and returns once that Lock holds back its first
+// getData (a watch of a node ahead of it) at the gate: the counts from the
+// Lock on, the gate, and the channel that receives the outcome.
+func gatedWaiter(t *testing.T, srv *testenv.ZooKeeperServer, key string) (*opCounter, *gate, <-chan error) {
+	t.Helper()
+	g := newGate("getData")
+	c := &opCounter{before: g.before}
+	waiter := countedLocker(t, srv, c)
+	c.take()
+	got := make(chan error, 1)
+	go func() { got <- lockUnlock(t.Context(), waiter, key) }()
+	select {
+	case <-g.held:
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned (%v) before it watched a node ahead of it", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter never watched a node ahead of it")
+	}
+	return c, g, got
 }
 
 // lockRequests are the requests a Lock sent, without the pings and the
@@ -110,21 +132,9 @@ func TestHandoffRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := newGate("getData")
-		c := opCounter{before: g.before}
-		waiter := countedLocker(t, srv, &c)
-		c.take()
-		got := make(chan error, 1)
-		go func() { got <- lockUnlock(ctx, waiter, key) }()
-		// The waiter listed the queue, found the holder first, and is
-		// about to watch its node: the holder lets go first.
-		select {
-		case <-g.held:
-		case err := <-got:
-			t.Fatalf("the waiter's Lock returned (%v) before it watched the holder's node", err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never watched the holder's node")
-		}
+		// The waiter lists the queue, finds the holder first, and is about
+		// to watch its node: the holder lets go first.
+		c, g, got := gatedWaiter(t, srv, key)
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +142,7 @@ func TestHandoffRequests(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		check(t, "a waiter whose holder was gone when its watch came", lockRequests(&c),
+		check(t, "a waiter whose holder was gone when its watch came", lockRequests(c),
 			opCounts{"multi(create,setData)": 1, "getChildren2": 1, "getData": 1, "delete": 1})
 	})
 
@@ -157,21 +167,9 @@ func TestHandoffRequests(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
-		g := newGate("getData")
-		c := opCounter{before: g.before}
-		waiter := countedLocker(t, srv, &c)
-		c.take()
-		got := make(chan error, 1)
-		go func() { got <- lockUnlock(ctx, waiter, key) }()
-		// The waiter listed the holder and the first waiter ahead of it,
+		// The waiter lists the holder and the first waiter ahead of it,
 		// and is about to watch both: the holder lets go first.
-		select {
-		case <-g.held:
-		case err := <-got:
-			t.Fatalf("the waiter's Lock returned (%v) before it watched the nodes ahead", err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never watched the nodes ahead")
-		}
+		c, g, got := gatedWaiter(t, srv, key)
 		if err := holder.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +192,7 @@ func TestHandoffRequests(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		check(t, "a waiter two places back whose holder was gone when its watches came", lockRequests(&c),
+		check(t, "a waiter two places back whose holder was gone when its watches came", lockRequests(c),
 			opCounts{"multi(create,setData)": 1, "getChildren2": 1, "getData": 2, "delete": 1})
 	})
 }
