@@ -34,6 +34,8 @@ import (
 //     listing. Watching pp from farther back would cost a request more per
 //     waiter than it saves: its deletion would have to be followed by a
 //     listing (pp may have given up while others were ahead of it).
+//   - A watch that finds its node gone already tells what the node's
+//     deletion event would have: no listing follows it in these two cases.
 //   - Otherwise, and when pred went while pp was there (pred gave up), we
 //     list again.
 //
@@ -89,24 +91,23 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				}
 			}
 		}
-		// The watches listTurn set.
-		gone := false
+		// The watches listTurn set. A watched node already gone tells what
+		// its deletion event would have told.
+		predGone, ppGone := false, false
 		for _, w := range t.watched[:t.set] {
 			switch {
 			case w.err == nil:
 				watches[w.path] = w.ev
+			case errors.Is(w.err, zk.ErrNoNode) && w.path == parent+"/"+t.at.pp:
+				ppGone = true
 			case errors.Is(w.err, zk.ErrNoNode):
-				gone = true
+				predGone = true
 			default:
 				return time.Time{}, false, fmt.Errorf("watch %s: %w", w.path, w.err)
 			}
 		}
 		children, at := t.children, t.at
 		t = turn{}
-		if gone {
-			list = true
-			continue // gone already: look again
-		}
 		list = true
 		if !at.found {
 			return time.Time{}, false, errNodeGone
@@ -114,6 +115,17 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 		if at.pred == "" {
 			d.clearRecords(parent, voidRecords(children, name))
 			return since, waited, nil
+		}
+		if ppGone {
+			// pp was first: pred is now, as our listing would show.
+			at = line{found: true, ahead: 1, pred: at.pred}
+		}
+		if predGone {
+			if at.ahead == 1 && d.fresh(since) {
+				// pred was first: ours is now.
+				return since, true, nil
+			}
+			continue // look again
 		}
 		// The node before pred is watched only when it is first.
 		predPath, watchPP := parent+"/"+at.pred, ""

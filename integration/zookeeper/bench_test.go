@@ -254,34 +254,52 @@ func BenchmarkRequests(b *testing.B) {
 				for j := range ms {
 					ms[j] = impl.New(b, key)
 				}
-				acquire := func(m contend.Mutex) {
-					unlock, err := m.Lock(b.Context())
-					if err != nil {
-						b.Fatalf("%s: lock: %v", impl.Name, err)
-					}
-					if err := unlock(b.Context()); err != nil {
-						b.Fatalf("%s: unlock: %v", impl.Name, err)
-					}
-				}
-				for _, m := range ms { // create the key's parents
-					acquire(m)
-				}
-				before := packetsReceived(b, addr)
-				var wg sync.WaitGroup
-				for _, m := range ms {
-					wg.Go(func() {
-						for range requestsPerClient {
-							acquire(m)
-						}
-					})
-				}
-				wg.Wait()
+				var before int64
+				requestRounds(b, impl.Name, ms, func() { before = packetsReceived(b, addr) })
 				per[i] = float64(packetsReceived(b, addr)-before) / float64(n*requestsPerClient)
 				b.ReportMetric(per[i], impl.Name+"-requests")
 			}
 			b.ReportMetric(per[0]/per[1], impls[0].Name+"-x-"+impls[1].Name)
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// requestRounds has each client of ms take its key once (which creates
+// the key's parents), calls begin, and then has all of them take it
+// requestsPerClient times each, at once. name labels the failures.
+func requestRounds(b *testing.B, name string, ms []contend.Mutex, begin func()) {
+	b.Helper()
+	acquire := func(m contend.Mutex) error {
+		unlock, err := m.Lock(b.Context())
+		if err != nil {
+			return fmt.Errorf("%s: lock: %w", name, err)
+		}
+		if err := unlock(b.Context()); err != nil {
+			return fmt.Errorf("%s: unlock: %w", name, err)
+		}
+		return nil
+	}
+	for _, m := range ms {
+		if err := acquire(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	begin()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() {
+			for range requestsPerClient {
+				if err := acquire(m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
 	}
 }
 

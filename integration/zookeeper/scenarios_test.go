@@ -117,15 +117,7 @@ func scenarioImpls(b *testing.B, srv *testenv.ZooKeeperServer, newLocker func(*t
 		contend.Locker(newLocker),
 		{Name: "zklock", New: func(b *testing.B, key string) contend.Mutex {
 			conn, _ := connectWith(b, srv, ttl)
-			path := "/zklock-scenarios/" + key
-			acl := zk.WorldACL(zk.PermAll)
-			return contend.Func(func(context.Context) (func(context.Context) error, error) {
-				lk := zk.NewLock(conn, path, acl)
-				if err := lk.Lock(); err != nil {
-					return nil, err
-				}
-				return func(context.Context) error { return lk.Unlock() }, nil
-			})
+			return zkLockMutex(conn, "/zklock-scenarios/"+key)
 		}},
 	}
 	if _, err := srv.CPU(); err == nil {
@@ -134,4 +126,17 @@ func scenarioImpls(b *testing.B, srv *testenv.ZooKeeperServer, newLocker func(*t
 		}
 	}
 	return impls
+}
+
+// zkLockMutex is a client of go-zookeeper's zk.Lock on conn: each Lock
+// takes the lock at path with a zk.Lock of its own.
+func zkLockMutex(conn *zk.Conn, path string) contend.Mutex {
+	acl := zk.WorldACL(zk.PermAll)
+	return contend.Func(func(context.Context) (func(context.Context) error, error) {
+		lk := zk.NewLock(conn, path, acl)
+		if err := lk.Lock(); err != nil {
+			return nil, err
+		}
+		return func(context.Context) error { return lk.Unlock() }, nil
+	})
 }
