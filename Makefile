@@ -25,7 +25,8 @@ TESTREPORT   := $(GO) run ./internal/testenv/testreport --
 # on their servers and on TTLs (make test keeps about half of a core busy
 # on two cores), so more packages run at once than there are cores.
 TEST_P       ?= 4
-LONGEST      := ./integration/redis ./integration/mysql ./integration/postgres ./integration/etcd
+LONGEST      := ./integration/postgres ./integration/mysql ./integration/redis ./integration/redis/redlock \
+                ./integration/redis/sentinel ./integration/etcd
 TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 
 .DEFAULT_GOAL := test

@@ -4,47 +4,20 @@ import (
 	"context"
 	"net"
 	"testing"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker/integration/internal/redistest"
 )
 
-// clientOptions are the go-redis options of every test client: ctx deadlines
-// bound every call (as the package doc recommends), and reads time out well
-// within a renewal interval.
-func clientOptions(addr string) *goredis.Options {
-	return &goredis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		DialTimeout:           time.Second,
-		Protocol:              testProtocol,
-	}
-}
-
-var testProtocol = 3
+// clientOptions are the go-redis options of every test client.
+func clientOptions(addr string) *goredis.Options { return redistest.ClientOptions(addr) }
 
 // newClient returns a client of addr closed when the test ends.
-func newClient(t testing.TB, addr string) *goredis.Client {
-	t.Helper()
-	c := goredis.NewClient(clientOptions(addr))
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+func newClient(t testing.TB, addr string) *goredis.Client { return redistest.NewClient(t, addr) }
 
 // newCluster returns a cluster client, closed when the test ends, whose
 // connections to node addr go through dial (nil: directly).
 func newCluster(t testing.TB, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.ClusterClient {
-	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{
-		Addrs:                 addrs,
-		ContextTimeoutEnabled: true,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		DialTimeout:           time.Second,
-		Dialer:                dial,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return redistest.NewCluster(t, addrs, dial)
 }

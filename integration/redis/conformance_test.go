@@ -2,86 +2,22 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"sync"
 	"testing"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/integration/internal/redistest"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
 
 // testTTL is the TTL of the conformance harnesses.
-const testTTL = 1500 * time.Millisecond
+const testTTL = redistest.TTL
 
 // closer is a go-redis client that can be closed (Crash).
-type closer interface{ Close() error }
-
-// replicas records, for every Locker a harness made, the client to close on
-// Crash and the proxies to cut on Isolate.
-type replicas struct {
-	mu sync.Mutex
-	m  map[locker.Locker]replica
-}
-
-type replica struct {
-	client  closer
-	proxies []*testenv.Proxy
-}
-
-func (r *replicas) add(l locker.Locker, rep replica) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = make(map[locker.Locker]replica)
-	}
-	r.m[l] = rep
-}
-
-func (r *replicas) get(t testing.TB, l locker.Locker) (replica, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rep, ok := r.m[l]
-	if !ok {
-		t.Errorf("the Locker was not made by this harness")
-	}
-	return rep, ok
-}
-
-// crash closes the Locker's client or, for a Locker that owns its client
-// (client nil), cuts its proxies for good.
-func (r *replicas) crash(t testing.TB, l locker.Locker) {
-	rep, ok := r.get(t, l)
-	switch {
-	case !ok:
-	case rep.client != nil:
-		_ = rep.client.Close()
-	default:
-		for _, p := range rep.proxies {
-			p.Cut()
-		}
-	}
-}
-
-func (r *replicas) isolate(t testing.TB, l locker.Locker) func() {
-	rep, ok := r.get(t, l)
-	if !ok {
-		return func() {}
-	}
-	for _, p := range rep.proxies {
-		p.Cut()
-	}
-	return func() {
-		for _, p := range rep.proxies {
-			p.Heal()
-		}
-	}
-}
+type closer = redistest.Closer
 
 // singleHarness is the conformance harness on one redis-server that the
 // harness may restart: every Locker has its own client, dialling through its
@@ -114,7 +50,7 @@ func singleHarnessWith(t *testing.T, srv *testenv.RedisServer, cfg redis.Config,
 // whose Crash cuts its proxy for good.
 func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error)) conformance.Harness {
 	admin := newClient(t, srv.Addr())
-	var reps replicas
+	var reps redistest.Replicas
 	return conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
@@ -124,15 +60,15 @@ func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.T
 				t.Errorf("New: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: c, proxies: []*testenv.Proxy{p}})
+			reps.Add(l, redistest.Replica{Client: c, Proxies: []*testenv.Proxy{p}})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			l, _, err := mk(t, srv.Addr(), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 			return l, err
 		},
-		Crash:   reps.crash,
-		Isolate: reps.isolate,
+		Crash:   reps.Crash,
+		Isolate: reps.Isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
@@ -144,51 +80,30 @@ func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.T
 	}
 }
 
-// proxiedDialer returns a dialer that reaches each of addrs through a proxy
-// of its own (and refuses any other address), and the proxies, for a client
-// whose every connection Isolate must cut.
-func proxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, network, addr string) (net.Conn, error), []*testenv.Proxy) {
-	proxies := make(map[string]*testenv.Proxy, len(addrs))
-	all := make([]*testenv.Proxy, 0, len(addrs))
-	for _, a := range addrs {
-		p := testenv.NewProxy(t, a)
-		proxies[a] = p
-		all = append(all, p)
-	}
-	var d net.Dialer
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		p := proxies[addr] // read-only once made
-		if p == nil {
-			return nil, fmt.Errorf("test dialer: no proxy for %s", addr)
-		}
-		return d.DialContext(ctx, network, p.Addr())
-	}, all
-}
-
 // clusterHarness is the conformance harness on a three-master Cluster: every
 // Locker has its own cluster client whose connections to each node go
 // through a proxy of its own.
 func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Harness {
 	admin := newCluster(t, cl.Addrs(), nil)
-	var reps replicas
+	var reps redistest.Replicas
 	return conformance.Harness{
 		TTL: testTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
-			dial, all := proxiedDialer(t, cl.Addrs())
+			dial, all := redistest.ProxiedDialer(t, cl.Addrs())
 			c := newCluster(t, cl.Addrs(), dial)
 			l, err := redis.New(c, locker.WithTTL(testTTL))
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: c, proxies: all})
+			reps.Add(l, redistest.Replica{Client: c, Proxies: all})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			return redis.New(newCluster(t, cl.Addrs(), nil), append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 		},
-		Crash:   reps.crash,
-		Isolate: reps.isolate,
+		Crash:   reps.Crash,
+		Isolate: reps.Isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)

@@ -2,7 +2,9 @@
 // see the backend from outside: the conformance suite on a single node and on
 // a Cluster (restarts, partitions through proxies) and restarts without
 // persistence. The white-box store tests stay beside the code, in the redis
-// module (see internal/storeenv).
+// module (see internal/storeenv). The tests of Redlock and of a Sentinel
+// deployment are in the packages redlock and sentinel below this one, so
+// that go test runs them at the same time as these.
 package redis_test
 
 import (

@@ -28,8 +28,8 @@ func allowances() []allowance {
 		{
 			harnesses: []string{
 				"integration/redis TestConformanceCluster",
-				"integration/redis TestConformanceRedlock3",
-				"integration/redis TestConformanceRedlock5",
+				"integration/redis/redlock TestConformanceRedlock3",
+				"integration/redis/redlock TestConformanceRedlock5",
 			},
 			cases:   []string{"MultiTryAtomic"},
 			message: "Harness.MultiAtomic is false",
@@ -39,8 +39,8 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/redis TestConformanceRedlock3",
-				"integration/redis TestConformanceRedlock5",
+				"integration/redis/redlock TestConformanceRedlock3",
+				"integration/redis/redlock TestConformanceRedlock5",
 			},
 			cases: []string{"SemaphoreLimit", "SemaphoreCrash", "RWExclusion", "RWWriterFirst",
 				"SharedFencing", "SharedCancellation", "SharedLossIsolate", "SharedLateDelivery", "SemaphoreSetLimit",
@@ -82,7 +82,7 @@ func allowances() []allowance {
 				"(mysql package doc, Limits)",
 		},
 		{
-			harnesses: []string{"integration/redis TestConformanceSentinel"},
+			harnesses: []string{"integration/redis/sentinel TestConformanceSentinel"},
 			cases:     []string{"FencingAfterRestart", "LockRidesOutRestart"},
 			message:   "Harness.Restart is nil",
 			reason: "a Sentinel deployment's data nodes down for longer than the sentinels' down-after " +
@@ -104,9 +104,9 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/redis TestConformanceRedlock3",
-				"integration/redis TestConformanceRedlock5",
-				"integration/redis TestConformanceSentinel",
+				"integration/redis/redlock TestConformanceRedlock3",
+				"integration/redis/redlock TestConformanceRedlock5",
+				"integration/redis/sentinel TestConformanceSentinel",
 			},
 			cases:   []string{""},
 			message: "needs a server binary, which LOCKER_TESTENV=docker excludes",
@@ -115,8 +115,8 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{
-				"integration/redis TestConformanceRedlock3",
-				"integration/redis TestConformanceRedlock5",
+				"integration/redis/redlock TestConformanceRedlock3",
+				"integration/redis/redlock TestConformanceRedlock5",
 			},
 			cases:   []string{"ForceUnlock"},
 			message: "the redlock backend cannot free a key it does not hold",

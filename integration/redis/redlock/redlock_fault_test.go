@@ -1,4 +1,4 @@
-package redis_test
+package redlock_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redis_test
+package redlock_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/integration/internal/redistest"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
@@ -30,7 +31,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 	for i, m := range masters {
 		admins[i] = newClient(t, m.Addr())
 	}
-	var reps replicas
+	var reps redistest.Replicas
 	return conformance.Harness{
 		TTL: redlockTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
@@ -48,7 +49,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				t.Errorf("NewRedlock: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: closers, proxies: proxies})
+			reps.Add(l, redistest.Replica{Client: closers, Proxies: proxies})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
@@ -58,8 +59,8 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			}
 			return redis.NewRedlock(cs, append([]locker.Option{locker.WithTTL(redlockTTL)}, opts...)...)
 		},
-		Crash:   reps.crash,
-		Isolate: reps.isolate,
+		Crash:   reps.Crash,
+		Isolate: reps.Isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			for i, a := range admins {
 				if err := a.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {

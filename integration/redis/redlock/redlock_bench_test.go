@@ -1,4 +1,4 @@
-package redis_test
+package redlock_test
 
 import (
 	"strconv"
@@ -19,7 +19,7 @@ import (
 // default backoff (no queue, no pub/sub), so a hand-off is the rest of the
 // waiter's backoff step plus an acquisition.
 //
-//	go test -run '^$' -bench Redlock ./integration/redis/
+//	go test -run '^$' -bench Redlock ./integration/redis/redlock/
 func BenchmarkRedlock(b *testing.B) {
 	masters := testenv.NewRedisMasters(b, 5)
 	const ttl = 10 * time.Second

@@ -1,4 +1,4 @@
-package redis_test
+package sentinel_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/integration/internal/redistest"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
@@ -339,26 +340,26 @@ func TestConformanceSentinel(t *testing.T) {
 	mk := func(t testing.TB, c *goredis.Client, opts ...locker.Option) (locker.Locker, error) {
 		return redis.Config{Replicas: 1}.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 	}
-	var reps replicas
+	var reps redistest.Replicas
 	conformance.Run(t, conformance.Harness{
 		TTL:         testTTL,
 		MultiAtomic: true, // one script on the primary
 		NewLocker: func(t testing.TB) locker.Locker {
-			dial, proxies := proxiedDialer(t, append(srv.SentinelAddrs(), srv.DataAddrs()...))
+			dial, proxies := redistest.ProxiedDialer(t, append(srv.SentinelAddrs(), srv.DataAddrs()...))
 			c := failoverClientVia(t, srv, dial)
 			l, err := mk(t, c)
 			if err != nil {
 				t.Errorf("New: %v", err)
 				return nil
 			}
-			reps.add(l, replica{client: c, proxies: proxies})
+			reps.Add(l, redistest.Replica{Client: c, Proxies: proxies})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
 			return mk(t, failoverClient(t, srv), opts...)
 		},
-		Crash:   reps.crash,
-		Isolate: reps.isolate,
+		Crash:   reps.Crash,
+		Isolate: reps.Isolate,
 		DeleteBehind: func(t testing.TB, key string) {
 			if err := admin.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)

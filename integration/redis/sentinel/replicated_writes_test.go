@@ -1,4 +1,4 @@
-package redis_test
+package sentinel_test
 
 import (
 	"context"

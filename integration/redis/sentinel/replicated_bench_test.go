@@ -1,4 +1,4 @@
-package redis_test
+package sentinel_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // the same calls without it, on one Sentinel-managed primary with its
 // replica. Reported as ratios (replicated ÷ plain) and as each mean.
 //
-//	go test -run '^$' -bench SentinelReplicatedWrites ./integration/redis/
+//	go test -run '^$' -bench SentinelReplicatedWrites ./integration/redis/sentinel/
 func BenchmarkSentinelReplicatedWrites(b *testing.B) {
 	srv := testenv.NewRedisSentinel(b)
 	ctx := context.Background()

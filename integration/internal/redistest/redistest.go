@@ -1,0 +1,157 @@
+// Package redistest holds what the Redis integration test packages
+// (integration/redis and the packages below it) share: their go-redis
+// client options, the TTL of their conformance harnesses, and the
+// bookkeeping behind the harnesses' Crash and Isolate hooks.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/testenv"
+)
+
+// TTL is the TTL of the conformance harnesses.
+const TTL = 1500 * time.Millisecond
+
+// Protocol is the RESP version of every test client.
+const Protocol = 3
+
+// ClientOptions are the go-redis options of every test client: ctx
+// deadlines bound every call (as the redis package doc recommends), and
+// reads time out well within a renewal interval.
+func ClientOptions(addr string) *goredis.Options {
+	return &goredis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+		Protocol:              Protocol,
+	}
+}
+
+// NewClient returns a client of addr closed when the test ends.
+func NewClient(t testing.TB, addr string) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(ClientOptions(addr))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// NewCluster returns a cluster client, closed when the test ends, whose
+// connections to node addr go through dial (nil: directly).
+func NewCluster(t testing.TB, addrs []string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *goredis.ClusterClient {
+	t.Helper()
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{
+		Addrs:                 addrs,
+		ContextTimeoutEnabled: true,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		DialTimeout:           time.Second,
+		Dialer:                dial,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Closer is a go-redis client that can be closed (Crash).
+type Closer interface{ Close() error }
+
+// Replicas records, for every Locker a harness made, the client to close
+// on Crash and the proxies to cut on Isolate. Its zero value is empty and
+// ready; its methods may be called concurrently.
+type Replicas struct {
+	mu sync.Mutex
+	m  map[locker.Locker]Replica
+}
+
+// Replica is what Replicas records for one Locker.
+type Replica struct {
+	// Client is closed on Crash; nil for a Locker that owns its client,
+	// whose Crash cuts Proxies for good.
+	Client Closer
+	// Proxies are cut on Isolate and healed when it ends.
+	Proxies []*testenv.Proxy
+}
+
+// Add records rep for l.
+func (r *Replicas) Add(l locker.Locker, rep Replica) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[locker.Locker]Replica)
+	}
+	r.m[l] = rep
+}
+
+func (r *Replicas) get(t testing.TB, l locker.Locker) (Replica, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.m[l]
+	if !ok {
+		t.Errorf("the Locker was not made by this harness")
+	}
+	return rep, ok
+}
+
+// Crash closes the Locker's client or, for a Locker that owns its client
+// (Client nil), cuts its proxies for good. It fails t for a Locker that
+// was not added.
+func (r *Replicas) Crash(t testing.TB, l locker.Locker) {
+	rep, ok := r.get(t, l)
+	switch {
+	case !ok:
+	case rep.Client != nil:
+		_ = rep.Client.Close()
+	default:
+		for _, p := range rep.Proxies {
+			p.Cut()
+		}
+	}
+}
+
+// Isolate cuts the Locker's proxies and returns the func that heals them.
+// It fails t for a Locker that was not added.
+func (r *Replicas) Isolate(t testing.TB, l locker.Locker) func() {
+	rep, ok := r.get(t, l)
+	if !ok {
+		return func() {}
+	}
+	for _, p := range rep.Proxies {
+		p.Cut()
+	}
+	return func() {
+		for _, p := range rep.Proxies {
+			p.Heal()
+		}
+	}
+}
+
+// ProxiedDialer returns a dialer that reaches each of addrs through a
+// proxy of its own (and refuses any other address), and the proxies, for a
+// client whose every connection Isolate must cut.
+func ProxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, network, addr string) (net.Conn, error), []*testenv.Proxy) {
+	proxies := make(map[string]*testenv.Proxy, len(addrs))
+	all := make([]*testenv.Proxy, 0, len(addrs))
+	for _, a := range addrs {
+		p := testenv.NewProxy(t, a)
+		proxies[a] = p
+		all = append(all, p)
+	}
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		p := proxies[addr] // read-only once made
+		if p == nil {
+			return nil, fmt.Errorf("test dialer: no proxy for %s", addr)
+		}
+		return d.DialContext(ctx, network, p.Addr())
+	}, all
+}
