@@ -1,5 +1,5 @@
 -- redlock_acquire.lua: phase 1 of a Redlock acquisition, on one master:
--- take the lock if it is free (or already the owner's: a retried call) and
+-- take the lock if it is free (or marked by another attempt of its owner) and
 -- report the master's fence and clock, from which the acquirer draws the
 -- token once a majority answered.
 --
@@ -18,16 +18,21 @@
 --                 writes), and a quorum with it could give one out twice
 --
 -- Returns {1, fence, now}: the lock is the owner's, marked with ARGV[4]
--- (an earlier attempt's uncommitted grant is taken over); fence is the
--- master's last token ("0" when none) and now its clock in microseconds,
--- both as decimal strings;
+-- (another attempt's uncommitted grant is taken over, a committed one
+-- never); fence is the master's last token ("0" when none) and now its
+-- clock in microseconds, both as decimal strings;
 -- or {0, pttl}: another owner holds the lock for pttl more milliseconds,
+-- or the owner's committed grant does (this is a late earlier attempt),
 -- or the master started less than ARGV[5] ago and grants nothing for pttl
 -- more milliseconds.
 local v = redis.call('GET', KEYS[1])
 if v then
   local n = #ARGV[1]
-  if not (string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32) then
+  -- The owner's own grant is taken over only while it is marked: one
+  -- committed carries a later attempt's token, and a late phase 1 of an
+  -- earlier attempt must not turn it back into a mark that this earlier
+  -- attempt's undo then deletes.
+  if not (string.sub(v, 1, n) == ARGV[1] and string.byte(v, n + 1) == 32 and string.byte(v, n + 2) == 110) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
