@@ -19,6 +19,9 @@ const (
 	// inboxIdle is how long the reader blocks before it looks whether any
 	// waiter is left; with none, it stops until the next one registers.
 	inboxIdle = 2 * time.Second
+	// closeMarker is the entry close pushes to wake the reader's BLPOP: it
+	// names nobody, and parseInboxGrant refuses it.
+	closeMarker = "close"
 )
 
 // blpopper is the part of a go-redis client the inbox reader needs.
@@ -67,6 +70,7 @@ type inbox struct {
 	pipe   func() goredis.Pipeliner
 	key    string
 	logger *slog.Logger
+	idle   time.Duration // the BLPOP's timeout: inboxIdle
 
 	mu      sync.Mutex
 	waiters map[string]chan inboxGrant // by owner
@@ -96,7 +100,7 @@ func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
 	}
 	_, cuts := client.(*ownedClient)
 	ib := &inbox{client: b, pipe: client.Pipeline, key: inboxName(lid), logger: logger,
-		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{}), cuts: cuts}
+		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{}), cuts: cuts, idle: inboxIdle}
 	ib.readCtx, ib.cancelRead = context.WithCancel(context.Background())
 	return ib
 }
@@ -162,7 +166,7 @@ func (ib *inbox) read(done chan struct{}) {
 			return
 		default:
 		}
-		res, err := ib.client.BLPop(ib.readCtx, inboxIdle, ib.key).Result()
+		res, err := ib.client.BLPop(ib.readCtx, ib.idle, ib.key).Result()
 		ib.mu.Lock()
 		if ib.closed {
 			ib.running = false
@@ -269,7 +273,7 @@ func (ib *inbox) close(ctx context.Context) {
 		return
 	}
 	pipe := ib.pipe()
-	pipe.LPush(ctx, ib.key, "close")
+	pipe.LPush(ctx, ib.key, closeMarker)
 	pipe.PExpire(ctx, ib.key, inboxTTL)
 	_, _ = pipe.Exec(ctx)
 	select {

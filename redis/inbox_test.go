@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -297,3 +298,63 @@ func TestInboxRefusedWakesWaiters(t *testing.T) {
 
 // inboxDisabled reports whether the Locker's inbox was disabled by a refusal.
 func (d *redisDriver) inboxDisabled() bool { return d.inbox != nil && d.inbox.isDisabled() }
+
+// TestCloseWakesTheInboxRead: Close of a Locker on a caller's client, whose
+// Lock waits on its inbox, wakes the reader's BLPOP with an entry that
+// names nobody instead of waiting for the BLPOP's timeout: go-redis cannot
+// cut a blocked read on a client it does not own. The BLPOP here blocks for
+// a minute and the release timeout is 30 s, so a Close that waits for
+// either fails the generous bound. The entry is no grant: a waiter of a
+// live Locker keeps waiting when it arrives.
+func TestCloseWakesTheInboxRead(t *testing.T) {
+	t.Parallel()
+	srv := storeenv.Redis(t)
+	admin := newClient(t, srv.Addr())
+	ctx := ctxFor(t, 90*time.Second)
+	key := uniqueKey(t)
+	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	lk, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Unlock(context.WithoutCancel(ctx)) }()
+
+	// The marker in a live Locker's inbox grants its waiter nothing.
+	other, od := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+	od.inbox.idle = time.Minute
+	_, lid, res, cancel := queuedWaiter(t, ctx, admin, other, key)
+	if err := admin.LPush(ctx, inboxName(lid), closeMarker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	expectWaiting(t, res, "the inbox's close marker must never be taken for a grant")
+	cancel()
+	<-res
+
+	// A key of its own: the first waiter may still be leaving key's queue.
+	key += "/close"
+	lk2, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk2.Unlock(context.WithoutCancel(ctx)) }()
+	waiters, d := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(30*time.Second))
+	d.inbox.idle = time.Minute
+	_, _, res, cancel = queuedWaiter(t, ctx, admin, waiters, key)
+	defer cancel()
+	for !strings.Contains(admin.ClientList(ctx).Val(), "cmd=blpop") {
+		if ctx.Err() != nil {
+			t.Fatal("the waiting Locker's inbox reader never ran BLPOP")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- waiters.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // a bound, not a measurement
+		t.Fatal("Close of a Locker whose Lock waited on its inbox did not return within 10 s: it must wake the BLPOP, not wait for its timeout (1 min) or the release timeout (30 s)")
+	}
+	if err := <-res; err == nil || errors.As(err, new(errGranted)) {
+		t.Errorf("the waiting Lock of a closed Locker returned %v, want an error", err)
+	}
+}
