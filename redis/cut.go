@@ -60,10 +60,11 @@ type cutSlot struct {
 	conn    net.Conn // the connection, nil before a dial
 	armed   bool     // a call runs: its ctx's end cuts the connection
 	cut     bool     // the call in progress was cut: no more dials
-	refused bool     // a dial was refused: go-redis remembers the error
+	refused bool     // a dial was refused: the slot is not reused
 }
 
-// errCut is the error of a dial on a slot whose call was cut.
+// errCut is the error of a connection dialled on a slot whose call was
+// cut.
 var errCut = errors.New("the call's connection was cut when its ctx ended")
 
 // newSlot makes a slot with c's options: one connection, dialled by c's
@@ -78,14 +79,21 @@ func (c *ownedClient) newSlot() *cutSlot {
 	// No pool of its own for pipelines: their connection would not be the
 	// one a cut closes.
 	o.PipelinePoolSize = -1
-	// A refused dial (the call was cut) is not tried again.
+	// A failed dial is not tried again: the call has its ctx.
 	o.DialerRetries = 1
 	o.Dialer = s.dialConn
 	s.client = goredis.NewClient(&o)
 	return s
 }
 
+// dialConn dials the slot's connection. Once the slot's call was cut, it
+// dials nothing and returns a connection whose every read and write fails
+// with errCut: go-redis logs a failed dial to stderr, and a library must
+// not write there.
 func (s *cutSlot) dialConn(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.refuse() {
+		return cutConn{}, nil
+	}
 	conn, err := s.dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -95,11 +103,43 @@ func (s *cutSlot) dialConn(ctx context.Context, network, addr string) (net.Conn,
 	if s.cut {
 		s.refused = true
 		_ = conn.Close()
-		return nil, &net.OpError{Op: "dial", Net: network, Err: errCut}
+		return cutConn{}, nil
 	}
 	s.conn = conn
 	return conn, nil
 }
+
+// refuse reports whether the slot's call was cut, and then marks the slot
+// refused.
+func (s *cutSlot) refuse() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cut {
+		s.refused = true
+	}
+	return s.cut
+}
+
+// cutConn is the connection a slot dials once its call was cut: it fails
+// every read and write with errCut.
+type cutConn struct{}
+
+func (cutConn) Read([]byte) (int, error) { return 0, &net.OpError{Op: "read", Net: "tcp", Err: errCut} }
+func (cutConn) Write([]byte) (int, error) {
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: errCut}
+}
+func (cutConn) Close() error                     { return nil }
+func (cutConn) LocalAddr() net.Addr              { return cutAddr{} }
+func (cutConn) RemoteAddr() net.Addr             { return cutAddr{} }
+func (cutConn) SetDeadline(time.Time) error      { return nil }
+func (cutConn) SetReadDeadline(time.Time) error  { return nil }
+func (cutConn) SetWriteDeadline(time.Time) error { return nil }
+
+// cutAddr is the address of a cutConn.
+type cutAddr struct{}
+
+func (cutAddr) Network() string { return "tcp" }
+func (cutAddr) String() string  { return "cut" }
 
 // cutNow closes the slot's connection, and refuses dials from then on,
 // unless the call it was armed for has ended.
@@ -117,9 +157,9 @@ func (s *cutSlot) cutNow() {
 
 // reusable disarms the slot, and reports whether it may serve another
 // call after one that ended with err: go-redis dropped a connection cut
-// under a call that failed, but keeps one cut after its reply, and
-// remembers a refused dial. A cut that starts after this finds the slot
-// disarmed, and does nothing.
+// under a call that failed, but keeps one cut after its reply, and a slot
+// that refused a dial is spent. A cut that starts after this finds the
+// slot disarmed, and does nothing.
 func (s *cutSlot) reusable(err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

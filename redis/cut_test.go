@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
@@ -294,5 +296,50 @@ func TestCutReachesThePipelinesConnection(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("a pipeline whose ctx ended was not cut within 2 s (a cut returns at once): the cut closed another connection of its slot")
+	}
+}
+
+// capturedLog is a go-redis logger that records what go-redis would print.
+type capturedLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *capturedLog) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, fmt.Sprintf(format, v...))
+}
+
+// TestCutSlotsPrintNothing: calls cut as their ctx ends, at every moment of
+// their dial and their round trip, make go-redis log nothing. A slot whose
+// call was cut while go-redis dialled refused the dial, and go-redis
+// printed "failed to dial … cut" to stderr: a library must not write there.
+// (Not parallel: go-redis's logger is global, and the test sets it.)
+func TestCutSlotsPrintNothing(t *testing.T) {
+	logs := &capturedLog{}
+	goredis.SetLogger(logs)
+	defer logging.Enable() // go-redis's default
+	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr(), ContextTimeoutEnabled: true})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				// Deadlines from 0 to 400 µs: some end before the
+				// dial, some during it, some during the round trip.
+				ctx, cancel := context.WithTimeout(t.Context(), time.Duration((i*7+g*13)%400)*time.Microsecond)
+				_ = c.Eval(ctx, "return 1", nil).Err()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	_ = c.Close()
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	if n := len(logs.msgs); n > 0 {
+		t.Errorf("cut calls made go-redis log %d lines (to stderr by default), the first: %q", n, logs.msgs[0])
 	}
 }

@@ -26,7 +26,9 @@ import (
 // than this machine only over TLS, or with insecure=true. nopubsub=true
 // sets [Config.NoPubSub], noinbox=true [Config.NoInbox], unfair=true [Config.Unfair], replicas=n and replica_timeout=<duration>
 // [Config.Replicas] and [Config.ReplicaTimeout]. The Locker owns the client:
-// its Close closes it.
+// its Close closes it. A call whose ctx can end runs on a connection of its
+// own, outside the client's pool (pool_size): one per such call in
+// progress, and at most 16 kept idle.
 //
 // Parameter protocol sets the client's RESP version: 2 or 3 (without it,
 // go-redis's default, RESP3); any other value is refused with an error
