@@ -174,9 +174,19 @@ func (d *etcdDriver) newState(s *session, req driver.Request, suffix bool) *lock
 
 // detached returns a context for a write whose outcome must be known: it
 // ends settleTimeout after ctx does, or when the returned cancel is called.
+// It ends with ctx when the Locker is closing (ctx's cause is
+// locker.ErrClosed): the write puts keys on the session's lease, or keeps
+// their lease, and Close revokes that lease or lets it expire. A put after
+// the revocation fails (etcd has no such lease); one before it goes with
+// the lease. The outcome would only serve a deletion, which a closing
+// Locker skips (cleanup).
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), locker.ErrClosed) {
+			cancel()
+			return
+		}
 		t := time.NewTimer(settleTimeout)
 		defer t.Stop()
 		select {

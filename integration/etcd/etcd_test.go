@@ -647,3 +647,56 @@ func TestCloseCutOffWaitSkipsDeletion(t *testing.T) {
 		t.Errorf("Close of the cut-off Locker took %v, want at most %v (the lease's revocation, not the waiter key's deletion)", took, limit)
 	}
 }
+
+// TestCloseCutOffMidTxnSkipsSettling: Close of a Locker cut off from etcd
+// while a Lock's queueing transaction is in flight does not wait for that
+// transaction's outcome (up to 2 s after its ctx ended) before it revokes
+// the lease. The key it may write is on that lease: a put after the
+// revocation fails, one before it goes with the lease. Close then takes
+// the revocation's bound, a TTL (2 s), not 2 s more.
+func TestCloseCutOffMidTxnSkipsSettling(t *testing.T) {
+	eps := sharedEtcd(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	f := newFleet(t, eps, testTTL)
+	a := f.newLocker(t)
+	key := uniqueKey(t)
+	// The Locker's session (its lease) exists before the cut.
+	lk, err := a.TryLock(ctx, key+"/first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.proxies[a] {
+		p.Cut()
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(context.Background(), key)
+		waited <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the Lock's Txn is sent, and gets no answer
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	took := time.Since(start)
+	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("the Lock ended with %v, want ErrClosed", err)
+	}
+	// A bound, not a measurement: the revocation takes up to the TTL
+	// (2 s); the settling came on top of it (4 s in all).
+	if limit := testTTL + time.Second; took > limit {
+		t.Errorf("Close of a Locker cut off mid-Txn took %v, want at most %v: the lease's revocation, without waiting for the Txn to settle", took, limit)
+	}
+	for _, p := range f.proxies[a] {
+		p.Heal()
+	}
+	// Nothing of the closed Locker is left in the key's directory.
+	waitFor(t, 10*time.Second, "the closed Locker's keys to go", func() bool {
+		resp, err := f.admin.Get(ctx, etcd.Dir(testPrefix+key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+}
