@@ -265,7 +265,9 @@ func definite(err error) bool {
 // expired, and otherwise reads the holder's remaining time. A statement
 // rolled back by a serialization failure or a deadlock runs again, up to
 // three times, then the key counts as held. A statement that arrived after
-// its fence runs once more with a fence from the fresh clock reading.
+// its fence runs once more with a fence from the fresh clock reading. A
+// key whose row is marked as held by shared holds costs one statement
+// more, which takes the row when none is left (settleTake).
 func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if strings.ContainsRune(req.Key, 0) {
 		return driver.Grant{}, fmt.Errorf("%w: the key contains a NUL byte, which PostgreSQL text refuses", locker.ErrInvalidKey)
@@ -275,6 +277,9 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		label = cleanLabel(req.Label)
 	}
 	fenced, settled := false, false
+	// settling runs settleTake instead of the acquire statement: the key's
+	// row is marked as held by shared holds, which may all have left.
+	settling := false
 	for try := 0; ; try++ {
 		// Each statement stores a token of its own, so that the undo of
 		// one whose outcome is unknown never frees a later attempt's
@@ -288,12 +293,28 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			taken, remaining sql.NullInt64
 			now              int64
 			shared           sql.NullBool
+			marked           bool // settleTake found the row marked
 		)
-		err := d.q.query(ctx, d.sql.acquire, []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store, dataArg(req.Data)}, func(scan func(...any) error) error {
-			return scan(&taken, &remaining, &now, &shared)
-		})
+		args := []any{req.Key, owner, label, ttlMicros(req.TTL), f.Store, dataArg(req.Data)}
+		var err error
+		if settling {
+			err = d.q.query(ctx, d.shared.settleTake, args, func(scan func(...any) error) error {
+				return scan(&taken, &marked, &now)
+			})
+			// Still marked and not taken, before the fence: live shared
+			// holds hold the key.
+			shared.Bool = marked && !taken.Valid && now < f.Store
+		} else {
+			err = d.q.query(ctx, d.sql.acquire, args, func(scan func(...any) error) error {
+				return scan(&taken, &remaining, &now, &shared)
+			})
+		}
 		if err == nil && now > 0 {
 			d.clock.Observe(now, sent, time.Since(sent))
+		}
+		wasSettling := settling
+		if err == nil {
+			settling = false
 		}
 		switch {
 		case retryable(err) && try < serializationRetries:
@@ -317,16 +338,10 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 				State:    &lockState{table: d.cfg.Table, key: req.Key, owner: owner, version: taken.Int64},
 			}, nil
 		case shared.Bool && !settled:
-			// Shared holds hold the key, or held it until their holders
-			// crashed: then it is free after settling.
-			settled = true
-			free, err := d.settleShared(ctx, req.Key)
-			if err != nil {
-				return driver.Grant{}, fmt.Errorf("acquire: %w", err)
-			}
-			if !free {
-				return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
-			}
+			// Shared holds hold the key, or held it until they all
+			// left (their rows expired, or the last release found the
+			// row locked): settleTake takes the row when none is left.
+			settled, settling = true, true
 			continue
 		case shared.Bool:
 			return driver.Grant{}, fmt.Errorf("%w: the key is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict)
@@ -341,7 +356,10 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			if err := ctx.Err(); err != nil {
 				return driver.Grant{}, err
 			}
-			fenced = true
+			fenced, settling = true, wasSettling
+			continue
+		case wasSettling && !marked:
+			// The row changed since the acquire statement read it.
 			continue
 		default:
 			// The holder committed after this statement's snapshot, or

@@ -113,6 +113,15 @@ type sharedStatements struct {
 	// and then the key's row stays taken: a snapshot read of the rows
 	// would miss the renewal. Args: key, channel.
 	settle string
+	// settleTake is settle for a plain acquisition, in one statement: it
+	// takes the key's row for the caller, as the plain acquire does,
+	// where settle would free it. A hold or waiter added since the
+	// statement's snapshot advanced the row's version, which the take
+	// checks on the row's newest version. It returns one row: the
+	// version taken or NULL, whether the row was marked as held by
+	// shared holds, and the database clock (µs since the epoch). Args:
+	// key, owner, label, ttl µs, fence µs, data.
+	settleTake string
 	// release deletes a hold, frees the key's row when it was the last,
 	// and notifies the key's waiters, returning one row when it deleted
 	// the hold (see leaving). Args: key, owner, channel, token.
@@ -170,6 +179,14 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			", update_time = " + dbNow + " WHERE task_name = $1 AND owner_token = " + sharedOwnerSQL +
 			" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o))" +
 			" SELECT pg_notify($2, $1)::text",
+		settleTake: "WITH v AS MATERIALIZED (SELECT version FROM " + t + " WHERE task_name = $1::text AND owner_token = " + sharedOwnerSQL + ")," +
+			" o AS (SELECT 1 FROM " + st + " WHERE task_name = $1::text)," +
+			" x AS (DELETE FROM " + st + " WHERE task_name = $1::text AND lock_until <= " + dbNow + " RETURNING 1)," +
+			" a AS (UPDATE " + t + " AS l SET task_status = 'RUNNING', version = l.version + 1, owner_token = $2::text, owner_label = $3::text," +
+			" lock_until = " + untilAt("$4") + ", start_time = " + dbNow + ", finish_time = NULL, update_time = " + dbNow + ", lock_data = $6::bytea" +
+			" WHERE task_name = $1::text AND owner_token = " + sharedOwnerSQL + " AND version = (SELECT version FROM v)" +
+			" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o) AND " + fenceAt("$5") + " RETURNING l.version)" +
+			" SELECT (SELECT version FROM a), EXISTS (SELECT 1 FROM v), " + micros(dbNow),
 		release:  leaving(t, st, "token = $4 AND queued = 0"),
 		withdraw: leaving(t, st, "queued > 0"),
 		keep: "UPDATE " + st + " SET kept = true, lock_until = " + untilAt("$4") +

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -57,4 +58,78 @@ func TestSubscribeSeesSharedRelease(t *testing.T) {
 func TestSharedInspectAndBreak(t *testing.T) {
 	d, ctx, key := sharedDriver(t)
 	sharetest.InspectAndBreak(ctx, t, d, key, sharedTTL)
+}
+
+// TestSettleTakeSeesHoldAddedMeanwhile: settleTake takes a key's row
+// marked as held by shared holds only when no hold is left, also one that
+// a shared attempt added while the statement waited for the row: its
+// snapshot predates that hold, and the row's version, which the attempt
+// advanced, is what tells.
+func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
+	d, ctx, key := sharedDriver(t)
+	pool := d.q.(poolQuerier).p
+	tbl, stbl := quoteIdent(DefaultTable), quoteIdent(DefaultTable+sharedSuffix)
+	// The row is marked, and no hold is left.
+	if _, err := pool.Exec(ctx, "INSERT INTO "+tbl+" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)"+
+		" VALUES ($1, 'RUNNING', 100, "+sharedOwnerSQL+", '"+sharedLabel+"', clock_timestamp() + interval '10 seconds', clock_timestamp(), clock_timestamp())", key); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DELETE FROM "+stbl+" WHERE task_name = $1", key)
+		_, _ = pool.Exec(context.Background(), "DELETE FROM "+tbl+" WHERE task_name = $1", key)
+	})
+	// A shared attempt holds the row, advances its version, and adds a
+	// hold: it commits once settleTake waits for the row.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for _, stmt := range []string{
+		"SELECT 1 FROM " + tbl + " WHERE task_name = $1 FOR UPDATE",
+		"UPDATE " + tbl + " SET version = version + 1 WHERE task_name = $1",
+		"INSERT INTO " + stbl + " (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)" +
+			" VALUES ($1, 'holder', " + fmt.Sprint(int(driver.Permits)) + ", 1, 2, 101, 0, false, 'holder', clock_timestamp() + interval '10 seconds', clock_timestamp())",
+	} {
+		if _, err := tx.Exec(ctx, stmt, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		taken  sql.NullInt64
+		marked bool
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		var now int64
+		fence := time.Now().Add(time.Hour).UnixMicro()
+		r.err = d.q.query(ctx, d.shared.settleTake, []any{key, "plain.owner", "plain", ttlMicros(sharedTTL), fence, dataArg(nil)},
+			func(scan func(...any) error) error { return scan(&r.taken, &r.marked, &now) })
+		res <- r
+	}()
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH v AS MATERIALIZED%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("settleTake never waited for the key's row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.taken.Valid {
+		t.Errorf("settleTake took the key (version %d) while a shared hold added meanwhile held it", r.taken.Int64)
+	}
 }
