@@ -19,6 +19,10 @@ const (
 	// inboxIdle is how long the reader blocks before it looks whether any
 	// waiter is left; with none, it stops until the next one registers.
 	inboxIdle = 2 * time.Second
+	// inboxReadMargin is how long past its timeout the reader waits for
+	// a BLPOP's reply: a client with ContextTimeoutEnabled gives up then,
+	// where go-redis would wait 10 s more on a store that does not answer.
+	inboxReadMargin = time.Second
 	// closeMarker is the entry close pushes to wake the reader's BLPOP: it
 	// names nobody, and parseInboxGrant refuses it.
 	closeMarker = "close"
@@ -166,7 +170,9 @@ func (ib *inbox) read(done chan struct{}) {
 			return
 		default:
 		}
-		res, err := ib.client.BLPop(ib.readCtx, ib.idle, ib.key).Result()
+		rctx, cancel := context.WithTimeout(ib.readCtx, ib.idle+inboxReadMargin)
+		res, err := ib.client.BLPop(rctx, ib.idle, ib.key).Result()
+		cancel()
 		ib.mu.Lock()
 		if ib.closed {
 			ib.running = false
@@ -246,8 +252,9 @@ func (ib *inbox) wakeLocked() {
 // client that cuts its calls; on another client, it pushes an entry that
 // names nobody, which ends the BLPOP. It waits for the reader until ctx
 // ends. When the store does not answer, the BLPOP of a client that does
-// not cut may block for its timeout plus 10 s (go-redis); the reader then
-// ends by itself (ib.closed is set).
+// not cut blocks until its ctx's deadline (inboxReadMargin after its
+// timeout) with ContextTimeoutEnabled, else for its timeout plus 10 s
+// (go-redis); the reader then ends by itself (ib.closed is set).
 func (ib *inbox) close(ctx context.Context) {
 	if ib == nil {
 		return
@@ -272,10 +279,13 @@ func (ib *inbox) close(ctx context.Context) {
 		}
 		return
 	}
+	// The marker only helps while the store answers at once.
+	pctx, cancel := context.WithTimeout(ctx, inboxReadMargin)
 	pipe := ib.pipe()
-	pipe.LPush(ctx, ib.key, closeMarker)
-	pipe.PExpire(ctx, ib.key, inboxTTL)
-	_, _ = pipe.Exec(ctx)
+	pipe.LPush(pctx, ib.key, closeMarker)
+	pipe.PExpire(pctx, ib.key, inboxTTL)
+	_, _ = pipe.Exec(pctx)
+	cancel()
 	select {
 	case <-done:
 	case <-ctx.Done():

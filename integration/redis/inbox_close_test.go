@@ -66,3 +66,35 @@ func TestCloseCutsTheInboxRead(t *testing.T) {
 		t.Errorf("the waiting Lock returned the lock from a closed, cut-off Locker")
 	}
 }
+
+// TestCloseBoundsACallersInboxRead: Close of a Locker on a client of the
+// caller's (ContextTimeoutEnabled), cut off from Redis while a Lock waits
+// on its inbox, waits for the reader's BLPOP only until the BLPOP's own
+// deadline, a second past its timeout, and for its wake-up marker a
+// second at most. go-redis cannot cut a blocked read on a client it does
+// not own: it bounded that BLPOP only at its timeout plus 10 s, and the
+// marker's push by the release timeout (1 min here).
+func TestCloseBoundsACallersInboxRead(t *testing.T) {
+	const ttl = time.Second
+	srv := testenv.NewRedis(t)
+	admin := newClient(t, srv.Addr())
+	p := testenv.NewProxy(t, srv.Addr())
+	holder, err := redis.New(newClient(t, srv.Addr()), locker.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	waiter, err := redis.New(newClient(t, p.Addr()), locker.WithTTL(ttl), locker.WithReleaseTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := waitingLock(t, holder, waiter, "inbox-callers", admin)
+	// A bound, not a measurement: the waiter's leave is skipped 1.5 s
+	// after its last answered attempt, the BLPOP ends 3 s after it was
+	// sent, the marker's push after 1 s; Close took 9-12 s without those
+	// deadlines.
+	closeCutOff(t, waiter, p, 6*time.Second, "it must wait for the inbox's BLPOP only until the BLPOP's deadline")
+	if err := <-waited; err == nil {
+		t.Errorf("the waiting Lock returned the lock from a closed, cut-off Locker")
+	}
+}
