@@ -22,27 +22,7 @@ import (
 // attempt 1's undo then arrives: the lock must still be attempt 2's
 // everywhere. (Three databases of the test server stand for the masters.)
 func TestRedlockUndoKeepsLaterAttempts(t *testing.T) {
-	srv := storeenv.Redis(t)
-	var masters []Master
-	var clients []*goredis.Client
-	for db := 4; db <= 6; db++ {
-		o := clientOptions(srv.Addr())
-		o.DB = db
-		c := goredis.NewClient(o)
-		t.Cleanup(func() { _ = c.Close() })
-		masters, clients = append(masters, c), append(clients, c)
-	}
-	// Three databases of one server that may have started a moment ago
-	// and never held these locks: no restart delay.
-	d, err := RedlockConfig{RestartDelay: time.Millisecond}.driver(masters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := locker.New(d, locker.WithTTL(5*time.Second)) // runs Configure
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	d, masters, clients := redlockOnDatabases(t)
 	ctx := t.Context()
 	key := uniqueKey(t)
 	owner := "owner" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -96,25 +76,7 @@ func TestRedlockUndoKeepsLaterAttempts(t *testing.T) {
 // fewer masters than one (its Release answers ErrNotHeld, and another
 // owner may take the key).
 func TestRedlockLateAttemptKeepsCommittedLock(t *testing.T) {
-	srv := storeenv.Redis(t)
-	var masters []Master
-	var clients []*goredis.Client
-	for db := 4; db <= 6; db++ {
-		o := clientOptions(srv.Addr())
-		o.DB = db
-		c := goredis.NewClient(o)
-		t.Cleanup(func() { _ = c.Close() })
-		masters, clients = append(masters, c), append(clients, c)
-	}
-	d, err := RedlockConfig{RestartDelay: time.Millisecond}.driver(masters)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := locker.New(d, locker.WithTTL(5*time.Second)) // runs Configure
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	d, masters, clients := redlockOnDatabases(t)
 	ctx := t.Context()
 	key := uniqueKey(t)
 	owner := "owner" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -165,4 +127,32 @@ func TestRedlockLateAttemptKeepsCommittedLock(t *testing.T) {
 	if err := d.Release(ctx, driver.Lease{Key: key, Owner: owner}); err != nil {
 		t.Fatalf("Release of the lock attempt 2 took: %v", err)
 	}
+}
+
+// redlockOnDatabases returns the driver of a Redlock Locker with TTL 5 s,
+// whose masters are three databases of the test server, with its clients.
+// The server may have started a moment ago and never held these locks: no
+// restart delay.
+func redlockOnDatabases(t *testing.T) (*redlockDriver, []Master, []*goredis.Client) {
+	t.Helper()
+	srv := storeenv.Redis(t)
+	var masters []Master
+	var clients []*goredis.Client
+	for db := 4; db <= 6; db++ {
+		o := clientOptions(srv.Addr())
+		o.DB = db
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		masters, clients = append(masters, c), append(clients, c)
+	}
+	d, err := RedlockConfig{RestartDelay: time.Millisecond}.driver(masters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := locker.New(d, locker.WithTTL(5*time.Second)) // runs Configure
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return d, masters, clients
 }
