@@ -65,11 +65,7 @@ func TestMultiScriptCommands(t *testing.T) {
 	}
 	watched := func() bool {
 		t.Helper()
-		ok, err := c.HExists(ctx, name(kindWaiters, keys[0]), " watch "+b.lid).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
+		return watchRecords(ctx, t, c, keys[0], b.lid) > 0
 	}
 
 	m := startMonitor(t, addr)
@@ -78,7 +74,7 @@ func TestMultiScriptCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("free keys: %v", err)
 	}
-	call, err := b.newMultiCall(rb, b.lid)
+	call, err := b.newMultiCall(rb, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +101,7 @@ func TestMultiScriptCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	rb = reqs("D")
-	if call, err = b.newMultiCall(rb, b.lid); err != nil {
+	if call, err = b.newMultiCall(rb, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
@@ -176,11 +172,7 @@ func TestMultiAttemptCommands(t *testing.T) {
 	watch := name(kindWaiters, keys[0])
 	watched := func() bool {
 		t.Helper()
-		ok, err := c.HExists(ctx, watch, " watch "+b.lid).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
+		return watchRecords(ctx, t, c, keys[0], b.lid) > 0
 	}
 
 	m := startMonitor(t, addr)
@@ -195,7 +187,7 @@ func TestMultiAttemptCommands(t *testing.T) {
 		t.Fatalf("free keys: %v", err)
 	}
 	rb = reqs("C")
-	call, err := b.newMultiCall(rb, b.lid)
+	call, err := b.newMultiCall(rb, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +201,8 @@ func TestMultiAttemptCommands(t *testing.T) {
 	}
 	// A release consumed the record, and others are left (" watched"
 	// stays); then the last one: the next retry records its Locker again.
-	for _, fields := range [][]string{{" watch " + b.lid}, {" watch " + b.lid, " watched"}} {
+	field := call.args[3].(string)
+	for _, fields := range [][]string{{field}, {field, " watched"}} {
 		c.HDel(ctx, watch, fields...)
 		if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
 			t.Fatalf("retry on held keys: got %v, want ErrHeld", err)
