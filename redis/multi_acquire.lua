@@ -40,10 +40,12 @@
 -- Each lock is looked at in order: held, then shared holds, then waiters;
 -- the first that stops the attempt is the reply. The usual attempts cost:
 -- taking free keys, an MGET (which reads the tombstone too), an EXISTS, a
--- TIME and two SETs per lock; finding the first key held, an MGET, an HSET
--- and a PTTL, and a PTTL (and a PEXPIRE) more when the key's waiters hash
--- had no " watched". The script builds no table of its own (its reply is
--- the MGET's): a Lua allocation costs the server about as much as a call.
+-- TIME and two SETs per lock (and an HDEL per record of the wait that no
+-- release consumed: after a wake-up, none); finding the first key held, an
+-- MGET, an HSET and a PTTL, and a PTTL (and a PEXPIRE) more when the key's
+-- waiters hash had no " watched". The script builds no table of its own
+-- (its reply is the MGET's): a Lua allocation costs the server about as
+-- much as a call.
 local n = math.floor(#KEYS / 5)
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
