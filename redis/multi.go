@@ -54,9 +54,14 @@ type multiCall struct {
 }
 
 // watchField returns the field that records wait wid of the Locker lid in
-// a key's waiters hash (see multi_acquire.lua and watch.lua).
+// a key's waiters hash (see multi_acquire.lua and watch.lua), in one
+// allocation.
 func watchField(lid string, wid uint64) string {
-	return " watch " + lid + " " + strconv.FormatUint(wid, 36)
+	var buf [48]byte
+	b := append(buf[:0], " watch "...)
+	b = append(b, lid...)
+	b = append(b, ' ')
+	return string(strconv.AppendUint(b, wid, 36))
 }
 
 // wid returns the id of the wait that call's records name ("" for none):
@@ -72,6 +77,10 @@ func (c *multiCall) wid() string {
 // setSeq numbers the next attempt seq (from 1).
 func (c *multiCall) setSeq(seq uint64) {
 	c.seq = seq
+	if seq == 1 {
+		c.args[6] = "1" // a constant: boxed without an allocation
+		return
+	}
 	c.args[6] = strconv.FormatUint(seq, 10)
 }
 
@@ -81,8 +90,11 @@ func (c *multiCall) record(i int64) {
 	if c.args[3] == "" {
 		return
 	}
+	was := c.rec[i-1]
 	c.rec[i-1] = c.seq
-	c.unwatchChanged()
+	if was == 0 {
+		c.unwatchChanged()
+	}
 }
 
 // consumed notes that a release consumed the record of lock i (from 0)
