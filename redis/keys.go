@@ -20,7 +20,7 @@ import (
 //	queue    locker:{s}:q      sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <lid> <label>",
 //	                           and " woke" -> "<until> <owner>" (unfair mode)
-//	                           and " watch <lid>" -> "1" (a LockMulti to wake),
+//	                           and " watch <lid> <wid>" -> "<seq>" (a LockMulti to wake),
 //	                           with " watched" -> "1" while any may be left
 //	cut      locker:{s}:cut:<owner>  a tombstone: the attempts of owner,
 //	                           cut when their ctx ended, take nothing

@@ -16,9 +16,10 @@
 --                   Also the field " woke" (a space: never an owner) ->
 --                   "<until> <owner>": an unfair release woke owner, and
 --                   wakes it no more before until (server µs)
---                   And fields " watch <lid>" -> "1": a LockMulti of that
---                   Locker found the key held (multi_acquire.lua); the
---                   release that frees the key wakes the first of them.
+--                   And fields " watch <lid> <wid>" -> "<seq>": the wait wid
+--                   of a LockMulti of that Locker found the key held in
+--                   its attempt seq (multi_acquire.lua); the release that
+--                   frees the key wakes the first of them.
 --                   Each sets " watched" -> "1", which lets a release
 --                   skip the list of fields while none was recorded
 --                   (watch.lua)

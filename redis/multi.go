@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -28,14 +29,7 @@ const maxMultiKeys = 256
 // maxMultiKeys keys; and when the server refuses the keys as cross-slot (a
 // wrapped Cluster client).
 func (d *redisDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
-	return d.tryMulti(ctx, reqs, "")
-}
-
-// tryMulti is one attempt of TryAcquireMulti; with lid set, an attempt that
-// finds a key held records this Locker with the key (multi_acquire.lua),
-// so that the release that frees it wakes the Locker.
-func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid string) ([]driver.Grant, error) {
-	c, err := d.newMultiCall(reqs, lid)
+	c, err := d.newMultiCall(reqs, false)
 	if err != nil {
 		return nil, err
 	}
@@ -43,27 +37,81 @@ func (d *redisDriver) tryMulti(ctx context.Context, reqs []driver.Request, lid s
 }
 
 // multiCall is the script call of a multi-key attempt: the same for every
-// attempt of one wait, but for the records it lists.
+// attempt of one wait, but for the records it lists and the attempt's
+// number.
 type multiCall struct {
 	keys  []string
 	boxed []any        // keys, boxed for runScript (nil: not)
 	names []*lockNames // of each request
-	args  []any        // args[3] is lid, args[5] the records (unwatch)
+	args  []any        // args[3] is the record (watch), args[5] unwatch, args[6] seq
 	ttls  []int64
-	// recorded[i] is set when an attempt recorded the Locker with lock i
-	// (multi_acquire.lua): the next successful attempt removes the record.
-	recorded []bool
+	// seq numbers the attempts of a wait (setSeq); rec[i] is the seq of
+	// the last attempt that recorded the wait with lock i
+	// (multi_acquire.lua), 0 when none did or a release consumed that
+	// record: the next successful attempt removes the others.
+	seq uint64
+	rec []uint64
 }
 
-// record notes that an attempt recorded the Locker with lock i (from 1).
-func (c *multiCall) record(i int64) {
-	if c.args[3] == "" || c.recorded[i-1] {
+// watchField returns the field that records wait wid of the Locker lid in
+// a key's waiters hash (see multi_acquire.lua and watch.lua), in one
+// allocation.
+func watchField(lid string, wid uint64) string {
+	var buf [48]byte
+	b := append(buf[:0], " watch "...)
+	b = append(b, lid...)
+	b = append(b, ' ')
+	return string(strconv.AppendUint(b, wid, 36))
+}
+
+// wid returns the id of the wait that call's records name ("" for none):
+// the last word of its field.
+func (c *multiCall) wid() string {
+	field, _ := c.args[3].(string)
+	if field == "" {
+		return ""
+	}
+	return field[strings.LastIndexByte(field, ' ')+1:]
+}
+
+// setSeq numbers the next attempt seq (from 1).
+func (c *multiCall) setSeq(seq uint64) {
+	c.seq = seq
+	if seq == 1 {
+		c.args[6] = "1" // a constant: boxed without an allocation
 		return
 	}
-	c.recorded[i-1] = true
+	c.args[6] = strconv.FormatUint(seq, 10)
+}
+
+// record notes that the attempt numbered c.seq recorded the wait with lock
+// i (from 1).
+func (c *multiCall) record(i int64) {
+	if c.args[3] == "" {
+		return
+	}
+	was := c.rec[i-1]
+	c.rec[i-1] = c.seq
+	if was == 0 {
+		c.unwatchChanged()
+	}
+}
+
+// consumed notes that a release consumed the record of lock i (from 0)
+// that the attempt numbered seq wrote: a later attempt's record is still
+// there.
+func (c *multiCall) consumed(i int, seq uint64) {
+	if c.rec[i] != 0 && c.rec[i] == seq {
+		c.rec[i] = 0
+		c.unwatchChanged()
+	}
+}
+
+// unwatchChanged rebuilds the unwatch argument from c.rec.
+func (c *multiCall) unwatchChanged() {
 	var b []byte
-	for j, ok := range c.recorded {
-		if ok {
+	for j, seq := range c.rec {
+		if seq != 0 {
 			b = strconv.AppendInt(b, int64(j+1), 10)
 			b = append(b, ' ')
 		}
@@ -71,8 +119,11 @@ func (c *multiCall) record(i int64) {
 	c.args[5] = string(b)
 }
 
-// newMultiCall checks reqs and builds the script call that takes them.
-func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCall, error) {
+// newMultiCall checks reqs and builds the script call that takes them;
+// with watch set, an attempt that finds a key held records the wait with
+// that key under a field of its own (watchField), so that the release that
+// frees the key wakes its Locker.
+func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCall, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one script", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
 	}
@@ -81,8 +132,12 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 	}
 	n := len(reqs)
 	keys := make([]string, 5*n) // grouped by kind, see multi_acquire.lua
-	args := make([]any, 0, 6+2*n)
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, lid, d.staleArg(reqs[0].TTL), "")
+	field := ""
+	if watch {
+		field = watchField(d.lid, d.waits.Add(1))
+	}
+	args := make([]any, 0, 7+2*n)
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, field, d.staleArg(reqs[0].TTL), "", "1")
 	ttls := make([]int64, n)
 	names := make([]*lockNames, n)
 	for i, req := range reqs {
@@ -112,7 +167,7 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, lid string) (*multiCal
 			boxed[i], boxed[n+i], boxed[2*n+i], boxed[3*n+i], boxed[4*n+i] = k[0], k[1], k[2], k[4], k[3]
 		}
 	}
-	return &multiCall{keys: keys, boxed: boxed, names: names, args: args, ttls: ttls, recorded: make([]bool, len(reqs))}, nil
+	return &multiCall{keys: keys, boxed: boxed, names: names, args: args, ttls: ttls, seq: 1, rec: make([]uint64, len(reqs))}, nil
 }
 
 // runMulti makes the attempt c, which takes reqs.

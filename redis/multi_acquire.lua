@@ -11,34 +11,41 @@
 -- ARGV[2]  retention  milliseconds a fence key outlives the last acquisition
 -- ARGV[3]  unfair     "1": a free key goes to the caller even when others
 --                     wait; "0": a key with waiters counts as held
--- ARGV[4]  lid        the caller's Locker id, or "": a failed attempt then
---                     records nothing. Otherwise it records the Locker in
+-- ARGV[4]  watch      the caller's record, " watch <lid> <wid>" (its
+--                     Locker and its wait), or "": a failed attempt then
+--                     records nothing. Otherwise it records the wait in
 --                     the waiters hash of the key it found held (field
---                     " watch <lid>", and " watched", see watch.lua), so
---                     that the release that frees the key wakes it
+--                     ARGV[4] -> ARGV[7], and " watched", see watch.lua),
+--                     so that the release that frees the key wakes it
 --                     (release.lua, multi_release.lua)
 -- ARGV[5]  stale      milliseconds a waiters hash created for a record
 --                     lasts
 -- ARGV[6]  unwatch    the numbers (from 1, each followed by a space) of
---                     the locks whose waiters hash may hold a record of
---                     ARGV[4] from an earlier attempt: a successful attempt
---                     removes them. "" for none
--- ARGV[5+2i], ARGV[6+2i]  owner and ttl (milliseconds) of lock i (from 1)
+--                     the locks whose waiters hash may hold the record
+--                     ARGV[4] from an earlier attempt that no release
+--                     consumed: a successful attempt removes them. "" for
+--                     none
+-- ARGV[7]  seq        the attempt's number in its wait: the record's
+--                     value, which the release that consumes it reports
+-- ARGV[6+2i], ARGV[7+2i]  owner and ttl (milliseconds) of lock i (from 1)
 --
 -- Returns {'held', i, pttl} when lock i is held by another owner (pttl in
 -- milliseconds, 0 when unknown: a key with waiters), {'shared', i, kind,
 -- limit} when it is held or awaited by shared holds, and otherwise a list
 -- of the new fencing tokens, as strings, one per lock: then every lock is
--- its owner's. Only that last reply and the records of ARGV[4] write
--- anything.
+-- its owner's. Only that last reply and the record ARGV[4] write
+-- anything. Each wait records under a field of its own: a successful
+-- attempt removes no other wait's record, not even one of its Locker.
 --
 -- Each lock is looked at in order: held, then shared holds, then waiters;
 -- the first that stops the attempt is the reply. The usual attempts cost:
 -- taking free keys, an MGET (which reads the tombstone too), an EXISTS, a
--- TIME and two SETs per lock; finding the first key held, an MGET, an HSET
--- and a PTTL, and a PTTL (and a PEXPIRE) more when the key's waiters hash
--- had no " watched". The script builds no table of its own (its reply is
--- the MGET's): a Lua allocation costs the server about as much as a call.
+-- TIME and two SETs per lock (and an HDEL per record of the wait that no
+-- release consumed: after a wake-up, none); finding the first key held, an
+-- MGET, an HSET and a PTTL, and a PTTL (and a PEXPIRE) more when the key's
+-- waiters hash had no " watched". The script builds no table of its own
+-- (its reply is the MGET's): a Lua allocation costs the server about as
+-- much as a call.
 local n = math.floor(#KEYS / 5)
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
@@ -87,7 +94,7 @@ if held > 0 then
   -- " watched", and it sets the expiry with it; watch.lua removes it only
   -- with the last record).
   local w = KEYS[4 * n + held]
-  if ARGV[4] ~= '' and redis.call('HSET', w, ' watch ' .. ARGV[4], '1', ' watched', '1') == 2 then
+  if ARGV[4] ~= '' and redis.call('HSET', w, ARGV[4], ARGV[7], ' watched', '1') == 2 then
     if redis.call('PTTL', w) == -1 then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end
@@ -108,13 +115,13 @@ for i = 1, n do
     token = last + 1
   end
   local s = string.format('%d', token)
-  redis.call('SET', KEYS[i], ARGV[5 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[6 + 2 * i])
+  redis.call('SET', KEYS[i], ARGV[6 + 2 * i] .. ' ' .. s .. ' ' .. ARGV[1], 'PX', ARGV[7 + 2 * i])
   redis.call('SET', KEYS[n + i], s, 'PX', ARGV[2])
   got[i] = s
 end
-if ARGV[4] ~= '' and ARGV[6] ~= '' then
+if ARGV[6] ~= '' then
   for i in string.gmatch(ARGV[6], '(%d+) ') do
-    redis.call('HDEL', KEYS[4 * n + tonumber(i)], ' watch ' .. ARGV[4])
+    redis.call('HDEL', KEYS[4 * n + tonumber(i)], ARGV[4])
   end
 end
 -- got[1..n] are the tokens now; the fences after them go.

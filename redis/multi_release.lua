@@ -17,7 +17,7 @@
 -- over.
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
--- an EXISTS per lock looked at for its queue and waiters, and an HKEYS,
+-- an EXISTS per lock looked at for its queue and waiters, and an HGETALL,
 -- an HDEL and a PUBLISH per Locker woken, come on top. The script builds
 -- no table of its own but its reply: a Lua allocation costs the server
 -- about as much as a call.

@@ -11,10 +11,12 @@ import (
 
 // AcquireMulti implements driver.MultiWaiter: a waiting LockMulti makes
 // one-script attempts (TryAcquireMulti) and, between them, holds nothing.
-// An attempt that finds a key held records this Locker with that key, and
-// the release that frees the key wakes the first Locker recorded with
-// "free" on its channel (release.lua), as a release wakes a waiter that
-// counts as gone. The wait subscribes to the channels of all the keys:
+// An attempt that finds a key held records the wait with that key, under
+// a field of its own, and the release that frees the key consumes the
+// first record and wakes its Locker with "free <wid> <seq>" on its channel
+// (watch.lua), as a release wakes a waiter that counts as gone. The wait
+// learns so which of its records are gone: its successful attempt removes
+// only the others. The wait subscribes to the channels of all the keys:
 // before the first attempt for the channels still subscribed from an
 // earlier wait (so that no message between the attempt and the
 // registration is lost), after it for the others (whose confirmation wakes
@@ -24,7 +26,12 @@ import (
 // holder's remaining time runs out if that comes first. Without pub/sub it
 // polls as Acquire does.
 func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
+	call, err := d.newMultiCall(reqs, true)
+	if err != nil {
+		return nil, err
+	}
 	w := newWaiter("")
+	w.wid = call.wid()
 	cancels := make([]func(), len(reqs))
 	defer func() {
 		for _, cancel := range cancels {
@@ -59,15 +66,12 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 			timer.Stop()
 		}
 	}()
-	call, err := d.newMultiCall(reqs, d.lid)
-	if err != nil {
-		return nil, err
-	}
 	for attempt := 0; ; attempt++ {
 		sent := time.Now()
 		if d.poll.Load() {
 			call.args[3] = ""
 		}
+		call.setSeq(uint64(attempt) + 1)
 		grants, err := d.runMulti(ctx, reqs, call)
 		if err == nil {
 			for i := range grants {
@@ -107,18 +111,24 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 			d.unwatch(ctx, reqs, call, false)
 			return nil, ctx.Err()
 		}
+		for _, f := range d.notify.takeFreed(w) {
+			if i := slices.IndexFunc(reqs, func(r driver.Request) bool { return r.Key == f.key }); i >= 0 {
+				call.consumed(i, f.seq)
+			}
+		}
 	}
 }
 
 // unwatch removes the records the attempts of call may have left (see
 // multi_acquire.lua) after a wait that ended without the keys, so that the
 // next release of a key wakes a Locker that still waits: those of
-// call.recorded, or with all (after an error: a lost reply may hide a
-// record) those of every key. It is best-effort, with a fresh context: a record left behind only
-// delays one wake-up of the others, which try again by themselves.
+// call.rec, or with all (after an error: a lost reply may hide a record)
+// those of every key. It is best-effort, with a fresh context: a record
+// left behind only delays one wake-up of the others, which try again by
+// themselves.
 func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *multiCall, all bool) {
-	lid, _ := call.args[3].(string)
-	if lid == "" || !all && !slices.Contains(call.recorded, true) {
+	field, _ := call.args[3].(string)
+	if field == "" || !all && !slices.ContainsFunc(call.rec, func(seq uint64) bool { return seq != 0 }) {
 		return
 	}
 	if d.cuts(ctx) {
@@ -134,8 +144,8 @@ func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *
 	}
 	pipe := d.client.Pipeline()
 	for i := range reqs {
-		if all || call.recorded[i] {
-			pipe.HDel(ctx, call.keys[4*len(reqs)+i], " watch "+lid)
+		if all || call.rec[i] != 0 {
+			pipe.HDel(ctx, call.keys[4*len(reqs)+i], field)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -13,7 +13,8 @@ import (
 // TestLockMultiWokenByRelease checks that a waiting LockMulti is woken by
 // the release that frees a key it found held (its record in the waiters
 // hash, release.lua's wake_watcher), long before it would try again by
-// itself (TTL/3).
+// itself (TTL/3). The wake-up tells the wait that the release consumed its
+// record: its successful attempt runs no HDEL (MONITOR).
 func TestLockMultiWokenByRelease(t *testing.T) {
 	t.Parallel()
 	addr := storeenv.Redis(t).Addr()
@@ -64,6 +65,7 @@ func TestLockMultiWokenByRelease(t *testing.T) {
 	}
 	// Let that attempt pass: a release before it would be caught by it.
 	driver.Sleep(ctx, 500*time.Millisecond)
+	m := startMonitor(t, addr)
 	if err := hm.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +77,11 @@ func TestLockMultiWokenByRelease(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting LockMulti was not woken by the release of its keys")
 	}
+	c.Ping(ctx) // ends the last script's lines in MONITOR
+	m.expect(ctx, t, base, []costStep{
+		{"releasing three keys, waking the wait recorded", 8},
+		{"the woken wait taking three free keys, its record consumed", 10},
+	})
 }
 
 // TestReleaseMultiEachWaiter checks that one ReleaseMulti serves every
@@ -125,10 +132,7 @@ func TestReleaseMultiEachWaiter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recorded, err := c.HExists(ctx, name(kindWaiters, keys[2]), " watch "+md.lid).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		recorded := watchRecords(ctx, t, c, keys[2], md.lid) > 0
 		subs, err := c.PubSubNumSub(ctx, channel).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -92,6 +92,34 @@ type waiter struct {
 	owner   string
 	wake    chan struct{}      // the key may be free, or handed over to owner: try again
 	claimed chan time.Duration // handed over to another waiter, for a claim window this long
+	// wid, for a LockMulti that records itself with the keys it finds held
+	// (watchField), names its records; freed collects the records that
+	// releases consumed ("free <wid> <seq>"), guarded by the notifier's mu
+	// (takeFreed).
+	wid   string
+	freed []freedRecord
+}
+
+// freedRecord is a LockMulti's record that a release consumed: the store
+// key and the number of the attempt that wrote it.
+type freedRecord struct {
+	key string
+	seq uint64
+}
+
+// parseFree parses "free <wid> <seq>", the wake-up of the LockMulti wait
+// wid whose record, written by its attempt seq, a release consumed.
+func parseFree(payload string) (wid string, seq uint64, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "free ")
+	if !ok {
+		return "", 0, false
+	}
+	wid, num, ok := strings.Cut(rest, " ")
+	if !ok {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseUint(num, 10, 64)
+	return wid, seq, err == nil && wid != ""
 }
 
 // grant is a hand-over announced on a lock's channel: "grant <owner> <seq>
@@ -134,6 +162,7 @@ func parseClaim(payload string) (time.Duration, bool) {
 
 // subscription is the state of one key's channel.
 type subscription struct {
+	key     string // the store key
 	channel string // set when issued
 	waiters map[*waiter]struct{}
 	idle    time.Time // when the last waiter left (issued ones only)
@@ -208,7 +237,7 @@ func (n *notifier) add(key string, w *waiter, early bool) (func(), error) {
 		return nil, nil
 	}
 	if s == nil {
-		s = &subscription{waiters: make(map[*waiter]struct{}, 1)}
+		s = &subscription{key: key, waiters: make(map[*waiter]struct{}, 1)}
 		n.subs[key] = s
 	}
 	if len(s.waiters) == 0 {
@@ -297,12 +326,14 @@ func (n *notifier) markLocked(key string) {
 // names; a hand-over to another waiter, or a claim announced to the next
 // waiter in line, tells the claim window; anything else (a wake-up of a
 // waiter that counted as gone, a subscription confirmation) wakes every
-// waiter of the key.
+// waiter of the key. A wake-up that names a LockMulti's record
+// ("free <wid> <seq>") also tells that waiter that the record is gone.
 func (n *notifier) deliver(channel, payload string) {
 	g, isGrant := parseGrant(payload)
 	if claim, ok := parseClaim(payload); ok {
 		g, isGrant = grant{ttl: claim}, true // names no waiter of ours
 	}
+	wid, seq, isFree := parseFree(payload)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.byChan[channel]
@@ -310,6 +341,9 @@ func (n *notifier) deliver(channel, payload string) {
 		return
 	}
 	for w := range s.waiters {
+		if isFree && w.wid == wid {
+			w.freed = append(w.freed, freedRecord{key: s.key, seq: seq})
+		}
 		switch {
 		case !isGrant, w.owner == g.owner:
 			// A hand-over to this waiter is a wake-up like any other:
@@ -326,6 +360,16 @@ func (n *notifier) deliver(channel, payload string) {
 			}
 		}
 	}
+}
+
+// takeFreed returns the records of w that releases consumed since the last
+// call, and forgets them.
+func (n *notifier) takeFreed(w *waiter) []freedRecord {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f := w.freed
+	w.freed = nil
+	return f
 }
 
 // write is the writer goroutine: it turns the waiters' state into SUBSCRIBE

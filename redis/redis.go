@@ -268,6 +268,9 @@ type redisDriver struct {
 	// Locker's notifier subscribes.
 	lid    string
 	lidArg any // lid, boxed once for the scripts' arguments
+	// waits numbers the waits of LockMulti that record themselves with
+	// the keys they find held (watchField): each has a field of its own.
+	waits atomic.Uint64
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll

@@ -2,33 +2,38 @@
 -- multi_release.lua say "-- #include watch.lua".
 
 -- watched reports whether the waiters hash w may hold a record of a
--- LockMulti attempt that found the key held (field " watch <lid>", see
--- multi_acquire.lua): its field " watched", which every such record sets
--- and which wake_watcher clears with the last one it sees. One call,
+-- LockMulti attempt that found the key held (field " watch <lid> <wid>",
+-- see multi_acquire.lua): its field " watched", which every such record
+-- sets and which wake_watcher clears with the last one it sees. One call,
 -- however many waiters the hash records.
 local function watched(w)
   return redis.call('HEXISTS', w, ' watched') == 1
 end
 
--- wake_watcher wakes the first Locker recorded in the waiters hash w by a
--- LockMulti attempt that found the key held, with "free" on its channel
--- (channel .. ':' .. lid), and forgets it: one Locker per release that
--- frees the key. channel "" wakes nobody. It returns false when the server
--- refused the message. The caller checks first that w exists (release.lua:
--- that it is watched), which is rare.
+-- wake_watcher wakes the Locker of the first LockMulti recorded in the
+-- waiters hash w by an attempt that found the key held, and forgets that
+-- record: one LockMulti per release that frees the key. The message, on
+-- channel .. ':' .. lid, is "free <wid> <seq>" (the record's wait and the
+-- attempt that wrote it), or "free" for a record that names no wait.
+-- channel "" wakes nobody. It returns false when the server refused the
+-- message. The caller checks first that w is watched, which is rare.
 local function wake_watcher(w, channel)
   if channel == '' then
     return true
   end
-  local first, lid, more
-  for _, f in ipairs(redis.call('HKEYS', w)) do
-    local l = string.match(f, '^ watch (%S+)$')
+  local all = redis.call('HGETALL', w)
+  local first, lid, msg, more
+  for i = 1, #all, 2 do
+    local l, wid = string.match(all[i], '^ watch (%S+) ?(%S*)$')
     if l then
       if first then
         more = true
         break
       end
-      first, lid = f, l
+      first, lid, msg = all[i], l, 'free'
+      if wid ~= '' then
+        msg = 'free ' .. wid .. ' ' .. all[i + 1]
+      end
     end
   end
   if not first then
@@ -40,6 +45,6 @@ local function wake_watcher(w, channel)
   else
     redis.call('HDEL', w, first, ' watched')
   end
-  local r = redis.pcall('PUBLISH', channel .. ':' .. lid, 'free')
+  local r = redis.pcall('PUBLISH', channel .. ':' .. lid, msg)
   return not (type(r) == 'table' and r.err)
 end
