@@ -253,9 +253,10 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 
-	var g *gateTicket
+	// The hold, its gate ticket and its handle are one allocation.
+	h := &hold{e: e, key: key, shared: share != nil, ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
 	if share == nil {
-		g, err = e.enterGate(cctx, skey, wait)
+		h.gate, err = e.enterGateWith(cctx, skey, wait, &h.ticket)
 		if err == errHeldLocally {
 			return nil, e.err(op, key, ErrNotAcquired, err)
 		}
@@ -263,7 +264,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			return nil, e.waitErr(op, key, ctx, err, nil)
 		}
 	}
-	h := &hold{e: e, key: key, gate: g, shared: share != nil, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold}
+	h.done = make(chan struct{})
 	req := driver.Request{Key: skey, Label: e.cfg.label, Data: lc.data, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
 	if e.perLockTTL {
 		// The key outlives a crash of its holder until its MinHold ends.
@@ -287,8 +288,9 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			// No closures to allocate: detached would run it inline too.
 			a, err = e.try(cctx, req, share, wait)
 		} else {
-			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, req, share, wait) },
-				func() func(tryOutcome, error) { return e.lateAttempt(req, h.gate) })
+			r := req // copied into the closures: req itself stays on the stack
+			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, share, wait) },
+				func() func(tryOutcome, error) { return e.lateAttempt(r, h.gate) })
 		}
 		if gone {
 			// The attempt goes on without its caller: a loss it reports
@@ -326,7 +328,8 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	if err := e.register(h, grant, sent); err != nil {
 		return nil, err
 	}
-	return &handle{h: h}, nil
+	h.self.h = h
+	return &h.self, nil
 }
 
 // try makes one acquisition attempt of lock: the driver call that share
@@ -650,7 +653,12 @@ type hold struct {
 	key   string
 	lease driver.Lease
 	gate  *gateTicket // nil for a shared hold
-	done  chan struct{}
+	// ticket is what gate points to while a Lock holds its place in the
+	// key's local gate (a late attempt keeps it after gate is nil), and
+	// self the handle Lock returns: allocated with the hold.
+	ticket gateTicket
+	self   handle
+	done   chan struct{}
 	// shared: a semaphore permit or a read or write hold, never reentrant
 	shared bool
 
@@ -876,7 +884,16 @@ type gateTicket struct {
 	once sync.Once
 }
 
+// enterGate takes a place in the local gate of store key: at once, or
+// (wait) once the place before it is given back, or ctx ends. The error is
+// errHeldLocally when !wait and the gate is taken.
 func (e *engine) enterGate(ctx context.Context, key string, wait bool) (*gateTicket, error) {
+	return e.enterGateWith(ctx, key, wait, &gateTicket{})
+}
+
+// enterGateWith is enterGate with the ticket t, unused, to fill in and
+// return.
+func (e *engine) enterGateWith(ctx context.Context, key string, wait bool, t *gateTicket) (*gateTicket, error) {
 	e.mu.Lock()
 	g := e.gates[key]
 	if g == nil {
@@ -888,7 +905,7 @@ func (e *engine) enterGate(ctx context.Context, key string, wait bool) (*gateTic
 	}
 	g.refs++
 	e.mu.Unlock()
-	t := &gateTicket{e: e, key: key, g: g}
+	t.e, t.key, t.g = e, key, g
 	select {
 	case g.ch <- struct{}{}:
 		return t, nil

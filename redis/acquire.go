@@ -97,9 +97,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		// With Config.Replicas a grant counts only once WAIT confirmed
 		// it, which the confirming attempt does; an unfair release hands
 		// nothing over.
-		var cancel func()
-		grants, cancel = d.inbox.register(req.Owner)
-		defer cancel()
+		if grants = d.inbox.register(req.Owner); grants != nil {
+			defer d.inbox.unregister(req.Owner)
+		}
 	}
 	var sentBuf [4]time.Time
 	sent := sentBuf[:0] // sent[i]: when attempt i+1 was sent
@@ -131,7 +131,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		seqArg := strconv.FormatUint(seq, 10)
 		switch {
 		case grants != nil && d.inbox.usable():
-			seqArg = "i" + seqArg
+			seqArg = inboxSeq(seq)
 		case d.unfairArg == "1" && now.Sub(recorded) < refresh:
 			// The record is recent: still queued, the attempt
 			// writes nothing.
@@ -217,6 +217,16 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			}
 		}
 	}
+}
+
+// inboxSeq is the seq argument of attempt seq of a waiter whose Locker
+// reads its inbox: "i<seq>", without an allocation for the first nine.
+func inboxSeq(seq uint64) string {
+	const first = "i1i2i3i4i5i6i7i8i9"
+	if seq >= 1 && seq <= 9 {
+		return first[2*(seq-1) : 2*seq]
+	}
+	return "i" + strconv.FormatUint(seq, 10)
 }
 
 // pollCeiling bounds a polling waiter's pause: a hand-over to it lasts

@@ -55,8 +55,10 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lo
 		boxed = nil // one key more
 	}
 	reply, err := d.runAcquire(ctx, keys, boxed, args[:]...)
-	if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {
-		return 0, cut
+	if tomb != "" { // else no cut, and no method value to allocate
+		if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {
+			return 0, cut
+		}
 	}
 	if errors.Is(err, errNotReplicated) {
 		return 0, d.leave(ctx, req, fmt.Errorf("acquire: %w", err))

@@ -110,27 +110,30 @@ func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
 }
 
 // register registers the waiting Lock of owner and starts the reader if it
-// is not running. Its channel receives the grants read for owner (nil after
-// close, or once the server refused BLPOP); cancel unregisters it. It does
-// not block on the network.
-func (ib *inbox) register(owner string) (grants <-chan inboxGrant, cancel func()) {
-	ch := make(chan inboxGrant, 1)
+// is not running. Its channel receives the grants read for owner; it is nil
+// after close, or once the server refused BLPOP, and otherwise unregister
+// must follow. It does not block on the network.
+func (ib *inbox) register(owner string) (grants <-chan inboxGrant) {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
 	if ib.closed || ib.disabled {
-		return nil, func() {}
+		return nil
 	}
+	ch := make(chan inboxGrant, 1)
 	ib.waiters[owner] = ch
 	if !ib.running {
 		ib.running = true
 		ib.done = make(chan struct{})
 		go ib.read(ib.done)
 	}
-	return ch, func() {
-		ib.mu.Lock()
-		delete(ib.waiters, owner)
-		ib.mu.Unlock()
-	}
+	return ch
+}
+
+// unregister ends the registration of owner's waiting Lock.
+func (ib *inbox) unregister(owner string) {
+	ib.mu.Lock()
+	delete(ib.waiters, owner)
+	ib.mu.Unlock()
 }
 
 // setLogger sets the logger before first use; a nil inbox ignores it.

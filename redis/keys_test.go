@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -17,6 +18,25 @@ func TestLockNames(t *testing.T) {
 		}
 		if n.channel != channelName(s) || n.channelArg != any(channelName(s)) {
 			t.Errorf("newLockNames(%q) channel %q (argument %v), want %q", s, n.channel, n.channelArg, channelName(s))
+		}
+	}
+}
+
+// TestLockNamesCache: a Locker names a key it takes again from its cache,
+// without making the names again, and never hands out another key's names,
+// however many keys share a slot of the cache.
+func TestLockNamesCache(t *testing.T) {
+	d := newDriver(nil)
+	first := d.lockNames("k")
+	if again := d.lockNames("k"); again != first {
+		t.Error("the names of a key taken again were made again")
+	}
+	for i := range 4 * namesCacheSize {
+		for _, s := range []string{fmt.Sprintf("key-%d", i), fmt.Sprintf("a}%d", i)} {
+			n := d.lockNames(s)
+			if n.key != s || n.keys != newLockNames(s).keys || n.channel != channelName(s) {
+				t.Fatalf("lockNames(%q) returned the names of %q: %v", s, n.key, n.keys)
+			}
 		}
 	}
 }

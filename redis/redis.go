@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -297,6 +298,9 @@ type redisDriver struct {
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
+	// names are the lockNames of the store keys used last (lockNames).
+	names namesCache
+
 	// The eviction check started by Configure; Close stops and waits.
 	stopCheck context.CancelFunc
 	checked   chan struct{}
@@ -335,6 +339,7 @@ func newDriver(client Client) *redisDriver {
 		unfairArg:    "0",
 	}
 	d.lidArg = d.lid
+	d.names.seed = maphash.MakeSeed()
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
 	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
 	switch c := client.(type) {
