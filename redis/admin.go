@@ -49,16 +49,14 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, e
 	pttl := pipe.PTTL(ctx, ks.Lock)
 	queued := pipe.ZCard(ctx, ks.Queue)
 	now := pipe.Time(ctx)
-	sk := sharedKeys(key)
-	holders := pipe.ZRangeWithScores(ctx, sk[2], 0, -1)
-	meta := pipe.HGetAll(ctx, sk[3])
-	shareQueued := pipe.ZCard(ctx, sk[4])
+	holds := pipe.HGetAll(ctx, ks.Holders)
+	shareQueued := pipe.ZCard(ctx, ks.SharedQueue)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		return driver.Status{}, fmt.Errorf("inspect: %w", classify(err))
 	}
-	if len(meta.Val()) > 0 {
+	if len(holds.Val()) > 0 {
 		var st driver.Status
-		return st, inspectShared(&st, now.Val(), holders.Val(), meta.Val(), shareQueued.Val())
+		return st, inspectShared(&st, now.Val(), holds.Val(), shareQueued.Val())
 	}
 	v, err := get.Result()
 	return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now.Val())

@@ -27,7 +27,8 @@
 --
 -- Returns {'held', i, pttl} when lock i is held by another owner (pttl in
 -- milliseconds, 0 when unknown: a key with waiters), {'shared', i, kind,
--- limit} when it is held or awaited by shared holds, and otherwise a list
+-- limit} when it is held or awaited by shared holds (kind "layout": in an
+-- older version's layout, see acquire.lua), and otherwise a list
 -- of the new fencing tokens, as strings, one per lock: then every lock is
 -- its owner's. Only that last reply and the records of ARGV[4] write
 -- anything.
@@ -68,8 +69,10 @@ for i = 1, n do
 end
 if held ~= 1 and redis.call('EXISTS', unpack(KEYS, 2 * n + 1, 4 * n)) > 0 then
   for i = 1, held == 0 and n or held - 1 do
-    local sh = redis.call('HMGET', KEYS[3 * n + i], ' kind', ' limit')
-    if sh[1] then
+    local sh = redis.pcall('HMGET', KEYS[3 * n + i], ' kind', ' limit')
+    if sh.err then
+      return { 'shared', i, 'layout', '' }
+    elseif sh[1] then
       return { 'shared', i, sh[1], sh[2] }
     end
     if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2 * n + i]) == 1 then

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/golocker/locker/driver"
 )
 
@@ -20,19 +18,30 @@ import (
 // key's state under the key's hash tag, beside the plain lock's names (see
 // keys.go), so that a Cluster keeps it in one slot:
 //
-//	holders  locker:{s}:sh  sorted set owner -> expiry (server ms)
-//	meta     locker:{s}:sm  hash " kind", " limit", and owner -> its hold
+//	holds    locker:{s}:sh  hash " kind", " limit", " q" (the line may have
+//	                        waiters), and owner -> its hold with its expiry
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
 // Tokens come from the plain lock's fence key, so that they increase across
 // plain locks and shared holds of the key. shared_lib.lua has the details.
+//
+// Versions before this layout kept a sorted set of holders under the holds
+// hash's name, and their records in a second hash (kindShareOldMeta). Each
+// version's scripts fail on the other's holders with WRONGTYPE; this one
+// names the problem (errOldLayout).
 const (
-	kindShareHolders = "sh"
-	kindShareMeta    = "sm"
+	kindShareHolds   = "sh"
 	kindShareQueue   = "sq"
 	kindShareWaiters = "sw"
+	// kindShareOldMeta names the holder records of older versions: only
+	// ACLRules and Keys still name it.
+	kindShareOldMeta = "sm"
 )
+
+// errOldLayout is the cause of ErrConflict for a key whose shared holds an
+// older version of this package wrote.
+var errOldLayout = errors.New("the key's shared holds are in the layout of an older version of this package (a sorted set of holders); upgrade every Locker of the key, or wait until those holds end")
 
 var (
 	//go:embed shared_lib.lua
@@ -52,7 +61,7 @@ func includeShared(script string) string {
 }
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
-// store key s: lock, fence, holders, meta, queue, waiters.
+// store key s: lock, fence, holds, queue, waiters.
 func sharedKeys(s string) []string { return newShareState(s).keys }
 
 // shareState is the Lease.State of a shared hold: RenewBatch, Release and
@@ -65,8 +74,8 @@ type shareState struct {
 
 // newShareState makes the names of store key s in one allocation.
 func newShareState(s string) *shareState {
-	n := names(s, kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel)
-	return &shareState{keys: n[:6:6], channel: n[6]}
+	n := names(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
+	return &shareState{keys: n[:5:5], channel: n[5]}
 }
 
 // channelArg is the channel argument of the shared scripts for st: its
@@ -94,8 +103,11 @@ func modeArg(m driver.Mode) any {
 
 // shareKindOf names the use of a key from a script's kind and limit.
 func shareKindOf(kind, limit any) string {
-	if kind == "permits" {
+	switch kind {
+	case "permits":
 		return fmt.Sprintf("a semaphore of %v permits", limit)
+	case "layout":
+		return "held by shared holds in the layout of an older version of this package"
 	}
 	return "a read-write lock"
 }
@@ -150,6 +162,8 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	switch {
 	case status == "plain":
 		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is a plain lock, not %s", driver.ErrConflict, wantedKind(s))
+	case status == "layout":
+		return driver.Grant{}, fmt.Errorf("acquire: %w: %w", driver.ErrConflict, errOldLayout)
 	case status == "conflict" && len(reply) == 3:
 		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is %s, not %s", driver.ErrConflict, shareKindOf(reply[1], reply[2]), wantedKind(s))
 	case len(reply) != 3:
@@ -320,24 +334,27 @@ func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error)
 	return d.runShared(ctx, newShareState(key), "", "break", 0)
 }
 
-// inspectShared fills st from a shared key's holders, meta hash and line
-// length, read at the server time now; expired holders are left out.
-func inspectShared(st *driver.Status, now time.Time, holders []goredis.Z, meta map[string]string, queued int64) error {
+// inspectShared fills st from a shared key's holds hash and line length,
+// read at the server time now; expired holders are left out.
+func inspectShared(st *driver.Status, now time.Time, holds map[string]string, queued int64) error {
 	st.Waiters = int(queued)
-	if meta[" kind"] == "permits" {
-		st.Limit, _ = strconv.Atoi(meta[" limit"])
+	if holds[" kind"] == "permits" {
+		st.Limit, _ = strconv.Atoi(holds[" limit"])
 	}
-	for _, z := range holders {
-		owner, _ := z.Member.(string)
-		f := strings.SplitN(meta[owner], " ", 6)
-		if len(f) != 6 {
+	for owner, rec := range holds {
+		if strings.HasPrefix(owner, " ") {
 			continue
 		}
-		h := driver.Holder{Label: f[5], Expires: time.UnixMilli(int64(z.Score)).UTC()}
-		if !h.Expires.After(now) {
+		f := strings.SplitN(rec, " ", 7)
+		if len(f) != 7 {
+			return fmt.Errorf("inspect: malformed holder record %q", rec)
+		}
+		expires, err0 := strconv.ParseInt(f[0], 10, 64)
+		h := driver.Holder{Label: f[6], Expires: time.UnixMilli(expires).UTC()}
+		if err0 == nil && !h.Expires.After(now) {
 			continue
 		}
-		switch f[0] {
+		switch f[1] {
 		case "permits":
 			h.Mode = driver.Permits
 		case "read":
@@ -346,11 +363,11 @@ func inspectShared(st *driver.Status, now time.Time, holders []goredis.Z, meta m
 			h.Mode = driver.Write
 		}
 		var err1, err2, err3 error
-		h.Weight, err1 = strconv.Atoi(f[1])
-		h.Token, err2 = strconv.ParseUint(f[2], 10, 64)
-		acquired, err3 := strconv.ParseInt(f[3], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return fmt.Errorf("inspect: malformed holder record %q", meta[owner])
+		h.Weight, err1 = strconv.Atoi(f[2])
+		h.Token, err2 = strconv.ParseUint(f[3], 10, 64)
+		acquired, err3 := strconv.ParseInt(f[4], 10, 64)
+		if err := errors.Join(err0, err1, err2, err3); err != nil {
+			return fmt.Errorf("inspect: malformed holder record %q", rec)
 		}
 		h.Acquired = time.UnixMilli(acquired).UTC()
 		st.Holders = append(st.Holders, h)

@@ -94,7 +94,7 @@ func TestSharedScriptCommands(t *testing.T) {
 // TestNamesMatchName: names, which makes several names in one allocation,
 // makes each as name does, in both forms of the naming rules.
 func TestNamesMatchName(t *testing.T) {
-	kinds := []string{kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel}
+	kinds := []string{kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel}
 	for _, s := range []string{"k", "a:b", "x}y", "}", "{t}z", ""} {
 		got := names(s, kinds...)
 		for i, k := range kinds {
@@ -104,7 +104,7 @@ func TestNamesMatchName(t *testing.T) {
 		}
 	}
 	st := newShareState("k")
-	if len(st.keys) != 6 || st.channel != channelName("k") {
-		t.Errorf("newShareState: keys %q, channel %v; want the six KEYS and the channel %q", st.keys, st.channel, channelName("k"))
+	if len(st.keys) != 5 || st.channel != channelName("k") {
+		t.Errorf("newShareState: keys %q, channel %v; want the five KEYS and the channel %q", st.keys, st.channel, channelName("k"))
 	}
 }
