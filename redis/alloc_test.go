@@ -9,13 +9,13 @@ import (
 )
 
 // TestRoundTripAllocations bounds the allocations of an uncontended
-// Lock+Unlock and LockMulti+Unlock of three keys on a real server, with a
-// ctx that never ends (the calls run inline). go-redis makes about half of
+// Lock+Unlock, permit, and LockMulti+Unlock of three keys on a real server,
+// with a ctx that never ends (the calls run inline). go-redis makes about half of
 // them. Each name of a lock is made and boxed once per acquisition, the
 // scripts' fixed arguments and digests are boxed once per Locker, and a
 // release names nothing. The budgets leave go-redis a few allocations of
-// slack (its connection checks); the code before these savings made 71 and
-// 157.
+// slack (its connection checks); the code before these savings made 71,
+// 43 and 157.
 func TestRoundTripAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
@@ -24,6 +24,10 @@ func TestRoundTripAllocations(t *testing.T) {
 	key := uniqueKey(t)
 	keys := []string{key + ".a", key + ".b", key + ".c"}
 	ctx := context.Background()
+	sem, err := locker.NewSemaphore(l, key+".sem", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		what   string
 		budget float64
@@ -35,6 +39,13 @@ func TestRoundTripAllocations(t *testing.T) {
 				return err
 			}
 			return lk.Unlock(ctx)
+		}},
+		{"a permit's Acquire+Unlock", 37, func() error {
+			p, err := sem.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			return p.Unlock(ctx)
 		}},
 		{"LockMulti+Unlock of three keys", 112, func() error {
 			m, err := locker.LockMulti(ctx, l, keys)

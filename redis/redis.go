@@ -322,10 +322,8 @@ func newDriver(client Client) *redisDriver {
 		renew:   goredis.NewScript(renewLua),
 		setData: goredis.NewScript(setDataLua),
 
-		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
-		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
-		shareRenew:   goredis.NewScript(shareRenewLua),
-		logger:       logger,
+		shareRenew: goredis.NewScript(shareRenewLua),
+		logger:     logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),
@@ -333,6 +331,7 @@ func newDriver(client Client) *redisDriver {
 	}
 	d.lidArg = d.lid
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
+	d.shareAcquire, d.shareRelease = d.newScript(includeShared(shareAcquireLua)), d.newScript(includeShared(shareReleaseLua))
 	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
 	switch c := client.(type) {
 	case *goredis.Client:

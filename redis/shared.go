@@ -70,12 +70,29 @@ func sharedKeys(s string) []string { return newShareState(s).keys }
 type shareState struct {
 	keys    []string // sharedKeys
 	channel any      // channelName, boxed for the scripts' ARGV
+	// keyArgs are keys, boxed for runScript (nil when it cannot use
+	// them); boxes holds them.
+	keyArgs []any
+	boxes   [5]any
 }
 
 // newShareState makes the names of store key s in one allocation.
 func newShareState(s string) *shareState {
 	n := names(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
 	return &shareState{keys: n[:5:5], channel: n[5]}
+}
+
+// shareState returns the names of store key s, with its keys boxed when
+// runScript can use them.
+func (d *redisDriver) shareState(s string) *shareState {
+	st := newShareState(s)
+	if d.proc != nil {
+		for i, k := range st.keys {
+			st.boxes[i] = k
+		}
+		st.keyArgs = st.boxes[:]
+	}
+	return st
 }
 
 // channelArg is the channel argument of the shared scripts for st: its
@@ -129,14 +146,18 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if err := checkOwner(req.Owner); err != nil {
 		return driver.Grant{}, err
 	}
-	st := newShareState(req.Key)
+	st := d.shareState(req.Key)
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	var queue any = "0"
 	if s.Queue {
 		queue = "1"
 	}
-	args, tomb := d.withTomb(ctx, req, st.keys)
-	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+	keys, tomb := d.withTomb(ctx, req, st.keys)
+	boxed := st.keyArgs
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, keys, boxed, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
 	if token, ok := v.(int64); ok && token > 0 && err == nil {
 		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
@@ -230,7 +251,7 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicated(ctx, d.shareRelease, wrote, st.keys, owner, st.channel, op, arg)
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys, st.keyArgs, owner, st.channel, op, arg)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}
