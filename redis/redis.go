@@ -290,7 +290,7 @@ type redisDriver struct {
 
 	// direct are the scripts runScript may send as commands of its own,
 	// through proc: the client when it is a go-redis *Client or
-	// *ClusterClient, else nil (see eval.go).
+	// *ClusterClient, or an owned client, else nil (see eval.go).
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
@@ -337,6 +337,8 @@ func newDriver(client Client) *redisDriver {
 	case *goredis.Client:
 		d.proc = c
 	case *goredis.ClusterClient:
+		d.proc = c
+	case *ownedClient:
 		d.proc = c
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)
