@@ -88,10 +88,10 @@ const lastForm = 3
 // names (of the given form) in one pipeline, and returns the held ones.
 func (d *redisDriver) readShared(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
 	return d.readPage(ctx, names, kindShareHolds, form-2, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
-		holds, queued := pipe.HGetAll(ctx, ks.Holders), pipe.ZCard(ctx, ks.SharedQueue)
+		shared := readSharedOn(ctx, pipe, ks)
 		return func(now time.Time) (driver.Status, error) {
-			var st driver.Status
-			return st, inspectShared(&st, now, holds.Val(), queued.Val())
+			st, _, err := shared.status(now)
+			return st, err
 		}
 	})
 }
@@ -119,7 +119,7 @@ func (d *redisDriver) readPage(ctx context.Context, names []string, kind string,
 		}
 	}
 	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+	if _, err := pipe.Exec(ctx); pipeErr(err) != nil {
 		return nil, fmt.Errorf("list: %w", classify(err))
 	}
 	page := make([]driver.KeyStatus, 0, len(reads))

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker/driver"
 )
 
@@ -353,6 +355,73 @@ func (d *redisDriver) keepShared(ctx context.Context, l driver.Lease, remaining 
 // one.
 func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error) {
 	return d.runShared(ctx, newShareState(key), "", "break", 0)
+}
+
+// sharedRead is what Inspect and List read of a shared key: its holds hash
+// and line length, and the holders of the layout before the holds hash
+// (a sorted set under the same name, and the meta hash), of which one
+// read fails with WRONGTYPE.
+type sharedRead struct {
+	holds, oldMeta *goredis.MapStringStringCmd
+	old            *goredis.ZSliceCmd
+	queued         *goredis.IntCmd
+}
+
+// readSharedOn queues the reads of the shared key named ks on pipe.
+func readSharedOn(ctx context.Context, pipe goredis.Pipeliner, ks Keys) sharedRead {
+	return sharedRead{
+		holds:   pipe.HGetAll(ctx, ks.Holders),
+		old:     pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1),
+		oldMeta: pipe.HGetAll(ctx, ks.Meta),
+		queued:  pipe.ZCard(ctx, ks.SharedQueue),
+	}
+}
+
+// isWrongType reports whether err is Redis's WRONGTYPE error.
+func isWrongType(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") }
+
+// pipeErr is the error of a pipeline's Exec that matters to readSharedOn's
+// callers: nil for a missing key, or a read of the other layout.
+func pipeErr(err error) error {
+	if err == nil || errors.Is(err, goredis.Nil) || isWrongType(err) {
+		return nil
+	}
+	return err
+}
+
+// holdsOf returns the key's holds hash, made from the older layout's
+// holders when the key has those.
+func (r sharedRead) holdsOf() (map[string]string, error) {
+	err := r.holds.Err()
+	if !isWrongType(err) {
+		return r.holds.Val(), err
+	}
+	if err := errors.Join(r.old.Err(), r.oldMeta.Err()); err != nil {
+		return nil, err
+	}
+	meta := r.oldMeta.Val()
+	holds := map[string]string{" kind": meta[" kind"], " limit": meta[" limit"]}
+	for _, z := range r.old.Val() {
+		owner, _ := z.Member.(string)
+		if rec, ok := meta[owner]; ok {
+			holds[owner] = strconv.FormatInt(int64(z.Score), 10) + " " + rec
+		}
+	}
+	return holds, nil
+}
+
+// status returns the Status of the shared key at the server time now, and
+// whether the key has shared state.
+func (r sharedRead) status(now time.Time) (driver.Status, bool, error) {
+	var st driver.Status
+	holds, err := r.holdsOf()
+	if err == nil {
+		err = r.queued.Err()
+	}
+	if err != nil || len(holds) == 0 {
+		return st, false, err
+	}
+	return st, true, inspectShared(&st, now, holds, r.queued.Val())
 }
 
 // inspectShared fills st from a shared key's holds hash and line length,

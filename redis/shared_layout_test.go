@@ -25,8 +25,9 @@ var v1SharedAcquireLua string
 // of one key. This version refuses a key held in the old layout (a sorted
 // set of holders and a meta hash, written here by hand) with
 // ErrInvalidOption naming the problem, on every kind of request, and
-// grants once those holds are gone. The old version's acquire script fails
-// on a key that this version holds, whatever it asks for.
+// grants once those holds are gone; Inspect and List show those holds.
+// The old version's acquire script fails on a key that this version
+// holds, whatever it asks for.
 func TestSharedOldLayout(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, storeenv.Redis(t).Addr())
@@ -44,6 +45,21 @@ func TestSharedOldLayout(t *testing.T) {
 	pipe.PExpire(ctx, oldKeys[3], time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if st, err := locker.Inspect(ctx, l, key); err != nil || st.Limit != 1 || len(st.Holders) != 1 || st.Holders[0].Label != "old" || st.Holders[0].Token != 7 {
+		t.Errorf("Inspect of a key held in the old layout: %+v, %v; want the limit 1 and its holder \"old\" with token 7", st, err)
+	}
+	listed := 0
+	for ks, err := range locker.List(ctx, l, key) {
+		if err != nil {
+			t.Fatalf("List beside a key held in the old layout: %v", err)
+		}
+		if ks.Key == key && len(ks.Holders) == 1 {
+			listed++
+		}
+	}
+	if listed != 1 {
+		t.Errorf("List showed the key held in the old layout with its holder %d times, want once", listed)
 	}
 	one, _ := locker.NewSemaphore(l, key, 1)
 	two, _ := locker.NewSemaphore(l, key, 2)
