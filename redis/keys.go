@@ -207,13 +207,20 @@ type lockNames struct {
 // boxed when runScript can use them.
 func (d *redisDriver) lockNames(s string) *lockNames {
 	n := newLockNames(s)
-	if d.proc != nil {
-		for i, k := range n.keys {
-			n.boxes[i] = k
-		}
-		n.keyArgs = n.boxes[:]
-	}
+	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
 	return n
+}
+
+// boxKeys boxes keys into boxes (of the same length) and returns them, or
+// nil when runScript cannot use them.
+func (d *redisDriver) boxKeys(boxes []any, keys []string) []any {
+	if d.proc == nil {
+		return nil
+	}
+	for i, k := range keys {
+		boxes[i] = k
+	}
+	return boxes
 }
 
 // newLockNames returns the names of the lock on store key s, in one

@@ -88,12 +88,7 @@ func newShareState(s string) *shareState {
 // runScript can use them.
 func (d *redisDriver) shareState(s string) *shareState {
 	st := newShareState(s)
-	if d.proc != nil {
-		for i, k := range st.keys {
-			st.boxes[i] = k
-		}
-		st.keyArgs = st.boxes[:]
-	}
+	st.keyArgs = d.boxKeys(st.boxes[:], st.keys)
 	return st
 }
 
