@@ -1,6 +1,6 @@
 -- acquire.lua: one attempt to take the lock.
 --
--- KEYS     lock, fence, queue, waiters (see lib.lua), and meta: the hash
+-- KEYS     lock, fence, queue, waiters (see lib.lua), and holds: the hash
 --          of the key's shared holds (see shared_lib.lua); then, for an
 --          attempt that may be cut (cut.go), the owner's tombstone: while
 --          it exists, the attempt writes nothing and returns 0

@@ -184,7 +184,7 @@ func newLockerID() string {
 }
 
 // scriptKeys returns KEYS of acquire.lua and release.lua for store key s:
-// lock, fence, queue, waiters, and the meta hash of shared holds.
+// lock, fence, queue, waiters, and the holds hash of shared holds.
 func scriptKeys(s string) []string {
 	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareHolds, s)}
 }

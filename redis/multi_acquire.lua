@@ -2,11 +2,11 @@
 --
 -- KEYS     five names per lock (see lib.lua and shared_lib.lua), grouped
 --          by kind: for n locks, KEYS[i] is lock i's lock, KEYS[n+i] its
---          fence, KEYS[2n+i] its queue, KEYS[3n+i] its meta and KEYS[4n+i]
---          its waiters (i from 1), so that one call reads a group; then,
---          for an attempt that may be cut (cut.go), the tombstone of lock
---          1's owner: while it exists, the attempt writes nothing and
---          returns {'held', 1, 0}
+--          fence, KEYS[2n+i] its queue, KEYS[3n+i] its shared holds hash
+--          and KEYS[4n+i] its waiters (i from 1), so that one call reads a
+--          group; then, for an attempt that may be cut (cut.go), the
+--          tombstone of lock 1's owner: while it exists, the attempt writes
+--          nothing and returns {'held', 1, 0}
 -- ARGV[1]  label      human-readable holder name, recorded only
 -- ARGV[2]  retention  milliseconds a fence key outlives the last acquisition
 -- ARGV[3]  unfair     "1": a free key goes to the caller even when others
@@ -58,7 +58,7 @@ end
 
 -- held: the first lock held (0: none); the locks before it are free, and
 -- only their queues and shared holds can still stop the attempt. One
--- EXISTS over every lock's queue and meta says whether any exist; only
+-- EXISTS over every lock's queue and holds hash says whether any exist; only
 -- then are the locks before held looked at one by one.
 local held = 0
 for i = 1, n do

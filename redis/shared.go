@@ -276,7 +276,7 @@ func sharedActed(reply any) bool {
 }
 
 // SetLimit implements driver.Limiter: one round trip of
-// shared_release.lua, which sets the limit in the key's meta hash and
+// shared_release.lua, which sets the limit in the key's holds hash and
 // wakes the head of its line. With Config.Replicas it returns only once
 // WAIT confirms the limit on the replicas. Otherwise the error matches
 // errNotReplicated, and the new limit may or may not survive a failover.

@@ -15,7 +15,8 @@ import (
 // reads the strings in one MGET and finds no holds hash, which says that
 // nobody holds and nobody waits: it reads no line, and writes the fence,
 // the hash and the hash's expiry. A permit beside another holder reads the
-// line only when the hash says it may have waiters. The release of the
+// line only when the hash says it may have waiters, and sets the hash's
+// expiry only when its hold outlives the others. The release of the
 // last holder finds the hash left with its kind and limit in one HLEN; one
 // beside another holder finds nobody waiting in one HEXISTS. A Locker that
 // owns its client, given a cancellable ctx, reads the attempt's tombstone
@@ -82,7 +83,7 @@ func TestSharedScriptCommands(t *testing.T) {
 		{"a permit of a free key, cancellable ctx, on a Locker that owns its client", 7},
 		{"releasing the last permit, cancellable ctx, on a Locker that owns its client", 4},
 		{"a permit of a free key", 7},
-		{"a permit beside another holder, cancellable ctx, on a Locker that owns its client", 6},
+		{"a permit beside another holder, cancellable ctx, on a Locker that owns its client", 7},
 		{"releasing a permit, another holder left", 4},
 		{"releasing the last permit", 4},
 	}
