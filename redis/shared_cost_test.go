@@ -21,7 +21,7 @@ import (
 // beside another holder finds nobody waiting in one HEXISTS. A Locker that
 // owns its client, given a cancellable ctx, reads the attempt's tombstone
 // in the same MGET. The layout before the holds hash (a sorted set of
-// holders and a meta hash) took 9, 4, 11 and 6.
+// holders and a meta hash) took 9, 4, 9 or 11, and 6.
 func TestSharedScriptCommands(t *testing.T) {
 	t.Parallel()
 	addr := storeenv.Redis(t).Addr()
