@@ -249,6 +249,9 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
 	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys, st.keyArgs, owner, st.channel, op, arg)
+	if isWrongType(err) {
+		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
+	}
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}

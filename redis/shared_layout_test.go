@@ -24,8 +24,9 @@ var v1SharedAcquireLua string
 // version before the holds hash never grant beside each other's holders
 // of one key. This version refuses a key held in the old layout (a sorted
 // set of holders and a meta hash, written here by hand) with
-// ErrInvalidOption naming the problem, on every kind of request, and
-// grants once those holds are gone; Inspect and List show those holds.
+// ErrInvalidOption naming the problem, on every kind of request (SetLimit:
+// with an error naming it), and grants once those holds are gone; Inspect
+// and List show those holds.
 // The old version's acquire script fails on a key that this version
 // holds, whatever it asks for.
 func TestSharedOldLayout(t *testing.T) {
@@ -81,6 +82,9 @@ func TestSharedOldLayout(t *testing.T) {
 		if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "older version") {
 			t.Errorf("%s on a key held in the old layout: got %v, want ErrInvalidOption naming the older version's layout", what, err)
 		}
+	}
+	if err := one.SetLimit(ctx, 3); err == nil || !strings.Contains(err.Error(), "older version") {
+		t.Errorf("SetLimit on a key held in the old layout: %v; want an error naming the older version's layout", err)
 	}
 	if m, err := locker.LockMulti(ctx, l, []string{key + "-other", key}); err == nil {
 		_ = m.Unlock(ctx)
