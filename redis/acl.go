@@ -30,7 +30,7 @@ func ACLRules(prefix string) []string {
 		rules = append(rules, "~"+namespace+"{"+p+"*")
 	}
 	for _, kind := range []string{kindLock, kindFence, kindQueue, kindWaiters,
-		kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindCut} {
+		kindShareHolds, kindShareOldMeta, kindShareQueue, kindShareWaiters, kindCut} {
 		rules = append(rules, "~"+namespace+hashTagGlob+kind+":"+p+"*")
 	}
 	if !strings.Contains(prefix, "}") {

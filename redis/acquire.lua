@@ -1,6 +1,6 @@
 -- acquire.lua: one attempt to take the lock.
 --
--- KEYS     lock, fence, queue, waiters (see lib.lua), and meta: the hash
+-- KEYS     lock, fence, queue, waiters (see lib.lua), and holds: the hash
 --          of the key's shared holds (see shared_lib.lua); then, for an
 --          attempt that may be cut (cut.go), the owner's tombstone: while
 --          it exists, the attempt writes nothing and returns 0
@@ -23,7 +23,8 @@
 --                     wait (barging); "0": to the first live waiter
 --
 -- Returns {'shared', kind, limit} when the key is held or awaited by
--- shared holds (see shared_lib.lua), else one integer r, or {r} when the attempt handed the lock over to
+-- shared holds (see shared_lib.lua; kind "layout": in the layout of an
+-- older version, whose holders are a sorted set), else one integer r, or {r} when the attempt handed the lock over to
 -- the first waiter but the server refused to publish the message:
 --   r > 0   the lock is ARGV[1]'s, with fencing token r: newly taken, or
 --           already ARGV[1]'s (handed over by the previous holder, or a
@@ -114,8 +115,10 @@ elseif ARGV[9] == '1' then
   -- holds have it. Only an attempt after the first of a waiting Lock
   -- (seq > 1) may have queued: it leaves the queue (dequeue of lib.lua).
   if redis.call('EXISTS', KEYS[5]) == 1 then
-    local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
-    if sh[1] then
+    local sh = redis.pcall('HMGET', KEYS[5], ' kind', ' limit')
+    if sh.err then
+      return { 'shared', 'layout', '' }
+    elseif sh[1] then
       return { 'shared', sh[1], sh[2] }
     end
   end
@@ -124,8 +127,10 @@ elseif ARGV[9] == '1' then
   end
   return fast_take(got[2])
 elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
-  local sh = redis.call('HMGET', KEYS[5], ' kind', ' limit')
-  if sh[1] then
+  local sh = redis.pcall('HMGET', KEYS[5], ' kind', ' limit')
+  if sh.err then
+    return { 'shared', 'layout', '' }
+  elseif sh[1] then
     return { 'shared', sh[1], sh[2] }
   end
 else

@@ -49,16 +49,15 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.Status, e
 	pttl := pipe.PTTL(ctx, ks.Lock)
 	queued := pipe.ZCard(ctx, ks.Queue)
 	now := pipe.Time(ctx)
-	sk := sharedKeys(key)
-	holders := pipe.ZRangeWithScores(ctx, sk[2], 0, -1)
-	meta := pipe.HGetAll(ctx, sk[3])
-	shareQueued := pipe.ZCard(ctx, sk[4])
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+	shared := readSharedOn(ctx, pipe, ks)
+	if _, err := pipe.Exec(ctx); pipeErr(err) != nil {
 		return driver.Status{}, fmt.Errorf("inspect: %w", classify(err))
 	}
-	if len(meta.Val()) > 0 {
-		var st driver.Status
-		return st, inspectShared(&st, now.Val(), holders.Val(), meta.Val(), shareQueued.Val())
+	if st, ok, err := shared.status(now.Val()); ok || err != nil {
+		if err != nil {
+			err = fmt.Errorf("inspect: %w", classify(err))
+		}
+		return st, err
 	}
 	v, err := get.Result()
 	return lockStatus(v, errors.Is(err, goredis.Nil), pttl.Val(), queued.Val(), now.Val())

@@ -250,6 +250,17 @@ func (c *ownedClient) onSlot(ctx context.Context, do func(cl *goredis.Client) *g
 	return cmd
 }
 
+// Process runs cmd, on a slot when ctx can end: runScript's commands.
+func (c *ownedClient) Process(ctx context.Context, cmd goredis.Cmder) error {
+	if !cuttable(ctx) {
+		return c.Client.Process(ctx, cmd)
+	}
+	s, done := c.take(ctx)
+	err := s.client.Process(ctx, cmd)
+	done(cmd.Err())
+	return err
+}
+
 // Eval runs EVAL, on a slot when ctx can end.
 func (c *ownedClient) Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd {
 	return c.onSlot(ctx, func(cl *goredis.Client) *goredis.Cmd { return cl.Eval(ctx, script, keys, args...) })

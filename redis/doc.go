@@ -162,7 +162,8 @@
 //
 // For a key k (prefix included) the lock is "locker:{k}", beside
 // "locker:{k}:fence", ":q", ":w" and the channel ":rel". Shared holds use
-// ":sh", ":sm", ":sq" and ":sw" besides the fence. All share one hash
+// ":sh", ":sq" and ":sw" besides the fence; versions before the holds hash
+// also used ":sm". All share one hash
 // tag, so every script touches one Cluster slot. A key containing '}' is
 // tagged with a hash of it: "locker:#{<hex>}:lock:k". [KeysOf] returns the
 // names; [ACLRules] the ACL selectors of a prefix.

@@ -14,8 +14,9 @@ import (
 // lock's names once per acquisition (lockNames). go-redis sees the same
 // command (EVALSHA, its key position set), through its Process, so hooks,
 // retries and Cluster routing are as for Script.Run. Only a go-redis
-// *Client or *ClusterClient is called so: an owned client (Open) sends
-// its calls to slots it may cut, and a wrapper may count on Scripter.
+// *Client or *ClusterClient, and an owned client (Open), whose Process
+// sends a call to a slot it may cut, are called so: a wrapper may count on
+// Scripter.
 
 // processor is the part of a go-redis client that runs a command built by
 // the caller.

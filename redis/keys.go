@@ -137,10 +137,10 @@ type Keys struct {
 	Fence   string // string, the last fencing token
 	Queue   string // sorted set of waiting owners, by arrival
 	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>", and " woke" -> "<until> <owner>"
-	// Holders, Meta, SharedQueue and SharedWaiters hold the key's
-	// semaphore permits or read-write holds (see shared.go).
-	Holders       string // sorted set of holders, by expiry (server ms)
-	Meta          string // hash " kind", " limit", and owner -> its hold
+	// Holders, SharedQueue and SharedWaiters hold the key's semaphore
+	// permits or read-write holds (see shared.go).
+	Holders       string // hash " kind", " limit", " q", and owner -> its hold with its expiry
+	Meta          string // hash of holder records of versions before the holds hash; never written
 	SharedQueue   string // sorted set of waiting owners, by arrival
 	SharedWaiters string // hash owner -> "<deadline> <mode> <weight> <lid>"
 	// Channel is the pub/sub channel of releases; hand-overs go to
@@ -159,8 +159,8 @@ func KeysOf(s string) Keys {
 		Waiters: name(kindWaiters, s),
 		Channel: name(kindChannel, s),
 
-		Holders:       name(kindShareHolders, s),
-		Meta:          name(kindShareMeta, s),
+		Holders:       name(kindShareHolds, s),
+		Meta:          name(kindShareOldMeta, s),
 		SharedQueue:   name(kindShareQueue, s),
 		SharedWaiters: name(kindShareWaiters, s),
 	}
@@ -186,9 +186,9 @@ func newLockerID() string {
 }
 
 // scriptKeys returns KEYS of acquire.lua and release.lua for store key s:
-// lock, fence, queue, waiters, and the meta hash of shared holds.
+// lock, fence, queue, waiters, and the holds hash of shared holds.
 func scriptKeys(s string) []string {
-	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareMeta, s)}
+	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareHolds, s)}
 }
 
 // lockNames are the names a plain lock's scripts use, made once per
@@ -229,14 +229,21 @@ func (d *redisDriver) lockNames(s string) *lockNames {
 		return n
 	}
 	n := newLockNames(s)
-	if d.proc != nil {
-		for i, k := range n.keys {
-			n.boxes[i] = k
-		}
-		n.keyArgs = n.boxes[:]
-	}
+	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
 	slot.Store(n)
 	return n
+}
+
+// boxKeys boxes keys into boxes (of the same length) and returns them, or
+// nil when runScript cannot use them.
+func (d *redisDriver) boxKeys(boxes []any, keys []string) []any {
+	if d.proc == nil {
+		return nil
+	}
+	for i, k := range keys {
+		boxes[i] = k
+	}
+	return boxes
 }
 
 // newLockNames returns the names of the lock on store key s, in one
@@ -244,7 +251,7 @@ func (d *redisDriver) lockNames(s string) *lockNames {
 func newLockNames(s string) *lockNames {
 	n := &lockNames{key: s}
 	var all [len(n.keys) + 1]string
-	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareMeta, kindChannel)
+	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareHolds, kindChannel)
 	copy(n.keys[:], all[:])
 	n.channel = all[len(n.keys)]
 	n.channelArg = n.channel

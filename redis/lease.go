@@ -125,7 +125,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 		var arg any
 		arg, ttls[i] = d.ttlArgs(l.TTL)
 		if st, ok := l.State.(*shareState); ok {
-			calls[i] = evalCall{script: d.shareRenew, keys: st.keys[2:4], args: []any{l.Owner, arg}}
+			calls[i] = evalCall{script: d.shareRenew, keys: st.keys[2:3], args: []any{l.Owner, arg}}
 		} else {
 			calls[i] = evalCall{script: d.renew, keys: leaseNames(l).keys[:1:1], args: []any{l.Owner, arg}}
 		}

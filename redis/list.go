@@ -18,7 +18,7 @@ import (
 // List implements driver.Lister with SCAN: one SCAN call per page, with
 // MATCH on the lock names of the prefix and COUNT limit, then the page's
 // locks read in one pipeline. Both name forms (see KeysOf) of the plain
-// locks, then of the shared holds' meta hashes, are scanned in turn, and on
+// locks, then of the shared holds' holds hashes, are scanned in turn, and on
 // a Cluster every primary in turn. The cursor is
 // "<primary>:<form>:<SCAN cursor>". As SCAN does, it may yield a key twice
 // when Redis resizes its table during the listing, or when it turns from a
@@ -52,7 +52,7 @@ func scanPage(ctx context.Context, nodes []scanFunc, prefix, cursor string, limi
 		return nil, 0, 0, "", nil // the Cluster lost primaries since the last page
 	}
 	match := []string{namespace + "{" + globEscape(prefix) + "*}", namespace + hashTagGlob + kindLock + ":" + globEscape(prefix) + "*",
-		namespace + "{" + globEscape(prefix) + "*}:" + kindShareMeta, namespace + hashTagGlob + kindShareMeta + ":" + globEscape(prefix) + "*"}
+		namespace + "{" + globEscape(prefix) + "*}:" + kindShareHolds, namespace + hashTagGlob + kindShareHolds + ":" + globEscape(prefix) + "*"}
 	names, scan, err = nodes[node](ctx, scan, match[form], int64(max(limit, 1)))
 	if err != nil {
 		return nil, 0, 0, "", fmt.Errorf("list: %w", classify(err))
@@ -81,17 +81,17 @@ func (d *redisDriver) readLocks(ctx context.Context, names []string, form int) (
 }
 
 // lastForm is the last name form List scans: 0 and 1 are the plain locks'
-// names without and with a hashed tag, 2 and 3 the shared meta hashes'.
+// names without and with a hashed tag, 2 and 3 the shared holds hashes'.
 const lastForm = 3
 
-// readShared reads the keys of shared holds whose meta hashes are named
+// readShared reads the keys of shared holds whose holds hashes are named
 // names (of the given form) in one pipeline, and returns the held ones.
 func (d *redisDriver) readShared(ctx context.Context, names []string, form int) ([]driver.KeyStatus, error) {
-	return d.readPage(ctx, names, kindShareMeta, form-2, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
-		holders, meta, queued := pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1), pipe.HGetAll(ctx, ks.Meta), pipe.ZCard(ctx, ks.SharedQueue)
+	return d.readPage(ctx, names, kindShareHolds, form-2, func(pipe goredis.Pipeliner, ks Keys) func(time.Time) (driver.Status, error) {
+		shared := readSharedOn(ctx, pipe, ks)
 		return func(now time.Time) (driver.Status, error) {
-			var st driver.Status
-			return st, inspectShared(&st, now, holders.Val(), meta.Val(), queued.Val())
+			st, _, err := shared.status(now)
+			return st, err
 		}
 	})
 }
@@ -119,7 +119,7 @@ func (d *redisDriver) readPage(ctx context.Context, names []string, kind string,
 		}
 	}
 	now := pipe.Time(ctx)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+	if _, err := pipe.Exec(ctx); pipeErr(err) != nil {
 		return nil, fmt.Errorf("list: %w", classify(err))
 	}
 	page := make([]driver.KeyStatus, 0, len(reads))
@@ -136,7 +136,7 @@ func (d *redisDriver) readPage(ctx context.Context, names []string, kind string,
 }
 
 // storeKeyOf is the store key of a Redis name of the given kind (kindLock
-// or kindShareMeta) and form (0: plain tag, 1: hashed tag), and whether
+// or kindShareHolds) and form (0: plain tag, 1: hashed tag), and whether
 // name is one.
 func storeKeyOf(n, kind string, form int) (string, bool) {
 	if form == 0 {

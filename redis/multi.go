@@ -145,7 +145,7 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCal
 			return nil, err
 		}
 		names[i] = d.lockNames(req.Key)
-		k := &names[i].keys // lock, fence, queue, waiters, meta
+		k := &names[i].keys // lock, fence, queue, waiters, holds
 		keys[i], keys[n+i], keys[2*n+i], keys[3*n+i], keys[4*n+i] = k[0], k[1], k[2], k[4], k[3]
 		var ttlArg any
 		ttlArg, ttls[i] = d.ttlArgs(req.TTL)

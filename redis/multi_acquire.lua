@@ -2,11 +2,11 @@
 --
 -- KEYS     five names per lock (see lib.lua and shared_lib.lua), grouped
 --          by kind: for n locks, KEYS[i] is lock i's lock, KEYS[n+i] its
---          fence, KEYS[2n+i] its queue, KEYS[3n+i] its meta and KEYS[4n+i]
---          its waiters (i from 1), so that one call reads a group; then,
---          for an attempt that may be cut (cut.go), the tombstone of lock
---          1's owner: while it exists, the attempt writes nothing and
---          returns {'held', 1, 0}
+--          fence, KEYS[2n+i] its queue, KEYS[3n+i] its shared holds hash
+--          and KEYS[4n+i] its waiters (i from 1), so that one call reads a
+--          group; then, for an attempt that may be cut (cut.go), the
+--          tombstone of lock 1's owner: while it exists, the attempt writes
+--          nothing and returns {'held', 1, 0}
 -- ARGV[1]  label      human-readable holder name, recorded only
 -- ARGV[2]  retention  milliseconds a fence key outlives the last acquisition
 -- ARGV[3]  unfair     "1": a free key goes to the caller even when others
@@ -31,7 +31,8 @@
 --
 -- Returns {'held', i, pttl} when lock i is held by another owner (pttl in
 -- milliseconds, 0 when unknown: a key with waiters), {'shared', i, kind,
--- limit} when it is held or awaited by shared holds, and otherwise a list
+-- limit} when it is held or awaited by shared holds (kind "layout": in an
+-- older version's layout, see acquire.lua), and otherwise a list
 -- of the new fencing tokens, as strings, one per lock: then every lock is
 -- its owner's. Only that last reply and the record ARGV[4] write
 -- anything. Each wait records under a field of its own: a successful
@@ -64,7 +65,7 @@ end
 
 -- held: the first lock held (0: none); the locks before it are free, and
 -- only their queues and shared holds can still stop the attempt. One
--- EXISTS over every lock's queue and meta says whether any exist; only
+-- EXISTS over every lock's queue and holds hash says whether any exist; only
 -- then are the locks before held looked at one by one.
 local held = 0
 for i = 1, n do
@@ -75,8 +76,10 @@ for i = 1, n do
 end
 if held ~= 1 and redis.call('EXISTS', unpack(KEYS, 2 * n + 1, 4 * n)) > 0 then
   for i = 1, held == 0 and n or held - 1 do
-    local sh = redis.call('HMGET', KEYS[3 * n + i], ' kind', ' limit')
-    if sh[1] then
+    local sh = redis.pcall('HMGET', KEYS[3 * n + i], ' kind', ' limit')
+    if sh.err then
+      return { 'shared', i, 'layout', '' }
+    elseif sh[1] then
       return { 'shared', i, sh[1], sh[2] }
     end
     if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2 * n + i]) == 1 then

@@ -294,7 +294,7 @@ type redisDriver struct {
 
 	// direct are the scripts runScript may send as commands of its own,
 	// through proc: the client when it is a go-redis *Client or
-	// *ClusterClient, else nil (see eval.go).
+	// *ClusterClient, or an owned client, else nil (see eval.go).
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
@@ -329,10 +329,8 @@ func newDriver(client Client) *redisDriver {
 		renew:   goredis.NewScript(renewLua),
 		setData: goredis.NewScript(setDataLua),
 
-		shareAcquire: goredis.NewScript(includeShared(shareAcquireLua)),
-		shareRelease: goredis.NewScript(includeShared(shareReleaseLua)),
-		shareRenew:   goredis.NewScript(shareRenewLua),
-		logger:       logger,
+		shareRenew: goredis.NewScript(shareRenewLua),
+		logger:     logger,
 
 		retentionArg: strconv.FormatInt(FenceRetention.Milliseconds(), 10),
 		lid:          newLockerID(),
@@ -341,11 +339,14 @@ func newDriver(client Client) *redisDriver {
 	d.lidArg = d.lid
 	d.names.seed = maphash.MakeSeed()
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
+	d.shareAcquire, d.shareRelease = d.newScript(includeShared(shareAcquireLua)), d.newScript(includeShared(shareReleaseLua))
 	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
 	switch c := client.(type) {
 	case *goredis.Client:
 		d.proc = c
 	case *goredis.ClusterClient:
+		d.proc = c
+	case *ownedClient:
 		d.proc = c
 	}
 	d.notify = newNotifier(client, logger, d.noPubSub, d.lid)

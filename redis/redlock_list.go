@@ -37,7 +37,7 @@ func (d *redlockDriver) List(ctx context.Context, prefix, cursor string, limit i
 	for _, n := range names {
 		kind := kindLock
 		if form >= 2 {
-			kind, form = kindShareMeta, form-2
+			kind, form = kindShareHolds, form-2
 		}
 		if key, ok := storeKeyOf(n, kind, form); ok {
 			keys = append(keys, key)

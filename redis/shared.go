@@ -20,19 +20,30 @@ import (
 // key's state under the key's hash tag, beside the plain lock's names (see
 // keys.go), so that a Cluster keeps it in one slot:
 //
-//	holders  locker:{s}:sh  sorted set owner -> expiry (server ms)
-//	meta     locker:{s}:sm  hash " kind", " limit", and owner -> its hold
+//	holds    locker:{s}:sh  hash " kind", " limit", " q" (the line may have
+//	                        waiters), and owner -> its hold with its expiry
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
 // Tokens come from the plain lock's fence key, so that they increase across
 // plain locks and shared holds of the key. shared_lib.lua has the details.
+//
+// Versions before this layout kept a sorted set of holders under the holds
+// hash's name, and their records in a second hash (kindShareOldMeta). Each
+// version's scripts fail on the other's holders with WRONGTYPE; this one
+// names the problem (errOldLayout).
 const (
-	kindShareHolders = "sh"
-	kindShareMeta    = "sm"
+	kindShareHolds   = "sh"
 	kindShareQueue   = "sq"
 	kindShareWaiters = "sw"
+	// kindShareOldMeta names the holder records of older versions: only
+	// ACLRules and Keys still name it.
+	kindShareOldMeta = "sm"
 )
+
+// errOldLayout is the cause of ErrConflict for a key whose shared holds an
+// older version of this package wrote.
+var errOldLayout = errors.New("the key's shared holds are in the layout of an older version of this package (a sorted set of holders); upgrade every Locker of the key, or wait until those holds end")
 
 var (
 	//go:embed shared_lib.lua
@@ -52,7 +63,7 @@ func includeShared(script string) string {
 }
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
-// store key s: lock, fence, holders, meta, queue, waiters.
+// store key s: lock, fence, holds, queue, waiters.
 func sharedKeys(s string) []string { return newShareState(s).keys }
 
 // shareState is the Lease.State of a shared hold: RenewBatch, Release and
@@ -61,12 +72,24 @@ func sharedKeys(s string) []string { return newShareState(s).keys }
 type shareState struct {
 	keys    []string // sharedKeys
 	channel any      // channelName, boxed for the scripts' ARGV
+	// keyArgs are keys, boxed for runScript (nil when it cannot use
+	// them); boxes holds them.
+	keyArgs []any
+	boxes   [5]any
 }
 
 // newShareState makes the names of store key s in one allocation.
 func newShareState(s string) *shareState {
-	n := names(s, kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel)
-	return &shareState{keys: n[:6:6], channel: n[6]}
+	n := names(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
+	return &shareState{keys: n[:5:5], channel: n[5]}
+}
+
+// shareState returns the names of store key s, with its keys boxed when
+// runScript can use them.
+func (d *redisDriver) shareState(s string) *shareState {
+	st := newShareState(s)
+	st.keyArgs = d.boxKeys(st.boxes[:], st.keys)
+	return st
 }
 
 // channelArg is the channel argument of the shared scripts for st: its
@@ -94,8 +117,11 @@ func modeArg(m driver.Mode) any {
 
 // shareKindOf names the use of a key from a script's kind and limit.
 func shareKindOf(kind, limit any) string {
-	if kind == "permits" {
+	switch kind {
+	case "permits":
 		return fmt.Sprintf("a semaphore of %v permits", limit)
+	case "layout":
+		return "held by shared holds in the layout of an older version of this package"
 	}
 	return "a read-write lock"
 }
@@ -117,14 +143,18 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if err := checkOwner(req.Owner); err != nil {
 		return driver.Grant{}, err
 	}
-	st := newShareState(req.Key)
+	st := d.shareState(req.Key)
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	var queue any = "0"
 	if s.Queue {
 		queue = "1"
 	}
-	args, tomb := d.withTomb(ctx, req, st.keys)
-	v, err := d.runReplicated(ctx, d.shareAcquire, sharedTook, args, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+	keys, tomb := d.withTomb(ctx, req, st.keys)
+	boxed := st.keyArgs
+	if tomb != "" {
+		boxed = nil // one key more
+	}
+	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, keys, boxed, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
 	if token, ok := v.(int64); ok && token > 0 && err == nil {
 		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
@@ -150,6 +180,8 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	switch {
 	case status == "plain":
 		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is a plain lock, not %s", driver.ErrConflict, wantedKind(s))
+	case status == "layout":
+		return driver.Grant{}, fmt.Errorf("acquire: %w: %w", driver.ErrConflict, errOldLayout)
 	case status == "conflict" && len(reply) == 3:
 		return driver.Grant{}, fmt.Errorf("acquire: %w: the key is %s, not %s", driver.ErrConflict, shareKindOf(reply[1], reply[2]), wantedKind(s))
 	case len(reply) != 3:
@@ -216,7 +248,10 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicated(ctx, d.shareRelease, wrote, st.keys, owner, st.channel, op, arg)
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys, st.keyArgs, owner, st.channel, op, arg)
+	if isWrongType(err) {
+		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
+	}
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, classify(err)
 	}
@@ -244,7 +279,7 @@ func sharedActed(reply any) bool {
 }
 
 // SetLimit implements driver.Limiter: one round trip of
-// shared_release.lua, which sets the limit in the key's meta hash and
+// shared_release.lua, which sets the limit in the key's holds hash and
 // wakes the head of its line. With Config.Replicas it returns only once
 // WAIT confirms the limit on the replicas. Otherwise the error matches
 // errNotReplicated, and the new limit may or may not survive a failover.
@@ -320,24 +355,94 @@ func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error)
 	return d.runShared(ctx, newShareState(key), "", "break", 0)
 }
 
-// inspectShared fills st from a shared key's holders, meta hash and line
-// length, read at the server time now; expired holders are left out.
-func inspectShared(st *driver.Status, now time.Time, holders []goredis.Z, meta map[string]string, queued int64) error {
-	st.Waiters = int(queued)
-	if meta[" kind"] == "permits" {
-		st.Limit, _ = strconv.Atoi(meta[" limit"])
+// sharedRead is what Inspect and List read of a shared key: its holds hash
+// and line length, and the holders of the layout before the holds hash
+// (a sorted set under the same name, and the meta hash), of which one
+// read fails with WRONGTYPE.
+type sharedRead struct {
+	holds, oldMeta *goredis.MapStringStringCmd
+	old            *goredis.ZSliceCmd
+	queued         *goredis.IntCmd
+}
+
+// readSharedOn queues the reads of the shared key named ks on pipe.
+func readSharedOn(ctx context.Context, pipe goredis.Pipeliner, ks Keys) sharedRead {
+	return sharedRead{
+		holds:   pipe.HGetAll(ctx, ks.Holders),
+		old:     pipe.ZRangeWithScores(ctx, ks.Holders, 0, -1),
+		oldMeta: pipe.HGetAll(ctx, ks.Meta),
+		queued:  pipe.ZCard(ctx, ks.SharedQueue),
 	}
-	for _, z := range holders {
+}
+
+// isWrongType reports whether err is Redis's WRONGTYPE error.
+func isWrongType(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") }
+
+// pipeErr is the error of a pipeline's Exec that matters to readSharedOn's
+// callers: nil for a missing key, or a read of the other layout.
+func pipeErr(err error) error {
+	if err == nil || errors.Is(err, goredis.Nil) || isWrongType(err) {
+		return nil
+	}
+	return err
+}
+
+// holdsOf returns the key's holds hash, made from the older layout's
+// holders when the key has those.
+func (r sharedRead) holdsOf() (map[string]string, error) {
+	err := r.holds.Err()
+	if !isWrongType(err) {
+		return r.holds.Val(), err
+	}
+	if err := errors.Join(r.old.Err(), r.oldMeta.Err()); err != nil {
+		return nil, err
+	}
+	meta := r.oldMeta.Val()
+	holds := map[string]string{" kind": meta[" kind"], " limit": meta[" limit"]}
+	for _, z := range r.old.Val() {
 		owner, _ := z.Member.(string)
-		f := strings.SplitN(meta[owner], " ", 6)
-		if len(f) != 6 {
+		if rec, ok := meta[owner]; ok {
+			holds[owner] = strconv.FormatInt(int64(z.Score), 10) + " " + rec
+		}
+	}
+	return holds, nil
+}
+
+// status returns the Status of the shared key at the server time now, and
+// whether the key has shared state.
+func (r sharedRead) status(now time.Time) (driver.Status, bool, error) {
+	var st driver.Status
+	holds, err := r.holdsOf()
+	if err == nil {
+		err = r.queued.Err()
+	}
+	if err != nil || len(holds) == 0 {
+		return st, false, err
+	}
+	return st, true, inspectShared(&st, now, holds, r.queued.Val())
+}
+
+// inspectShared fills st from a shared key's holds hash and line length,
+// read at the server time now; expired holders are left out.
+func inspectShared(st *driver.Status, now time.Time, holds map[string]string, queued int64) error {
+	st.Waiters = int(queued)
+	if holds[" kind"] == "permits" {
+		st.Limit, _ = strconv.Atoi(holds[" limit"])
+	}
+	for owner, rec := range holds {
+		if strings.HasPrefix(owner, " ") {
 			continue
 		}
-		h := driver.Holder{Label: f[5], Expires: time.UnixMilli(int64(z.Score)).UTC()}
-		if !h.Expires.After(now) {
+		f := strings.SplitN(rec, " ", 7)
+		if len(f) != 7 {
+			return fmt.Errorf("inspect: malformed holder record %q", rec)
+		}
+		expires, err0 := strconv.ParseInt(f[0], 10, 64)
+		h := driver.Holder{Label: f[6], Expires: time.UnixMilli(expires).UTC()}
+		if err0 == nil && !h.Expires.After(now) {
 			continue
 		}
-		switch f[0] {
+		switch f[1] {
 		case "permits":
 			h.Mode = driver.Permits
 		case "read":
@@ -346,11 +451,11 @@ func inspectShared(st *driver.Status, now time.Time, holders []goredis.Z, meta m
 			h.Mode = driver.Write
 		}
 		var err1, err2, err3 error
-		h.Weight, err1 = strconv.Atoi(f[1])
-		h.Token, err2 = strconv.ParseUint(f[2], 10, 64)
-		acquired, err3 := strconv.ParseInt(f[3], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return fmt.Errorf("inspect: malformed holder record %q", meta[owner])
+		h.Weight, err1 = strconv.Atoi(f[2])
+		h.Token, err2 = strconv.ParseUint(f[3], 10, 64)
+		acquired, err3 := strconv.ParseInt(f[4], 10, 64)
+		if err := errors.Join(err0, err1, err2, err3); err != nil {
+			return fmt.Errorf("inspect: malformed holder record %q", rec)
 		}
 		h.Acquired = time.UnixMilli(acquired).UTC()
 		st.Holders = append(st.Holders, h)

@@ -1,10 +1,10 @@
 -- shared_acquire.lua: one attempt to take a shared hold (semaphore permits,
 -- or a read or write hold of a read-write lock).
 --
--- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua);
---          then, for an attempt that may be cut (cut.go), the owner's
---          tombstone: while it exists, the attempt writes nothing and
---          returns {'held', 0, 0}
+-- KEYS     lock, fence, holds, queue, waiters (see shared_lib.lua); then,
+--          for an attempt that may be cut (cut.go), the owner's tombstone:
+--          while it exists, the attempt writes nothing and returns
+--          {'held', 0, 0}
 -- ARGV[1]  owner      random, unique to this hold, without spaces
 -- ARGV[2]  ttl        milliseconds
 -- ARGV[3]  label      human-readable holder name, recorded only
@@ -26,6 +26,8 @@
 --   {'conflict', kind, limit}   the key is a semaphore ("permits") of limit,
 --                               or a read-write lock ("rw"), unlike ARGV
 --   {'plain'}                   the key is a plain lock
+--   {'layout'}                  holds is not a hash: the key is held in the
+--                               layout of an older version (a sorted set)
 -- nopub is 1 when the server refused a PUBLISH, else 0.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local mode, limit = ARGV[5], ARGV[6]
@@ -36,8 +38,8 @@ end
 
 -- One read of the strings: the plain lock, the fence, and the tombstone.
 local got
-if KEYS[7] then
-  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[7])
+if KEYS[6] then
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[6])
   if got[3] then
     return { 'held', 0, 0 }
   end
@@ -48,16 +50,21 @@ if got[1] then
   return { 'plain' }
 end
 
--- new_hold writes the caller's hold with its token (a string) at ms:
--- its expiry in the holders, its record in meta, with the kind and the
--- limit unless kind says meta has them.
+-- The holds hash lives while the key has holders or waiters (see
+-- shared_lib.lua): without it, the key is free, and nobody waits.
+local all = redis.pcall('HGETALL', KEYS[3])
+if all.err then
+  return { 'layout' }
+end
+
+-- new_hold writes the caller's hold with its token (a string) at ms, with
+-- the kind and the limit unless kind says the hash has them.
 local function new_hold(ms, s, kind)
-  redis.call('ZADD', KEYS[3], ms + ttl, owner)
-  local rec = mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
+  local rec = string.format('%d', ms + ttl) .. ' ' .. mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
   if kind then
-    redis.call('HSET', KEYS[4], owner, rec)
+    redis.call('HSET', KEYS[3], owner, rec)
   else
-    redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit, owner, rec)
+    redis.call('HSET', KEYS[3], ' kind', want, ' limit', limit, owner, rec)
   end
 end
 
@@ -75,99 +82,96 @@ local function take_token(now)
   return token, s
 end
 
--- meta lives while the key has holders or waiters, and the holders do not
--- outlive it (see shared_lib.lua): without it, the key is free, and
--- nobody waits. A hold that fits an empty key is the caller's then.
-local meta = redis.call('HGETALL', KEYS[4])
 local weight = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local ms = math.floor(now / 1000)
-if not meta[1] and (mode ~= 'permits' or weight <= tonumber(limit)) then
+if not all[1] and (mode ~= 'permits' or weight <= tonumber(limit)) then
   local token, s = take_token(now)
   new_hold(ms, s)
   redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
   return token
 end
+
+-- The holders: live, those whose expiry is after ms (first and last: the
+-- earliest and the latest of those expiries); gone, the others. The hold's
+-- fit beside the live ones; mine: the caller's record, when a retried call
+-- already took the hold.
 local recs = {}
-for i = 1, #meta, 2 do
-  recs[meta[i]] = meta[i + 1]
+local live, gone, first, last = 0, {}, nil, 0
+local used, write, mine = 0, false, nil
+for i = 1, #all, 2 do
+  local f, rec = all[i], all[i + 1]
+  recs[f] = rec
+  if string.byte(f, 1) ~= 32 then
+    local e, hm, w = string.match(rec, '^(%d+) (%S+) (%d+)')
+    e = tonumber(e)
+    if e and e > ms then
+      live = live + 1
+      if not first or e < first then
+        first = e
+      end
+      if e > last then
+        last = e
+      end
+      if f == owner then
+        mine = rec
+      end
+      if hm == 'write' then
+        write = true
+      end
+      used = used + tonumber(w)
+    else
+      gone[#gone + 1] = f
+    end
+  end
 end
 local kind, have = recs[' kind'], recs[' limit']
-
--- The rest of what the decision needs: the holders by expiry, and the
--- line (only when meta has a kind: the line has no waiters without it).
-local zs = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
--- live: the holders whose expiry is after ms (first and last: the earliest
--- and the latest of those expiries); expired: whether others are left.
-local live, expired, first, last = {}, false, nil, 0
-for i = 1, #zs, 2 do
-  local s = tonumber(zs[i + 1])
-  if s <= ms then
-    expired = true
-  else
-    live[#live + 1] = zs[i]
-    first = first or s
-    last = s
-  end
-end
--- The hold's fit beside the live holders; mine: the caller's record, when
--- a retried call already took the hold.
-local used, write, mine = 0, false, nil
-for _, h in ipairs(live) do
-  local rec = recs[h]
-  if rec then
-    if h == owner then
-      mine = rec
-    end
-    local hm, w = string.match(rec, '^(%S+) (%d+)')
-    if hm == 'write' then
-      write = true
-    end
-    used = used + tonumber(w)
-  end
-end
 local fits
 if mode == 'write' then
-  fits = #live == 0
+  fits = live == 0
 elseif mode == 'read' then
   fits = not write
 else
   fits = used + weight <= tonumber(limit)
 end
+-- The line, only while the hash says it may have waiters.
 local q = {}
-if kind then
-  q = redis.call('ZRANGE', KEYS[5], 0, -1)
+if recs[' q'] then
+  q = redis.call('ZRANGE', KEYS[4], 0, -1)
+end
+
+-- renew_mine sets the caller's own hold, which a retried call took
+-- already, to expire ttl from ms, and returns its token (a string).
+local function renew_mine()
+  local head, s, rest = string.match(mine, '^%d+ (%S+ %d+) (%d+) (.*)$')
+  redis.call('HSET', KEYS[3], owner, string.format('%d', ms + ttl) .. ' ' .. head .. ' ' .. s .. ' ' .. rest)
+  return s
 end
 
 -- Fast path: no holder expired and nobody waits, so that nothing needs
 -- pruning, nobody is ahead and nobody needs waking.
-if not expired and #q == 0 then
-  if kind and #live == 0 then
-    -- What is left of a key whose holders expired unseen.
-    redis.call('DEL', KEYS[4], KEYS[6])
+if #gone == 0 and #q == 0 then
+  if kind and live == 0 then
+    -- What is left of a key whose holders left unseen.
+    redis.call('DEL', KEYS[3], KEYS[5])
     kind = nil
   end
   if kind and (kind ~= want or have ~= limit) then
     return { 'conflict', kind, have }
   end
   if mine then -- a retried call: the hold is the caller's already
-    redis.call('ZADD', KEYS[3], 'XX', ms + ttl, owner)
+    local s = renew_mine()
     if ms + ttl > last then
       redis.call('PEXPIRE', KEYS[3], ttl)
-      redis.call('PEXPIRE', KEYS[4], ttl)
     end
-    return tonumber(string.match(mine, '^%S+ %d+ (%d+)'))
+    return tonumber(s)
   end
   if fits then
     local token, s = take_token(now)
     new_hold(ms, s, kind)
-    if ms + ttl > last then
+    if ms + ttl > last or not kind then
       redis.call('PEXPIRE', KEYS[3], ttl)
-      redis.call('PEXPIRE', KEYS[4], ttl)
-    elseif not kind then
-      redis.call('PEXPIRE', KEYS[4], last - ms)
     end
     return token
   end
@@ -179,22 +183,17 @@ end
 -- #include shared_lib.lua
 
 local changed = false
-if expired then
-  local gone = {}
-  for i = 1, #zs, 2 do
-    if tonumber(zs[i + 1]) <= ms then
-      gone[#gone + 1] = zs[i]
-    end
-  end
-  each('ZREM', KEYS[3], gone)
-  each('HDEL', KEYS[4], gone)
+if #gone > 0 then
+  each('HDEL', KEYS[3], gone)
   changed = true
 end
 local waiting, wrecs, dropped = line(ms, q)
 changed = changed or dropped
-if kind and #live == 0 and #waiting == 0 then
-  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+if kind and live == 0 and #waiting == 0 then
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
   kind = nil
+elseif #waiting == 0 and recs[' q'] then
+  redis.call('HDEL', KEYS[3], ' q')
 end
 
 local function reply(status, v)
@@ -215,10 +214,9 @@ if kind and (kind ~= want or have ~= limit) then
 end
 
 if mine then -- a retried call: the hold is the caller's already
-  redis.call('ZADD', KEYS[3], 'XX', ms + ttl, owner)
+  local s = renew_mine()
   extend(KEYS[3], ttl)
-  extend(KEYS[4], ttl)
-  return reply('ok', string.match(mine, '^%S+ %d+ (%d+)'))
+  return reply('ok', s)
 end
 
 -- Is anybody ahead in line? Every earlier waiter for permits or a write
@@ -237,8 +235,8 @@ end
 
 if fits and not behind then
   if queued then
-    redis.call('ZREM', KEYS[5], owner)
-    redis.call('HDEL', KEYS[6], owner)
+    redis.call('ZREM', KEYS[4], owner)
+    redis.call('HDEL', KEYS[5], owner)
     table.remove(waiting, queued)
     table.remove(wrecs, queued)
     changed = true -- the next in line may go
@@ -246,7 +244,6 @@ if fits and not behind then
   local _, s = take_token(now)
   new_hold(ms, s)
   extend(KEYS[3], ttl)
-  extend(KEYS[4], ttl)
   return reply('ok', s)
 end
 
@@ -255,11 +252,11 @@ if first then
   remaining = first - ms
 end
 if ARGV[8] == '1' then
-  redis.call('ZADD', KEYS[5], 'NX', now, owner)
-  redis.call('HSET', KEYS[6], owner, string.format('%d', ms + ttl) .. ' ' .. mode .. ' ' .. ARGV[7] .. ' ' .. ARGV[9])
-  redis.call('HSET', KEYS[4], ' kind', want, ' limit', limit)
+  redis.call('ZADD', KEYS[4], 'NX', now, owner)
+  redis.call('HSET', KEYS[5], owner, string.format('%d', ms + ttl) .. ' ' .. mode .. ' ' .. ARGV[7] .. ' ' .. ARGV[9])
+  redis.call('HSET', KEYS[3], ' kind', want, ' limit', limit, ' q', '1')
+  extend(KEYS[3], ttl)
   extend(KEYS[4], ttl)
   extend(KEYS[5], ttl)
-  extend(KEYS[6], ttl)
 end
 return reply('held', remaining)

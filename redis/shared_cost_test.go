@@ -12,11 +12,16 @@ import (
 // TestSharedScriptCommands counts, through MONITOR, the commands of each
 // script call of uncontended permits (the EVALSHA included), as
 // TestUnfairScriptCommands does for locks. A permit of a key nobody holds
-// reads the strings in one MGET and finds no meta hash, which says that
-// nobody holds and nobody waits: it reads no holders and no line. The
-// release of the last holder finds nobody left in one EXISTS. A Locker
-// that owns its client, given a cancellable ctx, reads the attempt's
-// tombstone in the same MGET.
+// reads the strings in one MGET and finds no holds hash, which says that
+// nobody holds and nobody waits: it reads no line, and writes the fence,
+// the hash and the hash's expiry. A permit beside another holder reads the
+// line only when the hash says it may have waiters, and sets the hash's
+// expiry only when its hold outlives the others. The release of the
+// last holder finds the hash left with its kind and limit in one HLEN; one
+// beside another holder finds nobody waiting in one HEXISTS. A Locker that
+// owns its client, given a cancellable ctx, reads the attempt's tombstone
+// in the same MGET. The layout before the holds hash (a sorted set of
+// holders and a meta hash) took 9, 4, 9 or 11, and 6.
 func TestSharedScriptCommands(t *testing.T) {
 	t.Parallel()
 	addr := storeenv.Redis(t).Addr()
@@ -73,13 +78,13 @@ func TestSharedScriptCommands(t *testing.T) {
 		what string
 		most int
 	}{
-		{"a permit of a free key", 9},
+		{"a permit of a free key", 7},
 		{"releasing the last permit", 4},
-		{"a permit of a free key, cancellable ctx, on a Locker that owns its client", 9},
+		{"a permit of a free key, cancellable ctx, on a Locker that owns its client", 7},
 		{"releasing the last permit, cancellable ctx, on a Locker that owns its client", 4},
-		{"a permit of a free key", 9},
-		{"a permit beside another holder, cancellable ctx, on a Locker that owns its client", 11},
-		{"releasing a permit, another holder left", 6},
+		{"a permit of a free key", 7},
+		{"a permit beside another holder, cancellable ctx, on a Locker that owns its client", 7},
+		{"releasing a permit, another holder left", 4},
 		{"releasing the last permit", 4},
 	}
 	got := m.scripts(ctx, t, key, len(steps))
@@ -94,7 +99,7 @@ func TestSharedScriptCommands(t *testing.T) {
 // TestNamesMatchName: names, which makes several names in one allocation,
 // makes each as name does, in both forms of the naming rules.
 func TestNamesMatchName(t *testing.T) {
-	kinds := []string{kindLock, kindFence, kindShareHolders, kindShareMeta, kindShareQueue, kindShareWaiters, kindChannel}
+	kinds := []string{kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel}
 	for _, s := range []string{"k", "a:b", "x}y", "}", "{t}z", ""} {
 		got := names(s, kinds...)
 		for i, k := range kinds {
@@ -104,7 +109,7 @@ func TestNamesMatchName(t *testing.T) {
 		}
 	}
 	st := newShareState("k")
-	if len(st.keys) != 6 || st.channel != channelName("k") {
-		t.Errorf("newShareState: keys %q, channel %v; want the six KEYS and the channel %q", st.keys, st.channel, channelName("k"))
+	if len(st.keys) != 5 || st.channel != channelName("k") {
+		t.Errorf("newShareState: keys %q, channel %v; want the five KEYS and the channel %q", st.keys, st.channel, channelName("k"))
 	}
 }

@@ -7,18 +7,22 @@
 -- KEYS[1]  lock     the plain lock's string (see lib.lua): only checked
 -- KEYS[2]  fence    string: the last fencing token handed out for the key,
 --                   by a plain lock or a shared hold
--- KEYS[3]  holders  sorted set: owner scored by its expiry (server ms)
--- KEYS[4]  meta     hash: " kind" -> "permits" or "rw", " limit" -> the
---                   semaphore's limit ("0" for rw), and owner ->
---                   "<mode> <weight> <token> <acquired ms> <kept 0|1> <label>"
--- KEYS[5]  queue    sorted set: waiting owners scored by arrival (server µs)
--- KEYS[6]  waiters  hash owner -> "<deadline ms> <mode> <weight> <lid>"
+-- KEYS[3]  holds    hash: " kind" -> "permits" or "rw", " limit" -> the
+--                   semaphore's limit ("0" for rw), " q" -> "1" while the
+--                   line may have waiters, and owner -> "<expiry ms> <mode>
+--                   <weight> <token> <acquired ms> <kept 0|1> <label>"
+-- KEYS[4]  queue    sorted set: waiting owners scored by arrival (server µs)
+-- KEYS[5]  waiters  hash owner -> "<deadline ms> <mode> <weight> <lid>"
 --
--- meta lives while the key has holders or waiters; all four go together.
--- Each key lives at least until the last expiry or deadline it records
--- (meta: of the holders and the waiters), so that a script that read those
--- knows whether a PEXPIRE would change anything. The holders never outlive
--- meta: a script that finds no meta finds no holder and no waiter.
+-- holds lives while the key has holders or waiters: a script that finds
+-- no holds finds no holder and no waiter. It lives at least until the last
+-- expiry or deadline it records, so that a script that read those knows
+-- whether a PEXPIRE would change anything. Every waiter sets " q", and only
+-- a script that found the line empty removes it: without " q", the line is
+-- empty. Versions before this layout kept the holders in a sorted set under
+-- the same name, with their records in a second hash; each version's
+-- scripts fail on the other's holders with WRONGTYPE, so that a mixed
+-- deployment never grants twice.
 
 -- #include token.lua
 
@@ -86,8 +90,8 @@ end
 -- deadline passed before ms, or whose record is gone. It returns the
 -- others in order, their records, and whether it dropped any.
 local function line(ms, q)
-  q = q or redis.call('ZRANGE', KEYS[5], 0, -1)
-  local recs = hmget(KEYS[6], q)
+  q = q or redis.call('ZRANGE', KEYS[4], 0, -1)
+  local recs = hmget(KEYS[5], q)
   local alive, kept, dead = {}, {}, {}
   for i, w in ipairs(q) do
     local deadline = recs[i] and tonumber(string.match(recs[i], '^(%d+)'))
@@ -98,30 +102,50 @@ local function line(ms, q)
     end
   end
   if #dead > 0 then
-    each('ZREM', KEYS[5], dead)
-    each('HDEL', KEYS[6], dead)
+    each('ZREM', KEYS[4], dead)
+    each('HDEL', KEYS[5], dead)
   end
   return alive, kept, #dead > 0
 end
 
 -- prune drops the holders and waiters whose time ran out before ms. It
--- returns whether it dropped any, and the line as line does.
+-- returns whether it dropped any, the line as line does, and the number of
+-- live holders.
 local function prune(ms)
-  local changed = false
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms)
-  if #gone > 0 then
-    each('HDEL', KEYS[4], gone)
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
-    changed = true
+  local all = redis.call('HGETALL', KEYS[3])
+  local gone, live, q = {}, 0, false
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if f == ' q' then
+      q = true
+    elseif string.byte(f, 1) ~= 32 then
+      local e = tonumber(string.match(all[i + 1], '^(%d+)'))
+      if e and e > ms then
+        live = live + 1
+      else
+        gone[#gone + 1] = f
+      end
+    end
   end
-  local alive, recs, dropped = line(ms)
-  return changed or dropped, alive, recs
+  each('HDEL', KEYS[3], gone)
+  local alive, recs, dropped = {}, {}, false
+  if q then
+    alive, recs, dropped = line(ms)
+  end
+  return #gone > 0 or dropped, alive, recs, live
 end
 
--- tidy deletes the key's shared state once it has neither holders nor
--- waiters, so that the key may become a plain lock or get another limit.
-local function tidy()
-  if redis.call('ZCARD', KEYS[3]) == 0 and redis.call('ZCARD', KEYS[5]) == 0 then
-    redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+-- tidy deletes the key's shared state once it has neither holders (live
+-- ones: the count prune returned) nor waiters, so that the key may become a
+-- plain lock or get another limit. It drops the hash's " q" once the line
+-- is empty.
+local function tidy(live)
+  if redis.call('ZCARD', KEYS[4]) > 0 then
+    return
+  end
+  if live == 0 then
+    redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  else
+    redis.call('HDEL', KEYS[3], ' q')
   end
 end

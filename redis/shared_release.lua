@@ -1,7 +1,7 @@
 -- shared_release.lua: end a shared hold, withdraw a waiter, keep a hold
 -- for its MinHold, break every hold of the key, or set a semaphore's limit.
 --
--- KEYS     lock, fence, holders, meta, queue, waiters (see shared_lib.lua)
+-- KEYS     lock, fence, holds, queue, waiters (see shared_lib.lua)
 -- ARGV[1]  owner    the hold's or the waiter's owner ("" for break)
 -- ARGV[2]  channel  the key's pub/sub channel base, even from a Locker
 --                   without pub/sub: the waiters of Lockers with pub/sub
@@ -15,28 +15,24 @@
 -- Returns n, or {n, 1} when the server refused a PUBLISH: n = 1 when there
 -- was a hold (a waiter, for leave; a semaphore with holders or waiters, for
 -- limit) to act on, 0 otherwise; for limit, 2 when the key is a read-write
--- lock and 3 when it is a plain lock.
+-- lock and 3 when it is a plain lock. A key held in the layout of an older
+-- version fails with WRONGTYPE (see shared_lib.lua).
 
 local owner, op = ARGV[1], ARGV[3]
 
--- Fast path of a release that leaves nobody to wake (nobody waits) and
--- nothing to prune (no holder left, or the first to expire still live).
+-- Fast path of a release that leaves nobody to wake: the hash has no " q"
+-- (nobody waits). Expired holders left behind wait for the next attempt.
 local released
 if op == 'release' then
-  released = redis.call('ZREM', KEYS[3], owner) == 1
+  released = redis.call('HDEL', KEYS[3], owner) == 1
   if released then
-    local left = redis.call('EXISTS', KEYS[3], KEYS[5])
-    if left == 0 then -- the last holder, and nobody waits
-      redis.call('DEL', KEYS[4], KEYS[6])
+    local n = redis.call('HLEN', KEYS[3])
+    if n <= 2 then -- " kind" and " limit" only: no holder left, nobody waits
+      redis.call('DEL', KEYS[3])
       return 1
     end
-    local first = left == 1 and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-    if first and first[1] then -- holders are left, so nobody waits
-      local t = redis.call('TIME')
-      if tonumber(first[2]) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-        redis.call('HDEL', KEYS[4], owner)
-        return 1
-      end
+    if redis.call('HEXISTS', KEYS[3], ' q') == 0 then
+      return 1
     end
   end
 end
@@ -44,15 +40,14 @@ end
 -- #include shared_lib.lua
 
 local ms = math.floor(now_us() / 1000)
-local changed, alive, recs = prune(ms)
+local changed, alive, recs, live = prune(ms)
 local n = 0
 if op == 'release' then
   if released then
-    redis.call('HDEL', KEYS[4], owner)
     n, changed = 1, true
   end
 elseif op == 'leave' then
-  if redis.call('ZREM', KEYS[5], owner) == 1 then
+  if redis.call('ZREM', KEYS[4], owner) == 1 then
     n, changed = 1, true
     for i, w in ipairs(alive) do
       if w == owner then
@@ -62,40 +57,46 @@ elseif op == 'leave' then
       end
     end
   end
-  redis.call('HDEL', KEYS[6], owner)
-  if redis.call('ZREM', KEYS[3], owner) == 1 then
-    redis.call('HDEL', KEYS[4], owner)
+  redis.call('HDEL', KEYS[5], owner)
+  if redis.call('HDEL', KEYS[3], owner) == 1 then
     n, changed = 1, true
+    live = live - 1
   end
 elseif op == 'keep' then
-  local rec = redis.call('HGET', KEYS[4], owner)
-  if rec and redis.call('ZSCORE', KEYS[3], owner) then
+  local rec = redis.call('HGET', KEYS[3], owner)
+  local e, head, label
+  if rec then
+    e, head, label = string.match(rec, '^(%d+) (%S+ %d+ %d+ %d+) %d (.*)$')
+  end
+  if e and tonumber(e) > ms then
     local keep = tonumber(ARGV[4])
-    local head, label = string.match(rec, '^(%S+ %d+ %d+ %d+) %d (.*)$')
-    redis.call('HSET', KEYS[4], owner, head .. ' 1 ' .. label)
-    redis.call('ZADD', KEYS[3], 'XX', ms + keep, owner)
+    redis.call('HSET', KEYS[3], owner, string.format('%d', ms + keep) .. ' ' .. head .. ' 1 ' .. label)
     extend(KEYS[3], keep)
-    extend(KEYS[4], keep)
     n = 1
   end
 elseif op == 'limit' then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     n = 3
-  elseif redis.call('HGET', KEYS[4], ' kind') == 'rw' then
+  elseif redis.call('HGET', KEYS[3], ' kind') == 'rw' then
     n = 2
-  elseif redis.call('EXISTS', KEYS[4]) == 1 then
-    redis.call('HSET', KEYS[4], ' limit', ARGV[4])
+  elseif redis.call('EXISTS', KEYS[3]) == 1 then
+    redis.call('HSET', KEYS[3], ' limit', ARGV[4])
     n, changed = 1, true
   end
 elseif op == 'break' then
-  local hs = redis.call('ZRANGE', KEYS[3], 0, -1)
-  if #hs > 0 then
-    each('HDEL', KEYS[4], hs)
-    redis.call('DEL', KEYS[3])
-    n, changed = 1, true
+  if live > 0 then
+    local all = redis.call('HKEYS', KEYS[3])
+    local hs = {}
+    for _, f in ipairs(all) do
+      if string.byte(f, 1) ~= 32 then
+        hs[#hs + 1] = f
+      end
+    end
+    each('HDEL', KEYS[3], hs)
+    n, changed, live = 1, true, 0
   end
 end
-tidy()
+tidy(live)
 if changed then
   wake(ARGV[2], alive, recs, '')
 end

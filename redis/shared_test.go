@@ -82,7 +82,7 @@ func TestSharedLine(t *testing.T) {
 		}
 		heavy <- err
 	}()
-	for c.ZCard(ctx, sharedKeys(key)[4]).Val() == 0 {
+	for c.ZCard(ctx, sharedKeys(key)[3]).Val() == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the request for 3 permits never lined up")
 		}
@@ -250,7 +250,7 @@ func TestSharedReleaseWakes(t *testing.T) {
 		}
 		got <- err
 	}()
-	for c.ZCard(ctx, sharedKeys(key)[4]).Val() == 0 {
+	for c.ZCard(ctx, sharedKeys(key)[3]).Val() == 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the waiter never lined up")
 		}
@@ -318,27 +318,25 @@ func TestSharedManyHolders(t *testing.T) {
 }
 
 // seedHolders writes n holders of one permit each, expiring at expiry
-// (Unix ms), into the holders and meta of a semaphore of limit whose shared
+// (Unix ms), into the holds hash of a semaphore of limit whose shared
 // names are ks (see sharedKeys); the test's cleanup deletes them.
 func seedHolders(t *testing.T, c *goredis.Client, ks []string, n, limit int, expiry int64) {
 	t.Helper()
 	ctx := t.Context()
 	pipe := c.Pipeline()
-	pipe.HSet(ctx, ks[3], " kind", "permits", " limit", strconv.Itoa(limit))
+	pipe.HSet(ctx, ks[2], " kind", "permits", " limit", strconv.Itoa(limit))
 	for i := range n {
 		owner := "o" + strconv.Itoa(i)
-		pipe.ZAdd(ctx, ks[2], goredis.Z{Score: float64(expiry), Member: owner})
-		pipe.HSet(ctx, ks[3], owner, "permits 1 1 0 0 x")
+		pipe.HSet(ctx, ks[2], owner, strconv.FormatInt(expiry, 10)+" permits 1 1 0 0 x")
 	}
 	pipe.PExpire(ctx, ks[2], time.Hour)
-	pipe.PExpire(ctx, ks[3], time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Del(context.Background(), ks[2:]...) })
 }
 
-// TestSharedLeftovers checks that the meta and waiters hashes of a key
+// TestSharedLeftovers checks that the holds and waiters hashes of a key
 // whose holders and waiters are all gone (they expired unseen) neither
 // decide the key's kind or limit nor outlive the next permit.
 func TestSharedLeftovers(t *testing.T) {
@@ -348,10 +346,10 @@ func TestSharedLeftovers(t *testing.T) {
 	key := uniqueKey(t)
 	ks := sharedKeys(key)
 	pipe := c.Pipeline()
-	pipe.HSet(ctx, ks[3], " kind", "rw", " limit", "0", "gone", "write 1 1 0 0 x")
-	pipe.HSet(ctx, ks[5], "gone-waiter", "1 read 1 lid")
-	pipe.PExpire(ctx, ks[3], time.Hour)
-	pipe.PExpire(ctx, ks[5], time.Hour)
+	pipe.HSet(ctx, ks[2], " kind", "rw", " limit", "0", "gone", "1 write 1 1 0 0 x")
+	pipe.HSet(ctx, ks[4], "gone-waiter", "1 read 1 lid")
+	pipe.PExpire(ctx, ks[2], time.Hour)
+	pipe.PExpire(ctx, ks[4], time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +358,7 @@ func TestSharedLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire on a key with leftovers of a read-write lock: %v", err)
 	}
-	if rec := c.HGet(ctx, ks[3], "gone").Val(); rec != "" {
+	if rec := c.HGet(ctx, ks[2], "gone").Val(); rec != "" {
 		t.Errorf("a leftover holder record outlived a new permit: %q", rec)
 	}
 	if err := p.Unlock(ctx); err != nil {
@@ -458,7 +456,7 @@ func TestSharedGrantWakesNext(t *testing.T) {
 					in.Wait() // hold on until every waiter holds
 					got <- q.Unlock(ctx)
 				}()
-				for c.ZCard(ctx, sharedKeys(key)[4]).Val() != int64(i+1) {
+				for c.ZCard(ctx, sharedKeys(key)[3]).Val() != int64(i+1) {
 					if ctx.Err() != nil {
 						t.Fatalf("waiter %d never lined up", i+1)
 					}

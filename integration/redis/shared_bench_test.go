@@ -32,6 +32,23 @@ func BenchmarkSharedThroughput(b *testing.B) {
 	}, "bench-shared:"+strconv.FormatInt(time.Now().UnixNano(), 36))
 }
 
+// BenchmarkSharedHandoff: see sharedbench.Handoff; holder and waiter are
+// Lockers of their own, each on its own go-redis client.
+//
+//	go test -run '^$' -bench SharedHandoff -benchtime 200x ./integration/redis/
+func BenchmarkSharedHandoff(b *testing.B) {
+	addr := testenv.Redis(b).Addr()
+	newLocker := func() locker.Locker {
+		l, err := redis.New(newClient(b, addr), locker.WithTTL(10*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	sharedbench.Handoff(b, newLocker(), newLocker(), "bench-handoff:"+strconv.FormatInt(time.Now().UnixNano(), 36))
+}
+
 // BenchmarkSharedRenewal: see sharedbench.Renewal. A round trip is a
 // command or a pipeline sent by the Locker's go-redis client; the bytes are
 // those of its connections, both ways.

@@ -66,7 +66,7 @@ func TestSentinelReplicatedWrites(t *testing.T) {
 	if err := locker.SetLimit(ctx, l, "sem", 5); err != nil {
 		t.Fatalf("SetLimit with the replica online: %v", err)
 	}
-	if v, err := replica.HGet(ctx, redis.KeysOf("sem").Meta, " limit").Result(); err != nil || v != "5" {
+	if v, err := replica.HGet(ctx, redis.KeysOf("sem").Holders, " limit").Result(); err != nil || v != "5" {
 		t.Errorf("the replica has the limit %q, %v right after SetLimit returned; want 5", v, err)
 	}
 
