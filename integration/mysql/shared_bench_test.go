@@ -27,6 +27,42 @@ func BenchmarkSharedUncontended(b *testing.B) {
 	}
 }
 
+// BenchmarkSharedHandoff: see sharedbench.Handoff (permit-x-lock, target
+// ≤ 2), with and without named-lock wake-ups; holder and waiter are
+// Lockers of their own pools.
+//
+//	go test -run '^$' -bench SharedHandoff ./integration/mysql/
+func BenchmarkSharedHandoff(b *testing.B) {
+	dsn := testenv.NewDatabase(b)
+	for _, name := range []string{"Notify", "PollOnly"} {
+		b.Run(name, func(b *testing.B) {
+			f := newFleet(b, dsn, mysql.Config{PollOnly: name == "PollOnly"})
+			f.direct = true
+			sharedbench.Handoff(b, closing(b, f), closing(b, f), "bench/"+rand.Text()[:8])
+		})
+	}
+}
+
+// BenchmarkSharedThroughput: see sharedbench.Throughput (x-limit1, limit 4
+// ÷ limit 1); each client is a Locker of its own pool.
+//
+//	go test -run '^$' -bench SharedThroughput ./integration/mysql/
+func BenchmarkSharedThroughput(b *testing.B) {
+	f := newFleet(b, testenv.NewDatabase(b), mysql.Config{})
+	f.direct = true
+	sharedbench.Throughput(b, func() locker.Locker { return closing(b, f) }, "bench/"+rand.Text()[:8])
+}
+
+// closing returns a new Locker of f that is closed when b ends.
+func closing(b *testing.B, f *fleet) locker.Locker {
+	l := f.newLocker(b)
+	if l == nil {
+		b.FailNow()
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // benchSharedFloor times, in turn, an uncontended permit of a semaphore
 // (Acquire+Unlock), the same statements by hand (mysql.SQL's Hold and
 // Leave, prepared on a pool of their own, on a key whose row exists), and
