@@ -68,8 +68,12 @@
 // transaction on shared holds whose client stays silent for a third of
 // the TTL (in whole seconds, within 1 s and 10 s), and its row-lock waits
 // last as long at most, so that a client cut off in the middle of one
-// holds up the key's other attempts that long at most. Waiters poll, with
-// the Locker's backoff: there are no wake-ups for shared holds.
+// holds up the key's other attempts that long at most. A shared hold has
+// its key's named lock taken as a fast-path lock has, and a waiter for a
+// shared hold waits for that name on a session of its own, tried again at
+// the pace of the Locker's backoff: a release by the holder of the name
+// wakes the waiters, a release by another holder reaches them at their
+// next try. With [Config.PollOnly] they poll.
 //
 // # Guarantees
 //
@@ -146,10 +150,12 @@
 //   - A contended attempt costs three statements (UPDATE, INSERT IGNORE,
 //     SELECT of the remaining time); waiters make one per wake-up.
 //   - Wake-ups cost one pooled connection per Locker for its fast-path
-//     locks, and one per Lock waiting in line, at most 16 per Locker (a
-//     quarter of MaxOpenConns when set); more waiters poll. Each GET_LOCK
-//     waits 500 ms to 1 s, so a session that holds a key's named lock
-//     without the key delays a hand-off by about that much.
+//     locks, and one per Lock or shared hold waiting, at most 16 per
+//     Locker (a quarter of MaxOpenConns when set); more waiters poll.
+//     Each GET_LOCK of a Lock in line waits 500 ms to 1 s, so a session
+//     that holds a key's named lock without the key delays a hand-off by
+//     about that much. A waiter for a shared hold waits the Locker's
+//     backoff step (on MySQL, which rounds GET_LOCK timeouts, 1 s).
 //   - A key is one kind of lock at a time: a plain lock, a semaphore of
 //     one limit or a read-write lock; asking for another kind fails with
 //     locker.ErrInvalidOption while the key has holders.

@@ -96,9 +96,10 @@ type notifier struct {
 
 	mu        sync.Mutex
 	closed    bool
-	want      map[string]*wanted // by name: the fast-path locks this driver holds
-	wakeAt    time.Time          // when the holder goroutine wakes up next; zero while it works
-	hot       map[string]time.Time
+	want      map[string]*wanted    // by name: the fast-path locks this driver holds
+	wakeAt    time.Time             // when the holder goroutine wakes up next; zero while it works
+	hot       map[string]time.Time  // the keys a Lock found held lately (queue.go)
+	shared    map[string]time.Time  // the keys a shared hold waits for lately (wake.go)
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
 	idleTimer *time.Timer
@@ -135,6 +136,7 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),
 		hot:         make(map[string]time.Time),
+		shared:      make(map[string]time.Time),
 		sessions:    make(map[*session]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())

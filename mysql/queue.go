@@ -119,26 +119,34 @@ func (n *notifier) releaseWithName(ctx context.Context, s *session, name string,
 }
 
 // isHot reports whether key was contended lately.
-func (n *notifier) isHot(key string) bool {
+func (n *notifier) isHot(key string) bool { return n.marked(n.hot, key) }
+
+// markHot records that key is contended.
+func (n *notifier) markHot(key string) { n.mark(n.hot, key) }
+
+// marked reports whether key was marked in m (n.hot, n.shared) within
+// hotFor.
+func (n *notifier) marked(m map[string]time.Time, key string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	at, ok := n.hot[key]
+	at, ok := m[key]
 	return ok && time.Since(at) < hotFor
 }
 
-// markHot records that key is contended.
-func (n *notifier) markHot(key string) {
+// mark marks key in m (n.hot, n.shared), and forgets the marks older than
+// hotFor once m has maxHot.
+func (n *notifier) mark(m map[string]time.Time, key string) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.hot) >= maxHot {
-		for k, at := range n.hot {
+	if len(m) >= maxHot {
+		for k, at := range m {
 			if now.Sub(at) >= hotFor {
-				delete(n.hot, k)
+				delete(m, k)
 			}
 		}
 	}
-	n.hot[key] = now
+	m[key] = now
 }
 
 // session returns a session from the idle ones or the pool; nil (and no

@@ -124,8 +124,21 @@ type shareRow struct {
 // attempt is one transaction (run again after a deadlock) that locks the
 // key's row, drops the expired holders and waiters, checks the kind and
 // limit, and grants the hold or records the waiter; a hold in the key's
-// row moves out first. Waiters poll, with the Locker's backoff.
+// row moves out first. A grant has the holder goroutine take the key's
+// named lock, and a refusal lets the waiter subscribe to it (wake.go).
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	g, err := d.tryAcquireShared(ctx, req, s)
+	switch {
+	case d.notify == nil:
+	case err == nil:
+		d.notify.acquired(req.Key, req.Owner)
+	case s.Queue && errors.Is(err, driver.ErrHeld):
+		d.sharedRefused(req.Key)
+	}
+	return g, err
+}
+
+func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
 	}
@@ -137,8 +150,12 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	if g, err := d.takeRow(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
-		return g, err
+	// A key a waiter of this driver was refused lately is held by shared
+	// holds, whose row takeRow cannot take.
+	if !s.Queue || d.notify == nil || !d.notify.marked(d.notify.shared, req.Key) {
+		if g, err := d.takeRow(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+			return g, err
+		}
 	}
 	for range maxAttempts {
 		sent := time.Now()

@@ -15,6 +15,9 @@ import (
 // of the key's row for a hold in it, which frees the key, and otherwise
 // one DELETE of the hold's own row.
 func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
+	// Whatever the outcome, this owner is done with the key: its named
+	// lock goes after the statement returned, so after the hold left.
+	defer d.forget(lockState{key: s.key, owner: s.owner})
 	if s.rowHeld() {
 		rel, err := d.sharedStmt(ctx, soleReleaseSQL(d.sql.table))
 		if err != nil {
@@ -237,8 +240,11 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		}
 	}
 	for _, i := range idx {
-		if renewed[ls[i].State.(*shareState).id()] {
+		if s := ls[i].State.(*shareState); renewed[s.id()] {
 			validity[i] = ttl
+			if d.notify != nil {
+				d.notify.renewed(s.key, s.owner)
+			}
 		} else {
 			errs[i] = driver.ErrNotHeld
 		}
