@@ -108,7 +108,7 @@ type notifier struct {
 // wanted is a lock this driver holds, whose name the holder goroutine takes.
 type wanted struct {
 	owner string
-	since time.Time // acquired
+	due   time.Time // when the holder goroutine takes the name
 	seen  time.Time // last acquired or renewed
 	taken bool      // mirror of the holder goroutine's state, for released
 }
@@ -168,19 +168,25 @@ func (n *notifier) wake() {
 	}
 }
 
-// acquired records that owner took key.
-func (n *notifier) acquired(key, owner string) {
+// acquired records that owner took key. The holder goroutine takes its
+// name takeDelay later, or at once when contended: a waiter may be
+// waiting for it.
+func (n *notifier) acquired(key, owner string, contended bool) {
 	name, now := n.name(key), time.Now()
+	due := now.Add(takeDelay)
+	if contended {
+		due = now
+	}
 	n.mu.Lock()
 	w := n.want[name]
 	if w == nil {
 		w = &wanted{}
 		n.want[name] = w
 	}
-	w.owner, w.since, w.seen = owner, now, now
+	w.owner, w.seen, w.due = owner, now, due
 	// Poke unless the holder goroutine already plans to wake up in time;
 	// while it works (zero wakeAt) it may have missed this entry.
-	poke := n.wakeAt.IsZero() || n.wakeAt.After(now.Add(takeDelay))
+	poke := n.wakeAt.IsZero() || n.wakeAt.After(due)
 	n.mu.Unlock()
 	if poke {
 		n.wake()
@@ -239,7 +245,7 @@ func (n *notifier) holder() {
 			if h.held[name] {
 				continue
 			}
-			due := w.since.Add(takeDelay)
+			due := w.due
 			if r, ok := h.retry[name]; ok && r.at.After(due) {
 				due = r.at
 			}

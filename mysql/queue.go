@@ -262,10 +262,11 @@ func (n *notifier) endSession(s *session, name string) {
 }
 
 // lineUp waits in GET_LOCK for name for at most wait, and reports whether
-// the name was free when it asked and whether this session got it. When ctx
-// ends, the statement is killed (KILL QUERY), so that nothing stays in line
-// in the server; a name got anyway is then given back.
-func (s *session) lineUp(ctx context.Context, name string, wait time.Duration) (free, got bool, err error) {
+// the name was free when it asked and whether this session got it. With
+// onlyHeld, a name that is free is not taken. When ctx ends, the statement
+// is killed (KILL QUERY), so that nothing stays in line in the server; a
+// name got anyway is then given back.
+func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, onlyHeld bool) (free, got bool, err error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+stmtTimeout)
 	defer cancel()
 	returned := make(chan struct{})
@@ -289,7 +290,11 @@ func (s *session) lineUp(ctx context.Context, name string, wait time.Duration) (
 		}
 	})
 	var f, g sql.NullInt64
-	err = s.conn.QueryRowContext(qctx, fmt.Sprintf("SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)", name, wait.Seconds())).Scan(&f, &g)
+	q := "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	if onlyHeld {
+		q = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+	}
+	err = s.conn.QueryRowContext(qctx, fmt.Sprintf(q, name, wait.Seconds())).Scan(&f, &g)
 	close(returned)
 	if !stop() {
 		<-killed
@@ -368,7 +373,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 	// row.
 	timeouts, free := 0, 0
 	for {
-		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts))
+		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts), false)
 		if err != nil {
 			return driver.Grant{}, err
 		}

@@ -14,16 +14,17 @@ import (
 // taken by the holder goroutine, as a fast-path lock does (notify.go), and
 // given up right after its release. A waiter for a shared hold subscribes
 // (driver.Notifier): a goroutine lines up for the name on a session of its
-// own and signals each time it gets the name, which it gives back at once,
-// and each time its wait times out. The engine tries the table on each
-// signal. The table stays the only source of truth.
+// own while the name is held, and signals each time it gets the name, which
+// it gives back at once, and each time its wait times out. The engine tries
+// the table on each signal. The table stays the only source of truth.
 //
 // One session holds a name at a time: of a key's holders, the first to take
 // it wakes the waiters when it leaves, and a release by another one reaches
 // them when their wait times out, at the pace of the Locker's backoff (a
-// whole second on a server without fractional timeouts). A name got at once,
-// with no holder behind it, makes the waiter wait a step (5 ms doubling to
-// 500 ms) before it lines up again, so that nobody spins.
+// whole second on a server without fractional timeouts). A name that is
+// free has no holder behind it: the waiter does not take it, which would
+// keep the next holder from taking it, and looks again after a step (5 ms
+// doubling to 500 ms), signalling each time.
 //
 // Subscribe serves only the keys a shared hold of this driver was refused
 // on lately: a Lock waits in line (queue.go), and a locker.Watch or a
@@ -91,7 +92,9 @@ func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- 
 			}
 			continue
 		}
-		wasFree, got, err := s.lineUp(ctx, name, n.ringWait(timeouts))
+		// A free name has no holder to wait for, and one taken here
+		// would keep the holder from taking it.
+		wasFree, got, err := s.lineUp(ctx, name, n.ringWait(timeouts), true)
 		if ctx.Err() != nil {
 			return // lineUp put s back
 		}
@@ -102,13 +105,11 @@ func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- 
 			s = nil // lineUp put it back, or dropped it
 			pause = driver.Jitter(n.freePoll(timeouts))
 			timeouts++
-		case !got:
-			timeouts++
-		case wasFree:
-			n.endSession(s, name)
-			s = nil
+		case !got && wasFree:
 			pause = driver.Jitter(n.freePoll(free))
 			free++
+		case !got:
+			timeouts++
 		default:
 			n.endSession(s, name)
 			s = nil
