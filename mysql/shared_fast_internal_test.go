@@ -114,26 +114,14 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			fastGrant, fastErr = fast.TryAcquireShared(ctx, req(), share)
 		}()
 		// The take runs now, until it waits for a lock this transaction
-		// holds. InnoDB refreshes what INNODB_TRX shows only when nobody
-		// has read it for 100 ms. A monitor that polls faster sees its
-		// first answer for ever, so this one polls every 150 ms.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			var n int
-			if err := monitor.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
-				t.Error(err)
-				return
-			}
-			if n > 0 {
-				return
-			}
+		// holds, or it took or refused without waiting: the outcome tells.
+		if !awaitLockWait(ctx, t, monitor, "%", done) {
 			select {
 			case <-done:
-				return // it took or refused without waiting: the outcome tells
-			case <-time.After(150 * time.Millisecond):
+			default:
+				t.Error("the take never waited for the transaction's locks")
 			}
 		}
-		t.Error("the take never waited for the transaction's locks")
-		logProcesses(ctx, t, monitor)
 	}))
 	var slowErr error
 	var slowToken uint64
