@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,29 +30,34 @@ func TestSoleHoldOutlivesDeadlock(t *testing.T) {
 	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
 	for _, tc := range []struct {
 		name string
-		op   func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant) error
+		// op runs the statement; lockRow makes the attempt lock the
+		// key's row first, before op or, when op calls it, at once.
+		op func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant, lockRow func()) error
 	}{
-		{"Release", func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant) error {
+		{"Release", func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant, _ func()) error {
 			return d.Release(ctx, driver.Lease{Key: k, State: hold.State})
 		}},
-		{"Keep", func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant) error {
+		{"Keep", func(ctx context.Context, d *sqlDriver, k string, hold driver.Grant, _ func()) error {
 			return d.Keep(ctx, driver.Lease{Key: k, State: hold.State}, time.Second)
 		}},
-		{"Move", func(ctx context.Context, d *sqlDriver, k string, _ driver.Grant) error {
-			// A second permit moves the first out of the key's row. Its
-			// driver wakes waiters, and the key was refused lately, so
-			// that it goes to its transaction at once: a one-statement
-			// take would wait for the row instead, and lose the deadlock.
-			// (SetLimit runs its transaction again after any deadlock.)
-			n := newDriver(d.db, Config{Table: d.cfg.Table}, 0)
+		{"Move", func(ctx context.Context, d *sqlDriver, k string, _ driver.Grant, lockRow func()) error {
+			// A second permit moves the first out of the key's row. The
+			// attempt locks the row just before the move's UPDATE: the
+			// second permit's own statements on the row would wait for
+			// it earlier, and lose the deadlock where a lost deadlock
+			// always ran again.
+			var once sync.Once
+			db := hookedDB(t, "", func(q string) {
+				if strings.Contains(q, " AS k JOIN ") { // moveSole's move
+					once.Do(lockRow)
+				}
+			})
+			n := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
 			if err := n.Configure(ctx, driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
 				return err
 			}
 			defer n.Close()
-			n.sharedRefused(k)
-			q := permit
-			q.Queue = true
-			_, err := n.TryAcquireShared(ctx, driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second}, q)
+			_, err := n.TryAcquireShared(ctx, driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second}, permit)
 			return err
 		}},
 	} {
@@ -75,21 +82,37 @@ func TestSoleHoldOutlivesDeadlock(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = tx.Rollback() }()
-			// InnoDB rolls back the transaction that wrote less.
-			for i := range 32 {
-				if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.sql.table+
-					" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-					" VALUES (?, 'FINISH', 1, '', '', "+dbNow+", "+dbNow+")", fmt.Sprintf("%s-pad-%d", k, i)); err != nil {
-					t.Fatalf("write the transaction's own rows: %v", err)
+			locked := make(chan error, 1)
+			lockRow := func() {
+				// InnoDB rolls back the transaction that wrote less.
+				for i := range 32 {
+					if _, err := tx.ExecContext(ctx, "INSERT INTO "+d.sql.table+
+						" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
+						" VALUES (?, 'FINISH', 1, '', '', "+dbNow+", "+dbNow+")", fmt.Sprintf("%s-pad-%d", k, i)); err != nil {
+						locked <- fmt.Errorf("write the transaction's own rows: %w", err)
+						return
+					}
 				}
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+d.sql.table+
-				" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
-				" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", k); err != nil {
-				t.Fatalf("the attempt's INSERT IGNORE of the key's row: %v", err)
+				_, err := tx.ExecContext(ctx, "INSERT IGNORE INTO "+d.sql.table+
+					" (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)"+
+					" VALUES (?, 'FINISH', "+epochMicros+", '', '', "+dbNow+", "+dbNow+")", k)
+				locked <- err
 			}
 			done := make(chan error, 1)
-			go func() { done <- tc.op(ctx, d, k, hold) }()
+			if tc.name == "Move" {
+				go func() { done <- tc.op(ctx, d, k, hold, lockRow) }()
+			} else {
+				lockRow()
+				go func() { done <- tc.op(ctx, d, k, hold, nil) }()
+			}
+			select {
+			case err := <-locked:
+				if err != nil {
+					t.Fatalf("the attempt's lock of the key's row: %v", err)
+				}
+			case err := <-done:
+				t.Fatalf("the %s ended before the attempt locked the key's row: %v", tc.name, err)
+			}
 			monitor, _ := openTestDB(t)
 			if !awaitLockWait(ctx, t, monitor, "UPDATE%", done) {
 				t.Fatalf("the %s never waited for the attempt's lock of the key's row: %v", tc.name, <-done)

@@ -39,25 +39,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 	defer cancel()
 	k := t.Name() + "-" + rand.Text()[:8]
 	var started bool // the slow driver's transaction reached its write
-	open := func(isolation string, hook func(query string)) *sql.DB {
-		cfg, err := gomysql.ParseDSN(os.Getenv(storeenv.MySQLDSN))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if isolation != "" {
-			if cfg.Params == nil {
-				cfg.Params = map[string]string{}
-			}
-			cfg.Params["tx_isolation"] = isolation
-		}
-		c, err := gomysql.NewConnector(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(hookConnector{Connector: c, hook: hook})
-		t.Cleanup(func() { _ = db.Close() })
-		return db
-	}
+	open := func(isolation string, hook func(query string)) *sql.DB { return hookedDB(t, isolation, hook) }
 	// A table of the test's own, which no other test's rows, locks or DDL
 	// touch.
 	table := "take_marked_" + strings.ToLower(rand.Text()[:8])
@@ -149,6 +131,28 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			t.Errorf("%s: %v, want nil or %v", who, err, want)
 		}
 	}
+}
+
+// hookedDB opens the test database with hook on every connection (see
+// hookConnector), at the isolation level given (empty: the server's).
+func hookedDB(t *testing.T, isolation string, hook func(query string)) *sql.DB {
+	cfg, err := gomysql.ParseDSN(os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isolation != "" {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["tx_isolation"] = isolation
+	}
+	c, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(hookConnector{Connector: c, hook: hook})
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 // hookConnector is a connector of the real driver whose connections call
