@@ -56,15 +56,13 @@
 // A hold taken in its key's row looks for itself in the "_shared" table
 // first when it renews, and in the row then, so that no renewal waits
 // for an attempt; once found there, it releases there too. Every grant
-// takes a token above the key's version and above the token of the key's
-// sequence row in the "_shared" table (owner_token empty), and the token
-// becomes the key's version, so tokens increase across locks and shared
-// holds. Renewals, releases and withdrawals of holds in the "_shared"
+// takes the token after the key's version, and the token becomes the
+// key's version, so tokens increase across locks and shared holds. Renewals, releases and withdrawals of holds in the "_shared"
 // table change only their own row, found by primary key, never the key's
 // row. The key's row stays SHARED when the last holder or waiter there
 // leaves, or crashes: the transaction of the next first holder puts it in
 // the row once none is live, and the next plain acquisition, and [Purge],
-// free the row and give it the sequence row's token. The server ends a
+// free the row. The server ends a
 // transaction on shared holds whose client stays silent for a third of
 // the TTL (in whole seconds, within 1 s and 10 s), and its row-lock waits
 // last as long at most, so that a client cut off in the middle of one

@@ -85,7 +85,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 		// A grant: in the table of shared holds, or in the key's row.
 		write := strings.HasPrefix(q, "REPLACE INTO") || strings.Contains(q, "SET version = ?, task_status = '"+soleStatus+"'")
 		if plain {
-			write = strings.Contains(q, "SET task_status = 'FINISH'") && strings.Contains(q, "IFNULL((SELECT token") // settle
+			write = strings.Contains(q, "SET task_status = 'FINISH'") && strings.Contains(q, "task_status = '"+sharedStatus+"' AND NOT EXISTS") // settle
 		}
 		if !write || started {
 			return

@@ -107,17 +107,13 @@ func TestSoleHoldRenewsBesideAttempt(t *testing.T) {
 	if !p.State.(*shareState).inRow {
 		t.Fatal("the first permit of a free key must live in the key's row")
 	}
-	st, err := d.sharedTable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	locked, renewed, ended := make(chan error, 1), make(chan struct{}), make(chan error, 1)
 	// Set when the attempt's transaction was over (the server ends its
 	// session after txIdle) before the renewal returned.
 	stalled := false
 	go func() {
 		ended <- d.inTx(ctx, txIdle(time.Minute), func(tx *sql.Tx) error {
-			_, _, err := d.lockKey(ctx, tx, st, k)
+			_, _, err := d.lockKey(ctx, tx, k)
 			locked <- err
 			select { // the attempt stalls here, its transaction open
 			case <-renewed:
