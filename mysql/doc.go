@@ -159,10 +159,10 @@
 //     locker.ErrInvalidOption while the key has holders.
 //   - Semaphores and read-write locks need a lock table name of at most
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
-//     costs one transaction of five to seven statements, plus one that
+//     costs one transaction of four to six statements, plus one that
 //     sets the session's wait_timeout and innodb_lock_wait_timeout before
-//     it and one that restores them after it; a first holder of a key
-//     whose row is free costs one statement. A release costs one
+//     it and one that restores them after it returned; a first holder of
+//     a key whose row is free costs one statement. A release costs one
 //     statement. A second holder that finds the first in the key's row
 //     costs two statements more. A renewal tick costs one statement more
 //     while a Locker holds a shared hold in its key's row. A hold moved

@@ -662,8 +662,9 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 
 // SetLimit implements driver.Limiter: one transaction that locks the key's
 // row, as attempts do, and sets the limit of every live holder and waiter;
-// a hold in the key's row moves out first. Waiters poll, so they see it at
-// their next attempt.
+// a hold in the key's row moves out first. Waiters see it at their next
+// attempt: a release wakes them, and their waits time out at the Locker's
+// backoff step.
 func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	st, err := d.sharedTable()
 	if err != nil {
