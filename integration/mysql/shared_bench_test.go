@@ -21,7 +21,7 @@ func BenchmarkSharedUncontended(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			f := newFleet(b, dsn, cfg)
 			f.direct = true
-			sharedbench.Uncontended(b, f.newLocker(b), "bench/"+rand.Text()[:8])
+			sharedbench.Uncontended(b, closing(b, f), "bench/"+rand.Text()[:8])
 		})
 		b.Run(name+"VsFloor", func(b *testing.B) { benchSharedFloor(b, dsn, cfg) })
 	}
