@@ -21,7 +21,7 @@ func BenchmarkSharedUncontended(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			f := newFleet(b, dsn, cfg)
 			f.direct = true
-			sharedbench.Uncontended(b, closing(b, f), "bench/"+rand.Text()[:8])
+			sharedbench.Uncontended(b, sharedbench.Closing(b, f.newLocker(b)), "bench/"+rand.Text()[:8])
 		})
 		b.Run(name+"VsFloor", func(b *testing.B) { benchSharedFloor(b, dsn, cfg) })
 	}
@@ -38,7 +38,7 @@ func BenchmarkSharedHandoff(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			f := newFleet(b, dsn, mysql.Config{PollOnly: name == "PollOnly"})
 			f.direct = true
-			sharedbench.Handoff(b, closing(b, f), closing(b, f), "bench/"+rand.Text()[:8])
+			sharedbench.Handoff(b, sharedbench.Closing(b, f.newLocker(b)), sharedbench.Closing(b, f.newLocker(b)), "bench/"+rand.Text()[:8])
 		})
 	}
 }
@@ -50,17 +50,7 @@ func BenchmarkSharedHandoff(b *testing.B) {
 func BenchmarkSharedThroughput(b *testing.B) {
 	f := newFleet(b, testenv.NewDatabase(b), mysql.Config{})
 	f.direct = true
-	sharedbench.Throughput(b, func() locker.Locker { return closing(b, f) }, "bench/"+rand.Text()[:8])
-}
-
-// closing returns a new Locker of f that is closed when b ends.
-func closing(b *testing.B, f *fleet) locker.Locker {
-	l := f.newLocker(b)
-	if l == nil {
-		b.FailNow()
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	return l
+	sharedbench.Throughput(b, func() locker.Locker { return sharedbench.Closing(b, f.newLocker(b)) }, "bench/"+rand.Text()[:8])
 }
 
 // benchSharedFloor times, in turn, an uncontended permit of a semaphore
