@@ -165,13 +165,13 @@
 //     a key whose row is free costs one statement. A release costs one
 //     statement. A second holder that finds the first in the key's row
 //     costs two statements more. A renewal tick costs one statement more
-//     while a Locker holds a shared hold in its key's row. A hold moved
-//     out of its key's row that releases before its next renewal may wait
-//     for an attempt cut off from its client as long as the server keeps
-//     that attempt's session. The first plain lock of a key after shared
-//     holds costs a transaction more. The transactions run at READ
-//     COMMITTED, which binlog_format=STATEMENT refuses for writes (MIXED
-//     and ROW accept it).
+//     while a Locker holds a shared hold in its key's row. On MySQL (not
+//     MariaDB), a hold moved out of its key's row that releases or keeps
+//     before its next renewal may wait for an attempt cut off from its
+//     client as long as the server keeps that attempt's session. The first
+//     plain lock of a key after shared holds costs a transaction more. The
+//     transactions run at READ COMMITTED, which binlog_format=STATEMENT
+//     refuses for writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - A lock's data (locker.WithData) is in lock_data, which a table made
 //     by an earlier version lacks: New adds it ([AddDataColumnSQL]).
