@@ -56,20 +56,22 @@
 // A hold taken in its key's row looks for itself in the "_shared" table
 // first when it renews, and in the row then, so that no renewal waits
 // for an attempt; once found there, it releases there too. Every grant
-// takes a token above the key's version and above the token of the key's
-// sequence row in the "_shared" table (owner_token empty), and the token
-// becomes the key's version, so tokens increase across locks and shared
-// holds. Renewals, releases and withdrawals of holds in the "_shared"
+// takes the token after the key's version, and the token becomes the
+// key's version, so tokens increase across locks and shared holds. Renewals, releases and withdrawals of holds in the "_shared"
 // table change only their own row, found by primary key, never the key's
 // row. The key's row stays SHARED when the last holder or waiter there
 // leaves, or crashes: the transaction of the next first holder puts it in
 // the row once none is live, and the next plain acquisition, and [Purge],
-// free the row and give it the sequence row's token. The server ends a
+// free the row. The server ends a
 // transaction on shared holds whose client stays silent for a third of
 // the TTL (in whole seconds, within 1 s and 10 s), and its row-lock waits
 // last as long at most, so that a client cut off in the middle of one
-// holds up the key's other attempts that long at most. Waiters poll, with
-// the Locker's backoff: there are no wake-ups for shared holds.
+// holds up the key's other attempts that long at most. A shared hold has
+// its key's named lock taken as a fast-path lock has, and a waiter for a
+// shared hold waits for that name on a session of its own, tried again at
+// the pace of the Locker's backoff: a release by the holder of the name
+// wakes the waiters, a release by another holder reaches them at their
+// next try. With [Config.PollOnly] they poll.
 //
 // # Guarantees
 //
@@ -146,28 +148,30 @@
 //   - A contended attempt costs three statements (UPDATE, INSERT IGNORE,
 //     SELECT of the remaining time); waiters make one per wake-up.
 //   - Wake-ups cost one pooled connection per Locker for its fast-path
-//     locks, and one per Lock waiting in line, at most 16 per Locker (a
-//     quarter of MaxOpenConns when set); more waiters poll. Each GET_LOCK
-//     waits 500 ms to 1 s, so a session that holds a key's named lock
-//     without the key delays a hand-off by about that much.
+//     locks, and one per Lock or shared hold waiting, at most 16 per
+//     Locker (a quarter of MaxOpenConns when set); more waiters poll.
+//     Each GET_LOCK of a Lock in line waits 500 ms to 1 s, so a session
+//     that holds a key's named lock without the key delays a hand-off by
+//     about that much. A waiter for a shared hold waits the Locker's
+//     backoff step (on MySQL, which rounds GET_LOCK timeouts, 1 s).
 //   - A key is one kind of lock at a time: a plain lock, a semaphore of
 //     one limit or a read-write lock; asking for another kind fails with
 //     locker.ErrInvalidOption while the key has holders.
 //   - Semaphores and read-write locks need a lock table name of at most
 //     57 bytes, to leave room for the "_shared" suffix. A shared attempt
-//     costs one transaction of five to seven statements, plus one that
+//     costs one transaction of four to six statements, plus one that
 //     sets the session's wait_timeout and innodb_lock_wait_timeout before
-//     it and one that restores them after it; a first holder of a key
-//     whose row is free costs one statement. A release costs one
+//     it and one that restores them after it returned; a first holder of
+//     a key whose row is free costs one statement. A release costs one
 //     statement. A second holder that finds the first in the key's row
 //     costs two statements more. A renewal tick costs one statement more
-//     while a Locker holds a shared hold in its key's row. A hold moved
-//     out of its key's row that releases before its next renewal may wait
-//     for an attempt cut off from its client as long as the server keeps
-//     that attempt's session. The first plain lock of a key after shared
-//     holds costs a transaction more. The transactions run at READ
-//     COMMITTED, which binlog_format=STATEMENT refuses for writes (MIXED
-//     and ROW accept it).
+//     while a Locker holds a shared hold in its key's row. On MySQL (not
+//     MariaDB), a hold moved out of its key's row that releases or keeps
+//     before its next renewal may wait for an attempt cut off from its
+//     client as long as the server keeps that attempt's session. The first
+//     plain lock of a key after shared holds costs a transaction more. The
+//     transactions run at READ COMMITTED, which binlog_format=STATEMENT
+//     refuses for writes (MIXED and ROW accept it).
 //   - The owner label is cut to 255 characters.
 //   - A lock's data (locker.WithData) is in lock_data, which a table made
 //     by an earlier version lacks: New adds it ([AddDataColumnSQL]).

@@ -191,6 +191,11 @@ type sqlDriver struct {
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
 
+	// restores counts the connections of transactions on shared holds
+	// whose session variables are being given back (inTx); Close waits
+	// for them.
+	restores sync.WaitGroup
+
 	mu     sync.Mutex
 	renew  map[int]*sql.Stmt // by padded batch size
 	live   map[int]*sql.Stmt
@@ -322,6 +327,7 @@ func (d *sqlDriver) Close() error {
 	if d.notify != nil {
 		d.notify.close()
 	}
+	d.restores.Wait()
 	d.closeStatements()
 	return nil
 }

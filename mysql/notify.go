@@ -96,9 +96,10 @@ type notifier struct {
 
 	mu        sync.Mutex
 	closed    bool
-	want      map[string]*wanted // by name: the fast-path locks this driver holds
-	wakeAt    time.Time          // when the holder goroutine wakes up next; zero while it works
-	hot       map[string]time.Time
+	want      map[string]*wanted    // by name: the fast-path locks this driver holds
+	wakeAt    time.Time             // when the holder goroutine wakes up next; zero while it works
+	hot       map[string]time.Time  // the keys a Lock found held lately (queue.go)
+	shared    map[string]time.Time  // the keys a shared hold waits for lately (wake.go)
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
 	idleTimer *time.Timer
@@ -107,7 +108,7 @@ type notifier struct {
 // wanted is a lock this driver holds, whose name the holder goroutine takes.
 type wanted struct {
 	owner string
-	since time.Time // acquired
+	due   time.Time // when the holder goroutine takes the name
 	seen  time.Time // last acquired or renewed
 	taken bool      // mirror of the holder goroutine's state, for released
 }
@@ -135,6 +136,7 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),
 		hot:         make(map[string]time.Time),
+		shared:      make(map[string]time.Time),
 		sessions:    make(map[*session]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -166,19 +168,25 @@ func (n *notifier) wake() {
 	}
 }
 
-// acquired records that owner took key.
-func (n *notifier) acquired(key, owner string) {
+// acquired records that owner took key. The holder goroutine takes its
+// name takeDelay later, or at once when contended: a waiter may be
+// waiting for it.
+func (n *notifier) acquired(key, owner string, contended bool) {
 	name, now := n.name(key), time.Now()
+	due := now.Add(takeDelay)
+	if contended {
+		due = now
+	}
 	n.mu.Lock()
 	w := n.want[name]
 	if w == nil {
 		w = &wanted{}
 		n.want[name] = w
 	}
-	w.owner, w.since, w.seen = owner, now, now
+	w.owner, w.seen, w.due = owner, now, due
 	// Poke unless the holder goroutine already plans to wake up in time;
 	// while it works (zero wakeAt) it may have missed this entry.
-	poke := n.wakeAt.IsZero() || n.wakeAt.After(now.Add(takeDelay))
+	poke := n.wakeAt.IsZero() || n.wakeAt.After(due)
 	n.mu.Unlock()
 	if poke {
 		n.wake()
@@ -237,7 +245,7 @@ func (n *notifier) holder() {
 			if h.held[name] {
 				continue
 			}
-			due := w.since.Add(takeDelay)
+			due := w.due
 			if r, ok := h.retry[name]; ok && r.at.After(due) {
 				due = r.at
 			}

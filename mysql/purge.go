@@ -113,7 +113,7 @@ func settleMarked(ctx context.Context, db *sql.DB, table string) error {
 		return err
 	}
 	d := newDriver(db, Config{Table: table}, 0)
-	defer d.closeStatements()
+	defer func() { _ = d.Close() }() // waits for its transactions' session restores
 	d.setServer(srv)
 	d.ttl = locker.DefaultTTL
 	q := "SELECT task_name FROM `" + table + "` AS k WHERE task_status = '" + sharedStatus + "' AND task_name > ?" +

@@ -119,26 +119,34 @@ func (n *notifier) releaseWithName(ctx context.Context, s *session, name string,
 }
 
 // isHot reports whether key was contended lately.
-func (n *notifier) isHot(key string) bool {
+func (n *notifier) isHot(key string) bool { return n.marked(n.hot, key) }
+
+// markHot records that key is contended.
+func (n *notifier) markHot(key string) { n.mark(n.hot, key) }
+
+// marked reports whether key was marked in m (n.hot, n.shared) within
+// hotFor.
+func (n *notifier) marked(m map[string]time.Time, key string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	at, ok := n.hot[key]
+	at, ok := m[key]
 	return ok && time.Since(at) < hotFor
 }
 
-// markHot records that key is contended.
-func (n *notifier) markHot(key string) {
+// mark marks key in m (n.hot, n.shared), and forgets the marks older than
+// hotFor once m has maxHot.
+func (n *notifier) mark(m map[string]time.Time, key string) {
 	now := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.hot) >= maxHot {
-		for k, at := range n.hot {
+	if len(m) >= maxHot {
+		for k, at := range m {
 			if now.Sub(at) >= hotFor {
-				delete(n.hot, k)
+				delete(m, k)
 			}
 		}
 	}
-	n.hot[key] = now
+	m[key] = now
 }
 
 // session returns a session from the idle ones or the pool; nil (and no
@@ -254,10 +262,11 @@ func (n *notifier) endSession(s *session, name string) {
 }
 
 // lineUp waits in GET_LOCK for name for at most wait, and reports whether
-// the name was free when it asked and whether this session got it. When ctx
-// ends, the statement is killed (KILL QUERY), so that nothing stays in line
-// in the server; a name got anyway is then given back.
-func (s *session) lineUp(ctx context.Context, name string, wait time.Duration) (free, got bool, err error) {
+// the name was free when it asked and whether this session got it. With
+// onlyHeld, a name that is free is not taken. When ctx ends, the statement
+// is killed (KILL QUERY), so that nothing stays in line in the server; a
+// name got anyway is then given back.
+func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, onlyHeld bool) (free, got bool, err error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+stmtTimeout)
 	defer cancel()
 	returned := make(chan struct{})
@@ -281,7 +290,11 @@ func (s *session) lineUp(ctx context.Context, name string, wait time.Duration) (
 		}
 	})
 	var f, g sql.NullInt64
-	err = s.conn.QueryRowContext(qctx, fmt.Sprintf("SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)", name, wait.Seconds())).Scan(&f, &g)
+	q := "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	if onlyHeld {
+		q = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+	}
+	err = s.conn.QueryRowContext(qctx, fmt.Sprintf(q, name, wait.Seconds())).Scan(&f, &g)
 	close(returned)
 	if !stop() {
 		<-killed
@@ -360,7 +373,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 	// row.
 	timeouts, free := 0, 0
 	for {
-		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts))
+		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts), false)
 		if err != nil {
 			return driver.Grant{}, err
 		}

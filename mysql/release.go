@@ -132,6 +132,7 @@ func (r Run) status() driver.Status {
 // the database's clock, renewed by nobody; waiters poll until then.
 func (d *sqlDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	if s, ok := l.State.(*shareState); ok {
+		defer d.forget(lockState{key: s.key, owner: s.owner})
 		return d.keepShared(ctx, s, remaining)
 	}
 	s := leaseState(l)

@@ -133,7 +133,7 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 		switch {
 		case renewed[s]:
 			validity[i] = ttl
-			if d.notify != nil && !share {
+			if d.notify != nil {
 				d.notify.renewed(s.key, s.owner)
 			}
 		case share:

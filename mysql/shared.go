@@ -21,10 +21,9 @@ import (
 // holder or waiter. The key's row in the lock table stays the key's mutex:
 // every attempt but the one-statement take of shared_fast.go is one
 // transaction that locks it first (lockKey), so attempts on one key run
-// one at a time. Tokens come from the key's version and, while the key is
-// marked for shared holds, from its sequence row in the table of shared
-// holds too: every grant takes a token above both, so tokens increase
-// across plain locks and shared holds. While a key has shared holders or
+// one at a time. Tokens come from the key's version: every grant takes the
+// next one and writes it back, so tokens increase across plain locks and
+// shared holds. While a key has shared holders or
 // waiters its row is SHARED, which a plain acquisition never takes.
 // Renewals, releases and withdrawals touch only their own row of the table
 // of shared holds, by primary key: none of them waits for the key's row,
@@ -51,11 +50,11 @@ func SharedTableSQL(table string) string { return sharedTableSQL(table) }
 func sharedTableSQL(table string) string {
 	return "CREATE TABLE IF NOT EXISTS `" + table + sharedSuffix + "` (\n" +
 		"  `task_name`   VARBINARY(255)   NOT NULL COMMENT 'lock key, as in the lock table',\n" +
-		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter; empty on the key''s sequence row',\n" +
+		"  `owner_token` VARBINARY(64)    NOT NULL COMMENT 'random token of the holder or waiter',\n" +
 		"  `mode`        TINYINT UNSIGNED NOT NULL COMMENT '1 permits, 2 read, 3 write',\n" +
 		"  `weight`      INT UNSIGNED     NOT NULL COMMENT 'permits taken, or 1',\n" +
 		"  `share_limit` INT UNSIGNED     NOT NULL COMMENT 'the semaphore''s permits, 0 for a read-write lock',\n" +
-		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter; the key''s latest on its sequence row',\n" +
+		"  `token`       BIGINT UNSIGNED  NOT NULL COMMENT 'fencing token of a holder, 0 for a waiter',\n" +
 		"  `queued`      BIGINT UNSIGNED  NOT NULL COMMENT 'place in line of a waiter, 0 for a holder',\n" +
 		"  `kept`        TINYINT UNSIGNED NOT NULL COMMENT '1 when given up with a MinHold left',\n" +
 		"  `owner_label` VARCHAR(255)     NOT NULL COMMENT 'human-readable holder, e.g. host:pid',\n" +
@@ -124,8 +123,21 @@ type shareRow struct {
 // attempt is one transaction (run again after a deadlock) that locks the
 // key's row, drops the expired holders and waiters, checks the kind and
 // limit, and grants the hold or records the waiter; a hold in the key's
-// row moves out first. Waiters poll, with the Locker's backoff.
+// row moves out first. A grant has the holder goroutine take the key's
+// named lock, and a refusal lets the waiter subscribe to it (wake.go).
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
+	g, err := d.tryAcquireShared(ctx, req, s)
+	switch {
+	case d.notify == nil:
+	case err == nil:
+		d.notify.acquired(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
+	case s.Queue && errors.Is(err, driver.ErrHeld):
+		d.sharedRefused(req.Key)
+	}
+	return g, err
+}
+
+func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
 	}
@@ -137,8 +149,12 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	if g, err := d.takeRow(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
-		return g, err
+	// A key a waiter of this driver was refused lately is held by shared
+	// holds, whose row takeRow cannot take.
+	if !s.Queue || d.notify == nil || !d.notify.marked(d.notify.shared, req.Key) {
+		if g, err := d.takeRow(ctx, st, req, s, label); !errors.Is(err, errFastOut) {
+			return g, err
+		}
 	}
 	for range maxAttempts {
 		sent := time.Now()
@@ -196,7 +212,7 @@ var errFenced = errors.New("the statement arrived after its fence")
 func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f *driver.Fence) (g driver.Grant, err error) {
 	var refusal error // a refusal to report once the transaction committed
 	err = d.inTx(ctx, txIdle(req.TTL), func(tx *sql.Tx) error {
-		last, status, err := d.lockKey(ctx, tx, st, req.Key)
+		last, status, err := d.lockKey(ctx, tx, req.Key)
 		if err != nil {
 			return err
 		}
@@ -249,7 +265,7 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 			return nil
 		}
 		// A grant, or a new place in line: both take the next token,
-		// which the key's version and its sequence row record.
+		// which the key's version records (coverShare).
 		tok := last + 1
 		if fits && len(rows) == 0 {
 			// The key's first hold: in the key's row, as takeRow takes
@@ -270,9 +286,8 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		}
 		if _, err := d.txExec(ctx, tx, "REPLACE INTO "+st+
 			" (task_name, owner_token, mode, weight, share_limit, token, queued, kept, owner_label, lock_until, start_time)"+
-			" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+"),"+
-			" (?, '', 0, 0, 0, ?, 0, 0, '', "+seqUntil+", "+dbNow+")",
-			req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl, req.Key, tok); err != nil {
+			" VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, "+untilExpr+", "+dbNow+")",
+			req.Key, req.Owner, int(s.Mode), s.Weight, s.Limit, token, queued, label, ttl); err != nil {
 			return err
 		}
 		if !fits {
@@ -293,20 +308,19 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 }
 
 // lockKey reads and row-locks, in tx, the key's row, inserting it free
-// when it is missing, and the key's sequence row in the table of shared
-// holds st when there is one. It returns the latest token of the key (the
-// greater of the version and the sequence row's token) and the key's
-// status. A plain lock or a hold in the row that expired counts as
+// when it is missing. It returns the latest token of the key (its version)
+// and the key's status. A plain lock or a hold in the row that expired counts as
 // FINISH. It fails with errSole, holding no lock, when a live shared hold
 // lives in the key's row: that hold's renewals must never wait for a
 // transaction.
-func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (last uint64, status string, err error) {
+func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, key string) (last uint64, status string, err error) {
 	for range maxAttempts {
 		// At READ COMMITTED an UPDATE keeps no lock on a row it does not
 		// change (a SELECT … FOR UPDATE keeps it): a row held in place
 		// stays unlocked. update_time changes, so that a changed row
-		// counts.
-		res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET update_time = "+dbNow+
+		// counts. The statement reports the version and the status
+		// through LAST_INSERT_ID (see keyState), which saves a read.
+		res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET update_time = "+dbNow+", version = version + 0 * LAST_INSERT_ID("+keyStateExpr+")"+
 			" WHERE task_name = ? AND NOT (task_status = '"+soleStatus+"' AND lock_until > "+dbNow+")", key)
 		if err != nil {
 			return 0, "", err
@@ -315,16 +329,11 @@ func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (la
 			if err != nil {
 				return 0, "", err
 			}
-			var live bool
-			err = d.txQueryRow(ctx, tx, "SELECT k.task_status, GREATEST(k.version, IFNULL(q.token, 0)), k.lock_until > "+dbNow+
-				" FROM "+d.sql.table+" AS k LEFT JOIN "+st+" AS q ON q.task_name = k.task_name AND q.owner_token = ''"+
-				" WHERE k.task_name = ? FOR UPDATE", key).Scan(&status, &last, &live)
+			id, err := res.LastInsertId()
 			if err != nil {
 				return 0, "", err
 			}
-			if (status == string(Running) || status == soleStatus) && !live {
-				status = "FINISH"
-			}
+			last, status = keyState(uint64(id))
 			return last, status, nil
 		}
 		var held bool
@@ -351,6 +360,27 @@ func (d *sqlDriver) lockKey(ctx context.Context, tx *sql.Tx, st, key string) (la
 		}
 	}
 	return 0, "", errRenewed // the row kept changing: run the transaction again
+}
+
+// keyStateExpr encodes, for lockKey, a key's version and status in one
+// number: version × 4, plus 1 for a live plain lock, 2 for a key marked
+// SHARED. Versions stay far below 2^62 (microseconds since 1970 plus one
+// per grant).
+const keyStateExpr = "version * 4 + IF(task_status = '" + string(Running) + "' AND lock_until > " + dbNow + ", 1," +
+	" IF(task_status = '" + sharedStatus + "', 2, 0))"
+
+// keyState decodes keyStateExpr: the version, and the status, where a
+// plain lock or a hold in the row that expired counts as FINISH.
+func keyState(v uint64) (version uint64, status string) {
+	switch v % 4 {
+	case 1:
+		status = string(Running)
+	case 2:
+		status = sharedStatus
+	default:
+		status = string(Finished)
+	}
+	return v / 4, status
 }
 
 // dropExpired deletes, in tx, those of the owners' rows of key that are
@@ -459,7 +489,7 @@ func (d *sqlDriver) fencedExec(ctx context.Context, tx *sql.Tx, text string, arg
 
 // shareRows reads the key's holders and waiters, expired ones included
 // (remaining not above 0), holders first, then waiters in line order; not
-// the key's sequence row.
+// a sequence row an earlier version left.
 func (d *sqlDriver) shareRows(ctx context.Context, tx *sql.Tx, st, key string) ([]shareRow, error) {
 	rs, err := d.txQuery(ctx, tx, "SELECT owner_token, mode, weight, share_limit, queued,"+
 		" TIMESTAMPDIFF(MICROSECOND, "+dbNow+", lock_until) FROM "+st+
@@ -548,7 +578,7 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 	}
 	for range maxAttempts {
 		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-			_, status, err := d.lockKey(ctx, tx, st, key)
+			_, status, err := d.lockKey(ctx, tx, key)
 			if err != nil {
 				return err
 			}
@@ -578,28 +608,23 @@ func (d *sqlDriver) inShareTx(ctx context.Context, key string, change func(*sql.
 	return classify(err)
 }
 
-// settle deletes, in tx, which holds the key's row and its sequence row
-// (lockKey), the key's expired holds and waiters, frees the key's row when
-// no row is left, and reports whether it did. The delete waits for a
-// renewal on the way, and a renewal never brings back an expired row: a
-// row that is left was live. A freed row takes the sequence row's token
-// as its version when it is greater, and the sequence row goes.
+// settle deletes, in tx, which holds the key's row (lockKey), the key's
+// expired holds and waiters, frees the key's row when no row is left, and
+// reports whether it did. The delete waits for a renewal on the way, and a
+// renewal never brings back an expired row: a row that is left was live.
+// A freed row keeps its version, the key's latest token.
 func (d *sqlDriver) settle(ctx context.Context, tx *sql.Tx, st, key string) (bool, error) {
 	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token <> '' AND lock_until <= "+dbNow, key); err != nil {
 		return false, err
 	}
 	res, err := d.txExec(ctx, tx, "UPDATE "+d.sql.table+" SET task_status = 'FINISH', finish_time = "+dbNow+
 		", lock_until = "+dbNow+", update_time = "+dbNow+
-		", version = GREATEST(version, IFNULL((SELECT token FROM "+st+" WHERE task_name = ? AND owner_token = ''), 0))"+
 		" WHERE task_name = ? AND task_status = '"+sharedStatus+"' AND NOT EXISTS (SELECT 1 FROM "+st+" WHERE task_name = ? AND owner_token <> '')",
-		key, key, key)
+		key, key)
 	if err != nil {
 		return false, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return false, err
-	}
-	if _, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ''", key); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -617,7 +642,7 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 	free := false
 	for range tries {
 		err = d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-			_, status, err := d.lockKey(ctx, tx, st, key)
+			_, status, err := d.lockKey(ctx, tx, key)
 			if err != nil || status != sharedStatus {
 				free = err == nil
 				return err
@@ -637,8 +662,9 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 
 // SetLimit implements driver.Limiter: one transaction that locks the key's
 // row, as attempts do, and sets the limit of every live holder and waiter;
-// a hold in the key's row moves out first. Waiters poll, so they see it at
-// their next attempt.
+// a hold in the key's row moves out first. Waiters see it at their next
+// attempt: a release wakes them, and their waits time out at the Locker's
+// backoff step.
 func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	st, err := d.sharedTable()
 	if err != nil {
@@ -664,7 +690,7 @@ func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 // setLimit is one transaction of SetLimit.
 func (d *sqlDriver) setLimit(ctx context.Context, st, key string, limit int) error {
 	return d.inTx(ctx, txIdle(d.ttl), func(tx *sql.Tx) error {
-		_, status, err := d.lockKey(ctx, tx, st, key)
+		_, status, err := d.lockKey(ctx, tx, key)
 		switch {
 		case err != nil:
 			return err

@@ -27,9 +27,8 @@ import (
 // lives in the key's row.
 const soleStatus = "SHARED_ONE"
 
-// seqUntil is the lock_until of a key's sequence row in the table of
-// shared holds (owner_token empty), and of a row made ready for a move:
-// long past, so that no reader of live holds counts it.
+// seqUntil is the lock_until of a row made ready for a move in the table
+// of shared holds: long past, so that no reader of live holds counts it.
 const seqUntil = "'1970-01-01 00:00:01'"
 
 // errFastOut is the cause of a one-statement take that took nothing: the

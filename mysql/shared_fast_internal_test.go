@@ -39,25 +39,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 	defer cancel()
 	k := t.Name() + "-" + rand.Text()[:8]
 	var started bool // the slow driver's transaction reached its write
-	open := func(isolation string, hook func(query string)) *sql.DB {
-		cfg, err := gomysql.ParseDSN(os.Getenv(storeenv.MySQLDSN))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if isolation != "" {
-			if cfg.Params == nil {
-				cfg.Params = map[string]string{}
-			}
-			cfg.Params["tx_isolation"] = isolation
-		}
-		c, err := gomysql.NewConnector(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(hookConnector{Connector: c, hook: hook})
-		t.Cleanup(func() { _ = db.Close() })
-		return db
-	}
+	open := func(isolation string, hook func(query string)) *sql.DB { return hookedDB(t, isolation, hook) }
 	// A table of the test's own, which no other test's rows, locks or DDL
 	// touch.
 	table := "take_marked_" + strings.ToLower(rand.Text()[:8])
@@ -103,7 +85,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 		// A grant: in the table of shared holds, or in the key's row.
 		write := strings.HasPrefix(q, "REPLACE INTO") || strings.Contains(q, "SET version = ?, task_status = '"+soleStatus+"'")
 		if plain {
-			write = strings.Contains(q, "SET task_status = 'FINISH'") && strings.Contains(q, "IFNULL((SELECT token") // settle
+			write = strings.Contains(q, "SET task_status = 'FINISH'") && strings.Contains(q, "task_status = '"+sharedStatus+"' AND NOT EXISTS") // settle
 		}
 		if !write || started {
 			return
@@ -114,26 +96,14 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			fastGrant, fastErr = fast.TryAcquireShared(ctx, req(), share)
 		}()
 		// The take runs now, until it waits for a lock this transaction
-		// holds. InnoDB refreshes what INNODB_TRX shows only when nobody
-		// has read it for 100 ms. A monitor that polls faster sees its
-		// first answer for ever, so this one polls every 150 ms.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-			var n int
-			if err := monitor.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
-				t.Error(err)
-				return
-			}
-			if n > 0 {
-				return
-			}
+		// holds, or it took or refused without waiting: the outcome tells.
+		if !awaitLockWait(ctx, t, monitor, "%", done) {
 			select {
 			case <-done:
-				return // it took or refused without waiting: the outcome tells
-			case <-time.After(150 * time.Millisecond):
+			default:
+				t.Error("the take never waited for the transaction's locks")
 			}
 		}
-		t.Error("the take never waited for the transaction's locks")
-		logProcesses(ctx, t, monitor)
 	}))
 	var slowErr error
 	var slowToken uint64
@@ -161,6 +131,28 @@ func takeMarkedRace(t *testing.T, plain bool) {
 			t.Errorf("%s: %v, want nil or %v", who, err, want)
 		}
 	}
+}
+
+// hookedDB opens the test database with hook on every connection (see
+// hookConnector), at the isolation level given (empty: the server's).
+func hookedDB(t *testing.T, isolation string, hook func(query string)) *sql.DB {
+	cfg, err := gomysql.ParseDSN(os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isolation != "" {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["tx_isolation"] = isolation
+	}
+	c, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(hookConnector{Connector: c, hook: hook})
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 // hookConnector is a connector of the real driver whose connections call

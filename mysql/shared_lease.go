@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"github.com/golocker/locker/driver"
 )
 
@@ -15,12 +17,22 @@ import (
 // of the key's row for a hold in it, which frees the key, and otherwise
 // one DELETE of the hold's own row.
 func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
+	// Whatever the outcome, this owner is done with the key: its named
+	// lock goes after the statement returned, so after the hold left.
+	defer d.forget(lockState{key: s.key, owner: s.owner})
+	leave := func() (bool, error) {
+		err := d.leave(ctx, s.key, s.owner, s.token)
+		return !errors.Is(err, driver.ErrNotHeld), err
+	}
 	if s.rowHeld() {
-		rel, err := d.sharedStmt(ctx, soleReleaseSQL(d.sql.table))
-		if err != nil {
-			return fmt.Errorf("release: %w", classify(err))
+		res, done, err := d.execInRow(ctx, soleReleaseSQL(d.sql.table), leave, s.key, s.owner, s.token)
+		if done {
+			if err != nil {
+				return fmt.Errorf("release: %w", err)
+			}
+			s.moved.Store(true)
+			return nil
 		}
-		res, err := execRetried(ctx, rel, s.key, s.owner, s.token)
 		if err != nil {
 			return fmt.Errorf("release: %w", classify(err))
 		}
@@ -32,7 +44,7 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 		}
 		s.moved.Store(true) // moved out of the row, or gone
 	}
-	if err := d.leave(ctx, s.key, s.owner, s.token); err != nil {
+	if _, err := leave(); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	return nil
@@ -47,13 +59,27 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 	if err != nil {
 		return err
 	}
-	if s.rowHeld() {
-		keep, err := d.sharedStmt(ctx, "UPDATE "+d.sql.table+" SET finish_time = "+dbNow+", lock_until = "+untilExpr+", update_time = "+dbNow+
-			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = '"+soleStatus+"' AND lock_until > "+dbNow)
+	keep := func() (bool, error) {
+		res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
+			" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
+			max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
 		if err != nil {
-			return fmt.Errorf("keep: %w", classify(err))
+			return true, classify(err)
 		}
-		res, err := execRetried(ctx, keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
+		n, err := res.RowsAffected()
+		return err != nil || n > 0, err
+	}
+	if s.rowHeld() {
+		res, done, err := d.execInRow(ctx, "UPDATE "+d.sql.table+" SET finish_time = "+dbNow+", lock_until = "+untilExpr+", update_time = "+dbNow+
+			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = '"+soleStatus+"' AND lock_until > "+dbNow,
+			keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
+		if done {
+			if err != nil {
+				return fmt.Errorf("keep: %w", err)
+			}
+			s.moved.Store(true)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("keep: %w", classify(err))
 		}
@@ -65,19 +91,45 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 		}
 		s.moved.Store(true)
 	}
-	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET kept = 1, lock_until = "+untilExpr+
-		" WHERE task_name = ? AND owner_token = ? AND token = ? AND queued = 0 AND lock_until > "+dbNow,
-		max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
-	if err != nil {
-		return fmt.Errorf("keep: %w", classify(err))
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
-			return fmt.Errorf("keep: %w", err)
-		}
+	switch done, err := keep(); {
+	case err != nil:
+		return fmt.Errorf("keep: %w", err)
+	case !done:
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// execInRow runs text, a statement on a shared hold in its key's row, with
+// args (again after a deadlock, see execRetried). On MariaDB it runs it first without waiting
+// for the row's lock. A transaction that holds that lock is an attempt
+// (cut off from its client, it keeps it until the server ends its session)
+// or a statement of a move: an attempt locks a key's row only once no live
+// hold is in it, so the hold most likely moved out. Then moved, the same
+// change in the table of shared holds, runs first; done reports that it
+// found the hold there, and err is then its error. Only when it did not
+// does the statement wait for the row.
+func (d *sqlDriver) execInRow(ctx context.Context, text string, moved func() (bool, error), args ...any) (res sql.Result, done bool, err error) {
+	if d.mariaDB {
+		now, err := d.sharedStmt(ctx, "SET STATEMENT innodb_lock_wait_timeout = 0 FOR "+text)
+		if err != nil {
+			return nil, false, err
+		}
+		// It never waits, so it is never a deadlock's victim either.
+		res, err = now.ExecContext(ctx, args...)
+		if me := (*gomysql.MySQLError)(nil); !errors.As(err, &me) || me.Number != 1205 {
+			return res, false, err
+		}
+		if done, err := moved(); done {
+			return nil, true, err
+		}
+	}
+	wait, err := d.sharedStmt(ctx, text)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err = execRetried(ctx, wait, args...)
+	return res, false, err
 }
 
 // breakShared ends every hold on key (driver.Breaker.Break); the waiters
@@ -237,8 +289,11 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 		}
 	}
 	for _, i := range idx {
-		if renewed[ls[i].State.(*shareState).id()] {
+		if s := ls[i].State.(*shareState); renewed[s.id()] {
 			validity[i] = ttl
+			if d.notify != nil {
+				d.notify.renewed(s.key, s.owner)
+			}
 		} else {
 			errs[i] = driver.ErrNotHeld
 		}

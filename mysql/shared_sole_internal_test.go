@@ -107,17 +107,13 @@ func TestSoleHoldRenewsBesideAttempt(t *testing.T) {
 	if !p.State.(*shareState).inRow {
 		t.Fatal("the first permit of a free key must live in the key's row")
 	}
-	st, err := d.sharedTable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	locked, renewed, ended := make(chan error, 1), make(chan struct{}), make(chan error, 1)
 	// Set when the attempt's transaction was over (the server ends its
 	// session after txIdle) before the renewal returned.
 	stalled := false
 	go func() {
 		ended <- d.inTx(ctx, txIdle(time.Minute), func(tx *sql.Tx) error {
-			_, _, err := d.lockKey(ctx, tx, st, k)
+			_, _, err := d.lockKey(ctx, tx, k)
 			locked <- err
 			select { // the attempt stalls here, its transaction open
 			case <-renewed:
@@ -170,4 +166,72 @@ func freeKey(t *testing.T, d *sqlDriver) (string, func() driver.Request, uint64)
 		t.Fatal(err)
 	}
 	return k, req, g.Token
+}
+
+// TestMovedHoldLeavesBesideAttempt checks that a hold moved out of its
+// key's row, which has not learned it yet (no renewal since the move),
+// releases or keeps while an attempt's transaction holds the key's row (as
+// one cut off from its client does until the server ends its session):
+// it does not wait for that transaction.
+func TestMovedHoldLeavesBesideAttempt(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Release", true: "Keep"}[keep], func(t *testing.T) {
+			db, ctx := openTestDB(t)
+			d := soleDriver(t, db)
+			if !d.mariaDB {
+				t.Skip("a statement that does not wait for a row lock needs MariaDB's SET STATEMENT")
+			}
+			k, req, _ := freeKey(t, d)
+			permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+			first, err := d.TryAcquireShared(ctx, req(), permit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := d.TryAcquireShared(ctx, req(), permit) // moves the first out
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := first.State.(*shareState); !s.rowHeld() {
+				t.Fatal("the first permit learned of its move before it renewed")
+			}
+			locked, left, ended := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+			// Set when the attempt's transaction was over (the server ends
+			// its session after txIdle) before the release returned.
+			stalled := false
+			go func() {
+				ended <- d.inTx(ctx, txIdle(time.Minute), func(tx *sql.Tx) error {
+					_, _, err := d.lockKey(ctx, tx, k)
+					locked <- err
+					select { // the attempt stalls here, the key's row locked
+					case <-left:
+						var one int
+						stalled = tx.QueryRowContext(ctx, "SELECT 1").Scan(&one) != nil
+					case <-time.After(20 * time.Second):
+						stalled = true
+					}
+					return errors.New("rolled back")
+				})
+			}()
+			if err := <-locked; err != nil {
+				t.Fatalf("an attempt's lock of a key's row marked SHARED: %v", err)
+			}
+			lease := driver.Lease{Key: k, TTL: 30 * time.Second, State: first.State}
+			if keep {
+				err = d.Keep(ctx, lease, time.Second)
+			} else {
+				err = d.Release(ctx, lease)
+			}
+			close(left)
+			<-ended
+			if err != nil {
+				t.Fatalf("a moved hold's release or keep beside an attempt: %v", err)
+			}
+			if stalled {
+				t.Fatal("the moved hold's release or keep returned only after the attempt's transaction ended: it waited for the key's row")
+			}
+			if err := d.Release(ctx, driver.Lease{Key: k, State: second.State}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

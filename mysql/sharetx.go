@@ -30,26 +30,18 @@ const restoreTimeout = 5 * time.Second
 // idle seconds too: waiting longer for a row lock only waits for a
 // transaction that is not one of ours (a statement that gives up fails
 // with error 1205, see contended). The session gets both values back
-// afterwards; a connection that cannot be given them back is discarded.
+// afterwards, after inTx returned, before it goes back to the pool; a
+// connection that cannot be given them back is discarded.
 func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error) (err error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// A cancelled ctx must not leave the short wait_timeout on a
-		// pooled connection.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
-		defer cancel()
-		restore := "SET @@session.wait_timeout = @locker_wait_timeout, @@session.innodb_lock_wait_timeout = @locker_lock_wait_timeout"
-		if v := d.isolationVar; v != "" {
-			restore += ", @@session." + v + " = @locker_isolation"
-		}
-		if _, rerr := conn.ExecContext(rctx, restore); rerr != nil {
-			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
-		}
-		_ = conn.Close()
-	}()
+	// The restore is off the caller's path: it needs a round trip, and
+	// the outcome is known without it. A cancelled ctx must not leave the
+	// short wait_timeout on a pooled connection.
+	d.restores.Add(1)
+	defer func() { go d.restoreSession(context.WithoutCancel(ctx), conn) }()
 	set := fmt.Sprintf("SET @locker_wait_timeout = @@session.wait_timeout, @locker_lock_wait_timeout = @@session.innodb_lock_wait_timeout,"+
 		" @@session.wait_timeout = %d, @@session.innodb_lock_wait_timeout = %d", idle, idle)
 	opts := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
@@ -71,4 +63,20 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 		return err
 	}
 	return tx.Commit()
+}
+
+// restoreSession gives conn the session variables inTx changed back and
+// returns it to the pool, or discards it when that fails.
+func (d *sqlDriver) restoreSession(ctx context.Context, conn *sql.Conn) {
+	defer d.restores.Done()
+	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	restore := "SET @@session.wait_timeout = @locker_wait_timeout, @@session.innodb_lock_wait_timeout = @locker_lock_wait_timeout"
+	if v := d.isolationVar; v != "" {
+		restore += ", @@session." + v + " = @locker_isolation"
+	}
+	if _, err := conn.ExecContext(ctx, restore); err != nil {
+		_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+	}
+	_ = conn.Close()
 }

@@ -21,10 +21,36 @@ func BenchmarkSharedUncontended(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			f := newFleet(b, dsn, cfg)
 			f.direct = true
-			sharedbench.Uncontended(b, f.newLocker(b), "bench/"+rand.Text()[:8])
+			sharedbench.Uncontended(b, sharedbench.Closing(b, f.newLocker(b)), "bench/"+rand.Text()[:8])
 		})
 		b.Run(name+"VsFloor", func(b *testing.B) { benchSharedFloor(b, dsn, cfg) })
 	}
+}
+
+// BenchmarkSharedHandoff: see sharedbench.Handoff (permit-x-lock, target
+// ≤ 2), with and without named-lock wake-ups; holder and waiter are
+// Lockers of their own pools.
+//
+//	go test -run '^$' -bench SharedHandoff ./integration/mysql/
+func BenchmarkSharedHandoff(b *testing.B) {
+	dsn := testenv.NewDatabase(b)
+	for _, name := range []string{"Notify", "PollOnly"} {
+		b.Run(name, func(b *testing.B) {
+			f := newFleet(b, dsn, mysql.Config{PollOnly: name == "PollOnly"})
+			f.direct = true
+			sharedbench.Handoff(b, sharedbench.Closing(b, f.newLocker(b)), sharedbench.Closing(b, f.newLocker(b)), "bench/"+rand.Text()[:8])
+		})
+	}
+}
+
+// BenchmarkSharedThroughput: see sharedbench.Throughput (x-limit1, limit 4
+// ÷ limit 1); each client is a Locker of its own pool.
+//
+//	go test -run '^$' -bench SharedThroughput ./integration/mysql/
+func BenchmarkSharedThroughput(b *testing.B) {
+	f := newFleet(b, testenv.NewDatabase(b), mysql.Config{})
+	f.direct = true
+	sharedbench.Throughput(b, func() locker.Locker { return sharedbench.Closing(b, f.newLocker(b)) }, "bench/"+rand.Text()[:8])
 }
 
 // benchSharedFloor times, in turn, an uncontended permit of a semaphore

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/golocker/locker"
 	"github.com/golocker/locker/integration/internal/sharedbench"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/postgres"
@@ -27,28 +26,18 @@ func sharedFleets(b *testing.B, bench func(b *testing.B, f *fleet)) {
 	})
 }
 
-// closing returns a new Locker of f that is closed when b ends.
-func closing(b *testing.B, f *fleet) locker.Locker {
-	l := f.newLocker(b)
-	if l == nil {
-		b.FailNow()
-	}
-	b.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
 // BenchmarkSharedUncontended: see sharedbench.Uncontended.
 //
 //	go test -run '^$' -bench SharedUncontended ./integration/postgres/
 func BenchmarkSharedUncontended(b *testing.B) {
 	sharedFleets(b, func(b *testing.B, f *fleet) {
-		sharedbench.Uncontended(b, closing(b, f), freshKey(b))
+		sharedbench.Uncontended(b, sharedbench.Closing(b, f.newLocker(b)), freshKey(b))
 	})
 }
 
 // BenchmarkSharedHandoff: see sharedbench.Handoff.
 func BenchmarkSharedHandoff(b *testing.B) {
 	sharedFleets(b, func(b *testing.B, f *fleet) {
-		sharedbench.Handoff(b, closing(b, f), closing(b, f), freshKey(b))
+		sharedbench.Handoff(b, sharedbench.Closing(b, f.newLocker(b)), sharedbench.Closing(b, f.newLocker(b)), freshKey(b))
 	})
 }

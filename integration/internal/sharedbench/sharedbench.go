@@ -15,6 +15,16 @@ import (
 	"github.com/golocker/locker/integration/internal/contend"
 )
 
+// Closing returns l, which b closes when it ends; a nil l (its harness
+// reported why) ends b at once.
+func Closing(b *testing.B, l locker.Locker) locker.Locker {
+	if l == nil {
+		b.FailNow()
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 // handoffWait is how long the waiter has been waiting when the holder
 // releases.
 const handoffWait = 20 * time.Millisecond
