@@ -47,24 +47,7 @@ func (r *roundTrips) take() (int, []string) {
 // trip more than on a free key (the settling), not a transaction of five
 // and the acquiring statement again.
 func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	pc, err := pgxpool.ParseConfig(exampleURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := &roundTrips{}
-	pc.ConnConfig.Tracer = rt
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	l, err := postgres.New(pool, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, pool, rt, ctx := tracedLocker(t)
 	s, _ := locker.NewSemaphore(l, "k", 2)
 	p, err := s.TryAcquire(ctx)
 	if err != nil {
@@ -103,4 +86,66 @@ func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
 	if n > base+1 {
 		t.Errorf("TryLock of a freed key marked shared took %d round trips, want at most %d (a free key's %d and the settling):\n%s", n, base+1, base, strings.Join(sql, "\n"))
 	}
+}
+
+// TestTryLockMultiFreedSharedKeyRoundTrips: a TryLockMulti with a key
+// whose row stayed marked as held by shared holds after the last one left
+// costs one round trip more than on free keys (the settling statement),
+// not a read, a transaction of five and the acquiring statement again.
+func TestTryLockMultiFreedSharedKeyRoundTrips(t *testing.T) {
+	l, pool, rt, ctx := tracedLocker(t)
+	s, _ := locker.NewSemaphore(l, "k", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseWhileLocked(ctx, t, pool, p)
+
+	// The baseline, on free keys (their rows made first, as k's is).
+	multi := func(keys ...string) (int, []string) {
+		t.Helper()
+		rt.take()
+		m, err := locker.TryLockMulti(ctx, l, keys)
+		if err != nil {
+			t.Fatalf("TryLockMulti of %q: %v", keys, err)
+		}
+		n, sql := rt.take()
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return n, sql
+	}
+	multi("free", "other")
+	base, _ := multi("free", "other")
+
+	n, sql := multi("k", "other")
+	t.Logf("TryLockMulti: %d round trips on free keys, %d with a freed key marked shared", base, n)
+	if n > base+1 {
+		t.Errorf("TryLockMulti with a freed key marked shared took %d round trips, want at most %d (free keys' %d and the settling):\n%s", n, base+1, base, strings.Join(sql, "\n"))
+	}
+}
+
+// tracedLocker returns a Locker on a pool whose statements rt counts, the
+// pool, and a ctx for the test. The Locker's keys are the test's own.
+func tracedLocker(t *testing.T) (locker.Locker, *pgxpool.Pool, *roundTrips, context.Context) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	pc, err := pgxpool.ParseConfig(exampleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &roundTrips{}
+	pc.ConnConfig.Tracer = rt
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l, err := postgres.New(pool, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, pool, rt, ctx
 }
