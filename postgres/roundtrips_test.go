@@ -47,7 +47,7 @@ func (r *roundTrips) take() (int, []string) {
 // trip more than on a free key (the settling), not a transaction of five
 // and the acquiring statement again.
 func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
-	l, pool, rt, ctx := tracedLocker(t)
+	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
 	s, _ := locker.NewSemaphore(l, "k", 2)
 	p, err := s.TryAcquire(ctx)
 	if err != nil {
@@ -93,7 +93,7 @@ func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
 // costs one round trip more than on free keys (the settling statement),
 // not a read, a transaction of five and the acquiring statement again.
 func TestTryLockMultiFreedSharedKeyRoundTrips(t *testing.T) {
-	l, pool, rt, ctx := tracedLocker(t)
+	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
 	s, _ := locker.NewSemaphore(l, "k", 2)
 	p, err := s.TryAcquire(ctx)
 	if err != nil {
@@ -125,9 +125,37 @@ func TestTryLockMultiFreedSharedKeyRoundTrips(t *testing.T) {
 	}
 }
 
-// tracedLocker returns a Locker on a pool whose statements rt counts, the
-// pool, and a ctx for the test. The Locker's keys are the test's own.
-func tracedLocker(t *testing.T) (locker.Locker, *pgxpool.Pool, *roundTrips, context.Context) {
+// TestTryLockMultiHeldKeyRoundTrips: a TryLockMulti refused because a
+// plain lock holds one of its keys costs its one statement, not a read
+// after it that looks for keys marked as held by shared holds.
+func TestTryLockMultiHeldKeyRoundTrips(t *testing.T) {
+	prefix := t.Name() + "-" + rand.Text()[:8] + "/"
+	l, pool, rt, ctx := tracedLocker(t, prefix)
+	holder, err := postgres.New(pool, locker.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	h, err := holder.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Unlock(ctx)
+	rt.take()
+	m, err := locker.TryLockMulti(ctx, l, []string{"other", "k"})
+	if err == nil {
+		_ = m.Unlock(ctx)
+		t.Fatal("TryLockMulti got a key a plain lock holds")
+	}
+	n, sql := rt.take()
+	if n > 1 {
+		t.Errorf("TryLockMulti refused by a plain lock took %d round trips, want 1:\n%s", n, strings.Join(sql, "\n"))
+	}
+}
+
+// tracedLocker returns a Locker with prefix on a pool whose statements rt
+// counts, the pool, and a ctx for the test.
+func tracedLocker(t *testing.T, prefix string) (locker.Locker, *pgxpool.Pool, *roundTrips, context.Context) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -142,7 +170,7 @@ func tracedLocker(t *testing.T) (locker.Locker, *pgxpool.Pool, *roundTrips, cont
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	l, err := postgres.New(pool, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+	l, err := postgres.New(pool, locker.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
