@@ -47,13 +47,7 @@ func (r *roundTrips) take() (int, []string) {
 // trip more than on a free key (the settling), not a transaction of five
 // and the acquiring statement again.
 func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
-	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
-	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	releaseWhileLocked(ctx, t, pool, p)
+	l, rt, ctx := freedKeyLocker(t)
 
 	// The baseline, on a free key (its row made first, as k's is).
 	free, err := l.TryLock(ctx, "free")
@@ -93,13 +87,7 @@ func TestTryLockFreedSharedKeyRoundTrips(t *testing.T) {
 // costs one round trip more than on free keys (the settling statement),
 // not a read, a transaction of five and the acquiring statement again.
 func TestTryLockMultiFreedSharedKeyRoundTrips(t *testing.T) {
-	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
-	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	releaseWhileLocked(ctx, t, pool, p)
+	l, rt, ctx := freedKeyLocker(t)
 
 	// The baseline, on free keys (their rows made first, as k's is).
 	multi := func(keys ...string) (int, []string) {
@@ -151,6 +139,20 @@ func TestTryLockMultiHeldKeyRoundTrips(t *testing.T) {
 	if n > 1 {
 		t.Errorf("TryLockMulti refused by a plain lock took %d round trips, want 1:\n%s", n, strings.Join(sql, "\n"))
 	}
+}
+
+// freedKeyLocker returns a tracedLocker whose key "k" has its row left
+// marked as held by shared holds after the last one left.
+func freedKeyLocker(t *testing.T) (locker.Locker, *roundTrips, context.Context) {
+	t.Helper()
+	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
+	s, _ := locker.NewSemaphore(l, "k", 2)
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseWhileLocked(ctx, t, pool, p)
+	return l, rt, ctx
 }
 
 // tracedLocker returns a Locker with prefix on a pool whose statements rt
