@@ -20,37 +20,53 @@ import (
 const maxMultiKeys = 100
 
 // multiAcquireSQL takes every row of a set when each is missing, free or
-// expired, and not marked as held by shared holds, with no data, in one
-// statement, unless the fence passed: it fails with
-// division_by_zero (SQLSTATE 22012), which rolls it back, when it took
-// fewer rows than asked. It returns one row per key taken: name, version,
-// the database clock (µs since the epoch). Args: keys, owners, label, ttls
-// µs (arrays but label), fence µs, the number of keys.
-func multiAcquireSQL(table string) string {
+// expired, with no data, in one statement, unless the fence passed: it
+// fails with division_by_zero (SQLSTATE 22012), which rolls it back, when
+// it took fewer rows than asked. It takes nothing when a key's row is
+// marked as held by shared holds in its snapshot, and returns those keys
+// instead. With settle, it frees such rows whose holds all ended and takes
+// them (see settling), and it returns instead the keys it saw live shared
+// holds or waiters on. It returns one row per key: name, version (0 for a
+// key returned instead), the database clock (µs since the epoch), and
+// whether the key was returned instead. Args: keys, owners, label, ttls µs
+// (arrays but label), fence µs, the number of keys.
+func multiAcquireSQL(table string, settle bool) string {
 	t := quoteIdent(table)
-	return "WITH k AS (SELECT * FROM unnest($1::text[], $2::text[], $4::float8[]) AS k(name, owner, ttl))," +
+	// marked lists the keys that make the statement take nothing; take is
+	// the condition on a row that exists.
+	ctes := "v AS MATERIALIZED (SELECT task_name FROM " + t + " WHERE task_name = ANY($1::text[]) AND owner_token = " + sharedOwnerSQL + "),"
+	marked := "v"
+	take := "(l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL
+	if settle {
+		ctes = settling(t, quoteIdent(table+sharedSuffix), "= ANY($1::text[])") + "," +
+			" m AS (SELECT DISTINCT o.task_name FROM o JOIN v USING (task_name) WHERE o.live),"
+		marked = "m"
+		take = "(" + take + " OR " + settled("l") + ")"
+	}
+	return "WITH " + ctes +
+		" k AS (SELECT * FROM unnest($1::text[], $2::text[], $4::float8[]) AS k(name, owner, ttl))," +
 		" a AS (INSERT INTO " + t + " AS l" +
 		" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
 		" SELECT k.name, 'RUNNING', " + micros(dbNow) + ", k.owner, $3::text, " + dbNow + " + k.ttl * interval '1 microsecond', " + dbNow + ", " + dbNow +
-		" FROM k WHERE " + beforeFence +
+		" FROM k WHERE " + beforeFence + " AND NOT EXISTS (SELECT 1 FROM " + marked + ")" +
 		" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
 		" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
 		" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time, lock_data = NULL" +
-		" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL +
-		" AND " + beforeFence +
+		" WHERE " + take + " AND " + beforeFence +
 		" RETURNING l.task_name, l.version)," +
 		" n AS (SELECT count(*) AS c FROM a)" +
-		" SELECT a.task_name, a.version + 0 * (1 / CASE WHEN n.c < $6::bigint THEN 0 ELSE 1 END), " + micros(dbNow) +
-		" FROM a, n"
+		" SELECT a.task_name, a.version + 0 * (1 / CASE WHEN n.c < $6::bigint THEN 0 ELSE 1 END), " + micros(dbNow) + ", false" +
+		" FROM a, n" +
+		" UNION ALL SELECT task_name, 0, " + micros(dbNow) + ", true FROM " + marked
 }
 
 // TryAcquireMulti implements driver.MultiAcquirer with one statement: the
 // INSERT … ON CONFLICT DO UPDATE of TryAcquire for every key, rolled back
 // unless it took them all. A statement rolled back by a serialization
-// failure or a deadlock counts as held. When it took nothing, one read
-// finds the keys marked as held by shared holds: each is freed when its
-// holds all ended, and the statement runs once more; a key with a live
-// hold fails the attempt with driver.ErrConflict.
+// failure or a deadlock counts as held. A key whose row is marked as held
+// by shared holds costs one statement more, which frees the row and takes
+// the keys when the key's holds all ended; a key with a live hold or
+// waiter fails the attempt with driver.ErrConflict.
 func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) ([]driver.Grant, error) {
 	if len(reqs) > maxMultiKeys {
 		return nil, fmt.Errorf("acquire: %w: %d keys, at most %d in one statement", driver.ErrNotAtomic, len(reqs), maxMultiKeys)
@@ -73,74 +89,48 @@ func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) (
 	if l := reqs[0].Label; l != "" && l != label {
 		label = cleanLabel(l)
 	}
-	for settled := false; ; settled = true {
-		grants, err := d.tryMulti(ctx, reqs, keys, owners, ttls, idx, label, ttl)
-		if !errors.Is(err, driver.ErrHeld) {
-			return grants, err
-		}
-		// The statement takes no row marked as held by shared holds: a
-		// key whose last holder crashed, or whose last release skipped
-		// its row, is freed first, as TryAcquire does.
-		marked, merr := d.markedShared(ctx, keys)
-		switch {
-		case merr != nil:
-			return nil, fmt.Errorf("acquire: %w", merr)
-		case len(marked) == 0:
-			return nil, err
-		case settled:
-			return nil, fmt.Errorf("%w: the key %q is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict, marked[0])
-		}
-		for _, key := range marked {
-			free, serr := d.settleShared(ctx, key)
-			if serr != nil {
-				return nil, fmt.Errorf("acquire: %w", serr)
-			}
-			if !free {
-				return nil, fmt.Errorf("%w: the key %q is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict, key)
-			}
-		}
+	grants, marked, err := d.tryMulti(ctx, false, reqs, keys, owners, ttls, idx, label, ttl)
+	if len(marked) == 0 {
+		return grants, err
 	}
+	// A key whose last holder crashed, or whose last release skipped its
+	// row, is freed and taken by the settling statement, as TryAcquire
+	// does with settleTake.
+	if err := d.checkShared(); err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	grants, live, err := d.tryMulti(ctx, true, reqs, keys, owners, ttls, idx, label, ttl)
+	if len(live) > 0 {
+		return nil, fmt.Errorf("%w: the key %q is held by shared holds (a semaphore or a read-write lock), not a plain lock", driver.ErrConflict, live[0])
+	}
+	return grants, err
 }
 
-// markedSharedSQL reads which of a set of keys have their row marked as
-// held by shared holds. Args: keys.
-func markedSharedSQL(table string) string {
-	return "SELECT task_name FROM " + quoteIdent(table) + " WHERE task_name = ANY($1::text[]) AND task_status = 'RUNNING'" +
-		" AND owner_token = " + sharedOwnerSQL + " ORDER BY task_name"
-}
-
-// markedShared returns which of keys have their row marked as held by
-// shared holds, live or not.
-func (d *pgDriver) markedShared(ctx context.Context, keys []string) ([]string, error) {
-	var marked []string
-	err := d.q.query(ctx, markedSharedSQL(d.cfg.Table), []any{keys}, func(scan func(...any) error) error {
-		var key string
-		if err := scan(&key); err != nil {
-			return err
-		}
-		marked = append(marked, key)
-		return nil
-	})
-	return marked, classify(err)
-}
-
-// tryMulti is one statement of TryAcquireMulti.
-func (d *pgDriver) tryMulti(ctx context.Context, reqs []driver.Request, keys, owners []string, ttls []float64, idx map[string]int, label string, ttl time.Duration) ([]driver.Grant, error) {
+// tryMulti is one statement of TryAcquireMulti, settling or not (see
+// multiAcquireSQL). It returns the grants, or the keys the statement
+// returned instead of taking any, with driver.ErrHeld.
+func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Request, keys, owners []string, ttls []float64, idx map[string]int, label string, ttl time.Duration) ([]driver.Grant, []string, error) {
 	sent := time.Now()
 	f := d.clock.Fence(ctx, sent, ttl)
 	grants := make([]driver.Grant, len(reqs))
 	got := 0
+	var marked []string
 	var now int64
-	err := d.q.query(ctx, multiAcquireSQL(d.cfg.Table), []any{keys, owners, label, ttls, f.Store, int64(len(reqs))},
+	err := d.q.query(ctx, multiAcquireSQL(d.cfg.Table, settle), []any{keys, owners, label, ttls, f.Store, int64(len(reqs))},
 		func(scan func(...any) error) error {
 			var name string
 			var version int64
-			if err := scan(&name, &version, &now); err != nil {
+			var instead bool
+			if err := scan(&name, &version, &now, &instead); err != nil {
 				return err
 			}
 			i, ok := idx[name]
 			if !ok {
 				return fmt.Errorf("acquire: a row for key %q, which was not asked", name)
+			}
+			if instead {
+				marked = append(marked, name)
+				return nil
 			}
 			grants[i] = driver.Grant{
 				Token: uint64(version), Validity: reqs[i].TTL, Since: sent,
@@ -155,19 +145,19 @@ func (d *pgDriver) tryMulti(ctx context.Context, reqs []driver.Request, keys, ow
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "22012", retryable(err):
-		return nil, driver.Held(0) // rolled back: nothing taken
+		return nil, nil, driver.Held(0) // rolled back: nothing taken
 	case err != nil:
 		err = classify(fmt.Errorf("acquire: %w", err))
 		if !definite(err) {
-			return nil, d.undoMulti(ctx, keys, owners, ttl, f, err)
+			return nil, nil, d.undoMulti(ctx, keys, owners, ttl, f, err)
 		}
-		return nil, err
+		return nil, nil, err
 	case got == 0:
-		return nil, driver.Held(0) // no row taken: the statement took nothing
-	case got != len(reqs):
-		return nil, d.undoMulti(ctx, keys, owners, ttl, f, fmt.Errorf("acquire: %d rows for %d keys", got, len(reqs)))
+		return nil, marked, driver.Held(0) // no row taken: the statement took nothing
+	case got != len(reqs) || len(marked) > 0:
+		return nil, nil, d.undoMulti(ctx, keys, owners, ttl, f, fmt.Errorf("acquire: %d rows for %d keys", got, len(reqs)))
 	}
-	return grants, nil
+	return grants, nil, nil
 }
 
 // undoMulti frees every row owners may hold after a statement whose outcome

@@ -15,8 +15,9 @@ import (
 
 // TestSettleRacesRenewal: a key's row is freed of shared holds only when
 // none is left. A holder whose row looked expired when a release or a
-// plain acquisition began to settle the key, but whose renewal committed
-// before the settling deleted it, keeps the key: a plain lock is refused.
+// plain acquisition (of one key or several) began to settle the key, but
+// whose renewal committed before the settling deleted it, keeps the key: a
+// plain lock is refused.
 func TestSettleRacesRenewal(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -34,6 +35,12 @@ func TestSettleRacesRenewal(t *testing.T) {
 			if lk, err := l.TryLock(ctx, "k"); err == nil {
 				t.Errorf("a plain lock was granted (token %d) while a renewed permit held the key", lk.Token())
 				_ = lk.Unlock(ctx)
+			}
+		}},
+		{"multi-key acquisition", true, func(ctx context.Context, t *testing.T, _ locker.Lock, l locker.Locker) {
+			if m, err := locker.TryLockMulti(ctx, l, []string{"k", "other"}); err == nil {
+				t.Errorf("a multi-key lock was granted (token %d) while a renewed permit held the key", m.Token("k"))
+				_ = m.Unlock(ctx)
 			}
 		}},
 	} {

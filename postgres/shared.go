@@ -179,13 +179,10 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			", update_time = " + dbNow + " WHERE task_name = $1 AND owner_token = " + sharedOwnerSQL +
 			" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o))" +
 			" SELECT pg_notify($2, $1)::text",
-		settleTake: "WITH v AS MATERIALIZED (SELECT version FROM " + t + " WHERE task_name = $1::text AND owner_token = " + sharedOwnerSQL + ")," +
-			" o AS (SELECT 1 FROM " + st + " WHERE task_name = $1::text)," +
-			" x AS (DELETE FROM " + st + " WHERE task_name = $1::text AND lock_until <= " + dbNow + " RETURNING 1)," +
+		settleTake: "WITH " + settling(t, st, "= $1::text") + "," +
 			" a AS (UPDATE " + t + " AS l SET task_status = 'RUNNING', version = l.version + 1, owner_token = $2::text, owner_label = $3::text," +
 			" lock_until = " + untilAt("$4") + ", start_time = " + dbNow + ", finish_time = NULL, update_time = " + dbNow + ", lock_data = $6::bytea" +
-			" WHERE task_name = $1::text AND owner_token = " + sharedOwnerSQL + " AND version = (SELECT version FROM v)" +
-			" AND (SELECT count(*) FROM x) = (SELECT count(*) FROM o) AND " + fenceAt("$5") + " RETURNING l.version)" +
+			" WHERE task_name = $1::text AND " + settled("l") + " AND " + fenceAt("$5") + " RETURNING l.version)" +
 			" SELECT (SELECT version FROM a), EXISTS (SELECT 1 FROM v), " + micros(dbNow),
 		release:  leaving(t, st, "token = $4 AND queued = 0"),
 		withdraw: leaving(t, st, "queued > 0"),
@@ -202,6 +199,31 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow + " ORDER BY queued, token",
 		setLimit: setLimitSQL(st),
 	}
+}
+
+// settling is the SQL of the CTEs with which a plain acquisition frees
+// the rows of the keys whose task_name matches keys (an SQL comparison)
+// that are marked as held by shared holds: v, each marked row's version in
+// the statement's snapshot, read once; o, the key's holds and waiters the
+// snapshot sees, and whether each is live; x, the delete of the expired
+// ones. A renewal on the way saves its row from the delete.
+func settling(t, st, keys string) string {
+	return "v AS MATERIALIZED (SELECT task_name, version FROM " + t + " WHERE task_name " + keys + " AND owner_token = " + sharedOwnerSQL + ")," +
+		" o AS (SELECT task_name, lock_until > " + dbNow + " AS live FROM " + st + " WHERE task_name " + keys + ")," +
+		" x AS (DELETE FROM " + st + " WHERE task_name " + keys + " AND lock_until <= " + dbNow + " RETURNING task_name)"
+}
+
+// settled is the SQL condition, over the CTEs of settling, under which a
+// plain acquisition takes row l of the lock table that is marked as held
+// by shared holds: x deleted every hold and waiter of the key that o saw,
+// and the row's version is v's. Any hold or waiter added after the
+// snapshot advanced the version, which the condition reads on the row's
+// newest version when it waited for the row.
+func settled(l string) string {
+	return l + ".owner_token = " + sharedOwnerSQL +
+		" AND " + l + ".version = (SELECT version FROM v WHERE v.task_name = " + l + ".task_name)" +
+		" AND (SELECT count(*) FROM x WHERE x.task_name = " + l + ".task_name)" +
+		" = (SELECT count(*) FROM o WHERE o.task_name = " + l + ".task_name)"
 }
 
 // holderInsert is the SQL that records the holder or waiter of a request
@@ -634,28 +656,4 @@ func (d *pgDriver) inShareTx(ctx context.Context, key string, change func(runner
 // and notifies the key's waiters.
 func (d *pgDriver) settle(ctx context.Context, tx runner, key string) error {
 	return tx.query(ctx, d.shared.settle, []any{key, d.cfg.Table}, func(func(...any) error) error { return nil })
-}
-
-// settleShared frees the row of a key marked as held by shared holds when
-// none is live (their holders crashed), for a plain acquisition. It
-// reports whether the row is free now.
-func (d *pgDriver) settleShared(ctx context.Context, key string) (bool, error) {
-	if err := d.checkShared(); err != nil {
-		return false, err
-	}
-	free := false
-	err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
-		k, err := d.lockKey(ctx, tx, key)
-		if err != nil || !k.shared() {
-			free = err == nil
-			return err
-		}
-		if err := d.settle(ctx, tx, key); err != nil {
-			return err
-		}
-		k, err = d.lockKey(ctx, tx, key)
-		free = err == nil && !k.shared()
-		return err
-	})
-	return free, classify(err)
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -67,6 +68,46 @@ func TestSharedInspectAndBreak(t *testing.T) {
 // advanced, is what tells.
 func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
 	d, ctx, key := sharedDriver(t)
+	holdAddedMeanwhile(ctx, t, d, key, "settleTake", func() (bool, error) {
+		var taken sql.NullInt64
+		var marked bool
+		var now int64
+		fence := time.Now().Add(time.Hour).UnixMicro()
+		err := d.q.query(ctx, d.shared.settleTake, []any{key, "plain.owner", "plain", ttlMicros(sharedTTL), fence, dataArg(nil)},
+			func(scan func(...any) error) error { return scan(&taken, &marked, &now) })
+		return taken.Valid, err
+	})
+}
+
+// TestMultiSettleSeesHoldAddedMeanwhile: TryAcquireMulti takes a key's row
+// marked as held by shared holds only when no hold is left, also one that
+// a shared attempt added while its settling statement waited for the row,
+// as settleTake does.
+func TestMultiSettleSeesHoldAddedMeanwhile(t *testing.T) {
+	d, ctx, key := sharedDriver(t)
+	holdAddedMeanwhile(ctx, t, d, key, "TryAcquireMulti", func() (bool, error) {
+		var reqs []driver.Request
+		for _, k := range []string{key, key + "/other"} {
+			reqs = append(reqs, driver.Request{Key: k, Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL})
+		}
+		grants, err := d.TryAcquireMulti(ctx, reqs)
+		switch {
+		case err == nil:
+			return len(grants) > 0, nil
+		case errors.Is(err, driver.ErrHeld), errors.Is(err, driver.ErrConflict):
+			return false, nil
+		}
+		return false, err
+	})
+}
+
+// holdAddedMeanwhile marks key's row as held by shared holds with none
+// left, starts take, a plain acquisition of key, and, while take waits for
+// the key's row, adds a live shared hold in a transaction that advances
+// the row's version, as a shared attempt does. take reports whether it
+// took the key, which it must not.
+func holdAddedMeanwhile(ctx context.Context, t *testing.T, d notifyingDriver, key, name string, take func() (bool, error)) {
+	t.Helper()
 	pool := d.q.(poolQuerier).p
 	tbl, stbl := quoteIdent(DefaultTable), quoteIdent(DefaultTable+sharedSuffix)
 	// The row is marked, and no hold is left.
@@ -75,11 +116,11 @@ func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), "DELETE FROM "+stbl+" WHERE task_name = $1", key)
-		_, _ = pool.Exec(context.Background(), "DELETE FROM "+tbl+" WHERE task_name = $1", key)
+		_, _ = pool.Exec(context.Background(), "DELETE FROM "+stbl+" WHERE task_name LIKE $1 || '%'", key)
+		_, _ = pool.Exec(context.Background(), "DELETE FROM "+tbl+" WHERE task_name LIKE $1 || '%'", key)
 	})
 	// A shared attempt holds the row, advances its version, and adds a
-	// hold: it commits once settleTake waits for the row.
+	// hold: it commits once take waits for the row.
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -96,17 +137,13 @@ func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
 		}
 	}
 	type result struct {
-		taken  sql.NullInt64
-		marked bool
-		err    error
+		taken bool
+		err   error
 	}
 	res := make(chan result, 1)
 	go func() {
 		var r result
-		var now int64
-		fence := time.Now().Add(time.Hour).UnixMicro()
-		r.err = d.q.query(ctx, d.shared.settleTake, []any{key, "plain.owner", "plain", ttlMicros(sharedTTL), fence, dataArg(nil)},
-			func(scan func(...any) error) error { return scan(&r.taken, &r.marked, &now) })
+		r.taken, r.err = take()
 		res <- r
 	}()
 	for {
@@ -117,10 +154,13 @@ func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
 		if n > 0 {
 			break
 		}
-		if ctx.Err() != nil {
-			t.Fatal("settleTake never waited for the key's row")
+		select {
+		case r := <-res:
+			t.Fatalf("%s returned (taken %v, %v) without waiting for the key's row", name, r.taken, r.err)
+		case <-ctx.Done():
+			t.Fatalf("%s never waited for the key's row", name)
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -129,7 +169,7 @@ func TestSettleTakeSeesHoldAddedMeanwhile(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.taken.Valid {
-		t.Errorf("settleTake took the key (version %d) while a shared hold added meanwhile held it", r.taken.Int64)
+	if r.taken {
+		t.Errorf("%s took the key while a shared hold added meanwhile held it", name)
 	}
 }

@@ -625,11 +625,6 @@ func TestCloseCutOffWaitSkipsDeletion(t *testing.T) {
 		resp, err := f.admin.Get(ctx, etcd.Dir(testPrefix+key), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count >= 2
 	})
-	// The key is in etcd before the reply of the Txn that put it reaches
-	// the waiter: a cut in between leaves that Txn to wait out its
-	// settling (2 s) before Close can go on, which the bound below does
-	// not allow for. Give the reply time to arrive.
-	time.Sleep(500 * time.Millisecond)
 	for _, p := range f.proxies[a] {
 		p.Cut()
 	}
