@@ -64,7 +64,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 	share := driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1}
 	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second} }
 	fast := newDrv(open("'READ-COMMITTED'", func(string) {}))
-	// The key is marked SHARED, with its sequence row, and has no hold.
+	// The key is marked SHARED and has no hold.
 	g, err := fast.TryAcquireShared(ctx, req(), share)
 	if err != nil {
 		t.Fatal(err)
