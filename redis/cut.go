@@ -394,9 +394,15 @@ func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx 
 // tombstone tomb for req's TTL and then runs out(key, owner): an attempt
 // cut when its ctx ended, whose request Redis may run later. The cleanup
 // is left to the engine, so that the caller returns at once.
+//
+// Redis runs such a request about when it was cut, if at all. What it can
+// leave (a lock, a place in line, a hand-over claimed for it) lapses by
+// itself a TTL or a stale time after that, plus a claim. A closing Locker
+// tries the cleanup only until then (driver.Residue.Gone): a request run
+// later still would cost liveness, never exclusion.
 func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out func(ctx context.Context, key, owner string) error) error {
 	key, owner, ttl := req.Key, req.Owner, max(req.TTL, time.Second)
-	return residue(cause, func(ctx context.Context) error {
+	r := residue(cause, func(ctx context.Context) error {
 		pipe := d.client.Pipeline()
 		set := pipe.Set(ctx, tomb, "1", ttl)
 		_, _ = pipe.Exec(ctx)
@@ -405,4 +411,6 @@ func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out fun
 		}
 		return out(ctx, key, owner)
 	})
+	r.Gone = time.Now().Add(max(req.TTL, staleAfter(req.TTL)) + claimWindow)
+	return r
 }

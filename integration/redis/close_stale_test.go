@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +95,31 @@ func closeCutOff(t *testing.T, l locker.Locker, p *testenv.Proxy, bound time.Dur
 		<-closed
 		t.Fatalf("Close of a cut-off Locker whose Lock waited took more than %v: %s", bound, must)
 	}
+}
+
+// TestCloseSkipsACutAttemptsLateCleanup: Close of an Open Locker cut off
+// from Redis, after a TryLock it cut when its ctx ended, tries that
+// attempt's cleanup (its tombstone, then its leave) only until what the
+// attempt's request could leave lapses by itself (a TTL or a stale time,
+// plus a claim), not for its release timeout. The cleanup ran into the
+// test below's bound whenever Close came while a waiting Lock's refresh
+// was on the wire.
+func TestCloseSkipsACutAttemptsLateCleanup(t *testing.T) {
+	const ttl = time.Second
+	srv := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, srv.Addr())
+	u := &url.URL{Scheme: "redis", Host: p.Addr(), RawQuery: "read_timeout=1s"}
+	l, err := redis.Open(t.Context(), u, locker.WithTTL(ttl), locker.WithReleaseTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := l.TryLock(ctx, "close-cut-attempt"); err == nil {
+		t.Fatal("TryLock through a cut proxy took the lock")
+	}
+	// A bound, not a measurement: what the cut request could leave lapses
+	// 1.5 s after it was cut; the release timeout is a minute.
+	closeCutOff(t, l, p, 8*time.Second, "it must not try a cut attempt's cleanup past the time what it could leave lapses")
 }
