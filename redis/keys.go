@@ -67,13 +67,6 @@ func name(kind, s string) string {
 	return b.String()
 }
 
-// names returns name(k, s) for each kind k, in one allocation.
-func names(s string, kinds ...string) []string {
-	out := make([]string, len(kinds))
-	fillNames(out, s, kinds...)
-	return out
-}
-
 // fillNames sets out[i] to name(kinds[i], s), all in one string.
 func fillNames(out []string, s string, kinds ...string) {
 	n := 0
@@ -208,29 +201,51 @@ type lockNames struct {
 	boxes   [5]any
 }
 
-// namesCacheSize is how many store keys a Locker's names cache holds.
+// storeKey is the store key lockNames n names.
+func (n *lockNames) storeKey() string { return n.key }
+
+// namesCacheSize is how many store keys each of a Locker's names caches
+// holds.
 const namesCacheSize = 64
 
-// namesCache holds the lockNames of the store keys a Locker used last, one
-// per slot of a hash of the key, so that a Locker that takes the same keys
+// namesCache holds the names of the store keys a Locker used last, one per
+// slot of a hash of the key, so that a Locker that takes the same keys
 // again makes their names, and boxes them, once: eight allocations less
-// per acquisition. A key whose slot another key took is named again. Its
-// size is fixed: a Locker that takes many keys keeps no more of them.
-type namesCache struct {
+// per acquisition. N is the names of one use of a key: lockNames for plain
+// locks, shareState for shared holds, each in a cache of its own. A key
+// whose slot another key took is named again. Its size is fixed: a Locker
+// that takes many keys keeps no more of them. Nothing changes an N once it
+// is cached: acquisitions of one key may share it.
+type namesCache[N any, P interface {
+	*N
+	storeKey() string
+}] struct {
 	seed  maphash.Seed
-	slots [namesCacheSize]atomic.Pointer[lockNames]
+	slots [namesCacheSize]atomic.Pointer[N]
+}
+
+// get returns the names of store key s: from the cache when s is there,
+// else made by make(d, s) and cached.
+func (c *namesCache[N, P]) get(d *redisDriver, s string, make func(*redisDriver, string) P) P {
+	slot := &c.slots[maphash.String(c.seed, s)%namesCacheSize]
+	if n := P(slot.Load()); n != nil && n.storeKey() == s {
+		return n
+	}
+	n := make(d, s)
+	slot.Store((*N)(n))
+	return n
 }
 
 // lockNames returns the names of the lock on store key s, with its keys
 // boxed when runScript can use them: from the cache when s is there.
 func (d *redisDriver) lockNames(s string) *lockNames {
-	slot := &d.names.slots[maphash.String(d.names.seed, s)%namesCacheSize]
-	if n := slot.Load(); n != nil && n.key == s {
-		return n
-	}
+	return d.names.get(d, s, boxedLockNames)
+}
+
+// boxedLockNames returns newLockNames(s) with its keys boxed for d.
+func boxedLockNames(d *redisDriver, s string) *lockNames {
 	n := newLockNames(s)
 	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
-	slot.Store(n)
 	return n
 }
 
