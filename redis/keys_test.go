@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestLockNames: the names made once per acquisition are those of name, for
-// a key with a hash tag of its own and for one that needs the hashed form.
+// TestLockNames: the names made once per acquisition, and a tombstone's,
+// are those of name, for a key with a hash tag of its own and for one that
+// needs the hashed form.
 func TestLockNames(t *testing.T) {
 	for _, s := range []string{"k", "orders:{eu}:42", "a}b", "}"} {
 		n := newLockNames(s)
@@ -15,6 +16,9 @@ func TestLockNames(t *testing.T) {
 			if n.keys[i] != want[i] {
 				t.Errorf("newLockNames(%q).keys[%d] = %q, want %q", s, i, n.keys[i], want[i])
 			}
+		}
+		if tomb := cutKey(s, "o"); tomb != name(kindCut, s)+":o" {
+			t.Errorf("cutKey(%q, \"o\") = %q, want %q", s, tomb, name(kindCut, s)+":o")
 		}
 		if n.channel != channelName(s) || n.channelArg != any(channelName(s)) {
 			t.Errorf("newLockNames(%q) channel %q (argument %v), want %q", s, n.channel, n.channelArg, channelName(s))
