@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"fmt"
+	"hash/maphash"
 	"testing"
 
 	"github.com/golocker/locker"
@@ -30,9 +32,10 @@ func TestRoundTripAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
 	}
-	l, _ := newTestLocker(t, newClient(t, storeenv.Redis(t).Addr()), locker.WithTTL(benchTTL))
-	key := uniqueKey(t)
-	keys := []string{key + ".a", key + ".b", key + ".c"}
+	l, d := newTestLocker(t, newClient(t, storeenv.Redis(t).Addr()), locker.WithTTL(benchTTL))
+	keys := distinctSlots(d, uniqueKey(t), 4)
+	key := keys[0]
+	keys = keys[1:]
 	ctx := context.Background()
 	sem, err := locker.NewSemaphore(l, key+".sem", 4)
 	if err != nil {
@@ -96,4 +99,21 @@ func TestRoundTripAllocations(t *testing.T) {
 			t.Errorf("%s makes %v allocations, want at most %v", tc.what, n, tc.budget)
 		}
 	}
+}
+
+// distinctSlots returns n keys made from base that take distinct slots of
+// d's names cache of locks, so that no key evicts another's names: the
+// cache's seed is random, and a collision would name a key again on every
+// acquisition.
+func distinctSlots(d *redisDriver, base string, n int) []string {
+	var keys []string
+	used := make(map[uint64]bool)
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s.%d", base, i)
+		if slot := maphash.String(d.names.seed, k) % namesCacheSize; !used[slot] {
+			used[slot] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

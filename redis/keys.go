@@ -184,14 +184,12 @@ func scriptKeys(s string) []string {
 	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareHolds, s)}
 }
 
-// lockNames are the names a plain lock's scripts use, made once per
-// store key while it is in the Locker's names cache (see namesCache): the
-// Lease.State of the lock, so that its attempts, renewals and release name
-// nothing again. Nothing changes a lockNames once it is made: acquisitions
-// of one key may share it.
-type lockNames struct {
+// keyNames are the names the scripts of one use of a store key take: its
+// five KEYS and its release channel, made in one allocation, with the
+// channel and (when runScript can use them) the keys boxed.
+type keyNames struct {
 	key     string    // the store key
-	keys    [5]string // scriptKeys, in its order
+	keys    [5]string // the scripts' KEYS, in their order
 	channel string    // channelName
 	// channelArg is channel, boxed for the scripts' arguments.
 	channelArg any
@@ -201,8 +199,26 @@ type lockNames struct {
 	boxes   [5]any
 }
 
-// storeKey is the store key lockNames n names.
-func (n *lockNames) storeKey() string { return n.key }
+// storeKey is the store key n names.
+func (n *keyNames) storeKey() string { return n.key }
+
+// name sets n to the names of store key s: keys[i] of kinds[i], for the
+// five KEYS, then the channel, of kinds[5] (kindChannel).
+func (n *keyNames) name(s string, kinds ...string) {
+	n.key = s
+	var all [len(n.keys) + 1]string
+	fillNames(all[:], s, kinds...)
+	copy(n.keys[:], all[:])
+	n.channel = all[len(n.keys)]
+	n.channelArg = n.channel
+}
+
+// lockNames are the names a plain lock's scripts use (scriptKeys), made
+// once per store key while it is in the Locker's names cache (see
+// namesCache): the Lease.State of the lock, so that its attempts, renewals
+// and release name nothing again. Nothing changes a lockNames once it is
+// made: acquisitions of one key may share it.
+type lockNames struct{ keyNames }
 
 // namesCacheSize is how many store keys each of a Locker's names caches
 // holds.
@@ -245,9 +261,12 @@ func (d *redisDriver) lockNames(s string) *lockNames {
 // boxedLockNames returns newLockNames(s) with its keys boxed for d.
 func boxedLockNames(d *redisDriver, s string) *lockNames {
 	n := newLockNames(s)
-	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
+	n.box(d)
 	return n
 }
+
+// box boxes n's keys for d's runScript.
+func (n *keyNames) box(d *redisDriver) { n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:]) }
 
 // boxKeys boxes keys into boxes (of the same length) and returns them, or
 // nil when runScript cannot use them.
@@ -264,11 +283,7 @@ func (d *redisDriver) boxKeys(boxes []any, keys []string) []any {
 // newLockNames returns the names of the lock on store key s, in one
 // allocation.
 func newLockNames(s string) *lockNames {
-	n := &lockNames{key: s}
-	var all [len(n.keys) + 1]string
-	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareHolds, kindChannel)
-	copy(n.keys[:], all[:])
-	n.channel = all[len(n.keys)]
-	n.channelArg = n.channel
+	n := &lockNames{}
+	n.name(s, kindLock, kindFence, kindQueue, kindWaiters, kindShareHolds, kindChannel)
 	return n
 }

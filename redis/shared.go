@@ -68,33 +68,17 @@ func sharedKeys(s string) []string { return newShareState(s).keys[:] }
 
 // shareState is the Lease.State of a shared hold: RenewBatch, Release and
 // Keep tell it from a plain lock's by its type. It keeps the names of the
-// hold's store key, made once per store key while it is in the Locker's
-// names cache (see namesCache), as lockNames does for a plain lock. Nothing
-// changes a shareState once it is made: holds of one key may share it.
-type shareState struct {
-	key     string    // the store key
-	keys    [5]string // sharedKeys, in its order
-	channel string    // channelName
-	// channelArg is channel, boxed for the scripts' arguments.
-	channelArg any
-	// keyArgs are keys, boxed for runScript (nil when it cannot use
-	// them); boxes holds them.
-	keyArgs []any
-	boxes   [5]any
-}
-
-// storeKey is the store key st names.
-func (st *shareState) storeKey() string { return st.key }
+// hold's store key (sharedKeys), made once per store key while it is in
+// the Locker's names cache (see namesCache), as lockNames does for a plain
+// lock. Nothing changes a shareState once it is made: holds of one key may
+// share it.
+type shareState struct{ keyNames }
 
 // newShareState makes the names of store key s, in one allocation beside
 // the state itself.
 func newShareState(s string) *shareState {
-	st := &shareState{key: s}
-	var all [len(st.keys) + 1]string
-	fillNames(all[:], s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
-	copy(st.keys[:], all[:])
-	st.channel = all[len(st.keys)]
-	st.channelArg = st.channel
+	st := &shareState{}
+	st.name(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
 	return st
 }
 
@@ -107,7 +91,7 @@ func (d *redisDriver) shareState(s string) *shareState {
 // boxedShareState returns newShareState(s) with its keys boxed for d.
 func boxedShareState(d *redisDriver, s string) *shareState {
 	st := newShareState(s)
-	st.keyArgs = d.boxKeys(st.boxes[:], st.keys[:])
+	st.box(d)
 	return st
 }
 
