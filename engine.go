@@ -288,8 +288,9 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			// No closures to allocate: detached would run it inline too.
 			a, err = e.try(cctx, req, share, wait)
 		} else {
-			r := req // copied into the closures: req itself stays on the stack
-			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, share, wait) },
+			// Copied into the closures: req and *share stay on the stack.
+			r, s := req, copyShare(share)
+			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, s, wait) },
 				func() func(tryOutcome, error) { return e.lateAttempt(r, h.gate) })
 		}
 		if gone {
@@ -330,6 +331,15 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	}
 	h.self.h = h
 	return &h.self, nil
+}
+
+// copyShare returns a copy of *s, or nil for a nil s.
+func copyShare(s *driver.Share) *driver.Share {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	return &c
 }
 
 // try makes one acquisition attempt of lock: the driver call that share

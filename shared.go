@@ -122,11 +122,10 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 	)
 	try := func(ctx context.Context) (driver.Grant, error) {
 		g, err := e.sharer.TryAcquireShared(ctx, req, s)
-		var r *driver.Residue
 		switch {
 		case err == nil:
 		case errors.Is(err, driver.ErrHeld):
-			if errors.As(err, &r) {
+			if residueOf(err) != nil {
 				queued = err
 			}
 			if !unknown {
@@ -145,9 +144,8 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 	if !answered.IsZero() && req.TTL > 0 {
 		gone = answered.Add(req.TTL)
 	}
-	var r *driver.Residue
 	switch {
-	case err == nil || queued == nil || errors.As(err, &r):
+	case err == nil || queued == nil || residueOf(err) != nil:
 	case errors.Is(err, driver.ErrConflict) || permanent(err) || ctx.Err() != nil:
 		e.withdraw(ctx, req.Key, queued, gone)
 	default:
@@ -166,8 +164,8 @@ func (e *engine) pollShared(ctx context.Context, req driver.Request, s driver.Sh
 // What fails is left to the background cleanup. gone is when the record
 // expires by itself (zero: unknown), which Close goes by (see runCleanups).
 func (e *engine) withdraw(ctx context.Context, key string, refusal error, gone time.Time) {
-	var r *driver.Residue
-	if !errors.As(refusal, &r) || r.Cleanup == nil {
+	r := residueOf(refusal)
+	if r == nil || r.Cleanup == nil {
 		return
 	}
 	c := cleanup{key: key, residue: r.Cleanup, gone: gone}

@@ -380,10 +380,20 @@ func (e *engine) abandon(h *hold) {
 // keepResidue queues what a failed acquisition left in the store, when its
 // error carries a driver.Residue.
 func (e *engine) keepResidue(key string, err error) {
-	var r *driver.Residue
-	if errors.As(err, &r) && r.Cleanup != nil {
+	if r := residueOf(err); r != nil && r.Cleanup != nil {
 		e.addCleanup(cleanup{key: key, residue: r.Cleanup, gone: r.Gone})
 	}
+}
+
+// residueOf returns the driver.Residue in err's chain, or nil. Its target
+// escapes to the heap: a caller that declared it would allocate it on
+// every call, errors or not.
+func residueOf(err error) *driver.Residue {
+	var r *driver.Residue
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
 }
 
 func (e *engine) addCleanup(c cleanup) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,10 @@ type cutSlot struct {
 	armed   bool     // a call runs: its ctx's end cuts the connection
 	cut     bool     // the call in progress was cut: no more dials
 	refused bool     // a dial was refused: the slot is not reused
+
+	// stop stops the cut of the call in progress (context.AfterFunc's);
+	// only that call's goroutine uses it.
+	stop func() bool
 }
 
 // errCut is the error of a connection dialled on a slot whose call was
@@ -172,8 +177,9 @@ func (s *cutSlot) reusable(err error) bool {
 }
 
 // take returns a slot for a call with ctx, armed to be cut when ctx ends;
-// the caller calls done with the call's error.
-func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func(err error)) {
+// the caller gives it back with release and the call's error.
+func (c *ownedClient) take(ctx context.Context) *cutSlot {
+	var s *cutSlot
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
 		s = c.idle[n-1]
@@ -186,24 +192,29 @@ func (c *ownedClient) take(ctx context.Context) (s *cutSlot, done func(err error
 	s.mu.Lock()
 	s.armed = true
 	s.mu.Unlock()
-	stop := context.AfterFunc(ctx, s.cutNow)
-	return s, func(err error) {
-		// stop is false once the cut has started, which may still be
-		// running: reusable disarms the slot under its lock either way.
-		stop()
-		if !s.reusable(err) {
-			_ = s.client.Close()
-			return
-		}
-		c.mu.Lock()
-		keep := !c.closed && len(c.idle) < cutSlotIdle
-		if keep {
-			c.idle = append(c.idle, s)
-		}
-		c.mu.Unlock()
-		if !keep {
-			_ = s.client.Close()
-		}
+	s.stop = context.AfterFunc(ctx, s.cutNow)
+	return s
+}
+
+// release gives back slot s, taken by take, after a call that ended with
+// err: to the idle slots, or closed.
+func (c *ownedClient) release(s *cutSlot, err error) {
+	// stop is false once the cut has started, which may still be running:
+	// reusable disarms the slot under its lock either way.
+	s.stop()
+	s.stop = nil
+	if !s.reusable(err) {
+		_ = s.client.Close()
+		return
+	}
+	c.mu.Lock()
+	keep := !c.closed && len(c.idle) < cutSlotIdle
+	if keep {
+		c.idle = append(c.idle, s)
+	}
+	c.mu.Unlock()
+	if !keep {
+		_ = s.client.Close()
 	}
 }
 
@@ -244,9 +255,9 @@ func (c *ownedClient) onSlot(ctx context.Context, do func(cl *goredis.Client) *g
 	if !cuttable(ctx) {
 		return do(c.Client)
 	}
-	s, done := c.take(ctx)
+	s := c.take(ctx)
 	cmd := do(s.client)
-	done(cmd.Err())
+	c.release(s, cmd.Err())
 	return cmd
 }
 
@@ -255,9 +266,9 @@ func (c *ownedClient) Process(ctx context.Context, cmd goredis.Cmder) error {
 	if !cuttable(ctx) {
 		return c.Client.Process(ctx, cmd)
 	}
-	s, done := c.take(ctx)
+	s := c.take(ctx)
 	err := s.client.Process(ctx, cmd)
-	done(cmd.Err())
+	c.release(s, cmd.Err())
 	return err
 }
 
@@ -286,9 +297,9 @@ func (c *ownedClient) BLPop(ctx context.Context, timeout time.Duration, keys ...
 	if !cuttable(ctx) {
 		return c.Client.BLPop(ctx, timeout, keys...)
 	}
-	s, done := c.take(ctx)
+	s := c.take(ctx)
 	cmd := s.client.BLPop(ctx, timeout, keys...)
-	done(cmd.Err())
+	c.release(s, cmd.Err())
 	return cmd
 }
 
@@ -323,13 +334,13 @@ func (p *cutPipeline) Exec(ctx context.Context) ([]goredis.Cmder, error) {
 	}
 	cmds := slices.Clone(p.Pipeliner.Cmds())
 	p.Pipeliner.Discard()
-	s, done := p.c.take(ctx)
+	s := p.c.take(ctx)
 	sp := s.client.Pipeline()
 	for _, cmd := range cmds {
 		_ = sp.Process(ctx, cmd)
 	}
 	res, err := sp.Exec(ctx)
-	done(err)
+	p.c.release(s, err)
 	return res, err
 }
 
@@ -339,7 +350,14 @@ const kindCut = "cut"
 // cutKey returns the tombstone of owner's attempts on store key s, in the
 // key's slot: while it exists, acquire.lua and shared_acquire.lua do
 // nothing for owner.
-func cutKey(s, owner string) string { return name(kindCut, s) + ":" + owner }
+func cutKey(s, owner string) string {
+	var b strings.Builder
+	b.Grow(nameLen(kindCut, s) + 1 + len(owner))
+	writeName(&b, kindCut, s)
+	b.WriteByte(':')
+	b.WriteString(owner)
+	return b.String()
+}
 
 // cutsCalls reports whether the calls of d whose ctx can end run on a slot
 // that is cut when the ctx ends.
@@ -351,15 +369,19 @@ func (d *redisDriver) cutsCalls() bool {
 // cuts reports whether d's calls with ctx run on a slot cut when ctx ends.
 func (d *redisDriver) cuts(ctx context.Context) bool { return d.cutsCalls() && cuttable(ctx) }
 
-// withTomb returns the keys of an attempt of req with ctx, with the
-// tombstone its script honours appended when the attempt may be cut, and
-// that tombstone ("" when it cannot be cut).
-func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []string) ([]string, string) {
+// withTomb returns the keys of an attempt of req with ctx, and the same
+// keys boxed for runScript (boxed; nil stays nil), with the tombstone its
+// script honours appended when the attempt may be cut, and that tombstone
+// ("" when it cannot be cut).
+func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []string, boxed []any) ([]string, []any, string) {
 	if !d.cuts(ctx) {
-		return keys, ""
+		return keys, boxed, ""
 	}
 	tomb := cutKey(req.Key, req.Owner)
-	return append(keys[:len(keys):len(keys)], tomb), tomb
+	if boxed != nil {
+		boxed = append(boxed[:len(boxed):len(boxed)], tomb)
+	}
+	return append(keys[:len(keys):len(keys)], tomb), boxed, tomb
 }
 
 // buryCut returns the error of an attempt of req that failed with err

@@ -232,7 +232,7 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 }
 
 // TestLateCutSparesTheNextCall: a cut whose AfterFunc starts as its call
-// ends, and runs after the call's done, must not cut the slot, which then
+// ends, and runs after the call's release, must not cut the slot, which then
 // serves another call: the next call's dial was refused ("the call's
 // connection was cut when its ctx ended"), and a TryLock on a free key
 // failed in a CI run.
@@ -240,20 +240,20 @@ func TestLateCutSparesTheNextCall(t *testing.T) {
 	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithCancel(t.Context())
-	s, done := c.take(ctx)
+	s := c.take(ctx)
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The order the race makes: the call ends, then its cut runs.
-	done(nil)
+	c.release(s, nil)
 	s.cutNow()
 	cancel()
-	next, nextDone := c.take(t.Context())
+	next := c.take(t.Context())
 	if next != s {
 		t.Fatal("the slot of the ended call was not reused")
 	}
 	err := next.client.Ping(t.Context()).Err()
-	nextDone(err)
+	c.release(next, err)
 	if err != nil {
 		t.Fatalf("a call on a slot whose last call ended before its cut ran: %v", err)
 	}

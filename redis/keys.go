@@ -67,13 +67,6 @@ func name(kind, s string) string {
 	return b.String()
 }
 
-// names returns name(k, s) for each kind k, in one allocation.
-func names(s string, kinds ...string) []string {
-	out := make([]string, len(kinds))
-	fillNames(out, s, kinds...)
-	return out
-}
-
 // fillNames sets out[i] to name(kinds[i], s), all in one string.
 func fillNames(out []string, s string, kinds ...string) {
 	n := 0
@@ -191,14 +184,12 @@ func scriptKeys(s string) []string {
 	return []string{name(kindLock, s), name(kindFence, s), name(kindQueue, s), name(kindWaiters, s), name(kindShareHolds, s)}
 }
 
-// lockNames are the names a plain lock's scripts use, made once per
-// store key while it is in the Locker's names cache (see namesCache): the
-// Lease.State of the lock, so that its attempts, renewals and release name
-// nothing again. Nothing changes a lockNames once it is made: acquisitions
-// of one key may share it.
-type lockNames struct {
+// keyNames are the names the scripts of one use of a store key take: its
+// five KEYS and its release channel, made in one allocation, with the
+// channel and (when runScript can use them) the keys boxed.
+type keyNames struct {
 	key     string    // the store key
-	keys    [5]string // scriptKeys, in its order
+	keys    [5]string // the scripts' KEYS, in their order
 	channel string    // channelName
 	// channelArg is channel, boxed for the scripts' arguments.
 	channelArg any
@@ -208,31 +199,74 @@ type lockNames struct {
 	boxes   [5]any
 }
 
-// namesCacheSize is how many store keys a Locker's names cache holds.
+// storeKey is the store key n names.
+func (n *keyNames) storeKey() string { return n.key }
+
+// name sets n to the names of store key s: keys[i] of kinds[i], for the
+// five KEYS, then the channel, of kinds[5] (kindChannel).
+func (n *keyNames) name(s string, kinds ...string) {
+	n.key = s
+	var all [len(n.keys) + 1]string
+	fillNames(all[:], s, kinds...)
+	copy(n.keys[:], all[:])
+	n.channel = all[len(n.keys)]
+	n.channelArg = n.channel
+}
+
+// lockNames are the names a plain lock's scripts use (scriptKeys), made
+// once per store key while it is in the Locker's names cache (see
+// namesCache): the Lease.State of the lock, so that its attempts, renewals
+// and release name nothing again. Nothing changes a lockNames once it is
+// made: acquisitions of one key may share it.
+type lockNames struct{ keyNames }
+
+// namesCacheSize is how many store keys each of a Locker's names caches
+// holds.
 const namesCacheSize = 64
 
-// namesCache holds the lockNames of the store keys a Locker used last, one
-// per slot of a hash of the key, so that a Locker that takes the same keys
+// namesCache holds the names of the store keys a Locker used last, one per
+// slot of a hash of the key, so that a Locker that takes the same keys
 // again makes their names, and boxes them, once: eight allocations less
-// per acquisition. A key whose slot another key took is named again. Its
-// size is fixed: a Locker that takes many keys keeps no more of them.
-type namesCache struct {
+// per acquisition. N is the names of one use of a key: lockNames for plain
+// locks, shareState for shared holds, each in a cache of its own. A key
+// whose slot another key took is named again. Its size is fixed: a Locker
+// that takes many keys keeps no more of them. Nothing changes an N once it
+// is cached: acquisitions of one key may share it.
+type namesCache[N any, P interface {
+	*N
+	storeKey() string
+}] struct {
 	seed  maphash.Seed
-	slots [namesCacheSize]atomic.Pointer[lockNames]
+	slots [namesCacheSize]atomic.Pointer[N]
+}
+
+// get returns the names of store key s: from the cache when s is there,
+// else made by make(d, s) and cached.
+func (c *namesCache[N, P]) get(d *redisDriver, s string, make func(*redisDriver, string) P) P {
+	slot := &c.slots[maphash.String(c.seed, s)%namesCacheSize]
+	if n := P(slot.Load()); n != nil && n.storeKey() == s {
+		return n
+	}
+	n := make(d, s)
+	slot.Store((*N)(n))
+	return n
 }
 
 // lockNames returns the names of the lock on store key s, with its keys
 // boxed when runScript can use them: from the cache when s is there.
 func (d *redisDriver) lockNames(s string) *lockNames {
-	slot := &d.names.slots[maphash.String(d.names.seed, s)%namesCacheSize]
-	if n := slot.Load(); n != nil && n.key == s {
-		return n
-	}
+	return d.names.get(d, s, boxedLockNames)
+}
+
+// boxedLockNames returns newLockNames(s) with its keys boxed for d.
+func boxedLockNames(d *redisDriver, s string) *lockNames {
 	n := newLockNames(s)
-	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
-	slot.Store(n)
+	n.box(d)
 	return n
 }
+
+// box boxes n's keys for d's runScript.
+func (n *keyNames) box(d *redisDriver) { n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:]) }
 
 // boxKeys boxes keys into boxes (of the same length) and returns them, or
 // nil when runScript cannot use them.
@@ -249,11 +283,7 @@ func (d *redisDriver) boxKeys(boxes []any, keys []string) []any {
 // newLockNames returns the names of the lock on store key s, in one
 // allocation.
 func newLockNames(s string) *lockNames {
-	n := &lockNames{key: s}
-	var all [len(n.keys) + 1]string
-	fillNames(all[:], s, kindLock, kindFence, kindQueue, kindWaiters, kindShareHolds, kindChannel)
-	copy(n.keys[:], all[:])
-	n.channel = all[len(n.keys)]
-	n.channelArg = n.channel
+	n := &lockNames{}
+	n.name(s, kindLock, kindFence, kindQueue, kindWaiters, kindShareHolds, kindChannel)
 	return n
 }

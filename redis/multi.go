@@ -173,11 +173,7 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCal
 // runMulti makes the attempt c, which takes reqs.
 func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *multiCall) ([]driver.Grant, error) {
 	keys, ttls := c.keys, c.ttls
-	args, tomb := d.withTomb(ctx, reqs[0], keys)
-	boxed := c.boxed
-	if tomb != "" {
-		boxed = nil // one key more
-	}
+	args, boxed, tomb := d.withTomb(ctx, reqs[0], keys, c.boxed)
 	v, err := d.runReplicatedKeys(ctx, d.multiAcquire, multiTook, args, boxed, c.args...)
 	if cut := d.buryCut(ctx, reqs[0], err, tomb, func(ctx context.Context, _, _ string) error { return d.undoAll(ctx, reqs) }); cut != nil {
 		return nil, cut

@@ -298,8 +298,10 @@ type redisDriver struct {
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
-	// names are the lockNames of the store keys used last (lockNames).
-	names namesCache
+	// names are the lockNames of the store keys used last (lockNames),
+	// shares their shareStates (shareState).
+	names  namesCache[lockNames, *lockNames]
+	shares namesCache[shareState, *shareState]
 
 	// The eviction check started by Configure; Close stops and waits.
 	stopCheck context.CancelFunc
@@ -337,7 +339,7 @@ func newDriver(client Client) *redisDriver {
 		unfairArg:    "0",
 	}
 	d.lidArg = d.lid
-	d.names.seed = maphash.MakeSeed()
+	d.names.seed, d.shares.seed = maphash.MakeSeed(), maphash.MakeSeed()
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
 	d.shareAcquire, d.shareRelease = d.newScript(includeShared(shareAcquireLua)), d.newScript(includeShared(shareReleaseLua))
 	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))

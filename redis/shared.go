@@ -64,41 +64,44 @@ func includeShared(script string) string {
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
 // store key s: lock, fence, holds, queue, waiters.
-func sharedKeys(s string) []string { return newShareState(s).keys }
+func sharedKeys(s string) []string { return newShareState(s).keys[:] }
 
 // shareState is the Lease.State of a shared hold: RenewBatch, Release and
 // Keep tell it from a plain lock's by its type. It keeps the names of the
-// hold's store key, made once when it was acquired.
-type shareState struct {
-	keys    []string // sharedKeys
-	channel any      // channelName, boxed for the scripts' ARGV
-	// keyArgs are keys, boxed for runScript (nil when it cannot use
-	// them); boxes holds them.
-	keyArgs []any
-	boxes   [5]any
-}
+// hold's store key (sharedKeys), made once per store key while it is in
+// the Locker's names cache (see namesCache), as lockNames does for a plain
+// lock. Nothing changes a shareState once it is made: holds of one key may
+// share it.
+type shareState struct{ keyNames }
 
-// newShareState makes the names of store key s in one allocation.
+// newShareState makes the names of store key s, in one allocation beside
+// the state itself.
 func newShareState(s string) *shareState {
-	n := names(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
-	return &shareState{keys: n[:5:5], channel: n[5]}
-}
-
-// shareState returns the names of store key s, with its keys boxed when
-// runScript can use them.
-func (d *redisDriver) shareState(s string) *shareState {
-	st := newShareState(s)
-	st.keyArgs = d.boxKeys(st.boxes[:], st.keys)
+	st := &shareState{}
+	st.name(s, kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel)
 	return st
 }
 
-// channelArg is the channel argument of the shared scripts for st: its
-// channel, or "" (publish nothing) without pub/sub.
+// shareState returns the names of store key s, with its keys boxed when
+// runScript can use them: from the cache when s is there.
+func (d *redisDriver) shareState(s string) *shareState {
+	return d.shares.get(d, s, boxedShareState)
+}
+
+// boxedShareState returns newShareState(s) with its keys boxed for d.
+func boxedShareState(d *redisDriver, s string) *shareState {
+	st := newShareState(s)
+	st.box(d)
+	return st
+}
+
+// shareChannelArg is the channel argument of shared_acquire.lua for st:
+// its channel, or "" (publish nothing) without pub/sub.
 func (d *redisDriver) shareChannelArg(st *shareState) any {
 	if d.poll.Load() {
 		return ""
 	}
-	return st.channel
+	return st.channelArg
 }
 
 // modeArg is the mode argument of shared_acquire.lua, boxed without an
@@ -149,11 +152,7 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	keys, tomb := d.withTomb(ctx, req, st.keys)
-	boxed := st.keyArgs
-	if tomb != "" {
-		boxed = nil // one key more
-	}
+	keys, boxed, tomb := d.withTomb(ctx, req, st.keys[:], st.keyArgs)
 	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, keys, boxed, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
 	if token, ok := v.(int64); ok && token > 0 && err == nil {
@@ -248,7 +247,7 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys, st.keyArgs, owner, st.channel, op, arg)
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, op, arg)
 	if isWrongType(err) {
 		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
 	}
@@ -284,7 +283,7 @@ func sharedActed(reply any) bool {
 // WAIT confirms the limit on the replicas. Otherwise the error matches
 // errNotReplicated, and the new limit may or may not survive a failover.
 func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error {
-	n, err := d.runSharedN(ctx, newShareState(key), "", "limit", limit)
+	n, err := d.runSharedN(ctx, d.shareState(key), "", "limit", limit)
 	switch {
 	case err != nil:
 		return fmt.Errorf("setlimit: %w", err)
@@ -300,7 +299,7 @@ func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error
 // attempt whose reply was lost have granted one. It returns an error
 // matching driver.ErrNotHeld when there was neither.
 func (d *redisDriver) withdraw(ctx context.Context, key, owner string) error {
-	ok, err := d.runShared(ctx, newShareState(key), owner, "leave", 0)
+	ok, err := d.runShared(ctx, d.shareState(key), owner, "leave", 0)
 	switch {
 	case err != nil:
 		return err
@@ -352,7 +351,7 @@ func (d *redisDriver) keepShared(ctx context.Context, l driver.Lease, remaining 
 // breakShared ends every shared hold of key; it reports whether there was
 // one.
 func (d *redisDriver) breakShared(ctx context.Context, key string) (bool, error) {
-	return d.runShared(ctx, newShareState(key), "", "break", 0)
+	return d.runShared(ctx, d.shareState(key), "", "break", 0)
 }
 
 // sharedRead is what Inspect and List read of a shared key: its holds hash

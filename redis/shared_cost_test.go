@@ -96,15 +96,16 @@ func TestSharedScriptCommands(t *testing.T) {
 	}
 }
 
-// TestNamesMatchName: names, which makes several names in one allocation,
+// TestNamesMatchName: fillNames, which makes several names in one allocation,
 // makes each as name does, in both forms of the naming rules.
 func TestNamesMatchName(t *testing.T) {
 	kinds := []string{kindLock, kindFence, kindShareHolds, kindShareQueue, kindShareWaiters, kindChannel}
 	for _, s := range []string{"k", "a:b", "x}y", "}", "{t}z", ""} {
-		got := names(s, kinds...)
+		got := make([]string, len(kinds))
+		fillNames(got, s, kinds...)
 		for i, k := range kinds {
 			if got[i] != name(k, s) {
-				t.Errorf("names(%q)[%d] = %q; want name(%q, %q) = %q", s, i, got[i], k, s, name(k, s))
+				t.Errorf("fillNames(%q)[%d] = %q; want name(%q, %q) = %q", s, i, got[i], k, s, name(k, s))
 			}
 		}
 	}
