@@ -88,6 +88,9 @@ type notifier struct {
 	logger      *slog.Logger
 	maxSessions int
 	releaseSQL  string // statements.releaseNamed
+	// ringMax is the longest wait for a shared hold's wake-up
+	// (waitSeconds; tests lengthen it).
+	ringMax time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -100,6 +103,8 @@ type notifier struct {
 	wakeAt    time.Time             // when the holder goroutine wakes up next; zero while it works
 	hot       map[string]time.Time  // the keys a Lock found held lately (queue.go)
 	shared    map[string]time.Time  // the keys a shared hold waits for lately (wake.go)
+	toWake    map[string]struct{}   // the keys whose waiters the waker wakes next (wake.go)
+	wakePoke  chan struct{}
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
 	idleTimer *time.Timer
@@ -133,6 +138,9 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		logger:      logger,
 		maxSessions: max(sessions, 1),
 		poke:        make(chan struct{}, 1),
+		ringMax:     waitSeconds * time.Second,
+		toWake:      make(map[string]struct{}),
+		wakePoke:    make(chan struct{}, 1),
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),
 		hot:         make(map[string]time.Time),
@@ -140,8 +148,9 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		sessions:    make(map[*session]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.holder()
+	go n.waker()
 	return n
 }
 

@@ -261,6 +261,13 @@ func (n *notifier) endSession(s *session, name string) {
 	n.putSession(s)
 }
 
+// lineSQL and ringSQL are lineUp's statement, without and with onlyHeld.
+// Args (fmt): name, wait in seconds.
+const (
+	lineSQL = "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	ringSQL = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+)
+
 // lineUp waits in GET_LOCK for name for at most wait, and reports whether
 // the name was free when it asked and whether this session got it. With
 // onlyHeld, a name that is free is not taken. When ctx ends, the statement
@@ -290,9 +297,9 @@ func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, o
 		}
 	})
 	var f, g sql.NullInt64
-	q := "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	q := lineSQL
 	if onlyHeld {
-		q = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+		q = ringSQL
 	}
 	err = s.conn.QueryRowContext(qctx, fmt.Sprintf(q, name, wait.Seconds())).Scan(&f, &g)
 	close(returned)

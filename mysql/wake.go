@@ -3,7 +3,11 @@ package mysql
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/golocker/locker/driver"
 )
@@ -19,12 +23,19 @@ import (
 // the table on each signal. The table stays the only source of truth.
 //
 // One session holds a name at a time: of a key's holders, the first to take
-// it wakes the waiters when it leaves, and a release by another one reaches
-// them when their wait times out, at the pace of the Locker's backoff (a
-// whole second on a server without fractional timeouts). A name that is
-// free has no holder behind it: the waiter does not take it, which would
-// keep the next holder from taking it, and looks again after a step (5 ms
-// doubling to 500 ms), signalling each time.
+// it wakes the waiters when it leaves. Any other change that may let a
+// waiter in (a release by another holder, a withdrawn place in line, a
+// Break, SetLimit) interrupts the waits instead: the driver that made it
+// lists the sessions of its account that run a waiter's GET_LOCK on the
+// name (information_schema.PROCESSLIST) and sends each a KILL QUERY. A
+// waiter takes an interrupted wait as a wake-up. A release or a
+// withdrawal does so in the background (the waker goroutine), SetLimit
+// before it returns. A waiter this misses (another account's, or one
+// between two waits) sees the change when its wait times out, at the pace
+// of the Locker's backoff (a whole second on a server without fractional
+// timeouts). A name that is free has no holder behind it: the waiter does
+// not take it, which would keep the next holder from taking it, and looks
+// again after a step (5 ms doubling to 500 ms), signalling each time.
 //
 // Subscribe serves only the keys a shared hold of this driver was refused
 // on lately: a Lock waits in line (queue.go), and a locker.Watch or a
@@ -101,6 +112,9 @@ func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- 
 		signal() // before the name goes back: that is one round trip
 		pause := time.Duration(0)
 		switch {
+		case interrupted(err):
+			s = nil // lineUp put it back
+			timeouts, free = 0, 0
 		case err != nil:
 			s = nil // lineUp put it back, or dropped it
 			pause = driver.Jitter(n.freePoll(timeouts))
@@ -132,11 +146,110 @@ func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- 
 
 // ringWait is how long a wait for a shared hold's wake-up blocks before it
 // signals anyway: the Locker's backoff step with jitter, at most
-// waitSeconds. A server without fractional timeouts (MySQL) blocks
-// waitSeconds.
+// n.ringMax. A server without fractional timeouts (MySQL) blocks
+// n.ringMax.
 func (n *notifier) ringWait(attempt int) time.Duration {
 	if !n.fractional {
-		return waitSeconds * time.Second
+		return n.ringMax
 	}
-	return min(max(driver.Jitter(n.backoff(attempt)), time.Millisecond), waitSeconds*time.Second)
+	return min(max(driver.Jitter(n.backoff(attempt)), time.Millisecond), n.ringMax)
+}
+
+// interrupted reports whether err is that of a statement a KILL QUERY
+// ended (ER_QUERY_INTERRUPTED).
+func interrupted(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1317
+}
+
+// wakeLater has the waker goroutine wake key's waiters (wakeNow) soon.
+func (n *notifier) wakeLater(key string) {
+	n.mu.Lock()
+	n.toWake[key] = struct{}{}
+	n.mu.Unlock()
+	select {
+	case n.wakePoke <- struct{}{}:
+	default:
+	}
+}
+
+// waker is the goroutine that wakes the waiters of the keys of wakeLater,
+// each once per round however often it was asked.
+func (n *notifier) waker() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.wakePoke:
+		case <-n.ctx.Done():
+			return
+		}
+		n.mu.Lock()
+		keys := make([]string, 0, len(n.toWake))
+		for k := range n.toWake {
+			keys = append(keys, k)
+		}
+		clear(n.toWake)
+		n.mu.Unlock()
+		for _, k := range keys {
+			ctx, cancel := context.WithTimeout(n.ctx, stmtTimeout)
+			n.wakeNow(ctx, k)
+			cancel()
+		}
+	}
+}
+
+// wakeNow interrupts every wait for a wake-up of key's shared holds that
+// this account's sessions run (see above). A failure costs the waiters
+// latency only, so it is logged, not returned.
+func (n *notifier) wakeNow(ctx context.Context, key string) {
+	// The statement's text up to the wait's timeout. Names are hex made
+	// by name(): the literal needs only its quotes doubled.
+	start := fmt.Sprintf(ringSQL[:strings.LastIndex(ringSQL, "%.3")], n.name(key))
+	rs, err := n.db.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST"+
+		" WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND LOCATE('"+strings.ReplaceAll(start, "'", "''")+"', INFO) = 1")
+	if err != nil {
+		n.logger.Debug("locker: mysql: could not list the waits for a shared hold's wake-up; they time out instead", "err", err)
+		return
+	}
+	var ids []int64
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			break
+		}
+		ids = append(ids, id)
+	}
+	err = errors.Join(rs.Err(), rs.Close())
+	for _, id := range ids {
+		if _, kerr := n.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); kerr != nil {
+			var me *gomysql.MySQLError
+			if errors.As(kerr, &me) && me.Number == 1094 {
+				continue // ER_NO_SUCH_THREAD: it ended meanwhile
+			}
+			err = errors.Join(err, kerr)
+		}
+	}
+	if err != nil {
+		n.logger.Debug("locker: mysql: could not interrupt a wait for a shared hold's wake-up; it times out instead", "err", err)
+	}
+}
+
+// holdsName reports whether the named lock of key that this driver's
+// holder goroutine holds is there for owner's hold: its release wakes the
+// key's waiters then.
+func (n *notifier) holdsName(key, owner string) bool {
+	name := n.name(key)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := n.want[name]
+	return w != nil && w.owner == owner && w.taken
+}
+
+// changed wakes the waiters of key after a change that may let one of
+// them in, made by owner's hold (or by no hold, owner ""), unless the
+// release of owner's named lock does.
+func (d *sqlDriver) changed(key, owner string) {
+	if d.notify != nil && (owner == "" || !d.notify.holdsName(key, owner)) {
+		d.notify.wakeLater(key)
+	}
 }
