@@ -99,11 +99,11 @@ type notifier struct {
 
 	mu        sync.Mutex
 	closed    bool
-	want      map[string]*wanted    // by name: the fast-path locks this driver holds
-	wakeAt    time.Time             // when the holder goroutine wakes up next; zero while it works
-	hot       map[string]time.Time  // the keys a Lock found held lately (queue.go)
-	shared    map[string]time.Time  // the keys a shared hold waits for lately (wake.go)
-	toWake    map[string]struct{}   // the keys whose waiters the waker wakes next (wake.go)
+	want      map[string]*wanted   // by name: the fast-path locks this driver holds
+	wakeAt    time.Time            // when the holder goroutine wakes up next; zero while it works
+	hot       map[string]time.Time // the keys a Lock found held lately (queue.go)
+	shared    map[string]time.Time // the keys a shared hold waits for lately (wake.go)
+	toWake    map[string]struct{}  // the keys whose waiters the waker wakes next (wake.go)
 	wakePoke  chan struct{}
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
