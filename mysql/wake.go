@@ -27,7 +27,8 @@ import (
 // waiter in (a release by another holder, a withdrawn place in line, a
 // Break, SetLimit) interrupts the waits instead: the driver that made it
 // lists the sessions of its account that run a waiter's GET_LOCK on the
-// name (information_schema.PROCESSLIST) and sends each a KILL QUERY. A
+// name (information_schema.PROCESSLIST) and sends each a KILL QUERY (by
+// query id on MariaDB, so that it ends nothing else). A
 // waiter takes an interrupted wait as a wake-up. A release or a
 // withdrawal does so in the background (the waker goroutine), SetLimit
 // before it returns. A waiter this misses (another account's, or one
@@ -205,7 +206,13 @@ func (n *notifier) wakeNow(ctx context.Context, key string) {
 	// The statement's text up to the wait's timeout. Names are hex made
 	// by name(): the literal needs only its quotes doubled.
 	start := fmt.Sprintf(ringSQL[:strings.LastIndex(ringSQL, "%.3")], n.name(key))
-	rs, err := n.db.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST"+
+	// MariaDB kills by query id: a statement the session ran after
+	// the wait (giving the name back) is spared.
+	id, kill := "ID", "KILL QUERY %d"
+	if n.fractional {
+		id, kill = "QUERY_ID", "KILL QUERY ID %d"
+	}
+	rs, err := n.db.QueryContext(ctx, "SELECT "+id+" FROM information_schema.PROCESSLIST"+
 		" WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND LOCATE('"+strings.ReplaceAll(start, "'", "''")+"', INFO) = 1")
 	if err != nil {
 		n.logger.Debug("locker: mysql: could not list the waits for a shared hold's wake-up; they time out instead", "err", err)
@@ -221,10 +228,10 @@ func (n *notifier) wakeNow(ctx context.Context, key string) {
 	}
 	err = errors.Join(rs.Err(), rs.Close())
 	for _, id := range ids {
-		if _, kerr := n.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); kerr != nil {
+		if _, kerr := n.db.ExecContext(ctx, fmt.Sprintf(kill, id)); kerr != nil {
 			var me *gomysql.MySQLError
-			if errors.As(kerr, &me) && me.Number == 1094 {
-				continue // ER_NO_SUCH_THREAD: it ended meanwhile
+			if errors.As(kerr, &me) && (me.Number == 1094 || me.Number == 1957) {
+				continue // no such thread or query: it ended meanwhile
 			}
 			err = errors.Join(err, kerr)
 		}
