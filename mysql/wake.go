@@ -25,18 +25,18 @@ import (
 // One session holds a name at a time: of a key's holders, the first to take
 // it wakes the waiters when it leaves. Any other change that may let a
 // waiter in (a release by another holder, a withdrawn place in line, a
-// Break, SetLimit) interrupts the waits instead: the driver that made it
+// Break, SetLimit) interrupts the waits instead. The driver that made it
 // lists the sessions of its account that run a waiter's GET_LOCK on the
-// name (information_schema.PROCESSLIST) and sends each a KILL QUERY (by
-// query id on MariaDB, so that it ends nothing else). A
-// waiter takes an interrupted wait as a wake-up. A release or a
-// withdrawal does so in the background (the waker goroutine), SetLimit
-// before it returns. A waiter this misses (another account's, or one
-// between two waits) sees the change when its wait times out, at the pace
-// of the Locker's backoff (a whole second on a server without fractional
-// timeouts). A name that is free has no holder behind it: the waiter does
-// not take it, which would keep the next holder from taking it, and looks
-// again after a step (5 ms doubling to 500 ms), signalling each time.
+// name (information_schema.PROCESSLIST), and sends each a KILL QUERY (by
+// query id on MariaDB, so that it ends nothing else). A waiter takes an
+// interrupted wait as a wake-up. A release or a withdrawal interrupts in
+// the background (the waker goroutine), SetLimit before it returns. A
+// waiter this misses (another account's, or one between two waits) sees
+// the change when its wait times out, at the pace of the Locker's backoff
+// (a whole second on a server without fractional timeouts). A name that
+// is free has no holder behind it: the waiter does not take it, which
+// would keep the next holder from taking it, and looks again after a step
+// (5 ms doubling to 500 ms), signalling each time.
 //
 // Subscribe serves only the keys a shared hold of this driver was refused
 // on lately: a Lock waits in line (queue.go), and a locker.Watch or a
