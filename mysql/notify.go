@@ -97,13 +97,20 @@ type notifier struct {
 	wg     sync.WaitGroup
 	poke   chan struct{}
 
-	mu        sync.Mutex
-	closed    bool
-	want      map[string]*wanted   // by name: the fast-path locks this driver holds
-	wakeAt    time.Time            // when the holder goroutine wakes up next; zero while it works
-	hot       map[string]time.Time // the keys a Lock found held lately (queue.go)
-	shared    map[string]time.Time // the keys a shared hold waits for lately (wake.go)
-	toWake    map[string]struct{}  // the keys whose waiters the waker wakes next (wake.go)
+	mu     sync.Mutex
+	closed bool
+	want   map[string]*wanted   // by name: the fast-path locks this driver holds
+	wakeAt time.Time            // when the holder goroutine wakes up next; zero while it works
+	hot    map[string]time.Time // the keys a Lock found held lately (queue.go)
+	shared map[string]time.Time // the keys a shared hold waits for lately (wake.go)
+	toWake map[string]struct{}  // the keys whose waiters the waker wakes next (wake.go)
+	// lined has, by key, the tags of the owners of this driver's shared
+	// holds that wait in line, with the time of their last refusal
+	// (wake.go).
+	lined map[string]map[string]time.Time
+	// heads returns the owners first in key's line of shared holds: those
+	// a change may let in (wake.go).
+	heads     func(ctx context.Context, key string) ([]string, error)
 	wakePoke  chan struct{}
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
@@ -140,6 +147,7 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		poke:        make(chan struct{}, 1),
 		ringMax:     waitSeconds * time.Second,
 		toWake:      make(map[string]struct{}),
+		lined:       make(map[string]map[string]time.Time),
 		wakePoke:    make(chan struct{}, 1),
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),

@@ -131,8 +131,9 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	case d.notify == nil:
 	case err == nil:
 		d.notify.acquired(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
+		d.unlined(req.Key, req.Owner)
 	case s.Queue && errors.Is(err, driver.ErrHeld):
-		d.sharedRefused(req.Key)
+		d.sharedRefused(req.Key, req.Owner)
 	}
 	return g, err
 }
@@ -452,6 +453,7 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 	}
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
+		d.unlined(key, owner)
 		err := d.leave(ctx, key, owner, 0)
 		if err == nil {
 			d.changed(key, "") // it may have been first in line

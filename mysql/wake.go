@@ -2,6 +2,8 @@ package mysql
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,11 +27,14 @@ import (
 // One session holds a name at a time: of a key's holders, the first to take
 // it wakes the waiters when it leaves. Any other change that may let a
 // waiter in (a release by another holder, a withdrawn place in line, a
-// Break, SetLimit) interrupts the waits instead. The driver that made it
-// lists the sessions of its account that run a waiter's GET_LOCK on the
-// name (information_schema.PROCESSLIST), and sends each a KILL QUERY (by
-// query id on MariaDB, so that it ends nothing else). A waiter takes an
-// interrupted wait as a wake-up. A release or a withdrawal interrupts in
+// Break, SetLimit) interrupts the waits of the first in line instead, the
+// only ones it may let in. Each wait's statement ends with a comment of
+// tags, a hash of the owner of each hold of its driver that waits for the
+// key. The driver that made the change reads the first waiters in line,
+// lists the sessions of its account that run a wait on the name with one
+// of their tags (information_schema.PROCESSLIST), and sends each a KILL
+// QUERY (by query id on MariaDB, so that it ends nothing else). A waiter
+// takes an interrupted wait as a wake-up. A release or a withdrawal interrupts in
 // the background (the waker goroutine), SetLimit before it returns. A
 // waiter this misses (another account's, or one between two waits) sees
 // the change when its wait times out, at the pace of the Locker's backoff
@@ -64,23 +69,99 @@ func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan stru
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.ring(rctx, s, n.name(key), ch)
+		n.ring(rctx, s, key, ch)
 	}()
 	return ch, cancel, nil
 }
 
-// sharedRefused records that a shared hold of this driver waits for key,
-// so that Subscribe serves it.
-func (d *sqlDriver) sharedRefused(key string) {
-	if d.notify != nil {
-		d.notify.mark(d.notify.shared, key)
+// sharedRefused records that owner's shared hold waits for key, so that
+// Subscribe serves it, and its waits carry owner's tag.
+func (d *sqlDriver) sharedRefused(key, owner string) {
+	if d.notify == nil {
+		return
+	}
+	n := d.notify
+	n.mark(n.shared, key)
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.lined[key]
+	if m == nil {
+		if len(n.lined) >= maxHot {
+			n.pruneLined(now)
+		}
+		m = make(map[string]time.Time)
+		n.lined[key] = m
+	}
+	m[tag(owner)] = now
+}
+
+// unlined records that owner's shared hold no longer waits for key.
+func (d *sqlDriver) unlined(key, owner string) {
+	if d.notify == nil {
+		return
+	}
+	n := d.notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m := n.lined[key]; m != nil {
+		delete(m, tag(owner))
+		if len(m) == 0 {
+			delete(n.lined, key)
+		}
 	}
 }
 
-// ring lines up for name on s until ctx ends, and sends on ch (without
+// pruneLined forgets the waits not refused for a TTL: their places in
+// line expired. n.mu is held.
+func (n *notifier) pruneLined(now time.Time) {
+	for k, m := range n.lined {
+		for t, at := range m {
+			if now.Sub(at) > n.ttl {
+				delete(m, t)
+			}
+		}
+		if len(m) == 0 {
+			delete(n.lined, k)
+		}
+	}
+}
+
+// tag is the mark of owner in the statements of its waits: hex, so that
+// it is safe in a comment and a literal.
+func tag(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return "w" + hex.EncodeToString(sum[:8])
+}
+
+// note is the comment a wait for key's wake-up ends with: the tags of this
+// driver's holds waiting for key, at most maxTags.
+func (n *notifier) note(key string) string {
+	now := time.Now()
+	var b strings.Builder
+	n.mu.Lock()
+	for t, at := range n.lined[key] {
+		if now.Sub(at) > n.ttl || b.Len() >= maxTags*18 {
+			continue
+		}
+		b.WriteString(" " + t)
+	}
+	n.mu.Unlock()
+	if b.Len() == 0 {
+		return ""
+	}
+	return " /*" + b.String() + " */"
+}
+
+// maxTags bounds the tags in one wait's statement, and the heads a
+// wake-up looks for.
+const maxTags = 64
+
+// ring lines up for key's name on s until ctx ends, and sends on ch (without
 // blocking) each time it got the name or its wait timed out. It puts its
 // session back before it returns.
-func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- struct{}) {
+func (n *notifier) ring(ctx context.Context, s *session, key string, ch chan<- struct{}) {
+	name := n.name(key)
 	signal := func() {
 		select {
 		case ch <- struct{}{}:
@@ -106,7 +187,7 @@ func (n *notifier) ring(ctx context.Context, s *session, name string, ch chan<- 
 		}
 		// A free name has no holder to wait for, and one taken here
 		// would keep the holder from taking it.
-		wasFree, got, err := s.lineUp(ctx, name, n.ringWait(timeouts), true)
+		wasFree, got, err := s.lineUp(ctx, name, n.ringWait(timeouts), true, n.note(key))
 		if ctx.Err() != nil {
 			return // lineUp put s back
 		}
@@ -199,10 +280,26 @@ func (n *notifier) waker() {
 	}
 }
 
-// wakeNow interrupts every wait for a wake-up of key's shared holds that
-// this account's sessions run (see above). A failure costs the waiters
-// latency only, so it is logged, not returned.
+// wakeNow interrupts the waits for a wake-up of key's shared holds that
+// this account's sessions run for the first waiters in line (see above).
+// A failure costs the waiters latency only, so it is logged, not
+// returned.
 func (n *notifier) wakeNow(ctx context.Context, key string) {
+	heads, err := n.heads(ctx, key)
+	if err != nil {
+		n.logger.Debug("locker: mysql: could not read a shared hold's line to wake it; its waits time out instead", "err", err)
+		return
+	}
+	if len(heads) == 0 {
+		return // nobody waits in line
+	}
+	var which strings.Builder
+	for i, h := range heads {
+		if i > 0 {
+			which.WriteString(" OR ")
+		}
+		which.WriteString("LOCATE('" + tag(h) + "', INFO) > 0")
+	}
 	// The statement's text up to the wait's timeout. Names are hex made
 	// by name(): the literal needs only its quotes doubled.
 	start := fmt.Sprintf(ringSQL[:strings.LastIndex(ringSQL, "%.3")], n.name(key))
@@ -213,7 +310,8 @@ func (n *notifier) wakeNow(ctx context.Context, key string) {
 		id, kill = "QUERY_ID", "KILL QUERY ID %d"
 	}
 	rs, err := n.db.QueryContext(ctx, "SELECT "+id+" FROM information_schema.PROCESSLIST"+
-		" WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND LOCATE('"+strings.ReplaceAll(start, "'", "''")+"', INFO) = 1")
+		" WHERE COMMAND = 'Query' AND ID <> CONNECTION_ID() AND LOCATE('"+strings.ReplaceAll(start, "'", "''")+"', INFO) = 1"+
+		" AND ("+which.String()+")")
 	if err != nil {
 		n.logger.Debug("locker: mysql: could not list the waits for a shared hold's wake-up; they time out instead", "err", err)
 		return
@@ -239,6 +337,42 @@ func (n *notifier) wakeNow(ctx context.Context, key string) {
 	if err != nil {
 		n.logger.Debug("locker: mysql: could not interrupt a wait for a shared hold's wake-up; it times out instead", "err", err)
 	}
+}
+
+// lineHeads returns the owners of key's waiting shared holds that a change
+// may let in: the first waiter, and the readers behind a first reader up
+// to the first writer; at most maxTags.
+func (d *sqlDriver) lineHeads(ctx context.Context, key string) ([]string, error) {
+	st, err := d.sharedTable()
+	if err != nil {
+		return nil, err
+	}
+	q, err := d.sharedStmt(ctx, "SELECT owner_token, mode FROM "+st+
+		" WHERE task_name = ? AND queued > 0 AND lock_until > "+dbNow+" ORDER BY queued LIMIT ?")
+	if err != nil {
+		return nil, err
+	}
+	rs, err := q.QueryContext(ctx, key, maxTags)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var heads []string
+	for rs.Next() {
+		var owner []byte
+		var mode uint8
+		if err := rs.Scan(&owner, &mode); err != nil {
+			return nil, err
+		}
+		if len(heads) > 0 && driver.Mode(mode) != driver.Read {
+			break
+		}
+		heads = append(heads, string(owner))
+		if driver.Mode(mode) != driver.Read {
+			break
+		}
+	}
+	return heads, rs.Err()
 }
 
 // holdsName reports whether the named lock of key that this driver's
