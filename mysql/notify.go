@@ -107,7 +107,7 @@ type notifier struct {
 	// lined has, by key, the tags of the owners of this driver's shared
 	// holds that wait in line, with the time of their last refusal
 	// (wake.go).
-	lined map[string]map[string]lined
+	lined map[string]map[string]time.Time
 	// heads returns the owners first in key's line of shared holds: those
 	// a change may let in (wake.go).
 	heads     func(ctx context.Context, key string) ([]string, error)
@@ -147,7 +147,7 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		poke:        make(chan struct{}, 1),
 		ringMax:     waitSeconds * time.Second,
 		toWake:      make(map[string]struct{}),
-		lined:       make(map[string]map[string]lined),
+		lined:       make(map[string]map[string]time.Time),
 		wakePoke:    make(chan struct{}, 1),
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),

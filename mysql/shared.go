@@ -126,28 +126,19 @@ type shareRow struct {
 // row moves out first. A grant has the holder goroutine take the key's
 // named lock, and a refusal lets the waiter subscribe to it (wake.go).
 func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
-	var line lineNews
-	g, err := d.tryAcquireShared(ctx, req, s, &line)
+	g, err := d.tryAcquireShared(ctx, req, s)
 	switch {
 	case d.notify == nil:
 	case err == nil:
 		d.notify.acquired(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
 		d.unlined(req.Key, req.Owner)
-		if line.left {
-			// The next in line may be first now, or fit too.
-			d.changed(req.Key, "")
-		}
 	case s.Queue && errors.Is(err, driver.ErrHeld):
-		d.sharedRefused(req.Key, req.Owner, !line.behind)
+		d.sharedRefused(req.Key, req.Owner)
 	}
 	return g, err
 }
 
-// lineNews is what an attempt learned about its place in the key's line:
-// a grant left it, or a refusal is behind an earlier waiter.
-type lineNews struct{ left, behind bool }
-
-func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share, line *lineNews) (driver.Grant, error) {
+func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if len(req.Owner) > maxOwnerBytes {
 		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
 	}
@@ -169,7 +160,7 @@ func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s 
 	for range maxAttempts {
 		sent := time.Now()
 		f := d.clock.Fence(ctx, sent, req.TTL) // moved up to the fenced statement
-		g, err := d.shareAttempt(ctx, st, req, s, label, &f, line)
+		g, err := d.shareAttempt(ctx, st, req, s, label, &f)
 		if err == nil {
 			g.Since = sent
 			return g, nil
@@ -219,9 +210,8 @@ var errFenced = errors.New("the statement arrived after its fence")
 // shareAttempt is one transaction of TryAcquireShared. Its statement on
 // the key's row carries a fence, which it sets f to just before it sends
 // it.
-func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f *driver.Fence, line *lineNews) (g driver.Grant, err error) {
+func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Request, s driver.Share, label string, f *driver.Fence) (g driver.Grant, err error) {
 	var refusal error // a refusal to report once the transaction committed
-	*line = lineNews{}
 	err = d.inTx(ctx, txIdle(req.TTL), func(tx *sql.Tx) error {
 		last, status, err := d.lockKey(ctx, tx, req.Key)
 		if err != nil {
@@ -257,7 +247,6 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		if err != nil {
 			return err
 		}
-		*line = lineNews{left: fits && me != nil, behind: behind(rows, me, s)}
 		ttl := ttlMicros(req.TTL)
 		*f = d.clock.Fence(ctx, time.Now(), req.TTL)
 		if !fits && (!s.Queue || me != nil) {
@@ -445,22 +434,15 @@ func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareR
 			}
 		}
 	}
-	// Behind every earlier waiter (all of them when not in line): readers
-	// only behind writers.
-	fits = !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit) && !behind(rows, me, s)
-	return fits, me, next, nil
-}
-
-// behind reports whether an earlier waiter in rows blocks a request for s
-// whose place in line is me (nil: not in line yet, so behind every
-// waiter), as admit decides.
-func behind(rows []shareRow, me *shareRow, s driver.Share) bool {
+	fits = !write && (s.Mode != driver.Write || holders == 0) && (s.Mode != driver.Permits || used+s.Weight <= s.Limit)
 	for _, r := range rows {
+		// Behind every earlier waiter (all of them when not in line):
+		// readers only behind writers.
 		if r.queued > 0 && (me == nil || r.queued < me.queued) && (s.Mode != driver.Read || r.mode == driver.Write) {
-			return true
+			fits = false
 		}
 	}
-	return false
+	return fits, me, next, nil
 }
 
 // queued is the refusal of a request recorded in line: back before the

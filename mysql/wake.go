@@ -43,12 +43,6 @@ import (
 // would keep the next holder from taking it, and looks again after a step
 // (5 ms doubling to 500 ms), signalling each time.
 //
-// Only the first in line can be let in. So a refusal tells the driver
-// whether an earlier waiter blocks the hold, and while every hold of the
-// driver waiting for the key is behind one, its waits pass the name on
-// without signalling. A grant from the line, or a withdrawal, interrupts
-// the waits of the new first in line, as above. Timeouts signal anyway.
-//
 // Subscribe serves only the keys a shared hold of this driver was refused
 // on lately: a Lock waits in line (queue.go), and a locker.Watch or a
 // LockMulti on a plain key polls as it did.
@@ -81,9 +75,8 @@ func (d notifyingDriver) Subscribe(ctx context.Context, key string) (<-chan stru
 }
 
 // sharedRefused records that owner's shared hold waits for key, so that
-// Subscribe serves it, and its waits carry owner's tag; first reports
-// that no earlier waiter blocks it.
-func (d *sqlDriver) sharedRefused(key, owner string, first bool) {
+// Subscribe serves it, and its waits carry owner's tag.
+func (d *sqlDriver) sharedRefused(key, owner string) {
 	if d.notify == nil {
 		return
 	}
@@ -97,33 +90,10 @@ func (d *sqlDriver) sharedRefused(key, owner string, first bool) {
 		if len(n.lined) >= maxHot {
 			n.pruneLined(now)
 		}
-		m = make(map[string]lined)
+		m = make(map[string]time.Time)
 		n.lined[key] = m
 	}
-	m[tag(owner)] = lined{at: now, first: first}
-}
-
-// lined is a hold of this driver waiting in line: when it was last
-// refused, and whether no earlier waiter blocked it then.
-type lined struct {
-	at    time.Time
-	first bool
-}
-
-// behindOnly reports whether every hold of this driver waiting for key
-// was behind an earlier waiter at its last refusal: a release by the
-// holder of the name cannot let them in, and only the change that makes
-// one of them first (a grant or a withdrawal ahead of it) can.
-func (n *notifier) behindOnly(key string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	m := n.lined[key]
-	for _, l := range m {
-		if l.first {
-			return false
-		}
-	}
-	return len(m) > 0
+	m[tag(owner)] = now
 }
 
 // unlined records that owner's shared hold no longer waits for key.
@@ -146,8 +116,8 @@ func (d *sqlDriver) unlined(key, owner string) {
 // line expired. n.mu is held.
 func (n *notifier) pruneLined(now time.Time) {
 	for k, m := range n.lined {
-		for t, l := range m {
-			if now.Sub(l.at) > n.ttl {
+		for t, at := range m {
+			if now.Sub(at) > n.ttl {
 				delete(m, t)
 			}
 		}
@@ -170,8 +140,8 @@ func (n *notifier) note(key string) string {
 	now := time.Now()
 	var b strings.Builder
 	n.mu.Lock()
-	for t, l := range n.lined[key] {
-		if now.Sub(l.at) > n.ttl || b.Len() >= maxTags*18 {
+	for t, at := range n.lined[key] {
+		if now.Sub(at) > n.ttl || b.Len() >= maxTags*18 {
 			continue
 		}
 		b.WriteString(" " + t)
@@ -221,9 +191,7 @@ func (n *notifier) ring(ctx context.Context, s *session, key string, ch chan<- s
 		if ctx.Err() != nil {
 			return // lineUp put s back
 		}
-		if !got || !n.behindOnly(key) {
-			signal() // before the name goes back: that is one round trip
-		}
+		signal() // before the name goes back: that is one round trip
 		pause := time.Duration(0)
 		switch {
 		case interrupted(err):
