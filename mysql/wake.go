@@ -93,6 +93,11 @@ func (d *sqlDriver) sharedRefused(key, owner string) {
 		m = make(map[string]time.Time)
 		n.lined[key] = m
 	}
+	for t, at := range m {
+		if now.Sub(at) > n.ttl {
+			delete(m, t) // its place in line expired
+		}
+	}
 	m[tag(owner)] = now
 }
 
