@@ -71,9 +71,9 @@
 // shared hold waits for that name on a session of its own, tried again at
 // the pace of the Locker's backoff: a release by the holder of the name
 // wakes the waiters. A release by another holder, a withdrawn wait, a
-// ForceUnlock and SetLimit interrupt the waiters' GET_LOCK with KILL
-// QUERY, found in information_schema.PROCESSLIST, which wakes them. With
-// [Config.PollOnly] they poll.
+// ForceUnlock and SetLimit interrupt the GET_LOCK of the first waiters in
+// line with KILL QUERY, found in information_schema.PROCESSLIST, which
+// wakes them. With [Config.PollOnly] they poll.
 //
 // # Guarantees
 //
