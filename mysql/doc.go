@@ -70,8 +70,10 @@
 // its key's named lock taken as a fast-path lock has, and a waiter for a
 // shared hold waits for that name on a session of its own, tried again at
 // the pace of the Locker's backoff: a release by the holder of the name
-// wakes the waiters, a release by another holder reaches them at their
-// next try. With [Config.PollOnly] they poll.
+// wakes the waiters. A release by another holder, a withdrawn wait, a
+// ForceUnlock and SetLimit interrupt the GET_LOCK of the first waiters in
+// line with KILL QUERY, found in information_schema.PROCESSLIST, which
+// wakes them. With [Config.PollOnly] they poll.
 //
 // # Guarantees
 //
@@ -140,7 +142,9 @@
 //     cancelled GET_LOCK with KILL QUERY, which MySQL and MariaDB allow on
 //     an account's own connections; when it is refused, the wait ends at
 //     its timeout (1 s at most) or, on MariaDB, when the connection
-//     closes.
+//     closes. A change to a semaphore or read-write lock wakes with KILL
+//     QUERY only the waiters of the same account (the PROCESSLIST an
+//     account without PROCESS sees); others wake at their timeout.
 //   - While a [Guard] transaction is open, it holds the lock row: the
 //     holder's renewal and other Lockers' attempts on that key (even
 //     TryLock) wait for it, up to innodb_lock_wait_timeout (then they count

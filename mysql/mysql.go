@@ -289,6 +289,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 	if !d.cfg.PollOnly {
 		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
 		d.notify.releaseSQL = d.sql.releaseNamed
+		d.notify.heads = d.lineHeads
 	}
 	return nil
 }

@@ -88,18 +88,30 @@ type notifier struct {
 	logger      *slog.Logger
 	maxSessions int
 	releaseSQL  string // statements.releaseNamed
+	// ringMax is the longest wait for a shared hold's wake-up
+	// (waitSeconds; tests lengthen it).
+	ringMax time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	poke   chan struct{}
 
-	mu        sync.Mutex
-	closed    bool
-	want      map[string]*wanted    // by name: the fast-path locks this driver holds
-	wakeAt    time.Time             // when the holder goroutine wakes up next; zero while it works
-	hot       map[string]time.Time  // the keys a Lock found held lately (queue.go)
-	shared    map[string]time.Time  // the keys a shared hold waits for lately (wake.go)
+	mu     sync.Mutex
+	closed bool
+	want   map[string]*wanted   // by name: the fast-path locks this driver holds
+	wakeAt time.Time            // when the holder goroutine wakes up next; zero while it works
+	hot    map[string]time.Time // the keys a Lock found held lately (queue.go)
+	shared map[string]time.Time // the keys a shared hold waits for lately (wake.go)
+	toWake map[string]struct{}  // the keys whose waiters the waker wakes next (wake.go)
+	// lined has, by key, the tags of the owners of this driver's shared
+	// holds that wait in line, with the time of their last refusal
+	// (wake.go).
+	lined map[string]map[string]time.Time
+	// heads returns the owners first in key's line of shared holds: those
+	// a change may let in (wake.go).
+	heads     func(ctx context.Context, key string) ([]string, error)
+	wakePoke  chan struct{}
 	sessions  map[*session]struct{} // every open session
 	idle      []*session
 	idleTimer *time.Timer
@@ -133,6 +145,10 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		logger:      logger,
 		maxSessions: max(sessions, 1),
 		poke:        make(chan struct{}, 1),
+		ringMax:     waitSeconds * time.Second,
+		toWake:      make(map[string]struct{}),
+		lined:       make(map[string]map[string]time.Time),
+		wakePoke:    make(chan struct{}, 1),
 		want:        make(map[string]*wanted),
 		wakeAt:      farAway(),
 		hot:         make(map[string]time.Time),
@@ -140,8 +156,9 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		sessions:    make(map[*session]struct{}),
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.holder()
+	go n.waker()
 	return n
 }
 

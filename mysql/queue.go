@@ -261,12 +261,20 @@ func (n *notifier) endSession(s *session, name string) {
 	n.putSession(s)
 }
 
+// lineSQL and ringSQL are lineUp's statement, without and with onlyHeld.
+// Args (fmt): name, wait in seconds.
+const (
+	lineSQL = "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	ringSQL = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+)
+
 // lineUp waits in GET_LOCK for name for at most wait, and reports whether
 // the name was free when it asked and whether this session got it. With
-// onlyHeld, a name that is free is not taken. When ctx ends, the statement
+// onlyHeld, a name that is free is not taken. The statement ends with
+// note, a comment or "". When ctx ends, the statement
 // is killed (KILL QUERY), so that nothing stays in line in the server; a
 // name got anyway is then given back.
-func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, onlyHeld bool) (free, got bool, err error) {
+func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, onlyHeld bool, note string) (free, got bool, err error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait+stmtTimeout)
 	defer cancel()
 	returned := make(chan struct{})
@@ -290,11 +298,11 @@ func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, o
 		}
 	})
 	var f, g sql.NullInt64
-	q := "SELECT IS_FREE_LOCK('%[1]s'), GET_LOCK('%[1]s', %.3[2]f)"
+	q := lineSQL
 	if onlyHeld {
-		q = "SELECT IS_FREE_LOCK('%[1]s'), IF(IS_FREE_LOCK('%[1]s'), 0, GET_LOCK('%[1]s', %.3[2]f))"
+		q = ringSQL
 	}
-	err = s.conn.QueryRowContext(qctx, fmt.Sprintf(q, name, wait.Seconds())).Scan(&f, &g)
+	err = s.conn.QueryRowContext(qctx, fmt.Sprintf(q, name, wait.Seconds())+note).Scan(&f, &g)
 	close(returned)
 	if !stop() {
 		<-killed
@@ -373,7 +381,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 	// row.
 	timeouts, free := 0, 0
 	for {
-		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts), false)
+		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts), false, "")
 		if err != nil {
 			return driver.Grant{}, err
 		}

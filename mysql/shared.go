@@ -131,8 +131,9 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	case d.notify == nil:
 	case err == nil:
 		d.notify.acquired(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
+		d.unlined(req.Key, req.Owner)
 	case s.Queue && errors.Is(err, driver.ErrHeld):
-		d.sharedRefused(req.Key)
+		d.sharedRefused(req.Key, req.Owner)
 	}
 	return g, err
 }
@@ -452,7 +453,12 @@ func (d *sqlDriver) queued(req driver.Request, next time.Duration) error {
 	}
 	key, owner := req.Key, req.Owner
 	return &driver.Residue{Err: driver.Held(next), Cleanup: func(ctx context.Context) error {
-		return d.leave(ctx, key, owner, 0)
+		d.unlined(key, owner)
+		err := d.leave(ctx, key, owner, 0)
+		if err == nil {
+			d.changed(key, "") // it may have been first in line
+		}
+		return err
 	}}
 }
 
@@ -559,13 +565,17 @@ func leaveSQL(st, cond string) string {
 // if it is still writing. It returns driver.ErrNotHeld when there was
 // nothing to delete.
 func (d *sqlDriver) undoShare(ctx context.Context, key, owner string) error {
-	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
+	err := d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
 		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND owner_token = ? AND lock_until > "+dbNow, key, owner)
 		if err != nil {
 			return 0, err
 		}
 		return res.RowsAffected()
 	})
+	if err == nil {
+		d.changed(key, "")
+	}
+	return err
 }
 
 // inShareTx runs change in a transaction that holds the key's row, then
@@ -662,9 +672,8 @@ func (d *sqlDriver) settleShared(ctx context.Context, key string, tries int) (bo
 
 // SetLimit implements driver.Limiter: one transaction that locks the key's
 // row, as attempts do, and sets the limit of every live holder and waiter;
-// a hold in the key's row moves out first. Waiters see it at their next
-// attempt: a release wakes them, and their waits time out at the Locker's
-// backoff step.
+// a hold in the key's row moves out first. Then it wakes the key's
+// waiters (wake.go) before it returns.
 func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	st, err := d.sharedTable()
 	if err != nil {
@@ -683,6 +692,9 @@ func (d *sqlDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	}
 	if err != nil && !errors.Is(err, driver.ErrConflict) {
 		return fmt.Errorf("setlimit: %w", classify(err))
+	}
+	if err == nil && d.notify != nil {
+		d.notify.wakeNow(ctx, key)
 	}
 	return err
 }

@@ -22,6 +22,10 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 	defer d.forget(lockState{key: s.key, owner: s.owner})
 	leave := func() (bool, error) {
 		err := d.leave(ctx, s.key, s.owner, s.token)
+		if err == nil {
+			// Other holds or waiters share the key: they may fit now.
+			d.changed(s.key, s.owner)
+		}
 		return !errors.Is(err, driver.ErrNotHeld), err
 	}
 	if s.rowHeld() {
@@ -135,13 +139,17 @@ func (d *sqlDriver) execInRow(ctx context.Context, text string, moved func() (bo
 // breakShared ends every hold on key (driver.Breaker.Break); the waiters
 // stay in line.
 func (d *sqlDriver) breakShared(ctx context.Context, key string) error {
-	return d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
+	err := d.inShareTx(ctx, key, func(tx *sql.Tx, st string) (int64, error) {
 		res, err := d.txExec(ctx, tx, "DELETE FROM "+st+" WHERE task_name = ? AND queued = 0 AND lock_until > "+dbNow, key)
 		if err != nil {
 			return 0, err
 		}
 		return res.RowsAffected()
 	})
+	if err == nil {
+		d.changed(key, "")
+	}
+	return err
 }
 
 // inspectShared reads the holders of a key held by shared holds.
