@@ -66,6 +66,9 @@ type cutSlot struct {
 	// stop stops the cut of the call in progress (context.AfterFunc's);
 	// only that call's goroutine uses it.
 	stop func() bool
+	// cutting, when set (by tests), runs as a cut starts, before it
+	// looks at the slot.
+	cutting func()
 }
 
 // errCut is the error of a connection dialled on a slot whose call was
@@ -149,6 +152,9 @@ func (cutAddr) String() string  { return "cut" }
 // cutNow closes the slot's connection, and refuses dials from then on,
 // unless the call it was armed for has ended.
 func (s *cutSlot) cutNow() {
+	if s.cutting != nil {
+		s.cutting()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.armed {
@@ -199,11 +205,12 @@ func (c *ownedClient) take(ctx context.Context) *cutSlot {
 // release gives back slot s, taken by take, after a call that ended with
 // err: to the idle slots, or closed.
 func (c *ownedClient) release(s *cutSlot, err error) {
-	// stop is false once the cut has started, which may still be running:
-	// reusable disarms the slot under its lock either way.
-	s.stop()
+	// stop is false once the cut has started. A started cut may not have
+	// looked at the slot yet, and would cut the next call it serves: such
+	// a slot is not reused.
+	started := !s.stop()
 	s.stop = nil
-	if !s.reusable(err) {
+	if !s.reusable(err) || started {
 		_ = s.client.Close()
 		return
 	}

@@ -259,6 +259,38 @@ func TestLateCutSparesTheNextCall(t *testing.T) {
 	}
 }
 
+// TestStartedCutSparesTheNextCall: a cut that started as its call ended,
+// but looked at the slot only after the call's release, must not find
+// the slot armed for the next call: a slot whose cut started is not
+// reused.
+func TestStartedCutSparesTheNextCall(t *testing.T) {
+	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	s := c.take(ctx)
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started, resume := make(chan struct{}), make(chan struct{})
+	s.cutting = func() {
+		close(started)
+		<-resume
+	}
+	cancel()
+	<-started
+	c.release(s, nil)
+	next := c.take(t.Context())
+	close(resume)
+	err := next.client.Ping(t.Context()).Err()
+	c.release(next, err)
+	if next == s {
+		t.Fatal("the slot of a call whose cut had started served the next call, which the cut could then cut")
+	}
+	if err != nil {
+		t.Fatalf("a call after a cut that started late: %v", err)
+	}
+}
+
 // TestCutReachesThePipelinesConnection: a slot that has run a pipeline and
 // then a script cuts the connection of its next pipeline. go-redis gives
 // pipelines a pool of their own, whose connection the slot did not know:
