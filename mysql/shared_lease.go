@@ -29,24 +29,9 @@ func (d *sqlDriver) releaseShared(ctx context.Context, s *shareState) error {
 		return !errors.Is(err, driver.ErrNotHeld), err
 	}
 	if s.rowHeld() {
-		res, done, err := d.execInRow(ctx, soleReleaseSQL(d.sql.table), leave, s.key, s.owner, s.token)
-		if done {
-			if err != nil {
-				return fmt.Errorf("release: %w", err)
-			}
-			s.moved.Store(true)
-			return nil
+		if ended, err := d.inRow(ctx, s, "release", soleReleaseSQL(d.sql.table), leave, s.key, s.owner, s.token); ended {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("release: %w", classify(err))
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			if err != nil {
-				return fmt.Errorf("release: %w", err)
-			}
-			return nil
-		}
-		s.moved.Store(true) // moved out of the row, or gone
 	}
 	if _, err := leave(); err != nil {
 		return fmt.Errorf("release: %w", err)
@@ -74,26 +59,11 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 		return err != nil || n > 0, err
 	}
 	if s.rowHeld() {
-		res, done, err := d.execInRow(ctx, "UPDATE "+d.sql.table+" SET finish_time = "+dbNow+", lock_until = "+untilExpr+", update_time = "+dbNow+
+		if ended, err := d.inRow(ctx, s, "keep", "UPDATE "+d.sql.table+" SET finish_time = "+dbNow+", lock_until = "+untilExpr+", update_time = "+dbNow+
 			" WHERE task_name = ? AND owner_token = ? AND version = ? AND task_status = '"+soleStatus+"' AND lock_until > "+dbNow,
-			keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token)
-		if done {
-			if err != nil {
-				return fmt.Errorf("keep: %w", err)
-			}
-			s.moved.Store(true)
-			return nil
+			keep, max(remaining.Microseconds(), 1), s.key, s.owner, s.token); ended {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("keep: %w", classify(err))
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			if err != nil {
-				return fmt.Errorf("keep: %w", err)
-			}
-			return nil
-		}
-		s.moved.Store(true)
 	}
 	switch done, err := keep(); {
 	case err != nil:
@@ -102,6 +72,32 @@ func (d *sqlDriver) keepShared(ctx context.Context, s *shareState, remaining tim
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// inRow runs text, op's statement on s while s is in its key's row, as
+// execInRow does, with moved op's change in the table of shared holds. It
+// reports whether op ended there, with op's error; otherwise s moved out
+// of the row (or is gone), which it records, and op goes on in the table.
+func (d *sqlDriver) inRow(ctx context.Context, s *shareState, op, text string, moved func() (bool, error), args ...any) (ended bool, err error) {
+	res, done, err := d.execInRow(ctx, text, moved, args...)
+	if done {
+		if err != nil {
+			return true, fmt.Errorf("%s: %w", op, err)
+		}
+		s.moved.Store(true)
+		return true, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("%s: %w", op, classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		if err != nil {
+			return true, fmt.Errorf("%s: %w", op, err)
+		}
+		return true, nil
+	}
+	s.moved.Store(true) // moved out of the row, or gone
+	return false, nil
 }
 
 // execInRow runs text, a statement on a shared hold in its key's row, with

@@ -226,12 +226,12 @@ const namesCacheSize = 64
 
 // namesCache holds the names of the store keys a Locker used last, one per
 // slot of a hash of the key, so that a Locker that takes the same keys
-// again makes their names, and boxes them, once: eight allocations less
-// per acquisition. N is the names of one use of a key: lockNames for plain
-// locks, shareState for shared holds, each in a cache of its own. A key
-// whose slot another key took is named again. Its size is fixed: a Locker
-// that takes many keys keeps no more of them. Nothing changes an N once it
-// is cached: acquisitions of one key may share it.
+// again makes their names, and boxes them, once. N is the names of one use
+// of a key: lockNames for plain locks, shareState for shared holds, each
+// in a cache of its own. A key whose slot another key took is named again.
+// Its size is fixed: a Locker that takes many keys keeps no more of them.
+// Nothing changes an N once it is cached: acquisitions of one key may
+// share it.
 type namesCache[N any, P interface {
 	*N
 	storeKey() string
