@@ -22,7 +22,7 @@ func (d *sqlDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.
 	if err == nil && d.notify != nil {
 		// The holder goroutine takes the key's named lock, so that a
 		// waiter in line is woken by the release.
-		d.notify.acquired(req.Key, req.Owner, false)
+		d.notify.acquired(req.Key, req.Owner)
 	}
 	return g, classify(err)
 }

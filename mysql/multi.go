@@ -34,7 +34,7 @@ func (d *sqlDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) 
 	gs, err := d.tryAcquireMulti(ctx, reqs)
 	if err == nil && d.notify != nil {
 		for _, req := range reqs {
-			d.notify.acquired(req.Key, req.Owner, false)
+			d.notify.acquired(req.Key, req.Owner)
 		}
 	}
 	return gs, classify(err)

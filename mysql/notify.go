@@ -117,12 +117,13 @@ type notifier struct {
 	idleTimer *time.Timer
 }
 
-// wanted is a lock this driver holds, whose name the holder goroutine takes.
+// wanted is a key this driver holds, whose name the holder goroutine
+// takes: a plain lock's, or the shared holds' of the key (several in one
+// driver), until the last of them leaves.
 type wanted struct {
-	owner string
-	due   time.Time // when the holder goroutine takes the name
-	seen  time.Time // last acquired or renewed
-	taken bool      // mirror of the holder goroutine's state, for released
+	owners map[string]time.Time // by owner: last acquired or renewed
+	due    time.Time            // when the holder goroutine takes the name
+	taken  bool                 // mirror of the holder goroutine's state, for released
 }
 
 func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Duration, backoff func(int) time.Duration, logger *slog.Logger) *notifier {
@@ -185,22 +186,40 @@ func (n *notifier) wake() {
 	}
 }
 
-// acquired records that owner took key. The holder goroutine takes its
-// name takeDelay later, or at once when contended: a waiter may be
-// waiting for it.
-func (n *notifier) acquired(key, owner string, contended bool) {
-	name, now := n.name(key), time.Now()
-	due := now.Add(takeDelay)
-	if contended {
-		due = now
+// acquired records that owner took key with a plain lock, the key's only
+// holder: an earlier owner's lock is gone. The holder goroutine takes the
+// name takeDelay later.
+func (n *notifier) acquired(key, owner string) {
+	n.wantName(key, owner, time.Now().Add(takeDelay), true)
+}
+
+// acquiredShared records that owner took a shared hold of key, beside the
+// other holds of this driver. The holder goroutine takes the name
+// takeDelay later, or at once when contended: a waiter may be waiting for
+// it.
+func (n *notifier) acquiredShared(key, owner string, contended bool) {
+	due := time.Now()
+	if !contended {
+		due = due.Add(takeDelay)
 	}
+	n.wantName(key, owner, due, false)
+}
+
+// wantName adds owner to the owners of key's name (replacing them when
+// only), and has the holder goroutine take the name by due.
+func (n *notifier) wantName(key, owner string, due time.Time, only bool) {
+	name, now := n.name(key), time.Now()
 	n.mu.Lock()
 	w := n.want[name]
-	if w == nil {
-		w = &wanted{}
-		n.want[name] = w
+	if w == nil || only {
+		if w == nil {
+			w = &wanted{}
+			n.want[name] = w
+		}
+		w.owners, w.due = make(map[string]time.Time, 1), due
 	}
-	w.owner, w.seen, w.due = owner, now, due
+	w.owners[owner] = now
+	w.due = minTime(w.due, due)
 	// Poke unless the holder goroutine already plans to wake up in time;
 	// while it works (zero wakeAt) it may have missed this entry.
 	poke := n.wakeAt.IsZero() || n.wakeAt.After(due)
@@ -214,18 +233,26 @@ func (n *notifier) acquired(key, owner string, contended bool) {
 func (n *notifier) renewed(key, owner string) {
 	name := n.name(key)
 	n.mu.Lock()
-	if w := n.want[name]; w != nil && w.owner == owner {
-		w.seen = time.Now()
+	if w := n.want[name]; w != nil {
+		if _, ok := w.owners[owner]; ok {
+			w.owners[owner] = time.Now()
+		}
 	}
 	n.mu.Unlock()
 }
 
-// released records that owner is done with key.
+// released records that owner is done with key. The name goes when no
+// other owner of this driver holds key.
 func (n *notifier) released(key, owner string) {
 	name := n.name(key)
 	n.mu.Lock()
 	w := n.want[name]
-	if w == nil || w.owner != owner {
+	if w == nil {
+		n.mu.Unlock()
+		return
+	}
+	delete(w.owners, owner)
+	if len(w.owners) > 0 {
 		n.mu.Unlock()
 		return
 	}
@@ -254,11 +281,17 @@ func (n *notifier) holder() {
 			// The engine renews every TTL/3 and declares a lock lost
 			// well before a TTL without renewal; it does not tell the
 			// driver, so such a lock is forgotten here.
-			if now.Sub(w.seen) > n.ttl {
+			for owner, seen := range w.owners {
+				if now.Sub(seen) > n.ttl {
+					delete(w.owners, owner)
+				} else {
+					next = minTime(next, seen.Add(n.ttl))
+				}
+			}
+			if len(w.owners) == 0 {
 				delete(n.want, name)
 				continue
 			}
-			next = minTime(next, w.seen.Add(n.ttl))
 			if h.held[name] {
 				continue
 			}

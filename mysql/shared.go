@@ -130,7 +130,7 @@ func (d *sqlDriver) TryAcquireShared(ctx context.Context, req driver.Request, s 
 	switch {
 	case d.notify == nil:
 	case err == nil:
-		d.notify.acquired(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
+		d.notify.acquiredShared(req.Key, req.Owner, s.Queue && d.notify.marked(d.notify.shared, req.Key))
 		d.unlined(req.Key, req.Owner)
 	case s.Queue && errors.Is(err, driver.ErrHeld):
 		d.sharedRefused(req.Key, req.Owner)

@@ -300,6 +300,9 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 			}
 		} else {
 			errs[i] = driver.ErrNotHeld
+			if d.notify != nil {
+				d.notify.released(s.key, s.owner) // lost: its name need not wait for a TTL
+			}
 		}
 	}
 }

@@ -24,11 +24,11 @@ import (
 // it gives back at once, and each time its wait times out. The engine tries
 // the table on each signal. The table stays the only source of truth.
 //
-// One session holds a name at a time: of a key's holders, the first to take
-// it wakes the waiters when it leaves. Any other change that may let a
-// waiter in (a release by another holder, a withdrawn place in line, a
-// Break, SetLimit) interrupts the waits of the first in line instead, the
-// only ones it may let in. Each wait's statement ends with a comment of
+// One session holds a name at a time: of a key's holders, the Locker that
+// took it first wakes the waiters when its last hold of the key leaves.
+// Any other change that may let a waiter in (any other release, a
+// withdrawn place in line, a Break, SetLimit) interrupts the waits of the
+// first in line instead, the only ones it may let in. Each wait's statement ends with a comment of
 // tags, a hash of the owner of each hold of its driver that waits for the
 // key. The driver that made the change reads the first waiters in line,
 // lists the sessions of its account that run a wait on the name with one
@@ -381,14 +381,18 @@ func (d *sqlDriver) lineHeads(ctx context.Context, key string) ([]string, error)
 }
 
 // holdsName reports whether the named lock of key that this driver's
-// holder goroutine holds is there for owner's hold: its release wakes the
-// key's waiters then.
+// holder goroutine holds is there for owner's hold alone: its release
+// gives the name up and so wakes the key's waiters then.
 func (n *notifier) holdsName(key, owner string) bool {
 	name := n.name(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	w := n.want[name]
-	return w != nil && w.owner == owner && w.taken
+	if w == nil || !w.taken || len(w.owners) != 1 {
+		return false
+	}
+	_, ok := w.owners[owner]
+	return ok
 }
 
 // changed wakes the waiters of key after a change that may let one of
