@@ -119,7 +119,9 @@
 //     statement land after its undo.
 //   - Fair (first come, first served) among the Lockers that found the key
 //     held lately; a Locker whose first attempt finds the key free takes
-//     it, even when others are about to be woken.
+//     it, even when others are about to be woken. A wait in line that
+//     times out (see below) lines up again at the end: under a longer
+//     hold, waiters may be served out of their arrival order.
 //   - Keys longer than [MaxKeyBytes] (255 bytes, prefix included) are
 //     rejected with locker.ErrInvalidKey naming the limit; hash longer
 //     natural keys. Keys are compared byte by byte: "a", "A" and "a " are
