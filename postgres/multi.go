@@ -22,9 +22,12 @@ const maxMultiKeys = 100
 // multiAcquireSQL takes every row of a set when each is missing, free or
 // expired, with no data, in one statement, unless the fence passed: it
 // fails with division_by_zero (SQLSTATE 22012), which rolls it back, when
-// it took fewer rows than asked. It takes nothing when a key's row is
-// marked as held by shared holds in its snapshot, and returns those keys
-// instead. With settle, it frees such rows whose holds all ended and takes
+// it took fewer rows than asked because a row was held in its snapshot,
+// and with numeric_value_out_of_range (22003) when none was: a row
+// changed while the statement waited for it. A statement that took no row
+// for that reason returns the key "" instead. It takes nothing when a
+// key's row is marked as held by shared holds in its snapshot, and
+// returns those keys instead. With settle, it frees such rows whose holds all ended and takes
 // them (see settling), and it returns instead the keys it saw live shared
 // holds or waiters on. It returns one row per key: name, version (0 for a
 // key returned instead), the database clock (µs since the epoch), and
@@ -43,6 +46,10 @@ func multiAcquireSQL(table string, settle bool) string {
 		marked = "m"
 		take = "(" + take + " OR " + settled("l") + ")"
 	}
+	// held is true when a key's row was held in the statement's
+	// snapshot: the reason, then, that the statement took fewer rows than
+	// asked. Evaluated only after it did.
+	held := "EXISTS (SELECT 1 FROM " + t + " WHERE task_name = ANY($1::text[]) AND task_status = 'RUNNING' AND lock_until > " + dbNow + ")"
 	return "WITH " + ctes +
 		" k AS (SELECT * FROM unnest($1::text[], $2::text[], $4::float8[]) AS k(name, owner, ttl))," +
 		" a AS (INSERT INTO " + t + " AS l" +
@@ -55,9 +62,12 @@ func multiAcquireSQL(table string, settle bool) string {
 		" WHERE " + take + " AND " + beforeFence +
 		" RETURNING l.task_name, l.version)," +
 		" n AS (SELECT count(*) AS c FROM a)" +
-		" SELECT a.task_name, a.version + 0 * (1 / CASE WHEN n.c < $6::bigint THEN 0 ELSE 1 END), " + micros(dbNow) + ", false" +
+		" SELECT a.task_name, a.version + 0 * CASE WHEN n.c >= $6::bigint THEN 0 WHEN " + held + " THEN 1 / (n.c - n.c)" +
+		" ELSE 9223372036854775807 + n.c END, " + micros(dbNow) + ", false" +
 		" FROM a, n" +
-		" UNION ALL SELECT task_name, 0, " + micros(dbNow) + ", true FROM " + marked
+		" UNION ALL SELECT task_name, 0, " + micros(dbNow) + ", true FROM " + marked +
+		" UNION ALL SELECT '', 0, " + micros(dbNow) + ", true FROM n" +
+		" WHERE n.c = 0 AND " + beforeFence + " AND NOT EXISTS (SELECT 1 FROM " + marked + ") AND NOT " + held
 }
 
 // TryAcquireMulti implements driver.MultiAcquirer with one statement: the
@@ -90,12 +100,14 @@ func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) (
 		label = cleanLabel(l)
 	}
 	grants, marked, err := d.tryMulti(ctx, false, reqs, keys, owners, ttls, idx, label, ttl)
-	if len(marked) == 0 {
+	if len(marked) == 0 && !errors.Is(err, errChanged) {
 		return grants, err
 	}
 	// A key whose last holder crashed, or whose last release skipped its
 	// row, is freed and taken by the settling statement, as TryAcquire
-	// does with settleTake.
+	// does with settleTake. A row that changed while the statement waited
+	// for it may have been marked meanwhile: the settling statement sees
+	// it.
 	if err := d.checkShared(); err != nil {
 		return nil, fmt.Errorf("acquire: %w", err)
 	}
@@ -106,9 +118,14 @@ func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) (
 	return grants, err
 }
 
+// errChanged is tryMulti's refusal when a row changed while the
+// statement waited for it.
+var errChanged = fmt.Errorf("%w: a key's row changed while the statement waited for it", driver.ErrHeld)
+
 // tryMulti is one statement of TryAcquireMulti, settling or not (see
 // multiAcquireSQL). It returns the grants, or the keys the statement
-// returned instead of taking any, with driver.ErrHeld.
+// returned instead of taking any, with driver.ErrHeld (errChanged when a
+// row changed while the statement waited for it).
 func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Request, keys, owners []string, ttls []float64, idx map[string]int, label string, ttl time.Duration) ([]driver.Grant, []string, error) {
 	sent := time.Now()
 	f := d.clock.Fence(ctx, sent, ttl)
@@ -116,6 +133,7 @@ func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Requ
 	got := 0
 	var marked []string
 	var now int64
+	changed := false
 	err := d.q.query(ctx, multiAcquireSQL(d.cfg.Table, settle), []any{keys, owners, label, ttls, f.Store, int64(len(reqs))},
 		func(scan func(...any) error) error {
 			var name string
@@ -123,6 +141,10 @@ func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Requ
 			var instead bool
 			if err := scan(&name, &version, &now, &instead); err != nil {
 				return err
+			}
+			if instead && name == "" {
+				changed = true
+				return nil
 			}
 			i, ok := idx[name]
 			if !ok {
@@ -144,6 +166,8 @@ func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Requ
 	}
 	var pe *pgconn.PgError
 	switch {
+	case errors.As(err, &pe) && pe.Code == "22003":
+		return nil, nil, errChanged // rolled back: nothing taken
 	case errors.As(err, &pe) && pe.Code == "22012", retryable(err):
 		return nil, nil, driver.Held(0) // rolled back: nothing taken
 	case err != nil:
@@ -152,6 +176,8 @@ func (d *pgDriver) tryMulti(ctx context.Context, settle bool, reqs []driver.Requ
 			return nil, nil, d.undoMulti(ctx, keys, owners, ttl, f, err)
 		}
 		return nil, nil, err
+	case got == 0 && changed:
+		return nil, nil, errChanged
 	case got == 0:
 		return nil, marked, driver.Held(0) // no row taken: the statement took nothing
 	case got != len(reqs) || len(marked) > 0:
