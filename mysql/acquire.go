@@ -43,17 +43,41 @@ func classify(err error) error {
 	return err
 }
 
-func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+// acquireArgs returns the arguments of req's acquiring UPDATE (acquire,
+// acquireIdle), the fence left out.
+func (d *sqlDriver) acquireArgs(req driver.Request) ([]any, error) {
 	if len(req.Owner) > maxOwnerBytes {
-		return driver.Grant{}, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
+		return nil, driver.Permanent(fmt.Errorf("owner token of %d bytes exceeds owner_token's %d", len(req.Owner), maxOwnerBytes))
 	}
-	ttl := ttlMicros(req.TTL)
 	label := d.label
 	if req.Label != "" && req.Label != label {
 		label = cleanLabel(req.Label)
 	}
-	data := dataArg(req.Data)
-	g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key)
+	return []any{req.Owner, label, dataArg(req.Data), ttlMicros(req.TTL), req.Key}, nil
+}
+
+// tryIdle takes the row of req.Key when it has been free for idleFor at
+// least, with one UPDATE; otherwise it answers driver.Held(0). A missing
+// row is not created.
+func (d *sqlDriver) tryIdle(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	args, err := d.acquireArgs(req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g, ok, err := d.exec(ctx, req, "acquire", d.acquireIdle, args...)
+	if ok || err != nil {
+		return g, err
+	}
+	return driver.Grant{}, driver.Held(0)
+}
+
+func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	args, err := d.acquireArgs(req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	label, data, ttl := args[1], args[2], args[3]
+	g, ok, err := d.exec(ctx, req, "acquire", d.acquire, args...)
 	if ok || err != nil {
 		return g, err
 	}
@@ -88,7 +112,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 			if !free {
 				return driver.Grant{}, errSharedKey
 			}
-			if g, ok, err := d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key); ok || err != nil {
+			if g, ok, err := d.exec(ctx, req, "acquire", d.acquire, args...); ok || err != nil {
 				return g, err
 			}
 			continue
@@ -98,7 +122,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 			return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 		}
 		// Released (or expired) between our statements: one more try.
-		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, req.Owner, label, data, ttl, req.Key)
+		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, args...)
 		if ok || err != nil {
 			return g, err
 		}

@@ -109,8 +109,12 @@
 //     refusals, a missing table and a closed pool end it at once. Waiters
 //     leave nothing in the table; the line is the server's queue of
 //     sessions blocked in GET_LOCK, which a waiter leaves when its ctx ends
-//     (killed), its wait times out (1 s at most) or its connection ends: a
-//     waiter that crashed holds up nobody.
+//     (killed), its wait times out (10 s, less within a shorter
+//     readTimeout: one second less than it) or its connection ends. A
+//     waiter that crashed holds up nobody. A session cut off from its
+//     client stays in line until its wait times out; a name it gets then
+//     delays hand-offs as a session that holds the name without the key
+//     does (see below).
 //   - A Lock or TryLock that gave up while its statement was on the way
 //     may have taken the row for nobody: the row stays claimed until its
 //     fence passed and the database answers the undo (or, if the Locker
@@ -120,8 +124,8 @@
 //   - Fair (first come, first served) among the Lockers that found the key
 //     held lately; a Locker whose first attempt finds the key free takes
 //     it, even when others are about to be woken. A wait in line that
-//     times out (see below) lines up again at the end: under a longer
-//     hold, waiters may be served out of their arrival order.
+//     times out (10 s, see below) lines up again at the end: under a
+//     longer hold, waiters may be served out of their arrival order.
 //   - Keys longer than [MaxKeyBytes] (255 bytes, prefix included) are
 //     rejected with locker.ErrInvalidKey naming the limit; hash longer
 //     natural keys. Keys are compared byte by byte: "a", "A" and "a " are
@@ -142,9 +146,9 @@
 //     Locker reads db's readTimeout from GORM's DSN config: below 2 s,
 //     waiters poll instead of blocking in GET_LOCK. Waiters kill their own
 //     cancelled GET_LOCK with KILL QUERY, which MySQL and MariaDB allow on
-//     an account's own connections; when it is refused, the wait ends at
-//     its timeout (1 s at most) or, on MariaDB, when the connection
-//     closes. A change to a semaphore or read-write lock wakes with KILL
+//     an account's own connections; when it is refused, the wait's
+//     connection is closed after 2 s, which ends the wait on MariaDB
+//     (on MySQL it ends at its timeout). A change to a semaphore or read-write lock wakes with KILL
 //     QUERY only the waiters of the same account (the PROCESSLIST an
 //     account without PROCESS sees); others wake at their timeout.
 //   - While a [Guard] transaction is open, it holds the lock row: the
@@ -152,14 +156,17 @@
 //     TryLock) wait for it, up to innodb_lock_wait_timeout (then they count
 //     as not acquired) or their ctx. Keep guarded transactions short.
 //   - A contended attempt costs three statements (UPDATE, INSERT IGNORE,
-//     SELECT of the remaining time); waiters make one per wake-up.
+//     SELECT of the remaining time); waiters in line make one UPDATE per
+//     wake-up and one per check of the table.
 //   - Wake-ups cost one pooled connection per Locker for its fast-path
 //     locks, and one per Lock or shared hold waiting, at most 16 per
 //     Locker (a quarter of MaxOpenConns when set); more waiters poll.
-//     Each GET_LOCK of a Lock in line waits 500 ms to 1 s, so a session
-//     that holds a key's named lock without the key delays a hand-off by
-//     about that much. A waiter for a shared hold waits the Locker's
-//     backoff step (on MySQL, which rounds GET_LOCK timeouts, 1 s).
+//     A Lock in line checks the table at the Locker's backoff, every
+//     500 ms to 1 s, and takes a row that has been free for 500 ms, so a
+//     session that holds a key's named lock without the key delays a
+//     hand-off by 0.5 to 1.5 s. A waiter for a shared hold waits the
+//     Locker's backoff step (on MySQL, which rounds GET_LOCK timeouts,
+//     1 s).
 //   - A key is one kind of lock at a time: a plain lock, a semaphore of
 //     one limit or a read-write lock; asking for another kind fails with
 //     locker.ErrInvalidOption while the key has holders.

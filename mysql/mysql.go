@@ -190,6 +190,8 @@ type sqlDriver struct {
 
 	// prepared in Configure
 	acquire, insert, remaining, release, undo, keep *sql.Stmt
+	// acquireIdle is acquire of a row free for a while (statements.acquireIdle).
+	acquireIdle *sql.Stmt
 
 	// restores counts the connections of transactions on shared holds
 	// whose session variables are being given back (inTx); Close waits
@@ -281,6 +283,7 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 		{&d.release, d.sql.release},
 		{&d.undo, d.sql.undo},
 		{&d.keep, d.sql.keep},
+		{&d.acquireIdle, d.sql.acquireIdle},
 	} {
 		if *p.stmt, err = d.db.PrepareContext(ctx, p.text); err != nil {
 			return fmt.Errorf("prepare: %w", err)
@@ -336,7 +339,7 @@ func (d *sqlDriver) Close() error {
 func (d *sqlDriver) closeStatements() {
 	d.mu.Lock()
 	d.closed = true
-	stmts := []*sql.Stmt{d.acquire, d.insert, d.remaining, d.release, d.undo, d.keep}
+	stmts := []*sql.Stmt{d.acquire, d.insert, d.remaining, d.release, d.undo, d.keep, d.acquireIdle}
 	for _, s := range d.renew {
 		stmts = append(stmts, s)
 	}

@@ -36,10 +36,11 @@ import (
 //     500 ms, the polling floor), never past the holder's lock_until;
 //   - a name held by a session that is no holder (names are predictable and
 //     GET_LOCK needs no privilege: any account can take one) costs a waiter
-//     no more than a slow poll: each GET_LOCK waits the Locker's next backoff
-//     step, at least minLineWait and at most waitSeconds, and the waiter then
-//     tries the table. MariaDB (10.1.2+) takes fractional timeouts; MySQL
-//     rounds them to whole seconds, so there a wait is waitSeconds.
+//     no more than a slow poll: while it waits in line, it checks the table
+//     at the Locker's backoff, at least every minLineWait and at most every
+//     waitSeconds, and takes a row free for idleFor. MariaDB (10.1.2+) takes
+//     fractional timeouts; MySQL rounds them to whole seconds, so there a
+//     check comes every waitSeconds.
 //
 // Resources are bounded: one connection per Locker for all the names of its
 // fast-path locks, returned to the pool after 10 s without any, and at most
@@ -91,6 +92,9 @@ type notifier struct {
 	// ringMax is the longest wait for a shared hold's wake-up
 	// (waitSeconds; tests lengthen it).
 	ringMax time.Duration
+	// lineMax is the longest wait in line of a Lock: maxLineWait, less
+	// within db's read timeout.
+	lineMax time.Duration
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -147,6 +151,7 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		maxSessions: max(sessions, 1),
 		poke:        make(chan struct{}, 1),
 		ringMax:     waitSeconds * time.Second,
+		lineMax:     maxLineWait,
 		toWake:      make(map[string]struct{}),
 		lined:       make(map[string]map[string]time.Time),
 		wakePoke:    make(chan struct{}, 1),
@@ -155,6 +160,10 @@ func newNotifier(db *sql.DB, srv server, table string, ttl, readTimeout time.Dur
 		hot:         make(map[string]time.Time),
 		shared:      make(map[string]time.Time),
 		sessions:    make(map[*session]struct{}),
+	}
+	if readTimeout > 0 {
+		// A blocked GET_LOCK must answer well within it.
+		n.lineMax = min(n.lineMax, readTimeout-time.Second)
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Add(2)
@@ -191,6 +200,12 @@ func (n *notifier) wake() {
 // name takeDelay later.
 func (n *notifier) acquired(key, owner string) {
 	n.wantName(key, owner, time.Now().Add(takeDelay), true)
+}
+
+// acquiredNow is acquired for a lock taken while waiters line up for its
+// name: the holder goroutine takes it at once.
+func (n *notifier) acquiredNow(key, owner string) {
+	n.wantName(key, owner, time.Now(), true)
 }
 
 // acquiredShared records that owner took a shared hold of key, beside the

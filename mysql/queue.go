@@ -21,9 +21,13 @@ import (
 // queues the sessions blocked in GET_LOCK in arrival order and grants the
 // name to the first of them when its holder lets it go, so a release wakes
 // exactly the next waiter, which takes the row with one UPDATE. Nobody
-// polls, nobody barges: a releasing Locker that locks the key again lines
-// up behind the others. The table stays the only source of truth; the name
-// only orders the waiters.
+// barges: a releasing Locker that locks the key again lines up behind the
+// others. The table stays the only source of truth; the name only orders
+// the waiters. A waiter keeps its place while a goroutine beside its wait
+// checks the table at the pace of polling, and takes a row that has been
+// free for idleFor: a holder that crashed with its session alive, or a
+// session that holds the name without the key, wakes nobody. Its wait
+// ends after maxLineWait, and it lines up again at the end.
 //
 // A key is contended for a Locker from the moment one of its Lock calls
 // found it held until hotFor after its last queued acquisition. Other keys
@@ -37,18 +41,27 @@ const (
 	// maxHot bounds the contended keys remembered before expired ones are
 	// forgotten.
 	maxHot = 4096
-	// minLineWait is the shortest GET_LOCK wait in line: a wait that times
-	// out leaves the line (the waiter tries the table and lines up again at
-	// its end), so it is not shortened to the first backoff steps. It is
-	// the default backoff's longest step: a session holding the name
-	// without the row delays a hand-off as much as polling at that step.
-	// (At 250 ms, 64 clients on one key on a loaded machine had waits time
-	// out and line up again: p99 251 ms.)
+	// minLineWait is the shortest pause between two checks of the table
+	// by a waiter in line, the default backoff's longest step: a session
+	// holding the name without the row delays a hand-off as much as
+	// polling at that step.
 	minLineWait = 500 * time.Millisecond
 	// killEvery is how often a cancelled wait's statement is killed again
 	// until it returns (a KILL QUERY that arrived before the statement
 	// started has no effect).
 	killEvery = 50 * time.Millisecond
+	// killFor bounds how long a cancelled wait's statement is killed:
+	// then its connection is closed (a KILL QUERY the server refused).
+	killFor = stmtTimeout
+	// idleFor is how long a row has been free at least when a check of a
+	// waiter in line takes it: a release wakes the first waiter in line
+	// much sooner, and a check must not take the row from it.
+	idleFor = minLineWait
+	// maxLineWait is the longest GET_LOCK wait of a Lock in line, which
+	// keeps its place while the table is checked beside it: a wait that
+	// times out lines up again at the end. A session cut off from its
+	// client stays in the server's line that long at most.
+	maxLineWait = 10 * time.Second
 )
 
 // session is a connection on which one waiter lines up for a key's named
@@ -281,7 +294,10 @@ func (s *session) lineUp(ctx context.Context, name string, wait time.Duration, o
 	killed := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(killed)
-		for {
+		// A wait that the kills do not end is cut with its connection.
+		defer cancel()
+		until := time.Now().Add(killFor)
+		for time.Now().Before(until) {
 			kctx, kcancel := context.WithTimeout(qctx, stmtTimeout)
 			_, err := s.n.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", s.id))
 			kcancel()
@@ -335,10 +351,10 @@ func (n *notifier) afterWait(s *session, err error) {
 	n.dropSession(s, true)
 }
 
-// lineWait is how long a waiter blocks in line before it tries the table
-// anyway: the Locker's backoff step with jitter, at least minLineWait, at
-// most waitSeconds. A server without fractional timeouts (MySQL) blocks
-// waitSeconds.
+// lineWait is how long a waiter in line waits before it checks the table
+// (again): the Locker's backoff step with jitter, at least minLineWait, at
+// most waitSeconds; waitSeconds on a server without fractional timeouts
+// (MySQL).
 func (n *notifier) lineWait(attempt int) time.Duration {
 	if !n.fractional {
 		return waitSeconds * time.Second
@@ -381,14 +397,31 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 	// row.
 	timeouts, free := 0, 0
 	for {
-		wasFree, got, err := s.lineUp(ctx, name, n.lineWait(timeouts), false, "")
-		if err != nil {
+		t, err := d.waitTurn(ctx, s, req, name)
+		switch {
+		case t.checked && t.got && t.checkErr == nil:
+			// The check took the row as the wait got the name: the
+			// grant keeps it.
+			t.grant.Queued = true
+			t.grant.State.(*lockState).name = &heldName{s: s, name: name}
+			return t.grant, nil
+		case t.checked && t.got:
+			n.endSession(s, name)
+			return driver.Grant{}, t.checkErr
+		case t.checked:
+			// lineUp gave the session back.
+			if t.checkErr == nil {
+				n.acquiredNow(req.Key, req.Owner)
+			}
+			t.grant.Queued = true
+			return t.grant, t.checkErr
+		case err != nil:
 			return driver.Grant{}, err
-		}
-		if !got {
-			// Still held after the wait: by the holder of a long
-			// section or by a session that is no holder (the names are
-			// predictable). The table decides, at the pace of polling.
+		case !t.got:
+			// The wait timed out: the name is held by the holder of a
+			// long section or by a session that is no holder (the names
+			// are predictable). The table decides; lining up again puts
+			// this waiter at the end of the line.
 			timeouts++
 			g, err := d.TryAcquire(ctx, req)
 			if err == nil || !errors.Is(err, driver.ErrHeld) {
@@ -403,7 +436,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 		err = classify(err)
 		if err == nil {
 			n.markHot(req.Key)
-			g.Queued = !wasFree || timeouts > 0 || free > 0
+			g.Queued = !t.wasFree || timeouts > 0 || free > 0
 			g.State.(*lockState).name = &heldName{s: s, name: name}
 			return g, nil
 		}
@@ -429,6 +462,54 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 			return d.poll(ctx, req)
 		}
 	}
+}
+
+// turn is the outcome of waitTurn.
+type turn struct {
+	wasFree, got bool // the name was free when asked; the wait got it
+	// checked reports that a check of the table took the row (grant) or
+	// failed (checkErr).
+	checked  bool
+	grant    driver.Grant
+	checkErr error
+}
+
+// waitTurn waits in line on s for name, lineMax at most, while a
+// goroutine checks the table at the pace of lineWait: the wait keeps its
+// place in the server's line through the checks, so that waiters are
+// served in the order they lined up however long the holder holds the
+// key. The checks find the key free when no release wakes the line: its
+// holder crashed, or a session that is no holder has the name. A check
+// that takes the row or fails ends the wait (KILL QUERY). Unless t.got
+// and t.checked, s is idle again or holds the name for a grant when it
+// returns; err is the wait's.
+func (d notifyingDriver) waitTurn(ctx context.Context, s *session, req driver.Request, name string) (t turn, err error) {
+	n := d.notify
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			if !driver.Sleep(wctx, n.lineWait(k)) {
+				return
+			}
+			// ctx, not wctx: a check is never cut by the end of the wait.
+			g, err := d.tryIdle(ctx, req)
+			if err = classify(err); err == nil || !errors.Is(err, driver.ErrHeld) {
+				t.checked, t.grant, t.checkErr = true, g, err
+				stop()
+				return
+			}
+		}
+	}()
+	t.wasFree, t.got, err = s.lineUp(wctx, name, n.lineMax, false, "")
+	stop()
+	<-done
+	if err != nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return t, err
 }
 
 // poll waits by polling the table at the Locker's backoff, for a Lock that

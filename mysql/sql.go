@@ -1,6 +1,9 @@
 package mysql
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // The SQL of the driver. Every instant comes from the database's clock
 // through UTC_TIMESTAMP(6) (never a replica's clock, never NOW(6), which
@@ -40,6 +43,9 @@ type statements struct {
 	// fence passed; a row marked as held by shared holds (SHARED) only
 	// after settling. Args: owner, label, data, ttl µs, key, fence µs.
 	acquire string
+	// acquireIdle is acquire of a row that has been free (released or
+	// expired) for idleFor at least. Args: those of acquire.
+	acquireIdle string
 	// insert creates a missing row, already taken, unless the fence
 	// passed. Args: key, owner, label, data, ttl µs, fence µs.
 	insert string
@@ -105,12 +111,15 @@ func SQL(table string) Statements {
 
 func newStatements(table string) statements {
 	t := "`" + table + "`"
+	acquire := "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
+		" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
+		" lock_until = " + untilExpr + ", update_time = " + dbNow +
+		" WHERE task_name = ? AND " + acquireFree + " AND "
 	return statements{
-		table: t,
-		acquire: "UPDATE " + t + " SET task_status = 'RUNNING', version = LAST_INSERT_ID(version + 1)," +
-			" owner_token = ?, owner_label = ?, lock_data = ?, start_time = " + dbNow + ", finish_time = NULL," +
-			" lock_until = " + untilExpr + ", update_time = " + dbNow +
-			" WHERE task_name = ? AND " + acquireFree + " AND " + beforeFence,
+		table:   t,
+		acquire: acquire + beforeFence,
+		acquireIdle: acquire + "lock_until <= TIMESTAMPADD(MICROSECOND, -" + strconv.FormatInt(idleFor.Microseconds(), 10) + ", " + dbNow + ")" +
+			" AND " + beforeFence,
 		insert: "INSERT IGNORE INTO " + t +
 			" (task_name, task_status, version, owner_token, owner_label, lock_data, lock_until, start_time, update_time)" +
 			" SELECT ?, 'RUNNING', LAST_INSERT_ID(" + epochMicros + "), ?, ?, ?, " + untilExpr + ", " + dbNow + ", " + dbNow +

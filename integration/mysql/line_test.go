@@ -128,7 +128,7 @@ func TestLineIsFIFO(t *testing.T) {
 		waiters = append(waiters, newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour))))
 	}
 	for run := range runs {
-		got, relined := lineUpAndServe(t, ctx, admin, holder, waiters, fmt.Sprintf("fifo-%d", run))
+		got, relined := lineUpAndServe(t, ctx, admin, holder, waiters, fmt.Sprintf("fifo-%d", run), 0)
 		if relined {
 			t.Logf("run %d: a wait in line timed out before the holder's Unlock; the order %v proves nothing", run, got)
 			continue
@@ -143,9 +143,10 @@ func TestLineIsFIFO(t *testing.T) {
 
 // lineUpAndServe has holder lock key and the waiters line up for it one
 // after the other (the first one locks it again after its Unlock), then
-// unlocks it, and returns the order in which the waiters were served.
-// relined reports that some wait in line timed out before the Unlock.
-func lineUpAndServe(t *testing.T, ctx context.Context, admin *sql.DB, holder locker.Locker, waiters []locker.Locker, key string) (order []int, relined bool) {
+// unlocks it hold later, and returns the order in which the waiters were
+// served. relined reports that some wait in line timed out before the
+// Unlock.
+func lineUpAndServe(t *testing.T, ctx context.Context, admin *sql.DB, holder locker.Locker, waiters []locker.Locker, key string, hold time.Duration) (order []int, relined bool) {
 	ln := newLine(t, ctx, admin, key)
 	lk, err := holder.Lock(ctx, key)
 	if err != nil {
@@ -180,6 +181,7 @@ func lineUpAndServe(t *testing.T, ctx context.Context, admin *sql.DB, holder loc
 			return len(now) == i+1
 		})
 	}
+	time.Sleep(hold)
 	// Every wait seen in line is still there, and no other.
 	relined = !maps.Equal(ln.waits(), seen)
 	if err := lk.Unlock(ctx); err != nil {
@@ -189,6 +191,29 @@ func lineUpAndServe(t *testing.T, ctx context.Context, admin *sql.DB, holder loc
 		order = append(order, <-served)
 	}
 	return order, relined
+}
+
+// TestLineKeepsItsPlace: a waiter keeps its place in line while the key
+// stays held for longer than the pace of its checks of the table (500 ms
+// at the default backoff), and the waiters are served in the order they
+// lined up (a wait that timed out to check the table lined up again at
+// the end: held for a few seconds, waiters were served in any order).
+func TestLineKeepsItsPlace(t *testing.T) {
+	dsn := testenv.NewDatabase(t)
+	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
+	ctx := ctxFor(t, 60*time.Second)
+	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second))
+	var waiters []locker.Locker
+	for range 4 {
+		waiters = append(waiters, newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second)))
+	}
+	got, relined := lineUpAndServe(t, ctx, admin, holder, waiters, "long-hold", 3*time.Second)
+	if relined {
+		t.Errorf("a waiter left its place in line while the key was held (its wait in line ended and it lined up again at the end)")
+	}
+	if want := []int{0, 1, 2, 3, 0}; !slices.Equal(got, want) {
+		t.Errorf("waiters served in the order %v; want %v (the order they lined up in, the first one's second Lock last)", got, want)
+	}
 }
 
 // TestCancelledWaitLeavesTheLine: a waiter whose ctx ends while it waits in
