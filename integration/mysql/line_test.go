@@ -119,13 +119,12 @@ func TestLineIsFIFO(t *testing.T) {
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 120*time.Second)
-	// Each wait in line lasts 1 s, the longest: the Lockers are made
-	// before the first waiter lines up, so that lining the others up
-	// takes a small part of that.
+	// The Lockers are made before the first waiter lines up, so that
+	// lining the others up takes a small part of a wait in line.
 	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second))
 	var waiters []locker.Locker
 	for range n {
-		waiters = append(waiters, newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour))))
+		waiters = append(waiters, newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second)))
 	}
 	for run := range runs {
 		got, relined := lineUpAndServe(t, ctx, admin, holder, waiters, fmt.Sprintf("fifo-%d", run), 0)
@@ -226,8 +225,8 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	const key = "cancelled"
 	dsn, ctx, ln, lk := heldLine(t, key)
 
-	// An hour's backoff: each GET_LOCK of this waiter would wait 1 s, the
-	// longest, if nothing ended it.
+	// An hour's backoff: this waiter checks the table every second, the
+	// slowest pace, beside its wait.
 	quitter := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour)))
 	qctx, cancel := context.WithCancel(ctx)
 	quit := make(chan error, 1)
@@ -237,8 +236,8 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	}()
 	ln.until("the first waiter in line", func() bool { return ln.waiting() == 1 })
 
-	// Also 1 s waits: it is served from the line, not by trying the table
-	// after a wait that timed out.
+	// Also checks every second: it is served from the line, not by a
+	// check.
 	next := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour)))
 	served := lockasync.Lock(ctx, next, key)
 	ln.until("the second waiter in line", func() bool { return ln.waiting() == 2 })
@@ -249,7 +248,7 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 	}
 	// The killed statement answered before Lock returned (the server
 	// clears a statement's text right after it answers). Not timed: a
-	// statement left to its own timeout would stay 1 s, and MariaDB also
+	// statement left to its own timeout would stay 10 s, and MariaDB also
 	// ends the wait of a connection the client closed, at the cost of
 	// that connection.
 	ln.until("the cancelled waiter leaves the server's line", func() bool { return ln.waiting() == 1 })
