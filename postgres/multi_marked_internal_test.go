@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/golocker/locker/driver"
 )
@@ -58,26 +57,13 @@ func TestMultiSeesKeyMarkedMeanwhile(t *testing.T) {
 				reqs = append(reqs, driver.Request{Key: k, Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL})
 			}
 			res := make(chan error, 1)
+			returned := make(chan struct{})
 			go func() {
+				defer close(returned)
 				_, err := d.TryAcquireMulti(ctx, reqs)
 				res <- err
 			}()
-			for {
-				var waiting int
-				if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH v AS MATERIALIZED%'").Scan(&waiting); err != nil {
-					t.Fatal(err)
-				}
-				if waiting > 0 {
-					break
-				}
-				select {
-				case err := <-res:
-					t.Fatalf("TryAcquireMulti returned (%v) without waiting for the key's row", err)
-				case <-ctx.Done():
-					t.Fatal("TryAcquireMulti never waited for the key's row")
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
+			awaitRowWait(ctx, t, pool, "TryAcquireMulti", returned)
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -141,27 +141,14 @@ func holdAddedMeanwhile(ctx context.Context, t *testing.T, d notifyingDriver, ke
 		err   error
 	}
 	res := make(chan result, 1)
+	returned := make(chan struct{})
 	go func() {
+		defer close(returned)
 		var r result
 		r.taken, r.err = take()
 		res <- r
 	}()
-	for {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH v AS MATERIALIZED%'").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		select {
-		case r := <-res:
-			t.Fatalf("%s returned (taken %v, %v) without waiting for the key's row", name, r.taken, r.err)
-		case <-ctx.Done():
-			t.Fatalf("%s never waited for the key's row", name)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitRowWait(ctx, t, pool, name, returned)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -171,5 +158,28 @@ func holdAddedMeanwhile(ctx context.Context, t *testing.T, d notifyingDriver, ke
 	}
 	if r.taken {
 		t.Errorf("%s took the key while a shared hold added meanwhile held it", name)
+	}
+}
+
+// awaitRowWait waits until a statement of TryAcquireMulti or settleTake
+// (they start "WITH v AS MATERIALIZED") waits for a row lock. It fails the
+// test when returned, closed once name returned, closes first.
+func awaitRowWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name string, returned <-chan struct{}) {
+	t.Helper()
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH v AS MATERIALIZED%'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-returned:
+			t.Fatalf("%s returned without waiting for the key's row", name)
+		case <-ctx.Done():
+			t.Fatalf("%s never waited for the key's row", name)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
