@@ -14,9 +14,10 @@ import (
 
 // TestNamedLockIntruder: a USAGE-only account (no privilege on the table)
 // holding a key's named lock, whose name is predictable, must not make a
-// waiter sleep through the holder's TTL: each hand-off stays within one
-// wait in line (the Locker's backoff step, at least 500 ms, at most 1 s)
-// plus a round trip, where it used to take the holder's whole remaining TTL.
+// waiter sleep through the holder's TTL: each hand-off stays within two
+// checks of the table by the waiter in line (at the Locker's backoff step,
+// at least 500 ms, at most 1 s, and taking a row free for 500 ms) plus a
+// round trip, where it used to take the holder's whole remaining TTL.
 // The hand-offs are logged next to those of a polling waiter; only a
 // generous bound (half the TTL) is asserted.
 func TestNamedLockIntruder(t *testing.T) {
