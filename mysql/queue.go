@@ -402,6 +402,7 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 		case t.checked && t.got && t.checkErr == nil:
 			// The check took the row as the wait got the name: the
 			// grant keeps it.
+			n.markHot(req.Key)
 			t.grant.Queued = true
 			t.grant.State.(*lockState).name = &heldName{s: s, name: name}
 			return t.grant, nil
@@ -409,8 +410,9 @@ func (d notifyingDriver) line(ctx context.Context, s *session, req driver.Reques
 			n.endSession(s, name)
 			return driver.Grant{}, t.checkErr
 		case t.checked:
-			// lineUp gave the session back.
+			// waitTurn gave the session back.
 			if t.checkErr == nil {
+				n.markHot(req.Key)
 				n.acquiredNow(req.Key, req.Owner)
 			}
 			t.grant.Queued = true
@@ -480,9 +482,8 @@ type turn struct {
 // served in the order they lined up however long the holder holds the
 // key. The checks find the key free when no release wakes the line: its
 // holder crashed, or a session that is no holder has the name. A check
-// that takes the row or fails ends the wait (KILL QUERY). Unless t.got
-// and t.checked, s is idle again or holds the name for a grant when it
-// returns; err is the wait's.
+// that takes the row or fails ends the wait (KILL QUERY). When t.checked,
+// s is idle again unless t.got; err is the wait's.
 func (d notifyingDriver) waitTurn(ctx context.Context, s *session, req driver.Request, name string) (t turn, err error) {
 	n := d.notify
 	wctx, stop := context.WithCancel(ctx)
@@ -506,6 +507,9 @@ func (d notifyingDriver) waitTurn(ctx context.Context, s *session, req driver.Re
 	t.wasFree, t.got, err = s.lineUp(wctx, name, n.lineMax, false, "")
 	stop()
 	<-done
+	if t.checked && err == nil && !t.got {
+		n.putSession(s) // the wait timed out as a check took the row
+	}
 	if err != nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
