@@ -235,14 +235,8 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 
 	ctx, cancel := context.WithTimeout(context.Background(), mysqlInitTimeout)
 	defer cancel()
-	initArgs := append([]string{
-		"--no-defaults",
-		"--datadir=" + datadir,
-		"--auth-root-authentication-method=normal",
-		"--skip-test-db",
-	}, asRoot...)
-	if err := runTool(ctx, dir, installDB, initArgs...); err != nil {
-		return fail(fmt.Errorf("initialise mariadb datadir: %w", err))
+	if err := initMariaDB(ctx, installDB, dir, asRoot); err != nil {
+		return fail(err)
 	}
 
 	ctx, cancel = context.WithTimeout(context.Background(), readyTimeout)
@@ -283,6 +277,24 @@ func mysqlBinary(mysqld, installDB string, tls *TLSFiles) (*MySQLServer, func(),
 		s.ps.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
+}
+
+// initMariaDB initialises the datadir dir/data with mariadb-install-db.
+// Its temporary files go to dir: in a shared /tmp, concurrent
+// initialisations (parallel test processes) removed each other's and
+// failed ("Could not remove temporary table").
+func initMariaDB(ctx context.Context, installDB, dir string, asRoot []string) error {
+	args := append([]string{
+		"--no-defaults",
+		"--datadir=" + filepath.Join(dir, "data"),
+		"--tmpdir=" + dir,
+		"--auth-root-authentication-method=normal",
+		"--skip-test-db",
+	}, asRoot...)
+	if err := runTool(ctx, dir, installDB, args...); err != nil {
+		return fmt.Errorf("initialise mariadb datadir: %w", err)
+	}
+	return nil
 }
 
 // mysqlContainer runs mariadb:10.11 in Docker with root without a password.
