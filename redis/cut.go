@@ -409,6 +409,15 @@ func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []s
 	return append(keys[:len(keys):len(keys)], tomb), boxed, tomb
 }
 
+// withTombOf is withTomb for the keys of n: an attempt whose ctx ends
+// only when the Locker closes takes n's closingKeys, made once.
+func (d *redisDriver) withTombOf(ctx context.Context, req driver.Request, n *keyNames) ([]string, []any, string) {
+	if c := n.closing; c != nil && ctx.Done() == d.closing {
+		return c.keys[:], c.args, c.tomb
+	}
+	return d.withTomb(ctx, req, n.keys[:], n.keyArgs)
+}
+
 // buryCut returns the error of an attempt of req that failed with err
 // because its call was cut (tomb is set and ctx ended): a driver.Residue
 // whose cleanup writes tomb and then runs out (see bury). It returns nil

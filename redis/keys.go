@@ -27,6 +27,8 @@ import (
 //	cut      locker:{s}:cut:<owner>  a tombstone: the attempts of owner,
 //	                           cut when their ctx ended, take nothing
 //	                           (cut.go); expires after the TTL
+//	         locker:{s}:cut:<Locker id>  the same for the attempts of a
+//	                           Locker whose ctx ended as it closed
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>
@@ -197,6 +199,22 @@ type keyNames struct {
 	// them); boxes holds them.
 	keyArgs []any
 	boxes   [5]any
+	// closing are keys with the Locker's tombstone, for the attempts
+	// whose ctx ends only when the Locker closes; nil unless its client
+	// cuts calls.
+	closing *closingKeys
+}
+
+// closingKeys are the KEYS of an attempt whose ctx ends only when its
+// Locker closes: a key's five, then the Locker's tombstone of the key
+// (cutKey with the Locker's id), boxed as keyNames' are. One tombstone
+// serves all such attempts: they end only when the Locker closes, and
+// the Locker makes none after that.
+type closingKeys struct {
+	tomb  string
+	keys  [6]string
+	args  []any
+	boxes [6]any
 }
 
 // storeKey is the store key n names.
@@ -265,8 +283,19 @@ func boxedLockNames(d *redisDriver, s string) *lockNames {
 	return n
 }
 
-// box boxes n's keys for d's runScript.
-func (n *keyNames) box(d *redisDriver) { n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:]) }
+// box boxes n's keys for d's runScript, and makes their closingKeys when
+// d's calls can end at Close.
+func (n *keyNames) box(d *redisDriver) {
+	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
+	if d.closing == nil {
+		return
+	}
+	c := &closingKeys{tomb: cutKey(n.key, d.lid)}
+	copy(c.keys[:], n.keys[:])
+	c.keys[len(n.keys)] = c.tomb
+	c.args = d.boxKeys(c.boxes[:], c.keys[:])
+	n.closing = c
+}
 
 // boxKeys boxes keys into boxes (of the same length) and returns them, or
 // nil when runScript cannot use them.

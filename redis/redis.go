@@ -298,6 +298,10 @@ type redisDriver struct {
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
+	// closing is the Done of the Locker's driver.Config.Closing when the
+	// client cuts calls (an owned client), else nil.
+	closing <-chan struct{}
+
 	// names are the lockNames of the store keys used last (lockNames),
 	// shares their shareStates (shareState).
 	names  namesCache[lockNames, *lockNames]
@@ -406,8 +410,9 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
 		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
 	}
-	if oc, ok := d.client.(*ownedClient); ok {
+	if oc, ok := d.client.(*ownedClient); ok && cfg.Closing != nil {
 		oc.closeWith(cfg.Closing)
+		d.closing = cfg.Closing.Done()
 	}
 	d.backoff = cfg.Backoff
 	d.ttl = cfg.TTL
