@@ -31,18 +31,10 @@ func TestNeverEndingCallsTakeNoSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk, err := l.Lock(ctx, key)
-	if err != nil {
+	if err := acquireRelease(ctx, func() (locker.Lock, error) { return l.Lock(ctx, key) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err := sem.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Unlock(ctx); err != nil {
+	if err := acquireRelease(ctx, func() (locker.Lock, error) { return sem.Acquire(ctx) }); err != nil {
 		t.Fatal(err)
 	}
 	oc.mu.Lock()
