@@ -409,13 +409,18 @@ func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []s
 	return append(keys[:len(keys):len(keys)], tomb), boxed, tomb
 }
 
-// withTombOf is withTomb for the keys of n: an attempt whose ctx ends
-// only when the Locker closes takes n's closingKeys, made once.
+// withTombOf is withTomb for the keys of n, in fewer allocations: an
+// attempt whose ctx ends only when the Locker closes takes n's closing
+// keys, made once.
 func (d *redisDriver) withTombOf(ctx context.Context, req driver.Request, n *keyNames) ([]string, []any, string) {
 	if c := n.closing; c != nil && ctx.Done() == d.closing {
 		return c.keys[:], c.args, c.tomb
 	}
-	return d.withTomb(ctx, req, n.keys[:], n.keyArgs)
+	if !d.cuts(ctx) {
+		return n.keys[:], n.keyArgs, ""
+	}
+	t := n.withTomb(cutKey(req.Key, req.Owner))
+	return t.keys[:], t.args, t.tomb
 }
 
 // buryCut returns the error of an attempt of req that failed with err

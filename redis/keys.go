@@ -199,22 +199,35 @@ type keyNames struct {
 	// them); boxes holds them.
 	keyArgs []any
 	boxes   [5]any
-	// closing are keys with the Locker's tombstone, for the attempts
-	// whose ctx ends only when the Locker closes; nil unless its client
-	// cuts calls.
-	closing *closingKeys
+	// closing are keys with the Locker's tombstone of the key (cutKey
+	// with the Locker's id), for the attempts whose ctx ends only when
+	// the Locker closes; nil unless its client cuts calls. One tombstone
+	// serves all such attempts: the Locker makes none after it closes.
+	closing *tombKeys
 }
 
-// closingKeys are the KEYS of an attempt whose ctx ends only when its
-// Locker closes: a key's five, then the Locker's tombstone of the key
-// (cutKey with the Locker's id), boxed as keyNames' are. One tombstone
-// serves all such attempts: they end only when the Locker closes, and
-// the Locker makes none after that.
-type closingKeys struct {
+// tombKeys are the KEYS of an attempt that may be cut: a key's five, then
+// a tombstone (cut.go), boxed as keyNames' are, in one allocation.
+type tombKeys struct {
 	tomb  string
 	keys  [6]string
 	args  []any
 	boxes [6]any
+}
+
+// withTomb returns n's keys with tomb appended.
+func (n *keyNames) withTomb(tomb string) *tombKeys {
+	t := &tombKeys{tomb: tomb}
+	copy(t.keys[:], n.keys[:])
+	t.keys[len(n.keys)] = tomb
+	if n.keyArgs != nil {
+		copy(t.boxes[:], n.keyArgs)
+		// go-redis sends a *string as its string; boxing the pointer
+		// allocates nothing.
+		t.boxes[len(n.keys)] = &t.keys[len(n.keys)]
+		t.args = t.boxes[:]
+	}
+	return t
 }
 
 // storeKey is the store key n names.
@@ -287,14 +300,9 @@ func boxedLockNames(d *redisDriver, s string) *lockNames {
 // d's calls can end at Close.
 func (n *keyNames) box(d *redisDriver) {
 	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
-	if d.closing == nil {
-		return
+	if d.closing != nil {
+		n.closing = n.withTomb(cutKey(n.key, d.lid))
 	}
-	c := &closingKeys{tomb: cutKey(n.key, d.lid)}
-	copy(c.keys[:], n.keys[:])
-	c.keys[len(n.keys)] = c.tomb
-	c.args = d.boxKeys(c.boxes[:], c.keys[:])
-	n.closing = c
 }
 
 // boxKeys boxes keys into boxes (of the same length) and returns them, or
