@@ -73,6 +73,8 @@ type cutSlot struct {
 	// stop stops the cut of the call in progress (context.AfterFunc's);
 	// only that call's goroutine uses it.
 	stop func() bool
+	// cutFn is cutNow, bound once: a method value per call would allocate.
+	cutFn func()
 	// cutting, when set (by tests), runs as a cut starts, before it
 	// looks at the slot.
 	cutting func()
@@ -98,6 +100,7 @@ func (c *ownedClient) newSlot() *cutSlot {
 	o.DialerRetries = 1
 	o.Dialer = s.dialConn
 	s.client = goredis.NewClient(&o)
+	s.cutFn = s.cutNow
 	return s
 }
 
@@ -205,7 +208,7 @@ func (c *ownedClient) take(ctx context.Context) *cutSlot {
 	s.mu.Lock()
 	s.armed = true
 	s.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, s.cutNow)
+	s.stop = context.AfterFunc(ctx, s.cutFn)
 	return s
 }
 
