@@ -47,12 +47,15 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	if err != nil {
 		return nil, &Error{Op: "new", Backend: info.Name, Cause: err}
 	}
+	// The Locker's ctx, which Close cancels, is the driver's Config.Closing.
+	closing, closed := context.WithCancelCause(context.Background())
 	if c, ok := d.(driver.Configurer); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), configureTimeout)
 		err := c.Configure(ctx, driver.Config{TTL: cfg.ttl, Label: cfg.label, Logger: cfg.logger,
-			Backoff: driver.Backoff(cfg.backoff)})
+			Backoff: driver.Backoff(cfg.backoff), Closing: closing})
 		cancel()
 		if err != nil {
+			closed(nil)
 			return nil, &Error{Op: "new", Backend: info.Name, Cause: cfg.refusedParam(err)}
 		}
 	}
@@ -79,7 +82,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 	e.sharer, _ = d.(driver.Sharer)
 	e.dataSetter, _ = d.(driver.DataSetter)
 	e.multiReleaser, _ = d.(driver.MultiReleaser)
-	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	e.ctx, e.cancel = closing, closed
 	e.background = closingContext{Context: context.Background(), e: e}
 	e.wg.Add(1)
 	go e.watchdog()

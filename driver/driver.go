@@ -188,6 +188,14 @@ type Config struct {
 	// [Acquirer] that polls: call its Poll or Delay, which add the jitter.
 	// The engine's own wait loop uses the same. Never nil.
 	Backoff Backoff
+	// Closing ends when the Locker starts to close, before Close waits for
+	// the calls in progress, and never otherwise. The engine always sets it.
+	// A call whose ctx's Done returns Closing.Done() ends only when the
+	// Locker closes: the engine makes such calls for callers whose own ctx
+	// can never end. A driver that promises PromptCancel may stop all of
+	// them in one action when Closing ends, instead of watching each
+	// call's ctx. A driver may ignore it.
+	Closing context.Context
 }
 
 // Info describes a driver to the engine.

@@ -49,7 +49,7 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lo
 		return 0, err
 	}
 	args[4], args[6] = seq, d.channelArgOf(names)
-	keys, boxed, tomb := d.withTomb(ctx, req, names.keys[:], names.keyArgs)
+	keys, boxed, tomb := d.withTombOf(ctx, req, &names.keyNames)
 	reply, err := d.runAcquire(ctx, keys, boxed, args[:]...)
 	if tomb != "" { // else no cut, and no method value to allocate
 		if cut := d.buryCut(ctx, req, err, tomb, d.leaveQueue); cut != nil {

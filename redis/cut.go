@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -25,7 +26,9 @@ import (
 // driver.Residue, whose cleanup first writes a tombstone of its owner (see
 // cutKey). acquire.lua and shared_acquire.lua do nothing for an owner with
 // a tombstone, so a cut request that runs after its cleanup takes nothing
-// and leaves nothing. Calls whose ctx never ends use the shared pool.
+// and leaves nothing. Calls whose ctx never ends use the shared pool, and
+// calls whose ctx ends only when the Locker closes a pool that Close cuts
+// (closing.go).
 
 // cutSlotIdle is how many idle cut slots an owned client keeps at most,
 // beside its pool.
@@ -40,6 +43,10 @@ type ownedClient struct {
 	mu     sync.Mutex
 	idle   []*cutSlot
 	closed bool
+
+	// closing is the pool of the calls whose ctx ends only when the
+	// Locker closes (closing.go); nil before Configure.
+	closing atomic.Pointer[closingPool]
 }
 
 // newOwnedClient makes the client of o, which the Locker owns.
@@ -66,6 +73,8 @@ type cutSlot struct {
 	// stop stops the cut of the call in progress (context.AfterFunc's);
 	// only that call's goroutine uses it.
 	stop func() bool
+	// cutFn is cutNow, bound once: a method value per call would allocate.
+	cutFn func()
 	// cutting, when set (by tests), runs as a cut starts, before it
 	// looks at the slot.
 	cutting func()
@@ -91,6 +100,7 @@ func (c *ownedClient) newSlot() *cutSlot {
 	o.DialerRetries = 1
 	o.Dialer = s.dialConn
 	s.client = goredis.NewClient(&o)
+	s.cutFn = s.cutNow
 	return s
 }
 
@@ -198,7 +208,7 @@ func (c *ownedClient) take(ctx context.Context) *cutSlot {
 	s.mu.Lock()
 	s.armed = true
 	s.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, s.cutNow)
+	s.stop = context.AfterFunc(ctx, s.cutFn)
 	return s
 }
 
@@ -256,11 +266,11 @@ func residue(cause error, out func(ctx context.Context) error) *driver.Residue {
 	return &driver.Residue{Err: cause, Cleanup: func(ctx context.Context) error { return out(uncut(ctx)) }}
 }
 
-// onSlot returns do's command, run on the client's pool, or on a slot when
-// ctx can end.
+// onSlot returns do's command, run on the pool of ctx, or on a slot when
+// ctx can end otherwise.
 func (c *ownedClient) onSlot(ctx context.Context, do func(cl *goredis.Client) *goredis.Cmd) *goredis.Cmd {
-	if !cuttable(ctx) {
-		return do(c.Client)
+	if cl := c.pool(ctx); cl != nil {
+		return do(cl)
 	}
 	s := c.take(ctx)
 	cmd := do(s.client)
@@ -270,8 +280,8 @@ func (c *ownedClient) onSlot(ctx context.Context, do func(cl *goredis.Client) *g
 
 // Process runs cmd, on a slot when ctx can end: runScript's commands.
 func (c *ownedClient) Process(ctx context.Context, cmd goredis.Cmder) error {
-	if !cuttable(ctx) {
-		return c.Client.Process(ctx, cmd)
+	if cl := c.pool(ctx); cl != nil {
+		return cl.Process(ctx, cmd)
 	}
 	s := c.take(ctx)
 	err := s.client.Process(ctx, cmd)
@@ -301,8 +311,8 @@ func (c *ownedClient) EvalShaRO(ctx context.Context, sha1 string, keys []string,
 
 // BLPop runs BLPOP, on a slot when ctx can end.
 func (c *ownedClient) BLPop(ctx context.Context, timeout time.Duration, keys ...string) *goredis.StringSliceCmd {
-	if !cuttable(ctx) {
-		return c.Client.BLPop(ctx, timeout, keys...)
+	if cl := c.pool(ctx); cl != nil {
+		return cl.BLPop(ctx, timeout, keys...)
 	}
 	s := c.take(ctx)
 	cmd := s.client.BLPop(ctx, timeout, keys...)
@@ -316,7 +326,7 @@ func (c *ownedClient) Pipeline() goredis.Pipeliner {
 	return &cutPipeline{Pipeliner: c.Client.Pipeline(), c: c}
 }
 
-// Close closes the idle slots and the client.
+// Close closes the idle slots, the closing pool and the client.
 func (c *ownedClient) Close() error {
 	c.mu.Lock()
 	idle := c.idle
@@ -325,6 +335,7 @@ func (c *ownedClient) Close() error {
 	for _, s := range idle {
 		_ = s.client.Close()
 	}
+	c.closeClosing()
 	return c.Client.Close()
 }
 
@@ -334,21 +345,31 @@ type cutPipeline struct {
 	c *ownedClient
 }
 
-// Exec sends the queued commands, on a slot when ctx can end.
+// Exec sends the queued commands, on the pool of ctx, or on a slot when
+// ctx can end otherwise.
 func (p *cutPipeline) Exec(ctx context.Context) ([]goredis.Cmder, error) {
-	if !cuttable(ctx) {
+	cl := p.c.pool(ctx)
+	if cl == p.c.Client {
 		return p.Pipeliner.Exec(ctx)
 	}
 	cmds := slices.Clone(p.Pipeliner.Cmds())
 	p.Pipeliner.Discard()
+	if cl != nil {
+		return execOn(ctx, cl, cmds)
+	}
 	s := p.c.take(ctx)
-	sp := s.client.Pipeline()
+	res, err := execOn(ctx, s.client, cmds)
+	p.c.release(s, err)
+	return res, err
+}
+
+// execOn sends cmds in one pipeline of cl.
+func execOn(ctx context.Context, cl *goredis.Client, cmds []goredis.Cmder) ([]goredis.Cmder, error) {
+	sp := cl.Pipeline()
 	for _, cmd := range cmds {
 		_ = sp.Process(ctx, cmd)
 	}
-	res, err := sp.Exec(ctx)
-	p.c.release(s, err)
-	return res, err
+	return sp.Exec(ctx)
 }
 
 // kindCut is the kind of the tombstones of cutKey.
@@ -389,6 +410,20 @@ func (d *redisDriver) withTomb(ctx context.Context, req driver.Request, keys []s
 		boxed = append(boxed[:len(boxed):len(boxed)], tomb)
 	}
 	return append(keys[:len(keys):len(keys)], tomb), boxed, tomb
+}
+
+// withTombOf is withTomb for the keys of n, in fewer allocations: an
+// attempt whose ctx ends only when the Locker closes takes n's closing
+// keys, made once.
+func (d *redisDriver) withTombOf(ctx context.Context, req driver.Request, n *keyNames) ([]string, []any, string) {
+	if c := n.closing; c != nil && ctx.Done() == d.closing {
+		return c.keys[:], c.args, c.tomb
+	}
+	if !d.cuts(ctx) {
+		return n.keys[:], n.keyArgs, ""
+	}
+	t := n.withTomb(cutKey(req.Key, req.Owner))
+	return t.keys[:], t.args, t.tomb
 }
 
 // buryCut returns the error of an attempt of req that failed with err

@@ -115,7 +115,9 @@ func (c *lateConn) deliver(t *testing.T) string {
 // TestCutAttemptRunsAfterItsCleanup: an attempt of a Locker that owns its
 // client (Open) is cut when its ctx ends, and its request reaches Redis
 // only after the engine cleaned up for it. The request must then take
-// nothing and queue nothing: the cleanup's tombstone stops it.
+// nothing and queue nothing: the cleanup's tombstone stops it. The same
+// holds for an attempt with context.Background() that Close cuts (the
+// "Close/" cases): its ctx ends only then.
 func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 	srv := storeenv.Redis(t)
 	plain := newClient(t, srv.Addr())
@@ -147,87 +149,104 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 			return err
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxFor(t, 30*time.Second)
-			key := uniqueKey(t)
-			ln := &lateNet{marker: []byte("{" + key + "}"), held: make(chan *lateConn, 1)}
-			o := clientOptions(srv.Addr())
-			o.Dialer = ln.dial
-			oc := newOwnedClient(o)
-			t.Cleanup(func() { _ = oc.Close() })
-			l, err := Config{}.New(oc, locker.WithTTL(10*time.Second))
-			if err != nil {
-				t.Fatal(err)
+		for _, byClose := range []bool{false, true} {
+			name := tc.name
+			if byClose {
+				name = "Close/" + name
 			}
-			t.Cleanup(func() { _ = l.Close() })
-			if !newDriver(oc).Info().PromptCancel {
-				t.Fatal("a Locker on an owned client must promise PromptCancel")
-			}
-			// Load the scripts, on another key.
-			warm := "warm-" + key
-			if err := tc.attempt(ctx, l, warm); err != nil {
-				t.Fatalf("warm-up attempt: %v", err)
-			}
-			other, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
-			if tc.holder {
-				lk, err := other.TryLock(ctx, key)
+			t.Run(name, func(t *testing.T) {
+				ctx := ctxFor(t, 30*time.Second)
+				key := uniqueKey(t)
+				ln := &lateNet{marker: []byte("{" + key + "}"), held: make(chan *lateConn, 1)}
+				o := clientOptions(srv.Addr())
+				o.Dialer = ln.dial
+				oc := newOwnedClient(o)
+				t.Cleanup(func() { _ = oc.Close() })
+				l, err := Config{}.New(oc, locker.WithTTL(10*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer func() { _ = lk.Unlock(ctx) }()
-			}
+				t.Cleanup(func() { _ = l.Close() })
+				if !newDriver(oc).Info().PromptCancel {
+					t.Fatal("a Locker on an owned client must promise PromptCancel")
+				}
+				// Load the scripts, on another key.
+				warm := "warm-" + key
+				if err := tc.attempt(ctx, l, warm); err != nil {
+					t.Fatalf("warm-up attempt: %v", err)
+				}
+				other, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(10*time.Second))
+				if tc.holder {
+					lk, err := other.TryLock(ctx, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { _ = lk.Unlock(ctx) }()
+				}
 
-			ln.mu.Lock()
-			ln.armed = true
-			ln.mu.Unlock()
-			actx, cancel := context.WithCancel(ctx)
-			errc := make(chan error, 1)
-			go func() { errc <- tc.attempt(actx, l, key) }()
-			var held *lateConn
-			select {
-			case held = <-ln.held:
-			case <-ctx.Done():
-				t.Fatal("the attempt sent no request")
-			}
-			cancel()
-			if err := <-errc; !errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
-				t.Fatalf("a cut attempt must fail with ErrNotAcquired and ctx.Err(), got %v", err)
-			}
-			// The engine cleans up in the background: wait for the
-			// tombstone.
-			for {
-				names, err := plain.Keys(ctx, "locker:{"+key+"}:cut:*").Result()
+				ln.mu.Lock()
+				ln.armed = true
+				ln.mu.Unlock()
+				actx, cancel := context.WithCancel(ctx)
+				if byClose {
+					actx = context.Background()
+				}
+				errc := make(chan error, 1)
+				go func() { errc <- tc.attempt(actx, l, key) }()
+				var held *lateConn
+				select {
+				case held = <-ln.held:
+				case <-ctx.Done():
+					t.Fatal("the attempt sent no request")
+				}
+				if byClose {
+					_ = l.Close() // it waits for the attempt, and cleans up after it
+					if err := <-errc; !errors.Is(err, locker.ErrClosed) {
+						t.Fatalf("an attempt cut by Close must fail with ErrClosed, got %v", err)
+					}
+				} else {
+					cancel()
+					if err := <-errc; !errors.Is(err, locker.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+						t.Fatalf("a cut attempt must fail with ErrNotAcquired and ctx.Err(), got %v", err)
+					}
+				}
+				cancel()
+				// The engine cleans up in the background: wait for the
+				// tombstone.
+				for {
+					names, err := plain.Keys(ctx, "locker:{"+key+"}:cut:*").Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(names) > 0 {
+						break
+					}
+					select {
+					case <-ctx.Done():
+						t.Fatal("the cut attempt was never cleaned up")
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+				if got := held.deliver(t); !strings.HasPrefix(got, tc.reply) {
+					t.Fatalf("a request that runs after its cleanup must take nothing: reply %q, want %q", got, tc.reply)
+				}
+				k := KeysOf(key)
+				names := []string{k.Lock, k.Queue, k.Holders, k.SharedQueue}
+				if tc.name == "LockMulti" {
+					names = append(names, lockKey(key+"-b"))
+				}
+				n, err := plain.Exists(ctx, names...).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(names) > 0 {
-					break
+				if tc.holder {
+					n-- // the holder's lock
 				}
-				select {
-				case <-ctx.Done():
-					t.Fatal("the cut attempt was never cleaned up")
-				case <-time.After(5 * time.Millisecond):
+				if n != 0 {
+					t.Fatalf("a request that runs after its cleanup must leave nothing: %d of lock, queue, holders, line exist", n)
 				}
-			}
-			if got := held.deliver(t); !strings.HasPrefix(got, tc.reply) {
-				t.Fatalf("a request that runs after its cleanup must take nothing: reply %q, want %q", got, tc.reply)
-			}
-			k := KeysOf(key)
-			names := []string{k.Lock, k.Queue, k.Holders, k.SharedQueue}
-			if tc.name == "LockMulti" {
-				names = append(names, lockKey(key+"-b"))
-			}
-			n, err := plain.Exists(ctx, names...).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.holder {
-				n-- // the holder's lock
-			}
-			if n != 0 {
-				t.Fatalf("a request that runs after its cleanup must leave nothing: %d of lock, queue, holders, line exist", n)
-			}
-		})
+			})
+		}
 	}
 }
 

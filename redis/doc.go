@@ -213,9 +213,12 @@
 //
 // A Locker from [Open] runs every call in its caller's goroutine. A call
 // whose ctx can end takes a connection of its own, which the Locker closes
-// when the ctx ends: the call then returns at once. Redis may still run a
-// request it had read. An attempt cut so leaves a tombstone of its owner
-// (locker:{key}:cut:<owner>, for the TTL), and a request that runs after it
-// takes nothing. Such a call holds a connection of its own while it runs,
-// beside the client's pool; up to 16 stay open between calls.
+// when the ctx ends: the call then returns at once. A call whose ctx never
+// ends runs on a second pool, which Close closes first: it returns at once
+// too. Redis may still run a request it had read. An attempt cut so leaves
+// a tombstone (locker:{key}:cut:<owner>, or locker:{key}:cut:<Locker id>
+// for an attempt that Close cut, for the TTL), and a request that runs
+// after it takes nothing. A call whose ctx can end holds a connection of
+// its own while it runs, beside the client's pools; up to 16 stay open
+// between calls.
 package redis

@@ -27,6 +27,8 @@ import (
 //	cut      locker:{s}:cut:<owner>  a tombstone: the attempts of owner,
 //	                           cut when their ctx ended, take nothing
 //	                           (cut.go); expires after the TTL
+//	         locker:{s}:cut:<Locker id>  the same for the attempts of a
+//	                           Locker whose ctx ended as it closed
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
 //	                           with waiters on s listens on
 //	                           locker:{s}:rel:<its 16-hex-digit id>
@@ -197,6 +199,35 @@ type keyNames struct {
 	// them); boxes holds them.
 	keyArgs []any
 	boxes   [5]any
+	// closing are keys with the Locker's tombstone of the key (cutKey
+	// with the Locker's id), for the attempts whose ctx ends only when
+	// the Locker closes; nil unless its client cuts calls. One tombstone
+	// serves all such attempts: the Locker makes none after it closes.
+	closing *tombKeys
+}
+
+// tombKeys are the KEYS of an attempt that may be cut: a key's five, then
+// a tombstone (cut.go), boxed as keyNames' are, in one allocation.
+type tombKeys struct {
+	tomb  string
+	keys  [6]string
+	args  []any
+	boxes [6]any
+}
+
+// withTomb returns n's keys with tomb appended.
+func (n *keyNames) withTomb(tomb string) *tombKeys {
+	t := &tombKeys{tomb: tomb}
+	copy(t.keys[:], n.keys[:])
+	t.keys[len(n.keys)] = tomb
+	if n.keyArgs != nil {
+		copy(t.boxes[:], n.keyArgs)
+		// go-redis sends a *string as its string; boxing the pointer
+		// allocates nothing.
+		t.boxes[len(n.keys)] = &t.keys[len(n.keys)]
+		t.args = t.boxes[:]
+	}
+	return t
 }
 
 // storeKey is the store key n names.
@@ -265,8 +296,14 @@ func boxedLockNames(d *redisDriver, s string) *lockNames {
 	return n
 }
 
-// box boxes n's keys for d's runScript.
-func (n *keyNames) box(d *redisDriver) { n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:]) }
+// box boxes n's keys for d's runScript, and makes their closingKeys when
+// d's calls can end at Close.
+func (n *keyNames) box(d *redisDriver) {
+	n.keyArgs = d.boxKeys(n.boxes[:], n.keys[:])
+	if d.closing != nil {
+		n.closing = n.withTomb(cutKey(n.key, d.lid))
+	}
+}
 
 // boxKeys boxes keys into boxes (of the same length) and returns them, or
 // nil when runScript cannot use them.

@@ -298,6 +298,10 @@ type redisDriver struct {
 	direct map[*goredis.Script]scriptArgs
 	proc   processor
 
+	// closing is the Done of the Locker's driver.Config.Closing when the
+	// client cuts calls (an owned client), else nil.
+	closing <-chan struct{}
+
 	// names are the lockNames of the store keys used last (lockNames),
 	// shares their shareStates (shareState).
 	names  namesCache[lockNames, *lockNames]
@@ -394,8 +398,9 @@ func (d *redisDriver) Info() driver.Info {
 	return driver.Info{Name: "redis", MaxKeyBytes: MaxKeyBytes, PerLockTTL: true, PromptCancel: d.cutsCalls()}
 }
 
-// Configure implements driver.Configurer: it takes the logger and prepares
-// the script arguments that are the same for every lock.
+// Configure implements driver.Configurer: it takes the logger, prepares
+// the script arguments that are the same for every lock, and gives an
+// owned client the pool of the calls that end only at Close.
 func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	if cfg.Logger != nil {
 		d.logger = cfg.Logger
@@ -404,6 +409,10 @@ func (d *redisDriver) Configure(_ context.Context, cfg driver.Config) error {
 	}
 	if d.replicas > 0 && d.replicaTimeout > cfg.TTL/3 {
 		return fmt.Errorf("%w: Config.ReplicaTimeout %v is above a third of the TTL %v", locker.ErrInvalidOption, d.replicaTimeout, cfg.TTL)
+	}
+	if oc, ok := d.client.(*ownedClient); ok && cfg.Closing != nil {
+		oc.closeWith(cfg.Closing)
+		d.closing = cfg.Closing.Done()
 	}
 	d.backoff = cfg.Backoff
 	d.ttl = cfg.TTL

@@ -152,7 +152,7 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	keys, boxed, tomb := d.withTomb(ctx, req, st.keys[:], st.keyArgs)
+	keys, boxed, tomb := d.withTombOf(ctx, req, &st.keyNames)
 	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, keys, boxed, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
 	if token, ok := v.(int64); ok && token > 0 && err == nil {

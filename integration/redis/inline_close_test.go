@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -18,64 +19,84 @@ import (
 // so does the call, with an error. The client retries a timed-out command
 // ten times: a store call that Close did not cancel would take more than
 // ten read timeouts.
+//
+// On a Locker that owns its client (redis.Open), such calls run on a pool
+// that Close cuts at once: the client's read timeout is a minute.
 func TestCloseWhileInlineCallBlocks(t *testing.T) {
 	srv := testenv.NewRedis(t)
-	for _, op := range []string{"Lock", "TryLock", "Unlock"} {
-		t.Run(op, func(t *testing.T) {
-			p := testenv.NewProxy(t, srv.Addr())
-			opts := clientOptions(p.Addr())
-			opts.MaxRetries = 10
-			c := goredis.NewClient(opts)
-			t.Cleanup(func() { _ = c.Close() })
-			l, err := redis.Config{}.New(c, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
+	for _, owned := range []bool{false, true} {
+		for _, op := range []string{"Lock", "TryLock", "Unlock"} {
+			name := op
+			if owned {
+				name = "Open/" + op
 			}
-			defer l.Close()
-			ctx := context.Background() // Done is nil: the store calls run inline
-			key := "inline-close-" + op
-			var held locker.Lock
-			if op == "Unlock" {
-				if held, err = l.TryLock(ctx, key); err != nil {
-					t.Fatal(err)
-				}
-			}
-			p.Cut()
-			returned := make(chan error, 1)
-			go func() {
-				var err error
-				switch op {
-				case "Lock":
-					_, err = l.Lock(ctx, key)
-				case "TryLock":
-					_, err = l.TryLock(ctx, key)
-				default:
-					err = held.Unlock(ctx)
-				}
-				returned <- err
-			}()
-			time.Sleep(200 * time.Millisecond) // the call waits for its reply
-			start := time.Now()
-			closed := make(chan struct{})
-			go func() {
-				_ = l.Close()
-				close(closed)
-			}()
-			// Release timeout 1 s, read timeout 1 s: the bound is generous.
-			const bound = 6 * time.Second
-			select {
-			case <-closed:
-			case <-time.After(bound):
-				t.Fatalf("Close of a cut-off Locker whose %s(context.Background()) waits for the store took over %v; want its release timeout (1 s) plus a read timeout (1 s)", op, bound)
-			}
-			select {
-			case err := <-returned:
-				if err == nil {
-					t.Errorf("%s on a cut-off Locker that closed meanwhile returned no error", op)
-				}
-			case <-time.After(max(bound-time.Since(start), time.Second)):
-				t.Fatalf("%s(context.Background()) on a cut-off Locker did not return within %v of Close", op, bound)
-			}
-		})
+			t.Run(name, func(t *testing.T) { closeWhileInlineCallBlocks(t, srv.Addr(), op, owned) })
+		}
+	}
+}
+
+// closeWhileInlineCallBlocks is TestCloseWhileInlineCallBlocks for op, on a
+// Locker of the server at addr that owns its client when owned is set.
+func closeWhileInlineCallBlocks(t *testing.T, addr, op string, owned bool) {
+	p := testenv.NewProxy(t, addr)
+	var l locker.Locker
+	var err error
+	if owned {
+		u := &url.URL{Scheme: "redis", Host: p.Addr(), RawQuery: "read_timeout=1m&max_retries=10"}
+		l, err = redis.Open(t.Context(), u, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
+	} else {
+		opts := clientOptions(p.Addr())
+		opts.MaxRetries = 10
+		c := goredis.NewClient(opts)
+		t.Cleanup(func() { _ = c.Close() })
+		l, err = redis.Config{}.New(c, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background() // Done is nil: the store calls run inline
+	key := "inline-close-" + t.Name()
+	var held locker.Lock
+	if op == "Unlock" {
+		if held, err = l.TryLock(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Cut()
+	returned := make(chan error, 1)
+	go func() {
+		var err error
+		switch op {
+		case "Lock":
+			_, err = l.Lock(ctx, key)
+		case "TryLock":
+			_, err = l.TryLock(ctx, key)
+		default:
+			err = held.Unlock(ctx)
+		}
+		returned <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the call waits for its reply
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		_ = l.Close()
+		close(closed)
+	}()
+	// Release timeout 1 s, read timeout 1 s: the bound is generous.
+	const bound = 6 * time.Second
+	select {
+	case <-closed:
+	case <-time.After(bound):
+		t.Fatalf("Close of a cut-off Locker whose %s(context.Background()) waits for the store took over %v; want at most its release timeout (1 s) plus a read timeout (1 s), or a cut", op, bound)
+	}
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Errorf("%s on a cut-off Locker that closed meanwhile returned no error", op)
+		}
+	case <-time.After(max(bound-time.Since(start), time.Second)):
+		t.Fatalf("%s(context.Background()) on a cut-off Locker did not return within %v of Close", op, bound)
 	}
 }
