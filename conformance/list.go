@@ -188,7 +188,7 @@ func testList(c *caseT) {
 			c.Errorf("%s: List missed %d keys held by shared holds, of %d in all (%s)", contract, missing, len(shared), round)
 		}
 		if lost > 0 {
-			c.Logf("%d held keys were lost during the listing (%s), so List may leave them out; the last loss: %v", lost, round, cause)
+			c.Logf("%d keys were lost by their holders during the listing (%s), so List may leave them out; the last loss: %v", lost, round, cause)
 		}
 	}
 	check("quiet", nil)
