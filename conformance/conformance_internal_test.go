@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -316,6 +317,11 @@ const (
 	// keyLimit is not broken: it enforces the MaxKeyBytes of 100 its
 	// harness claims, so that the Keys case's limit checks run on memory.
 	keyLimit = "keyLimit"
+	// losesHeld is not broken: it loses every second lock it takes on a
+	// List case's held key (the first time), within a TTL, telling the
+	// holder before it frees the key, as renewals starved on a loaded
+	// machine do.
+	losesHeld = "losesHeld"
 	// testKeyLimit is the MaxKeyBytes of keyLimit and ignoresKeyLimit.
 	testKeyLimit = 100
 )
@@ -400,7 +406,8 @@ var mustCatch = map[string][]string{
 // but not broken, besides the unbroken memory Locker, which must pass them
 // all.
 var mustPass = map[string][]string{
-	keyLimit: {"Keys"},
+	keyLimit:  {"Keys"},
+	losesHeld: {"List"},
 }
 
 // recorder is the reporter of a case run by these tests: it records instead
@@ -675,6 +682,8 @@ type brokenLocker struct {
 	first   sync.Once                // slowFirstCall: the Locker's first call
 	hung    atomic.Int32             // waitHangsCut, sharedHangsCut: the waits in progress
 	freed   map[string]time.Time     // overLimitAgain: when a permit of each key was last given back
+	taken   int                      // losesHeld: the held keys taken so far
+	lost    map[string]bool          // losesHeld: the keys whose first lock it lost
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -903,6 +912,25 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 				return lk, nil
 			}
 		}
+	case losesHeld:
+		lk, err := call(ctx, key)
+		if err != nil || !strings.HasSuffix(key, "-held") {
+			return lk, err
+		}
+		b.mu.Lock()
+		b.taken++
+		lose := b.taken%2 == 1 && !b.lost[key]
+		if lose {
+			if b.lost == nil {
+				b.lost = map[string]bool{}
+			}
+			b.lost[key] = true
+		}
+		b.mu.Unlock()
+		if !lose {
+			return lk, nil
+		}
+		return newStarvedLock(lk, rand.N(b.env.ttl)), nil
 	case keyLimit:
 		if len(key) > testKeyLimit {
 			return nil, &locker.Error{Op: "lock", Backend: "memory", Key: key, Err: locker.ErrInvalidKey,
@@ -1359,6 +1387,51 @@ func (l *lateLock) Err() error {
 }
 func (l *lateLock) Unlock(ctx context.Context) error {
 	defer l.end()
+	return l.Lock.Unlock(ctx)
+}
+
+// starvedLock is lost after a while, as at a local deadline that passed
+// without a renewal: Done closes and Err matches ErrLost first, then the key
+// is freed in the store.
+type starvedLock struct {
+	locker.Lock
+	done   chan struct{}
+	lost   atomic.Bool
+	freed  chan struct{}
+	unlock sync.Once
+}
+
+func newStarvedLock(lk locker.Lock, after time.Duration) *starvedLock {
+	l := &starvedLock{Lock: lk, done: make(chan struct{}), freed: make(chan struct{})}
+	time.AfterFunc(after, func() {
+		l.unlock.Do(func() {
+			l.lost.Store(true)
+			close(l.done)
+			_ = lk.Unlock(context.Background())
+			close(l.freed)
+		})
+	})
+	return l
+}
+
+func (l *starvedLock) Done() <-chan struct{} { return l.done }
+func (l *starvedLock) Err() error {
+	if l.lost.Load() {
+		return &locker.Error{Op: "hold", Backend: "memory", Key: l.Key(), Err: locker.ErrLost, Cause: locker.ErrNoRenewal}
+	}
+	return nil
+}
+func (l *starvedLock) Unlock(ctx context.Context) error {
+	released := false
+	l.unlock.Do(func() {
+		close(l.done)
+		close(l.freed)
+		released = true
+	})
+	if !released {
+		<-l.freed
+		return locker.ErrNotHeld
+	}
 	return l.Lock.Unlock(ctx)
 }
 

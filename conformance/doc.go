@@ -154,8 +154,10 @@
 //     and label, and no free key; keys taken and released between them
 //     during the listing never make a key held throughout go missing;
 //     keys held by semaphore permits and read holds are listed too, with
-//     their holders and the newest one's token; skipped for a Locker that
-//     is not a locker.Lister.
+//     their holders and the newest one's token; a key whose lock was lost
+//     (its Err set: renewals starved) is not held throughout, and is
+//     taken again before the next listing; skipped for a Locker that is
+//     not a locker.Lister.
 //   - Watch (Crash optional): locker.Watch reports a free key, then its
 //     holder, then nobody after the Unlock, within one TTL of each change,
 //     never a lower token after a higher one; with Crash, it reports the

@@ -30,12 +30,56 @@ type execution struct {
 	query   string
 	args    []driver.NamedValue
 	prepare bool
+	call    *callMark // the mark of the call that made it (see markCall), or nil
 }
 
-func (r *recorder) add(query string, args []driver.NamedValue, prepare bool) {
+// callMark marks the statements of one call under test.
+type callMark struct{ _ byte } // not zero-sized: every mark is a distinct pointer
+
+type callMarkKey struct{}
+
+// markCall returns ctx marked for one call: the recorder files every
+// statement made with it, or with a ctx derived from it, under the mark.
+// A test counts a call's own statements so, and not those that the
+// Locker's goroutines (the named-lock holder, renewals) send meanwhile:
+// a statement of the call that takes no ctx derived from the caller's
+// could not end when the caller's ctx does, which the house rules forbid.
+func markCall(ctx context.Context) (context.Context, *callMark) {
+	m := new(callMark)
+	return context.WithValue(ctx, callMarkKey{}, m), m
+}
+
+func (r *recorder) add(ctx context.Context, query string, args []driver.NamedValue, prepare bool) {
+	m, _ := ctx.Value(callMarkKey{}).(*callMark)
 	r.mu.Lock()
-	r.execs = append(r.execs, execution{at: time.Now(), query: query, args: args, prepare: prepare})
+	r.execs = append(r.execs, execution{at: time.Now(), query: query, args: args, prepare: prepare, call: m})
 	r.mu.Unlock()
+}
+
+// heads shortens statements for a failure message.
+func heads(qs []string) []string {
+	out := make([]string, len(qs))
+	for i, q := range qs {
+		if len(q) > 60 {
+			q = q[:60] + "…"
+		}
+		out[i] = q
+	}
+	return out
+}
+
+// statementsOf returns the statements (not prepares) recorded so far
+// that were made under m.
+func (r *recorder) statementsOf(m *callMark) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var qs []string
+	for _, e := range r.execs {
+		if e.call == m && !e.prepare {
+			qs = append(qs, e.query)
+		}
+	}
+	return qs
 }
 
 // take returns the executions recorded so far and forgets them.
@@ -94,7 +138,7 @@ type recConn struct {
 }
 
 func (c *recConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	c.r.add(query, nil, true)
+	c.r.add(ctx, query, nil, true)
 	s, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
@@ -105,7 +149,7 @@ func (c *recConn) PrepareContext(ctx context.Context, query string) (driver.Stmt
 func (c *recConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	res, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
 	if err != driver.ErrSkip { // ErrSkip: database/sql prepares it instead
-		c.r.add(query, args, false)
+		c.r.add(ctx, query, args, false)
 	}
 	return res, err
 }
@@ -113,7 +157,7 @@ func (c *recConn) ExecContext(ctx context.Context, query string, args []driver.N
 func (c *recConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
 	if err != driver.ErrSkip {
-		c.r.add(query, args, false)
+		c.r.add(ctx, query, args, false)
 	}
 	return rows, err
 }
@@ -141,12 +185,12 @@ type recStmt struct {
 }
 
 func (s *recStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.r.add(s.query, args, false)
+	s.r.add(ctx, s.query, args, false)
 	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (s *recStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.r.add(s.query, args, false)
+	s.r.add(ctx, s.query, args, false)
 	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 
