@@ -3,6 +3,9 @@ package locker
 import (
 	"context"
 	"errors"
+	"io"
+	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +260,101 @@ func BenchmarkEngineOverhead(b *testing.B) {
 	b.Run("Observer", func(b *testing.B) { run(b, true, false, WithObserver(ObserverFunc(func(Event) {}))) })
 	b.Run("NoPromise/Background", func(b *testing.B) { run(b, false, false) })
 	b.Run("NoPromise/Cancellable", func(b *testing.B) { run(b, false, true) })
+	b.Run("RoundTrip", benchRoundTrip)
+}
+
+// benchRoundTrip is BenchmarkEngineOverhead on a driver without
+// PromptCancel whose TryAcquire and Release each make a round trip to
+// another process (cat), as a store's client does to a store on the same
+// machine: inline (a ctx that never ends) and detached (a cancellable
+// one), in blocks of 50 iterations, with the median of each reported
+// (background-p50-ns, cancellable-p50-ns) and their ratio
+// (cancellable-x-background).
+func benchRoundTrip(b *testing.B) {
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		b.Skip("no cat to make round trips to")
+	}
+	cmd := exec.Command(cat)
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Close(); _ = cmd.Wait() })
+	d := &rttDriver{tableDriver: newTableDriver(), w: w, r: r}
+	l, err := New(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	kinds := []context.Context{context.Background(), b.Context()}
+	times := make([][]time.Duration, len(kinds))
+	for it := 0; b.Loop(); it++ {
+		k := (it / 50) % 2
+		t0 := time.Now()
+		lk, err := l.TryLock(kinds[k], "k")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Unlock(kinds[k]); err != nil {
+			b.Fatal(err)
+		}
+		times[k] = append(times[k], time.Since(t0))
+	}
+	p50 := func(ds []time.Duration) float64 {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2])
+	}
+	bg, cc := p50(times[0]), p50(times[1])
+	b.ReportMetric(bg, "background-p50-ns")
+	b.ReportMetric(cc, "cancellable-p50-ns")
+	if bg > 0 {
+		b.ReportMetric(cc/bg, "cancellable-x-background")
+	}
+}
+
+// rttDriver is a tableDriver without PromptCancel whose TryAcquire and
+// Release each first make a one-byte round trip through w and r.
+type rttDriver struct {
+	*tableDriver
+	mu sync.Mutex
+	w  io.Writer
+	r  io.Reader
+}
+
+func (d *rttDriver) roundTrip() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var buf [1]byte
+	if _, err := d.w.Write(buf[:]); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(d.r, buf[:])
+	return err
+}
+
+func (d *rttDriver) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	if err := d.roundTrip(); err != nil {
+		return driver.Grant{}, err
+	}
+	return d.tableDriver.TryAcquire(ctx, r)
+}
+
+func (d *rttDriver) Release(ctx context.Context, l driver.Lease) error {
+	if err := d.roundTrip(); err != nil {
+		return err
+	}
+	return d.tableDriver.Release(ctx, l)
 }
 
 // stalledWatchdog returns an engine on d whose watchdog, once renewals
