@@ -146,13 +146,14 @@ type engine struct {
 	cleanFails int       // rounds of cleanups that failed in a row
 
 	wake chan struct{} // pokes the watchdog
-	// passes counts the watchdog's passes over the holds, for tests.
-	passes atomic.Uint64
-	work   chan job      // hands a detached call to an idle worker (detach.go)
-	stop   chan struct{} // closed by Close to stop the watchdog and the workers
-	wg     sync.WaitGroup
+	work chan job      // hands a detached call to an idle worker (detach.go)
+	stop chan struct{} // closed by Close to stop the watchdog and the workers
+	wg   sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
+
+	// passes counts the watchdog's passes over the holds, for tests.
+	passes atomic.Uint64
 }
 
 func farFuture() time.Time { return time.Now().Add(100 * 365 * 24 * time.Hour) }
