@@ -137,7 +137,7 @@ type engine struct {
 	gates  map[string]*gate   // local per-key queues
 	// spareGate is the last gate dropped, for the next key that needs one.
 	spareGate *gate
-	next      time.Time      // when the watchdog plans to wake up next
+	next      time.Time      // when the watchdog wakes up next at the latest
 	calls     sync.WaitGroup // Lock, TryLock and Unlock calls in progress
 	// inflight cancels the waits and store calls of the calls in
 	// progress, for Close.
@@ -154,6 +154,9 @@ type engine struct {
 	wg   sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
+
+	// passes counts the watchdog's passes over the holds, for tests.
+	passes atomic.Uint64
 }
 
 func farFuture() time.Time { return time.Now().Add(100 * 365 * 24 * time.Hour) }
@@ -549,7 +552,16 @@ func (e *engine) register(h *hold, g driver.Grant, sent time.Time) error {
 	if !h.ended.Load() {
 		e.holds[h] = struct{}{}
 	}
-	poke := h.nextRenew.Before(e.next)
+	// The watchdog wakes at e.next anyway: a hold due after that needs no
+	// wake-up, and one due before moves e.next.
+	due := h.nextRenew
+	if !h.maxHoldEnd.IsZero() {
+		due = minTime(due, h.maxHoldEnd)
+	}
+	poke := due.Before(e.next)
+	if poke {
+		e.next = due
+	}
 	e.mu.Unlock()
 	if poke {
 		e.poke()

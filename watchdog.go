@@ -36,6 +36,7 @@ func (e *engine) watchdog() {
 	// How far ahead of its renewal time a lock joins a round.
 	window := e.cfg.ttl / 6
 	for {
+		e.passes.Add(1)
 		now := time.Now()
 		next := farFuture()
 		var due, expired, maxed []*hold
@@ -82,6 +83,12 @@ func (e *engine) watchdog() {
 				next = minTime(next, h.nextRenew)
 			}
 			due = nil
+		}
+		// A wake-up still ahead stays planned, even when the lock it was
+		// for is gone: a lock taken before it comes due after it, so that
+		// register need not wake the watchdog for each Lock.
+		if e.next.After(now) {
+			next = minTime(next, e.next)
 		}
 		e.next = next
 		e.mu.Unlock()

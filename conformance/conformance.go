@@ -136,6 +136,7 @@ var cases = []testCase{
 	{name: "CloseEndsBackgroundCalls", contract: closeBackground, run: testCloseEndsBackgroundCalls},
 	{name: "SemaphorePool", contract: withinLimit, run: testSemaphorePool},
 	{name: "PromptCancelCalls", contract: promptCalls, run: testPromptCancelCalls},
+	{name: "MaxHoldBesideHeld", contract: maxHoldBeside, run: testMaxHoldBesideHeld},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

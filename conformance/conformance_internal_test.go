@@ -268,6 +268,7 @@ const (
 	failsOnRestart  = "failsOnRestart"  // a waiting Lock fails when the store restarts
 	deadWaiter      = "deadWaiter"      // an Unlock hands the key to a waiter that crashed, for good
 	dropsOptions    = "dropsOptions"    // Lock and TryLock ignore their LockOptions (MinHold, MaxHold, TTL)
+	maxHoldLate     = "maxHoldLate"     // a MaxHold ends only at the next renewal of another lock its Locker holds (here: never)
 	inspectsStale   = "inspectsStale"   // Inspect reports what the key looked like before the last change
 	readsAfterClose = "readsAfterClose" // Inspect still answers from the store after Close (a watch of the key goes on)
 	hidesVanished   = "hidesVanished"   // a lock never tells a loss, and its Unlock reports success for a lock gone from the store
@@ -356,7 +357,8 @@ var mustCatch = map[string][]string{
 	residueWhenCut:  {"CancelWhileIsolated"},
 	failsOnRestart:  {"LockRidesOutRestart"},
 	deadWaiter:      {"WaiterCrash"},
-	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions"},
+	dropsOptions:    {"MinHold", "MaxHold", "LockTTL", "CheckOptions", "MaxHoldBesideHeld"},
+	maxHoldLate:     {"MaxHoldBesideHeld"},
 	inspectsStale:   {"Inspect"},
 	readsAfterClose: {"Close"},
 	hidesVanished:   {"Do"},
@@ -684,6 +686,7 @@ type brokenLocker struct {
 	freed   map[string]time.Time     // overLimitAgain: when a permit of each key was last given back
 	taken   int                      // losesHeld: the held keys taken so far
 	lost    map[string]bool          // losesHeld: the keys whose first lock it lost
+	held    []locker.Lock            // maxHoldLate: the locks taken
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...locker.LockOption) (locker.Lock, error) {
@@ -899,6 +902,22 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 	case dropsOptions:
 		opts = nil
+	case maxHoldLate:
+		// As a watchdog that sleeps until the next renewal it planned:
+		// a MaxHold ending before it is noticed only then, never here.
+		b.mu.Lock()
+		busy := slices.ContainsFunc(b.held, func(lk locker.Lock) bool { return lk.Err() == nil })
+		b.mu.Unlock()
+		if busy {
+			opts = nil
+		}
+		lk, err := call(ctx, key)
+		if err == nil {
+			b.mu.Lock()
+			b.held = append(b.held, lk)
+			b.mu.Unlock()
+		}
+		return lk, err
 	case nilCtxPanics:
 		if ctx == nil {
 			panic("conformance: nilCtxPanics: nil ctx")

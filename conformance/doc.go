@@ -265,6 +265,11 @@
 //     is cut off from a store that does not answer return within
 //     max(1 s, TTL/2) of the cancel, the first calls of a fresh Locker
 //     included.
+//   - MaxHoldBesideHeld: a Locker holds a key taken with a TTL so long
+//     that its first renewal comes after the case gives up; another key
+//     it takes with that TTL and MaxHold(TTL) ends within two TTLs plus
+//     slack of that MaxHold, with ErrMaxHold. Skipped for a Locker that
+//     refuses a TTL per lock.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and

@@ -124,7 +124,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
-			cases:     []string{"LockTTL"},
+			cases:     []string{"LockTTL", "MaxHoldBesideHeld"},
 			message:   "the backend refuses TTL",
 			reason:    "a ZooKeeper lock lives as long as its session, whose timeout is the connection's: a per-lock TTL is refused",
 		},
@@ -138,7 +138,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
-			cases:     []string{"LockTTL"},
+			cases:     []string{"LockTTL", "MaxHoldBesideHeld"},
 			message:   "the backend refuses TTL",
 			reason:    "an etcd Locker keeps all its locks on one lease, of the Locker's TTL: a per-lock TTL is refused",
 		},
