@@ -32,7 +32,8 @@ const (
 // started per hand-off (locker-goroutines-per-handoff and
 // zklock-goroutines-per-handoff, a count that load does not blur), the
 // times its goroutines were scheduled after a start or a wake-up
-// (locker-runs-per-handoff, zklock-runs-per-handoff), the server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
+// (locker-runs-per-handoff, zklock-runs-per-handoff: the runtime counts a
+// sample of them, so only their ratio says much), the server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
 // harness can read it), and the geometric mean over the turns of the
 // hand-off rates' ratio (locker-rate-x-zklock). The other metrics are the
 // last turn's, as contend.OneKey reports them.
@@ -105,7 +106,8 @@ func handoffCost(b *testing.B, impls []contend.Impl) {
 }
 
 // goroutineRuns is how many times this process's goroutines were scheduled
-// to run after they were made runnable: a start or a wake-up each.
+// to run after they were made runnable (a start or a wake-up each), in the
+// sample the runtime's scheduling latencies count.
 func goroutineRuns() uint64 {
 	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	metrics.Read(s)
