@@ -126,7 +126,8 @@ func (d *zkDriver) sweep(ctx context.Context) {
 
 // Close implements driver.Driver: it stops the goroutines, makes a last
 // attempt at deleting orphaned nodes when the session is up, and waits a
-// bounded time for go-zookeeper calls still running in the background.
+// bounded time for go-zookeeper calls still running in the background, and
+// for its workers.
 func (d *zkDriver) Close() error { return d.CloseContext(context.Background()) }
 
 // CloseContext implements driver.ContextCloser: Close, giving up on the
@@ -162,7 +163,12 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 		d.logger.Warn("locker: zookeeper nodes left for the session's end", "nodes", left)
 	}
 
-	switch err := waitGroup(ctx, &d.calls, d.cleanupTimeout()); {
+	err := waitGroup(ctx, &d.calls, d.cleanupTimeout())
+	if err == nil {
+		// The workers, idle or done, end at once.
+		err = waitGroup(ctx, &d.workers, d.cleanupTimeout())
+	}
+	switch {
 	case errors.Is(err, errWaitTimeout):
 		d.logger.Warn("locker: zookeeper calls still running after Close; they end when the connection answers or gives up")
 	case err != nil:

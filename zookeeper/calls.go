@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// result is the outcome of a go-zookeeper call run in a goroutine.
+// result is the outcome of a go-zookeeper call run in a worker.
 type result[T any] struct {
 	v   T
 	err error
@@ -22,17 +22,57 @@ func (d *zkDriver) cleanupContext(ctx context.Context) (context.Context, context
 	return context.WithTimeout(context.WithoutCancel(ctx), d.cleanupTimeout())
 }
 
-// start runs f, a blocking go-zookeeper call, in a goroutine of its own and
-// returns the channel that receives its outcome.
+// start runs f, a blocking go-zookeeper call, in a worker of d (see run)
+// and returns the channel that receives its outcome.
 func start[T any](d *zkDriver, f func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
-	d.calls.Add(1)
-	go func() {
-		defer d.calls.Done()
+	d.run(func() {
 		v, err := f()
 		ch <- result[T]{v, err}
-	}()
+	})
 	return ch
+}
+
+// workerIdle is how long a worker waits for another call before it exits.
+const workerIdle = 2 * time.Second
+
+// run runs f in an idle worker when there is one, else in a new one, and
+// counts it in d.calls while it runs. A worker waits for the next call
+// once done, so that a busy Locker does not start a goroutine, and grow
+// its stack, for every go-zookeeper call.
+func (d *zkDriver) run(f func()) {
+	d.calls.Add(1)
+	select {
+	case d.work <- f:
+		return
+	default:
+	}
+	d.workers.Add(1)
+	go d.worker(f)
+}
+
+// worker runs f, then the calls handed to it on d.work, until it has
+// waited workerIdle for one or Close stops it.
+func (d *zkDriver) worker(f func()) {
+	defer d.workers.Done()
+	var idle *time.Timer
+	for {
+		f()
+		d.calls.Done()
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+		} else {
+			idle.Reset(workerIdle) // Go 1.23+: drops a pending tick
+		}
+		select {
+		case f = <-d.work:
+		case <-idle.C:
+			return
+		case <-d.stop:
+			idle.Stop()
+			return
+		}
+	}
 }
 
 // call runs f and returns its outcome, or ctx's error as soon as ctx ends:

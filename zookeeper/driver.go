@@ -77,7 +77,10 @@ type zkDriver struct {
 	cancel context.CancelFunc
 	stop   chan struct{}  // closed by Close
 	wg     sync.WaitGroup // the events and janitor goroutines
-	calls  sync.WaitGroup // go-zookeeper calls running in goroutines of their own
+	calls  sync.WaitGroup // go-zookeeper calls running in workers (see run)
+	// work hands a call to an idle worker; workers counts the workers.
+	work    chan func()
+	workers sync.WaitGroup
 	// cleanups are the deletions of our nodes that went on after their
 	// caller's ctx ended (see cleanup and abandonCreate).
 	cleanups sync.WaitGroup
@@ -121,6 +124,7 @@ func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL)
 		ctx:    ctx,
 		cancel: cancel,
 		stop:   make(chan struct{}),
+		work:   make(chan func()),
 		holds:  make(map[*hold]struct{}),
 	}
 	d.acls.Store(acl)
@@ -129,8 +133,8 @@ func newDriver(conn *zk.Conn, events <-chan zk.Event, root string, acl *nodeACL)
 
 // Info implements driver.Driver. The driver promises PromptCancel: each
 // go-zookeeper call (a waiter's create and the calls of its wait, all
-// together) runs in a goroutine of its own that the caller stops waiting
-// for when its ctx ends, and the deletion of a node left by a cancelled
+// together) runs in a worker goroutine that the caller stops waiting for
+// when its ctx ends, and the deletion of a node left by a cancelled
 // call goes on in the background.
 func (d *zkDriver) Info() driver.Info {
 	return driver.Info{Name: backendName, MaxKeyBytes: MaxKeyBytes, PromptCancel: true}

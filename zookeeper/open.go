@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"net/url"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -65,7 +66,7 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 	if err != nil {
 		return nil, err
 	}
-	conn, events, err := zk.Connect(hs, set.TTL, zk.WithLogger(discardLogger{}))
+	conn, events, err := connectOwned(hs, set.TTL)
 	if err != nil {
 		return nil, p.Wrap("zookeeper", err)
 	}
@@ -76,6 +77,31 @@ func Open(ctx context.Context, u *url.URL, opts ...locker.Option) (l locker.Lock
 		}
 	}()
 	return cfg.New(conn, events, append(opts, locker.WithOnClose(closeConn))...)
+}
+
+// sessionBuffer is how many session events of a connection of its own a
+// Locker holds before it drops more (go-zookeeper's own channel holds 6).
+const sessionBuffer = 64
+
+// connectOwned connects to the servers hs with the session timeout ttl,
+// for a Locker of its own. The returned channel receives the connection's
+// session events and nothing else: go-zookeeper also sends every watch
+// event to a connection's channel, and the Locker's goroutine that follows
+// the session would wake for each, once per contended hand-off.
+func connectOwned(hs []string, ttl time.Duration) (*zk.Conn, <-chan zk.Event, error) {
+	sessions := make(chan zk.Event, sessionBuffer)
+	forward := func(ev zk.Event) {
+		// It runs in go-zookeeper's goroutines: it never blocks.
+		if ev.Type != zk.EventSession {
+			return
+		}
+		select {
+		case sessions <- ev:
+		default:
+		}
+	}
+	conn, _, err := zk.Connect(hs, ttl, zk.WithLogger(discardLogger{}), zk.WithEventCallback(forward))
+	return conn, sessions, err
 }
 
 // discardLogger keeps go-zookeeper from writing to the standard logger.

@@ -31,7 +31,9 @@ const (
 // zklock-allocs-per-handoff, locker-allocs-x-zklock), the goroutines it
 // started per hand-off (locker-goroutines-per-handoff and
 // zklock-goroutines-per-handoff, a count that load does not blur), the
-// server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
+// times its goroutines were scheduled after a start or a wake-up
+// (locker-runs-per-handoff, zklock-runs-per-handoff: the runtime counts a
+// sample of them, so only their ratio says much), the server's CPU time per hand-off (locker-server-cpu-x-zklock, when the
 // harness can read it), and the geometric mean over the turns of the
 // hand-off rates' ratio (locker-rate-x-zklock). The other metrics are the
 // last turn's, as contend.OneKey reports them.
@@ -59,15 +61,15 @@ func BenchmarkHandoffCostProduction(b *testing.B) {
 // handoffCost runs the turns of BenchmarkHandoffCost on impls and reports
 // its metrics.
 func handoffCost(b *testing.B, impls []contend.Impl) {
-	var cpu, serverCPU, allocs, goroutines, handoffs, logRate [2]float64
+	var cpu, serverCPU, allocs, goroutines, runs, handoffs, logRate [2]float64
 	for turn := range costTurns {
 		for i := range impls[:2] {
 			var m0, m1 runtime.MemStats
-			g0 := goroutinesCreated()
+			g0, r0 := goroutinesCreated(), goroutineRuns()
 			runtime.ReadMemStats(&m0)
 			rs := contend.OneKey(b, impls[i:i+1], costClients, costTurnTime)
 			runtime.ReadMemStats(&m1)
-			g1 := goroutinesCreated()
+			g1, r1 := goroutinesCreated(), goroutineRuns()
 			if turn == 0 {
 				continue
 			}
@@ -82,6 +84,7 @@ func handoffCost(b *testing.B, impls []contend.Impl) {
 			}
 			allocs[i] += float64(m1.Mallocs - m0.Mallocs)
 			goroutines[i] += float64(g1 - g0)
+			runs[i] += float64(r1 - r0)
 			handoffs[i] += n
 			logRate[i] += math.Log(n / secs)
 		}
@@ -91,6 +94,7 @@ func handoffCost(b *testing.B, impls []contend.Impl) {
 		b.ReportMetric(per(cpu, i), impls[i].Name+"-cpu-per-handoff-µs")
 		b.ReportMetric(per(allocs, i), impls[i].Name+"-allocs-per-handoff")
 		b.ReportMetric(per(goroutines, i), impls[i].Name+"-goroutines-per-handoff")
+		b.ReportMetric(per(runs, i), impls[i].Name+"-runs-per-handoff")
 	}
 	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "locker-cpu-x-zklock")
 	if serverCPU[1] > 0 {
@@ -99,6 +103,22 @@ func handoffCost(b *testing.B, impls []contend.Impl) {
 	b.ReportMetric(per(allocs, 0)/per(allocs, 1), "locker-allocs-x-zklock")
 	b.ReportMetric(math.Exp((logRate[0]-logRate[1])/(costTurns-1)), "locker-rate-x-zklock")
 	b.ReportMetric(0, "ns/op")
+}
+
+// goroutineRuns is how many times this process's goroutines were scheduled
+// to run after they were made runnable (a start or a wake-up each), in the
+// sample the runtime's scheduling latencies count.
+func goroutineRuns() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
 }
 
 // goroutinesCreated is how many goroutines this process has started.
