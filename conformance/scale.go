@@ -116,6 +116,7 @@ func (c *caseT) scaleOnce(ctx context.Context, a, b locker.Locker) error {
 	var losses errList
 	parallel(n, workers, func(i int) {
 		lk := locks[i]
+		deadline := lk.Deadline()
 		var signalled bool // the loss, before Unlock
 		select {
 		case <-lk.Done():
@@ -125,7 +126,7 @@ func (c *caseT) scaleOnce(ctx context.Context, a, b locker.Locker) error {
 		err := lk.Unlock(ctx)
 		switch {
 		case err == nil:
-		case errors.Is(err, locker.ErrNotHeld) && (signalled || !time.Now().Before(lk.Deadline())):
+		case errors.Is(err, locker.ErrNotHeld) && (signalled || !time.Now().Before(deadline)):
 			losses.add(fmt.Errorf("Unlock(%s) of a lock lost or past its Deadline: %w", short(keys[i]), err))
 		default:
 			errs.add(fmt.Errorf("Unlock(%s): %w", short(keys[i]), err))
