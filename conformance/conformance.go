@@ -445,6 +445,17 @@ func (e *errList) add(err error) {
 	}
 }
 
+// err is the collected errors as one (nil when none): how many, and the
+// first ones.
+func (e *errList) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d, the first ones: %w", e.n, errors.Join(e.first...))
+}
+
 // report fails the case when errors were collected.
 func (e *errList) report(c *caseT, contract string) bool {
 	c.Helper()

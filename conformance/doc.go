@@ -55,7 +55,10 @@
 //   - Fencing: tokens strictly increase over a hundred successive holders.
 //   - FencingAfterCrash (Crash), FencingAfterRestart (Restart): and across a
 //     crash and takeover, and across a store restart.
-//   - Scale: one Locker holds a thousand keys past several TTLs.
+//   - Scale: one Locker holds a thousand keys past several TTLs. A lock
+//     lost as the contract allows (Done closed, or the store finding it
+//     gone past its Deadline) sends the case round again, on new keys; it
+//     fails when locks are lost in all three rounds.
 //   - Reentrancy: inside Do's ctx, Lock, TryLock and Do on the same key
 //     return nested holds whose release does not release; outside it the
 //     same Locker waits like any other contender.
