@@ -250,19 +250,28 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 	}
 }
 
+// slotInUse takes a slot of a new owned client for a call whose ctx
+// cancel ends, and makes a round trip on it.
+func slotInUse(t *testing.T) (*ownedClient, *cutSlot, context.CancelFunc) {
+	t.Helper()
+	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	s := c.take(ctx)
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return c, s, cancel
+}
+
 // TestLateCutSparesTheNextCall: a cut whose AfterFunc starts as its call
 // ends, and runs after the call's release, must not cut the slot, which then
 // serves another call: the next call's dial was refused ("the call's
 // connection was cut when its ctx ended"), and a TryLock on a free key
 // failed in a CI run.
 func TestLateCutSparesTheNextCall(t *testing.T) {
-	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithCancel(t.Context())
-	s := c.take(ctx)
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	c, s, cancel := slotInUse(t)
 	// The order the race makes: the call ends, then its cut runs.
 	c.release(s, nil)
 	s.cutNow()
@@ -283,13 +292,7 @@ func TestLateCutSparesTheNextCall(t *testing.T) {
 // the slot armed for the next call: a slot whose cut started is not
 // reused.
 func TestStartedCutSparesTheNextCall(t *testing.T) {
-	c := newOwnedClient(&goredis.Options{Addr: storeenv.Redis(t).Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	ctx, cancel := context.WithCancel(t.Context())
-	s := c.take(ctx)
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	c, s, cancel := slotInUse(t)
 	started, resume := make(chan struct{}), make(chan struct{})
 	s.cutting = func() {
 		close(started)
