@@ -304,9 +304,9 @@ func (c pendingCreate) reply(r result[[]zk.MultiResponse]) result[[]zk.MultiResp
 // known within the cleanup timeout, else by the janitor. Deleting before
 // the reply came could run ahead of the create and leave the node behind.
 func (d *zkDriver) abandonCreate(ctx context.Context, ch <-chan result[[]zk.MultiResponse], cs ...pendingCreate) {
-	d.cleanups.Add(1)
+	d.cleanups.add()
 	go func() {
-		defer d.cleanups.Done()
+		defer d.cleanups.done()
 		d.settleAbandoned(ctx, ch, cs)
 	}()
 }
@@ -344,9 +344,9 @@ func (d *zkDriver) splitReply(ch <-chan result[[]zk.MultiResponse], cs []pending
 		outs[i] = make(chan result[[]zk.MultiResponse], 1)
 		ins[i] = outs[i]
 	}
-	d.calls.Add(1)
+	d.calls.add()
 	go func() {
-		defer d.calls.Done()
+		defer d.calls.done()
 		r := <-ch
 		for i, c := range cs {
 			outs[i] <- c.reply(r)

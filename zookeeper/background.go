@@ -145,7 +145,7 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 
 	// Deletions still going on after their caller's ctx ended finish
 	// first: the ones that fail become orphans for the last sweep.
-	if err := waitGroup(ctx, &d.cleanups, d.cleanupTimeout()); err != nil {
+	if err := waitIdle(ctx, &d.cleanups, d.cleanupTimeout()); err != nil {
 		d.logger.Warn("locker: zookeeper node deletions still running when Close went on", "err", err)
 	}
 	d.mu.Lock()
@@ -163,10 +163,10 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 		d.logger.Warn("locker: zookeeper nodes left for the session's end", "nodes", left)
 	}
 
-	err := waitGroup(ctx, &d.calls, d.cleanupTimeout())
+	err := waitIdle(ctx, &d.calls, d.cleanupTimeout())
 	if err == nil {
 		// The workers, idle or done, end at once.
-		err = waitGroup(ctx, &d.workers, d.cleanupTimeout())
+		err = waitIdle(ctx, &d.workers, d.cleanupTimeout())
 	}
 	switch {
 	case errors.Is(err, errWaitTimeout):
@@ -180,18 +180,13 @@ func (d *zkDriver) CloseContext(ctx context.Context) error {
 // errWaitTimeout is waitGroup's error when its timeout passed.
 var errWaitTimeout = errors.New("zookeeper: timed out")
 
-// waitGroup waits for wg, at most timeout and until ctx ends; it returns
-// errWaitTimeout or ctx's error when it gave up.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup, timeout time.Duration) error {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
+// waitIdle waits for n to reach zero, at most timeout and until ctx ends;
+// it returns errWaitTimeout or ctx's error when it gave up.
+func waitIdle(ctx context.Context, n *tally, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-n.idle():
 		return nil
 	case <-t.C:
 		return errWaitTimeout

@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -33,6 +34,48 @@ func start[T any](d *zkDriver, f func() (T, error)) <-chan result[T] {
 	return ch
 }
 
+// tally counts work in progress, as a sync.WaitGroup does, and may count
+// up again after someone waited for it to reach zero: Close waits a bounded
+// time, and the calls and cleanups it gave up on may start others.
+type tally struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n reaches 0; nil while nobody waits
+}
+
+// add counts one more.
+func (t *tally) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+// done counts one less.
+func (t *tally) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.zero != nil {
+		close(t.zero)
+		t.zero = nil
+	}
+	t.mu.Unlock()
+}
+
+// idle returns a channel that is closed once the count is zero.
+func (t *tally) idle() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	if t.zero == nil {
+		t.zero = make(chan struct{})
+	}
+	return t.zero
+}
+
 // workerIdle is how long a worker waits for another call before it exits.
 const workerIdle = 2 * time.Second
 
@@ -41,24 +84,24 @@ const workerIdle = 2 * time.Second
 // once done, so that a busy Locker does not start a goroutine, and grow
 // its stack, for every go-zookeeper call.
 func (d *zkDriver) run(f func()) {
-	d.calls.Add(1)
+	d.calls.add()
 	select {
 	case d.work <- f:
 		return
 	default:
 	}
-	d.workers.Add(1)
+	d.workers.add()
 	go d.worker(f)
 }
 
 // worker runs f, then the calls handed to it on d.work, until it has
 // waited workerIdle for one or Close stops it.
 func (d *zkDriver) worker(f func()) {
-	defer d.workers.Done()
+	defer d.workers.done()
 	var idle *time.Timer
 	for {
 		f()
-		d.calls.Done()
+		d.calls.done()
 		if idle == nil {
 			idle = time.NewTimer(workerIdle)
 		} else {

@@ -47,3 +47,47 @@ func goroutinesCreated(t *testing.T) uint64 {
 	}
 	return s[0].Value.Uint64()
 }
+
+// TestTallyCountsAgainAfterAWait: Close waits a bounded time for the calls
+// and cleanups in progress, and those it gave up on may start others, which
+// count up from zero after that wait ended. A sync.WaitGroup may not be
+// reused so (the race detector reports it: CI's TestConformance/
+// CloseWhileIsolated did); a tally may.
+func TestTallyCountsAgainAfterAWait(t *testing.T) {
+	var n tally
+	select {
+	case <-n.idle():
+	default:
+		t.Fatal("idle is open at zero")
+	}
+	n.add()
+	idle := n.idle()
+	waited := make(chan struct{})
+	go func() {
+		<-idle
+		close(waited)
+	}()
+	select {
+	case <-idle:
+		t.Fatal("idle is closed while one is counted")
+	default:
+	}
+	n.done()
+	<-waited
+	// Counted up again from zero by a goroutine that never synchronised
+	// with the waiter, as a straggling cleanup does after Close went on.
+	again := make(chan struct{})
+	go func() {
+		n.add()
+		close(again)
+	}()
+	<-again
+	idle = n.idle()
+	select {
+	case <-idle:
+		t.Fatal("idle is closed while one is counted again")
+	default:
+	}
+	n.done()
+	<-idle
+}

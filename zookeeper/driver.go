@@ -77,13 +77,13 @@ type zkDriver struct {
 	cancel context.CancelFunc
 	stop   chan struct{}  // closed by Close
 	wg     sync.WaitGroup // the events and janitor goroutines
-	calls  sync.WaitGroup // go-zookeeper calls running in workers (see run)
+	calls  tally          // go-zookeeper calls running in workers (see run)
 	// work hands a call to an idle worker; workers counts the workers.
 	work    chan func()
-	workers sync.WaitGroup
+	workers tally
 	// cleanups are the deletions of our nodes that went on after their
 	// caller's ctx ended (see cleanup and abandonCreate).
-	cleanups sync.WaitGroup
+	cleanups tally
 
 	connClosed atomic.Bool // the events channel was closed
 

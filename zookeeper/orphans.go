@@ -25,9 +25,9 @@ type orphan struct {
 // comes first: the deletion goes on after ctx, and Close waits for it.
 func (d *zkDriver) cleanup(ctx context.Context, parent, guid, node string) {
 	done := make(chan struct{})
-	d.cleanups.Add(1)
+	d.cleanups.add()
 	go func() {
-		defer d.cleanups.Done()
+		defer d.cleanups.done()
 		defer close(done)
 		cctx, cancel := d.cleanupContext(ctx)
 		defer cancel()
