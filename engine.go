@@ -717,6 +717,17 @@ type hold struct {
 
 func (h *hold) claim() bool { return h.claimed.CompareAndSwap(false, true) }
 
+// claimHeld claims h for the one Unlock that releases it, and reports
+// whether it did while the lock was still held. Past its local deadline or
+// its MaxHold end the lock is no longer held, whatever the store would
+// answer: it is ended first, as the watchdog (which may run late) would
+// end it, with the same error, and its store copy is released in the
+// background (see overdue).
+func (h *hold) claimHeld() bool {
+	h.overdue()
+	return h.claim() && !h.ended.Load()
+}
+
 // release gives the lock up in the store, or keeps its key claimed for
 // the rest of its MinHold.
 func (h *hold) release(ctx context.Context) error { return h.e.giveUp(ctx, h.lease, h.keepUntil()) }
@@ -826,7 +837,7 @@ func (l *handle) unlock(ctx context.Context) error {
 		return e.err("unlock", h.key, ErrNotHeld, ErrClosed)
 	}
 	defer e.calls.Done()
-	if !h.claim() || h.ended.Load() {
+	if !h.claimHeld() {
 		return e.err("unlock", h.key, ErrNotHeld, l.Err())
 	}
 	if ctx == nil || ctx.Err() != nil {
@@ -871,6 +882,17 @@ func (h *hold) released(cctx context.Context, err error, gone bool) error {
 		return nil
 	}
 	if errors.Is(err, driver.ErrNotHeld) {
+		// Past its local deadline the lock was lost at that deadline,
+		// whatever the store's answer says (its TTL ran out, most
+		// likely): Unlock reports what the watchdog would have.
+		e.mu.Lock()
+		expired, lastErr := !time.Now().Before(h.deadline), h.renewErr
+		e.mu.Unlock()
+		if expired {
+			loss := e.err("hold", h.key, ErrLost, noRenewal(lastErr))
+			h.end(loss)
+			return e.err("unlock", h.key, ErrNotHeld, loss)
+		}
 		h.end(e.err("unlock", h.key, ErrLost, err))
 		return e.err("unlock", h.key, ErrNotHeld, err)
 	}

@@ -26,6 +26,15 @@ type Extender interface {
 // needs where the backend has a TTL per lock. The change takes effect only
 // once the store confirmed that the lock is still held.
 //
+// Extend waits for the store's answer while the lock is held and ctx
+// lives. A renewal cut short by the lock's local deadline is sent again
+// when other renewals moved that deadline on meanwhile: no error of
+// Extend is its own bound. Past the deadline, whether Extend was called
+// then or the deadline passed while it waited, the lock is lost whatever
+// the store says, and the error matches [ErrNotHeld] (and wraps the loss
+// that [Lock.Err] reports). When ctx ends first, the error matches
+// ctx.Err(), and the lock is still held unless Lock.Err says otherwise.
+//
 // Errors match [ErrNotHeld] when the lock is no longer held (unlocked,
 // lost, ended by its MaxHold, its Locker closed). They match
 // [ErrInvalidOption], naming the option, for a bad value, a [TTL] (a held
@@ -72,13 +81,14 @@ func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
 	defer e.calls.Done()
 	h.extending.Lock() // one Extend of a lock at a time
 	defer h.extending.Unlock()
+	h.overdue() // past its deadline the lock is lost, whatever the store says
 	if h.claimed.Load() || h.ended.Load() {
 		return e.err("extend", h.key, ErrNotHeld, l.Err())
 	}
 
 	now := time.Now()
 	e.mu.Lock()
-	minEnd, maxEnd, deadline := h.minHoldEnd, h.maxHoldEnd, h.deadline
+	minEnd, maxEnd := h.minHoldEnd, h.maxHoldEnd
 	e.mu.Unlock()
 	if c.minHoldSet {
 		minEnd = time.Time{}
@@ -104,19 +114,40 @@ func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
 	}
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	rctx, cancel := context.WithDeadline(cctx, deadline)
-	defer cancel()
-	sent := time.Now()
-	// Detached unless ctx can never end: PromptCancel does not cover a
-	// renewal (see detach.go). A renewal left running extends nothing.
-	v, err, gone := detachedIf(e, ctx.Done() != nil, rctx, func() (time.Duration, error) { return e.renewOne(rctx, lease) }, nil)
+	var (
+		v    time.Duration
+		sent time.Time
+		gone bool
+	)
+	for {
+		// The renewal is bounded by the lock's deadline: an answer after
+		// it extends nothing. Renewals of the watchdog may move that
+		// deadline on meanwhile; then the bound was no end of the lock,
+		// and the renewal is sent again under the new one.
+		e.mu.Lock()
+		deadline := h.deadline
+		e.mu.Unlock()
+		rctx, cancel := context.WithDeadline(cctx, deadline)
+		sent = time.Now()
+		// Detached unless ctx can never end: PromptCancel does not cover
+		// a renewal (see detach.go). A renewal left running extends
+		// nothing.
+		v, err, gone = detachedIf(e, ctx.Done() != nil, rctx, func() (time.Duration, error) { return e.renewOne(rctx, lease) }, nil)
+		bounded := (gone || err != nil) && rctx.Err() != nil && cctx.Err() == nil
+		cancel()
+		if !bounded {
+			break
+		}
+		h.overdue() // ends the lock if the deadline did not move
+		if h.claimed.Load() || h.ended.Load() {
+			return e.err("extend", h.key, ErrNotHeld, l.Err())
+		}
+	}
 	switch {
 	case gone && e.isClosed():
 		return e.err("extend", h.key, ErrNotHeld, ErrClosed)
-	case gone && ctx.Err() != nil:
+	case gone: // ctx ended
 		return e.err("extend", h.key, nil, ctxCause(ctx))
-	case gone: // the lock's deadline passed
-		return e.err("extend", h.key, nil, ctxCause(rctx))
 	case errors.Is(err, driver.ErrNotHeld):
 		h.lost(err)
 		return e.err("extend", h.key, ErrNotHeld, err)

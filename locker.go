@@ -152,7 +152,11 @@ type Lock interface {
 
 	// Unlock releases the lock. It returns an error matching [ErrNotHeld]
 	// when the lock was already released or lost; it never releases someone
-	// else's lock. ctx bounds the store call; after Unlock returns, Done is
+	// else's lock. Past the Deadline the lock is lost, whatever the store
+	// still holds and however late the Locker's own timer runs: the error
+	// matches ErrNotHeld and wraps the loss Err reports (matching
+	// [ErrLost]), and the store's copy is released in the background, so
+	// that the key frees before the store's TTL would free it. ctx bounds the store call; after Unlock returns, Done is
 	// closed whatever the outcome. With a nil or ended ctx (a job's ctx at
 	// shutdown) the lock is still released, in the background at once, and
 	// the error says so (matching ctx.Err(), or [ErrInvalidOption] for nil).

@@ -50,7 +50,7 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 	defer e.calls.Done()
 	claimed := make([]int, 0, len(hs)) // indexes in hs
 	for i, h := range hs {
-		if !h.claim() || h.ended.Load() {
+		if !h.claimHeld() {
 			errs[i] = e.err("unlock", h.key, ErrNotHeld, (&handle{h: h}).Err())
 			continue
 		}
