@@ -137,6 +137,8 @@ var cases = []testCase{
 	{name: "SemaphorePool", contract: withinLimit, run: testSemaphorePool},
 	{name: "PromptCancelCalls", contract: promptCalls, run: testPromptCancelCalls},
 	{name: "MaxHoldBesideHeld", contract: maxHoldBeside, run: testMaxHoldBesideHeld},
+	{name: "UnlockPastDeadline", contract: pastDeadline, run: testUnlockPastDeadline},
+	{name: "ExtendWhileRenewed", contract: extendedHeld, run: testExtendWhileRenewed},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

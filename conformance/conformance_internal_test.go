@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/memory"
 )
 
@@ -307,6 +308,8 @@ const (
 	sharedHangsCut  = "sharedHangsCut"  // waitHangsCut for waits for shared holds
 	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
 	inspectHangsCut = "inspectHangsCut" // an Inspect while cut off waits out a read timeout of its own, whatever its ctx (a client that honours deadlines only)
+	asksStoreLate   = "asksStoreLate"   // an Unlock past the lock's Deadline asks the store and reports its answer (here: not held, its TTL run out), not the loss (a timer that has not ended the lock yet)
+	extendCutShort  = "extendCutShort"  // Extend fails with a bare context deadline exceeded once the Deadline it read passes, while renewals keep the lock held (a store call bounded by that deadline, on a store slower than it)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -397,6 +400,8 @@ var mustCatch = map[string][]string{
 	sharedHangsCut:  {"CloseWhileWaiting"},
 	closeSparesBg:   {"CloseEndsBackgroundCalls"},
 	inspectHangsCut: {"PromptCancelCalls"},
+	asksStoreLate:   {"UnlockPastDeadline"},
+	extendCutShort:  {"ExtendWhileRenewed"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -1138,6 +1143,10 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		return newExpiringLock(lk, b.env.ttl), nil
 	case lateTimer:
 		return newTimerLock(lk, b.env.ttl/2), nil
+	case asksStoreLate:
+		return &asksStoreLock{Lock: lk}, nil
+	case extendCutShort:
+		return &cutShortLock{Lock: lk}, nil
 	case keepsOnPanic:
 		return &keepsOnPanicLock{Lock: lk}, nil
 	}
@@ -1251,6 +1260,33 @@ func newTimerLock(lk locker.Lock, lag time.Duration) *lateLock {
 		l.end()
 	}()
 	return l
+}
+
+// asksStoreLock is asksStoreLate's lock: its Unlock past the Deadline
+// reports what a store whose TTL ran out answers, not the loss.
+type asksStoreLock struct{ locker.Lock }
+
+func (l *asksStoreLock) Unlock(ctx context.Context) error {
+	if time.Now().Before(l.Lock.Deadline()) {
+		return l.Lock.Unlock(ctx)
+	}
+	_ = l.Lock.Unlock(ctx)
+	return &locker.Error{Op: "unlock", Backend: "memory", Key: l.Key(), Err: locker.ErrNotHeld, Cause: driver.ErrNotHeld}
+}
+
+// cutShortLock is extendCutShort's lock: its Extend waits for a store
+// that answers after the Deadline it read, and fails then with that bound
+// while renewals keep the lock held.
+type cutShortLock struct{ locker.Lock }
+
+func (l *cutShortLock) Extend(ctx context.Context, opts ...locker.LockOption) error {
+	rctx, cancel := context.WithDeadline(ctx, l.Deadline())
+	defer cancel()
+	<-rctx.Done()
+	if ctx.Err() != nil || l.Err() != nil {
+		return locker.Extend(ctx, l.Lock, opts...)
+	}
+	return &locker.Error{Op: "extend", Backend: "memory", Key: l.Key(), Cause: rctx.Err()}
 }
 
 // fakeLock is grantsAll's lock: nothing in any store.

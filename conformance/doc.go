@@ -273,6 +273,18 @@
 //     it takes with that TTL and MaxHold(TTL) ends within two TTLs plus
 //     slack of that MaxHold, with ErrMaxHold. Skipped for a Locker that
 //     refuses a TTL per lock.
+//   - UnlockPastDeadline (Isolate): a holder cut off until its Deadline
+//     passed, then healed, unlocks without having asked Done or Err: the
+//     Unlock fails with ErrNotHeld and ErrLost, Err matches ErrLost and
+//     Done is closed, whatever the store still holds; so does an Extend
+//     of a second such lock (a locker.Extender), which renews nothing;
+//     then both keys free for another Locker.
+//   - ExtendWhileRenewed: Extend, called every TTL/10 for two TTLs while
+//     the Locker renews the lock, succeeds every time; it may fail with
+//     ErrNotHeld only once Done is closed. A lock lost as the contract
+//     allows sends the case round again, on a new key; it fails when
+//     locks are lost in all three rounds. Skipped for a Lock that is not
+//     a locker.Extender.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and
