@@ -34,6 +34,14 @@ func (d *releaseHook) Release(ctx context.Context, l driver.Lease) error {
 	return d.notifyMultiDriver.Release(ctx, l)
 }
 
+// grantingSharer grants every shared hold as a lock of the table, one
+// holder per key: enough for a permit's release path.
+type grantingSharer struct{ *notifyMultiDriver }
+
+func (d grantingSharer) TryAcquireShared(ctx context.Context, req driver.Request, _ driver.Share) (driver.Grant, error) {
+	return d.TryAcquire(ctx, req)
+}
+
 // wantDeadlineLoss fails t unless err (what Unlock or Extend returned)
 // and lk.Err report the loss at the local deadline, and lk.Done is closed.
 func wantDeadlineLoss(t *testing.T, what string, err error, lk interface {
@@ -107,6 +115,22 @@ func TestUnlockPastTheDeadline(t *testing.T) {
 			}
 		})
 	}
+	t.Run("permit", func(t *testing.T) {
+		d := grantingSharer{newNotifyMultiDriver()}
+		e := newTestEngine(t, d, WithTTL(time.Minute))
+		s, err := NewSemaphore(e, "s", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk, err := s.TryAcquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		freed := freedSoon(t, d.notifyMultiDriver, "s")
+		pastDeadline(e, lk)
+		wantDeadlineLoss(t, "Unlock of a permit", lk.Unlock(t.Context()), lk)
+		<-freed
+	})
 	t.Run("MultiLock", func(t *testing.T) {
 		d := newNotifyMultiDriver()
 		e := newTestEngine(t, d, WithTTL(time.Minute))
