@@ -549,25 +549,27 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 	}
 	slices.SortFunc(runs, func(a, b *run) int { return strings.Compare(a.broken+"/"+a.name, b.broken+"/"+b.name) })
 
+	stalls := watchStalls(testTTL/20, testTTL/10)
+	defer stalls.stop()
 	start := time.Now()
-	runAll(t, runs, atOnce, limit)
+	runAll(t, runs, atOnce, limit, stalls)
 	t.Logf("the self-test's %d recorded runs took %v", len(runs), time.Since(start).Round(time.Millisecond))
 	// A run whose outcome is wrong while its Lockers were starved (see
-	// memEnv.starved) says nothing of the case: it runs again, up to
-	// starvedRounds rounds in all. A case that cannot catch its Locker, or
-	// fails an unbroken one, does so in every round.
+	// memEnv.starved, stallWatch) says nothing of the case: it runs
+	// again, up to starvedRounds rounds in all. A case that cannot catch
+	// its Locker, or fails an unbroken one, does so in every round.
 	for round := 2; round <= starvedRounds; round++ {
 		var again []*run
 		for _, r := range runs {
-			if r.finished && r.wrong(passes[r.broken]) && r.starved > 0 {
-				t.Logf("round %d for %s/%s: its last run was wrong while %d locks were lost to starved renewals", round, r.broken, r.name, r.starved)
+			if r.finished && r.wrong(passes[r.broken]) && (r.starved > 0 || r.stalled) {
+				t.Logf("round %d for %s/%s: its last run was wrong while %d locks were lost to starved renewals (process stalled: %v)", round, r.broken, r.name, r.starved, r.stalled)
 				again = append(again, r)
 			}
 		}
 		if len(again) == 0 {
 			break
 		}
-		runAll(t, again, atOnce, limit)
+		runAll(t, again, atOnce, limit, stalls)
 	}
 
 	for _, r := range runs {
@@ -576,7 +578,7 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 			case !r.finished:
 				t.Errorf("the case did not finish within %v; its log so far:\n%s", limit, r.rec)
 			case passes[r.broken] && r.rec.failed:
-				t.Errorf("the case fails against the %s memory Locker, which is not broken (%d locks lost to starved renewals):\n%s", r.broken, r.starved, r.rec)
+				t.Errorf("the case fails against the %s memory Locker, which is not broken (%d locks lost to starved renewals, process stalled: %v):\n%s", r.broken, r.starved, r.stalled, r.rec)
 			case passes[r.broken] && r.rec.skipped:
 				t.Logf("skipped (took %v):\n%s", r.took.Round(time.Millisecond), r.rec)
 			case passes[r.broken]:
@@ -584,7 +586,7 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 			case r.rec.skipped && !r.rec.failed:
 				t.Errorf("the case skipped instead of catching the %s Locker:\n%s", r.broken, r.rec)
 			case !r.rec.failed:
-				t.Errorf("the case did not catch the %s Locker (%d locks lost to starved renewals); its log:\n%s", r.broken, r.starved, r.rec)
+				t.Errorf("the case did not catch the %s Locker (%d locks lost to starved renewals, process stalled: %v); its log:\n%s", r.broken, r.starved, r.stalled, r.rec)
 			default:
 				t.Logf("caught (took %v): %s", r.took.Round(time.Millisecond), r.rec.firstError())
 			}
@@ -603,8 +605,62 @@ type run struct {
 	finished     bool
 	took         time.Duration
 	// starved counts the locks of the run lost to renewals that starved
-	// (memEnv.starved).
+	// (memEnv.starved); stalled: the process stalled while it ran
+	// (stallWatch).
 	starved int64
+	stalled bool
+}
+
+// stallWatch records when the process stalled: a timer of its own that
+// fired later than its schedule by more than a lock's safety margin (a
+// tenth of the TTL), as a renewal would have. A starved renewal does not
+// always end in a loss at the local deadline: the memory store may expire
+// the lock first, and its renewal is refused, as after a deletion.
+type stallWatch struct {
+	mu     sync.Mutex
+	stalls [][2]time.Time // from, to
+	done   chan struct{}
+}
+
+// watchStalls starts a stallWatch with a timer every every, which records
+// a stall when it fires more than over late.
+func watchStalls(every, over time.Duration) *stallWatch {
+	w := &stallWatch{done: make(chan struct{})}
+	go func() {
+		timer := time.NewTimer(every)
+		defer timer.Stop()
+		prev := time.Now()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-timer.C:
+			}
+			now := time.Now()
+			if now.Sub(prev)-every > over {
+				w.mu.Lock()
+				w.stalls = append(w.stalls, [2]time.Time{prev, now})
+				w.mu.Unlock()
+			}
+			prev = now
+			timer.Reset(every)
+		}
+	}()
+	return w
+}
+
+func (w *stallWatch) stop() { close(w.done) }
+
+// during reports whether a stall overlapped the time from from to to.
+func (w *stallWatch) during(from, to time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.stalls {
+		if s[0].Before(to) && s[1].After(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // wrong reports whether r's outcome is not the one it must have: a
@@ -617,8 +673,9 @@ func (r *run) wrong(passes bool) bool {
 }
 
 // runAll runs every run of runs, atOnce at a time, each on a store of its
-// own, and records its outcome.
-func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration) {
+// own, and records its outcome, and whether stalls saw the process stall
+// meanwhile.
+func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *stallWatch) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, atOnce)
 	for _, r := range runs {
@@ -636,6 +693,7 @@ func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration) {
 			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit)
 			r.took = time.Since(s)
 			r.starved = env.starved.Load()
+			r.stalled = stalls.during(s, time.Now())
 		}()
 	}
 	wg.Wait()
