@@ -42,7 +42,7 @@ func queuedWaiter(t *testing.T, ctx context.Context, admin *goredis.Client, l lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	// <deadline> <seq> <ttl> <lid> <label>; seq "i<n>": the Locker reads
+	// <deadline> <seq> <ttl> <lid> w<wake> <label>; seq "i<n>": the Locker reads
 	// its inbox.
 	f := strings.Fields(rec)
 	if !strings.HasPrefix(f[1], "i") {
