@@ -48,10 +48,13 @@ const wakeGap = time.Millisecond
 // it is trusted. The waiter it names confirms with an attempt at once,
 // which finds the lock its own, renews it to its TTL and returns the token
 // Redis holds; the validity counts from that attempt. A waiter that died
-// while queued never takes its grant: the claim runs out, and the other
-// waiters, told by a message how long the claim lasts, try again then. So
-// a release wakes one waiter, and a dead waiter holds up the key for the
-// claim window, not for a TTL.
+// while queued never takes its grant: the claim runs out, and the next
+// waiter in line tries again then: told by a message how long the claim
+// lasts, unless its record says that it makes its next attempt by then
+// anyway (its last attempt found the key held for less than the claim,
+// as on a key that changes hands all the time). So a release wakes one
+// waiter, and a dead waiter holds up the key for the claim window, not for
+// a TTL.
 //
 // In unfair mode a release frees the key and wakes the first waiter
 // ("free"), but not again within wakeGap of its last wake-up: a waiter woken

@@ -67,12 +67,24 @@ local function fast_take(last)
 end
 
 -- enqueue puts the caller in the queue, keeping its place if it is there
--- (ZADD NX), and records it (see lib.lua) as of now (server µs).
-local function enqueue(now)
+-- (ZADD NX), and records it (see lib.lua) as of now (server µs). remaining
+-- is what the attempt replies: the lock is held for that many more
+-- milliseconds (<= 0: unknown). The caller (acquire.go) makes its next
+-- attempt within its refresh interval (stale / 3), or within
+-- Past(remaining) when remaining is shorter: the record's wake is the
+-- latest that can be, so that a hand-over need not tell it of a claim
+-- that ends later (hand_over in lib.lua).
+local function enqueue(now, remaining)
   local stale = tonumber(ARGV[6])
+  local ms = math.floor(now / 1000)
+  local m = math.floor(stale / 3) + 1
+  if remaining > 0 and remaining < m then
+    m = remaining
+  end
   redis.call('ZADD', KEYS[3], 'NX', now, owner)
   redis.call('HSET', KEYS[4], owner,
-    string.format('%d', math.floor(now / 1000) + stale) .. ' ' .. seq .. ' ' .. ttl .. ' ' .. ARGV[8] .. ' ' .. ARGV[3])
+    string.format('%d', ms + stale) .. ' ' .. seq .. ' ' .. ttl .. ' ' .. ARGV[8] ..
+    string.format(' w%d ', ms + m + math.floor(m / 10) + 1) .. ARGV[3])
   -- The queue and the records expire together: the records outlive no
   -- queue (the " woke" field may), and a queue ZADD creates has no expiry.
   if redis.call('PTTL', KEYS[3]) < stale then
@@ -108,8 +120,9 @@ if v then
   if keep and redis.call('ZSCORE', KEYS[3], owner) then
     return -1 - redis.call('PTTL', KEYS[1])
   end
-  enqueue(time())
-  return -1 - redis.call('PTTL', KEYS[1])
+  local pttl = redis.call('PTTL', KEYS[1])
+  enqueue(time(), pttl)
+  return -1 - pttl
 elseif ARGV[9] == '1' then
   -- Unfair: the free key is the caller's whoever waits, unless shared
   -- holds have it. Only an attempt after the first of a waiting Lock
@@ -146,7 +159,7 @@ local h, hseq, httl, lid, label = head(now)
 if h and h ~= owner then
   hand_over(now, h, hseq, httl, lid, label, ARGV[7], ARGV[4])
   if waiting then
-    enqueue(now)
+    enqueue(now, tonumber(httl))
   end
   if nopub then
     return { -1 - tonumber(httl) }

@@ -62,7 +62,7 @@ func TestForgedGrantIsNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// <deadline> <seq> <ttl> <lid> <label>
+	// <deadline> <seq> <ttl> <lid> w<wake> <label>
 	seq, lid := strings.Fields(rec)[1], strings.Fields(rec)[3]
 	const forged = "4611686018427387904" // 2^62
 	for range 3 {

@@ -42,8 +42,8 @@ func queuedWaiter(t *testing.T, ctx context.Context, admin *goredis.Client, l lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	// <deadline> <seq> <ttl> <lid> <label>; seq "i<n>": the Locker reads
-	// its inbox.
+	// <deadline> <seq> <ttl> <lid> w<wake> <label>; seq "i<n>": the
+	// Locker reads its inbox.
 	f := strings.Fields(rec)
 	if !strings.HasPrefix(f[1], "i") {
 		t.Fatalf("the waiter does not ask for its grants in its inbox: record %q", rec)

@@ -20,7 +20,7 @@ import (
 //	lock     locker:{s}        string "<owner> <token> <label>", PX = TTL
 //	fence    locker:{s}:fence  string, the last fencing token
 //	queue    locker:{s}:q      sorted set of waiting owners, by arrival
-//	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <lid> <label>",
+//	waiters  locker:{s}:w      hash owner -> "<deadline> <seq> <ttl> <lid> w<wake> <label>",
 //	                           and " woke" -> "<until> <owner>" (unfair mode)
 //	                           and " watch <lid> <wid>" -> "<seq>" (a LockMulti to wake),
 //	                           with " watched" -> "1" while any may be left
@@ -131,7 +131,7 @@ type Keys struct {
 	Lock    string // string "<owner> <token> <label>", PX = TTL
 	Fence   string // string, the last fencing token
 	Queue   string // sorted set of waiting owners, by arrival
-	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> <label>", and " woke" -> "<until> <owner>"
+	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> w<wake> <label>", and " woke" -> "<until> <owner>"
 	// Holders, SharedQueue and SharedWaiters hold the key's semaphore
 	// permits or read-write holds (see shared.go).
 	Holders       string // hash " kind", " limit", " q", and owner -> its hold with its expiry

@@ -8,11 +8,14 @@
 --                   after the retention
 -- KEYS[3]  queue    sorted set: the owners waiting, scored by arrival time
 --                   (server microseconds)
--- KEYS[4]  waiters  hash owner -> "<deadline> <seq> <ttl> <lid> <label>":
---                   the waiter counts as gone after deadline (server ms);
---                   seq numbers its last attempt; ttl (ms) and label are
---                   those of its lock once it is handed over; lid names its
---                   Locker, whose channel is the key's channel .. ':' .. lid.
+-- KEYS[4]  waiters  hash owner -> "<deadline> <seq> <ttl> <lid> w<wake>
+--                   <label>": the waiter counts as gone after deadline
+--                   (server ms); seq numbers its last attempt; ttl (ms) and
+--                   label are those of its lock once it is handed over; lid
+--                   names its Locker, whose channel is the key's channel ..
+--                   ':' .. lid; it makes its next attempt by wake (server
+--                   ms) unless a message wakes it sooner. A record of an
+--                   older version has no wake.
 --                   Also the field " woke" (a space: never an owner) ->
 --                   "<until> <owner>": an unfair release woke owner, and
 --                   wakes it no more before until (server µs)
@@ -50,9 +53,14 @@ local function dequeue(owner)
   end
 end
 
--- record parses a waiter's record: deadline, seq, ttl, lid, label. A seq
--- of "i<n>" marks a waiter whose Locker reads its inbox (see hand_over).
+-- record parses a waiter's record: deadline, seq, ttl, lid, label, and
+-- wake (nil in a record without it). A seq of "i<n>" marks a waiter whose
+-- Locker reads its inbox (see hand_over).
 local function record(rec)
+  local deadline, seq, ttl, lid, wake, label = string.match(rec, '^(%d+) (i?%d+) (%d+) (%S+) w(%d+) (.*)$')
+  if deadline then
+    return deadline, seq, ttl, lid, label, wake
+  end
   return string.match(rec, '^(%d+) (i?%d+) (%d+) (%S+) (.*)$')
 end
 
@@ -60,9 +68,9 @@ end
 local gone = {}
 
 -- After head: woke is the " woke" field of the waiters (nil when none);
--- next_lid is the Locker of the waiter after the one head returned (nil
--- when none), alive or not.
-local woke, next_lid
+-- next_lid and next_wake are the Locker and the wake (see record) of the
+-- waiter after the one head returned (nil when none), alive or not.
+local woke, next_lid, next_wake
 
 -- head returns the first waiter still alive (owner, seq, ttl, lid, label),
 -- dropping the ones whose deadline passed, or nil. q, when given, is
@@ -87,7 +95,8 @@ local function head(now, q)
       local deadline, seq, ttl, lid, label = record(recs[1])
       if deadline and tonumber(deadline) > ms then
         if recs[3] then
-          next_lid = select(4, record(recs[3]))
+          local _, _, _, l, _, w = record(recs[3])
+          next_lid, next_wake = l, w
         end
         return h, seq, ttl, lid, label
       end
@@ -133,7 +142,10 @@ end
 -- <claim>", claim in milliseconds. h is what head returned last. It also
 -- tells the next waiter in line (next_lid), if any, how long the claim
 -- lasts ("claim <claim>"), so that it tries again when a waiter that died
--- while queued never confirms. Two messages, each to one Locker, however
+-- while queued never confirms; unless that waiter's record says it tries
+-- again by then anyway (its wake is no later than the Past(claim) a
+-- message would give it), as a waiter that found the key held by an
+-- earlier claim does. At most two messages, each to one Locker, however
 -- many wait: a hand-off costs the same with 4 waiters or 400.
 local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   local claim = math.min(tonumber(ttl), claim_ms)
@@ -157,7 +169,8 @@ local function hand_over(now, h, seq, ttl, lid, label, channel, retention)
   if not pushed then
     publish(channel .. ':' .. lid, 'grant ' .. h .. ' ' .. seq .. ' ' .. s .. ' ' .. claim)
   end
-  if next_lid and next_lid ~= lid then
+  if next_lid and next_lid ~= lid and not (next_wake and
+      tonumber(next_wake) <= math.floor(now / 1000) + claim + math.floor(claim / 10) + 1) then
     publish(channel .. ':' .. next_lid, 'claim ' .. claim)
   end
 end

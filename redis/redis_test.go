@@ -263,8 +263,16 @@ func testScripts(t *testing.T, r scriptRunner) {
 		t.Fatalf("queue = %v; want [B C]", q)
 	}
 	rec := c.HGet(ctx, name(kindWaiters, key), "B").Val()
-	if f := strings.Fields(rec); len(f) != 6 || f[1] != "2" || f[2] != "10000" || f[3] != "L" || f[4]+" "+f[5] != "label B" {
-		t.Errorf("waiter record of B = %q; want <deadline> 2 10000 L label B", rec)
+	if f := strings.Fields(rec); len(f) != 7 || f[1] != "2" || f[2] != "10000" || f[3] != "L" || !strings.HasPrefix(f[4], "w") || f[5]+" "+f[6] != "label B" {
+		t.Errorf("waiter record of B = %q; want <deadline> 2 10000 L w<wake> label B", rec)
+	} else {
+		// B found A's lock held for about 10 s: it tries again within its
+		// refresh interval, a third of the stale time (5000 ms).
+		deadline, _ := strconv.ParseInt(f[0], 10, 64)
+		wake, _ := strconv.ParseInt(f[4][1:], 10, 64)
+		if at := wake - (deadline - 5000); at < 5000/3 || at > 5000/3+5000/30+3 {
+			t.Errorf("waiter record of B = %q: wake %d ms after the attempt; want its refresh interval, about 1667 ms, and a tenth", rec, at)
+		}
 	}
 	for _, k := range []string{name(kindQueue, key), name(kindWaiters, key)} {
 		if pttl := c.PTTL(ctx, k).Val(); pttl <= 0 || pttl > 10*time.Second {
@@ -1034,6 +1042,59 @@ func TestHandOffTellsTwoLockers(t *testing.T) {
 	}
 	// LD is third in line: nothing for it.
 	expectMessages(t, ctx, subs, map[string]string{"LB": "grant B 1 ", "LC": "claim 500", "LD": ""})
+}
+
+// TestHandOffSkipsClaimForWaiterDueSooner: the next waiter in line is not
+// told of a hand-over's claim when its record says that it tries again by
+// then anyway (its last attempt found the key held for less than the
+// claim window); a record without a wake, as an older version writes it,
+// is told.
+func TestHandOffSkipsClaimForWaiterDueSooner(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		strip bool // C's record loses its wake
+		want  string
+	}{{"due sooner", false, ""}, {"record without a wake", true, "claim 500"}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newScriptRunner(t, map[string]string{"A": "LA", "B": "LB", "C": "LC", "E": "LE"}, false)
+			ctx, rc, key := r.ctx, r.c, r.key
+			lk := lockKey(key)
+			subs := lockerChannels(t, ctx, rc, key, "LB", "LC")
+			if r.acquire("A", "0") <= 0 {
+				t.Fatal("A could not take the free key")
+			}
+			// A's lock runs out in 300 ms and A never releases it: B and
+			// C try again by then.
+			rc.PExpire(ctx, lk, 300*time.Millisecond)
+			for _, w := range []string{"B", "C"} {
+				if got := r.acquire(w, "1"); got >= 0 || got < -301 {
+					t.Fatalf("waiting attempt of %s = %d; want -1-pttl with pttl in (0, 300]", w, got)
+				}
+			}
+			if c.strip {
+				waiters := name(kindWaiters, key)
+				rec := rc.HGet(ctx, waiters, "C").Val()
+				f := strings.Fields(rec)
+				if len(f) < 5 || !strings.HasPrefix(f[4], "w") {
+					t.Fatalf("waiter record of C = %q; want a wake", rec)
+				}
+				rc.HSet(ctx, waiters, "C", strings.Join(slices.Delete(f, 4, 5), " "))
+			}
+			for rc.Exists(ctx, lk).Val() == 1 {
+				if !driver.Sleep(ctx, 10*time.Millisecond) {
+					t.Fatal("A's lock never expired")
+				}
+			}
+			// A newcomer's attempt hands the free key to B, the first in
+			// line; C is next.
+			if got := r.acquire("E", "1"); got >= 0 || r.holder() != "B" {
+				t.Fatalf("attempt of E on the free key = %d, holder %q; want the key handed to B", got, r.holder())
+			}
+			expectMessages(t, ctx, subs, map[string]string{"LB": "grant B 1 ", "LC": c.want})
+		})
+	}
 }
 
 // TestUnfairScripts: in unfair mode a release frees the key and wakes only

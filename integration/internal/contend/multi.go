@@ -26,7 +26,7 @@ func LockerMulti(name string, newLocker func(b *testing.B) locker.Locker) Impl {
 			if err != nil {
 				return nil, fmt.Errorf("LockMulti: %w", err)
 			}
-			return m.Unlock, nil
+			return func(ctx context.Context) error { return checkedUnlock(ctx, m) }, nil
 		})
 	}}
 }
