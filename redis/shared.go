@@ -20,8 +20,10 @@ import (
 // key's state under the key's hash tag, beside the plain lock's names (see
 // keys.go), so that a Cluster keeps it in one slot:
 //
-//	holds    locker:{s}:sh  hash " kind", " limit", " q" (the line may have
-//	                        waiters), and owner -> its hold with its expiry
+//	holds    locker:{s}:sh  hash owner -> its hold with its expiry, its
+//	                        mode and a semaphore's limit; " kind", " limit"
+//	                        and " q" besides once the key had waiters or
+//	                        a new limit
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
@@ -54,12 +56,15 @@ var (
 	shareReleaseLua string
 	//go:embed shared_renew.lua
 	shareRenewLua string
+	//go:embed sharekind.lua
+	shareKindLua string
 )
 
 // includeShared inserts shared_lib.lua where a script says
-// "-- #include shared_lib.lua", and token.lua where shared_lib.lua says so.
+// "-- #include shared_lib.lua", and token.lua and sharekind.lua where
+// shared_lib.lua says so.
 func includeShared(script string) string {
-	return includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1))
+	return includeKind(includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1)))
 }
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
@@ -441,9 +446,13 @@ func inspectShared(st *driver.Status, now time.Time, holds map[string]string, qu
 		if err0 == nil && !h.Expires.After(now) {
 			continue
 		}
-		switch f[1] {
+		mode, limit, ok := strings.Cut(f[1], ":") // "permits:<limit>", or an older version's "permits"
+		switch mode {
 		case "permits":
 			h.Mode = driver.Permits
+			if n, err := strconv.Atoi(limit); ok && err == nil && holds[" kind"] == "" {
+				st.Limit = n // a hash of holds alone: its records carry the limit
+			}
 		case "read":
 			h.Mode = driver.Read
 		case "write":
