@@ -123,6 +123,24 @@ func modeArg(m driver.Mode) any {
 	return m.String()
 }
 
+// opArg is the op argument of shared_release.lua, boxed without an
+// allocation.
+func opArg(op string) any {
+	switch op {
+	case "release":
+		return "release"
+	case "leave":
+		return "leave"
+	case "keep":
+		return "keep"
+	case "limit":
+		return "limit"
+	case "break":
+		return "break"
+	}
+	return op
+}
+
 // shareKindOf names the use of a key from a script's kind and limit.
 func shareKindOf(kind, limit any) string {
 	switch kind {
@@ -252,7 +270,7 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, op, arg)
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, opArg(op), arg)
 	if isWrongType(err) {
 		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
 	}
