@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"strconv"
@@ -13,6 +14,15 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
 )
+
+// layoutFixture starts a parallel test of layouts: a client, a Locker on
+// it, a ctx and a key of the test's own.
+func layoutFixture(t *testing.T) (*goredis.Client, locker.Locker, context.Context, string) {
+	t.Parallel()
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	return c, l, ctxFor(t, 30*time.Second), uniqueKey(t)
+}
 
 // v1SharedAcquireLua is shared_acquire.lua of the layout before the holds
 // hash, as a Locker of an older version runs it in a rolling upgrade.
@@ -30,11 +40,7 @@ var v1SharedAcquireLua string
 // The old version's acquire script fails on a key that this version
 // holds, whatever it asks for.
 func TestSharedOldLayout(t *testing.T) {
-	t.Parallel()
-	c := newClient(t, storeenv.Redis(t).Addr())
-	l, _ := newTestLocker(t, c)
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
+	c, l, ctx, key := layoutFixture(t)
 	oldKeys := []string{name(kindLock, key), name(kindFence, key), name("sh", key), name("sm", key), name("sq", key), name("sw", key)}
 	t.Cleanup(func() { c.Del(t.Context(), oldKeys...) })
 
@@ -144,11 +150,7 @@ var (
 // an old Locker's release deletes no hold of this version, and the last
 // release of a mixed hash deletes it.
 func TestSharedRecordLayout(t *testing.T) {
-	t.Parallel()
-	c := newClient(t, storeenv.Redis(t).Addr())
-	l, _ := newTestLocker(t, c)
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
+	c, l, ctx, key := layoutFixture(t)
 	ks := sharedKeys(key)
 	t.Cleanup(func() { c.Del(t.Context(), ks...) })
 	oldAcquire, oldRelease := goredis.NewScript(v2SharedAcquireLua), goredis.NewScript(v2SharedReleaseLua)
