@@ -38,6 +38,8 @@
 -- it when it is that waiter or nobody waits, and otherwise hands it over to
 -- that waiter (and queues if it waits itself). Unfair (ARGV[9] = "1"), it
 -- goes to the caller, who leaves the queue if it was in it.
+-- #include sharekind.lua
+
 local owner, ttl, seq = ARGV[1], ARGV[2], ARGV[5]
 local keep = string.byte(seq, 1) == 107 -- "k<n>"
 if keep then
@@ -128,11 +130,9 @@ elseif ARGV[9] == '1' then
   -- holds have it. Only an attempt after the first of a waiting Lock
   -- (seq > 1) may have queued: it leaves the queue (dequeue of lib.lua).
   if redis.call('EXISTS', KEYS[5]) == 1 then
-    local sh = redis.pcall('HMGET', KEYS[5], ' kind', ' limit')
-    if sh.err then
-      return { 'shared', 'layout', '' }
-    elseif sh[1] then
-      return { 'shared', sh[1], sh[2] }
+    local kind, limit = shared_kind(KEYS[5])
+    if kind then
+      return { 'shared', kind, limit }
     end
   end
   if waiting and seq ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
@@ -140,11 +140,9 @@ elseif ARGV[9] == '1' then
   end
   return fast_take(got[2])
 elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
-  local sh = redis.pcall('HMGET', KEYS[5], ' kind', ' limit')
-  if sh.err then
-    return { 'shared', 'layout', '' }
-  elseif sh[1] then
-    return { 'shared', sh[1], sh[2] }
+  local kind, limit = shared_kind(KEYS[5])
+  if kind then
+    return { 'shared', kind, limit }
   end
 else
   return fast_take(got[2])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,7 +126,9 @@ func (d *redisDriver) runReplicatedKeys(ctx context.Context, script *goredis.Scr
 	}
 	for _, eval := range []func(context.Context, goredis.Scripter, []string, ...any) *goredis.Cmd{script.EvalSha, script.Eval} {
 		pipe := d.client.Pipeline()
-		cmd := eval(ctx, pipe, keys, args...)
+		// A copy: args, which the direct path only copies, stays on the
+		// caller's stack.
+		cmd := eval(ctx, pipe, keys, slices.Clone(args)...)
 		wait := d.waitReplicas(ctx, pipe)
 		_, _ = pipe.Exec(ctx) // errors are per command
 		if isNoScript(cmd.Err()) {

@@ -46,7 +46,10 @@ func (d *redisDriver) newScript(src string) *goredis.Script {
 func (d *redisDriver) runScript(ctx context.Context, script *goredis.Script, keys []string, boxed []any, args ...any) (any, error) {
 	sa, ok := d.direct[script]
 	if !ok || d.proc == nil || boxed == nil || len(boxed) != len(keys) {
-		return script.Run(ctx, d.client, keys, args...).Result()
+		// A copy, so that args does not escape: the direct path below
+		// only copies it, and its callers' argument lists stay on their
+		// stacks.
+		return script.Run(ctx, d.client, keys, slices.Clone(args)...).Result()
 	}
 	argv := make([]any, 3+len(boxed)+len(args))
 	argv[0], argv[1], argv[2] = "evalsha", sa.sha, len(boxed)

@@ -134,7 +134,7 @@ type Keys struct {
 	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> w<wake> <label>", and " woke" -> "<until> <owner>"
 	// Holders, SharedQueue and SharedWaiters hold the key's semaphore
 	// permits or read-write holds (see shared.go).
-	Holders       string // hash " kind", " limit", " q", and owner -> its hold with its expiry
+	Holders       string // hash owner -> its hold with its expiry and the key's kind and limit; " kind", " limit", " q" once the key had waiters or a new limit
 	Meta          string // hash of holder records of versions before the holds hash; never written
 	SharedQueue   string // sorted set of waiting owners, by arrival
 	SharedWaiters string // hash owner -> "<deadline> <mode> <weight> <lid>"

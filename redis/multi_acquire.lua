@@ -47,6 +47,9 @@
 -- waiters hash had no " watched". The script builds no table of its own
 -- (its reply is the MGET's): a Lua allocation costs the server about as
 -- much as a call.
+
+-- #include sharekind.lua
+
 local n = math.floor(#KEYS / 5)
 
 -- Every lock and fence with one call: got[i] is lock i, got[n+i] its
@@ -76,11 +79,9 @@ for i = 1, n do
 end
 if held ~= 1 and redis.call('EXISTS', unpack(KEYS, 2 * n + 1, 4 * n)) > 0 then
   for i = 1, held == 0 and n or held - 1 do
-    local sh = redis.pcall('HMGET', KEYS[3 * n + i], ' kind', ' limit')
-    if sh.err then
-      return { 'shared', i, 'layout', '' }
-    elseif sh[1] then
-      return { 'shared', i, sh[1], sh[2] }
+    local kind, limit = shared_kind(KEYS[3 * n + i])
+    if kind then
+      return { 'shared', i, kind, limit }
     end
     if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2 * n + i]) == 1 then
       held = i

@@ -38,7 +38,7 @@ func TestMultiScriptCommands(t *testing.T) {
 	})
 	a, b := newDriver(c), newDriver(c)
 	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
-	for _, s := range []string{multiAcquireLua, includeWatch(multiReleaseLua)} {
+	for _, s := range []string{includeKind(multiAcquireLua), includeWatch(multiReleaseLua)} {
 		if err := c.ScriptLoad(ctx, s).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -315,7 +315,13 @@ type redisDriver struct {
 // include inserts lib.lua where a script says "-- #include lib.lua",
 // token.lua where lib.lua says so, and watch.lua where the script says so.
 func include(script string) string {
-	return includeWatch(includeToken(strings.Replace(script, "-- #include lib.lua\n", libLua, 1)))
+	return includeWatch(includeToken(includeKind(strings.Replace(script, "-- #include lib.lua\n", libLua, 1))))
+}
+
+// includeKind inserts sharekind.lua where a script says "-- #include
+// sharekind.lua".
+func includeKind(script string) string {
+	return strings.Replace(script, "-- #include sharekind.lua\n", shareKindLua, 1)
 }
 
 // includeToken inserts token.lua where a script says "-- #include
@@ -346,7 +352,7 @@ func newDriver(client Client) *redisDriver {
 	d.names.seed, d.shares.seed = maphash.MakeSeed(), maphash.MakeSeed()
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
 	d.shareAcquire, d.shareRelease = d.newScript(includeShared(shareAcquireLua)), d.newScript(includeShared(shareReleaseLua))
-	d.multiAcquire, d.multiRelease = d.newScript(multiAcquireLua), d.newScript(includeWatch(multiReleaseLua))
+	d.multiAcquire, d.multiRelease = d.newScript(includeKind(multiAcquireLua)), d.newScript(includeWatch(multiReleaseLua))
 	switch c := client.(type) {
 	case *goredis.Client:
 		d.proc = c

@@ -20,8 +20,10 @@ import (
 // key's state under the key's hash tag, beside the plain lock's names (see
 // keys.go), so that a Cluster keeps it in one slot:
 //
-//	holds    locker:{s}:sh  hash " kind", " limit", " q" (the line may have
-//	                        waiters), and owner -> its hold with its expiry
+//	holds    locker:{s}:sh  hash owner -> its hold with its expiry, its
+//	                        mode and a semaphore's limit; " kind", " limit"
+//	                        and " q" besides once the key had waiters or
+//	                        a new limit
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
@@ -54,12 +56,15 @@ var (
 	shareReleaseLua string
 	//go:embed shared_renew.lua
 	shareRenewLua string
+	//go:embed sharekind.lua
+	shareKindLua string
 )
 
 // includeShared inserts shared_lib.lua where a script says
-// "-- #include shared_lib.lua", and token.lua where shared_lib.lua says so.
+// "-- #include shared_lib.lua", and token.lua and sharekind.lua where
+// shared_lib.lua says so.
 func includeShared(script string) string {
-	return includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1))
+	return includeKind(includeToken(strings.Replace(script, "-- #include shared_lib.lua\n", shareLibLua, 1)))
 }
 
 // sharedKeys returns KEYS of shared_acquire.lua and shared_release.lua for
@@ -116,6 +121,24 @@ func modeArg(m driver.Mode) any {
 		return "write"
 	}
 	return m.String()
+}
+
+// opArg is the op argument of shared_release.lua, boxed without an
+// allocation.
+func opArg(op string) any {
+	switch op {
+	case "release":
+		return "release"
+	case "leave":
+		return "leave"
+	case "keep":
+		return "keep"
+	case "limit":
+		return "limit"
+	case "break":
+		return "break"
+	}
+	return op
 }
 
 // shareKindOf names the use of a key from a script's kind and limit.
@@ -247,7 +270,7 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, op, arg)
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, opArg(op), arg)
 	if isWrongType(err) {
 		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
 	}
@@ -441,9 +464,13 @@ func inspectShared(st *driver.Status, now time.Time, holds map[string]string, qu
 		if err0 == nil && !h.Expires.After(now) {
 			continue
 		}
-		switch f[1] {
+		mode, limit, ok := strings.Cut(f[1], ":") // "permits:<limit>", or an older version's "permits"
+		switch mode {
 		case "permits":
 			h.Mode = driver.Permits
+			if n, err := strconv.Atoi(limit); ok && err == nil && holds[" kind"] == "" {
+				st.Limit = n // a hash of holds alone: its records carry the limit
+			}
 		case "read":
 			h.Mode = driver.Read
 		case "write":

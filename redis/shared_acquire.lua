@@ -31,9 +31,11 @@
 -- nopub is 1 when the server refused a PUBLISH, else 0.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local mode, limit = ARGV[5], ARGV[6]
-local want = 'rw'
+-- The kind of key the caller wants, and the mode of its hold's record,
+-- which carries a semaphore's limit.
+local want, rmode = 'rw', mode
 if mode == 'permits' then
-  want = 'permits'
+  want, rmode = 'permits', 'permits:' .. limit
 end
 
 -- One read of the strings: the plain lock, the fence, and the tombstone.
@@ -57,15 +59,12 @@ if all.err then
   return { 'layout' }
 end
 
--- new_hold writes the caller's hold with its token (a string) at ms, with
--- the kind and the limit unless kind says the hash has them.
-local function new_hold(ms, s, kind)
-  local rec = string.format('%d', ms + ttl) .. ' ' .. mode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3]
-  if kind then
-    redis.call('HSET', KEYS[3], owner, rec)
-  else
-    redis.call('HSET', KEYS[3], ' kind', want, ' limit', limit, owner, rec)
-  end
+-- new_hold writes the caller's hold with its token (a string) at ms. Its
+-- record carries the key's kind and limit (rmode), so that a hash of holds
+-- alone needs no fields of its own, and Redis deletes it with its last
+-- field.
+local function new_hold(ms, s)
+  redis.call('HSET', KEYS[3], owner, string.format('%d', ms + ttl) .. ' ' .. rmode .. ' ' .. ARGV[7] .. ' ' .. s .. ' ' .. string.format('%d', ms) .. ' 0 ' .. ARGV[3])
 end
 
 -- take_token is next_token (token.lua) without its definitions: the
@@ -96,10 +95,11 @@ end
 -- The holders: live, those whose expiry is after ms (first and last: the
 -- earliest and the latest of those expiries); gone, the others. The hold's
 -- fit beside the live ones; mine: the caller's record, when a retried call
--- already took the hold.
+-- already took the hold; rkind and rlimit: the kind and limit in the live
+-- records.
 local recs = {}
 local live, gone, first, last = 0, {}, nil, 0
-local used, write, mine = 0, false, nil
+local used, write, mine, rkind, rlimit = 0, false, nil, nil, nil
 for i = 1, #all, 2 do
   local f, rec = all[i], all[i + 1]
   recs[f] = rec
@@ -120,13 +120,22 @@ for i = 1, #all, 2 do
       if hm == 'write' then
         write = true
       end
+      if not rkind then
+        rkind, rlimit = 'rw', '0'
+        if hm ~= 'read' and hm ~= 'write' then
+          rkind, rlimit = 'permits', string.match(hm, '^permits:(%d+)$')
+        end
+      end
       used = used + tonumber(w)
     else
       gone[#gone + 1] = f
     end
   end
 end
-local kind, have = recs[' kind'], recs[' limit']
+-- The key's kind and limit: the hash's own, which a line (and older
+-- versions) set, else its live records'.
+local meta = recs[' kind'] or recs[' limit']
+local kind, have = recs[' kind'] or rkind, recs[' limit'] or rlimit
 local fits
 if mode == 'write' then
   fits = live == 0
@@ -152,7 +161,7 @@ end
 -- Fast path: no holder expired and nobody waits, so that nothing needs
 -- pruning, nobody is ahead and nobody needs waking.
 if #gone == 0 and #q == 0 then
-  if kind and live == 0 then
+  if meta and live == 0 then
     -- What is left of a key whose holders left unseen.
     redis.call('DEL', KEYS[3], KEYS[5])
     kind = nil
@@ -169,8 +178,8 @@ if #gone == 0 and #q == 0 then
   end
   if fits then
     local token, s = take_token(now)
-    new_hold(ms, s, kind)
-    if ms + ttl > last or not kind then
+    new_hold(ms, s)
+    if ms + ttl > last then
       redis.call('PEXPIRE', KEYS[3], ttl)
     end
     return token
@@ -189,7 +198,7 @@ if #gone > 0 then
 end
 local waiting, wrecs, dropped = line(ms, q)
 changed = changed or dropped
-if kind and live == 0 and #waiting == 0 then
+if meta and live == 0 and #waiting == 0 then
   redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
   kind = nil
 elseif #waiting == 0 and recs[' q'] then

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"strconv"
@@ -13,6 +14,15 @@ import (
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
 )
+
+// layoutFixture starts a parallel test of layouts: a client, a Locker on
+// it, a ctx and a key of the test's own.
+func layoutFixture(t *testing.T) (*goredis.Client, locker.Locker, context.Context, string) {
+	t.Parallel()
+	c := newClient(t, storeenv.Redis(t).Addr())
+	l, _ := newTestLocker(t, c)
+	return c, l, ctxFor(t, 30*time.Second), uniqueKey(t)
+}
 
 // v1SharedAcquireLua is shared_acquire.lua of the layout before the holds
 // hash, as a Locker of an older version runs it in a rolling upgrade.
@@ -30,11 +40,7 @@ var v1SharedAcquireLua string
 // The old version's acquire script fails on a key that this version
 // holds, whatever it asks for.
 func TestSharedOldLayout(t *testing.T) {
-	t.Parallel()
-	c := newClient(t, storeenv.Redis(t).Addr())
-	l, _ := newTestLocker(t, c)
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
+	c, l, ctx, key := layoutFixture(t)
 	oldKeys := []string{name(kindLock, key), name(kindFence, key), name("sh", key), name("sm", key), name("sq", key), name("sw", key)}
 	t.Cleanup(func() { c.Del(t.Context(), oldKeys...) })
 
@@ -119,7 +125,125 @@ func TestSharedOldLayout(t *testing.T) {
 			t.Errorf("the old acquire script failed with %v; want WRONGTYPE", err)
 		}
 	}
-	if n := c.HLen(ctx, oldKeys[2]).Val(); n != 3 {
-		t.Errorf("the holds hash has %d fields after the old script's attempts, want 3 (kind, limit, the holder)", n)
+	if n := c.HLen(ctx, oldKeys[2]).Val(); n != 1 {
+		t.Errorf("the holds hash has %d fields after the old script's attempts, want 1 (the holder)", n)
+	}
+}
+
+// The scripts of the version before the hold records carried the key's
+// kind and limit (the holds hash had " kind" and " limit" fields of its
+// own), as a Locker of that version runs them in a rolling upgrade.
+var (
+	//go:embed testdata/v2_shared_acquire.lua
+	v2SharedAcquireLua string
+	//go:embed testdata/v2_shared_release.lua
+	v2SharedReleaseLua string
+)
+
+// TestSharedRecordLayout checks the hold records that carry the key's kind
+// and limit, beside Lockers of the version before them, whose holds hash
+// had " kind" and " limit" fields of its own and which deleted a hash left
+// with only those: a permit of this version writes its record alone, and
+// Redis deletes the hash with its last record; a key's limit is found in
+// either layout, so that a request with another limit is refused; Lockers
+// of both versions never grant more permits than the limit between them,
+// an old Locker's release deletes no hold of this version, and the last
+// release of a mixed hash deletes it.
+func TestSharedRecordLayout(t *testing.T) {
+	c, l, ctx, key := layoutFixture(t)
+	ks := sharedKeys(key)
+	t.Cleanup(func() { c.Del(t.Context(), ks...) })
+	oldAcquire, oldRelease := goredis.NewScript(v2SharedAcquireLua), goredis.NewScript(v2SharedReleaseLua)
+	acquireOld := func(owner, limit string) (any, error) {
+		return oldAcquire.Run(ctx, c, ks, owner, 60000, "old", 60000, "permits", limit, "1", "0", "lid", "").Result()
+	}
+	releaseOld := func(owner string) {
+		t.Helper()
+		if n, err := oldRelease.Run(ctx, c, ks, owner, "", "release", 0).Int64(); err != nil || n != 1 {
+			t.Fatalf("the old release script for %s: %v, %v; want 1", owner, n, err)
+		}
+	}
+	two, _ := locker.NewSemaphore(l, key, 2)
+	three, _ := locker.NewSemaphore(l, key, 3)
+
+	// This version's permit: its record alone, which carries the limit.
+	a, err := two.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.HKeys(ctx, ks[2]).Val(); len(f) != 1 {
+		t.Errorf("the holds hash of one permit has fields %q, want its holder's alone", f)
+	}
+	if st, err := locker.Inspect(ctx, l, key); err != nil || st.Limit != 2 || len(st.Holders) != 1 {
+		t.Errorf("Inspect of a permit in a hash of records alone: %+v, %v; want the limit 2 and one holder", st, err)
+	}
+	if p, err := three.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Errorf("a semaphore of 3 was granted beside a permit of a semaphore of 2; want a conflict")
+	} else if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "2 permits") {
+		t.Errorf("a semaphore of 3 beside a permit of 2: %v; want ErrInvalidOption naming the limit 2", err)
+	}
+	if lk, err := l.TryLock(ctx, key); err == nil {
+		_ = lk.Unlock(ctx)
+		t.Errorf("a plain lock was granted on a key with a permit; want a conflict")
+	} else if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "2 permits") {
+		t.Errorf("a plain lock beside a permit of a semaphore of 2: %v; want ErrInvalidOption naming the semaphore", err)
+	}
+
+	// An old Locker takes the second permit, and writes the hash's own
+	// fields; neither version grants a third.
+	if v, err := acquireOld("old-1", "2"); err != nil {
+		t.Fatalf("the old acquire script beside one permit of 2: %v", err)
+	} else if tok, ok := v.(int64); !ok || tok <= 0 {
+		t.Fatalf("the old acquire script beside one permit of 2 answered %v; want a grant", v)
+	}
+	if v, err := acquireOld("old-2", "2"); err != nil {
+		t.Fatal(err)
+	} else if tok, ok := v.(int64); ok && tok > 0 {
+		t.Errorf("the old acquire script granted a third permit of a semaphore of 2 (token %d)", tok)
+	}
+	if p, err := two.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Errorf("a third permit of a semaphore of 2 was granted beside an old Locker's")
+	}
+	// The old Locker leaves: the hold of this version stays.
+	releaseOld("old-1")
+	if st, err := locker.Inspect(ctx, l, key); err != nil || len(st.Holders) != 1 || st.Limit != 2 {
+		t.Errorf("Inspect after the old Locker's release: %+v, %v; want this version's holder and the limit 2", st, err)
+	}
+	b, err := two.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("the second permit after the old Locker's release: %v", err)
+	}
+	if p, err := two.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Errorf("a third permit of a semaphore of 2 was granted after the old Locker's release")
+	}
+	if err := errors.Join(a.Unlock(ctx), b.Unlock(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, ks[2]).Val(); n != 0 {
+		t.Errorf("the holds hash with the old Locker's fields outlived its last permit (fields %q)", c.HKeys(ctx, ks[2]).Val())
+	}
+
+	// A key an old Locker holds: its limit rules, and this version's
+	// release of the last permit deletes the hash.
+	if _, err := acquireOld("old-3", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := three.TryAcquire(ctx); err == nil {
+		_ = p.Unlock(ctx)
+		t.Errorf("a semaphore of 3 was granted beside an old Locker's permit of a semaphore of 2")
+	}
+	a, err = two.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("a permit beside an old Locker's: %v", err)
+	}
+	releaseOld("old-3")
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, ks[2]).Val(); n != 0 {
+		t.Errorf("the holds hash with the old Locker's fields outlived its last permit (fields %q)", c.HKeys(ctx, ks[2]).Val())
 	}
 }

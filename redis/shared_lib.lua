@@ -7,24 +7,34 @@
 -- KEYS[1]  lock     the plain lock's string (see lib.lua): only checked
 -- KEYS[2]  fence    string: the last fencing token handed out for the key,
 --                   by a plain lock or a shared hold
--- KEYS[3]  holds    hash: " kind" -> "permits" or "rw", " limit" -> the
---                   semaphore's limit ("0" for rw), " q" -> "1" while the
---                   line may have waiters, and owner -> "<expiry ms> <mode>
---                   <weight> <token> <acquired ms> <kept 0|1> <label>"
+-- KEYS[3]  holds    hash: owner -> "<expiry ms> <mode> <weight> <token>
+--                   <acquired ms> <kept 0|1> <label>", where mode is
+--                   "permits:<limit>", "read" or "write"; and, once the key
+--                   had waiters or a new limit, " kind" -> "permits" or
+--                   "rw", " limit" -> the semaphore's limit ("0" for rw),
+--                   which rule the records', and " q" -> "1" while the
+--                   line may have waiters
 -- KEYS[4]  queue    sorted set: waiting owners scored by arrival (server µs)
 -- KEYS[5]  waiters  hash owner -> "<deadline ms> <mode> <weight> <lid>"
 --
 -- holds lives while the key has holders or waiters: a script that finds
--- no holds finds no holder and no waiter. It lives at least until the last
--- expiry or deadline it records, so that a script that read those knows
--- whether a PEXPIRE would change anything. Every waiter sets " q", and only
--- a script that found the line empty removes it: without " q", the line is
--- empty. Versions before this layout kept the holders in a sorted set under
--- the same name, with their records in a second hash; each version's
--- scripts fail on the other's holders with WRONGTYPE, so that a mixed
--- deployment never grants twice.
+-- no holds finds no holder and no waiter. A hash of records alone goes
+-- with its last record (Redis deletes an emptied hash); one with fields of
+-- its own is deleted by the script that leaves it with nothing else. It
+-- lives at least until the last expiry or deadline it records, so that a
+-- script that read those knows whether a PEXPIRE would change anything.
+-- Every waiter sets " q", and only a script that found the line empty
+-- removes it: without " q", the line is empty. " kind" and " limit" stay
+-- until the hash goes: the version before the records carried the limit
+-- wrote its records ("permits", no limit) with those fields, and deleted
+-- a hash that its release left with two fields or fewer. Versions before
+-- the holds hash kept the holders in a sorted set under the same name,
+-- with their records in a second hash; each version's scripts fail on the
+-- other's holders with WRONGTYPE, so that a mixed deployment never grants
+-- twice.
 
 -- #include token.lua
+-- #include sharekind.lua
 
 -- extend makes key live at least ms more milliseconds.
 local function extend(key, ms)

@@ -22,16 +22,19 @@ local owner, op = ARGV[1], ARGV[3]
 
 -- Fast path of a release that leaves nobody to wake: the hash has no " q"
 -- (nobody waits). Expired holders left behind wait for the next attempt.
+-- A hash of holds alone, its last record gone, is gone: Redis deleted it.
+-- One with fields of its own (a line's, or an older version's) is deleted
+-- once they are all it has.
 local released
 if op == 'release' then
   released = redis.call('HDEL', KEYS[3], owner) == 1
   if released then
-    local n = redis.call('HLEN', KEYS[3])
-    if n <= 2 then -- " kind" and " limit" only: no holder left, nobody waits
-      redis.call('DEL', KEYS[3])
-      return 1
-    end
-    if redis.call('HEXISTS', KEYS[3], ' q') == 0 then
+    local m = redis.call('HMGET', KEYS[3], ' kind', ' limit', ' q')
+    if not m[3] then
+      local own = (m[1] and 1 or 0) + (m[2] and 1 or 0)
+      if own > 0 and redis.call('HLEN', KEYS[3]) <= own then
+        redis.call('DEL', KEYS[3])
+      end
       return 1
     end
   end
@@ -75,12 +78,14 @@ elseif op == 'keep' then
     n = 1
   end
 elseif op == 'limit' then
+  local kind = shared_kind(KEYS[3])
   if redis.call('EXISTS', KEYS[1]) == 1 then
     n = 3
-  elseif redis.call('HGET', KEYS[3], ' kind') == 'rw' then
+  elseif kind == 'rw' then
     n = 2
-  elseif redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call('HSET', KEYS[3], ' limit', ARGV[4])
+  elseif kind then
+    -- The hash's own limit rules its records'.
+    redis.call('HSET', KEYS[3], ' kind', 'permits', ' limit', ARGV[4])
     n, changed = 1, true
   end
 elseif op == 'break' then
