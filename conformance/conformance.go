@@ -137,6 +137,7 @@ var cases = []testCase{
 	{name: "SemaphorePool", contract: withinLimit, run: testSemaphorePool},
 	{name: "PromptCancelCalls", contract: promptCalls, run: testPromptCancelCalls},
 	{name: "MaxHoldBesideHeld", contract: maxHoldBeside, run: testMaxHoldBesideHeld},
+	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -49,6 +49,7 @@ type memEnv struct {
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
 	firsts  map[string]int         // firstTwice: key → one-shot attempts so far, plus one if the first was granted
 	marked  map[string]bool        // sharedMarks: the keys shared holds ever held; crashedMark: the keys a permit holds or held until it crashed
+	slowed  map[locker.Locker]int  // the Lockers Slow slowed, with how many of their nodes are slow still
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -68,6 +69,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		limits:   make(map[string]int),
 		firsts:   make(map[string]int),
 		marked:   make(map[string]bool),
+		slowed:   make(map[locker.Locker]int),
 	}
 }
 
@@ -152,6 +154,13 @@ func (e *memEnv) healedOf(l locker.Locker) <-chan struct{} {
 	return e.healed[f]
 }
 
+// isSlowed reports whether a node is slow for l (Harness.Slow).
+func (e *memEnv) isSlowed(l locker.Locker) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slowed[l] > 0
+}
+
 func (e *memEnv) fault(l locker.Locker) *memory.Fault {
 	if b, ok := l.(*brokenLocker); ok {
 		l = b.inner
@@ -221,6 +230,24 @@ func (e *memEnv) harness() Harness {
 			}
 		},
 		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
+		// One store with no nodes to slow: a slow "node" changes nothing
+		// for the memory Locker, and only the broken Lockers look.
+		Nodes: 3,
+		Slow: func(t testing.TB, l locker.Locker, _ int, _ time.Duration) func() {
+			e.mu.Lock()
+			e.slowed[l]++
+			e.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					e.mu.Lock()
+					defer e.mu.Unlock()
+					if e.slowed[l]--; e.slowed[l] == 0 {
+						delete(e.slowed, l)
+					}
+				})
+			}
+		},
 		// One store, nothing to replicate: a failover is a pause.
 		Failover: func(t testing.TB) { time.Sleep(failoverPause) },
 	}
@@ -307,6 +334,7 @@ const (
 	sharedHangsCut  = "sharedHangsCut"  // waitHangsCut for waits for shared holds
 	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
 	inspectHangsCut = "inspectHangsCut" // an Inspect while cut off waits out a read timeout of its own, whatever its ctx (a client that honours deadlines only)
+	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -397,6 +425,7 @@ var mustCatch = map[string][]string{
 	sharedHangsCut:  {"CloseWhileWaiting"},
 	closeSparesBg:   {"CloseEndsBackgroundCalls"},
 	inspectHangsCut: {"PromptCancelCalls"},
+	straggles:       {"RefusedStraggler"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -1070,6 +1099,13 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 		if b.kind == lateDelivery && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = b.inner.TryLock(context.Background(), key) })
+		}
+		if b.kind == straggles && !wait && errors.Is(err, locker.ErrNotAcquired) && b.env.isSlowed(b) {
+			// The straggler takes the key once it is free, and keeps it
+			// until the Locker is closed.
+			b.env.leaveResidue(key,
+				func(ctx context.Context) error { _, err := b.inner.Lock(ctx, key); return err },
+				func() error { _, err := b.inner.TryLock(context.Background(), key); return err })
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it
