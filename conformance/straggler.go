@@ -1,7 +1,11 @@
 package conformance
 
 import (
+	"fmt"
+	"sync"
 	"time"
+
+	"github.com/golocker/locker"
 )
 
 // The case of this file slows one store node for a Locker whose TryLock
@@ -29,13 +33,37 @@ func testRefusedStraggler(c *caseT) {
 	// finds the key free there; an implementation that leaves such
 	// requests to run after the TryLock returned must undo what they
 	// took, which its reply, d later still, tells it.
+	// Each Locker is refused once before its node turns slow, so that its
+	// connections are made and its late request is the TryLock's own.
 	d := c.pause() / 2
+	refusing := make([]locker.Locker, c.h.Nodes/2+1)
+	for i := range refusing {
+		refusing[i] = c.newLocker()
+		c.refused(ctx, refusing[i], key, "TryLock from another Locker on a held key must fail with ErrNotAcquired")
+	}
+	for node, l := range refusing {
+		c.t.Cleanup(c.h.Slow(c.t, l, node, d))
+	}
+	// At once, so that the Unlock comes before the late requests arrive.
 	start := time.Now()
-	for node := range c.h.Nodes/2 + 1 {
-		l := c.newLocker()
-		restore := c.h.Slow(c.t, l, node, d)
-		c.t.Cleanup(restore)
-		c.refused(ctx, l, key, "TryLock from another Locker on a held key must fail with ErrNotAcquired")
+	errs := make([]error, len(refusing))
+	var wg sync.WaitGroup
+	for i, l := range refusing {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, err := l.TryLock(ctx, key)
+			if err == nil {
+				_ = lk.Unlock(ctx)
+				err = fmt.Errorf("succeeded (token %d) while the key was held", lk.Token())
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	c.Logf("the slow Lockers' TryLocks returned %v after they began", time.Since(start).Round(time.Millisecond))
+	for _, err := range errs {
+		c.refusedErr(key, err, "TryLock from another Locker on a held key must fail with ErrNotAcquired")
 	}
 	c.unlock(ctx, la, heldUntil)
 	unlocked := time.Now()
