@@ -123,6 +123,30 @@ func allowances() []allowance {
 			reason:  "Redlock has no forced unlock: ForceUnlock answers errors.ErrUnsupported",
 		},
 		{
+			harnesses: []string{
+				"integration/redis TestConformance",
+				"integration/redis TestConformanceUnfair",
+				"integration/redis TestConformanceNoPubSub",
+				"integration/redis TestConformanceNoPubSubForced",
+				"integration/redis TestConformanceCluster",
+				"integration/redis TestConformanceOpen",
+				"integration/redis/sentinel TestConformanceSentinel",
+				"integration/zookeeper TestConformance",
+				"integration/mysql TestConformance",
+				"integration/mysql TestConformancePollOnly",
+				"integration/etcd TestConformance/embedded",
+				"integration/etcd TestConformance/env",
+				"integration/postgres TestConformance",
+				"integration/postgres TestConformanceSQLDB",
+				"integration/postgres TestConformancePgBouncer",
+			},
+			cases:   []string{"RefusedStraggler"},
+			message: "Harness.Slow is nil",
+			reason: "one server (or one primary, or one Cluster node per key, or a consensus leader the client follows) " +
+				"settles each acquisition, so a refusal never leaves a request running on another node; " +
+				"Redlock settles on a quorum of independent masters, and TestConformanceRedlock* run the case",
+		},
+		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
 			cases:     []string{"LockTTL", "MaxHoldBesideHeld"},
 			message:   "the backend refuses TTL",
