@@ -137,27 +137,40 @@ type chunk struct {
 	err error // the read's end (io.EOF: pass on as a half-close)
 }
 
-// pipe reads src and writes dst, each chunk at its due time. Any end
-// closes both connections, but for an orderly EOF, passed on as a
-// half-close once its due time comes.
+// pipe reads src and writes dst. While no delay is set and nothing is
+// held, it writes each read at once; otherwise a writer passes each chunk
+// on at its due time, in order. Any end closes both connections, but for
+// an orderly EOF, passed on as a half-close.
 func (l *Link) pipe(dst, src net.Conn) {
 	q := make(chan chunk, held)
-	l.wg.Go(func() {
-		defer close(q)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := src.Read(buf)
-			due := time.Now().Add(time.Duration(l.delay.Load()))
-			select {
-			case q <- chunk{b: buf[:n], due: due, err: err}:
-			case <-l.done:
+	var pending atomic.Int32 // chunks in q or being written by the writer
+	l.wg.Go(func() { l.write(dst, src, q, &pending) })
+	defer close(q)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		delay := time.Duration(l.delay.Load())
+		if delay == 0 && pending.Load() == 0 {
+			// The writer is idle and stays so: only this loop feeds it.
+			if !passOn(dst, src, buf[:n], err) {
 				return
 			}
-			if err != nil {
-				return
-			}
+			continue
 		}
-	})
+		pending.Add(1)
+		select {
+		case q <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay), err: err}:
+		case <-l.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// write passes the chunks of q on at their due time.
+func (l *Link) write(dst, src net.Conn, q <-chan chunk, pending *atomic.Int32) {
 	for c := range q {
 		if wait := time.Until(c.due); wait > 0 {
 			t := time.NewTimer(wait)
@@ -168,19 +181,30 @@ func (l *Link) pipe(dst, src net.Conn) {
 				return
 			}
 		}
-		if len(c.b) > 0 {
-			if _, err := dst.Write(c.b); err != nil {
-				_, _ = src.Close(), dst.Close()
-				return
-			}
-		}
-		if c.err != nil {
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(c.err, io.EOF) {
-				_ = cw.CloseWrite()
-				return
-			}
-			_, _ = src.Close(), dst.Close()
+		ok := passOn(dst, src, c.b, c.err)
+		pending.Add(-1)
+		if !ok {
 			return
 		}
 	}
+}
+
+// passOn writes b to dst and passes on the end err of src's read, if any;
+// it reports whether the pipe goes on.
+func passOn(dst, src net.Conn, b []byte, err error) bool {
+	if len(b) > 0 {
+		if _, werr := dst.Write(b); werr != nil {
+			_, _ = src.Close(), dst.Close()
+			return false
+		}
+	}
+	if err == nil {
+		return true
+	}
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
+		_ = cw.CloseWrite()
+		return false
+	}
+	_, _ = src.Close(), dst.Close()
+	return false
 }
