@@ -1,210 +1,121 @@
-// Package slowlink is a loopback TCP proxy that can make one link slow:
-// while a delay is set, every chunk of bytes it reads, either way, is
-// passed on that long after it was read, in order on each connection.
-// The conformance harnesses put one in front of each store node of each
-// Locker for Harness.Slow.
+// Package slowlink makes a client's connections to one server slow on
+// demand: while a delay is set, each write waits that long before it goes
+// out, and each read that long after its bytes came in, so that requests
+// and replies each arrive that much late, in order on each connection.
+// Without a delay a connection costs nothing more than the one it wraps.
+// The Redlock conformance harnesses give each Locker one Link per master
+// (its go-redis Dialer) for Harness.Slow.
 package slowlink
 
 import (
-	"errors"
-	"io"
+	"context"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
 // maxDelay bounds every delay: a link is slow, never dead.
 const maxDelay = 10 * time.Second
 
-// held bounds the chunks waiting on one direction of one connection; the
-// reader waits (as TCP's window would make the sender wait) beyond it.
-const held = 64
-
-// Link is a proxy to one target. Its methods are safe for concurrent use.
+// Link is the connections of one client to one server. Its zero value is
+// ready (not slow); its methods are safe for concurrent use.
 type Link struct {
-	target string
-	ln     net.Listener
-	delay  atomic.Int64 // nanoseconds added to each chunk read now
-	done   chan struct{}
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	delay atomic.Int64 // nanoseconds
 }
 
-// New starts a Link to target (host:port) on a free port of 127.0.0.1; it
-// stops when the test ends, closing every connection.
-func New(t testing.TB, target string) *Link {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("slowlink: listen: %v", err)
-	}
-	l := &Link{target: target, ln: ln, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	l.wg.Go(l.accept)
-	t.Cleanup(l.close)
-	return l
-}
-
-// Addr is the address clients dial instead of the target.
-func (l *Link) Addr() string { return l.ln.Addr().String() }
-
-// Slow delays by d (at most 10 s) every chunk read from now on, either
-// way, until the returned function is called; chunks read before keep
-// their delay. Calls do not stack: the last one rules.
+// Slow makes every write and read on the Link's connections from now on
+// take d (at most 10 s) more, until the returned function is called;
+// writes and reads already waiting keep their delay. Calls do not stack:
+// the last one rules.
 func (l *Link) Slow(d time.Duration) (restore func()) {
 	l.delay.Store(int64(min(d, maxDelay)))
 	var once sync.Once
 	return func() { once.Do(func() { l.delay.Store(0) }) }
 }
 
-func (l *Link) close() {
-	select {
-	case <-l.done:
-		return
-	default:
-	}
-	close(l.done)
-	_ = l.ln.Close()
-	l.mu.Lock()
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-}
-
-// track records c to be closed by close; false when the Link is closed.
-func (l *Link) track(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	select {
-	case <-l.done:
-		_ = c.Close()
-		return false
-	default:
-	}
-	l.conns[c] = struct{}{}
-	return true
-}
-
-func (l *Link) untrack(c net.Conn) {
-	l.mu.Lock()
-	delete(l.conns, c)
-	l.mu.Unlock()
-	_ = c.Close()
-}
-
-func (l *Link) accept() {
-	for {
-		client, err := l.ln.Accept()
+// Dial dials addr (the address the client asked for is ignored) and
+// returns the connection on the Link: a go-redis Options.Dialer.
+func (l *Link) Dial(addr string) func(ctx context.Context, network, _ string) (net.Conn, error) {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
-			select {
-			case <-l.done:
-				return
-			case <-time.After(10 * time.Millisecond): // EMFILE and the like
-				continue
-			}
+			return nil, err
 		}
-		if !l.track(client) {
-			continue
-		}
-		l.wg.Go(func() { l.serve(client) })
+		return &conn{Conn: c, link: l, closed: make(chan struct{})}, nil
 	}
 }
 
-// serve connects client to the target and passes bytes both ways.
-func (l *Link) serve(client net.Conn) {
-	defer l.untrack(client)
-	d := net.Dialer{Timeout: 5 * time.Second}
-	server, err := d.Dial("tcp", l.target)
-	if err != nil || !l.track(server) {
-		return
-	}
-	defer l.untrack(server)
-	var both sync.WaitGroup
-	both.Go(func() { l.pipe(server, client) })
-	both.Go(func() { l.pipe(client, server) })
-	both.Wait()
+// conn is a connection on a Link.
+type conn struct {
+	net.Conn
+	link *Link
+	// The write deadline the client set, in UnixNano (0: none): a delayed
+	// write ends at it as the connection's own would.
+	writeBy   atomic.Int64
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
-// chunk is bytes read at a time, to be passed on at due.
-type chunk struct {
-	b   []byte
-	due time.Time
-	err error // the read's end (io.EOF: pass on as a half-close)
-}
-
-// pipe reads src and writes dst. While no delay is set and nothing is
-// held, it writes each read at once; otherwise a writer passes each chunk
-// on at its due time, in order. Any end closes both connections, but for
-// an orderly EOF, passed on as a half-close.
-func (l *Link) pipe(dst, src net.Conn) {
-	q := make(chan chunk, held)
-	var pending atomic.Int32 // chunks in q or being written by the writer
-	l.wg.Go(func() { l.write(dst, src, q, &pending) })
-	defer close(q)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		delay := time.Duration(l.delay.Load())
-		if delay == 0 && pending.Load() == 0 {
-			// The writer is idle and stays so: only this loop feeds it.
-			if !passOn(dst, src, buf[:n], err) {
-				return
-			}
-			continue
-		}
-		pending.Add(1)
-		select {
-		case q <- chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(delay), err: err}:
-		case <-l.done:
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// write passes the chunks of q on at their due time.
-func (l *Link) write(dst, src net.Conn, q <-chan chunk, pending *atomic.Int32) {
-	for c := range q {
-		if wait := time.Until(c.due); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-l.done:
-				t.Stop()
-				return
-			}
-		}
-		ok := passOn(dst, src, c.b, c.err)
-		pending.Add(-1)
-		if !ok {
-			return
-		}
-	}
-}
-
-// passOn writes b to dst and passes on the end err of src's read, if any;
-// it reports whether the pipe goes on.
-func passOn(dst, src net.Conn, b []byte, err error) bool {
-	if len(b) > 0 {
-		if _, werr := dst.Write(b); werr != nil {
-			_, _ = src.Close(), dst.Close()
-			return false
-		}
-	}
-	if err == nil {
+// wait sleeps for the Link's delay, up to the deadline by (UnixNano, 0:
+// none) or the connection's Close; it reports false when the deadline or
+// Close came first.
+func (c *conn) wait(by int64) bool {
+	d := time.Duration(c.link.delay.Load())
+	if d <= 0 {
 		return true
 	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok && errors.Is(err, io.EOF) {
-		_ = cw.CloseWrite()
+	ok := true
+	if by != 0 {
+		if left := time.Until(time.Unix(0, by)); left < d {
+			d, ok = max(left, 0), false
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return ok
+	case <-c.closed:
 		return false
 	}
-	_, _ = src.Close(), dst.Close()
-	return false
+}
+
+func (c *conn) Write(b []byte) (int, error) {
+	if !c.wait(c.writeBy.Load()) {
+		return 0, os.ErrDeadlineExceeded
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.wait(0) // the bytes came: they are passed on late, whatever the deadline
+	}
+	return n, err
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.writeBy.Store(nanos(t))
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writeBy.Store(nanos(t))
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }

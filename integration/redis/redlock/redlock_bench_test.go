@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 	scen "github.com/golocker/locker/integration/internal/contend"
 	"github.com/golocker/locker/integration/internal/slowlink"
@@ -56,12 +58,12 @@ func BenchmarkRedlock(b *testing.B) {
 }
 
 // BenchmarkRedlockSlowMaster measures what a slow master costs one Locker
-// of Redlock over 3 masters, the first reached through a link (package
-// slowlink) that delays each way by slow: a TryLock refused on a held key
-// (the others' "held" settle it; it then waits, up to TTL/4, for the slow
-// master's answer, so that its request cannot take the key after an
-// Unlock), and an Unlock (settled by the two fast masters). The metrics
-// are the medians of their latencies.
+// of Redlock over 3 masters, whose connections to the first are on a
+// link (package slowlink) that delays each way by slow: a TryLock refused
+// on a held key (the others' "held" settle it; it then waits, up to TTL/4,
+// for the slow master's answer, so that its request cannot take the key
+// after an Unlock), and an Unlock (settled by the two fast masters). The
+// metrics are the medians of their latencies.
 //
 //	go test -run '^$' -bench RedlockSlowMaster -benchtime 40x ./integration/redis/redlock/
 func BenchmarkRedlockSlowMaster(b *testing.B) {
@@ -72,11 +74,13 @@ func BenchmarkRedlockSlowMaster(b *testing.B) {
 	newLocker := func(link *slowlink.Link) locker.Locker {
 		cs := make([]redis.Master, len(masters))
 		for i, m := range masters {
-			addr := m.Addr()
+			o := clientOptions(m.Addr())
 			if i == 0 && link != nil {
-				addr = link.Addr()
+				o.Dialer = link.Dial(m.Addr())
 			}
-			cs[i] = newClient(b, addr)
+			c := goredis.NewClient(o)
+			b.Cleanup(func() { _ = c.Close() })
+			cs[i] = c
 		}
 		// Fresh servers that never held a lock: no restart delay.
 		l, err := redis.RedlockConfig{RestartDelay: time.Millisecond}.New(cs, locker.WithTTL(ttl))
@@ -87,7 +91,7 @@ func BenchmarkRedlockSlowMaster(b *testing.B) {
 		return l
 	}
 	holder := newLocker(nil)
-	link := slowlink.New(b, masters[0].Addr())
+	link := new(slowlink.Link)
 	l := newLocker(link)
 	ctx := b.Context()
 	held, err := holder.TryLock(ctx, "slow-held")

@@ -22,8 +22,8 @@ import (
 const redlockTTL = 3 * time.Second
 
 // redlockHarness is the conformance harness on independent masters: every
-// Locker has its own client of each master, dialling through a link of its
-// own (which Slow slows) in front of a proxy of its own (which Isolate
+// Locker has its own client of each master, whose connections are on a
+// link of its own (which Slow slows) to a proxy of its own (which Isolate
 // cuts). Restart restarts every master at once (empty datasets) and waits
 // out their restart delay; Failover restarts a majority of them one after
 // the other, as a rolling upgrade would, and lets the case meet the delay.
@@ -42,10 +42,13 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			var proxies []*testenv.Proxy
 			var links []*slowlink.Link
 			for i, m := range masters {
-				// client → its link (Slow) → its proxy (Isolate) → master
+				// client, on its link (Slow) → its proxy (Isolate) → master
 				p := testenv.NewProxy(t, m.Addr())
-				s := slowlink.New(t, p.Addr())
-				c := newClient(t, s.Addr())
+				s := new(slowlink.Link)
+				o := clientOptions(p.Addr())
+				o.Dialer = s.Dial(p.Addr())
+				c := goredis.NewClient(o)
+				t.Cleanup(func() { _ = c.Close() })
 				cs[i], closers = c, append(closers, c)
 				proxies, links = append(proxies, p), append(links, s)
 			}
