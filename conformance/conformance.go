@@ -139,6 +139,7 @@ var cases = []testCase{
 	{name: "MaxHoldBesideHeld", contract: maxHoldBeside, run: testMaxHoldBesideHeld},
 	{name: "UnlockPastDeadline", contract: pastDeadline, run: testUnlockPastDeadline},
 	{name: "ExtendWhileRenewed", contract: extendedHeld, run: testExtendWhileRenewed},
+	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
 }
 
 // reporter is the part of *testing.T a case reports through. Run passes the

@@ -56,6 +56,7 @@ type memEnv struct {
 	// memory.ErrUnreachable): the memory store never fails a renewal
 	// otherwise, so the renewals were starved of CPU.
 	starved atomic.Int64
+	slowed  map[locker.Locker]int // the Lockers Slow slowed, with how many of their nodes are slow still
 }
 
 func newMemEnv(ttl time.Duration) *memEnv {
@@ -75,6 +76,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		limits:   make(map[string]int),
 		firsts:   make(map[string]int),
 		marked:   make(map[string]bool),
+		slowed:   make(map[locker.Locker]int),
 	}
 }
 
@@ -166,6 +168,13 @@ func (e *memEnv) healedOf(l locker.Locker) <-chan struct{} {
 	return e.healed[f]
 }
 
+// isSlowed reports whether a node is slow for l (Harness.Slow).
+func (e *memEnv) isSlowed(l locker.Locker) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slowed[l] > 0
+}
+
 func (e *memEnv) fault(l locker.Locker) *memory.Fault {
 	if b, ok := l.(*brokenLocker); ok {
 		l = b.inner
@@ -235,6 +244,24 @@ func (e *memEnv) harness() Harness {
 			}
 		},
 		DeleteBehind: func(t testing.TB, key string) { e.store.DeleteKey(e.prefix + key) },
+		// One store with no nodes to slow: a slow "node" changes nothing
+		// for the memory Locker, and only the broken Lockers look.
+		Nodes: 3,
+		Slow: func(t testing.TB, l locker.Locker, _ int, _ time.Duration) func() {
+			e.mu.Lock()
+			e.slowed[l]++
+			e.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					e.mu.Lock()
+					defer e.mu.Unlock()
+					if e.slowed[l]--; e.slowed[l] == 0 {
+						delete(e.slowed, l)
+					}
+				})
+			}
+		},
 		// One store, nothing to replicate: a failover is a pause.
 		Failover: func(t testing.TB) { time.Sleep(failoverPause) },
 	}
@@ -323,6 +350,7 @@ const (
 	inspectHangsCut = "inspectHangsCut" // an Inspect while cut off waits out a read timeout of its own, whatever its ctx (a client that honours deadlines only)
 	asksStoreLate   = "asksStoreLate"   // an Unlock past the lock's Deadline asks the store and reports its answer (here: not held, its TTL run out), not the loss (a timer that has not ended the lock yet)
 	extendCutShort  = "extendCutShort"  // Extend fails with a bare context deadline exceeded once the Deadline it read passes, while renewals keep the lock held (a store call bounded by that deadline, on a store slower than it)
+	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -415,6 +443,7 @@ var mustCatch = map[string][]string{
 	inspectHangsCut: {"PromptCancelCalls"},
 	asksStoreLate:   {"UnlockPastDeadline"},
 	extendCutShort:  {"ExtendWhileRenewed"},
+	straggles:       {"RefusedStraggler"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -1189,6 +1218,13 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 		if b.kind == lateDelivery && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = b.inner.TryLock(context.Background(), key) })
+		}
+		if b.kind == straggles && !wait && errors.Is(err, locker.ErrNotAcquired) && b.env.isSlowed(b) {
+			// The straggler takes the key once it is free, and keeps it
+			// until the Locker is closed.
+			b.env.leaveResidue(key,
+				func(ctx context.Context) error { _, err := b.inner.Lock(ctx, key); return err },
+				func() error { _, err := b.inner.TryLock(context.Background(), key); return err })
 		}
 		if b.kind == leavesResidue && wait && ctx.Err() != nil {
 			// An orphaned waiter: it takes the key later and keeps it

@@ -285,6 +285,11 @@
 //     allows sends the case round again, on a new key; it fails when
 //     locks are lost in all three rounds. Skipped for a Lock that is not
 //     a locker.Extender.
+//   - RefusedStraggler (Slow, Nodes ≥ 3): while a key is held, a quorum's
+//     worth of Lockers, each slow on a node of its own (by TTL/8, at most
+//     125 ms, each way), are refused it by TryLock; their late requests reach the nodes
+//     after the holder's Unlock, and the next Locker's TryLock must get the
+//     key at once.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and

@@ -59,6 +59,19 @@ type Harness struct {
 	// survive it. The case that uses it runs alone.
 	Failover func(t testing.TB)
 
+	// Nodes is how many store nodes Slow can slow down (Redlock's masters).
+	// Cases that use Slow need at least three.
+	Nodes int
+
+	// Slow makes one store node, node (0 ≤ node < Nodes), slow for l alone:
+	// from the call until the returned function is called, each request l
+	// sends to that node and each reply l gets from it reach the other end
+	// d late, in order on each connection, while the other nodes and the
+	// other Lockers keep their pace. Bytes on their way when the function
+	// is called keep their delay; later ones go at once. The harness ends
+	// the delay when the test ends.
+	Slow func(t testing.TB, l locker.Locker, node int, d time.Duration) (restore func())
+
 	// NewLockerWith, when set, returns what the backend's constructor
 	// returns for the harness's configuration plus opts (applied last, so
 	// they win): a Locker, or the constructor's error. The suite closes a

@@ -75,7 +75,9 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 // counted from when phase 1 was sent. Otherwise it is undone. Renew and
 // release go to every master. Every step returns once a quorum settled its
 // outcome; requests still running finish in the background, bounded as
-// [RedlockConfig].Timeout says. Waiting Locks poll with the Locker's backoff,
+// [RedlockConfig].Timeout says; a failed acquisition first waits for them,
+// up to TTL/4, so that what they took is undone before it answers. Waiting
+// Locks poll with the Locker's backoff,
 // bounded by the shortest remaining TTL a master reported.
 //
 // # Guarantees
@@ -96,8 +98,12 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //   - A renewal keeps the lock when a quorum renewed it. The lock is lost
 //     once so many masters say it is not ours that no quorum can renew it.
 //   - A cancelled or failed attempt undoes what it may have taken. Masters
-//     that could not be reached are cleaned up in the background. A late
-//     phase-1 grant that nobody holds is undone as soon as it arrives.
+//     that could not be reached are cleaned up in the background. A failed
+//     attempt waits up to TTL/4 (its ctx allowing) for the masters still to
+//     answer, and undoes their grants with the others before it returns, so
+//     that a refused TryLock leaves nothing that keeps the key from the
+//     next caller after an Unlock. A late phase-1 grant that nobody holds,
+//     one later still, is undone as soon as it arrives.
 //
 // # Limits
 //
@@ -124,6 +130,9 @@ func NewRedlock(masters []Master, opts ...locker.Option) (locker.Locker, error) 
 //     restricted by ACL needs +info besides the scripting commands.
 //   - A Lock whose ctx ends cancels its requests and waits for them, up to
 //     2 s, before it undoes them, so that it leaves nothing behind.
+//   - A refused TryLock (and each refused attempt of a waiting Lock) takes
+//     as long as its slowest master, up to TTL/4: a hung master makes each
+//     refusal wait TTL/4, or [RedlockConfig].Timeout when shorter.
 //   - Close waits for the requests still running in the background. A hung
 //     master can make it wait until their bound: an acquisition's validity,
 //     or the client's read timeout.

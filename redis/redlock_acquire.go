@@ -52,6 +52,9 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	var lateMu sync.Mutex
 	over := false
 	var lateGrants []int
+	// Every late answer, once handled: a failed attempt waits for them
+	// (awaitStragglers).
+	arrived := make(chan struct{}, len(d.masters))
 	finish := func(granted bool) []int {
 		if granted {
 			d.live.Store(req.Owner, struct{}{})
@@ -68,6 +71,7 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 		}
 		return parsePhase1(v)
 	}, byQuorum(d, func(r phase1) bool { return r.granted }), func(i int, r phase1, err error) {
+		defer func() { arrived <- struct{}{} }() // one per master: never blocks
 		if !r.granted && err == nil {
 			return // held by another owner: nothing of ours
 		}
@@ -106,8 +110,15 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	for i, err := range errs {
 		mayHold[i] = granted[i] || err != nil && !errors.Is(err, errPending) && maybeExecuted(err)
 	}
+	stragglers := 0
+	for _, err := range errs {
+		if errors.Is(err, errPending) {
+			stragglers++
+		}
+	}
 	tokenArg := ""
 	undo := func(cause error) error {
+		awaitStragglers(ctx, stragglers, arrived, min(req.TTL/4, time.Until(start.Add(valid))))
 		for _, i := range finish(false) {
 			mayHold[i] = true
 		}
@@ -133,6 +144,31 @@ func (d *redlockDriver) TryAcquire(ctx context.Context, req driver.Request) (dri
 	}
 	finish(true)
 	return driver.Grant{Token: token, Validity: valid, Since: start}, nil
+}
+
+// awaitStragglers waits, up to wait or until ctx ends, for the late answers
+// of the n masters that a failed attempt's phase 1 settled without. A
+// request still on its way may reach its master after the attempt
+// answered, and after the key was freed there: its grant then holds the
+// key on that master until the late answer's undo, a round trip later,
+// and a quorum's worth of them (several refused callers) keeps the key
+// from the next caller after an Unlock. A grant that arrives while the
+// attempt waits is undone with the attempt's others, before it answers.
+func awaitStragglers(ctx context.Context, n int, arrived <-chan struct{}, wait time.Duration) {
+	if n == 0 || wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for ; n > 0; n-- {
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // parsePhase1 reads redlock_acquire.lua's reply.

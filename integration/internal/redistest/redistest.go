@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/slowlink"
 	"github.com/golocker/locker/internal/testenv"
 )
 
@@ -80,6 +81,9 @@ type Replica struct {
 	Client Closer
 	// Proxies are cut on Isolate and healed when it ends.
 	Proxies []*testenv.Proxy
+	// Links are the Locker's links to each store node, in node order,
+	// for Slow; nil when it cannot slow one node.
+	Links []*slowlink.Link
 }
 
 // Add records rep for l.
@@ -133,6 +137,20 @@ func (r *Replicas) Isolate(t testing.TB, l locker.Locker) func() {
 			p.Heal()
 		}
 	}
+}
+
+// Slow makes node slow by d for the Locker (conformance.Harness.Slow). It
+// fails t for a Locker that was not added or a node it has no link to.
+func (r *Replicas) Slow(t testing.TB, l locker.Locker, node int, d time.Duration) func() {
+	rep, ok := r.get(t, l)
+	if !ok {
+		return func() {}
+	}
+	if node < 0 || node >= len(rep.Links) {
+		t.Errorf("Slow: node %d of %d", node, len(rep.Links))
+		return func() {}
+	}
+	return rep.Links[node].Slow(d)
 }
 
 // ProxiedDialer returns a dialer that reaches each of addrs through a

@@ -11,6 +11,7 @@ import (
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/conformance"
 	"github.com/golocker/locker/integration/internal/redistest"
+	"github.com/golocker/locker/integration/internal/slowlink"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/redis"
 )
@@ -21,8 +22,9 @@ import (
 const redlockTTL = 3 * time.Second
 
 // redlockHarness is the conformance harness on independent masters: every
-// Locker has its own client of each master, dialling through its own
-// proxy. Restart restarts every master at once (empty datasets) and waits
+// Locker has its own client of each master, whose connections are on a
+// link of its own (which Slow slows) to a proxy of its own (which Isolate
+// cuts). Restart restarts every master at once (empty datasets) and waits
 // out their restart delay; Failover restarts a majority of them one after
 // the other, as a rolling upgrade would, and lets the case meet the delay.
 func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Harness {
@@ -38,18 +40,24 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			cs := make([]redis.Master, len(masters))
 			var closers multiCloser
 			var proxies []*testenv.Proxy
+			var links []*slowlink.Link
 			for i, m := range masters {
+				// client, on its link (Slow) → its proxy (Isolate) → master
 				p := testenv.NewProxy(t, m.Addr())
-				c := newClient(t, p.Addr())
+				s := new(slowlink.Link)
+				o := clientOptions(p.Addr())
+				o.Dialer = s.Dial(p.Addr())
+				c := goredis.NewClient(o)
+				t.Cleanup(func() { _ = c.Close() })
 				cs[i], closers = c, append(closers, c)
-				proxies = append(proxies, p)
+				proxies, links = append(proxies, p), append(links, s)
 			}
 			l, err := redis.NewRedlock(cs, locker.WithTTL(redlockTTL))
 			if err != nil {
 				t.Errorf("NewRedlock: %v", err)
 				return nil
 			}
-			reps.Add(l, redistest.Replica{Client: closers, Proxies: proxies})
+			reps.Add(l, redistest.Replica{Client: closers, Proxies: proxies, Links: links})
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
@@ -61,6 +69,8 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 		},
 		Crash:   reps.Crash,
 		Isolate: reps.Isolate,
+		Nodes:   len(masters),
+		Slow:    reps.Slow,
 		DeleteBehind: func(t testing.TB, key string) {
 			for i, a := range admins {
 				if err := a.Del(context.Background(), redis.KeysOf(key).Lock).Err(); err != nil {

@@ -24,6 +24,28 @@ func (a *allowance) allows(harness, caseName, msg string) bool {
 // allowances is the one list of the conformance skips that are not for want
 // of a hook. Every other skip fails make test under CI=true.
 func allowances() []allowance {
+	// The Redis harnesses of one server (or of a Cluster, one node per
+	// key), without Config.Replicas.
+	redisSingle := []string{
+		"integration/redis TestConformance",
+		"integration/redis TestConformanceUnfair",
+		"integration/redis TestConformanceNoPubSub",
+		"integration/redis TestConformanceNoPubSubForced",
+		"integration/redis TestConformanceCluster",
+		"integration/redis TestConformanceOpen",
+	}
+	// The harnesses of the other backends: one server, or a cluster the
+	// client reaches as one.
+	oneServer := []string{
+		"integration/zookeeper TestConformance",
+		"integration/mysql TestConformance",
+		"integration/mysql TestConformancePollOnly",
+		"integration/etcd TestConformance/embedded",
+		"integration/etcd TestConformance/env",
+		"integration/postgres TestConformance",
+		"integration/postgres TestConformanceSQLDB",
+		"integration/postgres TestConformancePgBouncer",
+	}
 	return []allowance{
 		{
 			harnesses: []string{
@@ -50,33 +72,17 @@ func allowances() []allowance {
 				"is not one count (issue 30 lets Redlock refuse); the other Redis harnesses run these cases",
 		},
 		{
-			harnesses: []string{
-				"integration/redis TestConformance",
-				"integration/redis TestConformanceUnfair",
-				"integration/redis TestConformanceNoPubSub",
-				"integration/redis TestConformanceNoPubSubForced",
-				"integration/redis TestConformanceCluster",
-				"integration/redis TestConformanceOpen",
-			},
-			cases:   []string{"Failover"},
-			message: "Harness.Failover is nil",
+			harnesses: redisSingle,
+			cases:     []string{"Failover"},
+			message:   "Harness.Failover is nil",
 			reason: "without Config.Replicas a failover may hand a held key out again (redis package doc, " +
 				"Replicated before granted), and Cluster clients refuse Replicas; " +
 				"TestConformanceSentinel and TestConformanceRedlock* run Failover",
 		},
 		{
-			harnesses: []string{
-				"integration/zookeeper TestConformance",
-				"integration/mysql TestConformance",
-				"integration/mysql TestConformancePollOnly",
-				"integration/etcd TestConformance/embedded",
-				"integration/etcd TestConformance/env",
-				"integration/postgres TestConformance",
-				"integration/postgres TestConformanceSQLDB",
-				"integration/postgres TestConformancePgBouncer",
-			},
-			cases:   []string{"Failover"},
-			message: "Harness.Failover is nil",
+			harnesses: oneServer,
+			cases:     []string{"Failover"},
+			message:   "Harness.Failover is nil",
 			reason: "the harness's store is one server with no replica to fail over to; ZooKeeper and etcd " +
 				"replicate by quorum, and a MySQL failover that loses committed writes loses locks " +
 				"(mysql package doc, Limits)",
@@ -121,6 +127,14 @@ func allowances() []allowance {
 			cases:   []string{"ForceUnlock"},
 			message: "the redlock backend cannot free a key it does not hold",
 			reason:  "Redlock has no forced unlock: ForceUnlock answers errors.ErrUnsupported",
+		},
+		{
+			harnesses: slices.Concat(redisSingle, oneServer, []string{"integration/redis/sentinel TestConformanceSentinel"}),
+			cases:     []string{"RefusedStraggler"},
+			message:   "Harness.Slow is nil",
+			reason: "one server (or one primary, or one Cluster node per key, or a consensus leader the client follows) " +
+				"settles each acquisition, so a refusal never leaves a request running on another node; " +
+				"Redlock settles on a quorum of independent masters, and TestConformanceRedlock* run the case",
 		},
 		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
