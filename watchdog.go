@@ -230,6 +230,12 @@ func (e *engine) renew(holds []*hold) renewResult {
 // expire ends h as lost at its local deadline: no renewal succeeded in
 // time, the last one failing with lastErr (nil: none was answered).
 func (e *engine) expire(h *hold, lastErr error) {
+	if h.claimed.Load() {
+		// An Unlock in progress releases it; the lock is lost at its
+		// deadline all the same, and Err says so (not a clean release).
+		h.end(e.err("hold", h.key, ErrLost, noRenewal(lastErr)))
+		return
+	}
 	if h.lost(noRenewal(lastErr)) {
 		// The store may still hold it (etcd and ZooKeeper keep it while
 		// the lease or session lives): give it back.
