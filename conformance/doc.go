@@ -287,9 +287,9 @@
 //     a locker.Extender.
 //   - RefusedStraggler (Slow, Nodes ≥ 3): while a key is held, a quorum's
 //     worth of Lockers, each slow on a node of its own (by TTL/8, at most
-//     125 ms, each way), are refused it by TryLock; their late requests reach the nodes
-//     after the holder's Unlock, and the next Locker's TryLock must get the
-//     key at once.
+//     125 ms, each way), are refused it by TryLock; their late requests
+//     reach the nodes after the holder's Unlock, and the next Locker's
+//     TryLock must get the key at once.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and
