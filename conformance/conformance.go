@@ -22,6 +22,14 @@ const defaultSlack = 5 * time.Second
 // Cases that need a nil hook skip and say which. Cases run in parallel with
 // each other (t.Parallel), except FencingAfterRestart and
 // LockRidesOutRestart, which run alone.
+//
+// A case that fails while the test process stalls runs again, up to three
+// attempts in all. A stall is a timer of Run's firing more than a
+// twentieth of h.TTL late. Such a machine may starve the Lockers'
+// renewals, and a lock lost so says nothing of the Locker. A case that
+// fails without a stall fails at once. Only the last attempt's failures
+// fail the test; the earlier attempts' reports are logged. A case reports
+// when its attempt ends, not as it runs.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.NewLocker == nil {
@@ -30,14 +38,29 @@ func Run(t *testing.T, h Harness) {
 	if h.TTL <= 0 {
 		t.Fatalf("conformance: Harness.TTL is %v; set it to the TTL the harness's Lockers use", h.TTL)
 	}
+	// The parallel cases run after Run returns: the watch stops when the
+	// last one has ended.
+	stalls := watchStalls(stallEvery(h.TTL), stallOver(h.TTL))
+	t.Cleanup(stalls.stop)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.serial {
 				t.Parallel()
 			}
-			tc.run(&caseT{reporter: t, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack})
+			runCase(t, h, tc, stalls)
 		})
 	}
+}
+
+// stallEvery is how often Run's stallWatch checks the process, and
+// stallOver how late its timer may fire before it counts a stall: a
+// twentieth of the TTL, half of the margin a Locker keeps before its
+// local deadline.
+func stallEvery(ttl time.Duration) time.Duration {
+	return clamp(ttl/20, 5*time.Millisecond, 100*time.Millisecond)
+}
+func stallOver(ttl time.Duration) time.Duration {
+	return clamp(ttl/20, 20*time.Millisecond, 250*time.Millisecond)
 }
 
 // Cases returns the names of the cases, in the order Run runs them: each is
@@ -142,9 +165,10 @@ var cases = []testCase{
 	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
 }
 
-// reporter is the part of *testing.T a case reports through. Run passes the
-// real *testing.T; the suite's own test passes a recorder, so that it can run
-// a case against a broken Locker and check that the case fails without
+// reporter is the part of *testing.T a case reports through: a recorder
+// of one attempt (runCase), which Run replays to the *testing.T when the
+// attempt counts. The suite's own test reads the recorder, so that it can
+// run a case against a broken Locker and check that the case fails without
 // failing itself. Fatalf and Skipf must not return (they end the goroutine).
 type reporter interface {
 	Helper()

@@ -459,57 +459,6 @@ var mustPass = map[string][]string{
 	losesHeld: {"List"},
 }
 
-// recorder is the reporter of a case run by these tests: it records instead
-// of failing the test.
-type recorder struct {
-	mu      sync.Mutex
-	failed  bool
-	skipped bool
-	log     []string
-}
-
-func (r *recorder) Helper() {}
-
-func (r *recorder) add(kind, format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch kind {
-	case "error":
-		r.failed = true
-	case "skip":
-		r.skipped = true
-	}
-	r.log = append(r.log, kind+": "+fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) Logf(format string, args ...any)   { r.add("log", format, args...) }
-func (r *recorder) Errorf(format string, args ...any) { r.add("error", format, args...) }
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.add("error", format, args...)
-	runtime.Goexit()
-}
-func (r *recorder) Skipf(format string, args ...any) {
-	r.add("skip", format, args...)
-	runtime.Goexit()
-}
-
-func (r *recorder) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.log, "\n")
-}
-
-func (r *recorder) firstError() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, l := range r.log {
-		if strings.HasPrefix(l, "error: ") {
-			return l
-		}
-	}
-	return ""
-}
-
 // selfSlack is the slack of recorded runs: it only shortens how long a case
 // waits before it reports a broken Locker.
 const selfSlack = 3 * time.Second
@@ -518,17 +467,7 @@ const selfSlack = 3 * time.Second
 // whether it finished within limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			if p := recover(); p != nil {
-				rec.Errorf("panic: %v", p)
-			}
-		}()
-		tc.run(c)
-	}()
+	done := startCase(&caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}, tc.run)
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
@@ -640,58 +579,6 @@ type run struct {
 	stalled bool
 }
 
-// stallWatch records when the process stalled: a timer of its own that
-// fired later than its schedule by more than a lock's safety margin (a
-// tenth of the TTL), as a renewal would have. A starved renewal does not
-// always end in a loss at the local deadline: the memory store may expire
-// the lock first, and its renewal is refused, as after a deletion.
-type stallWatch struct {
-	mu     sync.Mutex
-	stalls [][2]time.Time // from, to
-	done   chan struct{}
-}
-
-// watchStalls starts a stallWatch with a timer every every, which records
-// a stall when it fires more than over late.
-func watchStalls(every, over time.Duration) *stallWatch {
-	w := &stallWatch{done: make(chan struct{})}
-	go func() {
-		timer := time.NewTimer(every)
-		defer timer.Stop()
-		prev := time.Now()
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-timer.C:
-			}
-			now := time.Now()
-			if now.Sub(prev)-every > over {
-				w.mu.Lock()
-				w.stalls = append(w.stalls, [2]time.Time{prev, now})
-				w.mu.Unlock()
-			}
-			prev = now
-			timer.Reset(every)
-		}
-	}()
-	return w
-}
-
-func (w *stallWatch) stop() { close(w.done) }
-
-// during reports whether a stall overlapped the time from from to to.
-func (w *stallWatch) during(from, to time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range w.stalls {
-		if s[0].Before(to) && s[1].After(from) {
-			return true
-		}
-	}
-	return false
-}
-
 // wrong reports whether r's outcome is not the one it must have: a
 // failure when the Locker must pass (passes), no failure otherwise.
 func (r *run) wrong(passes bool) bool {
@@ -722,7 +609,7 @@ func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *
 			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit)
 			r.took = time.Since(s)
 			r.starved = env.starved.Load()
-			r.stalled = stalls.during(s, time.Now())
+			r.stalled = stalls.longest(s, time.Now()) > 0
 		}()
 	}
 	wg.Wait()

@@ -1,0 +1,131 @@
+package conformance
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAttemptsRunAgainOnlyAfterAStall: a failed attempt runs again only
+// when the process stalled while it ran and the test has not failed
+// elsewhere, up to the number of attempts; the last attempt's recorder is
+// the one that counts.
+func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
+	failing := func() *recorder {
+		r := &recorder{}
+		r.Errorf("lost")
+		return r
+	}
+	passing := func() *recorder { return &recorder{} }
+	for _, tc := range []struct {
+		name    string
+		outcome []func() *recorder // the attempts' outcomes, the last repeated
+		stall   time.Duration
+		failed  bool // the test failed outside the attempt
+		runs    int
+		passed  bool
+	}{
+		{"a pass runs once", []func() *recorder{passing}, time.Second, false, 1, true},
+		{"a failure without a stall runs once", []func() *recorder{failing}, 0, false, 1, false},
+		{"a failure while stalled runs again", []func() *recorder{failing, passing}, 300 * time.Millisecond, false, 2, true},
+		{"at most three attempts", []func() *recorder{failing}, 300 * time.Millisecond, false, 3, false},
+		{"a hook's failure ends the attempts", []func() *recorder{failing}, time.Second, true, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs, logs := 0, 0
+			attempt := func() *recorder {
+				f := tc.outcome[min(runs, len(tc.outcome)-1)]
+				runs++
+				return f()
+			}
+			longest := func(from, to time.Time) time.Duration { return tc.stall }
+			logf := func(format string, args ...any) {
+				logs++
+				if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "error: ") {
+					t.Errorf("the log of a rerun attempt does not carry its report: %s", msg)
+				}
+			}
+			rec := attempts(caseAttempts, attempt, func() bool { return tc.failed }, longest, logf)
+			if runs != tc.runs {
+				t.Errorf("%d attempts ran, want %d", runs, tc.runs)
+			}
+			if logs != runs-1 {
+				t.Errorf("%d attempts were logged, want every one but the last (%d)", logs, runs-1)
+			}
+			if rec.failed == tc.passed {
+				t.Errorf("the last attempt's recorder failed = %v, want %v", rec.failed, !tc.passed)
+			}
+		})
+	}
+}
+
+// TestRecorderNamesTheReportingLine: a report names the line of the case
+// that made it, above the helpers that marked themselves, as testing.T
+// does; a Fatalf ends the attempt's goroutine and is replayed as fatal.
+func TestRecorderNamesTheReportingLine(t *testing.T) {
+	rec := &recorder{}
+	c := &caseT{reporter: rec, t: t}
+	var line int
+	done := startCase(c, func(c *caseT) {
+		_, _, line, _ = runtime.Caller(0)
+		reportingHelper(c) // the line a report must name: line+1
+		c.Errorf("not reached")
+	})
+	<-done
+	want := fmt.Sprintf("attempts_internal_test.go:%d: ", line+1)
+	if len(rec.log) != 2 || !strings.HasPrefix(rec.log[0].text, want) || !strings.HasPrefix(rec.log[1].text, want) {
+		t.Fatalf("recorded %q, want a log and a failure, each after %q", rec.log, want)
+	}
+	if !rec.failed || !rec.fatal {
+		t.Errorf("failed = %v, fatal = %v after a Fatalf, want both", rec.failed, rec.fatal)
+	}
+}
+
+func reportingHelper(c *caseT) {
+	c.Helper()
+	c.Logf("a log")
+	c.Fatalf("a failure")
+}
+
+// TestStallWatchLongest: longest returns the longest stall that overlaps
+// the time asked about, and 0 when none does.
+func TestStallWatchLongest(t *testing.T) {
+	base := time.Now()
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	w := &stallWatch{stalls: []stall{{at(100), at(150)}, {at(200), at(500)}, {at(600), at(620)}}}
+	for _, tc := range []struct {
+		from, to int
+		want     time.Duration
+	}{
+		{0, 90, 0},
+		{0, 120, 50 * time.Millisecond},
+		{140, 610, 300 * time.Millisecond},
+		{550, 700, 20 * time.Millisecond},
+		{630, 900, 0},
+	} {
+		if got := w.longest(at(tc.from), at(tc.to)); got != tc.want {
+			t.Errorf("longest from %d ms to %d ms = %v, want %v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+// TestStallWatchSeesALateTimer: a watch whose margin is below the timer's
+// own lateness records stalls; a watch whose margin is an hour records
+// none.
+func TestStallWatchSeesALateTimer(t *testing.T) {
+	eager := watchStalls(time.Millisecond, -time.Millisecond) // every firing counts
+	calm := watchStalls(time.Millisecond, time.Hour)
+	from := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	eager.stop()
+	calm.stop()
+	calm.stop() // stop may be called again
+	if eager.longest(from, time.Now()) == 0 {
+		t.Error("a watch that counts every firing recorded no stall in 50 ms")
+	}
+	if d := calm.longest(from, time.Now()); d != 0 {
+		t.Errorf("a watch with an hour's margin recorded a stall of %v", d)
+	}
+}
