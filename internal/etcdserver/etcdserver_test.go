@@ -2,6 +2,10 @@ package etcdserver
 
 import (
 	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -133,5 +137,42 @@ func TestDirReused(t *testing.T) {
 	}
 	if len(get.Kvs) != 1 || get.Kvs[0].CreateRevision != put.Header.Revision {
 		t.Fatalf("second run reads %v, want k created at %d", get.Kvs, put.Header.Revision)
+	}
+}
+
+// TestPortsBelowEphemeralRange checks that a member's ports lie below the
+// kernel's ephemeral range: a stopped member's port there could become the
+// local port of another process's outgoing connection, and the member's
+// restart failed with "address already in use" while that connection lived
+// (CI: integration/etcd TestClusterLeaderFailover).
+func TestPortsBelowEphemeralRange(t *testing.T) {
+	b, err := os.ReadFile(ephemeralRangeFile)
+	if err != nil {
+		t.Skipf("no ephemeral port range to check against: %v", err)
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		t.Fatalf("%s: %q: %v", ephemeralRangeFile, b, err)
+	}
+	if low-lowestPort < minPortSpan {
+		t.Skipf("the ephemeral range %d-%d leaves no room below it", low, high)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := StartCluster(ctx, 3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, s := range c.Members() {
+		for _, u := range []url.URL{s.clientURL, s.peerURL} {
+			p, err := strconv.Atoi(u.Port())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p < lowestPort || p >= low {
+				t.Errorf("%s listens on %s: port %d is not in %d-%d, below the ephemeral range %d-%d", s.Name(), u.String(), p, lowestPort, low-1, low, high)
+			}
+		}
 	}
 }
