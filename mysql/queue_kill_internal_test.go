@@ -45,23 +45,8 @@ func TestCancelledWaitEndsWithoutKill(t *testing.T) {
 		done <- err
 	}()
 	start := strings.ReplaceAll(fmt.Sprintf(lineSQL[:len("SELECT IS_FREE_LOCK('%[1]s')")], name), "'", "''")
-	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE LOCATE('" + start + "', INFO) = 1"
-	for {
-		var n int
-		if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the wait in line returned before its ctx ended: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("%s: still 0 when the test's time ran out", q)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	// A wait that returns before its ctx ends fails the test at once.
+	awaitCountBefore(ctx, t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE LOCATE('"+start+"', INFO) = 1", done)
 	cancel()
 	select {
 	case err := <-done:

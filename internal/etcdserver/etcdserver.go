@@ -463,17 +463,24 @@ const (
 // ephemeralRangeFile holds Linux's ephemeral port range ("low high").
 const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 
-// ephemeralLow returns the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
+// ephemeralRange returns the kernel's ephemeral port range.
+func ephemeralRange() (low, high int, err error) {
 	b, err := os.ReadFile(ephemeralRangeFile)
 	if err != nil {
-		return defaultEphemeralLow
+		return 0, 0, err
 	}
-	var low, high int
-	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low <= 0 {
-		return defaultEphemeralLow
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0, 0, fmt.Errorf("%s: %q: %w", ephemeralRangeFile, b, err)
 	}
-	return low
+	return low, high, nil
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	if low, _, err := ephemeralRange(); err == nil && low > 0 {
+		return low
+	}
+	return defaultEphemeralLow
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago,

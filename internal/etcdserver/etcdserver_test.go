@@ -2,9 +2,9 @@ package etcdserver
 
 import (
 	"context"
-	"fmt"
+	"errors"
+	"io/fs"
 	"net/url"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -26,6 +26,17 @@ func newClient(t *testing.T, eps []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// startCluster starts a 3-member cluster that the test's end closes.
+func startCluster(ctx context.Context, t *testing.T) *Cluster {
+	t.Helper()
+	c, err := StartCluster(ctx, 3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func TestSingleRestart(t *testing.T) {
@@ -66,11 +77,7 @@ func TestSingleRestart(t *testing.T) {
 func TestClusterLeaderStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startCluster(ctx, t)
 	cli := newClient(t, c.Endpoints())
 	if _, err := cli.Put(ctx, "k", "1"); err != nil {
 		t.Fatal(err)
@@ -146,24 +153,19 @@ func TestDirReused(t *testing.T) {
 // restart failed with "address already in use" while that connection lived
 // (CI: integration/etcd TestClusterLeaderFailover).
 func TestPortsBelowEphemeralRange(t *testing.T) {
-	b, err := os.ReadFile(ephemeralRangeFile)
-	if err != nil {
+	low, high, err := ephemeralRange()
+	if errors.Is(err, fs.ErrNotExist) {
 		t.Skipf("no ephemeral port range to check against: %v", err)
 	}
-	var low, high int
-	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
-		t.Fatalf("%s: %q: %v", ephemeralRangeFile, b, err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if low-lowestPort < minPortSpan {
 		t.Skipf("the ephemeral range %d-%d leaves no room below it", low, high)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startCluster(ctx, t)
 	for _, s := range c.Members() {
 		for _, u := range []url.URL{s.clientURL, s.peerURL} {
 			p, err := strconv.Atoi(u.Port())
