@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -17,14 +18,19 @@ func TestCancelledWaitEndsWithoutKill(t *testing.T) {
 	d := wakeDriver(t, db)
 	k, _, _ := freeKey(t, d)
 	name := d.notify.name(k)
-	// Another session holds the name.
+	// Another session holds the name. It waits for it: freeKey's lock may
+	// have had its name taken by the driver's holder goroutine, which gives
+	// it up soon after the release (under load, after a while). A name not
+	// taken here would be free for the wait below, which would return at
+	// once.
 	other, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.ExecContext(ctx, "DO GET_LOCK('"+name+"', 0)"); err != nil {
-		t.Fatal(err)
+	var got sql.NullInt64
+	if err := other.QueryRowContext(ctx, "SELECT GET_LOCK('"+name+"', 20)").Scan(&got); err != nil || got.Int64 != 1 {
+		t.Fatalf("the other session did not get the name: %v %v", got, err)
 	}
 	s, err := d.notify.session(ctx)
 	if err != nil || s == nil {
@@ -39,7 +45,8 @@ func TestCancelledWaitEndsWithoutKill(t *testing.T) {
 		done <- err
 	}()
 	start := strings.ReplaceAll(fmt.Sprintf(lineSQL[:len("SELECT IS_FREE_LOCK('%[1]s')")], name), "'", "''")
-	awaitCount(ctx, t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE LOCATE('"+start+"', INFO) = 1")
+	// A wait that returns before its ctx ends fails the test at once.
+	awaitCountBefore(ctx, t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE LOCATE('"+start+"', INFO) = 1", done)
 	cancel()
 	select {
 	case err := <-done:

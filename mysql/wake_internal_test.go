@@ -98,6 +98,13 @@ func wakeDriver(t *testing.T, db *sql.DB) *sqlDriver {
 // awaitCount waits until query, a count, returns more than 0.
 func awaitCount(ctx context.Context, t *testing.T, db *sql.DB, query string) {
 	t.Helper()
+	awaitCountBefore(ctx, t, db, query, nil)
+}
+
+// awaitCountBefore is awaitCount that fails when a call's error arrives on
+// done first (a nil done never does).
+func awaitCountBefore(ctx context.Context, t *testing.T, db *sql.DB, query string, done <-chan error) {
+	t.Helper()
 	for {
 		var n int
 		if err := db.QueryRowContext(ctx, query).Scan(&n); err != nil {
@@ -106,8 +113,12 @@ func awaitCount(ctx context.Context, t *testing.T, db *sql.DB, query string) {
 		if n > 0 {
 			return
 		}
-		if !driver.Sleep(ctx, 10*time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("%s: still 0 when the call returned (%v)", query, err)
+		case <-ctx.Done():
 			t.Fatalf("%s: still 0 when the test's time ran out", query)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -79,7 +79,7 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locke
 	if pool == nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
 	}
-	return newLocker(newPoolQuerier(pool), cfg, opts)
+	return newLocker(newPoolQuerier(pool), cfg, nil, opts)
 }
 
 // NewDB is NewDBWithConfig with the zero Config.
@@ -90,20 +90,24 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // NewDBWithConfig is NewWithConfig on a *sql.DB opened with pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
 // postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
-// keeps one of db's connections for LISTEN; PollOnly is implied when db's
-// MaxOpenConns is set below 4. It returns an error matching
+// keeps one of db's connections for LISTEN, and it keeps one for its
+// renewals from the first on; when db's MaxOpenConns is set below 4, it
+// keeps neither: PollOnly is implied, and renewals use the pool. It returns an error matching
 // locker.ErrInvalidOption for a db on another driver.
 func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
 	if err := checkStdlib(db); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
 	}
+	var kept *keptConn
 	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
 		cfg.PollOnly = true // no room for the LISTEN connection
+	} else {
+		kept = &keptConn{db: db}
 	}
-	return newLocker(newDBQuerier(db), cfg, opts)
+	return newLocker(newDBQuerier(db), cfg, kept, opts)
 }
 
-func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, error) {
+func newLocker(q querier, cfg Config, kept *keptConn, opts []locker.Option) (locker.Locker, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
@@ -111,7 +115,7 @@ func newLocker(q querier, cfg Config, opts []locker.Option) (locker.Locker, erro
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
 	}
 	st := newStatements(cfg.Table)
-	d := &pgDriver{q: q, cfg: cfg, sql: st, shared: newSharedStatements(cfg.Table, st), logger: slog.New(slog.DiscardHandler)}
+	d := &pgDriver{q: q, cfg: cfg, sql: st, shared: newSharedStatements(cfg.Table, st), logger: slog.New(slog.DiscardHandler), renewConn: kept}
 	if cfg.PollOnly {
 		return locker.New(d, opts...)
 	}
@@ -153,6 +157,9 @@ type pgDriver struct {
 	ttl    time.Duration // the Locker's TTL
 
 	listen *listener // nil with PollOnly
+	// renewConn is the connection of a *sql.DB kept for renewals; nil on
+	// a pgxpool.Pool, and on a *sql.DB whose MaxOpenConns leaves no room.
+	renewConn *keptConn
 
 	clock driver.StoreClock // for the fences of acquiring statements
 
@@ -518,7 +525,11 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	if shared {
 		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, renewed)
 	} else {
-		err = d.q.query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
+		query := d.q.query
+		if d.renewConn != nil {
+			query = d.renewConn.query
+		}
+		err = query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
 			var r rowKey
 			if err := scan(&r.key, &r.owner, &r.version); err != nil {
 				return err
@@ -549,11 +560,14 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	return validity, errs, nil
 }
 
-// Close implements driver.Driver: it stops the LISTEN connection. The
-// caller's pool stays open.
+// Close implements driver.Driver: it stops the LISTEN connection and
+// gives the renewals' connection back. The caller's pool stays open.
 func (d *pgDriver) Close() error {
 	if d.listen != nil {
 		d.listen.close()
+	}
+	if d.renewConn != nil {
+		d.renewConn.close()
 	}
 	return nil
 }

@@ -3,9 +3,10 @@
 // several members ([StartCluster]) whose members can be stopped and started
 // again to exercise leader elections.
 //
-// Every member listens on free 127.0.0.1 ports and keeps its data in a
-// directory of its own; its logs are discarded unless [Config.LogFile] names a
-// file. The servers are real etcd: the same Raft, MVCC store, leases and
+// Every member listens on free 127.0.0.1 ports below the kernel's ephemeral
+// range (no other process's connection takes a stopped member's port) and
+// keeps its data in a directory of its own; its logs are discarded unless
+// [Config.LogFile] names a file. The servers are real etcd: the same Raft, MVCC store, leases and
 // watches as a production deployment, only without TLS or authentication.
 //
 // It serves the etcd backend's tests and is the default store of the cron
@@ -21,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -439,7 +441,50 @@ func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultStartTimeout)
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
+// Ports below the kernel's ephemeral range: a stopped member's port there
+// cannot become another process's outgoing connection's local port (the
+// kernel picks those from the ephemeral range), which would fail the
+// member's restart for as long as that connection lives.
+const (
+	// lowestPort is the lowest port chosen: below it lie the fixed ports
+	// of common services.
+	lowestPort = 20000
+	// defaultEphemeralLow is the start of the ephemeral range where it
+	// cannot be read: Linux's default (32768); macOS and Windows start
+	// higher (49152).
+	defaultEphemeralLow = 32768
+	// minPortSpan is the fewest ports below the ephemeral range worth a
+	// random choice; with fewer, the kernel chooses (ephemeral) ports.
+	minPortSpan = 1000
+	// portTries bounds the random choices per port.
+	portTries = 100
+)
+
+// ephemeralRangeFile holds Linux's ephemeral port range ("low high").
+const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// ephemeralRange returns the kernel's ephemeral port range.
+func ephemeralRange() (low, high int, err error) {
+	b, err := os.ReadFile(ephemeralRangeFile)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0, 0, fmt.Errorf("%s: %q: %w", ephemeralRangeFile, b, err)
+	}
+	return low, high, nil
+}
+
+// ephemeralLow returns the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	if low, _, err := ephemeralRange(); err == nil && low > 0 {
+		return low
+	}
+	return defaultEphemeralLow
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago,
+// below the ephemeral range when it leaves room (see lowestPort).
 func freePorts(n int) ([]int, error) {
 	lns := make([]net.Listener, 0, n)
 	defer func() {
@@ -448,10 +493,21 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
+	span := ephemeralLow() - lowestPort
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("etcdserver: find a free port: %w", err)
+		var ln net.Listener
+		var err error
+		if span >= minPortSpan {
+			for range portTries {
+				if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowestPort+rand.IntN(span))); err == nil {
+					break
+				}
+			}
+		}
+		if ln == nil {
+			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				return nil, fmt.Errorf("etcdserver: find a free port: %w", err)
+			}
 		}
 		lns = append(lns, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)

@@ -2,6 +2,10 @@ package etcdserver
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,6 +26,17 @@ func newClient(t *testing.T, eps []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// startCluster starts a 3-member cluster that the test's end closes.
+func startCluster(ctx context.Context, t *testing.T) *Cluster {
+	t.Helper()
+	c, err := StartCluster(ctx, 3, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func TestSingleRestart(t *testing.T) {
@@ -62,11 +77,7 @@ func TestSingleRestart(t *testing.T) {
 func TestClusterLeaderStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := StartCluster(ctx, 3, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startCluster(ctx, t)
 	cli := newClient(t, c.Endpoints())
 	if _, err := cli.Put(ctx, "k", "1"); err != nil {
 		t.Fatal(err)
@@ -133,5 +144,37 @@ func TestDirReused(t *testing.T) {
 	}
 	if len(get.Kvs) != 1 || get.Kvs[0].CreateRevision != put.Header.Revision {
 		t.Fatalf("second run reads %v, want k created at %d", get.Kvs, put.Header.Revision)
+	}
+}
+
+// TestPortsBelowEphemeralRange checks that a member's ports lie below the
+// kernel's ephemeral range: a stopped member's port there could become the
+// local port of another process's outgoing connection, and the member's
+// restart failed with "address already in use" while that connection lived
+// (CI: integration/etcd TestClusterLeaderFailover).
+func TestPortsBelowEphemeralRange(t *testing.T) {
+	low, high, err := ephemeralRange()
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("no ephemeral port range to check against: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if low-lowestPort < minPortSpan {
+		t.Skipf("the ephemeral range %d-%d leaves no room below it", low, high)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := startCluster(ctx, t)
+	for _, s := range c.Members() {
+		for _, u := range []url.URL{s.clientURL, s.peerURL} {
+			p, err := strconv.Atoi(u.Port())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p < lowestPort || p >= low {
+				t.Errorf("%s listens on %s: port %d is not in %d-%d, below the ephemeral range %d-%d", s.Name(), u.String(), p, lowestPort, low-1, low, high)
+			}
+		}
 	}
 }
