@@ -24,9 +24,10 @@ import (
 // ctx's error. A request that Redis has read still runs after the cut: an
 // attempt that may have queued or taken something leaves it to a
 // driver.Residue, whose cleanup first writes a tombstone of its owner (see
-// cutKey). acquire.lua and shared_acquire.lua do nothing for an owner with
-// a tombstone, so a cut request that runs after its cleanup takes nothing
-// and leaves nothing. Calls whose ctx never ends use the shared pool, and
+// cutKey; a shared attempt's is a record of the key's holds hash, see
+// buryShared). acquire.lua and shared_acquire.lua do nothing for an owner
+// with a tombstone, so a cut request that runs after its cleanup takes
+// nothing and leaves nothing. Calls whose ctx never ends use the shared pool, and
 // calls whose ctx ends only when the Locker closes a pool that Close cuts
 // (closing.go).
 
@@ -375,8 +376,8 @@ func execOn(ctx context.Context, cl *goredis.Client, cmds []goredis.Cmder) ([]go
 // kindCut is the kind of the tombstones of cutKey.
 const kindCut = "cut"
 
-// cutKey returns the tombstone of owner's attempts on store key s, in the
-// key's slot: while it exists, acquire.lua and shared_acquire.lua do
+// cutKey returns the tombstone of owner's lock attempts on store key s, in
+// the key's slot: while it exists, acquire.lua and multi_acquire.lua do
 // nothing for owner.
 func cutKey(s, owner string) string {
 	var b strings.Builder
@@ -431,10 +432,7 @@ func (d *redisDriver) withTombOf(ctx context.Context, req driver.Request, n *key
 // whose cleanup writes tomb and then runs out (see bury). It returns nil
 // for any other outcome.
 func (d *redisDriver) buryCut(ctx context.Context, req driver.Request, err error, tomb string, out func(ctx context.Context, key, owner string) error) error {
-	if err == nil || tomb == "" {
-		return nil
-	}
-	cause := ended(ctx)
+	cause := cutCause(ctx, err, tomb)
 	if cause == nil {
 		return nil
 	}
@@ -449,6 +447,16 @@ func (d *redisDriver) buryCut(ctx context.Context, req driver.Request, err error
 		}
 		return out(ctx, key, owner)
 	})
+}
+
+// cutCause returns why an attempt with ctx that failed with err was cut,
+// ctx's end, when the attempt has a tombstone tomb; nil when it was not
+// cut.
+func cutCause(ctx context.Context, err error, tomb string) error {
+	if err == nil || tomb == "" {
+		return nil
+	}
+	return ended(ctx)
 }
 
 // tombID returns the id of the tombstone that a shared attempt of req

@@ -23,7 +23,8 @@ import (
 //	holds    locker:{s}:sh  hash owner -> its hold with its expiry, its
 //	                        mode and a semaphore's limit; " kind", " limit"
 //	                        and " q" besides once the key had waiters or
-//	                        a new limit
+//	                        a new limit; " cut", the tombstones of attempts
+//	                        that were cut (buryShared)
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
@@ -187,11 +188,10 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if token, ok := v.(int64); ok && token > 0 && err == nil {
 		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
 	}
-	if tomb := d.tombID(ctx, req); err != nil && tomb != "" {
-		if cause := ended(ctx); cause != nil {
-			// Redis may still run the request, after the cleanup.
-			return driver.Grant{}, d.buryShared(req, fmt.Errorf("acquire: %w", cause), st, tomb)
-		}
+	tomb := d.tombID(ctx, req)
+	if cause := cutCause(ctx, err, tomb); cause != nil {
+		// Redis may still run the request, after the cleanup.
+		return driver.Grant{}, d.buryShared(req, fmt.Errorf("acquire: %w", cause), st, tomb)
 	}
 	if errors.Is(err, errNotReplicated) {
 		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
