@@ -24,9 +24,10 @@ import (
 // ctx's error. A request that Redis has read still runs after the cut: an
 // attempt that may have queued or taken something leaves it to a
 // driver.Residue, whose cleanup first writes a tombstone of its owner (see
-// cutKey). acquire.lua and shared_acquire.lua do nothing for an owner with
-// a tombstone, so a cut request that runs after its cleanup takes nothing
-// and leaves nothing. Calls whose ctx never ends use the shared pool, and
+// cutKey; a shared attempt's is a record of the key's holds hash, see
+// buryShared). acquire.lua and shared_acquire.lua do nothing for an owner
+// with a tombstone, so a cut request that runs after its cleanup takes
+// nothing and leaves nothing. Calls whose ctx never ends use the shared pool, and
 // calls whose ctx ends only when the Locker closes a pool that Close cuts
 // (closing.go).
 
@@ -375,8 +376,8 @@ func execOn(ctx context.Context, cl *goredis.Client, cmds []goredis.Cmder) ([]go
 // kindCut is the kind of the tombstones of cutKey.
 const kindCut = "cut"
 
-// cutKey returns the tombstone of owner's attempts on store key s, in the
-// key's slot: while it exists, acquire.lua and shared_acquire.lua do
+// cutKey returns the tombstone of owner's lock attempts on store key s, in
+// the key's slot: while it exists, acquire.lua and multi_acquire.lua do
 // nothing for owner.
 func cutKey(s, owner string) string {
 	var b strings.Builder
@@ -431,16 +432,49 @@ func (d *redisDriver) withTombOf(ctx context.Context, req driver.Request, n *key
 // whose cleanup writes tomb and then runs out (see bury). It returns nil
 // for any other outcome.
 func (d *redisDriver) buryCut(ctx context.Context, req driver.Request, err error, tomb string, out func(ctx context.Context, key, owner string) error) error {
-	if err == nil || tomb == "" {
-		return nil
-	}
-	cause := ended(ctx)
+	cause := cutCause(ctx, err, tomb)
 	if cause == nil {
 		return nil
 	}
 	// Redis may still run the request, after the cleanup.
-	return d.bury(req, fmt.Errorf("acquire: %w", cause), tomb, out)
+	key, owner, ttl := req.Key, req.Owner, tombLife(req)
+	return d.bury(req, fmt.Errorf("acquire: %w", cause), func(ctx context.Context) error {
+		pipe := d.client.Pipeline()
+		set := pipe.Set(ctx, tomb, "1", ttl)
+		_, _ = pipe.Exec(ctx)
+		if err := set.Err(); err != nil {
+			return fmt.Errorf("tombstone: %w", classify(err))
+		}
+		return out(ctx, key, owner)
+	})
 }
+
+// cutCause returns why an attempt with ctx that failed with err was cut,
+// ctx's end, when the attempt has a tombstone tomb; nil when it was not
+// cut.
+func cutCause(ctx context.Context, err error, tomb string) error {
+	if err == nil || tomb == "" {
+		return nil
+	}
+	return ended(ctx)
+}
+
+// tombID returns the id of the tombstone that a shared attempt of req
+// with ctx honours (see shared_lib.lua): the Locker's id for an attempt
+// whose ctx ends only when the Locker closes (it makes none after), the
+// owner for another that may be cut, "" for one that cannot be cut.
+func (d *redisDriver) tombID(ctx context.Context, req driver.Request) string {
+	switch {
+	case d.closing != nil && ctx.Done() == d.closing:
+		return d.lid
+	case d.cuts(ctx):
+		return req.Owner
+	}
+	return ""
+}
+
+// tombLife is how long the tombstone of an attempt of req lives.
+func tombLife(req driver.Request) time.Duration { return max(req.TTL, time.Second) }
 
 // cleanUpCut is cleanUp for a driver that cuts its calls: out runs with
 // ctx, so that the caller returns when ctx ends, and the engine runs it
@@ -454,27 +488,19 @@ func (d *redisDriver) cleanUpCut(ctx context.Context, cause error, out func(ctx 
 	return residue(cause, out)
 }
 
-// bury returns cause, wrapped in a driver.Residue whose cleanup writes the
-// tombstone tomb for req's TTL and then runs out(key, owner): an attempt
-// cut when its ctx ended, whose request Redis may run later. The cleanup
-// is left to the engine, so that the caller returns at once.
+// bury returns cause, wrapped in a driver.Residue whose cleanup is cleanup:
+// it writes a tombstone for req's TTL (tombLife) and then undoes what the
+// attempt may have done; the attempt was cut when its ctx ended, and Redis
+// may run its request later. The cleanup is left to the engine, so that
+// the caller returns at once.
 //
 // Redis runs such a request about when it was cut, if at all. What it can
 // leave (a lock, a place in line, a hand-over claimed for it) lapses by
 // itself a TTL or a stale time after that, plus a claim. A closing Locker
 // tries the cleanup only until then (driver.Residue.Gone): a request run
 // later still would cost liveness, never exclusion.
-func (d *redisDriver) bury(req driver.Request, cause error, tomb string, out func(ctx context.Context, key, owner string) error) error {
-	key, owner, ttl := req.Key, req.Owner, max(req.TTL, time.Second)
-	r := residue(cause, func(ctx context.Context) error {
-		pipe := d.client.Pipeline()
-		set := pipe.Set(ctx, tomb, "1", ttl)
-		_, _ = pipe.Exec(ctx)
-		if err := set.Err(); err != nil {
-			return fmt.Errorf("tombstone: %w", classify(err))
-		}
-		return out(ctx, key, owner)
-	})
+func (d *redisDriver) bury(req driver.Request, cause error, cleanup func(ctx context.Context) error) error {
+	r := residue(cause, cleanup)
 	r.Gone = time.Now().Add(max(req.TTL, staleAfter(req.TTL)) + claimWindow)
 	return r
 }

@@ -217,7 +217,8 @@
 // ends runs on a second pool, which Close closes first: it returns at once
 // too. Redis may still run a request it had read. An attempt cut so leaves
 // a tombstone (locker:{key}:cut:<owner>, or locker:{key}:cut:<Locker id>
-// for an attempt that Close cut, for the TTL), and a request that runs
+// for an attempt that Close cut, for the TTL; a record " cut" of the
+// key's holds hash for a shared hold's attempt), and a request that runs
 // after it takes nothing. A call whose ctx can end holds a connection of
 // its own while it runs, beside the client's pools; up to 16 stay open
 // between calls.

@@ -24,9 +24,11 @@ import (
 //	                           and " woke" -> "<until> <owner>" (unfair mode)
 //	                           and " watch <lid> <wid>" -> "<seq>" (a LockMulti to wake),
 //	                           with " watched" -> "1" while any may be left
-//	cut      locker:{s}:cut:<owner>  a tombstone: the attempts of owner,
-//	                           cut when their ctx ended, take nothing
-//	                           (cut.go); expires after the TTL
+//	cut      locker:{s}:cut:<owner>  a tombstone: the lock attempts of
+//	                           owner, cut when their ctx ended, take
+//	                           nothing (cut.go); expires after the TTL
+//	                           (a shared hold's are in its holds hash,
+//	                           shared_lib.lua)
 //	         locker:{s}:cut:<Locker id>  the same for the attempts of a
 //	                           Locker whose ctx ended as it closed
 //	channel  locker:{s}:rel    base of the pub/sub channels: a Locker
@@ -134,7 +136,7 @@ type Keys struct {
 	Waiters string // hash owner -> "<deadline> <seq> <ttl> <lid> w<wake> <label>", and " woke" -> "<until> <owner>"
 	// Holders, SharedQueue and SharedWaiters hold the key's semaphore
 	// permits or read-write holds (see shared.go).
-	Holders       string // hash owner -> its hold with its expiry and the key's kind and limit; " kind", " limit", " q" once the key had waiters or a new limit
+	Holders       string // hash owner -> its hold with its expiry and the key's kind and limit; " kind", " limit", " q" once the key had waiters or a new limit; " cut", the tombstones of cut attempts
 	Meta          string // hash of holder records of versions before the holds hash; never written
 	SharedQueue   string // sorted set of waiting owners, by arrival
 	SharedWaiters string // hash owner -> "<deadline> <mode> <weight> <lid>"
@@ -200,9 +202,10 @@ type keyNames struct {
 	keyArgs []any
 	boxes   [5]any
 	// closing are keys with the Locker's tombstone of the key (cutKey
-	// with the Locker's id), for the attempts whose ctx ends only when
-	// the Locker closes; nil unless its client cuts calls. One tombstone
-	// serves all such attempts: the Locker makes none after it closes.
+	// with the Locker's id), for the lock attempts whose ctx ends only
+	// when the Locker closes; nil unless its client cuts calls, and for
+	// shared holds. One tombstone serves all such attempts: the Locker
+	// makes none after it closes.
 	closing *tombKeys
 }
 

@@ -23,7 +23,8 @@ import (
 //	holds    locker:{s}:sh  hash owner -> its hold with its expiry, its
 //	                        mode and a semaphore's limit; " kind", " limit"
 //	                        and " q" besides once the key had waiters or
-//	                        a new limit
+//	                        a new limit; " cut", the tombstones of attempts
+//	                        that were cut (buryShared)
 //	queue    locker:{s}:sq  sorted set of waiting owners, by arrival
 //	waiters  locker:{s}:sw  hash owner -> "<deadline> <mode> <weight> <lid>"
 //
@@ -96,7 +97,9 @@ func (d *redisDriver) shareState(s string) *shareState {
 // boxedShareState returns newShareState(s) with its keys boxed for d.
 func boxedShareState(d *redisDriver, s string) *shareState {
 	st := newShareState(s)
-	st.box(d)
+	// No closing keys: a shared attempt names no tombstone (see
+	// TryAcquireShared).
+	st.keyArgs = d.boxKeys(st.boxes[:], st.keys[:])
 	return st
 }
 
@@ -137,6 +140,8 @@ func opArg(op string) any {
 		return "limit"
 	case "break":
 		return "break"
+	case "bury":
+		return "bury"
 	}
 	return op
 }
@@ -175,14 +180,18 @@ func (d *redisDriver) TryAcquireShared(ctx context.Context, req driver.Request, 
 	if s.Queue {
 		queue = "1"
 	}
-	keys, boxed, tomb := d.withTombOf(ctx, req, &st.keyNames)
-	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, keys, boxed, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
+	// The script honours the tombstones of req.Owner and of the Locker
+	// (d.lidArg) in the holds hash it reads anyway: an attempt that may be
+	// cut sends what one that cannot sends.
+	v, err := d.runReplicatedKeys(ctx, d.shareAcquire, sharedTook, st.keys[:], st.keyArgs, req.Owner, ttlArg, d.labelArgOf(req.Label), d.retentionArg,
 		modeArg(s.Mode), s.Limit, s.Weight, queue, d.lidArg, d.shareChannelArg(st))
 	if token, ok := v.(int64); ok && token > 0 && err == nil {
 		return driver.Grant{Token: uint64(token), Validity: time.Duration(ttl) * time.Millisecond, State: st}, nil
 	}
-	if cut := d.buryCut(ctx, req, err, tomb, d.withdraw); cut != nil {
-		return driver.Grant{}, cut
+	tomb := d.tombID(ctx, req)
+	if cause := cutCause(ctx, err, tomb); cause != nil {
+		// Redis may still run the request, after the cleanup.
+		return driver.Grant{}, d.buryShared(req, fmt.Errorf("acquire: %w", cause), st, tomb)
 	}
 	if errors.Is(err, errNotReplicated) {
 		return driver.Grant{}, d.cleanUp(ctx, req, fmt.Errorf("acquire: %w", err), d.withdraw)
@@ -271,6 +280,19 @@ func (d *redisDriver) runSharedN(ctx context.Context, st *shareState, owner, op 
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
 	v, err := d.runReplicatedKeys(ctx, d.shareRelease, wrote, st.keys[:], st.keyArgs, owner, st.channelArg, opArg(op), arg)
+	return d.sharedN(v, err)
+}
+
+// runSharedArgs is runSharedN with the tombstone id tomb (ARGV[5]), for
+// bury.
+func (d *redisDriver) runSharedArgs(ctx context.Context, st *shareState, owner, op string, arg any, tomb string) (int64, error) {
+	v, err := d.runReplicatedKeys(ctx, d.shareRelease, nil, st.keys[:], st.keyArgs, owner, st.channelArg, opArg(op), arg, tomb)
+	return d.sharedN(v, err)
+}
+
+// sharedN returns the n of shared_release.lua's reply v, which came with
+// err (see runSharedN).
+func (d *redisDriver) sharedN(v any, err error) (int64, error) {
 	if isWrongType(err) {
 		return 0, fmt.Errorf("%w: %w", driver.ErrConflict, errOldLayout)
 	}
@@ -316,6 +338,25 @@ func (d *redisDriver) SetLimit(ctx context.Context, key string, limit int) error
 		return fmt.Errorf("setlimit: %w: the key is a plain lock, not a semaphore", driver.ErrConflict)
 	}
 	return nil
+}
+
+// buryShared returns cause in the driver.Residue of a shared attempt of
+// req that was cut (see bury): its cleanup writes tombstone tomb into the
+// key's holds hash and withdraws req.Owner, in one run of
+// shared_release.lua. It returns an error matching driver.ErrNotHeld when
+// the owner neither waited nor held.
+func (d *redisDriver) buryShared(req driver.Request, cause error, st *shareState, tomb string) error {
+	owner, life := req.Owner, millis(tombLife(req))
+	return d.bury(req, cause, func(ctx context.Context) error {
+		n, err := d.runSharedArgs(ctx, st, owner, "bury", life, tomb)
+		switch {
+		case err != nil:
+			return err
+		case n != 1:
+			return driver.ErrNotHeld
+		}
+		return nil
+	})
 }
 
 // withdraw takes owner out of key's line, and gives up its hold should an
@@ -438,6 +479,8 @@ func (r sharedRead) status(now time.Time) (driver.Status, bool, error) {
 	if err == nil {
 		err = r.queued.Err()
 	}
+	// Tombstones alone are no shared state (see shared_lib.lua).
+	delete(holds, " cut")
 	if err != nil || len(holds) == 0 {
 		return st, false, err
 	}

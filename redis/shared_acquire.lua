@@ -1,10 +1,7 @@
 -- shared_acquire.lua: one attempt to take a shared hold (semaphore permits,
 -- or a read or write hold of a read-write lock).
 --
--- KEYS     lock, fence, holds, queue, waiters (see shared_lib.lua); then,
---          for an attempt that may be cut (cut.go), the owner's tombstone:
---          while it exists, the attempt writes nothing and returns
---          {'held', 0, 0}
+-- KEYS     lock, fence, holds, queue, waiters (see shared_lib.lua)
 -- ARGV[1]  owner      random, unique to this hold, without spaces
 -- ARGV[2]  ttl        milliseconds
 -- ARGV[3]  label      human-readable holder name, recorded only
@@ -29,6 +26,10 @@
 --   {'layout'}                  holds is not a hash: the key is held in the
 --                               layout of an older version (a sorted set)
 -- nopub is 1 when the server refused a PUBLISH, else 0.
+--
+-- While the holds hash has a live tombstone of the owner or of the
+-- caller's Locker (" cut", see shared_lib.lua), the attempt writes nothing
+-- and returns {'held', 0, 0}: it was cut (cut.go), and cleaned up after.
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
 local mode, limit = ARGV[5], ARGV[6]
 -- The kind of key the caller wants, and the mode of its hold's record,
@@ -38,22 +39,15 @@ if mode == 'permits' then
   want, rmode = 'permits', 'permits:' .. limit
 end
 
--- One read of the strings: the plain lock, the fence, and the tombstone.
-local got
-if KEYS[6] then
-  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[6])
-  if got[3] then
-    return { 'held', 0, 0 }
-  end
-else
-  got = redis.call('MGET', KEYS[1], KEYS[2])
-end
+-- One read of the strings: the plain lock and the fence.
+local got = redis.call('MGET', KEYS[1], KEYS[2])
 if got[1] then
   return { 'plain' }
 end
 
--- The holds hash lives while the key has holders or waiters (see
--- shared_lib.lua): without it, the key is free, and nobody waits.
+-- The holds hash lives while the key has holders, waiters or tombstones
+-- (see shared_lib.lua): without it, the key is free, nobody waits, and no
+-- attempt was cut.
 local all = redis.pcall('HGETALL', KEYS[3])
 if all.err then
   return { 'layout' }
@@ -92,18 +86,31 @@ if not all[1] and (mode ~= 'permits' or weight <= tonumber(limit)) then
   return token
 end
 
--- The holders: live, those whose expiry is after ms (first and last: the
--- earliest and the latest of those expiries); gone, the others. The hold's
--- fit beside the live ones; mine: the caller's record, when a retried call
--- already took the hold; rkind and rlimit: the kind and limit in the live
--- records.
+-- The holders: live, those whose expiry is after ms (first: the earliest
+-- of those expiries; last: the latest, or a live tombstone's); gone, the
+-- others (tombstones that ended wait for a release's prune, or the hash's
+-- expiry). The hold's fit beside the live ones; mine: the caller's record,
+-- when a retried call already took the hold; rkind and rlimit: the kind
+-- and limit in the live records.
 local recs = {}
 local live, gone, first, last = 0, {}, nil, 0
 local used, write, mine, rkind, rlimit = 0, false, nil, nil, nil
 for i = 1, #all, 2 do
   local f, rec = all[i], all[i + 1]
   recs[f] = rec
-  if string.byte(f, 1) ~= 32 then
+  if f == ' cut' then
+    for id, e in string.gmatch(rec, '(%S+) (%d+)') do
+      e = tonumber(e)
+      if e > ms then
+        if id == owner or id == ARGV[9] then
+          return { 'held', 0, 0 }
+        end
+        if e > last then
+          last = e
+        end
+      end
+    end
+  elseif string.byte(f, 1) ~= 32 then
     local e, hm, w = string.match(rec, '^(%d+) (%S+) (%d+)')
     e = tonumber(e)
     if e and e > ms then
@@ -162,8 +169,10 @@ end
 -- pruning, nobody is ahead and nobody needs waking.
 if #gone == 0 and #q == 0 then
   if meta and live == 0 then
-    -- What is left of a key whose holders left unseen.
-    redis.call('DEL', KEYS[3], KEYS[5])
+    -- What is left of a key whose holders left unseen; its tombstones
+    -- stay.
+    redis.call('HDEL', KEYS[3], ' kind', ' limit', ' q')
+    redis.call('DEL', KEYS[5])
     kind = nil
   end
   if kind and (kind ~= want or have ~= limit) then
@@ -199,7 +208,8 @@ end
 local waiting, wrecs, dropped = line(ms, q)
 changed = changed or dropped
 if meta and live == 0 and #waiting == 0 then
-  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+  redis.call('HDEL', KEYS[3], ' kind', ' limit', ' q')
+  redis.call('DEL', KEYS[4], KEYS[5])
   kind = nil
 elseif #waiting == 0 and recs[' q'] then
   redis.call('HDEL', KEYS[3], ' q')

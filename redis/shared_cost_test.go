@@ -20,7 +20,9 @@ import (
 // record, which deletes the hash with the last one, and finds in one HMGET
 // that the hash has no fields of its own: nobody waits, and nothing is
 // left to delete. A Locker that owns its client, given a cancellable ctx,
-// reads the attempt's tombstone in the same MGET. The hash with its own
+// runs the same commands: its attempt's tombstones are records of the
+// holds hash, read in the same HGETALL (an MGET of three keys while they
+// were strings of their own). The hash with its own
 // kind and limit took 4 per release (an HLEN, then a DEL or an HEXISTS);
 // the layout before the holds hash (a sorted set of holders and a meta
 // hash) took 9, 4, 9 or 11, and 6.

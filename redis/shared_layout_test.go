@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,5 +246,135 @@ func TestSharedRecordLayout(t *testing.T) {
 	}
 	if n := c.Exists(ctx, ks[2]).Val(); n != 0 {
 		t.Errorf("the holds hash with the old Locker's fields outlived its last permit (fields %q)", c.HKeys(ctx, ks[2]).Val())
+	}
+}
+
+// The scripts of the version before tombstones moved into the holds hash
+// (a cut attempt's tombstone was a string of its own), as a Locker of that
+// version runs them in a rolling upgrade.
+var (
+	//go:embed testdata/v3_shared_acquire.lua
+	v3SharedAcquireLua string
+	//go:embed testdata/v3_shared_release.lua
+	v3SharedReleaseLua string
+)
+
+// TestSharedTombLayout checks the tombstones that a cut shared attempt's
+// cleanup writes into the holds hash (" cut"): an attempt of the buried
+// owner, or of the buried Locker, takes nothing while the others take
+// permits as if the tombstone were not there; a hash of tombstones alone
+// is a free key to Inspect, a plain lock and another limit; a release
+// that leaves a hash with its own fields and a tombstone drops the fields
+// and keeps the tombstone. Lockers of the version before (tombstones of
+// their own) count no tombstone as a holder, grant no more than the limit
+// beside it, and their releases keep it.
+func TestSharedTombLayout(t *testing.T) {
+	c, l, ctx, key := layoutFixture(t)
+	ks := sharedKeys(key)
+	t.Cleanup(func() { c.Del(t.Context(), append(ks, lockKey(key))...) })
+	acq, rel := goredis.NewScript(includeShared(shareAcquireLua)), goredis.NewScript(includeShared(shareReleaseLua))
+	oldAcq, oldRel := goredis.NewScript(v3SharedAcquireLua), goredis.NewScript(v3SharedReleaseLua)
+	// attempt runs an acquire script for owner of Locker lid, for a permit
+	// of a semaphore of limit; queue "1" waits in line.
+	attempt := func(s *goredis.Script, owner, lid, limit, queue string) any {
+		t.Helper()
+		v, err := s.Run(ctx, c, ks, owner, 60000, "t", 60000, "permits", limit, "1", queue, lid, "").Result()
+		if err != nil {
+			t.Fatalf("acquire for %s: %v", owner, err)
+		}
+		return v
+	}
+	granted := func(v any) bool { tok, ok := v.(int64); return ok && tok > 0 }
+	release := func(s *goredis.Script, owner, op string, args ...any) int64 {
+		t.Helper()
+		n, err := s.Run(ctx, c, ks, append([]any{owner, "", op}, args...)...).Int64()
+		if err != nil {
+			t.Fatalf("%s for %s: %v", op, owner, err)
+		}
+		return n
+	}
+	buried := func(owner, lid string) {
+		t.Helper()
+		if v := attempt(acq, owner, lid, "2", "0"); granted(v) {
+			t.Errorf("an attempt of owner %s, Locker %s took a permit beside its tombstone (%v)", owner, lid, v)
+		}
+	}
+	free := func(what string) {
+		t.Helper()
+		if st, err := locker.Inspect(ctx, l, key); err != nil || st.Held || len(st.Holders) != 0 || st.Limit != 0 {
+			t.Errorf("Inspect of %s: %+v, %v; want a free key", what, st, err)
+		}
+		lk, err := l.TryLock(ctx, key)
+		if err != nil {
+			t.Errorf("a plain lock on %s: %v; want a grant", what, err)
+			return
+		}
+		_ = lk.Unlock(ctx)
+	}
+
+	// A tombstone of an owner that held nothing, and one of a Locker.
+	if n := release(rel, "gone", "bury", 60000, "gone"); n != 0 {
+		t.Errorf("bury of an owner that neither waited nor held answered %d, want 0", n)
+	}
+	release(rel, "gone-too", "bury", 60000, "closed-lid")
+	if f := c.HKeys(ctx, ks[2]).Val(); len(f) != 1 || f[0] != " cut" {
+		t.Fatalf("the holds hash after two burials has fields %q, want \" cut\" alone", f)
+	}
+	free("a hash of tombstones alone")
+	buried("gone", "lid")
+	buried("someone", "closed-lid")
+
+	// The version before counts the tombstones as no holder: two permits
+	// of 2, not a third; this version agrees, and its buried attempts stay
+	// refused after the old Lockers' releases.
+	if v := attempt(oldAcq, "old-1", "lid", "2", "0"); !granted(v) {
+		t.Fatalf("the old acquire script beside tombstones alone answered %v; want a grant", v)
+	}
+	if v := attempt(acq, "new-1", "lid", "2", "0"); !granted(v) {
+		t.Fatalf("the acquire script beside an old permit and tombstones answered %v; want a grant", v)
+	}
+	if v := attempt(oldAcq, "old-2", "lid", "2", "0"); granted(v) {
+		t.Errorf("the old acquire script granted a third permit of 2 beside tombstones (%v)", v)
+	}
+	buried("gone", "lid")
+	release(oldRel, "old-1", "release", 0)
+	release(rel, "new-1", "release", 0)
+	if f := c.HKeys(ctx, ks[2]).Val(); len(f) != 1 || f[0] != " cut" {
+		t.Errorf("the holds hash after the last release has fields %q, want \" cut\" alone", f)
+	}
+	buried("gone", "lid")
+
+	// A line gives the hash fields of its own. A waiter's burial takes it
+	// out of line; the holder's release then leaves the tombstones alone,
+	// and the key may become a plain lock or a semaphore of another limit.
+	if v := attempt(acq, "holder", "lid", "1", "0"); !granted(v) {
+		t.Fatalf("a permit of 1: %v", v)
+	}
+	if v := attempt(acq, "waiter", "lid-w", "1", "1"); granted(v) {
+		t.Fatalf("a second permit of 1 was granted: %v", v)
+	}
+	if f := c.HKeys(ctx, ks[2]).Val(); !slices.Contains(f, " kind") || !slices.Contains(f, " q") {
+		t.Fatalf("the holds hash of a key with a waiter has fields %q, want \" kind\" and \" q\" among them", f)
+	}
+	if n := release(rel, "waiter", "bury", 60000, "waiter"); n != 1 {
+		t.Errorf("bury of a waiter answered %d, want 1", n)
+	}
+	if n := c.ZCard(ctx, ks[3]).Val(); n != 0 {
+		t.Errorf("the line has %d waiters after the only waiter's burial, want 0", n)
+	}
+	release(rel, "holder", "release", 0)
+	f := c.HKeys(ctx, ks[2]).Val()
+	slices.Sort(f)
+	if len(f) != 1 || f[0] != " cut" {
+		t.Errorf("the holds hash after its last holder's release has fields %q, want \" cut\" alone", f)
+	}
+	free("a hash of tombstones, its line gone")
+	buried("waiter", "lid-w")
+	buried("gone", "lid")
+	if v := attempt(acq, "other-limit", "lid", "3", "0"); !granted(v) {
+		t.Errorf("a semaphore of 3 after a semaphore of 1 left only tombstones: %v; want a grant", v)
+	}
+	if c.PTTL(ctx, ks[2]).Val() < 50*time.Second {
+		t.Errorf("the holds hash expires in %v, before its tombstones", c.PTTL(ctx, ks[2]).Val())
 	}
 }

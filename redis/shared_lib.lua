@@ -13,16 +13,27 @@
 --                   had waiters or a new limit, " kind" -> "permits" or
 --                   "rw", " limit" -> the semaphore's limit ("0" for rw),
 --                   which rule the records', and " q" -> "1" while the
---                   line may have waiters
+--                   line may have waiters; and " cut" -> "<id> <expiry ms>
+--                   ...", tombstones of attempts that were cut (cut.go),
+--                   of an owner or of a Locker (id, its lid)
 -- KEYS[4]  queue    sorted set: waiting owners scored by arrival (server µs)
 -- KEYS[5]  waiters  hash owner -> "<deadline ms> <mode> <weight> <lid>"
 --
--- holds lives while the key has holders or waiters: a script that finds
--- no holds finds no holder and no waiter. A hash of records alone goes
--- with its last record (Redis deletes an emptied hash); one with fields of
--- its own is deleted by the script that leaves it with nothing else. It
--- lives at least until the last expiry or deadline it records, so that a
--- script that read those knows whether a PEXPIRE would change anything.
+-- holds lives while the key has holders, waiters or tombstones: a script
+-- that finds no holds finds no holder, no waiter and no tombstone. A hash
+-- of records alone goes with its last record (Redis deletes an emptied
+-- hash); a script that leaves one with nothing but fields of its own
+-- deletes those, and so the hash unless it keeps a tombstone. It lives at
+-- least until the last expiry or deadline it records, a tombstone's
+-- included, so that a script that read those knows whether a PEXPIRE would
+-- change anything. A tombstone is read only by the attempts of its owner,
+-- or of its Locker, in the HGETALL they make anyway: an attempt on a free
+-- key (no hash) reads none. " cut" goes once all its tombstones ended;
+-- until then, the hash has no " kind" or " limit" unless it has holders or
+-- waiters, so that the key may become a plain lock or get another limit.
+-- The version before " cut" kept tombstones as strings of their own (see
+-- cut.go); its scripts skip " cut" as any field of the hash's own, and
+-- may delete it with a hash they find without holders or waiters.
 -- Every waiter sets " q", and only a script that found the line empty
 -- removes it: without " q", the line is empty. " kind" and " limit" stay
 -- until the hash goes: the version before the records carried the limit
@@ -118,16 +129,30 @@ local function line(ms, q)
   return alive, kept, #dead > 0
 end
 
--- prune drops the holders and waiters whose time ran out before ms. It
--- returns whether it dropped any, the line as line does, and the number of
--- live holders.
+-- live_tombs returns the tombstones of a " cut" record (nil: none) that
+-- are live at ms, as "<id> <expiry>" strings, but for id skip's.
+local function live_tombs(rec, ms, skip)
+  local t = {}
+  for id, e in string.gmatch(rec or '', '(%S+) (%d+)') do
+    if tonumber(e) > ms and id ~= skip then
+      t[#t + 1] = id .. ' ' .. e
+    end
+  end
+  return t
+end
+
+-- prune drops the holders and waiters whose time ran out before ms, and
+-- " cut" once its tombstones all ended. It returns whether it dropped any
+-- holder or waiter, the line as line does, and the number of live holders.
 local function prune(ms)
   local all = redis.call('HGETALL', KEYS[3])
-  local gone, live, q = {}, 0, false
+  local gone, live, q, cut = {}, 0, false, false
   for i = 1, #all, 2 do
     local f = all[i]
     if f == ' q' then
       q = true
+    elseif f == ' cut' then
+      cut = #live_tombs(all[i + 1], ms) == 0
     elseif string.byte(f, 1) ~= 32 then
       local e = tonumber(string.match(all[i + 1], '^(%d+)'))
       if e and e > ms then
@@ -137,24 +162,31 @@ local function prune(ms)
       end
     end
   end
+  local changed = #gone > 0
+  if cut then
+    gone[#gone + 1] = ' cut'
+  end
   each('HDEL', KEYS[3], gone)
   local alive, recs, dropped = {}, {}, false
   if q then
     alive, recs, dropped = line(ms)
   end
-  return #gone > 0 or dropped, alive, recs, live
+  return changed or dropped, alive, recs, live
 end
 
 -- tidy deletes the key's shared state once it has neither holders (live
 -- ones: the count prune returned) nor waiters, so that the key may become a
--- plain lock or get another limit. It drops the hash's " q" once the line
--- is empty.
+-- plain lock or get another limit; the hash stays while it keeps
+-- tombstones. It drops the hash's " q" once the line is empty.
 local function tidy(live)
   if redis.call('ZCARD', KEYS[4]) > 0 then
     return
   end
   if live == 0 then
-    redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+    -- prune left no record: the hash's own fields are all it has, beside
+    -- its tombstones.
+    redis.call('HDEL', KEYS[3], ' kind', ' limit', ' q')
+    redis.call('DEL', KEYS[4], KEYS[5])
   else
     redis.call('HDEL', KEYS[3], ' q')
   end
