@@ -8,13 +8,19 @@
 --                       channel, even without pub/sub (a LockMulti of a
 --                       Locker with pub/sub may wait on it), "" to publish
 --                       nothing
+-- ARGV[2n+1]  next     the record of the releasing Locker's next wait
+--                      (" watch <lid> <wid>", see multi_next.go), or "":
+--                      the release records it, once, behind the others
+--                      with the first lock where it woke a LockMulti
+-- ARGV[2n+2]  stale    milliseconds a waiters hash created for it lasts
 --
 -- Returns one integer per lock: 1 when the lock was the owner's and is
 -- released (deleted, and the first Locker recorded by a LockMulti woken,
 -- see watch.lua), 2 when it was released but the server refused the
 -- message, 0 when it was not the owner's (left alone), and 3 when it is
 -- the owner's but has a queue: it is left held, for release.lua to hand
--- over.
+-- over. 4 and 5 are 1 and 2 for the lock where the release recorded the
+-- next wait ARGV[2n+1].
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
 -- an EXISTS per lock looked at for its queue and waiters, and an HGETALL,
@@ -82,9 +88,25 @@ if free > 0 then
 end
 if wake then
   -- #include watch.lua
+  local rec = ARGV[2 * n + 1]
   for i = 1, n do
     if res[i] == -1 then
-      res[i] = wake_watcher(KEYS[2 * n + i], ARGV[2 * i]) and 1 or 2
+      local w = KEYS[2 * n + i]
+      -- wake_watcher removes the record it wakes, and " watched" with the
+      -- last one: it woke a LockMulti when the hash lost two fields, or
+      -- one and still has " watched".
+      local before = rec ~= '' and redis.call('HLEN', w) or 0
+      res[i] = wake_watcher(w, ARGV[2 * i]) and 1 or 2
+      if rec ~= '' then
+        local lost = before - redis.call('HLEN', w)
+        if lost == 2 or lost == 1 and watched(w) then
+          if redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
+            redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
+          end
+          res[i] = res[i] + 3
+          rec = ''
+        end
+      end
     end
   end
 end
