@@ -20,20 +20,8 @@ import (
 // itself (TTL/3). The wake-up tells the wait that the release consumed its
 // record: its successful attempt runs no HDEL (MONITOR).
 func TestLockMultiWokenByRelease(t *testing.T) {
-	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	ctx := ctxFor(t, 90*time.Second)
-	base := uniqueKey(t)
-	keys := []string{base + ".a", base + ".b", base + ".c"}
-	c := newClient(t, addr)
-	t.Cleanup(func() {
-		for _, k := range keys {
-			c.Del(context.Background(), scriptKeys(k)...)
-		}
-	})
-	// Unwoken, the wait tries again by itself after Jitter(TTL/3): 50 s
-	// at the earliest. The Locker's backoff never ends it first.
-	opts := []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+	ctx, addr, c, base, keys := multiWaitSetup(t)
+	opts := multiWaitOptions
 	holder, _ := newTestLocker(t, newClient(t, addr), opts...)
 	waiter, wd := newTestLocker(t, newClient(t, addr), opts...)
 	hm, err := locker.LockMulti(ctx, holder, keys)
@@ -86,7 +74,7 @@ func TestReleaseMultiEachWaiter(t *testing.T) {
 			c.Del(context.Background(), scriptKeys(k)...)
 		}
 	})
-	opts := []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+	opts := multiWaitOptions
 	holder, _ := newTestLocker(t, newClient(t, addr), opts...)
 	single, _ := newTestLocker(t, newClient(t, addr), opts...)
 	multi, md := newTestLocker(t, newClient(t, addr), opts...)
@@ -173,25 +161,13 @@ func awaitRecorded(ctx context.Context, t *testing.T, c *goredis.Client, key, li
 }
 
 // TestLockMultiBehindLockerGone checks that a wait recorded behind the
-// record a release made for its Locker's next LockMulti (multi_pre.go) is
-// woken when that Locker does not lock the keys again: its Locker gives
-// the record up and passes the wake-up on (multi_passon.lua), long before
+// record a release made for its Locker's next LockMulti (multi_next.go)
+// is woken when that Locker does not lock the keys again: its Locker gives
+// the record up and passes the wake-up on (multi_giveup.lua), long before
 // the wait would try again by itself (TTL/3).
 func TestLockMultiBehindLockerGone(t *testing.T) {
-	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	ctx := ctxFor(t, 90*time.Second)
-	base := uniqueKey(t)
-	keys := []string{base + ".a", base + ".b", base + ".c"}
-	c := newClient(t, addr)
-	t.Cleanup(func() {
-		for _, k := range keys {
-			c.Del(context.Background(), scriptKeys(k)...)
-		}
-	})
-	// Unwoken, a wait tries again by itself after Jitter(TTL/3): 50 s at
-	// the earliest.
-	opts := []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+	ctx, addr, c, _, keys := multiWaitSetup(t)
+	opts := multiWaitOptions
 	first, _ := newTestLocker(t, newClient(t, addr), opts...)
 	gone, gd := newTestLocker(t, newClient(t, addr), opts...)
 	next, nd := newTestLocker(t, newClient(t, addr), opts...)
@@ -250,4 +226,27 @@ func TestLockMultiBehindLockerGone(t *testing.T) {
 	awaitRecorded(ctx, t, c, keys[0], ld.lid)
 	unlock(m)
 	unlock(held(got, "last, recorded behind a Locker that did not lock again"))
+}
+
+// multiWaitOptions are the options of the Lockers of the LockMulti wait
+// tests: unwoken, a wait tries again by itself after Jitter(TTL/3), 50 s
+// at the earliest, and the Locker's backoff never ends it first.
+var multiWaitOptions = []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+
+// multiWaitSetup starts a LockMulti wait test: its ctx, the server's
+// address, a client, and three keys (and their base) that are deleted when
+// the test ends.
+func multiWaitSetup(t *testing.T) (ctx context.Context, addr string, c *goredis.Client, base string, keys []string) {
+	t.Parallel()
+	addr = storeenv.Redis(t).Addr()
+	ctx = ctxFor(t, 90*time.Second)
+	base = uniqueKey(t)
+	keys = []string{base + ".a", base + ".b", base + ".c"}
+	c = newClient(t, addr)
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	return ctx, addr, c, base, keys
 }
