@@ -94,19 +94,7 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 	// A wait it replaces keeps its goroutine, which gives it up.
 	d.next.m[key] = nw
 	d.next.mu.Unlock()
-	n := d.notify
-	n.mu.Lock()
-	closed := n.closed
-	if !closed {
-		n.wg.Add(1) // the notifier's close waits for it
-	}
-	n.mu.Unlock()
-	if closed {
-		d.giveUp(key, nw)
-		return
-	}
-	go func() {
-		defer n.wg.Done()
+	spawned := d.notify.spawn(func(stop <-chan struct{}) {
 		timer := time.NewTimer(bound)
 		defer timer.Stop()
 		select {
@@ -114,7 +102,7 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 			// A release reached the record, or a message woke every
 			// waiter of the key.
 		case <-timer.C:
-		case <-n.stop:
+		case <-stop:
 			// Closed, or pub/sub refused.
 		case <-nw.adopted:
 			return
@@ -128,7 +116,10 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 		case nw.w.wake <- struct{}{}:
 		default:
 		}
-	}()
+	})
+	if !spawned {
+		d.giveUp(key, nw)
+	}
 }
 
 // giveUp removes nw, the record of store key, and wakes the next record
