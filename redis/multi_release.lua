@@ -23,8 +23,9 @@
 -- next wait ARGV[2n+1].
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
--- an EXISTS per lock looked at for its queue and waiters, and an HGETALL,
--- an HDEL and a PUBLISH per Locker woken, come on top. The script builds
+-- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
+-- HDEL and a PUBLISH per Locker woken, and an HSET for the next wait it
+-- records, come on top. The script builds
 -- no table of its own but its reply: a Lua allocation costs the server
 -- about as much as a call.
 local n = #KEYS / 3
@@ -92,20 +93,16 @@ if wake then
   for i = 1, n do
     if res[i] == -1 then
       local w = KEYS[2 * n + i]
-      -- wake_watcher removes the record it wakes, and " watched" with the
-      -- last one: it woke a LockMulti when the hash lost two fields, or
-      -- one and still has " watched".
-      local before = rec ~= '' and redis.call('HLEN', w) or 0
-      res[i] = wake_watcher(w, ARGV[2 * i]) and 1 or 2
-      if rec ~= '' then
-        local lost = before - redis.call('HLEN', w)
-        if lost == 2 or lost == 1 and watched(w) then
-          if redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
-            redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
-          end
-          res[i] = res[i] + 3
-          rec = ''
+      local sent, woke = wake_watcher(w, ARGV[2 * i])
+      res[i] = sent and 1 or 2
+      if woke and rec ~= '' then
+        -- HSET adds " watched" when wake_watcher removed it with the last
+        -- record; the hash may be new then, without an expiry.
+        if redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
+          redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
         end
+        res[i] = res[i] + 3
+        rec = ''
       end
     end
   end
