@@ -25,9 +25,8 @@
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
 -- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
 -- HDEL and a PUBLISH per Locker woken, and an HSET for the next wait it
--- records, come on top. The script builds
--- no table of its own but its reply: a Lua allocation costs the server
--- about as much as a call.
+-- records, come on top. The script builds no table of its own but its
+-- reply: a Lua allocation costs the server about as much as a call.
 local n = #KEYS / 3
 local vs = redis.call('MGET', unpack(KEYS, 1, n))
 

@@ -630,8 +630,8 @@ func (n *notifier) close() {
 
 // spawn runs f in a goroutine that close waits for, and reports whether
 // it did: after close it runs nothing. The channel f gets is closed when
-// n stops (close, or disable once the connection was opened); f must
-// return promptly then.
+// n stops (close, or disable once the connection was opened); f should
+// return soon after, since close waits for it.
 func (n *notifier) spawn(f func(stop <-chan struct{})) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
