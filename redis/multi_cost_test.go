@@ -23,7 +23,9 @@ import (
 // successful attempt, and a release nobody waits for. The counts include
 // the EVALSHA. A wait told that the release consumed its record sends no
 // HDEL for it; the successful attempt removes the record its call made
-// when no release woke it.
+// when no release woke it. A release that wakes a wait and records its
+// Locker's next one (multi_next.go) learns from the wake-up whether it
+// woke a LockMulti: one HSET more than a release that only wakes.
 func TestMultiScriptCommands(t *testing.T) {
 	t.Parallel()
 	addr := storeenv.Redis(t).Addr()
@@ -114,11 +116,42 @@ func TestMultiScriptCommands(t *testing.T) {
 	for _, l := range leases(rc, gc) {
 		c.Del(ctx, leaseKey(l))
 	}
-	if _, err := b.runMulti(ctx, rb, call); err != nil {
+	gb, err = b.runMulti(ctx, rb, call)
+	if err != nil {
 		t.Fatalf("after the expiry: %v", err)
 	}
 	if watched() {
 		t.Error("a successful attempt left the record of its Locker made by an earlier attempt of its call")
+	}
+
+	// A release of a Locker whose channels are subscribed (from an earlier
+	// wait) wakes the first of two waits and records the Locker's next
+	// wait (multi_next.go).
+	for _, k := range keys {
+		cancel, err := a.notify.add(k, newWaiter(""), false)
+		if cancel == nil {
+			t.Fatalf("a waiter of the releasing Locker: %v", err)
+		}
+		t.Cleanup(cancel)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	released(b, leases(rb, gb))
+	ra = reqs("E")
+	if ga, err = a.TryAcquireMulti(ctx, ra); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"F", "G"} {
+		rb = reqs(owner)
+		if call, err = b.newMultiCall(rb, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("held keys: got %v, want ErrHeld", err)
+		}
+	}
+	released(a, leases(ra, ga))
+	if watchRecords(ctx, t, c, keys[0], a.lid) != 1 {
+		t.Error("the release that woke a LockMulti recorded no next wait of its Locker")
 	}
 
 	steps := []costStep{
@@ -130,6 +163,11 @@ func TestMultiScriptCommands(t *testing.T) {
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"taking three free keys, removing a record", 11},
+		{"releasing three keys, a waiters hash with only \" watched\" left", 7},
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"finding the first key held, recording a second wait", 6},
+		{"releasing three keys, waking the first wait recorded and recording the next wait", 9},
 	}
 	m.expect(ctx, t, base, steps)
 }

@@ -43,6 +43,23 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 			// with pub/sub may wait on it (see release.lua).
 			args = append(args, ls[i].Owner, nm.channelArg)
 		}
+		// The next wait of this Locker, which the release records when
+		// it wakes a LockMulti (multi_next.go).
+		skeys := make([]string, n)
+		for j, i := range plain {
+			skeys[j] = ls[i].Key
+		}
+		nw := d.park(skeys)
+		nextField := ""
+		if nw != nil {
+			nextField = nw.field
+			defer func() {
+				if nw != nil {
+					nw.leave() // not recorded
+				}
+			}()
+		}
+		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL))
 		v, err := d.runScript(ctx, d.multiRelease, keys, boxed, args...)
 		reply, _ := v.([]any)
 		switch {
@@ -70,6 +87,14 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 				case 1:
 				case 2:
 					d.noPubSub(errPublishRefused)
+				case 4, 5:
+					if n == 5 {
+						d.noPubSub(errPublishRefused)
+					}
+					if nw != nil {
+						d.recorded(ls[i].Key, nw, refreshInterval(ls[i].TTL))
+						nw = nil
+					}
 				case 3:
 					each = append(each, i)
 				default:

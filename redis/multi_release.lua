@@ -8,19 +8,25 @@
 --                       channel, even without pub/sub (a LockMulti of a
 --                       Locker with pub/sub may wait on it), "" to publish
 --                       nothing
+-- ARGV[2n+1]  next     the record of the releasing Locker's next wait
+--                      (" watch <lid> <wid>", see multi_next.go), or "":
+--                      the release records it, once, behind the others
+--                      with the first lock where it woke a LockMulti
+-- ARGV[2n+2]  stale    milliseconds a waiters hash created for it lasts
 --
 -- Returns one integer per lock: 1 when the lock was the owner's and is
 -- released (deleted, and the first Locker recorded by a LockMulti woken,
 -- see watch.lua), 2 when it was released but the server refused the
 -- message, 0 when it was not the owner's (left alone), and 3 when it is
 -- the owner's but has a queue: it is left held, for release.lua to hand
--- over.
+-- over. 4 and 5 are 1 and 2 for the lock where the release recorded the
+-- next wait ARGV[2n+1].
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
--- an EXISTS per lock looked at for its queue and waiters, and an HGETALL,
--- an HDEL and a PUBLISH per Locker woken, come on top. The script builds
--- no table of its own but its reply: a Lua allocation costs the server
--- about as much as a call.
+-- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
+-- HDEL and a PUBLISH per Locker woken, and an HSET for the next wait it
+-- records, come on top. The script builds no table of its own but its
+-- reply: a Lua allocation costs the server about as much as a call.
 local n = #KEYS / 3
 local vs = redis.call('MGET', unpack(KEYS, 1, n))
 
@@ -82,9 +88,21 @@ if free > 0 then
 end
 if wake then
   -- #include watch.lua
+  local rec = ARGV[2 * n + 1]
   for i = 1, n do
     if res[i] == -1 then
-      res[i] = wake_watcher(KEYS[2 * n + i], ARGV[2 * i]) and 1 or 2
+      local w = KEYS[2 * n + i]
+      local sent, woke = wake_watcher(w, ARGV[2 * i])
+      res[i] = sent and 1 or 2
+      if woke and rec ~= '' then
+        -- HSET adds " watched" when wake_watcher removed it with the last
+        -- record; the hash may be new then, without an expiry.
+        if redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
+          redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
+        end
+        res[i] = res[i] + 3
+        rec = ''
+      end
     end
   end
 end

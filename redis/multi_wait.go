@@ -30,9 +30,19 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 	if err != nil {
 		return nil, err
 	}
-	w := newWaiter("")
-	w.wid = call.wid()
+	// The last release of one of the keys may have recorded this wait
+	// already (multi_next.go): then it waits before its first attempt.
+	w, adopted := d.adoptNext(reqs, call)
 	cancels := make([]func(), len(reqs))
+	if adopted != nil {
+		for k, key := range adopted.keys {
+			if i := slices.IndexFunc(reqs, func(r driver.Request) bool { return r.Key == key }); i >= 0 {
+				cancels[i] = adopted.cancels[k]
+			} else {
+				adopted.cancels[k]()
+			}
+		}
+	}
 	defer func() {
 		for _, cancel := range cancels {
 			if cancel != nil {
@@ -67,37 +77,38 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 		}
 	}()
 	for attempt := 0; ; attempt++ {
-		sent := time.Now()
-		if d.poll.Load() {
-			call.args[3] = ""
-		}
-		call.setSeq(uint64(attempt) + 1)
-		grants, err := d.runMulti(ctx, reqs, call)
-		if err == nil {
-			for i := range grants {
-				grants[i].Since = sent
-				grants[i].Queued = attempt > 0
+		// A wait that a release recorded (adopted) waits before its first
+		// attempt: that release wakes it when the keys are free.
+		wait := driver.Jitter(refresh)
+		if attempt > 0 || adopted == nil {
+			sent := time.Now()
+			if d.poll.Load() {
+				call.args[3] = ""
 			}
-			return grants, nil
-		}
-		if !errors.Is(err, driver.ErrHeld) {
-			if attempt > 0 {
-				d.unwatch(ctx, reqs, call, true)
+			call.setSeq(uint64(attempt) + 1)
+			grants, err := d.runMulti(ctx, reqs, call)
+			if err == nil {
+				for i := range grants {
+					grants[i].Since = sent
+					grants[i].Queued = attempt > 0
+				}
+				return grants, nil
 			}
-			return nil, err
+			if !errors.Is(err, driver.ErrHeld) {
+				if attempt > 0 {
+					d.unwatch(ctx, reqs, call, true)
+				}
+				return nil, err
+			}
+			remaining := driver.Remaining(err)
+			if d.poll.Load() {
+				wait = d.pollDelay(attempt, remaining, min(pollCeiling, refresh))
+			} else if remaining > 0 && remaining < refresh {
+				wait = driver.Past(remaining)
+			}
 		}
 		if err := join(false); err != nil {
 			return nil, err
-		}
-		remaining := driver.Remaining(err)
-		var wait time.Duration
-		if d.poll.Load() {
-			wait = d.pollDelay(attempt, remaining, min(pollCeiling, refresh))
-		} else {
-			wait = driver.Jitter(refresh)
-			if remaining > 0 && remaining < refresh {
-				wait = driver.Past(remaining)
-			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)

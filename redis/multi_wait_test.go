@@ -2,8 +2,12 @@ package redis
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
@@ -16,20 +20,8 @@ import (
 // itself (TTL/3). The wake-up tells the wait that the release consumed its
 // record: its successful attempt runs no HDEL (MONITOR).
 func TestLockMultiWokenByRelease(t *testing.T) {
-	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	ctx := ctxFor(t, 90*time.Second)
-	base := uniqueKey(t)
-	keys := []string{base + ".a", base + ".b", base + ".c"}
-	c := newClient(t, addr)
-	t.Cleanup(func() {
-		for _, k := range keys {
-			c.Del(context.Background(), scriptKeys(k)...)
-		}
-	})
-	// Unwoken, the wait tries again by itself after Jitter(TTL/3): 50 s
-	// at the earliest. The Locker's backoff never ends it first.
-	opts := []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+	ctx, addr, c, base, keys := multiWaitSetup(t)
+	opts := multiWaitOptions
 	holder, _ := newTestLocker(t, newClient(t, addr), opts...)
 	waiter, wd := newTestLocker(t, newClient(t, addr), opts...)
 	hm, err := locker.LockMulti(ctx, holder, keys)
@@ -44,27 +36,7 @@ func TestLockMultiWokenByRelease(t *testing.T) {
 		}
 		res <- err
 	}()
-	// The wait's attempt records it with the first key, and it subscribes
-	// to the key's channel, whose confirmation makes it try once more.
-	channel := channelName(keys[0]) + ":" + wd.lid
-	for {
-		n, err := c.HLen(ctx, name(kindWaiters, keys[0])).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		subs, err := c.PubSubNumSub(ctx, channel).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 && subs[channel] > 0 {
-			break
-		}
-		if !driver.Sleep(ctx, 5*time.Millisecond) {
-			t.Fatal("the waiting LockMulti never recorded itself with the held key and subscribed")
-		}
-	}
-	// Let that attempt pass: a release before it would be caught by it.
-	driver.Sleep(ctx, 500*time.Millisecond)
+	awaitRecorded(ctx, t, c, keys[0], wd.lid)
 	m := startMonitor(t, addr)
 	if err := hm.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -102,7 +74,7 @@ func TestReleaseMultiEachWaiter(t *testing.T) {
 			c.Del(context.Background(), scriptKeys(k)...)
 		}
 	})
-	opts := []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+	opts := multiWaitOptions
 	holder, _ := newTestLocker(t, newClient(t, addr), opts...)
 	single, _ := newTestLocker(t, newClient(t, addr), opts...)
 	multi, md := newTestLocker(t, newClient(t, addr), opts...)
@@ -159,4 +131,122 @@ func TestReleaseMultiEachWaiter(t *testing.T) {
 			t.Fatal("a waiter of the keys was not served by their release: the Lock queued on b, or the LockMulti recorded with c")
 		}
 	}
+}
+
+// awaitRecorded waits until a LockMulti of the Locker lid, waiting for
+// store key, has recorded itself in the key's waiters hash and subscribed
+// to the key's channel, and then until the attempt that the subscription's
+// confirmation starts has passed: a release before it would be caught by
+// it.
+func awaitRecorded(ctx context.Context, t *testing.T, c *goredis.Client, key, lid string) {
+	t.Helper()
+	channel := channelName(key) + ":" + lid
+	for {
+		fields, err := c.HKeys(ctx, name(kindWaiters, key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs, err := c.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(fields, func(f string) bool { return strings.HasPrefix(f, " watch "+lid+" ") }) && subs[channel] > 0 {
+			break
+		}
+		if !driver.Sleep(ctx, 5*time.Millisecond) {
+			t.Fatal("the waiting LockMulti never recorded itself with the held key and subscribed")
+		}
+	}
+	driver.Sleep(ctx, 500*time.Millisecond)
+}
+
+// TestLockMultiBehindLockerGone checks that a wait recorded behind the
+// record a release made for its Locker's next LockMulti (multi_next.go)
+// is woken when that Locker does not lock the keys again: its Locker gives
+// the record up and passes the wake-up on (multi_giveup.lua), long before
+// the wait would try again by itself (TTL/3).
+func TestLockMultiBehindLockerGone(t *testing.T) {
+	ctx, addr, c, _, keys := multiWaitSetup(t)
+	opts := multiWaitOptions
+	first, _ := newTestLocker(t, newClient(t, addr), opts...)
+	gone, gd := newTestLocker(t, newClient(t, addr), opts...)
+	next, nd := newTestLocker(t, newClient(t, addr), opts...)
+	last, ld := newTestLocker(t, newClient(t, addr), opts...)
+	wait := func(l locker.Locker) <-chan *locker.MultiLock {
+		got := make(chan *locker.MultiLock, 1)
+		go func() {
+			m, err := locker.LockMulti(ctx, l, keys)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- m
+		}()
+		return got
+	}
+	held := func(got <-chan *locker.MultiLock, who string) *locker.MultiLock {
+		select {
+		case m := <-got:
+			if m == nil {
+				t.FailNow()
+			}
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the waiting LockMulti of %s was not woken by the release of its keys", who)
+			return nil
+		}
+	}
+	unlock := func(m *locker.MultiLock) {
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// gone waits once, so that its channels stay subscribed after it holds.
+	m, err := locker.LockMulti(ctx, first, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := wait(gone)
+	awaitRecorded(ctx, t, c, keys[0], gd.lid)
+	unlock(m)
+	m = held(got, "gone")
+	// Its release wakes next and records gone's next wait behind it.
+	got = wait(next)
+	awaitRecorded(ctx, t, c, keys[0], nd.lid)
+	unlock(m)
+	m = held(got, "next")
+	fields, err := c.HKeys(ctx, name(kindWaiters, keys[0])).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(fields, func(f string) bool { return strings.HasPrefix(f, " watch "+gd.lid+" ") }) {
+		t.Fatalf("the release of a Locker that had waited recorded no next wait of it: %q", fields)
+	}
+	// last records itself behind that record; gone never locks again.
+	got = wait(last)
+	awaitRecorded(ctx, t, c, keys[0], ld.lid)
+	unlock(m)
+	unlock(held(got, "last, recorded behind a Locker that did not lock again"))
+}
+
+// multiWaitOptions are the options of the Lockers of the LockMulti wait
+// tests: unwoken, a wait tries again by itself after Jitter(TTL/3), 50 s
+// at the earliest, and the Locker's backoff never ends it first.
+var multiWaitOptions = []locker.Option{locker.WithTTL(5 * time.Minute), locker.WithBackoff(locker.ConstantBackoff(time.Hour))}
+
+// multiWaitSetup starts a LockMulti wait test: its ctx, the server's
+// address, a client, and three keys (and their base) that are deleted when
+// the test ends.
+func multiWaitSetup(t *testing.T) (ctx context.Context, addr string, c *goredis.Client, base string, keys []string) {
+	t.Parallel()
+	addr = storeenv.Redis(t).Addr()
+	ctx = ctxFor(t, 90*time.Second)
+	base = uniqueKey(t)
+	keys = []string{base + ".a", base + ".b", base + ".c"}
+	c = newClient(t, addr)
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	return ctx, addr, c, base, keys
 }

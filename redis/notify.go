@@ -610,7 +610,8 @@ func (n *notifier) disable() {
 	}
 }
 
-// close closes the pub/sub connection and waits for the goroutines.
+// close closes the pub/sub connection and waits for the goroutines, its
+// own and those of spawn.
 func (n *notifier) close() {
 	n.mu.Lock()
 	if n.closed {
@@ -620,10 +621,27 @@ func (n *notifier) close() {
 	n.closed = true
 	started, ps := n.started, n.ps
 	n.mu.Unlock()
-	if !started {
-		return
-	}
 	n.stopOnce.Do(func() { close(n.stop) })
-	_ = ps.Close()
+	if started {
+		_ = ps.Close()
+	}
 	n.wg.Wait()
+}
+
+// spawn runs f in a goroutine that close waits for, and reports whether
+// it did: after close it runs nothing. The channel f gets is closed when
+// n stops (close, or disable once the connection was opened); f should
+// return soon after, since close waits for it.
+func (n *notifier) spawn(f func(stop <-chan struct{})) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f(n.stop)
+	}()
+	return true
 }

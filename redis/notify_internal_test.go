@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/golocker/locker/internal/storeenv"
@@ -20,5 +21,27 @@ func TestEarlyRegisterAllocatesNothing(t *testing.T) {
 	})
 	if n != 0 {
 		t.Errorf("an early registration on a key nobody subscribed makes %v allocations, want 0", n)
+	}
+}
+
+// TestNotifierSpawn: close stops the goroutines of spawn and waits for
+// them, also when the notifier never opened its connection (a Locker whose
+// LockMulti recorded a next wait before any of its waits subscribed);
+// after close, spawn runs nothing.
+func TestNotifierSpawn(t *testing.T) {
+	n := newNotifier(nil, nil, func(error) {}, "lid")
+	var ended atomic.Bool
+	if !n.spawn(func(stop <-chan struct{}) {
+		<-stop
+		ended.Store(true)
+	}) {
+		t.Fatal("spawn on an open notifier ran nothing")
+	}
+	n.close()
+	if !ended.Load() {
+		t.Error("close returned before the goroutine of spawn ended")
+	}
+	if n.spawn(func(<-chan struct{}) { t.Error("spawn after close ran its function") }) {
+		t.Error("spawn after close reported a goroutine")
 	}
 }

@@ -260,6 +260,8 @@ type redisDriver struct {
 	// multiAcquire takes several locks at once (multi.go), and
 	// multiRelease releases them (multi_release.go).
 	multiAcquire, multiRelease *goredis.Script
+	// multiGiveUp gives up a next wait nobody adopted (multi_next.go).
+	multiGiveUp *goredis.Script
 
 	logger *slog.Logger
 	notify *notifier
@@ -272,6 +274,9 @@ type redisDriver struct {
 	// waits numbers the waits of LockMulti that record themselves with
 	// the keys they find held (watchField): each has a field of its own.
 	waits atomic.Uint64
+	// next are the waits that releases recorded for this Locker's next
+	// LockMulti (multi_next.go).
+	next nextWaits
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
@@ -353,6 +358,7 @@ func newDriver(client Client) *redisDriver {
 	d.acquire, d.release = d.newScript(include(acquireLua)), d.newScript(include(releaseLua))
 	d.shareAcquire, d.shareRelease = d.newScript(includeShared(shareAcquireLua)), d.newScript(includeShared(shareReleaseLua))
 	d.multiAcquire, d.multiRelease = d.newScript(includeKind(multiAcquireLua)), d.newScript(includeWatch(multiReleaseLua))
+	d.multiGiveUp = d.newScript(includeWatch(multiGiveUpLua))
 	switch c := client.(type) {
 	case *goredis.Client:
 		d.proc = c

@@ -16,10 +16,11 @@ end
 -- channel .. ':' .. lid, is "free <wid> <seq>" (the record's wait and the
 -- attempt that wrote it), or "free" for a record that names no wait.
 -- channel "" wakes nobody. It returns false when the server refused the
--- message. The caller checks first that w is watched, which is rare.
+-- message, and then whether it found a record to wake. The caller checks
+-- first that w is watched, which is rare.
 local function wake_watcher(w, channel)
   if channel == '' then
-    return true
+    return true, false
   end
   local all = redis.call('HGETALL', w)
   local first, lid, msg, more
@@ -38,7 +39,7 @@ local function wake_watcher(w, channel)
   end
   if not first then
     redis.call('HDEL', w, ' watched')
-    return true
+    return true, false
   end
   if more then
     redis.call('HDEL', w, first)
@@ -46,5 +47,5 @@ local function wake_watcher(w, channel)
     redis.call('HDEL', w, first, ' watched')
   end
   local r = redis.pcall('PUBLISH', channel .. ':' .. lid, msg)
-  return not (type(r) == 'table' and r.err)
+  return not (type(r) == 'table' and r.err), true
 end

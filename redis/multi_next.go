@@ -1,0 +1,182 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golocker/locker/driver"
+)
+
+//go:embed multi_giveup.lua
+var multiGiveUpLua string
+
+// A fair Locker's release that wakes a LockMulti recorded with a key also
+// records, behind the other records, the next wait of the releasing
+// Locker (multi_release.lua): a Locker that releases a contended set
+// usually locks it again at once. That LockMulti adopts the record and
+// waits without a first attempt, which would find the keys handed to the
+// woken wait; a contended set then costs two scripts, not three. A record
+// nobody adopts is given up (multi_giveup.lua) by a goroutine of the
+// notifier's, so that the release that reaches it does not wake nobody.
+
+// nextWait is a wait that a release recorded for its Locker's next
+// LockMulti of the keys. Its waiter is registered for every key of the
+// release before the release runs, so that no wake-up is missed.
+type nextWait struct {
+	field   string // the record, watchField
+	w       *waiter
+	keys    []string // the store keys w is registered for
+	cancels []func() // their registrations
+	state   atomic.Int32
+	adopted chan struct{} // closed when a LockMulti adopts it
+}
+
+// States of a nextWait.
+const (
+	nextParked  = iota
+	nextAdopted // a LockMulti waits with it
+	nextGivenUp // its goroutine removes its record
+)
+
+// nextWaits are a Locker's next waits that no LockMulti has adopted yet,
+// by store key.
+type nextWaits struct {
+	mu sync.Mutex
+	m  map[string]*nextWait
+}
+
+// park registers a next wait for the store keys of a release, or returns
+// nil when a key's channel is not subscribed (the Locker has not waited
+// for it lately, or has no pub/sub): then the release records nothing.
+func (d *redisDriver) park(keys []string) *nextWait {
+	if d.unfairArg == "1" || d.poll.Load() {
+		return nil // an unfair Locker's next LockMulti tries at once
+	}
+	for _, k := range keys {
+		if !d.notify.subscribedOrClosed(k) {
+			return nil
+		}
+	}
+	wid := d.waits.Add(1)
+	nw := &nextWait{field: watchField(d.lid, wid), w: newWaiter(""), adopted: make(chan struct{})}
+	nw.w.wid = strconv.FormatUint(wid, 36)
+	for _, k := range keys {
+		cancel, _ := d.notify.add(k, nw.w, true)
+		if cancel == nil {
+			nw.leave()
+			return nil
+		}
+		nw.keys = append(nw.keys, k)
+		nw.cancels = append(nw.cancels, cancel)
+	}
+	return nw
+}
+
+// leave unregisters nw's waiter.
+func (nw *nextWait) leave() {
+	for _, cancel := range nw.cancels {
+		cancel()
+	}
+}
+
+// recorded notes that the release recorded nw with store key, and starts
+// the goroutine that gives it up unless a LockMulti adopts it within
+// bound.
+func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
+	d.next.mu.Lock()
+	if d.next.m == nil {
+		d.next.m = map[string]*nextWait{}
+	}
+	// A wait it replaces keeps its goroutine, which gives it up.
+	d.next.m[key] = nw
+	d.next.mu.Unlock()
+	spawned := d.notify.spawn(func(stop <-chan struct{}) {
+		timer := time.NewTimer(bound)
+		defer timer.Stop()
+		select {
+		case <-nw.w.wake:
+			// A release reached the record, or a message woke every
+			// waiter of the key.
+		case <-timer.C:
+		case <-stop:
+			// Closed, or pub/sub refused.
+		case <-nw.adopted:
+			return
+		}
+		if nw.state.CompareAndSwap(nextParked, nextGivenUp) {
+			d.giveUp(key, nw)
+			return
+		}
+		// Adopted meanwhile: the wake-up is the wait's.
+		select {
+		case nw.w.wake <- struct{}{}:
+		default:
+		}
+	})
+	if !spawned {
+		d.giveUp(key, nw)
+	}
+}
+
+// giveUp removes nw, the record of store key, and wakes the next record
+// when a release consumed nw's and the key is free (multi_giveup.lua).
+func (d *redisDriver) giveUp(key string, nw *nextWait) {
+	nw.state.Store(nextGivenUp)
+	d.next.mu.Lock()
+	if d.next.m[key] == nw {
+		delete(d.next.m, key)
+	}
+	d.next.mu.Unlock()
+	nw.leave()
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	nm := d.lockNames(key)
+	v, err := d.runScript(ctx, d.multiGiveUp, []string{nm.keys[0], nm.keys[3]}, nil, nw.field, nm.channelArg)
+	switch {
+	case err != nil:
+		d.logger.Debug("locker: redis: could not give up a LockMulti's next wait", "err", err)
+	case v == int64(3):
+		d.noPubSub(errPublishRefused)
+	}
+}
+
+// adoptNext returns the waiter of the wait of call: a next wait that a
+// release recorded with one of the keys of reqs, which it adopts (then
+// call's record is that one, written by attempt 1), or a new one.
+func (d *redisDriver) adoptNext(reqs []driver.Request, call *multiCall) (*waiter, *nextWait) {
+	if d.poll.Load() {
+		return newWaiterFor(call), nil
+	}
+	var adopted *nextWait
+	for j, r := range reqs {
+		d.next.mu.Lock()
+		nw := d.next.m[r.Key]
+		if nw != nil {
+			delete(d.next.m, r.Key)
+		}
+		d.next.mu.Unlock()
+		if nw == nil || adopted != nil || !nw.state.CompareAndSwap(nextParked, nextAdopted) {
+			continue // its goroutine gives it up
+		}
+		close(nw.adopted)
+		call.args[3] = nw.field
+		call.rec[j] = 1
+		call.unwatchChanged()
+		adopted = nw
+	}
+	if adopted == nil {
+		return newWaiterFor(call), nil
+	}
+	return adopted.w, adopted
+}
+
+// newWaiterFor returns a waiter for the wait of call.
+func newWaiterFor(call *multiCall) *waiter {
+	w := newWaiter("")
+	w.wid = call.wid()
+	return w
+}
