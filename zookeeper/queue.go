@@ -17,12 +17,10 @@ import (
 // moment after which the session was alive, for the grant's validity, and
 // whether it waited for another node to go.
 //
-// A waiter lists the queue and watches the node just before ours (pred): a
-// deletion wakes one waiter (two when the holder's goes), never the whole
-// queue. A waiter costs the
-// server no more requests than go-zookeeper's recipe (a listing when it
-// arrives, one watch, and a listing after each deletion it sees), and a
-// hand-off often needs no round trip after the deletion's event:
+// A waiter lists the queue and watches the node just before ours (pred),
+// and the one before that (pp): a deletion wakes two waiters, never the
+// whole queue. A hand-off needs no round trip after the deletion's event
+// when the waiter saw pred first in line:
 //
 //   - When pred was first in line in our last listing, no other node is
 //     ahead of ours (later nodes get higher sequence numbers; a listing,
@@ -31,11 +29,17 @@ import (
 //     makes ours first, and the lock is ours when the event arrives.
 //   - When the node before pred (pp) was first in line, we watch it too,
 //     and its deletion makes pred first by the same reasoning, with no
-//     listing. Watching pp from farther back would cost a request more per
-//     waiter than it saves: its deletion would have to be followed by a
-//     listing (pp may have given up while others were ahead of it).
+//     listing.
+//   - From farther back we watch pp too. Its deletion (most often its
+//     release, which hands the lock to pred) is followed by a listing, as
+//     pp may have given up while others were ahead of it; that listing is
+//     made while pred holds the lock, off the hand-off's path, and shows
+//     pred first, so that pred's deletion grants the lock with no listing.
+//     On a long queue this costs a request more per waiter than
+//     go-zookeeper's recipe and takes a round trip off every hand-off.
 //   - A watch that finds its node gone already tells what the node's
-//     deletion event would have: no listing follows it in these two cases.
+//     deletion event would have: no listing follows it in the first two
+//     cases.
 //   - Otherwise, and when pred went while pp was there (pred gave up), we
 //     list again.
 //
@@ -117,6 +121,9 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			return since, waited, nil
 		}
 		if ppGone {
+			if at.ahead > 2 {
+				continue // pp was not first: look again
+			}
 			// pp was first: pred is now, as our listing would show.
 			at = line{found: true, ahead: 1, pred: at.pred}
 		}
@@ -127,9 +134,9 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 			}
 			continue // look again
 		}
-		// The node before pred is watched only when it is first.
+		// The node before pred is watched too, when there is one.
 		predPath, watchPP := parent+"/"+at.pred, ""
-		if at.ahead == 2 {
+		if at.ahead >= 2 {
 			watchPP = parent + "/" + at.pp
 		}
 		if err := d.watchAll(ctx, watches, predPath, watchPP); err != nil {
@@ -154,7 +161,7 @@ func (d *zkDriver) waitTurn(ctx context.Context, parent, node string, sent time.
 				return time.Time{}, false, fmt.Errorf("watch %s: %w", watchPP, ev.Err)
 			}
 			waited = true
-			if ev.Type == zk.EventNodeDeleted {
+			if at.ahead == 2 && ev.Type == zk.EventNodeDeleted {
 				// pp was first: pred is now, as our listing would show.
 				t.children = slices.DeleteFunc(children, func(c string) bool { return c == at.pp })
 				t.at = line{found: true, ahead: 1, pred: at.pred}
@@ -219,10 +226,12 @@ func lineOf(children []string, name string, seq int64) line {
 
 // listTurn lists the queue of parent and then sets the watches waitTurn
 // sets after such a listing (on the node before ours, name with sequence
-// seq, and on the one before that when it is first in line) that watches
-// does not hold yet: the listing and the first watch in the caller's
-// goroutine, a second watch in parallel. An error is the listing's; the
-// watches' are in the turn.
+// seq, and on the one before that when there is one) that watches does not
+// hold yet, in the caller's goroutine. When the node two ahead is first in
+// line its deletion may come at any moment and make ours next, so its
+// watch is set in parallel; from farther back there is time, and the
+// second watch follows the first. An error is the listing's; the watches'
+// are in the turn.
 func (d *zkDriver) listTurn(parent, name string, seq int64, watches map[string]<-chan zk.Event) (turn, error) {
 	c, _, err := d.conn.Children(parent)
 	if err != nil {
@@ -241,21 +250,25 @@ func (d *zkDriver) listTurn(parent, name string, seq int64, watches map[string]<
 		}
 	}
 	add(parent + "/" + t.at.pred)
-	if t.at.ahead == 2 {
+	if t.at.ahead >= 2 {
 		add(parent + "/" + t.at.pp)
 	}
 	if n == 0 {
 		return t, nil
 	}
 	var second <-chan result[<-chan zk.Event]
-	if n == 2 {
+	if n == 2 && t.at.ahead == 2 {
 		second = start(d, func() (<-chan zk.Event, error) { return d.watch(paths[1]) })
 	}
-	ev, err := d.watch(paths[0])
-	t.watched[0], t.set = watched{paths[0], ev, err}, 1
-	if second != nil {
-		r := <-second
-		t.watched[1], t.set = watched{paths[1], r.v, r.err}, 2
+	for i, p := range paths[:n] {
+		if i == 1 && second != nil {
+			r := <-second
+			t.watched[i] = watched{p, r.v, r.err}
+		} else {
+			ev, err := d.watch(p)
+			t.watched[i] = watched{p, ev, err}
+		}
+		t.set = i + 1
 	}
 	return t, nil
 }

@@ -101,6 +101,9 @@ func lockUnlock(ctx context.Context, l locker.Locker, key string) error {
 // told it: behind the holder, the lock is its own; two places back, the
 // waiter before it is now first, and it waits for that one's deletion. In
 // neither case does it list the queue again (go-zookeeper's zk.Lock does).
+// A waiter farther back lists the queue when the node two places ahead of
+// it goes, while the waiter before it holds the lock, and takes the lock
+// on that one's release with no listing on the hand-off's path.
 func TestHandoffRequests(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	e := newEnv(t, srv)
@@ -194,5 +197,74 @@ func TestHandoffRequests(t *testing.T) {
 		}
 		check(t, "a waiter two places back whose holder was gone when its watches came", lockRequests(c),
 			opCounts{"multi(create,setData)": 1, "getChildren2": 1, "getData": 2, "delete": 1})
+	})
+
+	t.Run("three places back, no listing on the hand-off", func(t *testing.T) {
+		key := uniqueKey(t)
+		holder, err := e.mustLocker(t).Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two waiters queue behind the holder, each handing its lock on.
+		var waiters [2]chan locker.Lock
+		for i := range waiters {
+			waiters[i] = make(chan locker.Lock, 1)
+			l := e.mustLocker(t)
+			go func() {
+				lk, err := l.Lock(ctx, key)
+				if err != nil {
+					t.Error(err)
+				}
+				waiters[i] <- lk
+			}()
+			for len(e.children(t, key)) < i+2 {
+				if ctx.Err() != nil {
+					t.Fatal("a waiter never queued")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		listed := make(chan struct{}, 4)
+		c := &opCounter{before: func(kind string) {
+			if kind == "getChildren2" {
+				select {
+				case listed <- struct{}{}:
+				default:
+				}
+			}
+		}}
+		l := countedLocker(t, srv, c)
+		got := make(chan error, 1)
+		go func() { got <- lockUnlock(ctx, l, key) }()
+		<-listed // its first listing, on arrival
+		takeTurn := func(lk locker.Lock, next chan locker.Lock) locker.Lock {
+			t.Helper()
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lk = <-next
+			if lk == nil {
+				t.FailNow()
+			}
+			return lk
+		}
+		first := takeTurn(holder, waiters[0])
+		second := takeTurn(first, waiters[1])
+		// The first waiter's deletion makes the second one the holder; the
+		// waiter, which watched it two places ahead, lists the queue while
+		// the second waiter holds the lock.
+		select {
+		case <-listed:
+		case <-ctx.Done():
+			t.Fatal("the waiter did not list the queue after the node two places ahead of it went")
+		}
+		c.take()
+		if err := second.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		check(t, "a waiter three places back, from its predecessor's release on", lockRequests(c), opCounts{"delete": 1})
 	})
 }

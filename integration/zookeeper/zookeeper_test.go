@@ -205,9 +205,9 @@ func TestCancelledCreateInFlight(t *testing.T) {
 }
 
 // Waiters are served in arrival order, and each watches only the node just
-// before its own, and the one before that when it is the holder's: no watch
-// on the queue itself, one per node but the last, one more on the holder's
-// node from the waiter two behind it, and its holder's own.
+// before its own and the one before that: no watch on the queue itself, one
+// per node but the last, one more per node but the last two from the waiter
+// two behind it, and the holder's own.
 func TestFIFOAndPredecessorWatches(t *testing.T) {
 	e := newEnv(t, testenv.ZooKeeper(t))
 	ctx := testCtx(t, time.Minute)
@@ -248,7 +248,10 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 	for _, n := range queue[:waiters] { // every node but the last is watched by its successor
 		want[parent+"/"+n] = 1
 	}
-	want[parent+"/"+queue[0]] += 2 // by the waiter two behind, and by its holder
+	for _, n := range queue[:waiters-1] { // and by the waiter two behind it
+		want[parent+"/"+n]++
+	}
+	want[parent+"/"+queue[0]]++ // and by its holder
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		watched, err := watchesByPath(e.srv.Servers()[0], parent)
 		if err != nil {
@@ -259,7 +262,7 @@ func TestFIFOAndPredecessorWatches(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("watches under %s = %v, want one on each node but the last, two more on the holder's (%v): each waiter watches only the node before its own, and the one before that when it is the holder's", parent, watched, want)
+			t.Errorf("watches under %s = %v, want one on each node but the last, one more on each but the last two, one more on the holder's (%v): each waiter watches only the node before its own and the one before that", parent, watched, want)
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
