@@ -52,7 +52,9 @@ func errText(t *testing.T, raw string, open func(ctx context.Context) (locker.Lo
 
 // TestNoPasswordInErrors: no error of locker.Open or of a backend's opener
 // shows a URL's password, however malformed the URL, and hiding it leaves
-// the rest of the message as it is (see package secreturl).
+// the rest of the message as it is (see package secreturl). The openers
+// run in parallel subtests: most of their opens wait out openBound on the
+// closed port.
 func TestNoPasswordInErrors(t *testing.T) {
 	port, err := testenv.FreePort()
 	if err != nil {
@@ -61,6 +63,7 @@ func TestNoPasswordInErrors(t *testing.T) {
 	m := newMux(t)
 	for _, scheme := range m.Schemes() {
 		t.Run("Open/"+scheme, func(t *testing.T) {
+			t.Parallel()
 			secreturl.Check(t, scheme, port, 48, func(raw string) (string, bool) {
 				return errText(t, raw, func(ctx context.Context) (locker.Locker, error) { return locker.Open(ctx, m, raw) }), true
 			})
@@ -69,6 +72,7 @@ func TestNoPasswordInErrors(t *testing.T) {
 	for _, o := range openers {
 		for _, scheme := range o.schemes {
 			t.Run(o.name+"/"+scheme, func(t *testing.T) {
+				t.Parallel()
 				secreturl.Check(t, scheme, port, 48, func(raw string) (string, bool) {
 					u, err := url.Parse(raw)
 					if err != nil || u.Scheme != scheme {

@@ -241,6 +241,7 @@ func (f *fleet) table() string {
 // TestConformance runs the suite on a pgx pool, on a server of its own,
 // which its Restart hook restarts.
 func TestConformance(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	srv := testenv.NewPostgres(t)
 	f := newFleet(t, srv.URL(), viaPool, postgres.Config{})
 	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity}
@@ -251,6 +252,7 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceSQLDB runs the suite on *sql.DB through pgx/stdlib.
 func TestConformanceSQLDB(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	srv := testenv.NewPostgres(t)
 	f := newFleet(t, srv.URL(), viaDB, postgres.Config{Table: "sqldb_locks"})
 	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity}
@@ -262,6 +264,7 @@ func TestConformanceSQLDB(t *testing.T) {
 // TestConformancePgBouncer runs the suite through PgBouncer in transaction
 // pooling mode, polling.
 func TestConformancePgBouncer(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	srv := testenv.NewPostgres(t)
 	b := testenv.NewPgBouncer(t, srv)
 	f := newFleet(t, b.URL(), viaPool, postgres.Config{Table: "bouncer_locks", PollOnly: true})

@@ -9,4 +9,8 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 )
 
+// TestMain runs the package's tests. The conformance harnesses run in
+// parallel with each other (t.Parallel), at most -parallel cases at once as
+// before: each has a server of its own, so a case that restarts it disturbs
+// no other harness, and a harness's last long cases do not run alone.
 func TestMain(m *testing.M) { testenv.Main(m) }

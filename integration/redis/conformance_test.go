@@ -114,17 +114,20 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	conformance.Run(t, singleHarness(t, testenv.NewRedis(t)))
 }
 
 // TestConformanceUnfair runs the suite with Config.Unfair (barging).
 func TestConformanceUnfair(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	conformance.Run(t, singleHarnessWith(t, testenv.NewRedis(t), redis.Config{Unfair: true}, nil))
 }
 
 // TestConformanceCluster runs the suite on a Cluster of its own, which its
 // Restart hook restarts.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	cl := testenv.NewRedisCluster(t)
 	h := clusterHarness(t, cl)
 	h.Restart = cl.Restart

@@ -14,7 +14,10 @@ import (
 )
 
 // TestMain runs 4 parallel tests at once: the conformance cases mostly wait
-// for expiries and backoffs.
+// for expiries and backoffs. The conformance harnesses run in parallel with
+// each other (t.Parallel), still 4 cases at once in all: each has a server
+// of its own, so a case that restarts it disturbs no other harness, and a
+// harness's last long cases do not run alone.
 func TestMain(m *testing.M) {
 	testenv.Parallel(4)
 	testenv.Main(m)

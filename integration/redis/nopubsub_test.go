@@ -21,6 +21,7 @@ import (
 // before the Restart hook could make the user again. The hook restricts
 // the default user again once the server answers.
 func TestConformanceNoPubSub(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	srv := testenv.NewRedis(t)
 	admin := newClient(t, srv.Addr())
 	restrict := func(t testing.TB) {
@@ -41,6 +42,7 @@ func TestConformanceNoPubSub(t *testing.T) {
 
 // TestConformanceNoPubSubForced runs the suite with Config.NoPubSub.
 func TestConformanceNoPubSubForced(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
 	conformance.Run(t, singleHarnessWith(t, testenv.NewRedis(t), redis.Config{NoPubSub: true}, nil))
 }
 

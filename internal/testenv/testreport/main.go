@@ -20,6 +20,9 @@
 // command, a failed test or package read from stdin counts as the command's
 // failure. Interrupts go on to the command; testreport prints what it has
 // once the command has ended.
+//
+// With -cases it prints the names of the conformance cases, one a line,
+// and exits: .ci/docker-suite builds its go test -skip pattern from them.
 package main
 
 import (
@@ -36,10 +39,17 @@ import (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: testreport [-- go test -json args...]  (or: go test -json ... | testreport)")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: testreport [-- go test -json args...]  (or: go test -json ... | testreport; testreport -cases)")
 		flag.PrintDefaults()
 	}
+	listCases := flag.Bool("cases", false, "print the names of the conformance cases, one a line, and exit")
 	flag.Parse()
+	if *listCases {
+		for _, name := range conformance.Cases() {
+			fmt.Println(name)
+		}
+		return
+	}
 	os.Exit(run(flag.Args(), os.Stdin, os.Stdout, os.Stderr))
 }
 
