@@ -237,6 +237,16 @@ func TestHandoffRequests(t *testing.T) {
 		got := make(chan error, 1)
 		go func() { got <- lockUnlock(ctx, l, key) }()
 		<-listed // its first listing, on arrival
+		// The waiter watches both nodes ahead of it before the holder lets
+		// go: a listing that came back after the holder's deletion would
+		// find it two places back, where no listing is due.
+		q := sortedQueue(t, e, key)
+		if len(q) != 4 {
+			t.Fatalf("queue %v, want the holder, two waiters and the waiter", q)
+		}
+		parent := zookeeper.QueuePath(zookeeper.DefaultRoot, key)
+		waitWatchers(t, e, parent+"/"+q[1], 2) // the first waiter's successor's and the waiter's
+		waitWatchers(t, e, parent+"/"+q[2], 1)
 		takeTurn := func(lk locker.Lock, next chan locker.Lock) locker.Lock {
 			t.Helper()
 			if err := lk.Unlock(ctx); err != nil {
