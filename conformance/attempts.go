@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/golocker/locker"
 )
 
 // caseAttempts is how many times Run runs a case at most. A failed attempt
@@ -35,7 +37,7 @@ func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 
 // attempts calls attempt until an attempt passes or skips, or fails while
 // the process did not stall (longest reports the longest stall between two
-// times), or failed reports that the test failed outside the attempt (a
+// times) and with no lock lost to renewals that came too late, or failed reports that the test failed outside the attempt (a
 // hook's t.Fatal), or n attempts ran. It returns the last attempt's
 // recorder, and logs each earlier one's.
 func attempts(n int, attempt func() *recorder, failed func() bool, longest func(from, to time.Time) time.Duration, logf func(format string, args ...any)) *recorder {
@@ -45,12 +47,32 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 		if !rec.failed || i == n || failed() {
 			return rec
 		}
-		stall := longest(from, time.Now())
-		if stall == 0 {
+		var why string
+		if stall := longest(from, time.Now()); stall > 0 {
+			why = fmt.Sprintf("while the test process stalled for up to %v, so the Lockers' renewals may have starved", stall.Round(time.Millisecond))
+		} else if rec.lostUnrenewed() {
+			why = "with a lock lost to renewals that did not succeed in time (a store too slow to answer, as on a loaded machine)"
+		} else {
 			return rec
 		}
-		logf("attempt %d of %d failed while the test process stalled for up to %v, so the Lockers' renewals may have starved: the case runs again; the attempt's report:\n%s", i, n, stall.Round(time.Millisecond), rec)
+		logf("attempt %d of %d failed %s: the case runs again; the attempt's report:\n%s", i, n, why, rec)
 	}
+}
+
+// lostUnrenewed reports whether a failure the attempt recorded names a
+// lock lost at its local deadline (locker.ErrNoRenewal): a store that
+// answers renewals too slowly, as a loaded machine's does, loses locks
+// so, as the contract allows. A Locker that fails to renew does so in
+// every attempt.
+func (r *recorder) lostUnrenewed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.log {
+		if e.kind == "error" && strings.Contains(e.text, locker.ErrNoRenewal.Error()) {
+			return true
+		}
+	}
+	return false
 }
 
 // startCase runs a case's function with c in a goroutine of its own, whose

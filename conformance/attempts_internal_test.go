@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golocker/locker"
 )
 
 // TestAttemptsRunAgainOnlyAfterAStall: a failed attempt runs again only
@@ -19,6 +21,11 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 		return r
 	}
 	passing := func() *recorder { return &recorder{} }
+	unrenewed := func() *recorder {
+		r := &recorder{}
+		r.Errorf("the holder lost its lock (Err: %v)", fmt.Errorf("lock lost: %w", locker.ErrNoRenewal))
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		outcome []func() *recorder // the attempts' outcomes, the last repeated
@@ -30,6 +37,8 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 		{"a pass runs once", []func() *recorder{passing}, time.Second, false, 1, true},
 		{"a failure without a stall runs once", []func() *recorder{failing}, 0, false, 1, false},
 		{"a failure while stalled runs again", []func() *recorder{failing, passing}, 300 * time.Millisecond, false, 2, true},
+		{"a lock lost unrenewed runs again", []func() *recorder{unrenewed, passing}, 0, false, 2, true},
+		{"a lock lost unrenewed every time fails", []func() *recorder{unrenewed}, 0, false, 3, false},
 		{"at most three attempts", []func() *recorder{failing}, 300 * time.Millisecond, false, 3, false},
 		{"a hook's failure ends the attempts", []func() *recorder{failing}, time.Second, true, 1, false},
 	} {

@@ -26,8 +26,10 @@ const defaultSlack = 5 * time.Second
 // A case that fails while the test process stalls runs again, up to three
 // attempts in all. A stall is a timer of Run's firing more than a
 // twentieth of h.TTL late. Such a machine may starve the Lockers'
-// renewals, and a lock lost so says nothing of the Locker. A case that
-// fails without a stall fails at once. Only the last attempt's failures
+// renewals, and a lock lost so says nothing of the Locker. So does a
+// failure that names a lock lost at its local deadline
+// (locker.ErrNoRenewal): a store too slow to answer renewals, as on a
+// loaded machine. Any other failure fails the test at once. Only the last attempt's failures
 // fail the test; the earlier attempts' reports are logged. A case reports
 // when its attempt ends, not as it runs.
 func Run(t *testing.T, h Harness) {

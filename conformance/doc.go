@@ -26,9 +26,9 @@
 // Every case runs as a subtest of Run, on its own keys (derived from the
 // subtest's name plus a random suffix), under its own deadline sized from
 // Harness.TTL, and states the contract it checks in its failure messages.
-// A case that fails while the test process stalls runs again, up to three
-// attempts (see Run): a machine too busy to renew locks in time loses them,
-// as the contract allows.
+// A case that fails while the test process stalls, or with a lock lost at
+// its local deadline, runs again, up to three attempts (see Run): a machine
+// too busy to renew locks in time loses them, as the contract allows.
 //
 //   - TryLock: a free key is granted, refused to another Locker with
 //     ErrNotAcquired, and free again for it after Unlock; Key and Token.
