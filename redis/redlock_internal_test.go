@@ -37,9 +37,13 @@ func TestRedlockUndoKeepsLaterAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attempt 2: %v", err)
 	}
+	// The requests that answered after the quorum's run on in the
+	// background: without this wait, master 0 may not have seen attempt
+	// 2's phase 1 yet and still hold attempt 1's mark (CI, docker suite).
+	d.wg.Wait()
 	// Every master holds attempt 2's grant: committed with its token on a
-	// quorum, at least, and maybe still marked on a master whose answer
-	// came after the quorum's (kept, as the lock was granted).
+	// quorum, at least, and maybe still marked on a master whose commit
+	// was not sent (kept, as the lock was granted).
 	committed := owner + " " + strconv.FormatUint(g.Token, 10) + " "
 	check := func(when string) {
 		t.Helper()
