@@ -1,7 +1,9 @@
 package mysql_test
 
 import (
+	"context"
 	"crypto/rand"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,12 +55,9 @@ func BenchmarkSharedThroughput(b *testing.B) {
 	sharedbench.Throughput(b, func() locker.Locker { return sharedbench.Closing(b, f.newLocker(b)) }, "bench/"+rand.Text()[:8])
 }
 
-// benchSharedFloor times, in turn, an uncontended permit of a semaphore
-// (Acquire+Unlock), the same statements by hand (mysql.SQL's Hold and
-// Leave, prepared on a pool of their own, on a key whose row exists), and
-// a Lock+Unlock, so that all three see the same machine load.
-// It reports sem-x-floor (ratio of medians, target ≤ 1.2), sem-x-floor-mean,
-// sem-x-lock-p50 (ratio of medians, target ≤ 1.3) and the medians.
+// benchSharedFloor runs sharedbench.VsFloor with, as the floor, mysql.SQL's
+// Hold and Leave, prepared on a pool of their own, on a key whose row
+// exists.
 func benchSharedFloor(b *testing.B, dsn string, cfg mysql.Config) {
 	ctx := b.Context()
 	prefix := "bench-" + rand.Text()[:8] + "/"
@@ -68,10 +67,6 @@ func benchSharedFloor(b *testing.B, dsn string, cfg mysql.Config) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = l.Close() })
-	sem, err := locker.NewSemaphore(l, "sem", 4)
-	if err != nil {
-		b.Fatal(err)
-	}
 	floorSem, err := locker.NewSemaphore(l, "floor", 4)
 	if err != nil {
 		b.Fatal(err)
@@ -100,55 +95,22 @@ func benchSharedFloor(b *testing.B, dsn string, cfg mysql.Config) {
 	// The statement's fence: an hour ahead (the server's clock is this
 	// machine's), so that the floor never misses for it.
 	fence := time.Now().Add(time.Hour).UnixMicro()
-	floorOnce := func() {
+	sharedbench.VsFloor(b, l, "bench", func(ctx context.Context) error {
 		res, err := hold.ExecContext(ctx, owner, "floor", "1 1 4", ttl, prefix+"floor", fence)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			b.Fatalf("floor hold affected %d rows, want 1", n)
+			return fmt.Errorf("floor hold affected %d rows, want 1", n)
 		}
 		token, _ := res.LastInsertId()
 		res, err = leave.ExecContext(ctx, prefix+"floor", owner, token)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			b.Fatalf("floor leave affected %d rows", n)
+			return fmt.Errorf("floor leave affected %d rows, want 1", n)
 		}
-	}
-	once := func(take func() (locker.Lock, error)) {
-		lk, err := take()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	permitOnce := func() { once(func() (locker.Lock, error) { return sem.Acquire(ctx) }) }
-	lockOnce := func() { once(func() (locker.Lock, error) { return l.Lock(ctx, "lock") }) }
-	for range 50 { // warm the pools and statement caches
-		floorOnce()
-		permitOnce()
-		lockOnce()
-	}
-	var floor, permit, lock []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		floorOnce()
-		t1 := time.Now()
-		permitOnce()
-		t2 := time.Now()
-		lockOnce()
-		t3 := time.Now()
-		floor, permit, lock = append(floor, t1.Sub(t0)), append(permit, t2.Sub(t1)), append(lock, t3.Sub(t2))
-	}
-	fm, pm, lm := median(floor), median(permit), median(lock)
-	b.ReportMetric(float64(pm)/float64(fm), "sem-x-floor")
-	b.ReportMetric(float64(mean(permit))/float64(mean(floor)), "sem-x-floor-mean")
-	b.ReportMetric(float64(pm)/float64(lm), "sem-x-lock-p50")
-	b.ReportMetric(float64(fm.Microseconds()), "floor-p50-us")
-	b.ReportMetric(float64(pm.Microseconds()), "sem-p50-us")
-	b.ReportMetric(float64(lm.Microseconds()), "lock-p50-us")
+		return nil
+	})
 }

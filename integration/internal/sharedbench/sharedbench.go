@@ -97,6 +97,64 @@ func Uncontended(b *testing.B, l locker.Locker, key string) {
 	b.ReportMetric(float64(p50[2])/float64(p50[0]), "rlock-x-lock-p50")
 }
 
+// VsFloor times, in turn, an uncontended permit of a semaphore of 4 on l
+// (Acquire+Unlock, on key+"/sem"), floor (the backend's statements for a
+// permit, sent by hand: one take and one release, failing when they did
+// not take or release), and a Lock+Unlock of l (on key+"/lock"), so that
+// all three see the same machine load, after 50 untimed rounds.
+// It reports sem-x-floor (ratio of medians, target ≤ 1.2),
+// sem-x-floor-mean, sem-x-lock-p50 (ratio of medians, target ≤ 1.3) and
+// the medians in µs.
+func VsFloor(b *testing.B, l locker.Locker, key string, floor func(context.Context) error) {
+	ctx := b.Context()
+	sem, err := locker.NewSemaphore(l, key+"/sem", 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	once := func(take func() (locker.Lock, error)) error {
+		lk, err := take()
+		if err != nil {
+			return err
+		}
+		return lk.Unlock(ctx)
+	}
+	rounds := []func() error{
+		func() error { return floor(ctx) },
+		func() error { return once(func() (locker.Lock, error) { return sem.Acquire(ctx) }) },
+		func() error { return once(func() (locker.Lock, error) { return l.Lock(ctx, key+"/lock") }) },
+	}
+	for range 50 { // warm the pools and statement caches
+		for _, f := range rounds {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var each [3][]time.Duration
+	var spent [3]time.Duration
+	for b.Loop() {
+		for k, f := range rounds {
+			t := time.Now()
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+			d := time.Since(t)
+			each[k], spent[k] = append(each[k], d), spent[k]+d
+		}
+	}
+	var p50 [3]time.Duration
+	for k := range each {
+		slices.Sort(each[k])
+		p50[k] = each[k][len(each[k])/2]
+	}
+	b.ReportMetric(float64(p50[1])/float64(p50[0]), "sem-x-floor")
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "sem-x-floor-mean")
+	b.ReportMetric(float64(p50[1])/float64(p50[2]), "sem-x-lock-p50")
+	b.ReportMetric(float64(p50[0].Microseconds()), "floor-p50-us")
+	b.ReportMetric(float64(p50[1].Microseconds()), "sem-p50-us")
+	b.ReportMetric(float64(p50[2].Microseconds()), "lock-p50-us")
+}
+
 // Handoff times how long a released lock, and a released permit of a
 // semaphore of one, take to reach waiter, which waits for them on keys
 // under key, in turn; it reports the permit's p50 as a multiple of the
