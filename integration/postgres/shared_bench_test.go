@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/golocker/locker"
@@ -89,4 +92,70 @@ func BenchmarkSharedHandoff(b *testing.B) {
 	sharedFleets(b, func(b *testing.B, f *fleet) {
 		sharedbench.Handoff(b, sharedbench.Closing(b, f.newLocker(b)), sharedbench.Closing(b, f.newLocker(b)), freshKey(b))
 	})
+}
+
+// BenchmarkSharedRenewal: see sharedbench.Renewal, on a pgx pool. A round
+// trip is a statement the pool's connections send (pgx sends each in one
+// write and waits for its reply); the bytes are those of its connections,
+// both ways.
+//
+//	go test -run '^$' -bench SharedRenewal -benchtime 3x ./integration/postgres/
+func BenchmarkSharedRenewal(b *testing.B) {
+	srv := testenv.Postgres(b)
+	var t traffic
+	pc, err := pgxpool.ParseConfig(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc.ConnConfig.Tracer = &t
+	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: c, t: &t}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(b.Context(), pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	sharedbench.Renewal(b, func(o locker.Observer) locker.Locker {
+		l, err := postgres.NewWithConfig(pool, postgres.Config{Table: "bench_locks"},
+			locker.WithTTL(3*time.Second), locker.WithPrefix("bench-renewal/"), locker.WithObserver(o))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		return l
+	}, func() (int64, int64) { return t.trips.Load(), t.bytes.Load() }, freshKey(b))
+}
+
+// traffic counts the statements a pgx pool sends (pgx.QueryTracer) and the
+// bytes of its connections.
+type traffic struct{ trips, bytes atomic.Int64 }
+
+func (t *traffic) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.trips.Add(1)
+	return ctx
+}
+
+func (t *traffic) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// countingConn adds the bytes it reads and writes to t.
+type countingConn struct {
+	net.Conn
+	t *traffic
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	c.t.bytes.Add(int64(k))
+	return k, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	k, err := c.Conn.Write(p)
+	c.t.bytes.Add(int64(k))
+	return k, err
 }
