@@ -115,16 +115,8 @@ func floorMutex(b *testing.B, pool *pgxpool.Pool, table, key string) contend.Mut
 			}
 			if token.Valid {
 				return func(ctx context.Context) error {
-					rows, err := pool.Query(ctx, stmts.Release, key, owner, token.Int64, table)
+					n, err := countRows(ctx, pool, stmts.Release, key, owner, token.Int64, table)
 					if err != nil {
-						return err
-					}
-					n := 0
-					for rows.Next() {
-						n++
-					}
-					rows.Close()
-					if err := rows.Err(); err != nil {
 						return err
 					}
 					if n != 1 {
@@ -140,6 +132,20 @@ func floorMutex(b *testing.B, pool *pgxpool.Pool, table, key string) contend.Mut
 			}
 		}
 	})
+}
+
+// countRows runs query on pool and returns how many rows it returned.
+func countRows(ctx context.Context, pool *pgxpool.Pool, query string, args ...any) (int, error) {
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	rows.Close()
+	return n, rows.Err()
 }
 
 // newPglock returns a cirello.io/pglock client on table with a lib/pq

@@ -68,16 +68,8 @@ func benchSharedFloor(b *testing.B, l locker.Locker, pool *pgxpool.Pool, table s
 		if err := pool.QueryRow(ctx, stmts.Hold, key, owner, "floor", ttl, fence, int16(driver.Permits), 1, 4).Scan(&token); err != nil {
 			return fmt.Errorf("floor hold: %w", err)
 		}
-		rows, err := pool.Query(ctx, stmts.Leave, key, owner, table, token)
+		n, err := countRows(ctx, pool, stmts.Leave, key, owner, table, token)
 		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if n != 1 {

@@ -88,13 +88,18 @@ func Uncontended(b *testing.B, l locker.Locker, key string) {
 	b.ReportMetric(float64(spent[1])/float64(spent[0]), "sem-x-lock")
 	b.ReportMetric(float64(spent[2])/float64(spent[0]), "rlock-x-lock")
 	// Medians, which a few slow rounds on a busy machine move less.
-	var p50 [3]time.Duration
+	p50 := medians(each)
+	b.ReportMetric(float64(p50[1])/float64(p50[0]), "sem-x-lock-p50")
+	b.ReportMetric(float64(p50[2])/float64(p50[0]), "rlock-x-lock-p50")
+}
+
+// medians sorts each series of each and returns its median.
+func medians(each [3][]time.Duration) (p50 [3]time.Duration) {
 	for k := range each {
 		slices.Sort(each[k])
 		p50[k] = each[k][len(each[k])/2]
 	}
-	b.ReportMetric(float64(p50[1])/float64(p50[0]), "sem-x-lock-p50")
-	b.ReportMetric(float64(p50[2])/float64(p50[0]), "rlock-x-lock-p50")
+	return p50
 }
 
 // VsFloor times, in turn, an uncontended permit of a semaphore of 4 on l
@@ -142,11 +147,7 @@ func VsFloor(b *testing.B, l locker.Locker, key string, floor func(context.Conte
 			each[k], spent[k] = append(each[k], d), spent[k]+d
 		}
 	}
-	var p50 [3]time.Duration
-	for k := range each {
-		slices.Sort(each[k])
-		p50[k] = each[k][len(each[k])/2]
-	}
+	p50 := medians(each)
 	b.ReportMetric(float64(p50[1])/float64(p50[0]), "sem-x-floor")
 	b.ReportMetric(float64(spent[1])/float64(spent[0]), "sem-x-floor-mean")
 	b.ReportMetric(float64(p50[1])/float64(p50[2]), "sem-x-lock-p50")
