@@ -20,6 +20,7 @@ import (
 // one HMGET, an attempt on a free key looks at the queue only to leave it
 // (an attempt after the first of a waiting Lock), and an attempt of a
 // queued waiter whose record is recent ("k<n>") writes nothing.
+// (A polling waiter's "p<n>": TestUnfairPollingAttempt.)
 func TestUnfairScriptCommands(t *testing.T) {
 	t.Parallel()
 	r := newScriptRunner(t, map[string]string{"B": "LB"}, true)
