@@ -28,6 +28,10 @@ const claimWindow = 500 * time.Millisecond
 // gap is not missed.
 const wakeGap = time.Millisecond
 
+// pollWindow is how long the attempt of a polling waiter ("p<n>") spares it
+// the wake-ups of releases (poll_us in acquire.lua).
+const pollWindow = 2 * wakeGap
+
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
@@ -121,6 +125,16 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	// stale time later.
 	var answered time.Time
 	woken := false // the last pause ended with a wake-up from the notifier
+	// hot: unfair, the key changed hands between this waiter's last two
+	// attempts, the last of which a wake-up prompted or promised to poll:
+	// the next one promises to poll ("p<n>").
+	hot := false
+	var lastRemaining time.Duration
+	// pollUntil: the releases before it may have spared this waiter
+	// their wake-up, as its last polling attempt asked (pollWindow from
+	// its reply; the script counts from before that): it polls on until
+	// an attempt is sent after it.
+	var pollUntil time.Time
 	var timer *time.Timer
 	var wakeAt time.Time // when timer fires
 	defer func() {
@@ -137,21 +151,38 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			seqArg = inboxSeq(seq)
 		case d.unfairArg == "1" && now.Sub(recorded) < refresh:
 			// The record is recent: still queued, the attempt
-			// writes nothing.
-			seqArg = "k" + seqArg
+			// writes nothing, unless it promises to poll.
+			if hot && !d.poll.Load() {
+				seqArg = "p" + seqArg
+			} else {
+				seqArg = "k" + seqArg
+			}
 		}
 		sent = append(sent, now)
 		r, err := d.attempt(ctx, req, names, args, seqArg)
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		if r <= 0 && seqArg[0] != 'k' {
+		if r <= 0 && seqArg[0] != 'k' && seqArg[0] != 'p' {
 			recorded, answered = now, time.Now()
 		}
 		if r > 0 {
 			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: names, Queued: seq > 1}, nil
 		}
 		remaining := time.Duration(max(-1-r, 0)) * time.Millisecond
+		// A polling attempt ("p<n>") promised the next within wakeGap.
+		// The key changed hands since the last attempt, at least
+		// wakeGap before, when the holder has no less time left than it
+		// had: after a wake-up in vain or a polling attempt, poll on
+		// then, and stop once one holder keeps it (releases wake the
+		// waiter again).
+		promised := seqArg[0] == 'p'
+		hot = (woken || promised) && remaining >= lastRemaining
+		lastRemaining = remaining
+		if promised {
+			pollUntil = time.Now().Add(pollWindow)
+		}
+		promised = promised || now.Before(pollUntil)
 		var wait time.Duration
 		if d.poll.Load() {
 			wait = d.pollDelay(int(seq-1), remaining, min(pollCeiling, refresh))
@@ -170,9 +201,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			if remaining > 0 && remaining < refresh {
 				wait = driver.Past(remaining)
 			}
-			if woken && wait > wakeGap {
-				// Woken in vain: releases in the next wakeGap may
-				// not wake this waiter again.
+			if (woken || promised) && wait > wakeGap {
+				// Woken in vain, or promised to poll: releases in
+				// the next wakeGap may not wake this waiter.
 				wait = driver.Past(wakeGap)
 			}
 		}

@@ -12,7 +12,12 @@
 --                     number of this attempt of a waiting Lock, which then
 --                     queues for the lock when it is held. "k<n>": the
 --                     attempt of an unfair waiter whose record is recent;
---                     if it is still queued, the held key writes nothing
+--                     if it is still queued, the held key writes nothing.
+--                     "p<n>": the same, from a waiter that polls (it makes
+--                     its next attempt within wakeGap, acquire.go): if it
+--                     is the first in the queue, the held key records it as
+--                     woken for poll_us, so that releases meanwhile do not
+--                     wake it (wake_due in release.lua)
 -- ARGV[6]  stale      milliseconds after which a waiter that made no attempt
 --                     counts as gone
 -- ARGV[7]  channel    the lock's pub/sub channel; "" publishes nothing. A
@@ -41,10 +46,17 @@
 -- #include sharekind.lua
 
 local owner, ttl, seq = ARGV[1], ARGV[2], ARGV[5]
-local keep = string.byte(seq, 1) == 107 -- "k<n>"
+local mark = string.byte(seq, 1)
+local poll = mark == 112 -- "p<n>"
+local keep = poll or mark == 107 -- "k<n>"
 if keep then
   seq = string.sub(seq, 2)
 end
+
+-- poll_us is how long (server µs) the attempt of a polling waiter ("p<n>")
+-- spares it the wake-ups of releases: twice wakeGap (acquire.go), within
+-- which it makes its next attempt.
+local poll_us = 2000
 local waiting = seq ~= '0'
 
 -- time returns the server clock in microseconds (now_us of token.lua,
@@ -119,8 +131,15 @@ if v then
   if not waiting then
     return 0
   end
-  if keep and redis.call('ZSCORE', KEYS[3], owner) then
-    return -1 - redis.call('PTTL', KEYS[1])
+  if keep then
+    local rank = redis.call('ZRANK', KEYS[3], owner)
+    if rank then
+      local pttl = redis.call('PTTL', KEYS[1])
+      if poll and rank == 0 then
+        redis.call('HSET', KEYS[4], ' woke', string.format('%d', time() + poll_us) .. ' ' .. owner)
+      end
+      return -1 - pttl
+    end
   end
   local pttl = redis.call('PTTL', KEYS[1])
   enqueue(time(), pttl)

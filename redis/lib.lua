@@ -17,8 +17,9 @@
 --                   ms) unless a message wakes it sooner. A record of an
 --                   older version has no wake.
 --                   Also the field " woke" (a space: never an owner) ->
---                   "<until> <owner>": an unfair release woke owner, and
---                   wakes it no more before until (server µs)
+--                   "<until> <owner>": an unfair release woke owner, or
+--                   owner polls (the "p<n>" attempt of acquire.lua), and
+--                   releases wake it no more before until (server µs)
 --                   And fields " watch <lid> <wid>" -> "<seq>": the wait wid
 --                   of a LockMulti of that Locker found the key held in
 --                   its attempt seq (multi_acquire.lua); the release that

@@ -20,6 +20,7 @@ import (
 // one HMGET, an attempt on a free key looks at the queue only to leave it
 // (an attempt after the first of a waiting Lock), and an attempt of a
 // queued waiter whose record is recent ("k<n>") writes nothing.
+// (A polling waiter's "p<n>": TestUnfairPollingAttempt.)
 func TestUnfairScriptCommands(t *testing.T) {
 	t.Parallel()
 	r := newScriptRunner(t, map[string]string{"B": "LB"}, true)
@@ -158,4 +159,49 @@ func newUnfairLocker(t *testing.T, addr string) locker.Locker {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// TestUnfairPollingAttempt: the attempt of a polling unfair waiter ("p<n>")
+// on a held key records it as woken for pollWindow (the " woke" field),
+// which spares it the wake-ups of the releases meanwhile (release.lua's
+// wake_due), when it is the first in the queue; a polling waiter behind the
+// first records nothing, and neither attempt rewrites its record.
+func TestUnfairPollingAttempt(t *testing.T) {
+	t.Parallel()
+	r := newScriptRunner(t, map[string]string{"B": "LB", "C": "LC"}, true)
+	wk := name(kindWaiters, r.key)
+	if r.acquire("A", "0") <= 0 {
+		t.Fatal("A could not take the free key")
+	}
+	if r.acquire("B", "1") >= 0 || r.acquire("C", "1") >= 0 {
+		t.Fatal("B and C were not queued behind A")
+	}
+	recs := r.c.HGetAll(r.ctx, wk).Val()
+	if r.acquire("C", "p2") >= 0 {
+		t.Fatal("C's polling attempt took the held key")
+	}
+	if woke := r.c.HGet(r.ctx, wk, " woke").Val(); woke != "" {
+		t.Errorf("C's polling attempt, second in the queue, recorded a wake-up: %q", woke)
+	}
+	before, err := r.c.Time(r.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.acquire("B", "p2") >= 0 {
+		t.Fatal("B's polling attempt took the held key")
+	}
+	var until int64
+	var who string
+	if _, err := fmt.Sscanf(r.c.HGet(r.ctx, wk, " woke").Val(), "%d %s", &until, &who); err != nil || who != "B" || until < before.UnixMicro()+pollWindow.Microseconds() {
+		t.Errorf("B's polling attempt recorded the wake-up (%d, %q, %v); want B's, %v past the server's time before it, %d",
+			until, who, err, pollWindow, before.UnixMicro())
+	}
+	for _, w := range []string{"B", "C"} {
+		if got := r.c.HGet(r.ctx, wk, w).Val(); got != recs[w] {
+			t.Errorf("%s's polling attempt changed its record %q to %q", w, recs[w], got)
+		}
+	}
+	if !slices.Equal(r.queued(), []string{"B", "C"}) {
+		t.Errorf("queue = %v; want [B C]", r.queued())
+	}
 }
