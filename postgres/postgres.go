@@ -79,7 +79,7 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locke
 	if pool == nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
 	}
-	return newLocker(newPoolQuerier(pool), cfg, nil, opts)
+	return newLocker(newPoolQuerier(pool), cfg, poolKeptConn(pool), opts)
 }
 
 // NewDB is NewDBWithConfig with the zero Config.
@@ -102,7 +102,7 @@ func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Lock
 	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
 		cfg.PollOnly = true // no room for the LISTEN connection
 	} else {
-		kept = &keptConn{db: db}
+		kept = dbKeptConn(db)
 	}
 	return newLocker(newDBQuerier(db), cfg, kept, opts)
 }
@@ -157,8 +157,8 @@ type pgDriver struct {
 	ttl    time.Duration // the Locker's TTL
 
 	listen *listener // nil with PollOnly
-	// renewConn is the connection of a *sql.DB kept for renewals; nil on
-	// a pgxpool.Pool, and on a *sql.DB whose MaxOpenConns leaves no room.
+	// renewConn is the connection kept for renewals; nil on a *sql.DB
+	// whose MaxOpenConns leaves no room.
 	renewConn *keptConn
 
 	clock driver.StoreClock // for the fences of acquiring statements
@@ -525,11 +525,7 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	if shared {
 		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, renewed)
 	} else {
-		query := d.q.query
-		if d.renewConn != nil {
-			query = d.renewConn.query
-		}
-		err = query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
+		err = d.renewQuery(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
 			var r rowKey
 			if err := scan(&r.key, &r.owner, &r.version); err != nil {
 				return err
@@ -558,6 +554,15 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 	}
 	return validity, errs, nil
+}
+
+// renewQuery runs a renewal statement on the connection kept for
+// renewals, or on the pool when there is none.
+func (d *pgDriver) renewQuery(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	if d.renewConn == nil {
+		return d.q.query(ctx, sql, args, row)
+	}
+	return d.renewConn.query(ctx, sql, args, row)
 }
 
 // Close implements driver.Driver: it stops the LISTEN connection and
