@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"errors"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,6 +190,166 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
+		}
+	}
+}
+
+// withAppName returns the test database's URL with application_name set,
+// so that pg_stat_activity tells the handle's connections apart.
+func withAppName(t *testing.T, name string) string {
+	t.Helper()
+	u, err := url.Parse(exampleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// backends returns the pids of the server's sessions named app; with
+// renewing, only those whose last statement was a renewal.
+func backends(ctx context.Context, t *testing.T, admin *pgxpool.Pool, app string, renewing bool) []int32 {
+	t.Helper()
+	rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1"+
+		" AND (NOT $2 OR query LIKE 'UPDATE%unnest%') ORDER BY pid", app, renewing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// TestRenewalReconnectsAtOnce: the server ends every session of the
+// Locker's handle (pg_terminate_backend, as a restart or a pooler would);
+// the next renewal, here an Extend, must not fail for it: it runs again
+// on a new connection within the same call. A renewal that failed waited
+// for the engine's retry, TTL/10 later, which again could meet a
+// connection the server had ended.
+func TestRenewalReconnectsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, exampleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	handles := map[string]func(t *testing.T, u string) locker.Locker{
+		"pgxpool": func(t *testing.T, u string) locker.Locker {
+			pool, err := pgxpool.New(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		"sql.DB": func(t *testing.T, u string) locker.Locker {
+			db, err := sql.Open("pgx", u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			l, err := postgres.NewDBWithConfig(db, postgres.Config{PollOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+	}
+	for name, open := range handles {
+		t.Run(name, func(t *testing.T) {
+			app := "reconnect_" + strings.ToLower(rand.Text()[:10])
+			l := open(t, withAppName(t, app))
+			defer l.Close()
+			lk, err := l.TryLock(ctx, "reconnect-"+rand.Text())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := locker.Extend(ctx, lk); err != nil {
+					t.Fatalf("Extend %d before the sessions ended: %v", i, err)
+				}
+				if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", app); err != nil {
+					t.Fatal(err)
+				}
+				for len(backends(ctx, t, admin, app, false)) > 0 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if err := locker.Extend(ctx, lk); err != nil {
+					t.Fatalf("an Extend after the server ended the handle's sessions must reconnect, not fail: %v", err)
+				}
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRenewalConnectionHonoursMaxConnLifetime: on a *pgxpool.Pool the
+// Locker's renewal connection, which lives outside the pool, is replaced
+// once it is older than the pool's MaxConnLifetime, as the pool's own
+// connections are (a proxy that cuts old connections would cut it).
+func TestRenewalConnectionHonoursMaxConnLifetime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, exampleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	app := "lifetime_" + strings.ToLower(rand.Text()[:10])
+	pc, err := pgxpool.ParseConfig(withAppName(t, app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lifetime = 300 * time.Millisecond
+	pc.MaxConnLifetime, pc.MaxConnLifetimeJitter = lifetime, 0
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// The TTL keeps the Locker's own rounds away: only the Extends renew.
+	l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true}, locker.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lk, err := l.TryLock(ctx, "lifetime-"+rand.Text())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Unlock(ctx) }()
+	if err := locker.Extend(ctx, lk); err != nil {
+		t.Fatal(err)
+	}
+	first := backends(ctx, t, admin, app, true)
+	if len(first) != 1 {
+		t.Fatalf("want one session whose last statement renewed, got pids %v", first)
+	}
+	time.Sleep(2 * lifetime)
+	if err := locker.Extend(ctx, lk); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's connections ran no renewal, so the first session was the
+	// Locker's: it must end (the server may take a moment after the
+	// client said goodbye).
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	for slices.Contains(backends(wctx, t, admin, app, false), first[0]) {
+		select {
+		case <-wctx.Done():
+			t.Fatalf("the renewal connection (pid %d) outlived the pool's MaxConnLifetime %v", first[0], lifetime)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
