@@ -71,6 +71,16 @@ func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
 // never closes pool. Without cfg.PollOnly it opens one connection of its
 // own, with pool's connection settings, for LISTEN.
 //
+// The Locker renews its locks and shared holds on one more connection of
+// its own, opened at the first renewal, so that renewals never wait behind
+// the caller's queries for a pooled connection. Both connections are made
+// as pool makes its own (its ConnConfig, BeforeConnect and AfterConnect),
+// but do not count against its MaxConns. The renewal connection is
+// replaced before a renewal once it is older than pool's MaxConnLifetime
+// or idle for longer than its MaxConnIdleTime. A renewal that meets a
+// broken connection (a server restart, pg_terminate_backend) runs again at
+// once on a new one.
+//
 // NewWithConfig creates the table (unless cfg.SkipMigration) and checks its
 // columns, bounded by 30 seconds. It returns an error matching
 // locker.ErrInvalidOption for a nil pool, a bad table name or option, and an
@@ -90,10 +100,15 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // NewDBWithConfig is NewWithConfig on a *sql.DB opened with pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
 // postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
-// keeps one of db's connections for LISTEN, and it keeps one for its
-// renewals from the first on; when db's MaxOpenConns is set below 4, it
-// keeps neither: PollOnly is implied, and renewals use the pool. It returns an error matching
-// locker.ErrInvalidOption for a db on another driver.
+// keeps one of db's connections for LISTEN, and it keeps one for the
+// renewals of its locks and shared holds from the first renewal on; when
+// db's MaxOpenConns is set below 4, it keeps neither: PollOnly is implied,
+// and renewals use the pool. A renewal that meets a broken kept connection
+// runs again at once on another of db's, which may have to wait for one
+// when the caller's queries hold them all. database/sql does not tell
+// its SetConnMaxLifetime or SetConnMaxIdleTime, so the kept connection
+// is replaced only when a statement on it fails. It returns an error
+// matching locker.ErrInvalidOption for a db on another driver.
 func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
 	if err := checkStdlib(db); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
