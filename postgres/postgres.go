@@ -72,7 +72,7 @@ func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
 // own, with pool's connection settings, for LISTEN.
 //
 // The Locker renews its locks and shared holds on one more connection of
-// its own, opened at the first renewal, so that renewals never wait behind
+// its own, opened by NewWithConfig, so that renewals never wait behind
 // the caller's queries for a pooled connection. Both connections are made
 // as pool makes its own (its ConnConfig, BeforeConnect and AfterConnect),
 // but do not count against its MaxConns. The renewal connection is
@@ -101,7 +101,7 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
 // postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
 // keeps one of db's connections for LISTEN, and it keeps one for the
-// renewals of its locks and shared holds from the first renewal on; when
+// renewals of its locks and shared holds, taken by NewDBWithConfig; when
 // db's MaxOpenConns is set below 4, it keeps neither: PollOnly is implied,
 // and renewals use the pool. A renewal that meets a broken kept connection
 // runs again at once on another of db's, which may have to wait for one
@@ -219,6 +219,11 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 	}
 	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return classify(err)
+	}
+	if d.renewConn != nil {
+		if err := d.renewConn.warm(ctx); err != nil {
+			return classify(fmt.Errorf("renewal connection: %w", err))
+		}
 	}
 	if !d.cfg.PollOnly {
 		d.listen = newListener(d.q, d.cfg.Table, cfg.Backoff, d.logger)

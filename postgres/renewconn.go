@@ -35,7 +35,7 @@ type keptConn struct {
 	closed runner
 
 	sem  chan struct{} // one slot: held while a statement uses conn
-	conn keptSession   // nil until the first renewal, after a failure and after close
+	conn keptSession   // nil before warm, after a failure and after close
 	born time.Time     // when conn was opened
 	used time.Time     // when conn last ran a statement
 	done bool          // close ran
@@ -139,19 +139,11 @@ func (k *keptConn) query(ctx context.Context, sql string, args []any, row func(s
 		return k.closed.query(ctx, sql, args, row)
 	}
 	for {
-		now := time.Now()
-		if k.conn != nil && (k.maxAge > 0 && now.Sub(k.born) > k.maxAge || k.maxIdle > 0 && now.Sub(k.used) > k.maxIdle) {
-			k.drop()
+		fresh, err := k.ensure(ctx)
+		if err != nil {
+			return err
 		}
-		fresh := k.conn == nil
-		if fresh {
-			c, err := k.open(ctx)
-			if err != nil {
-				return err
-			}
-			k.conn, k.born = c, time.Now()
-		}
-		err := k.conn.query(ctx, sql, args, row)
+		err = k.conn.query(ctx, sql, args, row)
 		k.used = time.Now()
 		if err == nil || !brokenConn(err) {
 			return err
@@ -161,6 +153,41 @@ func (k *keptConn) query(ctx context.Context, sql string, args []any, row func(s
 			return err
 		}
 	}
+}
+
+// ensure opens the connection when there is none or the one kept is too
+// old (k.sem held), and reports whether it opened one.
+func (k *keptConn) ensure(ctx context.Context) (bool, error) {
+	now := time.Now()
+	if k.conn != nil && (k.maxAge > 0 && now.Sub(k.born) > k.maxAge || k.maxIdle > 0 && now.Sub(k.used) > k.maxIdle) {
+		k.drop()
+	}
+	if k.conn != nil {
+		return false, nil
+	}
+	c, err := k.open(ctx)
+	if err != nil {
+		return false, err
+	}
+	k.conn, k.born, k.used = c, now, now
+	return true, nil
+}
+
+// warm opens the connection now, so that a lock's first renewal needs no
+// connect: under load a connect may outlast what is left of the lock's
+// validity.
+func (k *keptConn) warm(ctx context.Context) error {
+	select {
+	case k.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-k.sem }()
+	if k.done {
+		return nil
+	}
+	_, err := k.ensure(ctx)
+	return err
 }
 
 // drop closes the connection.
