@@ -129,12 +129,10 @@ func (s sqlSession) close() { _ = s.c.Close() }
 // Calls wait for each other, until their ctx ends: an Extend beside a
 // round waits for the round's statement rather than for the pool.
 func (k *keptConn) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
-	select {
-	case k.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := k.lock(ctx); err != nil {
+		return err
 	}
-	defer func() { <-k.sem }()
+	defer k.unlock()
 	if k.done {
 		return k.closed.query(ctx, sql, args, row)
 	}
@@ -177,12 +175,10 @@ func (k *keptConn) ensure(ctx context.Context) (bool, error) {
 // connect: under load a connect may outlast what is left of the lock's
 // validity.
 func (k *keptConn) warm(ctx context.Context) error {
-	select {
-	case k.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := k.lock(ctx); err != nil {
+		return err
 	}
-	defer func() { <-k.sem }()
+	defer k.unlock()
 	if k.done {
 		return nil
 	}
@@ -208,11 +204,24 @@ func brokenConn(err error) bool {
 	return true
 }
 
+// lock takes the connection for one caller, or returns ctx's error when
+// ctx ends first.
+func (k *keptConn) lock(ctx context.Context) error {
+	select {
+	case k.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (k *keptConn) unlock() { <-k.sem }
+
 // close closes the connection (on a *sql.DB gives it back); later
 // statements run on the pool.
 func (k *keptConn) close() {
-	k.sem <- struct{}{}
-	defer func() { <-k.sem }()
+	_ = k.lock(context.Background())
+	defer k.unlock()
 	k.done = true
 	if k.conn != nil {
 		k.drop()

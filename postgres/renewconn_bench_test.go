@@ -2,13 +2,9 @@ package postgres_test
 
 import (
 	"crypto/rand"
-	"database/sql"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/golocker/locker"
-	"github.com/golocker/locker/postgres"
 )
 
 // BenchmarkRenewal measures what the renewal connection costs: one lock's
@@ -19,35 +15,12 @@ func BenchmarkRenewal(b *testing.B) {
 		name string
 		open func(b *testing.B) locker.Locker
 	}{
-		{"pgxpool", func(b *testing.B) locker.Locker {
-			pool, err := pgxpool.New(b.Context(), exampleURL)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(pool.Close)
-			l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return l
-		}},
-		{"sql.DB", func(b *testing.B) locker.Locker {
-			db, err := sql.Open("pgx", exampleURL)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = db.Close() })
-			l, err := postgres.NewDBWithConfig(db, postgres.Config{PollOnly: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return l
-		}},
+		{"pgxpool", func(b *testing.B) locker.Locker { return pollLocker(b, testPool(b, exampleURL, nil)) }},
+		{"sql.DB", func(b *testing.B) locker.Locker { return pollLocker(b, testDB(b, exampleURL)) }},
 	}
 	for _, h := range handles {
 		b.Run(h.name+"/Extend", func(b *testing.B) {
 			l := h.open(b)
-			defer l.Close()
 			ctx := b.Context()
 			lk, err := l.TryLock(ctx, "bench-extend-"+rand.Text())
 			if err != nil {
@@ -62,7 +35,6 @@ func BenchmarkRenewal(b *testing.B) {
 		})
 		b.Run(h.name+"/LockUnlock", func(b *testing.B) {
 			l := h.open(b)
-			defer l.Close()
 			ctx := b.Context()
 			key := "bench-lock-" + rand.Text()
 			for b.Loop() {

@@ -100,49 +100,30 @@ func TestRenewalNeedsNoNewConnection(t *testing.T) {
 // pooled connection; on a *sql.DB the renewals of shared holds did.
 func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 	const ttl = time.Second
+	// Each handle: the caller's slow query, and how many of its
+	// connections are in use.
 	type handle struct {
-		new  func(t *testing.T) (locker.Locker, func(ctx context.Context) error)
-		busy func() int // the caller's connections in use
+		l     locker.Locker
+		query func(ctx context.Context) error
+		busy  func() int
 	}
+	const slow = "SELECT pg_sleep(3)"
 	handles := map[string]func(t *testing.T) handle{
 		"pgxpool": func(t *testing.T) handle {
-			pc, err := pgxpool.ParseConfig(exampleURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 4
-			pool, err := pgxpool.NewWithConfig(t.Context(), pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			pool := testPool(t, exampleURL, func(pc *pgxpool.Config) { pc.MaxConns = 4 })
 			return handle{
-				new: func(t *testing.T) (locker.Locker, func(ctx context.Context) error) {
-					l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true}, locker.WithTTL(ttl))
-					if err != nil {
-						t.Fatal(err)
-					}
-					return l, func(ctx context.Context) error { _, err := pool.Exec(ctx, "SELECT pg_sleep(3)"); return err }
-				},
-				busy: func() int { return int(pool.Stat().AcquiredConns()) },
+				l:     pollLocker(t, pool, locker.WithTTL(ttl)),
+				query: func(ctx context.Context) error { _, err := pool.Exec(ctx, slow); return err },
+				busy:  func() int { return int(pool.Stat().AcquiredConns()) },
 			}
 		},
 		"sql.DB": func(t *testing.T) handle {
-			db, err := sql.Open("pgx", exampleURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
+			db := testDB(t, exampleURL)
 			db.SetMaxOpenConns(4) // the caller's queries take every one the Locker does not keep
 			return handle{
-				new: func(t *testing.T) (locker.Locker, func(ctx context.Context) error) {
-					l, err := postgres.NewDBWithConfig(db, postgres.Config{PollOnly: true}, locker.WithTTL(ttl))
-					if err != nil {
-						t.Fatal(err)
-					}
-					return l, func(ctx context.Context) error { _, err := db.ExecContext(ctx, "SELECT pg_sleep(3)"); return err }
-				},
-				busy: func() int { return db.Stats().InUse },
+				l:     pollLocker(t, db, locker.WithTTL(ttl)),
+				query: func(ctx context.Context) error { _, err := db.ExecContext(ctx, slow); return err },
+				busy:  func() int { return db.Stats().InUse },
 			}
 		},
 	}
@@ -171,16 +152,14 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 				defer cancel()
 				h := mk(t)
-				l, query := h.new(t)
-				defer l.Close()
-				lk, err := hold(ctx, l, "busypool-"+rand.Text())
+				lk, err := hold(ctx, h.l, "busypool-"+rand.Text())
 				if err != nil {
 					t.Fatal(err)
 				}
 				var wg sync.WaitGroup
 				for range 4 {
 					wg.Go(func() {
-						if err := query(ctx); err != nil {
+						if err := h.query(ctx); err != nil {
 							t.Errorf("the caller's query: %v", err)
 						}
 					})
@@ -200,6 +179,59 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			})
 		}
 	}
+}
+
+// testPool opens a pgx pool on u, with the changes edit makes to its
+// configuration, closed when t ends.
+func testPool(t testing.TB, u string, edit func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(pc)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// testDB opens a *sql.DB on u with pgx's driver, closed when t ends.
+func testDB(t testing.TB, u string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// pollLocker returns a PollOnly Locker on h, a *pgxpool.Pool or a
+// *sql.DB, closed when t ends (before h).
+func pollLocker(t testing.TB, h any, opts ...locker.Option) locker.Locker {
+	t.Helper()
+	var (
+		l   locker.Locker
+		err error
+	)
+	switch h := h.(type) {
+	case *pgxpool.Pool:
+		l, err = postgres.NewWithConfig(h, postgres.Config{PollOnly: true}, opts...)
+	case *sql.DB:
+		l, err = postgres.NewDBWithConfig(h, postgres.Config{PollOnly: true}, opts...)
+	default:
+		t.Fatalf("pollLocker: a handle of type %T", h)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // withAppName returns the test database's URL with application_name set,
@@ -241,42 +273,15 @@ func backends(ctx context.Context, t *testing.T, admin *pgxpool.Pool, app string
 func TestRenewalReconnectsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	admin, err := pgxpool.New(ctx, exampleURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := testPool(t, exampleURL, nil)
 	handles := map[string]func(t *testing.T, u string) locker.Locker{
-		"pgxpool": func(t *testing.T, u string) locker.Locker {
-			pool, err := pgxpool.New(ctx, u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
-		"sql.DB": func(t *testing.T, u string) locker.Locker {
-			db, err := sql.Open("pgx", u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
-			l, err := postgres.NewDBWithConfig(db, postgres.Config{PollOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		},
+		"pgxpool": func(t *testing.T, u string) locker.Locker { return pollLocker(t, testPool(t, u, nil)) },
+		"sql.DB":  func(t *testing.T, u string) locker.Locker { return pollLocker(t, testDB(t, u)) },
 	}
 	for name, open := range handles {
 		t.Run(name, func(t *testing.T) {
 			app := "reconnect_" + strings.ToLower(rand.Text()[:10])
 			l := open(t, withAppName(t, app))
-			defer l.Close()
 			lk, err := l.TryLock(ctx, "reconnect-"+rand.Text())
 			if err != nil {
 				t.Fatal(err)
@@ -309,29 +314,14 @@ func TestRenewalReconnectsAtOnce(t *testing.T) {
 func TestRenewalConnectionHonoursMaxConnLifetime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	admin, err := pgxpool.New(ctx, exampleURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := testPool(t, exampleURL, nil)
 	app := "lifetime_" + strings.ToLower(rand.Text()[:10])
-	pc, err := pgxpool.ParseConfig(withAppName(t, app))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const lifetime = 300 * time.Millisecond
-	pc.MaxConnLifetime, pc.MaxConnLifetimeJitter = lifetime, 0
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testPool(t, withAppName(t, app), func(pc *pgxpool.Config) {
+		pc.MaxConnLifetime, pc.MaxConnLifetimeJitter = lifetime, 0
+	})
 	// The TTL keeps the Locker's own rounds away: only the Extends renew.
-	l, err := postgres.NewWithConfig(pool, postgres.Config{PollOnly: true}, locker.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := pollLocker(t, pool, locker.WithTTL(time.Minute))
 	lk, err := l.TryLock(ctx, "lifetime-"+rand.Text())
 	if err != nil {
 		t.Fatal(err)
