@@ -79,7 +79,8 @@ func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
 // replaced before a renewal once it is older than pool's MaxConnLifetime
 // or idle for longer than its MaxConnIdleTime. A renewal that meets a
 // broken connection (a server restart, pg_terminate_backend) runs again at
-// once on a new one.
+// once on a new one. Closing pool does not end the renewals: close the
+// Locker.
 //
 // NewWithConfig creates the table (unless cfg.SkipMigration) and checks its
 // columns, bounded by 30 seconds. It returns an error matching
