@@ -72,7 +72,7 @@ func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
 // own, with pool's connection settings, for LISTEN.
 //
 // The Locker renews its locks and shared holds on one more connection of
-// its own, opened by NewWithConfig, so that renewals never wait behind
+// its own, opened at the first renewal, so that renewals never wait behind
 // the caller's queries for a pooled connection. Both connections are made
 // as pool makes its own (its ConnConfig, BeforeConnect and AfterConnect),
 // but do not count against its MaxConns. The renewal connection is

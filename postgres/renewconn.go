@@ -33,9 +33,12 @@ type keptConn struct {
 	maxAge, maxIdle time.Duration
 	// closed serves the statements after close.
 	closed runner
+	// atNew makes warm open the connection; otherwise the first renewal
+	// opens it.
+	atNew bool
 
 	sem  chan struct{} // one slot: held while a statement uses conn
-	conn keptSession   // nil before warm, after a failure and after close
+	conn keptSession   // nil before the first use, after a failure and after close
 	born time.Time     // when conn was opened
 	used time.Time     // when conn last ran a statement
 	done bool          // close ran
@@ -47,13 +50,16 @@ type keptSession interface {
 	close()
 }
 
-func newKeptConn(open func(ctx context.Context) (keptSession, error), closed runner, maxAge, maxIdle time.Duration) *keptConn {
-	return &keptConn{open: open, closed: closed, maxAge: maxAge, maxIdle: maxIdle, sem: make(chan struct{}, 1)}
+func newKeptConn(open func(ctx context.Context) (keptSession, error), closed runner, maxAge, maxIdle time.Duration, atNew bool) *keptConn {
+	return &keptConn{open: open, closed: closed, maxAge: maxAge, maxIdle: maxIdle, atNew: atNew, sem: make(chan struct{}, 1)}
 }
 
 // poolKeptConn keeps a connection of its own beside pool, made as pool
 // makes its connections; it honours pool's MaxConnLifetime and
-// MaxConnIdleTime.
+// MaxConnIdleTime. The first renewal opens it: a connect, never a wait
+// for the pool. Opened in New, it made TestConformancePgBouncer fail
+// (statements of other Lockers cancelled through PgBouncer, 57014 and
+// 08P01 "successfully sent cancel request"), for a reason not found.
 func poolKeptConn(pool *pgxpool.Pool) *keptConn {
 	cfg := pool.Config()
 	return newKeptConn(func(ctx context.Context) (keptSession, error) {
@@ -62,12 +68,14 @@ func poolKeptConn(pool *pgxpool.Pool) *keptConn {
 			return nil, err
 		}
 		return pgxSession{pgxRunner{c}, c}, nil
-	}, pgxRunner{pool}, cfg.MaxConnLifetime, cfg.MaxConnIdleTime)
+	}, pgxRunner{pool}, cfg.MaxConnLifetime, cfg.MaxConnIdleTime, false)
 }
 
-// dbKeptConn keeps one connection of db. database/sql does not tell its
-// SetConnMaxLifetime or SetConnMaxIdleTime, so the connection is kept
-// until a statement on it fails.
+// dbKeptConn keeps one connection of db, taken in New: taken at the first
+// renewal, it could wait behind the caller's queries for a free one.
+// database/sql does not tell its SetConnMaxLifetime or
+// SetConnMaxIdleTime, so the connection is kept until a statement on it
+// fails.
 func dbKeptConn(db *sql.DB) *keptConn {
 	return newKeptConn(func(ctx context.Context) (keptSession, error) {
 		c, err := db.Conn(ctx)
@@ -75,7 +83,7 @@ func dbKeptConn(db *sql.DB) *keptConn {
 			return nil, err
 		}
 		return sqlSession{sqlRunner{c}, c}, nil
-	}, sqlRunner{db}, 0, 0)
+	}, sqlRunner{db}, 0, 0, true)
 }
 
 // connectLike opens one connection outside pool with pool's configuration
@@ -171,10 +179,12 @@ func (k *keptConn) ensure(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// warm opens the connection now, so that a lock's first renewal needs no
-// connect: under load a connect may outlast what is left of the lock's
-// validity.
+// warm opens the connection now when k.atNew, so that a lock's first
+// renewal needs no connect and no free connection of the pool.
 func (k *keptConn) warm(ctx context.Context) error {
+	if !k.atNew {
+		return nil
+	}
 	if err := k.lock(ctx); err != nil {
 		return err
 	}
