@@ -72,6 +72,10 @@
 // Config.PollOnly (poll_only=true in a URL), and use pgx's simple protocol
 // (default_query_exec_mode=simple_protocol) before PgBouncer 1.21.
 //
+// A Locker on a *pgxpool.Pool opens up to two connections of its own
+// beside the pool's MaxConns: one for LISTEN (unless PollOnly) and one
+// for its renewals; count them in the server's max_connections.
+//
 // Behind PgBouncer, keep server_login_retry well below TTL/3. After a
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.

@@ -71,6 +71,17 @@ func New(pool *pgxpool.Pool, opts ...locker.Option) (locker.Locker, error) {
 // never closes pool. Without cfg.PollOnly it opens one connection of its
 // own, with pool's connection settings, for LISTEN.
 //
+// The Locker renews its locks and shared holds on one more connection of
+// its own, opened at the first renewal, so that renewals never wait behind
+// the caller's queries for a pooled connection. Both connections are made
+// as pool makes its own (its ConnConfig, BeforeConnect and AfterConnect),
+// but do not count against its MaxConns. The renewal connection is
+// replaced before a renewal once it is older than pool's MaxConnLifetime
+// or idle for longer than its MaxConnIdleTime. A renewal that meets a
+// broken connection (a server restart, pg_terminate_backend) runs again at
+// once on a new one. Closing pool does not end the renewals: close the
+// Locker.
+//
 // NewWithConfig creates the table (unless cfg.SkipMigration) and checks its
 // columns, bounded by 30 seconds. It returns an error matching
 // locker.ErrInvalidOption for a nil pool, a bad table name or option, and an
@@ -79,7 +90,7 @@ func NewWithConfig(pool *pgxpool.Pool, cfg Config, opts ...locker.Option) (locke
 	if pool == nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: errors.New("nil *pgxpool.Pool")}
 	}
-	return newLocker(newPoolQuerier(pool), cfg, nil, opts)
+	return newLocker(newPoolQuerier(pool), cfg, poolKeptConn(pool), opts)
 }
 
 // NewDB is NewDBWithConfig with the zero Config.
@@ -90,10 +101,15 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // NewDBWithConfig is NewWithConfig on a *sql.DB opened with pgx's
 // database/sql driver (github.com/jackc/pgx/v5/stdlib, which GORM's
 // postgres driver uses: pass gormDB.DB()). Without cfg.PollOnly the Locker
-// keeps one of db's connections for LISTEN, and it keeps one for its
-// renewals from the first on; when db's MaxOpenConns is set below 4, it
-// keeps neither: PollOnly is implied, and renewals use the pool. It returns an error matching
-// locker.ErrInvalidOption for a db on another driver.
+// keeps one of db's connections for LISTEN, and it keeps one for the
+// renewals of its locks and shared holds, taken by NewDBWithConfig; when
+// db's MaxOpenConns is set below 4, it keeps neither: PollOnly is implied,
+// and renewals use the pool. A renewal that meets a broken kept connection
+// runs again at once on another of db's, which may have to wait for one
+// when the caller's queries hold them all. database/sql does not tell
+// its SetConnMaxLifetime or SetConnMaxIdleTime, so the kept connection
+// is replaced only when a statement on it fails. It returns an error
+// matching locker.ErrInvalidOption for a db on another driver.
 func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
 	if err := checkStdlib(db); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
@@ -102,7 +118,7 @@ func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Lock
 	if m := db.Stats().MaxOpenConnections; m > 0 && m < minPoolForListen {
 		cfg.PollOnly = true // no room for the LISTEN connection
 	} else {
-		kept = &keptConn{db: db}
+		kept = dbKeptConn(db)
 	}
 	return newLocker(newDBQuerier(db), cfg, kept, opts)
 }
@@ -157,8 +173,8 @@ type pgDriver struct {
 	ttl    time.Duration // the Locker's TTL
 
 	listen *listener // nil with PollOnly
-	// renewConn is the connection of a *sql.DB kept for renewals; nil on
-	// a pgxpool.Pool, and on a *sql.DB whose MaxOpenConns leaves no room.
+	// renewConn is the connection kept for renewals; nil on a *sql.DB
+	// whose MaxOpenConns leaves no room.
 	renewConn *keptConn
 
 	clock driver.StoreClock // for the fences of acquiring statements
@@ -204,6 +220,11 @@ func (d *pgDriver) Configure(ctx context.Context, cfg driver.Config) error {
 	}
 	if _, err := d.clock.Read(ctx, d.queryNow); err != nil {
 		return classify(err)
+	}
+	if d.renewConn != nil {
+		if err := d.renewConn.warm(ctx); err != nil {
+			return classify(fmt.Errorf("renewal connection: %w", err))
+		}
 	}
 	if !d.cfg.PollOnly {
 		d.listen = newListener(d.q, d.cfg.Table, cfg.Backoff, d.logger)
@@ -525,11 +546,7 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	if shared {
 		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, renewed)
 	} else {
-		query := d.q.query
-		if d.renewConn != nil {
-			query = d.renewConn.query
-		}
-		err = query(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
+		err = d.renewQuery(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
 			var r rowKey
 			if err := scan(&r.key, &r.owner, &r.version); err != nil {
 				return err
@@ -558,6 +575,15 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 		}
 	}
 	return validity, errs, nil
+}
+
+// renewQuery runs a renewal statement on the connection kept for
+// renewals, or on the pool when there is none.
+func (d *pgDriver) renewQuery(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	if d.renewConn == nil {
+		return d.q.query(ctx, sql, args, row)
+	}
+	return d.renewConn.query(ctx, sql, args, row)
 }
 
 // Close implements driver.Driver: it stops the LISTEN connection and

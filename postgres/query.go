@@ -93,11 +93,11 @@ func idleTimeout(idle time.Duration) string {
 }
 
 func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
-	c, err := pgx.ConnectConfig(ctx, q.p.Config().ConnConfig)
+	c, err := connectLike(ctx, q.p.Config())
 	if err != nil {
 		return err
 	}
-	defer c.Close(context.WithoutCancel(ctx))
+	defer closeConn(c)
 	return use(c)
 }
 

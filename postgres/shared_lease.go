@@ -90,7 +90,7 @@ func (d *pgDriver) renewMixed(ctx context.Context, plain [4]any, ls []driver.Lea
 		}
 	}
 	renewed := make(map[shareState]bool, len(keys))
-	err := d.q.query(ctx, d.shared.renew, []any{plain[0], plain[1], plain[2], plain[3], keys, owners, tokens, ttls},
+	err := d.renewQuery(ctx, d.shared.renew, []any{plain[0], plain[1], plain[2], plain[3], keys, owners, tokens, ttls},
 		func(scan func(...any) error) error {
 			var (
 				shared bool
