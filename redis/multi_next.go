@@ -132,15 +132,28 @@ func (d *redisDriver) giveUp(key string, nw *nextWait) {
 	}
 	d.next.mu.Unlock()
 	nw.leave()
+	d.giveUpRecords([]string{key}, nw.field)
+}
+
+// giveUpRecords removes the record field from the waiters hash of each
+// store key, in one pipeline of multi_giveup.lua, which wakes the next
+// record of a free key whose record a release consumed.
+func (d *redisDriver) giveUpRecords(keys []string, field string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	nm := d.lockNames(key)
-	v, err := d.runScript(ctx, d.multiGiveUp, []string{nm.keys[0], nm.keys[3]}, nil, nw.field, nm.channelArg)
-	switch {
-	case err != nil:
-		d.logger.Debug("locker: redis: could not give up a LockMulti's next wait", "err", err)
-	case v == int64(3):
-		d.noPubSub(errPublishRefused)
+	calls := make([]evalCall, len(keys))
+	for i, k := range keys {
+		nm := d.lockNames(k)
+		calls[i] = evalCall{script: d.multiGiveUp, keys: []string{nm.keys[0], nm.keys[3]}, args: []any{field, nm.channelArg}}
+	}
+	for _, c := range evalPipelined(ctx, d.client, calls) {
+		v, err := c.Result()
+		switch {
+		case err != nil:
+			d.logger.Debug("locker: redis: could not give up a LockMulti's record", "err", err)
+		case v == int64(3):
+			d.noPubSub(errPublishRefused)
+		}
 	}
 }
 

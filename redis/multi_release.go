@@ -59,7 +59,12 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 				}
 			}()
 		}
-		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL))
+		deferArg := "0"
+		if nw == nil && d.mayDefer(skeys) {
+			deferArg = "1" // multi_defer.go
+		}
+		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL), deferArg)
+		var owed []string
 		v, err := d.runScript(ctx, d.multiRelease, keys, boxed, args...)
 		reply, _ := v.([]any)
 		switch {
@@ -97,9 +102,14 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 					}
 				case 3:
 					each = append(each, i)
+				case 6:
+					owed = append(owed, ls[i].Key)
 				default:
 					errs[i] = fmt.Errorf("release: unexpected reply %v", v)
 				}
+			}
+			if owed != nil {
+				d.deferred(owed)
 			}
 		}
 	}
