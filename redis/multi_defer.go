@@ -44,6 +44,7 @@ type deferrals struct {
 	mu     sync.Mutex
 	owed   map[string]*deferral
 	streak map[string]time.Time // when the key's streak began
+	grace  time.Duration        // deferGrace when 0 (tests set it)
 }
 
 // mayDefer reports whether the release of the store keys may defer its
@@ -94,7 +95,11 @@ func (d *redisDriver) deferred(keys []string) {
 			df.streak[k] = now
 		}
 	}
-	f.timer = time.AfterFunc(deferGrace, func() { d.wakeOwed(f) })
+	grace := df.grace
+	if grace == 0 {
+		grace = deferGrace
+	}
+	f.timer = time.AfterFunc(grace, func() { d.wakeOwed(f) })
 	df.mu.Unlock()
 }
 
