@@ -17,8 +17,9 @@ import (
 // and its next release decides again. So a contended set costs two
 // scripts and no message while one Locker keeps locking it. A streak of
 // deferred releases of a key ends deferBound after its first: that
-// release wakes a wait as a fair one does, so that the waits get the key
-// now and then. Closing the Locker wakes what it still owes.
+// release wakes a wait and records the Locker's next wait behind the
+// others, as a fair Locker's does (multi_next.go), so that the keys go to
+// each wait in turn. Closing the Locker wakes what it still owes.
 
 const (
 	// deferGrace is how long after a deferred release the Locker waits

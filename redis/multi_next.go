@@ -49,12 +49,13 @@ type nextWaits struct {
 	m  map[string]*nextWait
 }
 
-// park registers a next wait for the store keys of a release, or returns
-// nil when a key's channel is not subscribed (the Locker has not waited
+// park registers a next wait for the store keys of a release (of a fair
+// Locker, or of an unfair one whose streak of deferred wake-ups ended, see
+// multi_defer.go), or returns nil when a key's channel is not subscribed (the Locker has not waited
 // for it lately, or has no pub/sub): then the release records nothing.
 func (d *redisDriver) park(keys []string) *nextWait {
-	if d.unfairArg == "1" || d.poll.Load() {
-		return nil // an unfair Locker's next LockMulti tries at once
+	if d.poll.Load() {
+		return nil
 	}
 	for _, k := range keys {
 		if !d.notify.subscribedOrClosed(k) {

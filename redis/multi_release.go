@@ -44,12 +44,20 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 			args = append(args, ls[i].Owner, nm.channelArg)
 		}
 		// The next wait of this Locker, which the release records when
-		// it wakes a LockMulti (multi_next.go).
+		// it wakes a LockMulti (multi_next.go): a fair Locker's, and an
+		// unfair one's whose streak of deferred wake-ups ended
+		// (multi_defer.go).
 		skeys := make([]string, n)
 		for j, i := range plain {
 			skeys[j] = ls[i].Key
 		}
-		nw := d.park(skeys)
+		deferArg := "0"
+		var nw *nextWait
+		if d.mayDefer(skeys) {
+			deferArg = "1"
+		} else {
+			nw = d.park(skeys)
+		}
 		nextField := ""
 		if nw != nil {
 			nextField = nw.field
@@ -58,10 +66,6 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 					nw.leave() // not recorded
 				}
 			}()
-		}
-		deferArg := "0"
-		if nw == nil && d.mayDefer(skeys) {
-			deferArg = "1" // multi_defer.go
 		}
 		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL), deferArg)
 		var owed []string
