@@ -5,64 +5,42 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 )
 
 // TestUnfairReleaseMultiDefersWakeUp checks that an unfair Locker's
 // release of keys a LockMulti waits for wakes nobody when the Locker
 // takes the keys again (multi_defer.go): the release runs no PUBLISH (5
-// commands, MONITOR), and the wait's record stays. Closing the Locker then wakes the wait after
-// the next release, long before it would try again by itself (TTL/3).
+// commands, MONITOR), and the wait's record stays. Closing the Locker then
+// wakes the wait after the next release, long before it would try again
+// by itself (TTL/3).
 func TestUnfairReleaseMultiDefersWakeUp(t *testing.T) {
-	ctx, addr, c, base, keys := multiWaitSetup(t)
-	holder, hd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	hd.unfairArg = "1"
-	hd.defers.grace = time.Hour // only its own LockMulti or Close ends it
-	waiter, wd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	wd.unfairArg = "1"
-	hm, err := locker.LockMulti(ctx, holder, keys)
-	if err != nil {
+	s := startDeferred(t, time.Hour) // only its own LockMulti or Close ends it
+	loadScripts(s.ctx, t, s.c, s.hd.multiRelease, s.hd.multiAcquire)
+	m := startMonitor(t, s.addr)
+	if err := s.hm.Unlock(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		m, err := locker.LockMulti(ctx, waiter, keys)
-		if err == nil {
-			err = m.Unlock(ctx)
-		}
-		got <- err
-	}()
-	awaitRecorded(ctx, t, c, keys[0], wd.lid)
-	loadScripts(ctx, t, c, hd.multiRelease, hd.multiAcquire)
-	m := startMonitor(t, addr)
-	if err := hm.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hm, err = locker.TryLockMulti(ctx, holder, keys)
+	hm, err := locker.TryLockMulti(s.ctx, s.holder, s.keys)
 	if err != nil {
 		t.Fatalf("the releasing Locker could not take its keys again: %v", err)
 	}
-	c.Ping(ctx) // ends the last script's lines in MONITOR
+	s.c.Ping(s.ctx) // ends the last script's lines in MONITOR
 	// A wake-up would run HGETALL, HDEL and PUBLISH in the release.
-	m.expect(ctx, t, base, []costStep{
+	m.expect(s.ctx, t, s.base, []costStep{
 		{"releasing three awaited keys, the wake-up deferred", 5},
 		{"taking them again", 10},
 	})
-	awaitRecorded(ctx, t, c, keys[0], wd.lid) // its record is still there
-	if err := hm.Unlock(ctx); err != nil {
+	awaitRecorded(s.ctx, t, s.c, s.keys[0], s.wd.lid) // its record is still there
+	if err := hm.Unlock(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Close(); err != nil {
+	if err := s.holder.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("closing the Locker that deferred a wake-up did not wake the wait")
-	}
+	s.awaitWait(t, "closing the Locker that deferred a wake-up did not wake the wait")
 }
 
 // TestUnfairDeferredWakeUpNotRetaken checks that the wake-up an unfair
@@ -70,77 +48,89 @@ func TestUnfairReleaseMultiDefersWakeUp(t *testing.T) {
 // again (deferGrace after the release), long before the wait would try
 // again by itself (TTL/3).
 func TestUnfairDeferredWakeUpNotRetaken(t *testing.T) {
-	ctx, addr, c, _, keys := multiWaitSetup(t)
-	holder, hd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	hd.unfairArg = "1"
-	waiter, wd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	hm, err := locker.LockMulti(ctx, holder, keys)
-	if err != nil {
+	s := startDeferred(t, 0)
+	if err := s.hm.Unlock(s.ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		m, err := locker.LockMulti(ctx, waiter, keys)
-		if err == nil {
-			err = m.Unlock(ctx)
-		}
-		got <- err
-	}()
-	awaitRecorded(ctx, t, c, keys[0], wd.lid)
-	if err := hm.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the deferred wake-up did not come")
-	}
+	s.awaitWait(t, "the deferred wake-up did not come")
 }
 
 // TestUnfairDeferredStreakEnds checks that an unfair Locker that keeps
 // releasing and taking keys a LockMulti waits for wakes the wait once its
 // streak of deferred releases is deferBound old: the wait gets the keys.
 func TestUnfairDeferredStreakEnds(t *testing.T) {
-	ctx, addr, c, _, keys := multiWaitSetup(t)
-	holder, hd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	hd.unfairArg = "1"
-	hd.defers.grace = time.Hour // only its own LockMulti or the bound ends it
-	waiter, wd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
-	wd.unfairArg = "1"
-	hm, err := locker.LockMulti(ctx, holder, keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		m, err := locker.LockMulti(ctx, waiter, keys)
-		if err == nil {
-			err = m.Unlock(context.WithoutCancel(ctx))
-		}
-		got <- err
-	}()
-	awaitRecorded(ctx, t, c, keys[0], wd.lid)
+	s := startDeferred(t, time.Hour) // only its own LockMulti or the bound ends it
+	hm := s.hm
 	for {
-		if err := hm.Unlock(ctx); err != nil {
+		if err := hm.Unlock(s.ctx); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case err := <-got:
+		case err := <-s.got:
 			if err != nil {
 				t.Fatal(err)
 			}
 			return
 		default:
 		}
-		if hm, err = locker.TryLockMulti(ctx, holder, keys); err != nil {
-			// The wait took them: it returns once it released them.
-			if err := <-got; err != nil {
-				t.Fatal(err)
-			}
+		var err error
+		if hm, err = locker.TryLockMulti(s.ctx, s.holder, s.keys); err != nil {
+			s.awaitWait(t, "the wait that took the keys did not return") // it took them
 			return
 		}
+	}
+}
+
+// deferredSetup is a test of deferred wake-ups: an unfair holder holds
+// three keys (hm), and an unfair waiter's LockMulti of them is recorded
+// with the first; it unlocks as soon as it gets them and sends its result
+// on got.
+type deferredSetup struct {
+	ctx        context.Context
+	addr, base string
+	c          *goredis.Client
+	keys       []string
+	holder     locker.Locker
+	hd, wd     *redisDriver
+	hm         *locker.MultiLock
+	got        chan error
+}
+
+// startDeferred starts a deferredSetup whose holder waits grace (0:
+// deferGrace) before it wakes what its releases deferred.
+func startDeferred(t *testing.T, grace time.Duration) *deferredSetup {
+	ctx, addr, c, base, keys := multiWaitSetup(t)
+	s := &deferredSetup{ctx: ctx, addr: addr, base: base, c: c, keys: keys, got: make(chan error, 1)}
+	s.holder, s.hd = newTestLocker(t, newClient(t, addr), multiWaitOptions...)
+	s.hd.unfairArg = "1"
+	s.hd.defers.grace = grace
+	waiter, wd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)
+	wd.unfairArg = "1"
+	s.wd = wd
+	var err error
+	if s.hm, err = locker.LockMulti(ctx, s.holder, keys); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		m, err := locker.LockMulti(ctx, waiter, keys)
+		if err == nil {
+			err = m.Unlock(context.WithoutCancel(ctx))
+		}
+		s.got <- err
+	}()
+	awaitRecorded(ctx, t, c, keys[0], wd.lid)
+	return s
+}
+
+// awaitWait fails t with msg unless the waiter got the keys within 30 s.
+func (s *deferredSetup) awaitWait(t *testing.T, msg string) {
+	t.Helper()
+	select {
+	case err := <-s.got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal(msg)
 	}
 }
