@@ -46,6 +46,7 @@ type deferrals struct {
 	owed   map[string]*deferral
 	streak map[string]time.Time // when the key's streak began
 	grace  time.Duration        // deferGrace when 0 (tests set it)
+	bound  time.Duration        // deferBound when 0 (tests set it)
 }
 
 // mayDefer reports whether the release of the store keys may defer its
@@ -61,9 +62,12 @@ func (d *redisDriver) mayDefer(keys []string) bool {
 	if len(df.streak) == 0 {
 		return true
 	}
-	now := time.Now()
+	now, bound := time.Now(), df.bound
+	if bound == 0 {
+		bound = deferBound
+	}
 	for _, k := range keys {
-		if at, ok := df.streak[k]; ok && now.Sub(at) > deferBound {
+		if at, ok := df.streak[k]; ok && now.Sub(at) > bound {
 			for _, k := range keys {
 				delete(df.streak, k)
 			}

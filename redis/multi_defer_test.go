@@ -18,6 +18,7 @@ import (
 // by itself (TTL/3).
 func TestUnfairReleaseMultiDefersWakeUp(t *testing.T) {
 	s := startDeferred(t, time.Hour) // only its own LockMulti or Close ends it
+	s.hd.defers.bound = time.Hour    // the streak does not end either
 	loadScripts(s.ctx, t, s.c, s.hd.multiRelease, s.hd.multiAcquire)
 	m := startMonitor(t, s.addr)
 	if err := s.hm.Unlock(s.ctx); err != nil {
