@@ -58,11 +58,16 @@ func TestUnfairDeferredWakeUpNotRetaken(t *testing.T) {
 
 // TestUnfairDeferredStreakEnds checks that an unfair Locker that keeps
 // releasing and taking keys a LockMulti waits for wakes the wait once its
-// streak of deferred releases is deferBound old: the wait gets the keys.
+// streak of deferred releases is deferBound old: the wait gets the keys,
+// long before it would try again by itself (TTL/3).
 func TestUnfairDeferredStreakEnds(t *testing.T) {
 	s := startDeferred(t, time.Hour) // only its own LockMulti or the bound ends it
 	hm := s.hm
-	for {
+	// The wait would try by itself after 50 s at the earliest.
+	for end := time.Now().Add(30 * time.Second); ; {
+		if time.Now().After(end) {
+			t.Fatal("a streak of deferred releases kept the keys from the wait for 30 s")
+		}
 		if err := hm.Unlock(s.ctx); err != nil {
 			t.Fatal(err)
 		}
