@@ -202,6 +202,7 @@ func (d *redisDriver) runMulti(ctx context.Context, reqs []driver.Request, c *mu
 			}
 			grants[i] = driver.Grant{Token: token, Validity: time.Duration(ttls[i]) * time.Millisecond, State: c.names[i]}
 		}
+		d.retaken(reqs)
 		return grants, nil
 	}
 	if len(reply) >= 3 {

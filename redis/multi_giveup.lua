@@ -2,7 +2,9 @@
 -- recorded (multi_release.lua) and its Locker did not adopt.
 --
 -- KEYS[1]  the lock, KEYS[2] its waiters hash
--- ARGV[1]  the record's field, ARGV[2] the lock's channel
+-- ARGV[1]  the record's field ("" for none: then it only wakes the first
+--          record when the lock is free, for a release that deferred its
+--          wake-up, see multi_defer.go), ARGV[2] the lock's channel
 --
 -- Removes the record. When it was gone already (a release consumed it
 -- and woke a Locker that does not wait) and the lock is free, it wakes the

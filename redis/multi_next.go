@@ -49,12 +49,13 @@ type nextWaits struct {
 	m  map[string]*nextWait
 }
 
-// park registers a next wait for the store keys of a release, or returns
-// nil when a key's channel is not subscribed (the Locker has not waited
+// park registers a next wait for the store keys of a release (of a fair
+// Locker, or of an unfair one whose streak of deferred wake-ups ended, see
+// multi_defer.go), or returns nil when a key's channel is not subscribed (the Locker has not waited
 // for it lately, or has no pub/sub): then the release records nothing.
 func (d *redisDriver) park(keys []string) *nextWait {
-	if d.unfairArg == "1" || d.poll.Load() {
-		return nil // an unfair Locker's next LockMulti tries at once
+	if d.poll.Load() {
+		return nil
 	}
 	for _, k := range keys {
 		if !d.notify.subscribedOrClosed(k) {
@@ -132,15 +133,28 @@ func (d *redisDriver) giveUp(key string, nw *nextWait) {
 	}
 	d.next.mu.Unlock()
 	nw.leave()
+	d.giveUpRecords([]string{key}, nw.field)
+}
+
+// giveUpRecords removes the record field from the waiters hash of each
+// store key, in one pipeline of multi_giveup.lua, which wakes the next
+// record of a free key whose record a release consumed.
+func (d *redisDriver) giveUpRecords(keys []string, field string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	nm := d.lockNames(key)
-	v, err := d.runScript(ctx, d.multiGiveUp, []string{nm.keys[0], nm.keys[3]}, nil, nw.field, nm.channelArg)
-	switch {
-	case err != nil:
-		d.logger.Debug("locker: redis: could not give up a LockMulti's next wait", "err", err)
-	case v == int64(3):
-		d.noPubSub(errPublishRefused)
+	calls := make([]evalCall, len(keys))
+	for i, k := range keys {
+		nm := d.lockNames(k)
+		calls[i] = evalCall{script: d.multiGiveUp, keys: []string{nm.keys[0], nm.keys[3]}, args: []any{field, nm.channelArg}}
+	}
+	for _, c := range evalPipelined(ctx, d.client, calls) {
+		v, err := c.Result()
+		switch {
+		case err != nil:
+			d.logger.Debug("locker: redis: could not give up a LockMulti's record", "err", err)
+		case v == int64(3):
+			d.noPubSub(errPublishRefused)
+		}
 	}
 }
 

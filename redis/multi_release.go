@@ -44,12 +44,20 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 			args = append(args, ls[i].Owner, nm.channelArg)
 		}
 		// The next wait of this Locker, which the release records when
-		// it wakes a LockMulti (multi_next.go).
+		// it wakes a LockMulti (multi_next.go): a fair Locker's, and an
+		// unfair one's whose streak of deferred wake-ups ended
+		// (multi_defer.go).
 		skeys := make([]string, n)
 		for j, i := range plain {
 			skeys[j] = ls[i].Key
 		}
-		nw := d.park(skeys)
+		deferArg := "0"
+		var nw *nextWait
+		if d.mayDefer(skeys) {
+			deferArg = "1"
+		} else {
+			nw = d.park(skeys)
+		}
 		nextField := ""
 		if nw != nil {
 			nextField = nw.field
@@ -59,7 +67,8 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 				}
 			}()
 		}
-		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL))
+		args = append(args, nextField, d.staleArg(ls[plain[0]].TTL), deferArg)
+		var owed []string
 		v, err := d.runScript(ctx, d.multiRelease, keys, boxed, args...)
 		reply, _ := v.([]any)
 		switch {
@@ -97,9 +106,14 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 					}
 				case 3:
 					each = append(each, i)
+				case 6:
+					owed = append(owed, ls[i].Key)
 				default:
 					errs[i] = fmt.Errorf("release: unexpected reply %v", v)
 				}
+			}
+			if owed != nil {
+				d.deferred(owed)
 			}
 		}
 	}

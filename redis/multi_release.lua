@@ -13,6 +13,11 @@
 --                      the release records it, once, behind the others
 --                      with the first lock where it woke a LockMulti
 -- ARGV[2n+2]  stale    milliseconds a waiters hash created for it lasts
+-- ARGV[2n+3]  defer    "1": wake nobody; a released lock whose waiters
+--                      hash exists answers 6 instead, and its Locker
+--                      wakes the first record later unless it takes the
+--                      lock again first (multi_defer.go). Absent or "0":
+--                      wake as above
 --
 -- Returns one integer per lock: 1 when the lock was the owner's and is
 -- released (deleted, and the first Locker recorded by a LockMulti woken,
@@ -20,7 +25,8 @@
 -- message, 0 when it was not the owner's (left alone), and 3 when it is
 -- the owner's but has a queue: it is left held, for release.lua to hand
 -- over. 4 and 5 are 1 and 2 for the lock where the release recorded the
--- next wait ARGV[2n+1].
+-- next wait ARGV[2n+1]. 6 is 1 for a lock whose wake-up is deferred
+-- (ARGV[2n+3]).
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
 -- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
@@ -59,6 +65,7 @@ end
 -- LockMulti to wake, 3 for a lock with a queue. vs[1..free] collects the
 -- locks to delete (vs[i] is read before).
 local free, wake = 0, false
+local defer = ARGV[2 * n + 3] == '1'
 for i = 1, n do
   if res[i] == 1 then
     local e = 0
@@ -77,8 +84,12 @@ for i = 1, n do
       free = free + 1
       vs[free] = KEYS[i]
       if e == 2 and ARGV[2 * i] ~= '' then
-        res[i] = -1
-        wake = true
+        if defer then
+          res[i] = 6
+        else
+          res[i] = -1
+          wake = true
+        end
       end
     end
   end

@@ -277,6 +277,9 @@ type redisDriver struct {
 	// next are the waits that releases recorded for this Locker's next
 	// LockMulti (multi_next.go).
 	next nextWaits
+	// defers are the wake-ups this Locker's releases deferred
+	// (multi_defer.go).
+	defers deferrals
 
 	// poll is set once the Locker works without pub/sub (Config.NoPubSub,
 	// or the server refused it): scripts get no channel and waiters poll
@@ -515,6 +518,7 @@ func (d *redisDriver) CloseContext(ctx context.Context) error {
 		d.stopCheck()
 		<-d.checked
 	}
+	d.wakeAllOwed()
 	d.notify.close()
 	d.inbox.close(ctx)
 	return nil
