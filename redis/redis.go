@@ -128,10 +128,15 @@ type Config struct {
 	// served: a release frees the key and wakes only the first waiter (one
 	// message, to its Locker; not again within a millisecond of waking
 	// it: it tries again by itself then), and a free key goes to whoever
-	// asks first,
-	// a waiter woken or a Locker just asking (the one that released it,
-	// looping, often). A hot key then changes hands without a wake-up on
-	// the critical path, at the price of order: a waiter may be overtaken
+	// asks first, a waiter woken or a Locker just asking (the one that
+	// released it, looping, often). A first waiter whose wake-up found
+	// the key taken again tries every millisecond while the key keeps
+	// changing hands, instead of waiting for the next message. A release
+	// of a LockMulti's contended keys wakes the first waiter 2 ms later,
+	// unless the releasing Locker takes the keys again before; a run of
+	// such releases ends after 5 ms, and the Locker then waits behind the
+	// others. A hot key then changes hands without a wake-up on the
+	// critical path, at the price of order: a waiter may be overtaken
 	// again and again, as with Redisson's RLock beside its RFairLock. The
 	// default is fair (see the package doc, Fair and unfair). Lockers of
 	// both kinds may share a key.
