@@ -22,8 +22,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/golocker/locker/internal/freeport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -333,7 +332,7 @@ func StartCluster(ctx context.Context, n int, cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) start(ctx context.Context, n int, cfg Config, dir string) error {
-	ports, err := freePorts(2 * n)
+	ports, err := freeport.Ports(2 * n)
 	if err != nil {
 		return err
 	}
@@ -439,80 +438,6 @@ func (c *Cluster) Close() error {
 
 func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, DefaultStartTimeout)
-}
-
-// Ports below the kernel's ephemeral range: a stopped member's port there
-// cannot become another process's outgoing connection's local port (the
-// kernel picks those from the ephemeral range), which would fail the
-// member's restart for as long as that connection lives.
-const (
-	// lowestPort is the lowest port chosen: below it lie the fixed ports
-	// of common services.
-	lowestPort = 20000
-	// defaultEphemeralLow is the start of the ephemeral range where it
-	// cannot be read: Linux's default (32768); macOS and Windows start
-	// higher (49152).
-	defaultEphemeralLow = 32768
-	// minPortSpan is the fewest ports below the ephemeral range worth a
-	// random choice; with fewer, the kernel chooses (ephemeral) ports.
-	minPortSpan = 1000
-	// portTries bounds the random choices per port.
-	portTries = 100
-)
-
-// ephemeralRangeFile holds Linux's ephemeral port range ("low high").
-const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
-
-// ephemeralRange returns the kernel's ephemeral port range.
-func ephemeralRange() (low, high int, err error) {
-	b, err := os.ReadFile(ephemeralRangeFile)
-	if err != nil {
-		return 0, 0, err
-	}
-	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
-		return 0, 0, fmt.Errorf("%s: %q: %w", ephemeralRangeFile, b, err)
-	}
-	return low, high, nil
-}
-
-// ephemeralLow returns the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
-	if low, _, err := ephemeralRange(); err == nil && low > 0 {
-		return low
-	}
-	return defaultEphemeralLow
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago,
-// below the ephemeral range when it leaves room (see lowestPort).
-func freePorts(n int) ([]int, error) {
-	lns := make([]net.Listener, 0, n)
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	span := ephemeralLow() - lowestPort
-	for range n {
-		var ln net.Listener
-		var err error
-		if span >= minPortSpan {
-			for range portTries {
-				if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowestPort+rand.IntN(span))); err == nil {
-					break
-				}
-			}
-		}
-		if ln == nil {
-			if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				return nil, fmt.Errorf("etcdserver: find a free port: %w", err)
-			}
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func isAddrInUse(err error) bool {

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/golocker/locker/internal/freeport"
 	"github.com/golocker/locker/internal/leakcheck"
 )
 
@@ -153,14 +154,14 @@ func TestDirReused(t *testing.T) {
 // restart failed with "address already in use" while that connection lived
 // (CI: integration/etcd TestClusterLeaderFailover).
 func TestPortsBelowEphemeralRange(t *testing.T) {
-	low, high, err := ephemeralRange()
+	low, high, err := freeport.EphemeralRange()
 	if errors.Is(err, fs.ErrNotExist) {
 		t.Skipf("no ephemeral port range to check against: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if low-lowestPort < minPortSpan {
+	if low-freeport.LowestPort < freeport.MinSpan {
 		t.Skipf("the ephemeral range %d-%d leaves no room below it", low, high)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -172,8 +173,8 @@ func TestPortsBelowEphemeralRange(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p < lowestPort || p >= low {
-				t.Errorf("%s listens on %s: port %d is not in %d-%d, below the ephemeral range %d-%d", s.Name(), u.String(), p, lowestPort, low-1, low, high)
+			if p < freeport.LowestPort || p >= low {
+				t.Errorf("%s listens on %s: port %d is not in %d-%d, below the ephemeral range %d-%d", s.Name(), u.String(), p, freeport.LowestPort, low-1, low, high)
 			}
 		}
 	}

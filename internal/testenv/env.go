@@ -4,13 +4,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/golocker/locker/internal/freeport"
 	"github.com/golocker/locker/internal/leakcheck"
 	"github.com/golocker/locker/internal/storeenv"
 )
@@ -78,36 +78,14 @@ func Unavailable(t testing.TB, what, installCmd string, err error) {
 	t.Skip(msg)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another
-// process may take it before the caller binds it; provisioners that use it
-// retry with another port when a server fails to start.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// below the kernel's ephemeral range when it leaves room (so a stopped
+// server's port cannot become another connection's local port before its
+// restart). Another process may take it before the caller binds it;
+// provisioners that use it retry with another port when a server fails to
+// start.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("testenv: find a free port: %w", err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := ln.Close(); err != nil {
-		return 0, fmt.Errorf("testenv: find a free port: %w", err)
-	}
-	return port, nil
-}
-
-// freePorts returns n distinct free ports.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	seen := make(map[int]bool, n)
-	for len(ports) < n {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		if !seen[p] {
-			seen[p] = true
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
+	return freeport.Port()
 }
 
 // EtcdEndpoints returns the endpoints listed in LOCKER_ETCD_ENDPOINTS and

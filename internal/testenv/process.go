@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golocker/locker/internal/freeport"
 	"github.com/testcontainers/testcontainers-go"
 )
 
@@ -220,7 +221,7 @@ func retryPorts(nports int, try func(ports []int) error) error {
 	var err error
 	for range 3 {
 		var ports []int
-		ports, err = freePorts(nports)
+		ports, err = freeport.Ports(nports)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/golocker/locker/internal/freeport"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -576,6 +578,11 @@ func TestFreePort(t *testing.T) {
 		t.Fatalf("FreePort gave %d, which cannot be bound: %v", port, err)
 	}
 	ln.Close()
+	// Servers restart on their port: it must lie below the ephemeral range,
+	// where no outgoing connection can take it while the server is down.
+	if low, _, err := freeport.EphemeralRange(); err == nil && low-freeport.LowestPort >= freeport.MinSpan && port >= low {
+		t.Errorf("FreePort gave %d, in the ephemeral range from %d", port, low)
+	}
 }
 
 func TestDatabaseName(t *testing.T) {
