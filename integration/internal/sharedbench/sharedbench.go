@@ -367,79 +367,81 @@ type Traffic func() (trips, bytes int64)
 // Renewal holds 10,000 permits on one Locker, which newLocker builds with
 // the given observer, and measures the traffic of its renewal rounds, one
 // round per iteration. It reports the round trips and bytes of a round,
-// and the bytes per permit renewed; the target is one round trip per
-// round, and less than 1 KiB a permit. The rounds measured start with the
-// third; settle-trips are the round trips of the second, with what the
-// first set up (etcd's key watches).
+// the permits a round renewed (renewed/round: 10,000 once the Locker's
+// rounds take every permit together) and the bytes per permit renewed; the
+// target is one round trip per round, and less than 1 KiB a permit.
+//
+// The rounds measured start after two renewal cycles: rounds that began
+// once every permit was held and that renewed, together, as many permits
+// as are held. The first sets up what later rounds save (etcd starts its
+// key watches there); settle-trips are the round trips of the second.
+// A Locker whose rounds stay split (taking the permits outlasted a renewal
+// interval) is measured all the same, round by round.
+//
+// Renewal always ends: it fails, saying what it saw, when taking the
+// permits takes more than 5 minutes, when no round ends for a minute, when
+// the two cycles take more than 5 minutes, and when a renewal fails.
 func Renewal(b *testing.B, newLocker func(locker.Observer) locker.Locker, traffic Traffic, key string) {
-	ctx := b.Context()
-	rounds := make(chan int, 1024)
+	renewal(b, newLocker, traffic, key, renewalBounds{take: 5 * time.Minute, round: time.Minute, settle: 5 * time.Minute})
+}
+
+// renewalBounds bound the waits of Renewal: for every permit to be taken,
+// for each renewal round, and for the two cycles before the measured
+// rounds.
+type renewalBounds struct{ take, round, settle time.Duration }
+
+func renewal(b *testing.B, newLocker func(locker.Observer) locker.Locker, traffic Traffic, key string, bounds renewalBounds) {
+	rounds := make(chan locker.Event, 1024)
 	l := newLocker(locker.ObserverFunc(func(e locker.Event) {
 		if e.Kind == locker.EventRenewal && e.Count > 0 {
 			select {
-			case rounds <- e.Count:
+			case rounds <- e:
 			default:
 			}
 		}
 	}))
-	var wg sync.WaitGroup
-	held := make(chan locker.Lock, renewalHeld)
-	work := make(chan int, renewalKeys)
-	for i := range renewalKeys {
-		work <- i
-	}
-	close(work)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				sem, err := locker.NewSemaphore(l, fmt.Sprintf("%s/%03d", key, i), renewalHeld/renewalKeys)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				for range renewalHeld / renewalKeys {
-					p, err := sem.TryAcquire(ctx)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					held <- p
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(held)
-	if b.Failed() {
-		b.FailNow()
-	}
+	held := take(b, l, key, bounds.take)
+	heldAt := time.Now()
 	b.Cleanup(func() {
-		for p := range held {
-			_ = p.Unlock(context.WithoutCancel(ctx))
+		for _, p := range held {
+			_ = p.Unlock(context.WithoutCancel(b.Context()))
 		}
 	})
-	next := func() int {
+	next := func() locker.Event {
 		select {
-		case n := <-rounds:
-			return n
-		case <-time.After(time.Minute):
-			b.Fatal("no renewal round within a minute")
-			return 0
+		case e := <-rounds:
+			if e.Failures > 0 {
+				b.Fatalf("a renewal round failed %d of its %d renewals: the permits must stay held to be measured", e.Failures, e.Count)
+			}
+			return e
+		case <-time.After(bounds.round):
+			b.Fatalf("no renewal round ended within %v", bounds.round)
+		}
+		return locker.Event{}
+	}
+	// cycle waits for rounds that began at since or later to renew, in
+	// all, as many permits as are held: every permit once, for a permit is
+	// due again only a renewal interval after its last renewal.
+	settleBy := time.Now().Add(bounds.settle)
+	cycle := func(since time.Time, what string) {
+		renewed, n := 0, 0
+		for renewed < renewalHeld {
+			if time.Now().After(settleBy) {
+				b.Fatalf("%s: rounds since %v renewed %d of %d permits in %d rounds, past the bound of %v", what, since.Format(time.StampMilli), renewed, renewalHeld, n, bounds.settle)
+			}
+			if e := next(); !e.Start.Before(since) {
+				renewed += e.Count
+				n++
+			}
 		}
 	}
-	// Start at a round's end, once every permit is renewed in a round, and
-	// one round later: a backend may set up in the first round what its
-	// later rounds save (etcd starts its key watches there).
-	for next() < renewalHeld {
-	}
+	cycle(heldAt, "first renewal of every permit")
 	settle, _ := traffic()
-	next()
+	cycle(time.Time{}, "second renewal of every permit")
 	trips0, bytes0 := traffic()
 	renewed, n := 0, 0
 	for b.Loop() {
-		renewed += next()
+		renewed += next().Count
 		n++
 	}
 	trips, bytes := traffic()
@@ -449,4 +451,50 @@ func Renewal(b *testing.B, newLocker func(locker.Observer) locker.Locker, traffi
 	b.ReportMetric(float64(trips)/float64(n), "trips/round")
 	b.ReportMetric(float64(bytes)/float64(n), "bytes/round")
 	b.ReportMetric(float64(bytes)/float64(max(renewed, 1)), "bytes/permit")
+}
+
+// take takes Renewal's permits on l, 16 semaphores at a time, within
+// bound.
+func take(b *testing.B, l locker.Locker, key string, bound time.Duration) []locker.Lock {
+	ctx, cancel := context.WithTimeout(b.Context(), bound)
+	defer cancel()
+	var wg sync.WaitGroup
+	held := make(chan locker.Lock, renewalHeld)
+	work := make(chan int, renewalKeys)
+	for i := range renewalKeys {
+		work <- i
+	}
+	close(work)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				sem, err := locker.NewSemaphore(l, fmt.Sprintf("%s/%03d", key, i), renewalHeld/renewalKeys)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for range renewalHeld / renewalKeys {
+					p, err := sem.TryAcquire(ctx)
+					if err != nil {
+						b.Errorf("taking %d permits within %v: %v", renewalHeld, bound, err)
+						return
+					}
+					held <- p
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(held)
+	out := make([]locker.Lock, 0, renewalHeld)
+	for p := range held {
+		out = append(out, p)
+	}
+	if b.Failed() {
+		for _, p := range out {
+			_ = p.Unlock(context.WithoutCancel(b.Context()))
+		}
+		b.FailNow()
+	}
+	return out
 }
