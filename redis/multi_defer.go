@@ -51,14 +51,15 @@ type deferrals struct {
 	bound  time.Duration        // deferBound when 0 (tests set it)
 
 	// The timers' wake-ups run with ctx, which Close cancels, and on wg,
-	// which Close waits for; a wake-up that failed because ctx ended
-	// leaves its keys in retry, for Close to wake. After closed, no timer
-	// starts a wake-up.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed bool
-	retry  []string
+	// which Close waits for (running of them run now); a wake-up that
+	// failed because ctx ended leaves its keys in retry, for Close to
+	// wake. After closed, no timer starts a wake-up.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	running int
+	closed  bool
+	retry   []string
 }
 
 // mayDefer reports whether the release of the store keys may defer its
@@ -134,9 +135,13 @@ func (d *redisDriver) deferred(keys []string) {
 			return
 		}
 		df.wg.Add(1)
+		df.running++
 		df.mu.Unlock()
-		defer df.wg.Done()
 		d.wakeOwed(ctx, f)
+		df.mu.Lock()
+		df.running--
+		df.mu.Unlock()
+		df.wg.Done()
 	})
 	df.mu.Unlock()
 }
@@ -225,16 +230,21 @@ func (d *redisDriver) wakeAllOwed(ctx context.Context) {
 	}
 	clear(df.owed)
 	clear(df.streak)
+	running := df.running > 0
 	df.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		df.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return
+	if running {
+		done := make(chan struct{})
+		go func() {
+			df.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// The wake-ups in flight end within cleanupTimeout, and
+			// the goroutine with them.
+			return
+		}
 	}
 	df.mu.Lock()
 	keys = append(keys, df.retry...)
