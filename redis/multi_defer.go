@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 // deferred releases of a key ends deferBound after its first: that
 // release wakes a wait and records the Locker's next wait behind the
 // others, as a fair Locker's does (multi_next.go), so that the keys go to
-// each wait in turn. Closing the Locker wakes what it still owes.
+// each wait in turn. Closing the Locker wakes what it still owes, before
+// the client may go (a Locker from Open closes its client after Close).
 
 const (
 	// deferGrace is how long after a deferred release the Locker waits
@@ -47,6 +49,17 @@ type deferrals struct {
 	streak map[string]time.Time // when the key's streak began
 	grace  time.Duration        // deferGrace when 0 (tests set it)
 	bound  time.Duration        // deferBound when 0 (tests set it)
+
+	// The timers' wake-ups run with ctx, which Close cancels, and on wg,
+	// which Close waits for (running of them run now); a wake-up that
+	// failed because ctx ended leaves its keys in retry, for Close to
+	// wake. After closed, no timer starts a wake-up.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	running int
+	closed  bool
+	retry   []string
 }
 
 // mayDefer reports whether the release of the store keys may defer its
@@ -100,11 +113,36 @@ func (d *redisDriver) deferred(keys []string) {
 			df.streak[k] = now
 		}
 	}
+	if df.closed {
+		// Closed after the release was sent: wake now.
+		df.mu.Unlock()
+		d.wakeOwed(context.Background(), f)
+		return
+	}
+	if df.ctx == nil {
+		df.ctx, df.cancel = context.WithCancel(context.Background())
+	}
 	grace := df.grace
 	if grace == 0 {
 		grace = deferGrace
 	}
-	f.timer = time.AfterFunc(grace, func() { d.wakeOwed(f) })
+	ctx := df.ctx
+	f.timer = time.AfterFunc(grace, func() {
+		df.mu.Lock()
+		if df.closed {
+			// Close took f's keys, or wakes them.
+			df.mu.Unlock()
+			return
+		}
+		df.wg.Add(1)
+		df.running++
+		df.mu.Unlock()
+		d.wakeOwed(ctx, f)
+		df.mu.Lock()
+		df.running--
+		df.mu.Unlock()
+		df.wg.Done()
+	})
 	df.mu.Unlock()
 }
 
@@ -145,7 +183,8 @@ func (d *redisDriver) retaken(reqs []driver.Request) {
 
 // wakeOwed wakes, for each key f still owes, the first LockMulti recorded
 // with it if the key is free (multi_giveup.lua), and ends their streaks.
-func (d *redisDriver) wakeOwed(f *deferral) {
+// The keys whose wake-up failed once ctx ended go to retry.
+func (d *redisDriver) wakeOwed(ctx context.Context, f *deferral) {
 	df := &d.defers
 	df.mu.Lock()
 	keys := f.keys
@@ -162,21 +201,56 @@ func (d *redisDriver) wakeOwed(f *deferral) {
 	}
 	// No field is "": the script removes no record, and wakes the first
 	// one when the key is free.
-	d.giveUpRecords(keys, "")
+	failed := d.giveUpRecords(ctx, keys, "")
+	if len(failed) > 0 && ctx.Err() != nil {
+		df.mu.Lock()
+		df.retry = append(df.retry, failed...)
+		df.mu.Unlock()
+	}
 }
 
-// wakeAllOwed wakes now what the Locker still owes (CloseContext).
-func (d *redisDriver) wakeAllOwed() {
+// wakeAllOwed wakes what the Locker still owes (CloseContext), before
+// ctx ends: the wake-ups its timers have not started, and those they run
+// now, which it cancels and waits for, running again the ones that
+// failed. Unless ctx ended first, no timer uses the client once it returns.
+func (d *redisDriver) wakeAllOwed(ctx context.Context) {
 	df := &d.defers
 	df.mu.Lock()
-	var fs []*deferral
+	df.closed = true
+	if df.cancel != nil {
+		df.cancel()
+	}
+	var keys []string
 	for _, f := range df.owed {
-		if f.timer.Stop() {
-			fs = append(fs, f)
+		// A deferral owing several keys is here once per key: the first
+		// takes them all.
+		f.timer.Stop()
+		keys = append(keys, f.keys...)
+		f.keys = nil
+	}
+	clear(df.owed)
+	clear(df.streak)
+	running := df.running > 0
+	df.mu.Unlock()
+	if running {
+		done := make(chan struct{})
+		go func() {
+			df.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// The wake-ups in flight end within cleanupTimeout, and
+			// the goroutine with them.
+			return
 		}
 	}
+	df.mu.Lock()
+	keys = append(keys, df.retry...)
+	df.retry = nil
 	df.mu.Unlock()
-	for _, f := range fs {
-		d.wakeOwed(f) // a deferral owing several keys: the first call wakes them all
+	if len(keys) > 0 {
+		d.giveUpRecords(ctx, keys, "")
 	}
 }

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +89,63 @@ func TestUnfairDeferredStreakEnds(t *testing.T) {
 	}
 }
 
+// TestUnfairDeferredWakeUpAtClose checks that closing an unfair Locker
+// while the timer of a deferred wake-up runs it does not leave that
+// wake-up to a client the Locker's Close then closes (a Locker from Open):
+// Close cancels it and wakes the wait itself before the client goes. Here
+// the timer's call hangs until its ctx ends, and the holder's client is
+// closed after Close (WithOnClose): without that, the wait is woken by
+// nobody, and would try again only after its refresh (TTL/3, 100 s).
+func TestUnfairDeferredWakeUpAtClose(t *testing.T) {
+	gate := &hangHook{entered: make(chan struct{})}
+	s := startDeferredOn(t, time.Millisecond, func(hc *goredis.Client) locker.Option {
+		hc.AddHook(gate)
+		return locker.WithOnClose(hc.Close)
+	})
+	s.hd.defers.bound = time.Hour // the streak does not end
+	gate.script = s.hd.multiGiveUp.Hash()
+	if err := s.hm.Unlock(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.entered // the timer's wake-up is on its way, and hangs
+	if err := s.holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.awaitWait(t, "the wake-up a deferred release owed was lost when the Locker closed")
+}
+
+// hangHook makes the first pipeline that runs script (its SHA-1) hang
+// until its ctx ends, after closing entered; the others pass.
+type hangHook struct {
+	script  string
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (h *hangHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *hangHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+
+func (h *hangHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && args[1] == h.script {
+				hang := false
+				h.once.Do(func() { hang = true })
+				if hang {
+					close(h.entered)
+					<-ctx.Done()
+					for _, c := range cmds {
+						c.SetErr(ctx.Err())
+					}
+					return ctx.Err()
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // deferredSetup is a test of deferred wake-ups: an unfair holder holds
 // three keys (hm), and an unfair waiter's LockMulti of them is recorded
 // with the first; it unlocks as soon as it gets them and sends its result
@@ -105,9 +164,21 @@ type deferredSetup struct {
 // startDeferred starts a deferredSetup whose holder waits grace (0:
 // deferGrace) before it wakes what its releases deferred.
 func startDeferred(t *testing.T, grace time.Duration) *deferredSetup {
+	return startDeferredOn(t, grace, func(c *goredis.Client) locker.Option { return nil })
+}
+
+// startDeferredOn is startDeferred with the holder's client passed to
+// hook first, and the option hook returns (nil: none) added to the
+// holder's.
+func startDeferredOn(t *testing.T, grace time.Duration, hook func(*goredis.Client) locker.Option) *deferredSetup {
 	ctx, addr, c, base, keys := multiWaitSetup(t)
 	s := &deferredSetup{ctx: ctx, addr: addr, base: base, c: c, keys: keys, got: make(chan error, 1)}
-	s.holder, s.hd = newTestLocker(t, newClient(t, addr), multiWaitOptions...)
+	hc := newClient(t, addr)
+	opts := multiWaitOptions
+	if opt := hook(hc); opt != nil {
+		opts = append(slices.Clip(opts), opt)
+	}
+	s.holder, s.hd = newTestLocker(t, hc, opts...)
 	s.hd.unfairArg = "1"
 	s.hd.defers.grace = grace
 	waiter, wd := newTestLocker(t, newClient(t, addr), multiWaitOptions...)

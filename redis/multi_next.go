@@ -133,29 +133,33 @@ func (d *redisDriver) giveUp(key string, nw *nextWait) {
 	}
 	d.next.mu.Unlock()
 	nw.leave()
-	d.giveUpRecords([]string{key}, nw.field)
+	d.giveUpRecords(context.Background(), []string{key}, nw.field)
 }
 
 // giveUpRecords removes the record field from the waiters hash of each
 // store key, in one pipeline of multi_giveup.lua, which wakes the next
-// record of a free key whose record a release consumed.
-func (d *redisDriver) giveUpRecords(keys []string, field string) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+// record of a free key whose record a release consumed. It gives up
+// within cleanupTimeout, or when ctx ends, and returns the keys whose call
+// failed.
+func (d *redisDriver) giveUpRecords(ctx context.Context, keys []string, field string) (failed []string) {
+	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	calls := make([]evalCall, len(keys))
 	for i, k := range keys {
 		nm := d.lockNames(k)
 		calls[i] = evalCall{script: d.multiGiveUp, keys: []string{nm.keys[0], nm.keys[3]}, args: []any{field, nm.channelArg}}
 	}
-	for _, c := range evalPipelined(ctx, d.client, calls) {
+	for i, c := range evalPipelined(ctx, d.client, calls) {
 		v, err := c.Result()
 		switch {
 		case err != nil:
+			failed = append(failed, keys[i])
 			d.logger.Debug("locker: redis: could not give up a LockMulti's record", "err", err)
 		case v == int64(3):
 			d.noPubSub(errPublishRefused)
 		}
 	}
+	return failed
 }
 
 // adoptNext returns the waiter of the wait of call: a next wait that a

@@ -523,7 +523,7 @@ func (d *redisDriver) CloseContext(ctx context.Context) error {
 		d.stopCheck()
 		<-d.checked
 	}
-	d.wakeAllOwed()
+	d.wakeAllOwed(ctx)
 	d.notify.close()
 	d.inbox.close(ctx)
 	return nil

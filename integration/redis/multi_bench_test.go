@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +57,7 @@ func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 			return l
 		}
 	}
-	return []scen.Impl{
+	all := []scen.Impl{
 		scen.LockerMulti("fair", lockers(redis.Config{})),
 		scen.LockerMulti("unfair", lockers(redis.Config{Unfair: true})),
 		{Name: "redislock", Reference: true, New: func(b *testing.B, key string) scen.Mutex {
@@ -103,7 +105,17 @@ func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 			})
 		}},
 	}
+	if only := os.Getenv(multiImplsEnv); only != "" {
+		names := strings.Split(only, ",")
+		return slices.DeleteFunc(all, func(im scen.Impl) bool { return !slices.Contains(names, im.Name) })
+	}
+	return all
 }
+
+// multiImplsEnv, when set, names the implementations multiImpls keeps
+// (comma-separated, e.g. "fair,redislock"): a profile or a system-call count
+// of one implementation then sees only its own work.
+const multiImplsEnv = "LOCKER_MULTI_IMPLS"
 
 // fencedMultiAcquire is the acquire of the multi-key "fenced" reference:
 // for n keys, KEYS[1..n] the locks and KEYS[n+i] lock i's token counter.
