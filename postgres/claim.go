@@ -95,9 +95,9 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 		{d.shared.lockKey, []any{req.Key}},
 		{d.shared.claim, []any{req.Key, req.Owner, label, ttlMicros(req.TTL), f.Store, int16(s.Mode), s.Weight, s.Limit, s.Queue}},
 	}, func(scan func(...any) error) error {
-			found = true
-			return scan(&plain, &badMode, &badLimit, &fits, &lined, &version, &next)
-		})
+		found = true
+		return scan(&plain, &badMode, &badLimit, &fits, &lined, &version, &next)
+	})
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "22012":
