@@ -339,12 +339,13 @@ func (d *pgDriver) shareRows(ctx context.Context, tx runner, key string) ([]shar
 	return rows, err
 }
 
-// TryAcquireShared implements driver.Sharer. Each attempt is one
-// transaction (run again after a deadlock or serialization failure) that
-// locks the key's row, reads the holders and waiters, checks the kind and
-// the limit, and grants the hold or records the waiter in one statement
-// fenced on the database clock. Waiters wake on the release's
-// notification, or poll.
+// TryAcquireShared implements driver.Sharer. A first attempt on a free
+// key is one statement (quickShare); any other is one transaction sent in
+// one round trip (run again after a deadlock or serialization failure)
+// that locks the key's row, then checks the kind and the limit and grants
+// the hold or records the waiter in one statement fenced on the database
+// clock (shareAttempt). Waiters wake on the release's notification, or
+// poll.
 func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if err := d.checkShared(); err != nil {
 		return driver.Grant{}, err
