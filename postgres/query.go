@@ -214,23 +214,23 @@ func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner)
 }
 
 func (q dbQuerier) batch(ctx context.Context, stmts []stmt, row func(scan func(dest ...any) error) error) error {
-	c, err := q.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("connection of type %T is not pgx's", dc)
-		}
-		return runBatch(sc.Conn().SendBatch(ctx, batchOf(stmts)), stmts, row)
-	})
+	return q.onConn(ctx, func(c *pgx.Conn) error { return runBatch(c.SendBatch(ctx, batchOf(stmts)), stmts, row) })
 }
 
 // listen holds one connection of db's pool while use runs, and discards
 // it afterwards: its session listened.
 func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
+	return q.onConn(ctx, func(c *pgx.Conn) error {
+		err := use(c)
+		// The session listened: never hand it back to the pool.
+		return errors.Join(err, sqldriver.ErrBadConn)
+	})
+}
+
+// onConn calls use with the pgx connection under one of db's, held while
+// use runs. The connection goes back to the pool unless use returns
+// driver.ErrBadConn.
+func (q dbQuerier) onConn(ctx context.Context, use func(*pgx.Conn) error) error {
 	c, err := q.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -241,9 +241,7 @@ func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error 
 		if !ok {
 			return fmt.Errorf("connection of type %T is not pgx's", dc)
 		}
-		err := use(sc.Conn())
-		// The session listened: never hand it back to the pool.
-		return errors.Join(err, sqldriver.ErrBadConn)
+		return use(sc.Conn())
 	})
 }
 

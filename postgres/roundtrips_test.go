@@ -214,37 +214,24 @@ func tracedLocker(t *testing.T, prefix string) (locker.Locker, *pgxpool.Pool, *r
 func TestSharedWakeRoundTrips(t *testing.T) {
 	for _, viaDB := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Pool", true: "SQLDB"}[viaDB], func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer cancel()
 			prefix := t.Name() + "-" + rand.Text()[:8] + "/"
-			cc, err := pgx.ParseConfig(exampleURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rt := &roundTrips{}
-			cc.Tracer = rt
-			var l locker.Locker
+			l, _, rt, ctx := tracedLocker(t, prefix)
 			if viaDB {
+				cc, err := pgx.ParseConfig(exampleURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rt = &roundTrips{}
+				cc.Tracer = rt
 				db := stdlib.OpenDB(*cc)
 				t.Cleanup(func() { _ = db.Close() })
-				l, err = postgres.NewDB(db, locker.WithPrefix(prefix))
-			} else {
-				pc, perr := pgxpool.ParseConfig(exampleURL)
-				if perr != nil {
-					t.Fatal(perr)
+				if l, err = postgres.NewDB(db, locker.WithPrefix(prefix)); err != nil {
+					t.Fatal(err)
 				}
-				pc.ConnConfig = cc
-				pool, perr := pgxpool.NewWithConfig(ctx, pc)
-				if perr != nil {
-					t.Fatal(perr)
-				}
-				t.Cleanup(pool.Close)
-				l, err = postgres.New(pool, locker.WithPrefix(prefix))
+				t.Cleanup(func() { _ = l.Close() })
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
+			// The holder's statements go on a pool of its own, not
+			// counted.
 			pool, err := pgxpool.New(ctx, exampleURL)
 			if err != nil {
 				t.Fatal(err)
