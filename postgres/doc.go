@@ -44,7 +44,9 @@
 // hold a key, its row's owner_token is "(shared)", which no plain lock
 // takes. An attempt on a free key is one statement that takes the key's
 // row for shared holds and inserts the holder. On a key shared holds hold,
-// an attempt is one READ COMMITTED transaction behind the key's row lock.
+// an attempt is one READ COMMITTED transaction behind the key's row lock,
+// its statements sent at once in one round trip (a pgx batch, on a
+// *sql.DB through its pgx connection).
 // A waiter records its place in line: a waiting writer blocks later
 // readers, a waiting heavy request later light ones. The holds are renewed
 // in the statement that renews the Locker's locks. A release is one
@@ -53,10 +55,13 @@
 // it leaves the row of holders that crashed. A marked row with no live
 // hold is free: every acquisition frees it first (a plain lock, a
 // multi-key lock, a shared hold), and Inspect and List show the key free.
-// The server ends a transaction on shared holds that waits for its
-// client for more than a third of the TTL (within 1 s and 10 s), so that a
-// client cut off in the middle holds its key's other attempts up that
-// long at most.
+// The server runs an attempt's batch without waiting for the client, so
+// a client cut off in the middle holds up no other attempt. It ends the
+// other transactions on shared holds (Break, SetLimit, the cleanup of an
+// attempt whose outcome is unknown) when they wait for their client for
+// more than a third of the TTL (within 1 s and 10 s), so that a client
+// cut off in the middle holds its key's other attempts up that long at
+// most.
 //
 // A semaphore's limit is on every row of its holders and waiters.
 // locker.SetLimit changes it on all of them in one transaction behind the

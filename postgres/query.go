@@ -33,9 +33,57 @@ type querier interface {
 	// transaction waits for the client for longer than idle, so that a
 	// client cut off in the middle does not keep its row locks.
 	inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error
+	// batch sends stmts at once, in one round trip, and runs them as one
+	// READ COMMITTED transaction, whatever the session's default
+	// isolation: it commits when they all succeed and rolls back when one
+	// fails, which ends the batch. It calls row for each row of the last
+	// statement. The server runs the whole batch without waiting for the
+	// client, so no lock it takes outlives the batch.
+	batch(ctx context.Context, stmts []stmt, row func(scan func(dest ...any) error) error) error
 	// listen calls use with a connection of its own, outside the pool,
 	// and closes that connection when use returns.
 	listen(ctx context.Context, use func(*pgx.Conn) error) error
+}
+
+// stmt is a statement and its arguments.
+type stmt struct {
+	sql  string
+	args []any
+}
+
+// batchOf is the batch that runs stmts as querier.batch says: an implicit
+// transaction, from the first statement to the Sync pgx sends after the
+// last, whose first statement sets its isolation.
+func batchOf(stmts []stmt) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+	for _, s := range stmts {
+		b.Queue(s.sql, s.args...)
+	}
+	return b
+}
+
+// runBatch reads the results of br, sent as batchOf(stmts), and hands the
+// last statement's rows to row.
+func runBatch(br pgx.BatchResults, stmts []stmt, row func(scan func(dest ...any) error) error) error {
+	err := func() error {
+		for range stmts { // the isolation, then every statement but the last
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return eachRow(rows, row)
+	}()
+	if err != nil {
+		_ = br.Close()
+		return err
+	}
+	return br.Close()
 }
 
 // pgxRunner runs statements on a pgx pool or transaction.
@@ -90,6 +138,10 @@ func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runne
 // idle_in_transaction_session_timeout.
 func idleTimeout(idle time.Duration) string {
 	return fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", max(idle.Milliseconds(), 1))
+}
+
+func (q poolQuerier) batch(ctx context.Context, stmts []stmt, row func(scan func(dest ...any) error) error) error {
+	return runBatch(q.p.SendBatch(ctx, batchOf(stmts)), stmts, row)
 }
 
 func (q poolQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
@@ -161,9 +213,24 @@ func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner)
 	return tx.Commit()
 }
 
+func (q dbQuerier) batch(ctx context.Context, stmts []stmt, row func(scan func(dest ...any) error) error) error {
+	return q.onConn(ctx, func(c *pgx.Conn) error { return runBatch(c.SendBatch(ctx, batchOf(stmts)), stmts, row) })
+}
+
 // listen holds one connection of db's pool while use runs, and discards
 // it afterwards: its session listened.
 func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error {
+	return q.onConn(ctx, func(c *pgx.Conn) error {
+		err := use(c)
+		// The session listened: never hand it back to the pool.
+		return errors.Join(err, sqldriver.ErrBadConn)
+	})
+}
+
+// onConn calls use with the pgx connection under one of db's, held while
+// use runs. The connection goes back to the pool unless use returns
+// driver.ErrBadConn.
+func (q dbQuerier) onConn(ctx context.Context, use func(*pgx.Conn) error) error {
 	c, err := q.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -174,9 +241,7 @@ func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error 
 		if !ok {
 			return fmt.Errorf("connection of type %T is not pgx's", dc)
 		}
-		err := use(sc.Conn())
-		// The session listened: never hand it back to the pool.
-		return errors.Join(err, sqldriver.ErrBadConn)
+		return use(sc.Conn())
 	})
 }
 

@@ -10,28 +10,56 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/postgres"
 )
 
 // roundTrips is a pgx tracer that counts the statements a pool sends, a
-// transaction's BEGIN and COMMIT included: one round trip each.
+// transaction's BEGIN and COMMIT included: one round trip each. It skips
+// the notifier's connections (those that ran LISTEN): a wait's
+// subscription is not the attempts' cost.
 type roundTrips struct {
-	mu  sync.Mutex
-	n   int
-	sql []string
+	mu     sync.Mutex
+	n      int
+	sql    []string
+	listen map[*pgx.Conn]bool
 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+func (r *roundTrips) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if strings.HasPrefix(d.SQL, "LISTEN ") {
+		if r.listen == nil {
+			r.listen = map[*pgx.Conn]bool{}
+		}
+		r.listen[c] = true
+	}
+	if r.listen[c] {
+		return ctx
+	}
 	r.n++
 	r.sql = append(r.sql, d.SQL)
 	return ctx
 }
 
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart counts a batch: its statements go in one round trip.
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	for _, q := range d.Batch.QueuedQueries {
+		r.sql = append(r.sql, "(batch) "+q.SQL)
+	}
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // take returns the statements counted so far, and forgets them.
 func (r *roundTrips) take() (int, []string) {
@@ -178,4 +206,107 @@ func tracedLocker(t *testing.T, prefix string) (locker.Locker, *pgxpool.Pool, *r
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l, pool, rt, ctx
+}
+
+// TestSharedWakeRoundTrips: a permit waiter woken by the holder's release
+// claims the permit in one round trip, on a pgx pool and on a *sql.DB,
+// not in a transaction of five statements (six through database/sql).
+func TestSharedWakeRoundTrips(t *testing.T) {
+	for _, viaDB := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Pool", true: "SQLDB"}[viaDB], func(t *testing.T) {
+			prefix := t.Name() + "-" + rand.Text()[:8] + "/"
+			l, _, rt, ctx := tracedLocker(t, prefix)
+			if viaDB {
+				cc, err := pgx.ParseConfig(exampleURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rt = &roundTrips{}
+				cc.Tracer = rt
+				db := stdlib.OpenDB(*cc)
+				t.Cleanup(func() { _ = db.Close() })
+				if l, err = postgres.NewDB(db, locker.WithPrefix(prefix)); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Close() })
+			}
+			// The holder's statements go on a pool of its own, not
+			// counted.
+			pool, err := pgxpool.New(ctx, exampleURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			holder, err := postgres.New(pool, locker.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Close()
+
+			hs, _ := locker.NewSemaphore(holder, "k", 1)
+			ws, _ := locker.NewSemaphore(l, "k", 1)
+			// The first hand-off starts the waiter's LISTEN connection,
+			// whose self-test goes through the pool: it does not count.
+			// Nor does one that counted nothing: an attempt of the
+			// waiter's sent before the release (its retry after
+			// subscribing, late) got the permit.
+			handOff(ctx, t, holder, hs, ws, rt)
+			for range 5 {
+				n, sql := handOff(ctx, t, holder, hs, ws, rt)
+				if n == 0 {
+					continue
+				}
+				if n != 1 {
+					t.Errorf("the woken waiter's claim took %d round trips, want 1:\n%s", n, strings.Join(sql, "\n"))
+				}
+				return
+			}
+			t.Error("every hand-off was claimed by an attempt sent before the release")
+		})
+	}
+}
+
+// handOff takes a permit of hs, waits until a wait for a permit of ws is
+// in line, releases the permit, and returns the round trips rt counted
+// from the release until the waiter had the permit.
+func handOff(ctx context.Context, t *testing.T, holder locker.Locker, hs, ws *locker.Semaphore, rt *roundTrips) (int, []string) {
+	t.Helper()
+	p, err := hs.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquired, proceed, got := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		wp, err := ws.Acquire(ctx)
+		close(acquired)
+		if err == nil {
+			<-proceed
+			err = wp.Unlock(ctx)
+		}
+		got <- err
+	}()
+	for {
+		st, err := locker.Inspect(ctx, holder, hs.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Let the waiter's first attempt return and its wait begin.
+	time.Sleep(50 * time.Millisecond)
+	rt.take()
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-acquired
+	n, sql := rt.take()
+
+	close(proceed)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	return n, sql
 }

@@ -2,10 +2,8 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -89,21 +87,16 @@ type sharedStatements struct {
 	// rows reads the key's holders and waiters, expired ones included:
 	// holders first, then waiters in line order. Args: key.
 	rows string
-	// take grants a hold or records a waiter, advancing the key's version,
-	// unless the fence passed, and deletes the rows the attempt found
-	// expired. It returns the version and how many of those rows it
-	// deleted, or no row. Args: key, owner, label, ttl µs, fence µs, mode,
-	// weight, limit, waiter, expired owners.
-	take string
+	// claim is a shared attempt after the key's row is locked, in one
+	// statement (see claimSQL). Args: key, owner, label, ttl µs, fence µs,
+	// mode, weight, limit, whether the request queues.
+	claim string
 	// quick grants a hold on a key no lock or shared hold holds, in one
 	// statement: it takes the key's row for shared holds, as take does,
 	// and inserts the holder. It returns the version, or no row when the
 	// key was not free or the fence passed. Args: key, owner, label, ttl
 	// µs, fence µs, mode, weight, limit.
 	quick string
-	// stay renews a waiter's place in line unless the fence passed. Args:
-	// key, owner, ttl µs, fence µs.
-	stay string
 	// drop deletes live rows of the key matching a condition appended to
 	// it, from $2 on, and returns how many. Args: key, ….
 	drop string
@@ -151,14 +144,7 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" VALUES ($1, 'FINISH', " + micros(dbNow) + ", '', '', " + dbNow + ", " + dbNow + ") ON CONFLICT (task_name) DO NOTHING",
 		rows: "SELECT owner_token, mode, weight, share_limit, queued, " + micros("lock_until") + " - " + micros(dbNow) +
 			" FROM " + st + " WHERE task_name = $1 ORDER BY queued, token",
-		take: "WITH k AS (UPDATE " + t + " SET version = version + 1," +
-			" start_time = CASE WHEN owner_token = " + sharedOwnerSQL + " AND task_status = 'RUNNING' THEN start_time ELSE " + dbNow + " END," +
-			" task_status = 'RUNNING', owner_token = " + sharedOwnerSQL + ", owner_label = '" + sharedLabel + "'," +
-			" lock_until = GREATEST(lock_until, " + untilAt("$4") + "), finish_time = NULL, update_time = " + dbNow +
-			" WHERE task_name = $1 AND " + fenceAt("$5") + " RETURNING version)," +
-			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND owner_token = ANY($10::text[]) AND lock_until <= " + dbNow + " RETURNING 1)," +
-			" h AS (" + holderInsert(st, "CASE WHEN $9 THEN 0 ELSE k.version END", "CASE WHEN $9 THEN k.version ELSE 0 END") + ")" +
-			" SELECT version, (SELECT count(*) FROM x) FROM k",
+		claim: claimSQL(t, st),
 		quick: "WITH k AS (INSERT INTO " + t + " AS l" +
 			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
 			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", " + sharedOwnerSQL + ", '" + sharedLabel + "', " + untilAt("$4") + ", " + dbNow + ", " + dbNow +
@@ -170,8 +156,6 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 			" AND " + fenceAt("$5") + " RETURNING l.version)," +
 			" h AS (" + holderInsert(st, "k.version", "0") + ")" +
 			" SELECT version FROM k",
-		stay: "UPDATE " + st + " SET lock_until = " + untilAt("$3") +
-			" WHERE task_name = $1 AND owner_token = $2 AND queued > 0 AND " + fenceAt("$4"),
 		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
 		settle: "WITH o AS (SELECT 1 FROM " + st + " WHERE task_name = $1)," +
 			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + " RETURNING 1)," +
@@ -355,12 +339,13 @@ func (d *pgDriver) shareRows(ctx context.Context, tx runner, key string) ([]shar
 	return rows, err
 }
 
-// TryAcquireShared implements driver.Sharer. Each attempt is one
-// transaction (run again after a deadlock or serialization failure) that
-// locks the key's row, reads the holders and waiters, checks the kind and
-// the limit, and grants the hold or records the waiter in one statement
-// fenced on the database clock. Waiters wake on the release's
-// notification, or poll.
+// TryAcquireShared implements driver.Sharer. A first attempt on a free
+// key is one statement (quickShare); any other is one transaction sent in
+// one round trip (run again after a deadlock or serialization failure)
+// that locks the key's row, then checks the kind and the limit and grants
+// the hold or records the waiter in one statement fenced on the database
+// clock (shareAttempt). Waiters wake on the release's notification, or
+// poll.
 func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	if err := d.checkShared(); err != nil {
 		return driver.Grant{}, err
@@ -453,121 +438,6 @@ var errFenced = errors.New("the statement arrived after its fence")
 // errRenewed is the error of an attempt rolled back because a hold it
 // counted as expired was renewed meanwhile.
 var errRenewed = errors.New("a hold counted as expired was renewed")
-
-// shareAttempt is one transaction of TryAcquireShared. Its statement that
-// grants or records the request carries a fence, which it sets f to just
-// before it sends it.
-func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s driver.Share, label string, f *driver.Fence) (driver.Grant, error) {
-	var (
-		g       driver.Grant
-		refusal error // a refusal to report once the transaction committed
-	)
-	err := d.q.inTx(ctx, txIdle(req.TTL), func(tx runner) error {
-		k, err := d.lockKey(ctx, tx, req.Key)
-		if err != nil {
-			return err
-		}
-		if k.plain() {
-			return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))
-		}
-		all, err := d.shareRows(ctx, tx, req.Key)
-		if err != nil {
-			return err
-		}
-		if !k.shared() {
-			all = nil // rows of an earlier use of the key, all ended
-		}
-		var expired []string
-		for _, r := range all {
-			if r.remaining <= 0 && r.owner != req.Owner {
-				expired = append(expired, r.owner)
-			}
-		}
-		rows := slices.DeleteFunc(all, func(r shareRow) bool { return r.remaining <= 0 })
-		fits, me, next, err := admit(rows, req.Owner, s)
-		if err != nil {
-			return err
-		}
-		ttl := ttlMicros(req.TTL)
-		*f = d.clock.Fence(ctx, time.Now(), req.TTL)
-		if !fits && (!s.Queue || me != nil) {
-			if me != nil {
-				// Still in line: the place lasts another TTL.
-				if _, err := tx.exec(ctx, d.shared.stay, req.Key, req.Owner, ttl, f.Store); err != nil {
-					return err
-				}
-				refusal = d.queued(req, next)
-			} else {
-				refusal = driver.Held(next)
-			}
-			return nil
-		}
-		// A grant, or a new place in line: both take the next version.
-		var version, gone sql.NullInt64
-		err = tx.query(ctx, d.shared.take, []any{req.Key, req.Owner, label, ttl, f.Store, int16(s.Mode), s.Weight, s.Limit, !fits, expired},
-			func(scan func(...any) error) error { return scan(&version, &gone) })
-		if err != nil {
-			return err
-		}
-		if !version.Valid {
-			return errFenced
-		}
-		if gone.Int64 != int64(len(expired)) {
-			// A hold counted as expired was renewed meanwhile (its
-			// renewal was on the way when the rows were read): the
-			// decision does not stand.
-			return errRenewed
-		}
-		if !fits {
-			refusal = d.queued(req, next)
-			return nil
-		}
-		g = driver.Grant{Token: uint64(version.Int64), Validity: req.TTL,
-			State: &shareState{key: req.Key, owner: req.Owner, token: version.Int64}}
-		return nil
-	})
-	if err != nil {
-		return driver.Grant{}, err
-	}
-	if refusal != nil {
-		return driver.Grant{}, refusal
-	}
-	return g, nil
-}
-
-// admit decides whether a request for s by owner fits behind the live
-// rows of its key that are ahead of it (every holder, and the waiters
-// before it in line: all of them when it is not in line), as etcd's and
-// ZooKeeper's queues decide: a writer must be first, a reader needs no
-// writer ahead, permits need the weights ahead and their own within the
-// limit. It returns whether it fits, owner's place in line (nil when not
-// in line), and how long until the first holder's claim ends. It fails
-// with driver.ErrConflict when the key is used another way.
-func admit(rows []shareRow, owner string, s driver.Share) (fits bool, me *shareRow, next time.Duration, err error) {
-	for i := range rows {
-		r := &rows[i]
-		if (r.mode == driver.Permits) != (s.Mode == driver.Permits) || r.limit != s.Limit {
-			return false, nil, 0, fmt.Errorf("%w: the key is %s, not %s", driver.ErrConflict, shareKindOf(r.mode, r.limit), shareKindOf(s.Mode, s.Limit))
-		}
-		if r.owner == owner && r.queued > 0 {
-			me = r
-		}
-		if r.queued == 0 && (next == 0 || r.remaining < next) {
-			next = r.remaining
-		}
-	}
-	fits, used := true, s.Weight
-	for _, r := range rows {
-		if r.owner == owner || r.queued > 0 && me != nil && r.queued > me.queued {
-			continue // not ahead
-		}
-		if s.Mode == driver.Write || r.mode == driver.Write {
-			fits = false
-		}
-		used += r.weight
-	}
-	return fits && (s.Mode != driver.Permits || used <= s.Limit), me, next, nil
-}
 
 // queued is the refusal of a request recorded in line: back before the
 // record expires, and a Residue that withdraws it.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/golocker/locker"
@@ -202,6 +203,63 @@ func BenchmarkShared(b *testing.B) {
 				}
 				if err := lk.Unlock(ctx); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSharedExecModes: a shared attempt on a key that is not free is a
+// pgx batch, which follows the pool's exec mode; it grants, refuses and
+// fences in each of them, the simple protocol (PgBouncer before 1.21)
+// included.
+func TestSharedExecModes(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			pc, err := pgxpool.ParseConfig(exampleURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			l, err := postgres.New(pool, locker.WithPrefix(t.Name()+"-"+rand.Text()[:8]+"/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			s, _ := locker.NewSemaphore(l, "k", 2)
+			first, err := s.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Unlock(ctx)
+			// The key is held: the second permit goes through the batch.
+			second, err := s.TryAcquire(ctx)
+			if err != nil {
+				t.Fatalf("a second permit of 2: %v", err)
+			}
+			defer second.Unlock(ctx)
+			if second.Token() <= first.Token() {
+				t.Errorf("the second permit's token %d is not above the first's %d", second.Token(), first.Token())
+			}
+			if p, err := s.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+				t.Errorf("a third permit of 2: got %v, want ErrNotAcquired", err)
+				if err == nil {
+					_ = p.Unlock(ctx)
+				}
+			}
+			other, _ := locker.NewSemaphore(l, "k", 3)
+			if p, err := other.TryAcquire(ctx); !errors.Is(err, locker.ErrInvalidOption) {
+				t.Errorf("a permit of 3 on a semaphore of 2: got %v, want ErrInvalidOption", err)
+				if err == nil {
+					_ = p.Unlock(ctx)
 				}
 			}
 		})
