@@ -89,9 +89,9 @@ func BenchmarkSharedHandoff(b *testing.B) {
 // BenchmarkSharedRenewal: see sharedbench.Renewal, on a pgx pool. A round
 // trip is a statement the pool's connections send (pgx sends each in one
 // write and waits for its reply); the bytes are those of its connections,
-// both ways. The TTL is 10 s: at 3 s, taking the 10,000 permits on a
-// loaded machine outlasted a renewal interval, their renewals stayed in
-// rounds of fewer than all, and Renewal waited for a full round forever.
+// both ways. The TTL is 10 s so that, on a loaded machine, taking the
+// 10,000 permits fits in one renewal interval and a round renews them all
+// (with a shorter TTL the rounds stay split, which Renewal reports).
 //
 //	go test -run '^$' -bench SharedRenewal -benchtime 1x ./integration/postgres/
 func BenchmarkSharedRenewal(b *testing.B) {
