@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/internal/storeenv"
 )
@@ -20,6 +22,17 @@ func (r scriptRunner) releaseQuiet(owner string) int64 {
 	return n
 }
 
+// keyOnServer returns the test server's address, a client of it, a ctx of
+// 30 s and a key of the test's own, whose names are deleted when t ends.
+func keyOnServer(t *testing.T) (string, *goredis.Client, context.Context, string) {
+	t.Helper()
+	addr := storeenv.Redis(t).Addr()
+	c := newClient(t, addr)
+	key := uniqueKey(t)
+	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+	return addr, c, ctxFor(t, 30*time.Second), key
+}
+
 // TestUncontendedCommands counts, through MONITOR, the commands of a fair
 // Locker's uncontended Lock+Unlock and TryLock+Unlock: each release of a
 // lock taken at the first attempt runs three (GET of the lock and fence,
@@ -27,22 +40,9 @@ func (r scriptRunner) releaseQuiet(owner string) int64 {
 // checks for waiters can.
 func TestUncontendedCommands(t *testing.T) {
 	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	c := newClient(t, addr)
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
-	l, err := New(newClient(t, addr), locker.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
-	for _, s := range []string{include(acquireLua), include(releaseLua)} {
-		if err := c.ScriptLoad(ctx, s).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addr, c, ctx, key := keyOnServer(t)
+	l, d := newTestLocker(t, newClient(t, addr), locker.WithTTL(time.Minute))
+	loadScripts(ctx, t, c, d.acquire, d.release)
 	m := startMonitor(t, addr)
 	lk, err := l.Lock(ctx, key)
 	if err != nil {
