@@ -167,7 +167,11 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			recorded, answered = now, time.Now()
 		}
 		if r > 0 {
-			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: names, Queued: seq > 1}, nil
+			var state any = names
+			if seq == 1 {
+				state = d.firstState(names)
+			}
+			return driver.Grant{Token: uint64(r), Validity: validity, Since: now, State: state, Queued: seq > 1}, nil
 		}
 		remaining := time.Duration(max(-1-r, 0)) * time.Millisecond
 		// A polling attempt ("p<n>") promised the next within wakeGap.

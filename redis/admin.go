@@ -27,7 +27,7 @@ func (d *redisDriver) Break(ctx context.Context, key string) error {
 	case broke:
 		return nil
 	}
-	n, err := d.runRelease(ctx, newLockNames(key), "", "force")
+	n, err := d.runRelease(ctx, newLockNames(key), "", "force", "0")
 	if err != nil {
 		return fmt.Errorf("break: %w", classify(err))
 	}

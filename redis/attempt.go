@@ -26,7 +26,17 @@ func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (drive
 	if r <= 0 {
 		return driver.Grant{}, driver.Held(time.Duration(max(-1-r, 0)) * time.Millisecond)
 	}
-	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: names}, nil
+	return driver.Grant{Token: uint64(r), Validity: time.Duration(ttl) * time.Millisecond, State: d.firstState(names)}, nil
+}
+
+// firstState is the Lease.State of a lock taken at the first attempt of a
+// call: quietNames when fair (the key had no queue, as a rule), else names
+// (an unfair caller takes a free key whoever waits).
+func (d *redisDriver) firstState(names *lockNames) any {
+	if d.unfairArg == "0" {
+		return quietNames{names}
+	}
+	return names
 }
 
 // acquireArgs are the arguments of acquire.lua for req, boxed once for all
@@ -238,6 +248,6 @@ func goneBy(err error, gone time.Time) error {
 // leaveQueue runs release.lua for owner with "leave": out of the queue, and
 // the lock passed on if it was handed over to owner.
 func (d *redisDriver) leaveQueue(ctx context.Context, key, owner string) error {
-	_, err := d.runRelease(ctx, newLockNames(key), owner, "1")
+	_, err := d.runRelease(ctx, newLockNames(key), owner, "1", "0")
 	return classify(err)
 }

@@ -12,20 +12,20 @@ import (
 )
 
 // runRelease runs release.lua on the lock names, with leave "1", "0" or
-// "force", and returns 1 when owner's lock was released, 0 when owner held
+// "force" and quiet "1" or "0" (see release.lua), and returns 1 when owner's lock was released, 0 when owner held
 // nothing. A release whose
 // message the server refused counts as done (it is: the message is the
 // script's last step), and switches the Locker to polling. With
 // Config.Replicas, a forced release that freed the key (Break) waits for
 // the replicas as runReplicated does; other releases do not.
-func (d *redisDriver) runRelease(ctx context.Context, names *lockNames, owner string, leave any) (int64, error) {
+func (d *redisDriver) runRelease(ctx context.Context, names *lockNames, owner string, leave, quiet any) (int64, error) {
 	var wrote func(any) bool
 	if leave == "force" {
 		wrote = released
 	}
 	// The channel even without pub/sub: the waiters of Lockers with
 	// pub/sub listen on it (see release.lua).
-	v, err := d.runReplicatedKeys(ctx, d.release, wrote, names.keys[:], names.keyArgs, owner, names.channelArg, d.retentionArg, leave, d.unfairArg)
+	v, err := d.runReplicatedKeys(ctx, d.release, wrote, names.keys[:], names.keyArgs, owner, names.channelArg, d.retentionArg, leave, d.unfairArg, quiet)
 	if err != nil && !errors.Is(err, errNotReplicated) {
 		return 0, err
 	}
@@ -44,9 +44,29 @@ func (d *redisDriver) runRelease(ctx context.Context, names *lockNames, owner st
 // released.
 func released(reply any) bool { return reply == int64(1) || reply == int64(2) }
 
+// quietNames is the Lease.State of a lock taken at a fair first attempt
+// (TryLock, or a Lock that did not wait): the key had no queue then, as a
+// rule, so its release checks first that it still has none (quiet in
+// release.lua). One pointer: it is stored in an interface without an
+// allocation.
+type quietNames struct{ *lockNames }
+
+// stateNames returns the names in a lock's Lease.State, and whether the
+// lock was taken at a fair first attempt (quietNames); nil when State
+// holds none.
+func stateNames(state any) (*lockNames, bool) {
+	switch n := state.(type) {
+	case *lockNames:
+		return n, false
+	case quietNames:
+		return n.lockNames, true
+	}
+	return nil, false
+}
+
 // leaseKey returns the Redis key of a held lock.
 func leaseKey(l driver.Lease) string {
-	if n, ok := l.State.(*lockNames); ok {
+	if n, _ := stateNames(l.State); n != nil {
 		return n.keys[0]
 	}
 	return lockKey(l.Key)
@@ -55,7 +75,7 @@ func leaseKey(l driver.Lease) string {
 // leaseNames returns the names of a held lock: its State, made when it was
 // acquired.
 func leaseNames(l driver.Lease) *lockNames {
-	if n, ok := l.State.(*lockNames); ok {
+	if n, _ := stateNames(l.State); n != nil {
 		return n
 	}
 	return newLockNames(l.Key)
@@ -67,7 +87,15 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 	if isShared(l) {
 		return d.releaseShared(ctx, l)
 	}
-	n, err := d.runRelease(ctx, leaseNames(l), l.Owner, "0")
+	names, quiet := stateNames(l.State)
+	if names == nil {
+		names = newLockNames(l.Key)
+	}
+	quietArg := "0"
+	if quiet {
+		quietArg = "1"
+	}
+	n, err := d.runRelease(ctx, names, l.Owner, "0", quietArg)
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}

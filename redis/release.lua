@@ -16,6 +16,12 @@
 --                     Locker ("free"), whoever takes it, unless that
 --                     waiter was woken less than wake_gap_us ago;
 --                     "0": hand it over
+-- ARGV[6]  quiet      "1": the caller took the key when it had no queue
+--                     (a fair first attempt): check first, in one call,
+--                     that neither the queue nor the waiters hash exists,
+--                     as then nothing is to be handed over or woken; "0":
+--                     read the queue first, as a release that is likely to
+--                     hand over does
 --
 -- A release that frees the key also wakes one Locker whose LockMulti found
 -- it held (wake_watcher). Whether a waiter is told depends on its Locker,
@@ -40,6 +46,13 @@ if not v then
 end
 if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
   return 0
+end
+-- Nobody waits and no LockMulti watches: the waiters hash holds every
+-- record and the " watched" mark (see lib.lua), and the queue outlives no
+-- member. Three calls instead of four; one more when the hint was wrong.
+if ARGV[6] == '1' and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
 end
 -- #include watch.lua
 

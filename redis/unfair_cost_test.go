@@ -110,11 +110,7 @@ func TestUnfairRecentRecord(t *testing.T) {
 // (MGET, ZSCORE, PTTL).
 func TestUnfairWaiterAttemptWritesNothing(t *testing.T) {
 	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	c := newClient(t, addr)
-	ctx := ctxFor(t, 30*time.Second)
-	key := uniqueKey(t)
-	t.Cleanup(func() { c.Del(context.Background(), scriptKeys(key)...) })
+	addr, c, ctx, key := keyOnServer(t)
 	a, b := newUnfairLocker(t, addr), newUnfairLocker(t, addr)
 	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
 	for _, s := range []string{include(acquireLua), include(releaseLua)} {
