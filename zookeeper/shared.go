@@ -199,11 +199,20 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	}
 	fresh := node == ""
 	var zxid int64
-	session := d.conn.SessionID()
+	session := w.session
 	if fresh {
+		session = d.conn.SessionID()
 		var pstat *zk.Stat
 		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label), time.Time{}, nil); err != nil {
 			return driver.Grant{}, err
+		}
+		if s := d.conn.SessionID(); s != session || s == 0 {
+			// The session changed during the create (or was not
+			// known yet): ask the node which one it belongs to.
+			if session, err = d.ownerOf(ctx, node); err != nil {
+				d.cleanup(ctx, parent, tag, node)
+				return driver.Grant{}, err
+			}
 		}
 		zxid = pstat.Mzxid
 		w = waiter{node: node, session: session, czxid: zxid}
@@ -264,8 +273,8 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 		}
 	}
 	if s := d.conn.SessionID(); s != session || s == 0 {
-		// The session changed during the create: ask the node which one
-		// it belongs to.
+		// The session changed during the attempt: ask the node which
+		// one it belongs to.
 		if session, err = d.ownerOf(ctx, node); err != nil {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
