@@ -382,7 +382,7 @@ func sharedHolders(q []share) []share {
 
 // inspectShared is Inspect of a key whose queue q starts with a shared
 // hold: each holder's data is its label, its ctime when it queued, and its
-// czxid its token, or a lower number for a hold granted after waiting.
+// czxid its token, or a lower number for a hold granted by a claim.
 func (d *zkDriver) inspectShared(ctx context.Context, parent string, q []share, rs []record) (driver.Status, error) {
 	held := sharedHolders(q)
 	st := driver.Status{Waiters: len(q) - len(held)}
