@@ -256,11 +256,7 @@ func TestSetLimitRacesSetLimit(t *testing.T) {
 // behind the waiter makes it claim (see waiter); the claim follows the
 // listing.
 func TestSetLimitBetweenListingAndClaim(t *testing.T) {
-	ds, _, ctx := limitDrivers(t, 3)
-	h := take(ctx, t, ds[0], "holder", permitsOf(2, 2))
-	queued := permitsOf(2, 1)
-	queued.Queue = true
-	r := queue(ctx, t, ds[1], "waiter", queued)
+	ds, _, ctx, h, queued, r := lineUp(t, 3, 2, 2, 1)
 	later := queue(ctx, t, ds[0], "later", queued)
 	give(ctx, t, ds[0], "holder", h)
 	listed := make(chan struct{})
@@ -288,11 +284,7 @@ func TestSetLimitBetweenListingAndClaim(t *testing.T) {
 // undo the grant, as it takes no permit away from a holder. Its token is its
 // node's czxid.
 func TestSetLimitAfterHandOnListing(t *testing.T) {
-	ds, _, ctx := limitDrivers(t, 3)
-	h := take(ctx, t, ds[0], "holder", permitsOf(2, 2))
-	queued := permitsOf(2, 1)
-	queued.Queue = true
-	r := queue(ctx, t, ds[1], "waiter", queued)
+	ds, _, ctx, h, queued, r := lineUp(t, 3, 2, 2, 1)
 	czxid := czxidOf(t, ds[1], "waiter")
 	give(ctx, t, ds[0], "holder", h)
 	ds[1].hooks.afterListing = func() {
@@ -310,6 +302,19 @@ func TestSetLimitAfterHandOnListing(t *testing.T) {
 	}
 	give(ctx, t, ds[1], "waiter", g)
 	_ = r.Cleanup(ctx)
+}
+
+// lineUp returns n drivers, their connections and a ctx (see
+// limitDrivers), a permit of weight held of a semaphore of limit on key "k",
+// taken by ds[0] as "holder", and a request of weight waiting, queued
+// behind it by ds[1] as "waiter": its share and its refusal's Residue.
+func lineUp(t *testing.T, n, limit, held, waiting int) ([]*zkDriver, []*zk.Conn, context.Context, driver.Grant, driver.Share, *driver.Residue) {
+	t.Helper()
+	ds, conns, ctx := limitDrivers(t, n)
+	h := take(ctx, t, ds[0], "holder", permitsOf(limit, held))
+	queued := permitsOf(limit, waiting)
+	queued.Queue = true
+	return ds, conns, ctx, h, queued, queue(ctx, t, ds[1], "waiter", queued)
 }
 
 // queue queues owner's request of s on key "k" through d, and returns the

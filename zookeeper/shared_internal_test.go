@@ -67,11 +67,7 @@ func TestSharedInspectAndBreak(t *testing.T) {
 // attempt's listing, with no write: its token is its node's czxid, above
 // the holder's, and the key's node's data version is unchanged.
 func TestSharedHandOn(t *testing.T) {
-	ds, _, ctx := limitDrivers(t, 2)
-	h := take(ctx, t, ds[0], "holder", permitsOf(1, 1))
-	queued := permitsOf(1, 1)
-	queued.Queue = true
-	r := queue(ctx, t, ds[1], "waiter", queued)
+	ds, _, ctx, h, queued, r := lineUp(t, 2, 1, 1, 1)
 	defer func() { _ = r.Cleanup(ctx) }()
 	czxid := czxidOf(t, ds[1], "waiter")
 	give(ctx, t, ds[0], "holder", h)
@@ -104,11 +100,7 @@ func TestSharedHandOn(t *testing.T) {
 // the key's node) claims too, so that its token is above that claim's. The
 // older Locker's claim is made by hand, as it made it.
 func TestSharedWaiterAfterOlderClaim(t *testing.T) {
-	ds, conns, ctx := limitDrivers(t, 2)
-	h := take(ctx, t, ds[0], "holder", permitsOf(2, 1))
-	queued := permitsOf(2, 2)
-	queued.Queue = true
-	r := queue(ctx, t, ds[1], "waiter", queued)
+	ds, conns, ctx, h, queued, r := lineUp(t, 2, 2, 1, 2)
 	defer func() { _ = r.Cleanup(ctx) }()
 	parent := ds[0].parentOf("k")
 	holder := h.State.(*hold).path
