@@ -179,13 +179,21 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 		sent = time.Now()
 		if w.claim {
 			claim = d.claim(parent, node)
+			// Let the claim reach the connection's queue first, as a
+			// rule: the server then lists after it. A claim's check at
+			// the grant covers the other order.
+			runtime.Gosched()
 		} else {
-			synced = start(d, func() (string, error) { return d.conn.Sync(parent) })
+			// The sync must reach the server before the listing: a
+			// follower that lags would otherwise list without a later
+			// arrival's claim, and the czxid token would fall below
+			// that claim's. go-zookeeper orders only calls made one
+			// after the other, so the listing waits for the sync's answer.
+			_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(parent) })
+			r := make(chan result[string], 1)
+			r <- result[string]{err: err}
+			synced = r
 		}
-		// Let the claim or the sync reach the connection's queue first,
-		// as a rule: the server then lists after it. A claim's check at
-		// the grant covers the other order.
-		runtime.Gosched()
 		if children, listed, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
