@@ -93,9 +93,9 @@ type zkDriver struct {
 	// keeps are the timers that delete kept lock nodes when their MinHold
 	// ends (Keep); Close stops them and leaves the nodes to the session.
 	keeps map[*time.Timer]struct{}
-	// queued are the nodes of the shared requests waiting in line, by
-	// owner token (see TryAcquireShared).
-	queued map[string]string
+	// queued are the shared requests waiting in line, by owner token (see
+	// TryAcquireShared).
+	queued map[string]waiter
 	// free are the key nodes known free of lock nodes at a data version,
 	// by path (see freed).
 	free map[string]keyVersion

@@ -252,17 +252,12 @@ func TestSetLimitRacesSetLimit(t *testing.T) {
 // TestSetLimitBetweenListingAndClaim: a waiter's listing is served before
 // its claim, and SetLimit writes a record in between. The waiter fits by
 // the listing, but its claim comes after the record: it must fail naming
-// the new limit, not be granted with the old one.
+// the new limit, not be granted with the old one. A later arrival queued
+// behind the waiter makes it claim (see waiter); the claim follows the
+// listing.
 func TestSetLimitBetweenListingAndClaim(t *testing.T) {
-	ds, _, ctx := limitDrivers(t, 3)
-	h := take(ctx, t, ds[0], "holder", permitsOf(2, 2))
-	queued := permitsOf(2, 1)
-	queued.Queue = true
-	_, err := ds[1].TryAcquireShared(ctx, limitRequest("waiter"), queued)
-	var r *driver.Residue
-	if !errors.As(err, &r) {
-		t.Fatalf("a queued permit of a full semaphore: got %v, want a Residue", err)
-	}
+	ds, _, ctx, h, queued, r := lineUp(t, 3, 2, 2, 1)
+	later := queue(ctx, t, ds[0], "later", queued)
 	give(ctx, t, ds[0], "holder", h)
 	listed := make(chan struct{})
 	ds[1].hooks.afterListing = func() {
@@ -280,4 +275,69 @@ func TestSetLimitBetweenListingAndClaim(t *testing.T) {
 		t.Errorf("a waiter with the old limit 2 whose claim came after SetLimit(1): got %v, want ErrConflict naming 1", err)
 	}
 	_ = r.Cleanup(ctx)
+	_ = later.Cleanup(ctx)
+}
+
+// TestSetLimitAfterHandOnListing: a waiter handed on by its listing (no
+// write: nothing wrote the key's node since its create) is granted at that
+// listing, under the limit the listing showed; a SetLimit after it does not
+// undo the grant, as it takes no permit away from a holder. Its token is its
+// node's czxid.
+func TestSetLimitAfterHandOnListing(t *testing.T) {
+	ds, _, ctx, h, queued, r := lineUp(t, 3, 2, 2, 1)
+	czxid := czxidOf(t, ds[1], "waiter")
+	give(ctx, t, ds[0], "holder", h)
+	ds[1].hooks.afterListing = func() {
+		if err := ds[2].SetLimit(ctx, "k", 1); err != nil {
+			t.Errorf("SetLimit(1) after the waiter's listing: %v", err)
+		}
+	}
+	ds[1].hooks.beforeClaim = func() { t.Error("a waiter handed on by its listing claimed") }
+	g, err := ds[1].TryAcquireShared(ctx, limitRequest("waiter"), queued)
+	if err != nil {
+		t.Fatalf("a waiter whose listing showed it fits, SetLimit(1) after it: %v", err)
+	}
+	if g.Token != uint64(czxid) {
+		t.Errorf("a waiter handed on got token %d, want its node's czxid %d", g.Token, czxid)
+	}
+	give(ctx, t, ds[1], "waiter", g)
+	_ = r.Cleanup(ctx)
+}
+
+// lineUp returns n drivers, their connections and a ctx (see
+// limitDrivers), a permit of weight held of a semaphore of limit on key "k",
+// taken by ds[0] as "holder", and a request of weight waiting, queued
+// behind it by ds[1] as "waiter": its share and its refusal's Residue.
+func lineUp(t *testing.T, n, limit, held, waiting int) ([]*zkDriver, []*zk.Conn, context.Context, driver.Grant, driver.Share, *driver.Residue) {
+	t.Helper()
+	ds, conns, ctx := limitDrivers(t, n)
+	h := take(ctx, t, ds[0], "holder", permitsOf(limit, held))
+	queued := permitsOf(limit, waiting)
+	queued.Queue = true
+	return ds, conns, ctx, h, queued, queue(ctx, t, ds[1], "waiter", queued)
+}
+
+// queue queues owner's request of s on key "k" through d, and returns the
+// refusal's Residue, or fails t.
+func queue(ctx context.Context, t *testing.T, d *zkDriver, owner string, s driver.Share) *driver.Residue {
+	t.Helper()
+	_, err := d.TryAcquireShared(ctx, limitRequest(owner), s)
+	var r *driver.Residue
+	if !errors.Is(err, driver.ErrHeld) || !errors.As(err, &r) {
+		t.Fatalf("%s: a queued request of a full semaphore: got %v, want a Residue matching ErrHeld", owner, err)
+	}
+	return r
+}
+
+// czxidOf returns the czxid of the node of owner, a request d queued.
+func czxidOf(t *testing.T, d *zkDriver, owner string) int64 {
+	t.Helper()
+	d.mu.Lock()
+	node := d.queued[owner].node
+	d.mu.Unlock()
+	_, st, err := d.conn.Exists(node)
+	if err != nil || st == nil {
+		t.Fatalf("the node %q of %s: %v", node, owner, err)
+	}
+	return st.Czxid
 }

@@ -109,20 +109,46 @@ func fits(ahead []share, s driver.Share) bool {
 // its later attempts; a first attempt creates its node at once. The request
 // holds once the nodes ahead of it fit (see fits). The key's limit is its
 // ruling limit record's, else the first node's (see keyLimit), read in the
-// listing that shows the queue. A record SetLimit wrote before the grant's
-// write (the create, or a waiter's claim) rules the grant: the listing
-// comes after that write, or is made again when the key's children changed
-// in between. A request
-// that does not fit keeps its node when it queues, and deletes it when it
-// does not. A crashed holder's node goes with its session.
+// listing that shows the queue. A request that does not fit keeps its node
+// when it queues, and deletes it when it does not. A crashed holder's node
+// goes with its session.
 //
-// A grant's token is the zxid of a write that made it: the node's creation,
-// or for a waiter a rewrite of its data. Its czxid would not do: a waiter
-// that fits is granted at its next attempt, after a later arrival may have
-// been granted behind it.
+// A grant's token is the zxid of a write of the key's node's data: every
+// create writes it (see createOps), so a first attempt's token is its
+// create's. A waiter that fits is granted by its listing, with its node's
+// czxid as its token, when that data was not written since its create (see
+// waiter): no token of the key is above it then. Otherwise it claims: it
+// writes that data again, and the claim's zxid is its token. Its czxid
+// would not do then: a later arrival may have been granted behind it, or
+// another waiter may have claimed, with a greater token.
 func (d *zkDriver) TryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
 	g, err := d.tryAcquireShared(ctx, req, s)
 	return g, classify(err)
+}
+
+// waiter is a shared request waiting in line.
+type waiter struct {
+	node    string
+	session int64 // the session that made node
+	czxid   int64 // node's czxid, the zxid of its create
+	// claim is set once a listing showed the key's node's data written
+	// since node's create: a later arrival came, or someone claimed. The
+	// grant must then claim, as the node's czxid is not above every token
+	// of the key any more (the data's mzxid only grows), and the claim is
+	// sent with the listing.
+	claim bool
+}
+
+// handedOn reports whether a waiter w that fits may be granted by the
+// listing that showed parent's stat listed, with no write: no write of the
+// key's node's data since w's create. Every token of the key is the zxid
+// of such a write (a create's, this version's claims, and an older
+// version's, which claimed at every grant from the line), so each token
+// handed out before is at most w.czxid, and the only write at w.czxid is
+// w's own create, which granted nothing: w.czxid is above every token
+// handed out before. Every later token is a later write's, above it.
+func handedOn(w waiter, listed *zk.Stat) bool {
+	return !w.claim && listed != nil && listed.Mzxid == w.czxid
 }
 
 func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s driver.Share) (driver.Grant, error) {
@@ -132,35 +158,42 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	// Only a request that queued has a node to find: the first attempt
 	// creates one at once.
 	d.mu.Lock()
-	node := d.queued[req.Owner]
+	w := d.queued[req.Owner]
 	delete(d.queued, req.Owner)
 	d.mu.Unlock()
+	node := w.node
+	if w.session != d.conn.SessionID() {
+		node = "" // gone with the session that made it: queue again
+	}
 	var children []string
-	var listed *zk.Stat // the key's node, as the listing of a waiter showed it
+	var listed *zk.Stat // the key's node, as the listing showed it
 	var err error
 	var claim <-chan result[[]zk.MultiResponse]
+	var synced <-chan result[string]
 	if node != "" {
-		// The claim of a waiter that fits is sent along with the listing
-		// (one round trip), and wasted when it does not fit: a write to
-		// the key's node (lock nodes are read-only) whose zxid is the
-		// token, with a check that our node is still there. A write
-		// proves the session alive.
+		// A waiter that must claim sends its claim along with the listing
+		// (one round trip), wasted when it does not fit. One that may be
+		// handed on sends a sync instead, which the leader answers: it
+		// proves the session alive after sent, and the listing sent behind
+		// it shows what the leader did before it.
 		sent = time.Now()
-		ops := []any{
-			&zk.CheckVersionRequest{Path: node, Version: -1},
-			&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+		if w.claim {
+			claim = d.claim(parent, node)
+			// Let the claim reach the connection's queue first, as a
+			// rule: the server then lists after it. A claim's check at
+			// the grant covers the other order.
+			runtime.Gosched()
+		} else {
+			// The sync must reach the server before the listing: a
+			// follower that lags would otherwise list without a later
+			// arrival's claim, and the czxid token would fall below
+			// that claim's. go-zookeeper orders only calls made one
+			// after the other, so the listing waits for the sync's answer.
+			_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(parent) })
+			r := make(chan result[string], 1)
+			r <- result[string]{err: err}
+			synced = r
 		}
-		claim = start(d, func() ([]zk.MultiResponse, error) {
-			if d.hooks.beforeClaim != nil {
-				d.hooks.beforeClaim()
-			}
-			return d.conn.Multi(ops...)
-		})
-		// Let the claim reach the connection's queue first, as a rule:
-		// the server then lists after the claim, so that the listing
-		// shows every limit record written before the claim. The check
-		// at the grant covers the other order.
-		runtime.Gosched()
 		if children, listed, err = d.children(ctx, parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
@@ -174,20 +207,30 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	}
 	fresh := node == ""
 	var zxid int64
-	session := d.conn.SessionID()
+	session := w.session
 	if fresh {
+		session = d.conn.SessionID()
 		var pstat *zk.Stat
 		if node, pstat, err = d.create(ctx, parent, tag, []byte(req.Label), time.Time{}, nil); err != nil {
 			return driver.Grant{}, err
 		}
+		if s := d.conn.SessionID(); s != session || s == 0 {
+			// The session changed during the create (or was not
+			// known yet): ask the node which one it belongs to.
+			if session, err = d.ownerOf(ctx, node); err != nil {
+				d.cleanup(ctx, parent, tag, node)
+				return driver.Grant{}, err
+			}
+		}
 		zxid = pstat.Mzxid
+		w = waiter{node: node, session: session, czxid: zxid}
 		if pstat.NumChildren > 1 {
-			if children, _, err = d.children(ctx, parent); err != nil {
+			if children, listed, err = d.children(ctx, parent); err != nil {
 				d.cleanup(ctx, parent, tag, node)
 				return driver.Grant{}, err
 			}
 		} else {
-			children = []string{node[len(parent)+1:]}
+			children, listed = []string{node[len(parent)+1:]}, pstat
 		}
 	}
 	q, rs := queueOf(children), recordsOf(children)
@@ -210,16 +253,17 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, driver.Held(0)
 		}
+		w.claim = !handedOn(w, listed)
 		d.mu.Lock()
 		if d.queued == nil {
-			d.queued = make(map[string]string)
+			d.queued = make(map[string]waiter)
 		}
-		d.queued[req.Owner] = node
+		d.queued[req.Owner] = w
 		d.mu.Unlock()
 		owner := req.Owner
 		return driver.Grant{}, &driver.Residue{Err: driver.Held(req.TTL / 3), Cleanup: func(ctx context.Context) error {
 			d.mu.Lock()
-			if d.queued[owner] == node {
+			if d.queued[owner].node == node {
 				delete(d.queued, owner)
 			}
 			d.mu.Unlock()
@@ -231,35 +275,14 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 		}}
 	}
 	if !fresh {
-		var r result[[]zk.MultiResponse]
-		select {
-		case r = <-claim:
-		case <-ctx.Done():
+		if zxid, err = d.grantFromLine(ctx, parent, node, s, w, listed, synced, claim); err != nil {
 			d.cleanup(ctx, parent, tag, node)
-			return driver.Grant{}, ctx.Err()
-		}
-		res, err := r.v, r.err
-		if err == nil && (len(res) != 2 || res[1].Stat == nil) {
-			err = fmt.Errorf("zookeeper: unexpected reply to a claim multi-operation: %d results", len(res))
-		}
-		if err != nil {
-			d.cleanup(ctx, parent, tag, node)
-			return driver.Grant{}, fmt.Errorf("claim %s: %w", node, denied(err, parent, "WRITE"))
-		}
-		zxid = res[1].Stat.Mzxid
-		if listed == nil || (listed.Mzxid < zxid && listed.Pzxid != res[1].Stat.Pzxid) {
-			// The listing was served before the claim, and the key's
-			// children changed in between: a limit record written
-			// before the claim may be missing from it.
-			if err := d.recheckLimit(ctx, parent, node, s); err != nil {
-				d.cleanup(ctx, parent, tag, node)
-				return driver.Grant{}, err
-			}
+			return driver.Grant{}, err
 		}
 	}
 	if s := d.conn.SessionID(); s != session || s == 0 {
-		// The session changed during the create: ask the node which one
-		// it belongs to.
+		// The session changed during the attempt: ask the node which
+		// one it belongs to.
 		if session, err = d.ownerOf(ctx, node); err != nil {
 			d.cleanup(ctx, parent, tag, node)
 			return driver.Grant{}, err
@@ -268,6 +291,70 @@ func (d *zkDriver) tryAcquireShared(ctx context.Context, req driver.Request, s d
 	g, err := d.grant(ctx, req, parent, tag, node, session, zxid, sent)
 	g.Queued = !fresh
 	return g, err
+}
+
+// claim sends the claim of the waiter whose node is node: a write to the
+// key's node parent (lock nodes are read-only), whose zxid is the token,
+// with a check that node is still there. A write proves the session alive.
+func (d *zkDriver) claim(parent, node string) <-chan result[[]zk.MultiResponse] {
+	ops := []any{
+		&zk.CheckVersionRequest{Path: node, Version: -1},
+		&zk.SetDataRequest{Path: parent, Data: nil, Version: -1},
+	}
+	return start(d, func() ([]zk.MultiResponse, error) {
+		if d.hooks.beforeClaim != nil {
+			d.hooks.beforeClaim()
+		}
+		return d.conn.Multi(ops...)
+	})
+}
+
+// grantFromLine returns the token of waiter w, whose node fits in the
+// listing that showed parent's stat listed: its czxid when it is handed
+// on (synced is the sync sent with that listing), else its claim's zxid
+// (claim, when sent with the listing, else sent now). A record SetLimit
+// wrote before the claim rules a claimed grant: the key is listed again
+// when the claim came after the listing and the key's children changed in
+// between.
+func (d *zkDriver) grantFromLine(ctx context.Context, parent, node string, s driver.Share, w waiter, listed *zk.Stat,
+	synced <-chan result[string], claim <-chan result[[]zk.MultiResponse]) (int64, error) {
+	if synced != nil && handedOn(w, listed) {
+		select {
+		case r := <-synced:
+			if r.err != nil {
+				return 0, fmt.Errorf("sync %s: %w", parent, r.err)
+			}
+			return w.czxid, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if claim == nil {
+		claim = d.claim(parent, node)
+	}
+	var r result[[]zk.MultiResponse]
+	select {
+	case r = <-claim:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	res, err := r.v, r.err
+	if err == nil && (len(res) != 2 || res[1].Stat == nil) {
+		err = fmt.Errorf("zookeeper: unexpected reply to a claim multi-operation: %d results", len(res))
+	}
+	if err != nil {
+		return 0, fmt.Errorf("claim %s: %w", node, denied(err, parent, "WRITE"))
+	}
+	zxid := res[1].Stat.Mzxid
+	if listed == nil || (listed.Mzxid < zxid && listed.Pzxid != res[1].Stat.Pzxid) {
+		// The listing was served before the claim, and the key's
+		// children changed in between: a limit record written before
+		// the claim may be missing from it.
+		if err := d.recheckLimit(ctx, parent, node, s); err != nil {
+			return 0, err
+		}
+	}
+	return zxid, nil
 }
 
 // children lists parent's children, and returns parent's stat with them.
@@ -303,7 +390,7 @@ func sharedHolders(q []share) []share {
 
 // inspectShared is Inspect of a key whose queue q starts with a shared
 // hold: each holder's data is its label, its ctime when it queued, and its
-// czxid its token, or a lower number for a hold granted after waiting.
+// czxid its token, or a lower number for a hold granted by a claim.
 func (d *zkDriver) inspectShared(ctx context.Context, parent string, q []share, rs []record) (driver.Status, error) {
 	held := sharedHolders(q)
 	st := driver.Status{Waiters: len(q) - len(held)}
