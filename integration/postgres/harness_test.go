@@ -63,9 +63,9 @@ type replica struct {
 // callerPool is the pool the caller gave a Locker, as the caller's own
 // work uses it (Harness.Busy).
 type callerPool struct {
-	size  int                             // its most connections
-	taken func() int                      // its connections in use now, the Locker's included
-	sleep func(ctx context.Context) error // one slow statement, until ctx ends
+	size  int                                    // its most connections
+	taken func() int                             // its connections in use now, the Locker's included
+	sleep func(ctx context.Context, _ int) error // one slow statement, until ctx ends
 }
 
 // busyConns is the MaxOpenConns of the *sql.DB harness's handles: a pool
@@ -156,7 +156,7 @@ func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.
 		return l, func() { _ = db.Close() }, callerPool{
 			size:  busyConns,
 			taken: func() int { return db.Stats().InUse },
-			sleep: func(ctx context.Context) error { _, err := db.ExecContext(ctx, slowStatement); return err },
+			sleep: func(ctx context.Context, _ int) error { _, err := db.ExecContext(ctx, slowStatement); return err },
 		}, err
 	default:
 		p := openPool(t, url)
@@ -164,7 +164,7 @@ func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.
 		return l, p.Close, callerPool{
 			size:  int(p.Config().MaxConns),
 			taken: func() int { return int(p.Stat().AcquiredConns()) },
-			sleep: func(ctx context.Context) error { _, err := p.Exec(ctx, slowStatement); return err },
+			sleep: func(ctx context.Context, _ int) error { _, err := p.Exec(ctx, slowStatement); return err },
 		}, err
 	}
 }

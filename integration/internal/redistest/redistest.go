@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/busywork"
 	"github.com/golocker/locker/integration/internal/slowlink"
 	"github.com/golocker/locker/internal/testenv"
 )
@@ -153,6 +155,26 @@ func (r *Replicas) Slow(t testing.TB, l locker.Locker, node int, d time.Duration
 	return rep.Links[node].Slow(d)
 }
 
+// Busy keeps the Locker's client busy with the caller's own blocking
+// commands (conformance.Harness.Busy), until the returned function ends
+// them: see [Busy]. admin, a client of the same server, ends them. It
+// fails t for a Locker that was not added or whose client is not a
+// *goredis.Client.
+func (r *Replicas) Busy(admin goredis.Cmdable) func(t testing.TB, l locker.Locker) func() {
+	return func(t testing.TB, l locker.Locker) func() {
+		rep, ok := r.get(t, l)
+		if !ok {
+			return func() {}
+		}
+		c, ok := rep.Client.(*goredis.Client)
+		if !ok {
+			t.Errorf("Busy: the Locker's client is a %T, not a *goredis.Client", rep.Client)
+			return func() {}
+		}
+		return Busy(t, c, admin)
+	}
+}
+
 // ProxiedDialer returns a dialer that reaches each of addrs through a
 // proxy of its own (and refuses any other address), and the proxies, for a
 // client whose every connection Isolate must cut.
@@ -172,4 +194,42 @@ func ProxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, netw
 		}
 		return d.DialContext(ctx, network, p.Addr())
 	}, all
+}
+
+// Busy keeps every connection of c busy with the caller's own blocking
+// commands (conformance.Harness.Busy): a BLPOP on each connection of its
+// pool, and one in a pipeline on each connection of its pipeline pool,
+// on a key of their own that admin's LPUSHes end. It returns the function
+// that ends them, run at the latest when t ends.
+func Busy(t testing.TB, c *goredis.Client, admin goredis.Cmdable) func() {
+	t.Helper()
+	o := c.Options()
+	plain, piped := o.PoolSize, o.PipelinePoolSize
+	if piped == 0 {
+		piped = goredis.DefaultPipelinePoolSize
+	}
+	piped = max(piped, 0)
+	key := "busywork:" + rand.Text()
+	t.Cleanup(func() { _ = admin.Del(context.Background(), key).Err() })
+	inUse := func(s *goredis.PoolStats) int {
+		if s == nil {
+			return 0
+		}
+		return int(s.TotalConns) - int(s.IdleConns)
+	}
+	taken := func() int {
+		s := c.PoolStats()
+		return inUse(s) + inUse((*goredis.PoolStats)(s.PipelineStats))
+	}
+	return busywork.Start(t, plain+piped, taken, func(ctx context.Context, i int) error {
+		// A blocking read that its ctx does not end: a value pushed
+		// when it ends does.
+		stop := context.AfterFunc(ctx, func() { _ = admin.LPush(context.Background(), key, 1).Err() })
+		defer stop()
+		if i < plain {
+			return c.BLPop(ctx, 0, key).Err()
+		}
+		_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.BLPop(ctx, 0, key).Err() })
+		return err
+	})
 }
