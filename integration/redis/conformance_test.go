@@ -74,7 +74,6 @@ func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.T
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
 			}
 		},
-		Busy:        reps.Busy(admin),
 		Restart:     srv.Restart,
 		MaxKeyBytes: redis.MaxKeyBytes,
 		MultiAtomic: true, // one script on one server

