@@ -7,8 +7,10 @@ package redistest
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -158,20 +160,22 @@ func (r *Replicas) Slow(t testing.TB, l locker.Locker, node int, d time.Duration
 // Busy keeps the Locker's client busy with the caller's own blocking
 // commands (conformance.Harness.Busy), until the returned function ends
 // them: see [Busy]. admin, a client of the same server, ends them. It
-// fails t for a Locker that was not added or whose client is not a
-// *goredis.Client.
+// fails t for a Locker that was not added or whose client is neither a
+// *goredis.Client nor a *goredis.ClusterClient ([BusyCluster]).
 func (r *Replicas) Busy(admin goredis.Cmdable) func(t testing.TB, l locker.Locker) func() {
 	return func(t testing.TB, l locker.Locker) func() {
 		rep, ok := r.get(t, l)
 		if !ok {
 			return func() {}
 		}
-		c, ok := rep.Client.(*goredis.Client)
-		if !ok {
-			t.Errorf("Busy: the Locker's client is a %T, not a *goredis.Client", rep.Client)
-			return func() {}
+		switch c := rep.Client.(type) {
+		case *goredis.Client:
+			return Busy(t, c, admin)
+		case *goredis.ClusterClient:
+			return BusyCluster(t, c, admin)
 		}
-		return Busy(t, c, admin)
+		t.Errorf("Busy: the Locker's client is a %T, not a go-redis client or cluster client", rep.Client)
+		return func() {}
 	}
 }
 
@@ -196,6 +200,44 @@ func ProxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, netw
 	}, all
 }
 
+// BusyCluster is [Busy] on every master of a cluster client, each
+// node's pools filled with commands on a key of the node's slots.
+func BusyCluster(t testing.TB, c *goredis.ClusterClient, admin goredis.Cmdable) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		keys []string // one per master
+	)
+	// ForEachMaster calls its function for every master at once.
+	err := c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+		for i := 0; ; i++ {
+			key := fmt.Sprintf("busywork:{%d}:%s", i, rand.Text())
+			m, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return err
+			}
+			if m.Options().Addr == node.Options().Addr {
+				mu.Lock()
+				keys = append(keys, key)
+				mu.Unlock()
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		t.Errorf("BusyCluster: %v", err)
+		return func() {}
+	}
+	o := c.Options()
+	plain := o.PoolSize
+	if plain == 0 {
+		plain = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return busy(t, c, admin, keys, plain, o.PipelinePoolSize)
+}
+
 // Busy keeps every connection of c busy with the caller's own blocking
 // commands (conformance.Harness.Busy): a BLPOP on each connection of its
 // pool, and one in a pipeline on each connection of its pipeline pool,
@@ -204,13 +246,20 @@ func ProxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, netw
 func Busy(t testing.TB, c *goredis.Client, admin goredis.Cmdable) func() {
 	t.Helper()
 	o := c.Options()
-	plain, piped := o.PoolSize, o.PipelinePoolSize
+	return busy(t, c, admin, []string{"busywork:" + rand.Text()}, o.PoolSize, o.PipelinePoolSize)
+}
+
+// busy fills, for each key of keys (one per server), plain connections
+// of c's pool with a BLPOP of the key, and piped connections of its
+// pipeline pool (go-redis's default when 0, none when negative) with one
+// in a pipeline.
+func busy(t testing.TB, c goredis.UniversalClient, admin goredis.Cmdable, keys []string, plain, piped int) func() {
+	t.Helper()
 	if piped == 0 {
 		piped = goredis.DefaultPipelinePoolSize
 	}
 	piped = max(piped, 0)
-	key := "busywork:" + rand.Text()
-	t.Cleanup(func() { _ = admin.Del(context.Background(), key).Err() })
+	t.Cleanup(func() { _ = admin.Del(context.Background(), keys...).Err() })
 	inUse := func(s *goredis.PoolStats) int {
 		if s == nil {
 			return 0
@@ -221,15 +270,28 @@ func Busy(t testing.TB, c *goredis.Client, admin goredis.Cmdable) func() {
 		s := c.PoolStats()
 		return inUse(s) + inUse((*goredis.PoolStats)(s.PipelineStats))
 	}
-	return busywork.Start(t, plain+piped, taken, func(ctx context.Context, i int) error {
+	return busywork.Start(t, (plain+piped)*len(keys), taken, func(ctx context.Context, i int) error {
+		key := keys[i%len(keys)]
 		// A blocking read that its ctx does not end: a value pushed
 		// when it ends does.
 		stop := context.AfterFunc(ctx, func() { _ = admin.LPush(context.Background(), key, 1).Err() })
 		defer stop()
-		if i < plain {
+		if i/len(keys) < plain {
 			return c.BLPop(ctx, 0, key).Err()
 		}
-		_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.BLPop(ctx, 0, key).Err() })
-		return err
+		// A pipeline's read does not wait past the client's ReadTimeout
+		// for a blocking command: BLPOPs shorter than it, one after
+		// another.
+		for ctx.Err() == nil {
+			_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.BLPop(ctx, pipedWait, key).Err() })
+			if err != nil && !errors.Is(err, goredis.Nil) {
+				return err
+			}
+		}
+		return ctx.Err()
 	})
 }
+
+// pipedWait is the timeout of busy's pipelined BLPOPs: half the test
+// clients' ReadTimeout.
+const pipedWait = 500 * time.Millisecond

@@ -167,21 +167,6 @@ func allowances() []allowance {
 				"cannot hold it, and the session's heartbeats, which keep the locks, go out beside it",
 		},
 		{
-			harnesses: slices.Concat(slices.DeleteFunc(slices.Clone(redisSingle), func(h string) bool {
-				return h == "integration/redis TestConformanceOpen" // below
-			}), []string{
-				"integration/redis/sentinel TestConformanceSentinel",
-				"integration/redis/redlock TestConformanceRedlock3",
-				"integration/redis/redlock TestConformanceRedlock5",
-			}),
-			cases:   []string{"RenewalBesideBusyCaller"},
-			message: "Harness.Busy is nil",
-			reason: "a known fault, not fixed yet: renewals pipeline on the caller's go-redis client, and when the caller's " +
-				"own blocking commands hold every connection of its pool and of its pipeline pool (redistest.Busy), they " +
-				"wait out PoolTimeout and the locks are lost (TestConformance with the hook wired, 2026-11-28); " +
-				"with the pipeline pool free (go-redis v9.23's default) the case passes",
-		},
-		{
 			harnesses: []string{"integration/redis TestConformanceOpen"},
 			cases:     []string{"RenewalBesideBusyCaller"},
 			message:   "Harness.Busy is nil",

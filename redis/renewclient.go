@@ -1,0 +1,35 @@
+package redis
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// renewalClient returns a client of the Locker's own for its renewals, made
+// from client's options with one connection per server, and the function
+// that closes it; nil when client is none it can copy (an owned client,
+// whose caller has no access to it, a Ring, a wrapper): renewals then use
+// client. On the caller's client, a renewal waited for a connection behind
+// the caller's own commands: with its pool and its pipeline pool held by
+// blocking commands, renewals waited out PoolTimeout and every lock was
+// lost while the server answered at once. The copy keeps everything the
+// options carry (address or Sentinel dialling, credentials, TLS, OnConnect,
+// timeouts, lifetimes, the protocol), but not the hooks added to client
+// with AddHook. A broken connection, or one to a primary that became a
+// replica (READONLY), is replaced by go-redis's retry within the call.
+func renewalClient(client Client) (Master, func() error) {
+	switch c := client.(type) {
+	case *goredis.Client:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		o.PipelinePoolSize = -1 // pipelines on the one connection
+		rc := goredis.NewClient(&o)
+		return rc, rc.Close
+	case *goredis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		o.PipelinePoolSize = -1
+		rc := goredis.NewClusterClient(&o)
+		return rc, rc.Close
+	}
+	return nil, nil
+}
