@@ -83,7 +83,14 @@ func (k *renewConn) target(ctx context.Context) (sqlTarget, error) {
 		return nil, errors.New("driver closed")
 	case !k.own:
 		return k.db, nil
-	case k.conn == nil:
+	}
+	if err := dbClosed(k.db); err != nil {
+		// The caller closed db: the connection ends with it, as the
+		// pool's do, and so do the renewals.
+		k.release(false)
+		return nil, err
+	}
+	if k.conn == nil {
 		c, err := k.db.Conn(ctx)
 		if err != nil {
 			return nil, err
@@ -91,6 +98,23 @@ func (k *renewConn) target(ctx context.Context) (sqlTarget, error) {
 		k.conn = c
 	}
 	return k.conn, nil
+}
+
+// dbClosed returns database/sql's error when db was closed, and nil
+// otherwise. A Conn call whose ctx has ended tells it without taking a
+// connection: db.Close does not end a connection a Conn holds.
+func dbClosed(db *sql.DB) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c, err := db.Conn(ctx)
+	switch {
+	case err == nil:
+		_ = c.Close()
+		return nil
+	case errors.Is(err, context.Canceled):
+		return nil
+	}
+	return err
 }
 
 // run runs fn on the kept connection (or the pool), and once more on a new

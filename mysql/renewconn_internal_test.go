@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +57,40 @@ func TestRenewConnReconnectsAtOnce(t *testing.T) {
 			t.Fatalf("the renewal connection %d answered after it was killed", next)
 		}
 		first = next
+	}
+}
+
+// TestRenewConnEndsWithTheDB: once the caller closed its *sql.DB, the
+// renewal connection, which db.Close leaves open, must end too, and the
+// renewals fail as on a closed pool ("sql: database is closed", which
+// classify makes permanent): a Locker whose caller closed its pool kept
+// renewing its locks for good.
+func TestRenewConnEndsWithTheDB(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	db, err := sql.Open("mysql", os.Getenv(storeenv.MySQLDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newRenewConn(db)
+	defer k.close()
+	ping := func() error {
+		return k.run(ctx, func(on sqlTarget, _ prepareFunc) error {
+			_, err := on.ExecContext(ctx, "DO 1")
+			return err
+		})
+	}
+	if err := ping(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = ping()
+	if err == nil || !strings.Contains(err.Error(), "sql: database is closed") {
+		t.Fatalf("a statement after the caller closed its pool: got %v, want sql: database is closed", err)
+	}
+	if k.conn != nil {
+		t.Errorf("the renewal connection is still open after the caller closed its pool")
 	}
 }
