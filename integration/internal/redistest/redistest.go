@@ -80,8 +80,8 @@ type Replicas struct {
 
 // Replica is what Replicas records for one Locker.
 type Replica struct {
-	// Client is closed on Crash; nil for a Locker that owns its client,
-	// whose Crash cuts Proxies for good.
+	// Client is closed on Crash, and Proxies are cut for good; nil for
+	// a Locker that owns its client.
 	Client Closer
 	// Proxies are cut on Isolate and healed when it ends.
 	Proxies []*testenv.Proxy
@@ -110,19 +110,21 @@ func (r *Replicas) get(t testing.TB, l locker.Locker) (Replica, bool) {
 	return rep, ok
 }
 
-// Crash closes the Locker's client or, for a Locker that owns its client
-// (Client nil), cuts its proxies for good. It fails t for a Locker that
-// was not added.
+// Crash closes the Locker's client, if it has one the caller gave it, and
+// cuts its proxies for good, as a crashed process's connections all end:
+// a Locker that renews on a client of its own (redis.New copies the
+// caller's) or owns its client stops talking too. It fails t for a Locker
+// that was not added.
 func (r *Replicas) Crash(t testing.TB, l locker.Locker) {
 	rep, ok := r.get(t, l)
-	switch {
-	case !ok:
-	case rep.Client != nil:
+	if !ok {
+		return
+	}
+	if rep.Client != nil {
 		_ = rep.Client.Close()
-	default:
-		for _, p := range rep.Proxies {
-			p.Cut()
-		}
+	}
+	for _, p := range rep.Proxies {
+		p.Cut()
 	}
 }
 
