@@ -77,7 +77,13 @@ type Client interface {
 // New returns a Locker that keeps its locks in Redis through client, the
 // caller's own go-redis v9 client, which the Locker never closes. The options
 // are the shared locker options (locker.WithTTL, locker.WithPrefix, …).
-// The Locker uses client as given (RESP2 or RESP3, its timeouts, its pool).
+// The Locker uses client as given (RESP2 or RESP3, its timeouts, its pool),
+// except for renewals: on a *goredis.Client (one node, or Sentinel's
+// failover client) or a *goredis.ClusterClient, they run on a client of
+// the Locker's own, made from client's Options with one connection per
+// server, so that they never wait behind the caller's commands for a
+// connection of its pools. That client does not run the hooks added to
+// client (AddHook), and closing client does not end it: Close the Locker.
 //
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.

@@ -16,7 +16,7 @@ import (
 // timeouts, lifetimes, the protocol), but not the hooks added to client
 // with AddHook. A broken connection, or one to a primary that became a
 // replica (READONLY), is replaced by go-redis's retry within the call.
-func renewalClient(client Client) (Master, func() error) {
+func renewalClient(client Master) (Master, func() error) {
 	switch c := client.(type) {
 	case *goredis.Client:
 		o := *c.Options()
