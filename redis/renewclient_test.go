@@ -60,32 +60,35 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The caller's blocking commands, until a push ends each.
+			// The caller's blocking commands, until a push ends each: the
+			// pipelined ones first, so that none spills to the main pool.
 			list := "busypool-list-" + rand.Text()
 			defer admin.Del(context.Background(), list)
 			var wg sync.WaitGroup
-			for i := range plain + piped {
-				wg.Go(func() {
-					var err error
-					if i < plain {
-						err = c.BLPop(context.Background(), 0, list).Err()
-					} else {
-						_, err = c.Pipelined(context.Background(), func(p goredis.Pipeliner) error {
-							return p.BLPop(context.Background(), 0, list).Err()
-						})
-					}
-					if err != nil {
-						t.Errorf("the caller's BLPOP: %v", err)
-					}
-				})
-			}
-			for {
-				s := c.PoolStats()
-				if s.TotalConns-s.IdleConns+s.PipelineStats.TotalConns-s.PipelineStats.IdleConns >= plain+piped {
-					break
+			inUse := func(s *goredis.PoolStats) int { return int(s.TotalConns) - int(s.IdleConns) }
+			fill := func(n int, block func() error, taken func() int) {
+				for range n {
+					wg.Go(func() {
+						if err := block(); err != nil {
+							t.Errorf("the caller's BLPOP: %v", err)
+						}
+					})
 				}
-				time.Sleep(5 * time.Millisecond)
+				for taken() < n {
+					if ctx.Err() != nil {
+						t.Fatalf("%d of %d connections taken by the caller's BLPOPs", taken(), n)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
 			}
+			fill(piped, func() error {
+				_, err := c.Pipelined(context.Background(), func(p goredis.Pipeliner) error {
+					return p.BLPop(context.Background(), 0, list).Err()
+				})
+				return err
+			}, func() int { return inUse((*goredis.PoolStats)(c.PoolStats().PipelineStats)) })
+			fill(plain, func() error { return c.BLPop(context.Background(), 0, list).Err() },
+				func() int { return inUse(c.PoolStats()) })
 			select {
 			case <-lk.Done():
 				t.Errorf("the %s was lost while the caller's commands held every connection of its client: %v", kind, lk.Err())
