@@ -61,24 +61,26 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The caller's blocking commands, until a push ends each: the
-			// pipelined ones first, so that none spills to the main pool.
+			// pipelined ones first, one at a time, so that none spills to
+			// the main pool (a pipeline finding the pipeline pool dialling
+			// for another does).
 			list := "busypool-list-" + rand.Text()
 			defer admin.Del(context.Background(), list)
 			var wg sync.WaitGroup
 			inUse := func(s *goredis.PoolStats) int { return int(s.TotalConns) - int(s.IdleConns) }
 			fill := func(n int, block func() error, taken func() int) {
-				for range n {
+				for i := range n {
 					wg.Go(func() {
 						if err := block(); err != nil {
 							t.Errorf("the caller's BLPOP: %v", err)
 						}
 					})
-				}
-				for taken() < n {
-					if ctx.Err() != nil {
-						t.Fatalf("%d of %d connections taken by the caller's BLPOPs", taken(), n)
+					for taken() <= i {
+						if ctx.Err() != nil {
+							t.Fatalf("%d of %d connections taken by the caller's BLPOPs", taken(), n)
+						}
+						time.Sleep(5 * time.Millisecond)
 					}
-					time.Sleep(5 * time.Millisecond)
 				}
 			}
 			fill(piped, func() error {
