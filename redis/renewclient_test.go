@@ -67,17 +67,37 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			list := "busypool-list-" + rand.Text()
 			defer admin.Del(context.Background(), list)
 			var wg sync.WaitGroup
+			errs := make(chan error, plain+piped)
+			ended := false // the pushes ended the BLPOPs
+			defer func() {
+				if !ended {
+					_ = c.Close() // ends them
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					if !ended {
+						t.Logf("the caller's BLPOP: %v", err)
+					} else {
+						t.Errorf("the caller's BLPOP: %v", err)
+					}
+				}
+			}()
 			inUse := func(s *goredis.PoolStats) int { return int(s.TotalConns) - int(s.IdleConns) }
 			fill := func(n int, block func() error, taken func() int) {
 				for i := range n {
 					wg.Go(func() {
 						if err := block(); err != nil {
-							t.Errorf("the caller's BLPOP: %v", err)
+							errs <- err
 						}
 					})
 					for taken() <= i {
-						if ctx.Err() != nil {
+						select {
+						case err := <-errs:
+							t.Fatalf("the caller's BLPOP: %v", err)
+						case <-ctx.Done():
 							t.Fatalf("%d of %d connections taken by the caller's BLPOPs", taken(), n)
+						default:
 						}
 						time.Sleep(5 * time.Millisecond)
 					}
@@ -99,6 +119,7 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			for range plain + piped {
 				admin.LPush(ctx, list, 1)
 			}
+			ended = true
 			wg.Wait()
 			if err := lk.Unlock(ctx); err != nil && lk.Err() == nil {
 				t.Fatal(err)

@@ -16,14 +16,24 @@ const fillWithin = 10 * time.Second
 
 // Start runs n copies of slow (a statement or blocking command on the
 // caller's pool that lasts until its ctx ends; i, from 0 to n-1, tells the
-// copies apart) at once, each again as soon as it fails, and waits until taken, the pool's connections in use,
-// reaches n. It returns the function that ends the work and waits for its
-// calls to return; it runs once, and at the latest when t ends. A pool
-// that is still not full after fillWithin fails t.
+// copies apart), each again as soon as it fails. It starts them one at a
+// time, each once taken, the pool's connections in use, exceeds the
+// copies already started, so that each takes the connection meant for it
+// (a go-redis pipeline that finds the pipeline pool dialling spills to the
+// main pool). It returns once taken reaches n, with the function that ends
+// the work and waits for its calls to return; it runs once, and at the
+// latest when t ends. A pool that is still not full after fillWithin
+// fails t.
 func Start(t testing.TB, n int, taken func() int, slow func(ctx context.Context, i int) error) (release func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	release = sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+	})
+	t.Cleanup(release)
+	deadline := time.Now().Add(fillWithin)
 	for i := range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -35,19 +45,13 @@ func Start(t testing.TB, n int, taken func() int, slow func(ctx context.Context,
 				}
 			}
 		})
-	}
-	release = sync.OnceFunc(func() {
-		cancel()
-		wg.Wait()
-	})
-	t.Cleanup(release)
-	deadline := time.Now().Add(fillWithin)
-	for taken() < n {
-		if time.Now().After(deadline) {
-			t.Errorf("busywork: %d of the pool's %d connections in use after %v", taken(), n, fillWithin)
-			break
+		for taken() <= i {
+			if time.Now().After(deadline) {
+				t.Errorf("busywork: %d of the pool's %d connections in use after %v", taken(), n, fillWithin)
+				return release
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return release
 }
