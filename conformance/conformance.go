@@ -165,6 +165,7 @@ var cases = []testCase{
 	{name: "UnlockPastDeadline", contract: pastDeadline, run: testUnlockPastDeadline},
 	{name: "ExtendWhileRenewed", contract: extendedHeld, run: testExtendWhileRenewed},
 	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
+	{name: "RenewalBesideBusyCaller", contract: busyCaller, run: testRenewalBesideBusyCaller},
 }
 
 // reporter is the part of *testing.T a case reports through: a recorder

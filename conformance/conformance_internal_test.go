@@ -264,6 +264,9 @@ func (e *memEnv) harness() Harness {
 		},
 		// One store, nothing to replicate: a failover is a pause.
 		Failover: func(t testing.TB) { time.Sleep(failoverPause) },
+		// A memory Locker shares no connections with its caller: the
+		// caller's work leaves it nothing to wait for.
+		Busy: func(testing.TB, locker.Locker) func() { return func() {} },
 	}
 }
 
@@ -351,6 +354,7 @@ const (
 	asksStoreLate   = "asksStoreLate"   // an Unlock past the lock's Deadline asks the store and reports its answer (here: not held, its TTL run out), not the loss (a timer that has not ended the lock yet)
 	extendCutShort  = "extendCutShort"  // Extend fails with a bare context deadline exceeded once the Deadline it read passes, while renewals keep the lock held (a store call bounded by that deadline, on a store slower than it)
 	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
+	callersPool     = "callersPool"     // renews on a connection of the caller's pool, which the caller's busy work fills: every store call waits out the pool's timeout and fails (PostgreSQL's renewals before their own connection)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -444,6 +448,7 @@ var mustCatch = map[string][]string{
 	asksStoreLate:   {"UnlockPastDeadline"},
 	extendCutShort:  {"ExtendWhileRenewed"},
 	straggles:       {"RefusedStraggler"},
+	callersPool:     {"RenewalBesideBusyCaller"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -674,6 +679,20 @@ func brokenHarness(e *memEnv, kind string) Harness {
 	if kind == sharedMarks || kind == crashedMark {
 		h.lockMulti = func(ctx context.Context, l locker.Locker, keys []string, wait bool) (multiLock, error) {
 			return markedLockMulti(ctx, e, kind, l, keys, wait)
+		}
+	}
+	if kind == callersPool {
+		// The Locker's store calls go through the pool Busy fills: each
+		// waits for a connection until the pool gives up, and fails, as
+		// a cut does; the renewals first.
+		h.Busy = func(t testing.TB, l locker.Locker) func() {
+			f := e.fault(l)
+			if f == nil {
+				t.Errorf("Busy: the Locker was not made by this harness")
+				return func() {}
+			}
+			f.Cut()
+			return f.Heal
 		}
 	}
 	if kind == neverExpires {

@@ -293,6 +293,12 @@
 //     125 ms, each way), are refused it by TryLock; their late requests
 //     reach the nodes after the holder's Unlock, and the next Locker's
 //     TryLock must get the key at once.
+//   - RenewalBesideBusyCaller (Busy): a Locker takes a lock, a permit and a
+//     read hold, then the caller's own slow work holds every connection
+//     of the client or pool it gave the Locker for three TTLs; none of
+//     them is lost (their Done stays open), the lock is still refused to
+//     another Locker, and each unlocks once the work ends. For a Locker
+//     with no shared holds, the lock alone.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and

@@ -72,6 +72,18 @@ type Harness struct {
 	// the delay when the test ends.
 	Slow func(t testing.TB, l locker.Locker, node int, d time.Duration) (restore func())
 
+	// Busy makes the caller of l busy: from the call until the returned
+	// function is called, every connection of the client or pool the
+	// caller gave l (the handle the caller shares with its own work) is
+	// taken by the caller's own slow work, as a busy application's slow
+	// queries or blocking commands take them: a request on that handle
+	// waits for one to come back. The store itself answers at once, other
+	// Lockers are untouched, and a Locker that owns its connections (it
+	// was given an address, not a client) has nothing to fill. The
+	// returned function ends the work, and returns once its connections
+	// are back; the harness ends it when the test ends.
+	Busy func(t testing.TB, l locker.Locker) (release func())
+
 	// NewLockerWith, when set, returns what the backend's constructor
 	// returns for the harness's configuration plus opts (applied last, so
 	// they win): a Locker, or the constructor's error. The suite closes a

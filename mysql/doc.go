@@ -158,6 +158,11 @@
 //   - A contended attempt costs three statements (UPDATE, INSERT IGNORE,
 //     SELECT of the remaining time); waiters in line make one UPDATE per
 //     wake-up and one per check of the table.
+//   - Each Locker keeps one connection of the pool for its renewals,
+//     from New on, so that the caller's own slow queries on every other
+//     connection do not hold them back past the locks' validity; a
+//     broken one is replaced within the renewal that found it. With
+//     MaxOpenConns below 4 renewals use the pool like other statements.
 //   - Wake-ups cost one pooled connection per Locker for its fast-path
 //     locks, and one per Lock or shared hold waiting, at most 16 per
 //     Locker (a quarter of MaxOpenConns when set); more waiters poll.

@@ -100,7 +100,7 @@ func TestMultiRefusesWithoutStrictMode(t *testing.T) {
 }
 
 // openDB opens a GORM handle on dsn, closed at the end of the test.
-func openDB(t *testing.T, dsn string) *gorm.DB {
+func openDB(t testing.TB, dsn string) *gorm.DB {
 	t.Helper()
 	db, err := gorm.Open(gormmysql.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {

@@ -198,9 +198,10 @@ type sqlDriver struct {
 	// for them.
 	restores sync.WaitGroup
 
+	// renewer runs the renewals, on a connection of its own (renewConn).
+	renewer *renewConn
+
 	mu     sync.Mutex
-	renew  map[int]*sql.Stmt // by padded batch size
-	live   map[int]*sql.Stmt
 	multi  map[int]*sql.Stmt    // by number of keys
 	shared map[string]*sql.Stmt // by text: the statements on shared holds
 	closed bool
@@ -226,8 +227,7 @@ func newDriver(db *sql.DB, cfg Config, readTimeout time.Duration) *sqlDriver {
 		sql:         newStatements(cfg.Table),
 		readTimeout: readTimeout,
 		logger:      slog.New(slog.DiscardHandler),
-		renew:       make(map[int]*sql.Stmt),
-		live:        make(map[int]*sql.Stmt),
+		renewer:     newRenewConn(db),
 		multi:       make(map[int]*sql.Stmt),
 		releaseN:    make(map[int]*sql.Stmt),
 		released:    make(map[int]*sql.Stmt),
@@ -289,6 +289,11 @@ func (d *sqlDriver) Configure(ctx context.Context, cfg driver.Config) (err error
 			return fmt.Errorf("prepare: %w", err)
 		}
 	}
+	// Taken at the first renewal, the connection could wait behind the
+	// caller's queries for a free one.
+	if err := d.renewer.open(ctx); err != nil {
+		return fmt.Errorf("renewal connection: %w", err)
+	}
 	if !d.cfg.PollOnly {
 		d.notify = newNotifier(d.db, srv, d.cfg.Table, cfg.TTL, d.readTimeout, cfg.Backoff, d.logger)
 		d.notify.releaseSQL = d.sql.releaseNamed
@@ -325,8 +330,9 @@ func ttlMicros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // on.
 type notifyingDriver struct{ *sqlDriver }
 
-// Close implements driver.Driver: it stops the notifier and closes the
-// prepared statements. The caller's database handle stays open.
+// Close implements driver.Driver: it stops the notifier, closes the
+// prepared statements and gives the renewal connection back to the pool.
+// The caller's database handle stays open.
 func (d *sqlDriver) Close() error {
 	if d.notify != nil {
 		d.notify.close()
@@ -340,12 +346,6 @@ func (d *sqlDriver) closeStatements() {
 	d.mu.Lock()
 	d.closed = true
 	stmts := []*sql.Stmt{d.acquire, d.insert, d.remaining, d.release, d.undo, d.keep, d.acquireIdle}
-	for _, s := range d.renew {
-		stmts = append(stmts, s)
-	}
-	for _, s := range d.live {
-		stmts = append(stmts, s)
-	}
 	for _, m := range []map[int]*sql.Stmt{d.multi, d.releaseN, d.released} {
 		for _, s := range m {
 			stmts = append(stmts, s)
@@ -360,4 +360,5 @@ func (d *sqlDriver) closeStatements() {
 			_ = s.Close()
 		}
 	}
+	d.renewer.close()
 }

@@ -102,17 +102,19 @@ func (d *sqlDriver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int
 	for _, s := range states {
 		args = append(args, s.key, s.owner, s.version)
 	}
-	stmt, err := d.stmt(ctx, d.renew, size, d.sql.renewSQL)
-	if err != nil {
-		fail(fmt.Errorf("renew: %w", err))
-		return
-	}
-	res, err := stmt.ExecContext(ctx, args...)
-	if err != nil {
-		fail(fmt.Errorf("renew: %w", err))
-		return
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := d.renewer.run(ctx, func(_ sqlTarget, prepare prepareFunc) error {
+		stmt, err := prepare("renew", size, d.sql.renewSQL)
+		if err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+		res, err := stmt.ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		fail(fmt.Errorf("renew: %w", err))
 		return
@@ -172,9 +174,18 @@ func (d *sqlDriver) forgetLater(s lockState) {
 	}()
 }
 
-// liveRows returns which of the rows are held by their owner and version.
-func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (map[rowKey]bool, error) {
-	return d.rowsWhere(ctx, d.live, d.sql.liveSQL, states)
+// liveRows returns which of the rows are held by their owner and version,
+// on the renewal connection.
+func (d *sqlDriver) liveRows(ctx context.Context, states []rowKey) (found map[rowKey]bool, err error) {
+	err = d.renewer.run(ctx, func(_ sqlTarget, prepare prepareFunc) error {
+		stmt, err := prepare("live", len(states), d.sql.liveSQL)
+		if err != nil {
+			return err
+		}
+		found, err = queryRows(ctx, stmt, states)
+		return err
+	})
+	return found, err
 }
 
 // rowsWhere returns the rows (key, owner, version) that the query of
@@ -184,6 +195,12 @@ func (d *sqlDriver) rowsWhere(ctx context.Context, cache map[int]*sql.Stmt, text
 	if err != nil {
 		return nil, err
 	}
+	return queryRows(ctx, stmt, states)
+}
+
+// queryRows runs stmt, a query of len(states) keys, and returns the rows
+// (key, owner, version) it lists.
+func queryRows(ctx context.Context, stmt *sql.Stmt, states []rowKey) (map[rowKey]bool, error) {
 	args := make([]any, len(states))
 	for i, s := range states {
 		args[i] = s.key

@@ -253,16 +253,19 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 	var b strings.Builder
 	placeholders(&b, len(idx), "(task_name = ? AND owner_token = ? AND token = ?)")
 	match := strings.ReplaceAll(b.String(), ", ", " OR ")
-	res, err := d.db.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+
-		" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
-		append([]any{ttlMicros(ttl)}, holds...)...)
+	var n int64
+	err = d.renewer.run(ctx, func(t sqlTarget, _ prepareFunc) error {
+		res, err := t.ExecContext(ctx, "UPDATE "+st+" SET lock_until = "+untilExpr+
+			" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow,
+			append([]any{ttlMicros(ttl)}, holds...)...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		fail(classify(err))
-		return
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		fail(err)
 		return
 	}
 	renewed := want
@@ -270,25 +273,26 @@ func (d *sqlDriver) renewShared(ctx context.Context, ls []driver.Lease, idx []in
 	case n == 0 && inRow:
 		renewed = nil // all in their keys' rows, as they were taken
 	case int(n) != len(want):
-		renewed = map[shareID]bool{}
-		rs, err := d.db.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
-			" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, holds...)
+		err := d.renewer.run(ctx, func(t sqlTarget, _ prepareFunc) error {
+			renewed = map[shareID]bool{}
+			rs, err := t.QueryContext(ctx, "SELECT task_name, owner_token, token FROM "+st+
+				" WHERE ("+match+") AND queued = 0 AND kept = 0 AND lock_until > "+dbNow, holds...)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var key, owner []byte
+				var token uint64
+				if err := rs.Scan(&key, &owner, &token); err != nil {
+					return err
+				}
+				renewed[shareID{key: string(key), owner: string(owner), token: token}] = true
+			}
+			return rs.Err()
+		})
 		if err != nil {
 			fail(classify(err))
-			return
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var key, owner []byte
-			var token uint64
-			if err := rs.Scan(&key, &owner, &token); err != nil {
-				fail(err)
-				return
-			}
-			renewed[shareID{key: string(key), owner: string(owner), token: token}] = true
-		}
-		if err := rs.Err(); err != nil {
-			fail(err)
 			return
 		}
 	}

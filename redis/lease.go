@@ -162,7 +162,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time
 	if d.replicas > 0 {
 		wait = d.waitReplicas
 	}
-	cmds, waits := evalPipelinedThen(ctx, d.client, calls, wait)
+	cmds, waits := evalPipelinedThen(ctx, d.renewer, calls, wait)
 	validity := make([]time.Duration, len(ls))
 	errs := make([]error, len(ls))
 	for i, c := range cmds {

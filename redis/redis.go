@@ -77,7 +77,13 @@ type Client interface {
 // New returns a Locker that keeps its locks in Redis through client, the
 // caller's own go-redis v9 client, which the Locker never closes. The options
 // are the shared locker options (locker.WithTTL, locker.WithPrefix, …).
-// The Locker uses client as given (RESP2 or RESP3, its timeouts, its pool).
+// The Locker uses client as given (RESP2 or RESP3, its timeouts, its pool),
+// except for renewals: on a *goredis.Client (one node, or Sentinel's
+// failover client) or a *goredis.ClusterClient, they run on a client of
+// the Locker's own, made from client's Options with one connection per
+// server, so that they never wait behind the caller's commands for a
+// connection of its pools. That client does not run the hooks added to
+// client (AddHook), and closing client does not end it: Close the Locker.
 //
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.
@@ -210,7 +216,14 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 		d.unfairArg = "1"
 	}
 	d.replicas, d.replicaTimeout = c.Replicas, replicaTimeout
-	return locker.New(d, opts...)
+	if rc, closeRC := renewalClient(client); rc != nil {
+		d.renewer, d.closeRenewer = rc, closeRC
+	}
+	l, err := locker.New(d, opts...)
+	if err != nil && d.closeRenewer != nil {
+		_ = d.closeRenewer()
+	}
+	return l, err
 }
 
 // isNil reports whether c is nil or a typed nil pointer.
@@ -267,6 +280,11 @@ type redisDriver struct {
 	multiAcquire, multiRelease *goredis.Script
 	// multiGiveUp gives up a next wait nobody adopted (multi_next.go).
 	multiGiveUp *goredis.Script
+
+	// renewer runs the renewals: a client of the Locker's own
+	// (renewalClient), closed by closeRenewer, or client.
+	renewer      Master
+	closeRenewer func() error
 
 	logger *slog.Logger
 	notify *notifier
@@ -351,6 +369,7 @@ func newDriver(client Client) *redisDriver {
 	logger := slog.New(slog.DiscardHandler)
 	d := &redisDriver{
 		client:  client,
+		renewer: client,
 		renew:   goredis.NewScript(renewLua),
 		setData: goredis.NewScript(setDataLua),
 
@@ -516,8 +535,8 @@ func (d *redisDriver) Close() error {
 }
 
 // CloseContext implements driver.ContextCloser: it closes the pub/sub
-// connection and stops its goroutines, waiting for the inbox reader until
-// ctx ends. The client stays open.
+// connection and the renewal client and stops its goroutines, waiting for
+// the inbox reader until ctx ends. The caller's client stays open.
 func (d *redisDriver) CloseContext(ctx context.Context) error {
 	if d.stopCheck != nil {
 		d.stopCheck()
@@ -526,5 +545,8 @@ func (d *redisDriver) CloseContext(ctx context.Context) error {
 	d.wakeAllOwed(ctx)
 	d.notify.close()
 	d.inbox.close(ctx)
+	if d.closeRenewer != nil {
+		_ = d.closeRenewer()
+	}
 	return nil
 }

@@ -180,6 +180,7 @@ func (c RedlockConfig) New(masters []Master, opts ...locker.Option) (locker.Lock
 	l, err := locker.New(d, opts...)
 	if err != nil {
 		d.stop()
+		d.closeRenewals()
 	}
 	return l, err
 }
@@ -239,7 +240,31 @@ func (c RedlockConfig) driver(masters []Master) (*redlockDriver, error) {
 		retentionArg: strconv.FormatInt(retention.Milliseconds(), 10),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
+	for _, m := range masters {
+		if rc, closeRC := renewalClient(m); rc != nil {
+			if d.renewers == nil {
+				d.renewers = map[Master]Master{}
+			}
+			d.renewers[m], d.closeRenewers = rc, append(d.closeRenewers, closeRC)
+		}
+	}
 	return d, nil
+}
+
+// renewerOf returns the client that renews on master m: the Locker's own
+// copy of the caller's client (renewalClient), or m.
+func (d *redlockDriver) renewerOf(m Master) Master {
+	if rc := d.renewers[m]; rc != nil {
+		return rc
+	}
+	return m
+}
+
+// closeRenewals closes the renewal clients.
+func (d *redlockDriver) closeRenewals() {
+	for _, c := range d.closeRenewers {
+		_ = c()
+	}
 }
 
 // redlockDriver implements driver.Driver, driver.BatchRenewer,
@@ -266,6 +291,12 @@ type redlockDriver struct {
 	// The owners of the locks acquired and not yet released (owner ->
 	// struct{}), for late answers of phase 1 (see TryAcquire).
 	live sync.Map
+
+	// renewers are the clients of the Locker's own that renew on each
+	// master whose client it could copy (renewalClient), closed by
+	// closeRenewers; read-only once made.
+	renewers      map[Master]Master
+	closeRenewers []func() error
 
 	timeout      time.Duration // per request to one master
 	ttl          time.Duration
@@ -372,5 +403,6 @@ func (d *redlockDriver) Inspect(ctx context.Context, key string) (driver.Status,
 func (d *redlockDriver) Close() error {
 	d.stop()
 	d.wg.Wait()
+	d.closeRenewals()
 	return nil
 }

@@ -62,7 +62,7 @@ func (d *redlockDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]ti
 		ttls[i] = millis(l.TTL)
 	}
 	per, perr := fanout(ctx, d, nil, d.detached(), func(ctx context.Context, m Master) ([]*goredis.Cmd, error) {
-		return renewPipelined(ctx, m, d.renew, ls, func(l driver.Lease) string { return lockKey(l.Key) }, ttls), nil
+		return renewPipelined(ctx, d.renewerOf(m), d.renew, ls, func(l driver.Lease) string { return lockKey(l.Key) }, ttls), nil
 	}, settled, nil)
 	validities := make([]time.Duration, len(ls))
 	results := make([]error, len(ls))

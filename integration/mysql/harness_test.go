@@ -14,6 +14,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/integration/internal/busywork"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/mysql"
 )
@@ -109,6 +110,7 @@ func (f *fleet) newLocker(t testing.TB) locker.Locker {
 		addr = p.Addr()
 	}
 	gdb, sqlDB := openGorm(t, dsnConfig(t, f.dsn, addr))
+	sqlDB.SetMaxOpenConns(busyConns)
 	l, err := f.cfg.New(gdb, locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix))
 	if err != nil {
 		t.Errorf("mysql.New: %v", err)
@@ -163,9 +165,41 @@ func (f *fleet) harness() conformance.Harness {
 				t.Errorf("delete behind: %v", err)
 			}
 		},
+		Busy:        f.busy,
 		MaxKeyBytes: mysql.MaxKeyBytes - len(f.prefix),
 		MultiAtomic: true, // one statement, or one transaction
 	}
+}
+
+// busyConns is the MaxOpenConns of the harness's pools: a pool the
+// caller's work can fill (Harness.Busy), with room for the Locker's
+// wake-up connections.
+const busyConns = 8
+
+// slowStatement is the caller's slow work, statement after statement on
+// a connection it keeps (a transaction, a batch): each ends well within
+// the DSN's readTimeout, which would cut a longer one.
+const slowStatement = "SELECT SLEEP(0.5)"
+
+// busy is Harness.Busy: slow statements on every connection of the
+// Locker's pool, until the returned function ends them.
+func (f *fleet) busy(t testing.TB, l locker.Locker) func() {
+	r, ok := f.get(t, l)
+	if !ok {
+		return func() {}
+	}
+	return busywork.Start(t, busyConns, func() int { return r.db.Stats().InUse }, func(ctx context.Context, _ int) error {
+		c, err := r.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for {
+			if _, err := c.ExecContext(ctx, slowStatement); err != nil {
+				return err
+			}
+		}
+	})
 }
 
 func (f *fleet) table() string {

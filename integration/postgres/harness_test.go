@@ -15,6 +15,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
+	"github.com/golocker/locker/integration/internal/busywork"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/postgres"
 )
@@ -56,7 +57,21 @@ type fleet struct {
 type replica struct {
 	close func()
 	proxy *testenv.Proxy
+	work  callerPool
 }
+
+// callerPool is the pool the caller gave a Locker, as the caller's own
+// work uses it (Harness.Busy).
+type callerPool struct {
+	size  int                                    // its most connections
+	taken func() int                             // its connections in use now, the Locker's included
+	sleep func(ctx context.Context, _ int) error // one slow statement, until ctx ends
+}
+
+// busyConns is the MaxOpenConns of the *sql.DB harness's handles: a pool
+// the caller's work can fill (Harness.Busy), as large as pgxpool's
+// default on up to four cores.
+const busyConns = 4
 
 func newFleet(t testing.TB, url string, c client, cfg postgres.Config) *fleet {
 	t.Helper()
@@ -123,8 +138,8 @@ func openPool(t testing.TB, url string) *pgxpool.Pool {
 }
 
 // open makes a Locker on url with the fleet's client kind; close closes
-// its handle.
-func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.Locker, close func(), err error) {
+// its handle, and work is the handle as its caller uses it.
+func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.Locker, close func(), work callerPool, err error) {
 	t.Helper()
 	opts = append([]locker.Option{locker.WithTTL(f.ttl), locker.WithPrefix(f.prefix)}, opts...)
 	switch f.client {
@@ -136,13 +151,36 @@ func (f *fleet) open(t testing.TB, url string, opts ...locker.Option) (l locker.
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 		db := stdlib.OpenDB(*pc.ConnConfig)
 		t.Cleanup(func() { _ = db.Close() })
+		db.SetMaxOpenConns(busyConns)
 		l, err := postgres.NewDBWithConfig(db, f.cfg, opts...)
-		return l, func() { _ = db.Close() }, err
+		return l, func() { _ = db.Close() }, callerPool{
+			size:  busyConns,
+			taken: func() int { return db.Stats().InUse },
+			sleep: func(ctx context.Context, _ int) error { _, err := db.ExecContext(ctx, slowStatement); return err },
+		}, err
 	default:
 		p := openPool(t, url)
 		l, err := postgres.NewWithConfig(p, f.cfg, opts...)
-		return l, p.Close, err
+		return l, p.Close, callerPool{
+			size:  int(p.Config().MaxConns),
+			taken: func() int { return int(p.Stat().AcquiredConns()) },
+			sleep: func(ctx context.Context, _ int) error { _, err := p.Exec(ctx, slowStatement); return err },
+		}, err
 	}
+}
+
+// slowStatement is the caller's slow work: it runs until its ctx ends.
+const slowStatement = "SELECT pg_sleep(3600)"
+
+// busy is Harness.Busy: a slow statement on every connection of the
+// Locker's pool, until the returned function ends them.
+func (f *fleet) busy(t testing.TB, l locker.Locker) func() {
+	f.logOnFailure(t)
+	r, ok := f.get(t, l)
+	if !ok {
+		return func() {}
+	}
+	return busywork.Start(t, r.work.size, r.work.taken, r.work.sleep)
 }
 
 // newLocker is Harness.NewLocker.
@@ -157,13 +195,13 @@ func (f *fleet) newLocker(t testing.TB) locker.Locker {
 			t.Fatalf("proxy URL: %v", err)
 		}
 	}
-	l, closeDB, err := f.open(t, url)
+	l, closeDB, work, err := f.open(t, url)
 	if err != nil {
 		t.Errorf("postgres.New: %v", err)
 		return nil
 	}
 	f.mu.Lock()
-	f.replicas[l] = replica{close: closeDB, proxy: p}
+	f.replicas[l] = replica{close: closeDB, proxy: p, work: work}
 	f.mu.Unlock()
 	f.logOnFailure(t)
 	return l
@@ -192,7 +230,7 @@ func (f *fleet) harness() conformance.Harness {
 	return conformance.Harness{
 		NewLocker: f.newLocker,
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
-			l, _, err := f.open(t, f.url, opts...)
+			l, _, _, err := f.open(t, f.url, opts...)
 			return l, err
 		},
 		TTL: f.ttl,
@@ -226,6 +264,7 @@ func (f *fleet) harness() conformance.Harness {
 				t.Errorf("delete behind: %v", err)
 			}
 		},
+		Busy:        f.busy,
 		MaxKeyBytes: postgres.MaxKeyBytes - len(f.prefix),
 		MultiAtomic: true, // one statement
 	}

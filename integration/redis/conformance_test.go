@@ -74,6 +74,7 @@ func singleHarnessOf(t *testing.T, srv *testenv.RedisServer, mk func(t testing.T
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
 			}
 		},
+		Busy:        reps.Busy(admin),
 		Restart:     srv.Restart,
 		MaxKeyBytes: redis.MaxKeyBytes,
 		MultiAtomic: true, // one script on one server
@@ -109,6 +110,7 @@ func clusterHarness(t *testing.T, cl *testenv.RedisClusterServer) conformance.Ha
 				t.Errorf("DEL %s: %v", redis.KeysOf(key).Lock, err)
 			}
 		},
+		Busy:        reps.Busy(admin),
 		MaxKeyBytes: redis.MaxKeyBytes,
 	}
 }

@@ -16,9 +16,11 @@ import (
 // dials through a proxy of its own; Crash cuts it for good.
 func TestConformanceOpen(t *testing.T) {
 	t.Parallel() // a server of its own: see TestMain
-	conformance.Run(t, singleHarnessOf(t, testenv.NewRedis(t), func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error) {
+	h := singleHarnessOf(t, testenv.NewRedis(t), func(t testing.TB, addr string, opts ...locker.Option) (locker.Locker, closer, error) {
 		u := &url.URL{Scheme: "redis", Host: addr, RawQuery: "read_timeout=1s&write_timeout=1s&dial_timeout=1s&protocol=3"}
 		l, err := redis.Open(t.Context(), u, opts...)
 		return l, nil, err
-	}))
+	})
+	h.Busy = nil // the Locker owns its client: its caller has none to fill
+	conformance.Run(t, h)
 }

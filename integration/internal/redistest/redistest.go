@@ -6,8 +6,11 @@ package redistest
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/integration/internal/busywork"
 	"github.com/golocker/locker/integration/internal/slowlink"
 	"github.com/golocker/locker/internal/testenv"
 )
@@ -76,8 +80,8 @@ type Replicas struct {
 
 // Replica is what Replicas records for one Locker.
 type Replica struct {
-	// Client is closed on Crash; nil for a Locker that owns its client,
-	// whose Crash cuts Proxies for good.
+	// Client is closed on Crash, and Proxies are cut for good; nil for
+	// a Locker that owns its client.
 	Client Closer
 	// Proxies are cut on Isolate and healed when it ends.
 	Proxies []*testenv.Proxy
@@ -106,19 +110,21 @@ func (r *Replicas) get(t testing.TB, l locker.Locker) (Replica, bool) {
 	return rep, ok
 }
 
-// Crash closes the Locker's client or, for a Locker that owns its client
-// (Client nil), cuts its proxies for good. It fails t for a Locker that
-// was not added.
+// Crash closes the Locker's client, if it has one the caller gave it, and
+// cuts its proxies for good, as a crashed process's connections all end:
+// a Locker that renews on a client of its own (redis.New copies the
+// caller's) or owns its client stops talking too. It fails t for a Locker
+// that was not added.
 func (r *Replicas) Crash(t testing.TB, l locker.Locker) {
 	rep, ok := r.get(t, l)
-	switch {
-	case !ok:
-	case rep.Client != nil:
+	if !ok {
+		return
+	}
+	if rep.Client != nil {
 		_ = rep.Client.Close()
-	default:
-		for _, p := range rep.Proxies {
-			p.Cut()
-		}
+	}
+	for _, p := range rep.Proxies {
+		p.Cut()
 	}
 }
 
@@ -153,6 +159,28 @@ func (r *Replicas) Slow(t testing.TB, l locker.Locker, node int, d time.Duration
 	return rep.Links[node].Slow(d)
 }
 
+// Busy keeps the Locker's client busy with the caller's own blocking
+// commands (conformance.Harness.Busy), until the returned function ends
+// them: see [Busy]. admin, a client of the same server, ends them. It
+// fails t for a Locker that was not added or whose client is neither a
+// *goredis.Client nor a *goredis.ClusterClient ([BusyCluster]).
+func (r *Replicas) Busy(admin goredis.Cmdable) func(t testing.TB, l locker.Locker) func() {
+	return func(t testing.TB, l locker.Locker) func() {
+		rep, ok := r.get(t, l)
+		if !ok {
+			return func() {}
+		}
+		switch c := rep.Client.(type) {
+		case *goredis.Client:
+			return Busy(t, c, admin)
+		case *goredis.ClusterClient:
+			return BusyCluster(t, c, admin)
+		}
+		t.Errorf("Busy: the Locker's client is a %T, not a go-redis client or cluster client", rep.Client)
+		return func() {}
+	}
+}
+
 // ProxiedDialer returns a dialer that reaches each of addrs through a
 // proxy of its own (and refuses any other address), and the proxies, for a
 // client whose every connection Isolate must cut.
@@ -173,3 +201,99 @@ func ProxiedDialer(t testing.TB, addrs []string) (func(ctx context.Context, netw
 		return d.DialContext(ctx, network, p.Addr())
 	}, all
 }
+
+// BusyCluster is [Busy] on every master of a cluster client, each
+// node's pools filled with commands on a key of the node's slots.
+func BusyCluster(t testing.TB, c *goredis.ClusterClient, admin goredis.Cmdable) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		keys []string // one per master
+	)
+	// ForEachMaster calls its function for every master at once.
+	err := c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+		for i := 0; ; i++ {
+			key := fmt.Sprintf("busywork:{%d}:%s", i, rand.Text())
+			m, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return err
+			}
+			if m.Options().Addr == node.Options().Addr {
+				mu.Lock()
+				keys = append(keys, key)
+				mu.Unlock()
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		t.Errorf("BusyCluster: %v", err)
+		return func() {}
+	}
+	o := c.Options()
+	plain := o.PoolSize
+	if plain == 0 {
+		plain = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return busy(t, c, admin, keys, plain, o.PipelinePoolSize)
+}
+
+// Busy keeps every connection of c busy with the caller's own blocking
+// commands (conformance.Harness.Busy): a BLPOP on each connection of its
+// pool, and one in a pipeline on each connection of its pipeline pool,
+// on a key of their own that admin's LPUSHes end. It returns the function
+// that ends them, run at the latest when t ends.
+func Busy(t testing.TB, c *goredis.Client, admin goredis.Cmdable) func() {
+	t.Helper()
+	o := c.Options()
+	return busy(t, c, admin, []string{"busywork:" + rand.Text()}, o.PoolSize, o.PipelinePoolSize)
+}
+
+// busy fills, for each key of keys (one per server), plain connections
+// of c's pool with a BLPOP of the key, and piped connections of its
+// pipeline pool (go-redis's default when 0, none when negative) with one
+// in a pipeline.
+func busy(t testing.TB, c goredis.UniversalClient, admin goredis.Cmdable, keys []string, plain, piped int) func() {
+	t.Helper()
+	if piped == 0 {
+		piped = goredis.DefaultPipelinePoolSize
+	}
+	piped = max(piped, 0)
+	t.Cleanup(func() { _ = admin.Del(context.Background(), keys...).Err() })
+	inUse := func(s *goredis.PoolStats) int {
+		if s == nil {
+			return 0
+		}
+		return int(s.TotalConns) - int(s.IdleConns)
+	}
+	taken := func() int {
+		s := c.PoolStats()
+		return inUse(s) + inUse((*goredis.PoolStats)(s.PipelineStats))
+	}
+	return busywork.Start(t, (plain+piped)*len(keys), taken, func(ctx context.Context, i int) error {
+		key := keys[i%len(keys)]
+		// A blocking read that its ctx does not end: a value pushed
+		// when it ends does.
+		stop := context.AfterFunc(ctx, func() { _ = admin.LPush(context.Background(), key, 1).Err() })
+		defer stop()
+		if i/len(keys) < plain {
+			return c.BLPop(ctx, 0, key).Err()
+		}
+		// A pipeline's read does not wait past the client's ReadTimeout
+		// for a blocking command: BLPOPs shorter than it, one after
+		// another.
+		for ctx.Err() == nil {
+			_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error { return p.BLPop(ctx, pipedWait, key).Err() })
+			if err != nil && !errors.Is(err, goredis.Nil) {
+				return err
+			}
+		}
+		return ctx.Err()
+	})
+}
+
+// pipedWait is the timeout of busy's pipelined BLPOPs: half the test
+// clients' ReadTimeout.
+const pipedWait = 500 * time.Millisecond

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,11 +35,16 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 		admins[i] = newClient(t, m.Addr())
 	}
 	var reps redistest.Replicas
+	var (
+		mu      sync.Mutex
+		clients = map[locker.Locker][]*goredis.Client{} // each Locker's, by master
+	)
 	return conformance.Harness{
 		TTL: redlockTTL,
 		NewLocker: func(t testing.TB) locker.Locker {
 			cs := make([]redis.Master, len(masters))
 			var closers multiCloser
+			var mine []*goredis.Client
 			var proxies []*testenv.Proxy
 			var links []*slowlink.Link
 			for i, m := range masters {
@@ -49,7 +55,7 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				o.Dialer = s.Dial(p.Addr())
 				c := goredis.NewClient(o)
 				t.Cleanup(func() { _ = c.Close() })
-				cs[i], closers = c, append(closers, c)
+				cs[i], closers, mine = c, append(closers, c), append(mine, c)
 				proxies, links = append(proxies, p), append(links, s)
 			}
 			l, err := redis.NewRedlock(cs, locker.WithTTL(redlockTTL))
@@ -58,6 +64,9 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 				return nil
 			}
 			reps.Add(l, redistest.Replica{Client: closers, Proxies: proxies, Links: links})
+			mu.Lock()
+			clients[l] = mine
+			mu.Unlock()
 			return l
 		},
 		NewLockerWith: func(t testing.TB, opts ...locker.Option) (locker.Locker, error) {
@@ -88,6 +97,22 @@ func redlockHarness(t *testing.T, masters []*testenv.RedisServer) conformance.Ha
 			// the others still hold them.
 			for _, m := range masters[:len(masters)/2+1] {
 				m.Restart(t)
+			}
+		},
+		// Every master's client of the Locker, each ended by that
+		// master's admin client.
+		Busy: func(t testing.TB, l locker.Locker) func() {
+			mu.Lock()
+			mine := clients[l]
+			mu.Unlock()
+			var releases []func()
+			for i, c := range mine {
+				releases = append(releases, redistest.Busy(t, c, admins[i]))
+			}
+			return func() {
+				for _, r := range releases {
+					r()
+				}
 			}
 		},
 		MaxKeyBytes: redis.MaxKeyBytes,

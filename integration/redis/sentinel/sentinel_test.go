@@ -370,6 +370,7 @@ func TestConformanceSentinel(t *testing.T) {
 			defer cancel()
 			failover(t, ctx, srv)
 		},
+		Busy:        reps.Busy(admin),
 		MaxKeyBytes: redis.MaxKeyBytes,
 	})
 }

@@ -1,0 +1,82 @@
+package mysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golocker/locker"
+	"github.com/golocker/locker/mysql"
+)
+
+// TestRenewalsDoNotWaitForTheCallersPool: the caller's own slow queries
+// hold every connection of its pool (MaxOpenConns 4) for three TTLs; the
+// Locker's lock, permit and read hold must stay held, while the server
+// answers at once. Renewals that took a connection from the pool waited
+// behind those queries and lost all three.
+func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
+	const ttl = time.Second
+	const slow = "SELECT SLEEP(3)"
+	holds := map[string]func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error){
+		"lock": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
+			return l.TryLock(ctx, key)
+		},
+		"permit": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
+			s, err := locker.NewSemaphore(l, key, 2)
+			if err != nil {
+				return nil, err
+			}
+			return s.TryAcquire(ctx)
+		},
+		"read hold": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
+			m, err := locker.NewRWMutex(l, key)
+			if err != nil {
+				return nil, err
+			}
+			return m.TryRLock(ctx)
+		},
+	}
+	for kind, hold := range holds {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			gdb := openDB(t, exampleDSN)
+			db, err := gdb.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.SetMaxOpenConns(4) // the caller's queries take every one the Locker does not keep
+			l, err := mysql.Config{PollOnly: true}.New(gdb, locker.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			lk, err := hold(ctx, l, "busypool-"+rand.Text())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					if _, err := db.ExecContext(ctx, slow); err != nil {
+						t.Errorf("the caller's query: %v", err)
+					}
+				})
+			}
+			for db.Stats().InUse < 4 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			select {
+			case <-lk.Done():
+				t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", kind, lk.Err())
+			case <-time.After(5 * ttl / 2):
+			}
+			wg.Wait()
+			if err := lk.Unlock(ctx); err != nil && lk.Err() == nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,47 @@
+package redis
+
+import (
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// renewalClient returns a client of the Locker's own for its renewals, made
+// from client's options with one connection per server, and the function
+// that closes it; nil when client is none it can copy (an owned client,
+// whose caller has no access to it, a Ring, a wrapper): renewals then use
+// client. On the caller's client, a renewal waited for a connection behind
+// the caller's own commands: with its pool and its pipeline pool held by
+// blocking commands, renewals waited out PoolTimeout and every lock was
+// lost while the server answered at once. The copy keeps what the options
+// carry for a connection (address or Sentinel dialling, credentials, TLS,
+// OnConnect, timeouts, lifetimes, the protocol), but not the hooks added
+// to client with AddHook, nor its push processor, maintenance
+// notifications or client-side cache. A broken connection, or one to a primary that became a
+// replica (READONLY), is replaced by go-redis's retry within the call.
+func renewalClient(client Master) (Master, func() error) {
+	switch c := client.(type) {
+	case *goredis.Client:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		o.PipelinePoolSize = -1 // pipelines on the one connection
+		// State of the caller's client that NewClient keeps in its
+		// Options: a push processor whose handlers are registered
+		// (a second registration fails, and panics with maintenance
+		// notifications enabled) and a client-side cache. Renewals need
+		// neither.
+		o.PushNotificationProcessor = nil
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+		rc := goredis.NewClient(&o)
+		return rc, rc.Close
+	case *goredis.ClusterClient:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		o.PipelinePoolSize = -1
+		o.PushNotificationProcessor = nil
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		rc := goredis.NewClusterClient(&o)
+		return rc, rc.Close
+	}
+	return nil, nil
+}
