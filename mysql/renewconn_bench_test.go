@@ -1,10 +1,10 @@
 package mysql_test
 
 import (
-	"crypto/rand"
 	"testing"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/renewtest"
 	"github.com/golocker/locker/mysql"
 )
 
@@ -20,32 +20,5 @@ func BenchmarkRenewal(b *testing.B) {
 		b.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	b.Run("Extend", func(b *testing.B) {
-		l := open(b)
-		ctx := b.Context()
-		lk, err := l.TryLock(ctx, "bench-extend-"+rand.Text())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = lk.Unlock(ctx) }()
-		for b.Loop() {
-			if err := locker.Extend(ctx, lk); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("LockUnlock", func(b *testing.B) {
-		l := open(b)
-		ctx := b.Context()
-		key := "bench-lock-" + rand.Text()
-		for b.Loop() {
-			lk, err := l.Lock(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	renewtest.Bench(b, open)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/renewtest"
 	"github.com/golocker/locker/mysql"
 )
 
@@ -19,27 +20,8 @@ import (
 func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 	const ttl = time.Second
 	const slow = "SELECT SLEEP(3)"
-	holds := map[string]func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error){
-		"lock": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			return l.TryLock(ctx, key)
-		},
-		"permit": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			s, err := locker.NewSemaphore(l, key, 2)
-			if err != nil {
-				return nil, err
-			}
-			return s.TryAcquire(ctx)
-		},
-		"read hold": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			m, err := locker.NewRWMutex(l, key)
-			if err != nil {
-				return nil, err
-			}
-			return m.TryRLock(ctx)
-		},
-	}
-	for kind, hold := range holds {
-		t.Run(kind, func(t *testing.T) {
+	for _, hk := range renewtest.Holds {
+		t.Run(hk.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
 			gdb := openDB(t, exampleDSN)
@@ -53,7 +35,7 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			lk, err := hold(ctx, l, "busypool-"+rand.Text())
+			lk, err := hk.Try(ctx, l, "busypool-"+rand.Text())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +52,7 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			}
 			select {
 			case <-lk.Done():
-				t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", kind, lk.Err())
+				t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", hk.Name, lk.Err())
 			case <-time.After(5 * ttl / 2):
 			}
 			wg.Wait()

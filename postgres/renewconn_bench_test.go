@@ -1,10 +1,10 @@
 package postgres_test
 
 import (
-	"crypto/rand"
 	"testing"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/renewtest"
 )
 
 // BenchmarkRenewal measures what the renewal connection costs: one lock's
@@ -19,33 +19,6 @@ func BenchmarkRenewal(b *testing.B) {
 		{"sql.DB", func(b *testing.B) locker.Locker { return pollLocker(b, testDB(b, exampleURL)) }},
 	}
 	for _, h := range handles {
-		b.Run(h.name+"/Extend", func(b *testing.B) {
-			l := h.open(b)
-			ctx := b.Context()
-			lk, err := l.TryLock(ctx, "bench-extend-"+rand.Text())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = lk.Unlock(ctx) }()
-			for b.Loop() {
-				if err := locker.Extend(ctx, lk); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(h.name+"/LockUnlock", func(b *testing.B) {
-			l := h.open(b)
-			ctx := b.Context()
-			key := "bench-lock-" + rand.Text()
-			for b.Loop() {
-				lk, err := l.Lock(ctx, key)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := lk.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(h.name, func(b *testing.B) { renewtest.Bench(b, h.open) })
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/renewtest"
 	"github.com/golocker/locker/postgres"
 )
 
@@ -130,32 +131,13 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			}
 		},
 	}
-	holds := map[string]func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error){
-		"lock": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			return l.TryLock(ctx, key)
-		},
-		"permit": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			s, err := locker.NewSemaphore(l, key, 2)
-			if err != nil {
-				return nil, err
-			}
-			return s.TryAcquire(ctx)
-		},
-		"read hold": func(ctx context.Context, l locker.Locker, key string) (locker.Lock, error) {
-			m, err := locker.NewRWMutex(l, key)
-			if err != nil {
-				return nil, err
-			}
-			return m.TryRLock(ctx)
-		},
-	}
 	for hname, mk := range handles {
-		for kind, hold := range holds {
-			t.Run(hname+"/"+kind, func(t *testing.T) {
+		for _, hk := range renewtest.Holds {
+			t.Run(hname+"/"+hk.Name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 				defer cancel()
 				h := mk(t)
-				lk, err := hold(ctx, h.l, "busypool-"+rand.Text())
+				lk, err := hk.Try(ctx, h.l, "busypool-"+rand.Text())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -172,7 +154,7 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 				}
 				select {
 				case <-lk.Done():
-					t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", kind, lk.Err())
+					t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", hk.Name, lk.Err())
 				case <-time.After(5 * ttl / 2):
 				}
 				wg.Wait()

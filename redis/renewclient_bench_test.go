@@ -1,12 +1,12 @@
 package redis_test
 
 import (
-	"crypto/rand"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/renewtest"
 	"github.com/golocker/locker/redis"
 )
 
@@ -24,32 +24,5 @@ func BenchmarkRenewal(b *testing.B) {
 		b.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	b.Run("Extend", func(b *testing.B) {
-		l := open(b)
-		ctx := b.Context()
-		lk, err := l.TryLock(ctx, "bench-extend-"+rand.Text())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = lk.Unlock(ctx) }()
-		for b.Loop() {
-			if err := locker.Extend(ctx, lk); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("LockUnlock", func(b *testing.B) {
-		l := open(b)
-		ctx := b.Context()
-		key := "bench-lock-" + rand.Text()
-		for b.Loop() {
-			lk, err := l.Lock(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	renewtest.Bench(b, open)
 }
