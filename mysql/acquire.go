@@ -141,9 +141,28 @@ var errSharedKey = fmt.Errorf("%w: the key is held by shared holds (a semaphore 
 func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, stmt *sql.Stmt, args ...any) (driver.Grant, bool, error) {
 	// The row's lock_until counts from the statement, not from the call:
 	// a Lock that waited in Acquire must not lose the time it waited.
-	sent := time.Now()
-	f := d.clock.Fence(ctx, sent, req.TTL)
-	res, err := stmt.ExecContext(ctx, append(args, f.Store)...)
+	var sent time.Time
+	var f driver.Fence
+	var res sql.Result
+	var err error
+	for try := 1; ; try++ {
+		sent = time.Now()
+		f = d.clock.Fence(ctx, sent, req.TTL)
+		if d.execErr != nil {
+			err = d.execErr(what)
+		}
+		if err == nil {
+			res, err = stmt.ExecContext(ctx, append(args, f.Store)...)
+		}
+		// A deadlock's victim learned nothing about the key: the cycle
+		// may run through gap locks of other keys' transactions (a
+		// LockMulti, a settling of shared holds). It runs again, a few
+		// times, before it counts as contention.
+		if !deadlocked(err) || try == deadlockTries || ctx.Err() != nil {
+			break
+		}
+		err = nil
+	}
 	if err != nil {
 		if contended(err) {
 			// Rolled back by a deadlock or a lock wait timeout on the
@@ -176,6 +195,17 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 // contended reports whether err is a MySQL error saying the statement was
 // rolled back because of contention on a row: a deadlock (1213) or a lock
 // wait timeout (1205, for example behind a long Guard transaction).
+// deadlockTries is how many times exec runs a statement that a deadlock
+// rolled back.
+const deadlockTries = 3
+
+// deadlocked reports whether err is MySQL's answer to a statement that a
+// deadlock rolled back (1213).
+func deadlocked(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
+}
+
 func contended(err error) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)

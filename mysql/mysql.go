@@ -201,6 +201,10 @@ type sqlDriver struct {
 	// renewer runs the renewals, on a connection of its own (renewConn).
 	renewer *renewConn
 
+	// execErr, when set (by tests), answers an acquiring statement named
+	// what in its place, unless it returns nil.
+	execErr func(what string) error
+
 	mu     sync.Mutex
 	multi  map[int]*sql.Stmt    // by number of keys
 	shared map[string]*sql.Stmt // by text: the statements on shared holds
