@@ -85,7 +85,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	if ok || err != nil {
 		return g, err
 	}
-	settled := false
+	settled, inserts := false, 0
 	for {
 		var rem sql.NullInt64
 		var now int64
@@ -121,6 +121,18 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 		case rem.Valid && rem.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 		}
+		if !rem.Valid && !shared.Valid && inserts < lateInserts {
+			// No row: the insert took nothing, yet nobody holds the key.
+			// It reached the database after its fence: it waited that
+			// long for one of the pool's connections. A fresh insert,
+			// with a fresh fence.
+			inserts++
+			g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, data, ttl)
+			if ok || err != nil {
+				return g, err
+			}
+			continue
+		}
 		// Released (or expired) between our statements: one more try.
 		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, args...)
 		if ok || err != nil {
@@ -129,6 +141,10 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 		return driver.Grant{}, driver.Held(0)
 	}
 }
+
+// lateInserts is how many more inserts an attempt sends when its insert
+// reached the database after its fence.
+const lateInserts = 2
 
 // errSharedKey is the refusal of a plain lock on a key held by shared
 // holds.

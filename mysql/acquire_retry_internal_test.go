@@ -53,3 +53,47 @@ func TestDeadlockVictimTriesAgain(t *testing.T) {
 		t.Errorf("the insert ran %d times, want %d", deadlocks, deadlockTries)
 	}
 }
+
+// TestLateInsertTriesAgain: the insert of a free key waits for the pool's
+// one connection past its fence (TTL/4), so it takes nothing; nobody holds
+// the key, so the attempt must insert again, not answer that another owner
+// holds it (seen in the conformance List case with a pool of 8).
+func TestLateInsertTriesAgain(t *testing.T) {
+	db, ctx := openTestDB(t)
+	db.SetMaxOpenConns(1)
+	const ttl = time.Second
+	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
+	if err := d.Configure(ctx, driver.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	busy := make(chan error, 1)
+	first := true
+	d.execErr = func(what string) error {
+		if what != "insert" || !first {
+			return nil
+		}
+		first = false
+		// Another query takes the one connection for longer than the
+		// fence window, just before the insert asks for it.
+		go func() {
+			_, err := db.ExecContext(ctx, "SELECT SLEEP(?)", (driver.FenceWindow(ttl) + 500*time.Millisecond).Seconds())
+			busy <- err
+		}()
+		for db.Stats().InUse < 1 {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: ttl}
+	g, err := d.TryAcquire(ctx, req)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key whose insert reached the database after its fence: %v", err)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: req.TTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+}
