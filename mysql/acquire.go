@@ -208,9 +208,6 @@ func (d *sqlDriver) exec(ctx context.Context, req driver.Request, what string, s
 	}, true, nil
 }
 
-// contended reports whether err is a MySQL error saying the statement was
-// rolled back because of contention on a row: a deadlock (1213) or a lock
-// wait timeout (1205, for example behind a long Guard transaction).
 // deadlockTries is how many times exec runs a statement that a deadlock
 // rolled back.
 const deadlockTries = 3
@@ -222,6 +219,9 @@ func deadlocked(err error) bool {
 	return errors.As(err, &me) && me.Number == 1213
 }
 
+// contended reports whether err is a MySQL error saying the statement was
+// rolled back because of contention on a row: a deadlock (1213) or a lock
+// wait timeout (1205, for example behind a long Guard transaction).
 func contended(err error) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
