@@ -3,7 +3,6 @@ package mysql_test
 import (
 	"context"
 	"crypto/rand"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,26 +38,10 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Go(func() {
-					if _, err := db.ExecContext(ctx, slow); err != nil {
-						t.Errorf("the caller's query: %v", err)
-					}
-				})
-			}
-			for db.Stats().InUse < 4 {
-				time.Sleep(5 * time.Millisecond)
-			}
-			select {
-			case <-lk.Done():
-				t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", hk.Name, lk.Err())
-			case <-time.After(5 * ttl / 2):
-			}
-			wg.Wait()
-			if err := lk.Unlock(ctx); err != nil && lk.Err() == nil {
-				t.Fatal(err)
-			}
+			renewtest.KeptBesideBusyQueries(ctx, t, lk, hk.Name, ttl, 4, func(ctx context.Context) error {
+				_, err := db.ExecContext(ctx, slow)
+				return err
+			}, func() int { return db.Stats().InUse })
 		})
 	}
 }

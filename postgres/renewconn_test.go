@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,26 +140,7 @@ func TestRenewalsDoNotWaitForTheCallersPool(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var wg sync.WaitGroup
-				for range 4 {
-					wg.Go(func() {
-						if err := h.query(ctx); err != nil {
-							t.Errorf("the caller's query: %v", err)
-						}
-					})
-				}
-				for h.busy() < 4 {
-					time.Sleep(5 * time.Millisecond)
-				}
-				select {
-				case <-lk.Done():
-					t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", hk.Name, lk.Err())
-				case <-time.After(5 * ttl / 2):
-				}
-				wg.Wait()
-				if err := lk.Unlock(ctx); err != nil && lk.Err() == nil {
-					t.Fatal(err)
-				}
+				renewtest.KeptBesideBusyQueries(ctx, t, lk, hk.Name, ttl, 4, h.query, h.busy)
 			})
 		}
 	}

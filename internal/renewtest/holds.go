@@ -6,7 +6,9 @@ package renewtest
 import (
 	"context"
 	"crypto/rand"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/golocker/locker"
 )
@@ -72,4 +74,38 @@ func Bench(b *testing.B, open func(b *testing.B) locker.Locker) {
 			}
 		}
 	})
+}
+
+// KeptBesideBusyQueries fails t when lk, a hold of kind name, is lost while
+// the caller's own slow queries hold every connection of its pool: it runs
+// query n times at once, waits until inUse reports n connections taken,
+// watches lk for two and a half TTLs, then waits for the queries and
+// unlocks lk.
+func KeptBesideBusyQueries(ctx context.Context, t testing.TB, lk locker.Lock, name string, ttl time.Duration, n int, query func(context.Context) error, inUse func() int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := query(ctx); err != nil {
+				t.Errorf("the caller's query: %v", err)
+			}
+		})
+	}
+	for inUse() < n {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			t.Fatalf("%d of %d connections taken by the caller's queries: %v", inUse(), n, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	select {
+	case <-lk.Done():
+		t.Errorf("the %s was lost while the caller's queries held every pooled connection: %v", name, lk.Err())
+	case <-time.After(5 * ttl / 2):
+	}
+	wg.Wait()
+	if err := lk.Unlock(ctx); err != nil && lk.Err() == nil {
+		t.Fatal(err)
+	}
 }
