@@ -85,11 +85,13 @@ func KeptBesideBusyQueries(ctx context.Context, t testing.TB, lk locker.Lock, na
 	t.Helper()
 	var wg sync.WaitGroup
 	for range n {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			if err := query(ctx); err != nil {
 				t.Errorf("the caller's query: %v", err)
 			}
-		})
+		}()
 	}
 	for inUse() < n {
 		select {
