@@ -211,9 +211,8 @@ func TestSkew(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for _, r := range all {
-		double, missed := 0, 0
-		for _, n := range r.runs {
+	count := func(runs []int) (double, missed int) {
+		for _, n := range runs {
 			switch {
 			case n > 1:
 				double += n - 1
@@ -221,6 +220,23 @@ func TestSkew(t *testing.T) {
 				missed++
 			}
 		}
+		return double, missed
+	}
+	// stalled is how many ticks the run without MinHold of the same
+	// backend and skew missed: it ran at the same time against the same
+	// store, and a tick it missed was lost to the store's stalls (a
+	// loaded machine), not to a MinHold.
+	stalled := func(r *run) int {
+		for _, c := range all {
+			if c.backend == r.backend && c.skew == r.skew && c.minHold == 0 {
+				_, m := count(c.runs)
+				return m
+			}
+		}
+		return 0
+	}
+	for _, r := range all {
+		double, missed := count(r.runs)
 		t.Logf("%-9s skew %5v MinHold %5v: runs per tick %v: %d double runs, %d missed ticks", r.backend, r.skew, r.minHold, r.runs, double, missed)
 		// What holds whatever the machine's load: a MinHold keeps two
 		// grants of the key at least MinHold apart on the store's clock,
@@ -234,15 +250,18 @@ func TestSkew(t *testing.T) {
 		// so a tick is missed only after a run later than that: never
 		// half of them, unless a claim outlasts the interval by more
 		// than the margin (a build that keeps the key too long, or never
-		// frees it). A skew above the MinHold (900 ms) runs twice by
-		// design, and is only reported.
+		// frees it). The ticks the run without MinHold missed beside it
+		// are the store's stalls and are not counted (CI: etcd under
+		// make test missed 4 without MinHold and 6 with it). A skew
+		// above the MinHold (900 ms) runs twice by design, and is only
+		// reported.
 		a, b, near := closeGrants(r.grants, r.minHold)
 		switch {
 		case r.minHold > 0 && near:
 			t.Errorf("%s skew %v: with MinHold %v two runs took the key less than that apart: one asked at %v and got it by %v, the other asked at %v and got it by %v (runs per tick %v)",
 				r.backend, r.skew, r.minHold, a.called.Format(stampMilli), a.returned.Format(stampMilli), b.called.Format(stampMilli), b.returned.Format(stampMilli), r.runs)
-		case r.minHold > 0 && missed > ticks/2:
-			t.Errorf("%s skew %v: with MinHold %v most ticks did not run: runs per tick %v", r.backend, r.skew, r.minHold, r.runs)
+		case r.minHold > 0 && missed-stalled(r) > ticks/2:
+			t.Errorf("%s skew %v: with MinHold %v most ticks did not run: runs per tick %v (%d missed without MinHold)", r.backend, r.skew, r.minHold, r.runs, stalled(r))
 		case r.minHold == 0 && double == 0 && (r.skew > margin || r.skew >= 100*time.Millisecond && r.backend == "memory"):
 			// Skews above the margin, which the MinHold runs give the
 			// store's round trips; 100 ms on memory, which makes none. A
