@@ -85,7 +85,7 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 	if ok || err != nil {
 		return g, err
 	}
-	settled, inserts := false, 0
+	settled, late := false, 0
 	for {
 		var rem sql.NullInt64
 		var now int64
@@ -121,30 +121,29 @@ func (d *sqlDriver) tryAcquire(ctx context.Context, req driver.Request) (driver.
 		case rem.Valid && rem.Int64 > 0:
 			return driver.Grant{}, driver.Held(time.Duration(rem.Int64) * time.Microsecond)
 		}
-		if !rem.Valid && !shared.Valid && inserts < lateInserts {
-			// No row: the insert took nothing, yet nobody holds the key.
-			// It reached the database after its fence: it waited that
-			// long for one of the pool's connections. A fresh insert,
-			// with a fresh fence.
-			inserts++
-			g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, data, ttl)
-			if ok || err != nil {
-				return g, err
-			}
-			continue
+		if late == lateTries {
+			return driver.Grant{}, driver.Held(0)
 		}
-		// Released (or expired) between our statements: one more try.
-		g, ok, err = d.exec(ctx, req, "acquire", d.acquire, args...)
+		// Free: released or expired between our statements, or our last
+		// statement reached the database after its fence (it waited that
+		// long for one of the pool's connections) and took nothing. One
+		// more statement, with a fresh fence: an insert when there is no
+		// row, which an UPDATE cannot create.
+		late++
+		if !rem.Valid && !shared.Valid {
+			g, ok, err = d.exec(ctx, req, "insert", d.insert, req.Key, req.Owner, label, data, ttl)
+		} else {
+			g, ok, err = d.exec(ctx, req, "acquire", d.acquire, args...)
+		}
 		if ok || err != nil {
 			return g, err
 		}
-		return driver.Grant{}, driver.Held(0)
 	}
 }
 
-// lateInserts is how many more inserts an attempt sends when its insert
-// reached the database after its fence.
-const lateInserts = 2
+// lateTries is how many more statements an attempt sends when it finds the
+// key free after its statements took nothing.
+const lateTries = 3
 
 // errSharedKey is the refusal of a plain lock on a key held by shared
 // holds.

@@ -1,9 +1,11 @@
 package mysql
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,41 +61,84 @@ func TestDeadlockVictimTriesAgain(t *testing.T) {
 // the key, so the attempt must insert again, not answer that another owner
 // holds it (seen in the conformance List case with a pool of 8).
 func TestLateInsertTriesAgain(t *testing.T) {
-	db, ctx := openTestDB(t)
-	db.SetMaxOpenConns(1)
-	const ttl = time.Second
-	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
-	if err := d.Configure(ctx, driver.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	busy := make(chan error, 1)
-	first := true
-	d.execErr = func(what string) error {
-		if what != "insert" || !first {
-			return nil
-		}
-		first = false
-		// Another query takes the one connection for longer than the
-		// fence window, just before the insert asks for it.
-		go func() {
-			_, err := db.ExecContext(ctx, "SELECT SLEEP(?)", (driver.FenceWindow(ttl) + 500*time.Millisecond).Seconds())
-			busy <- err
-		}()
-		for db.Stats().InUse < 1 {
-			time.Sleep(time.Millisecond)
-		}
-		return nil
-	}
-	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: ttl}
+	d, ctx := lateDriver(t, "insert", 1)
+	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: d.ttl}
 	g, err := d.TryAcquire(ctx, req)
-	if err := <-busy; err != nil {
-		t.Fatal(err)
-	}
 	if err != nil {
 		t.Fatalf("TryAcquire of a free key whose insert reached the database after its fence: %v", err)
 	}
 	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: req.TTL, State: g.State}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLateAcquireTriesAgain: a key whose row exists and is free (released);
+// its first two acquiring UPDATEs wait for the pool's one connection past
+// their fences, so they take nothing. The attempt must try again while the
+// row is free, not answer that another owner holds it.
+func TestLateAcquireTriesAgain(t *testing.T) {
+	d, ctx := lateDriver(t, "acquire", 0)
+	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: d.ttl}
+	g, err := d.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: req.TTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	d.late = 2
+	req.Owner = rand.Text()
+	g, err = d.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key whose acquiring statements reached the database after their fences: %v", err)
+	}
+	if d.late != 0 {
+		t.Fatalf("%d late statements left: the attempt did not run as the test means", d.late)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: req.TTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lateTestDriver is a driver on a pool of one connection whose next late
+// statements of one kind wait for that connection past their fences.
+type lateTestDriver struct {
+	*sqlDriver
+	ttl  time.Duration
+	late int
+}
+
+// lateDriver returns a lateTestDriver whose next late statements named
+// what ("insert", "acquire") reach the database after their fences: just
+// before each, another query takes the pool's one connection for longer
+// than the fence window.
+func lateDriver(t *testing.T, what string, late int) (*lateTestDriver, context.Context) {
+	db, ctx := openTestDB(t)
+	db.SetMaxOpenConns(1)
+	ld := &lateTestDriver{sqlDriver: newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0), ttl: time.Second, late: late}
+	if err := ld.Configure(ctx, driver.Config{TTL: ld.ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ld.Close() })
+	var busy sync.WaitGroup
+	t.Cleanup(busy.Wait)
+	ld.execErr = func(name string) error {
+		if name != what || ld.late == 0 {
+			return nil
+		}
+		ld.late--
+		inUse := db.Stats().InUse
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			if _, err := db.ExecContext(ctx, "SELECT SLEEP(?)", (driver.FenceWindow(ld.ttl) + 500*time.Millisecond).Seconds()); err != nil {
+				t.Error(err)
+			}
+		}()
+		for db.Stats().InUse <= inUse {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+	return ld, ctx
 }
