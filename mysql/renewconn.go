@@ -143,11 +143,15 @@ func (k *renewConn) run(ctx context.Context, fn func(t sqlTarget, prepare prepar
 			return s, nil
 		}
 		err = fn(t, prepare)
-		if !k.own || !broken(err) || ctx.Err() != nil {
+		if !k.own || !broken(err) {
 			return err
 		}
+		// A broken connection goes even when ctx has ended: kept, it
+		// would fail the next round too (seen in CI under load: rounds
+		// that began past their deadline failed on it until the locks
+		// were lost).
 		k.drop()
-		if attempt > 0 {
+		if attempt > 0 || ctx.Err() != nil {
 			return err
 		}
 	}

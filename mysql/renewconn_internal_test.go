@@ -60,6 +60,49 @@ func TestRenewConnReconnectsAtOnce(t *testing.T) {
 	}
 }
 
+// TestRenewConnDropsBrokenAfterCtx: the server ends the renewal connection,
+// and the statement that finds it broken runs under a ctx that has ended
+// (a round that began past its deadline): the connection must go all the
+// same, not stay for the next round to fail on.
+func TestRenewConnDropsBrokenAfterCtx(t *testing.T) {
+	dsn := os.Getenv(storeenv.MySQLDSN)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k := newRenewConn(db)
+	defer k.close()
+	var id int64
+	if err := k.run(ctx, func(on sqlTarget, _ prepareFunc) error {
+		return on.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(ctx)
+	err = k.run(ended, func(on sqlTarget, _ prepareFunc) error {
+		end()
+		_, err := on.ExecContext(ctx, "DO 1")
+		return err
+	})
+	if !broken(err) {
+		t.Fatalf("a statement on the killed connection: got %v, want a broken connection's error", err)
+	}
+	if k.conn != nil {
+		t.Fatalf("the broken renewal connection was kept because the statement's ctx had ended")
+	}
+}
+
 // TestRenewConnEndsWithTheDB: once the caller closed its *sql.DB, the
 // renewal connection, which db.Close leaves open, must end too, and the
 // renewals fail as on a closed pool ("sql: database is closed", which
