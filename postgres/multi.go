@@ -25,7 +25,10 @@ const maxMultiKeys = 100
 // it took fewer rows than asked because a row was held in its snapshot,
 // and with numeric_value_out_of_range (22003) when none was: a row
 // changed while the statement waited for it. A statement that took no row
-// for that reason returns the key "" instead. It takes nothing when a
+// for that reason, or because it reached the database after its fence,
+// returns the key "" instead: either way nobody held a key in its
+// snapshot, and the caller's next statement, with a fresh fence, may take
+// them. It takes nothing when a
 // key's row is marked as held by shared holds in its snapshot, and
 // returns those keys instead. With settle, it frees such rows whose holds all ended and takes
 // them (see settling), and it returns instead the keys it saw live shared
@@ -67,7 +70,7 @@ func multiAcquireSQL(table string, settle bool) string {
 		" FROM a, n" +
 		" UNION ALL SELECT task_name, 0, " + micros(dbNow) + ", true FROM " + marked +
 		" UNION ALL SELECT '', 0, " + micros(dbNow) + ", true FROM n" +
-		" WHERE n.c = 0 AND " + beforeFence + " AND NOT EXISTS (SELECT 1 FROM " + marked + ") AND NOT " + held
+		" WHERE n.c = 0 AND NOT EXISTS (SELECT 1 FROM " + marked + ") AND NOT " + held
 }
 
 // TryAcquireMulti implements driver.MultiAcquirer with one statement: the
@@ -119,7 +122,8 @@ func (d *pgDriver) TryAcquireMulti(ctx context.Context, reqs []driver.Request) (
 }
 
 // errChanged is tryMulti's refusal when a row changed while the
-// statement waited for it.
+// statement waited for it, or when the statement reached the database
+// after its fence, and nobody held a key in its snapshot.
 var errChanged = fmt.Errorf("%w: a key's row changed while the statement waited for it", driver.ErrHeld)
 
 // tryMulti is one statement of TryAcquireMulti, settling or not (see

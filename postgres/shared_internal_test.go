@@ -22,10 +22,23 @@ const sharedTTL = 2 * time.Second
 // sharedDriver returns a driver with a LISTEN connection on the test
 // database, with a TTL of sharedTTL, a ctx for the test, and a free key.
 func sharedDriver(t *testing.T) (notifyingDriver, context.Context, string) {
+	return sharedDriverConns(t, 0)
+}
+
+// sharedDriverConns is sharedDriver on a pool of at most maxConns
+// connections (0: pgxpool's default).
+func sharedDriverConns(t *testing.T, maxConns int32) (notifyingDriver, context.Context, string) {
 	srv := storeenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	pool, err := pgxpool.New(ctx, srv.Addr())
+	pc, err := pgxpool.ParseConfig(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxConns > 0 {
+		pc.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
