@@ -166,6 +166,7 @@ var cases = []testCase{
 	{name: "ExtendWhileRenewed", contract: extendedHeld, run: testExtendWhileRenewed},
 	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
 	{name: "RenewalBesideBusyCaller", contract: busyCaller, run: testRenewalBesideBusyCaller},
+	{name: "TryBesideBusyCaller", contract: busyTry, run: testTryBesideBusyCaller},
 }
 
 // reporter is the part of *testing.T a case reports through: a recorder

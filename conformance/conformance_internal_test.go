@@ -355,6 +355,7 @@ const (
 	extendCutShort  = "extendCutShort"  // Extend fails with a bare context deadline exceeded once the Deadline it read passes, while renewals keep the lock held (a store call bounded by that deadline, on a store slower than it)
 	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
 	callersPool     = "callersPool"     // renews on a connection of the caller's pool, which the caller's busy work fills: every store call waits out the pool's timeout and fails (PostgreSQL's renewals before their own connection)
+	lateRefuses     = "lateRefuses"     // a TryLock that waited for the caller's busy pool reaches the store past its fence, takes nothing, and answers that the key is held (PostgreSQL's multi-key statement, MySQL's statements, before they tried again)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -448,7 +449,8 @@ var mustCatch = map[string][]string{
 	asksStoreLate:   {"UnlockPastDeadline"},
 	extendCutShort:  {"ExtendWhileRenewed"},
 	straggles:       {"RefusedStraggler"},
-	callersPool:     {"RenewalBesideBusyCaller"},
+	callersPool:     {"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
+	lateRefuses:     {"TryBesideBusyCaller"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -681,6 +683,27 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			return markedLockMulti(ctx, e, kind, l, keys, wait)
 		}
 	}
+	if kind == lateRefuses {
+		// The Locker's one-attempt calls wait for the pool Busy fills,
+		// until its work ends (see acquire).
+		h.Busy = func(t testing.TB, l locker.Locker) func() {
+			b, ok := l.(*brokenLocker)
+			if !ok {
+				t.Errorf("Busy: the Locker was not made by this harness")
+				return func() {}
+			}
+			ended := make(chan struct{})
+			b.mu.Lock()
+			b.busy = ended
+			b.mu.Unlock()
+			return sync.OnceFunc(func() {
+				b.mu.Lock()
+				b.busy = nil
+				b.mu.Unlock()
+				close(ended)
+			})
+		}
+	}
 	if kind == callersPool {
 		// The Locker's store calls go through the pool Busy fills: each
 		// waits for a connection until the pool gives up, and fails, as
@@ -738,6 +761,7 @@ type brokenLocker struct {
 
 	mu   sync.Mutex
 	last map[string]locker.Lock // staleGrants: the last lock of each key
+	busy chan struct{}          // lateRefuses: closed when the caller's work (Busy) ends; nil when there is none
 	late []*lateLock            // closeLate: the locks whose Done Close closes late
 	shut bool                   // closeLate, closeCancels, readsAfterClose: Close has begun
 	// deadWaiter: the waits in progress, and whether the Locker crashed
@@ -966,6 +990,16 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 	case dropsOptions:
 		opts = nil
+	case lateRefuses:
+		b.mu.Lock()
+		busy := b.busy
+		b.mu.Unlock()
+		if !wait && busy != nil {
+			// The request waited for the busy pool; it reaches the
+			// store past its fence and takes nothing.
+			<-busy
+			return nil, fmt.Errorf("%w: the request reached the store after its fence", locker.ErrNotAcquired)
+		}
 	case maxHoldLate:
 		// As a watchdog that sleeps until the next renewal it planned:
 		// a MaxHold ending before it is noticed only then, never here.

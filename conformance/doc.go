@@ -299,6 +299,14 @@
 //     them is lost (their Done stays open), the lock is still refused to
 //     another Locker, and each unlocks once the work ends. For a Locker
 //     with no shared holds, the lock alone.
+//   - TryBesideBusyCaller (Busy): a TryLock of a key used before, a
+//     TryLock of a fresh key, a TryLockMulti of two fresh keys and a
+//     semaphore's TryAcquire start while the caller's own slow work holds
+//     every connection of the client or pool it gave the Locker, for a
+//     quarter of a TTL and 500 ms; once the work ends, each takes its keys
+//     (a request that reached the store after its fence must not end as
+//     "held"). What they took may be lost soon after: a grant's validity
+//     counts from the request's sending.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and

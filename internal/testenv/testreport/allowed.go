@@ -152,23 +152,23 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
-			cases:     []string{"RenewalBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
 			message:   "Harness.Busy is nil",
 			reason: "an etcd client sends every request, the caller's and the lease keep-alives, as streams of one gRPC " +
 				"connection (HTTP/2 multiplexing): the caller's slow requests or watches take no connection a renewal " +
-				"would wait for, and there is no pool to fill",
+				"or an acquisition would wait for, and there is no pool to fill",
 		},
 		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
-			cases:     []string{"RenewalBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
 			message:   "Harness.Busy is nil",
 			reason: "a ZooKeeper session is one connection whose requests are pipelined, and ZooKeeper has no blocking " +
 				"request (a watch waits without holding the connection): the caller's work on the Locker's *zk.Conn " +
-				"cannot hold it, and the session's heartbeats, which keep the locks, go out beside it",
+				"cannot hold it, and the session's heartbeats, which keep the locks, and the Locker's requests go out beside it",
 		},
 		{
 			harnesses: []string{"integration/redis TestConformanceOpen"},
-			cases:     []string{"RenewalBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
 			message:   "Harness.Busy is nil",
 			reason:    "redis.Open makes a client the Locker owns: its caller shares no client or pool with it to fill",
 		},
