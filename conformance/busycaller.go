@@ -2,8 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -43,7 +41,7 @@ func testRenewalBesideBusyCaller(c *caseT) {
 		}
 		holds = append(holds, p, r)
 		what = append(what, "the permit", "the read hold")
-	} else if errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), noShared) {
+	} else if unshared(err) {
 		c.Logf("the Locker has no shared holds: the case checks the lock only: %v", err)
 	} else {
 		c.Fatalf("locker.NewSemaphore: %v", err)

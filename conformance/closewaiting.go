@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/golocker/locker"
@@ -42,7 +41,7 @@ func (c *caseT) blockedWaits(ctx context.Context, a, b, d locker.Locker) []*bloc
 	}}
 	skey := c.key()
 	sb, err := locker.NewSemaphore(b, skey, 1)
-	if errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), noShared) {
+	if unshared(err) {
 		c.Logf("the Locker has no shared holds; only a Lock waits: %v", err)
 		return waits
 	}

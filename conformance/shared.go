@@ -20,11 +20,17 @@ const (
 	noShared       = "has no shared holds"
 )
 
+// unshared reports whether err says the Locker has no shared holds (its
+// driver is no driver.Sharer).
+func unshared(err error) bool {
+	return errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), noShared)
+}
+
 // skipUnshared skips the case when err says the Locker has no shared holds
 // (its driver is no driver.Sharer), and fails it for any other error.
 func (c *caseT) skipUnshared(what string, err error) {
 	c.Helper()
-	if errors.Is(err, locker.ErrInvalidOption) && strings.Contains(err.Error(), noShared) {
+	if unshared(err) {
 		c.Skipf("the Locker has no shared holds, so no %s to test: %v", what, err)
 	}
 	c.Fatalf("%s: %v", what, err)
