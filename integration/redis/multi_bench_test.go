@@ -45,7 +45,9 @@ func BenchmarkConformance(b *testing.B) {
 // millisecond, as its Obtain does in BenchmarkScenarios), the reference:
 // fair-x-redislock and unfair-x-redislock are the ratios of their rates.
 // "fenced" is ObtainMulti with a fencing token per key (fencedMultiAcquire):
-// fenced-x-redislock bounds what a lock with tokens can reach.
+// fenced-x-redislock bounds what a lock with tokens can reach. "fifo"
+// (newFIFOMulti) is the least a first come, first served lock with tokens
+// costs: fifo-x-redislock bounds what fair LockMulti can reach.
 func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 	lockers := func(cfg redis.Config) func(b *testing.B) locker.Locker {
 		return func(b *testing.B) locker.Locker {
@@ -104,6 +106,7 @@ func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 				}
 			})
 		}},
+		{Name: "fifo", New: func(b *testing.B, key string) scen.Mutex { return newFIFOMulti(b, addr, key, ttl) }},
 	}
 	if only := os.Getenv(multiImplsEnv); only != "" {
 		names := strings.Split(only, ",")
