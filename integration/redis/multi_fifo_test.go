@@ -13,9 +13,9 @@ import (
 )
 
 // fifoEvictAfter is how long a "fifo" waiter waits for its wake-up before
-// its attempt drops the head of the queue, when the waiter is next and the
-// keys are free: a client that stopped after its release queued it again
-// (the end of a run) would block the others.
+// its attempt drops the clients queued before it, when the keys are free:
+// a client that stopped after its release queued it again (the end of a
+// run) would block the others.
 const fifoEvictAfter = 50 * time.Millisecond
 
 // newFIFOMulti is the multi-key scenario's "fifo" reference: the least a
@@ -114,16 +114,18 @@ func newFIFOMulti(b *testing.B, addr, key string, ttl time.Duration) scen.Mutex 
 // fifoMultiAcquire is the "fifo" reference's attempt: for n keys,
 // KEYS[1..n] the locks, KEYS[n+i] lock i's token counter and KEYS[2n+1]
 // the queue; ARGV owner, ttl (ms), the client's id, and "1" to drop the
-// head of the queue when the caller is second and the keys are free (the
-// head did not take them within fifoEvictAfter). It returns the tokens, or
-// an empty list when it queued the caller (or found it queued).
+// clients queued before the caller when the keys are free (none of them
+// took them within fifoEvictAfter). It returns the tokens, or an empty list
+// when it queued the caller (or found it queued).
 var fifoMultiAcquire = goredis.NewScript(`local n = (#KEYS - 1) / 2
 local q = KEYS[#KEYS]
 local head = redis.call('LINDEX', q, 0)
-if head and head ~= ARGV[3] and ARGV[4] == '1' and redis.call('LINDEX', q, 1) == ARGV[3]
-    and redis.call('EXISTS', unpack(KEYS, 1, n)) == 0 then
-  redis.call('LPOP', q)
-  head = ARGV[3]
+if head and head ~= ARGV[3] and ARGV[4] == '1' and redis.call('EXISTS', unpack(KEYS, 1, n)) == 0 then
+  local at = redis.call('LPOS', q, ARGV[3])
+  if at then
+    redis.call('LTRIM', q, at, -1)
+    head = ARGV[3]
+  end
 end
 if (head and head ~= ARGV[3]) or redis.call('EXISTS', unpack(KEYS, 1, n)) > 0 then
   if head ~= ARGV[3] and not redis.call('LPOS', q, ARGV[3]) then
