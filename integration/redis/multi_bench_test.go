@@ -128,12 +128,17 @@ const multiImplsEnv = "LOCKER_MULTI_IMPLS"
 // label, counters that never expire.
 var fencedMultiAcquire = goredis.NewScript(`local n = #KEYS / 2
 if redis.call('EXISTS', unpack(KEYS, 1, n)) > 0 then return {} end
-local t = {}
+` + fencedTake)
+
+// fencedTake ends the acquire scripts of the "fenced" and "fifo"
+// references: it sets the n locks KEYS[1..n] to ARGV[1] (PX ARGV[2]) and
+// returns each one's new token, the INCR of its counter KEYS[n+i].
+const fencedTake = `local t = {}
 for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   t[i] = redis.call('INCR', KEYS[n + i])
 end
-return t`)
+return t`
 
 // fencedMultiRelease deletes the locks KEYS when every one is ARGV[1]'s.
 var fencedMultiRelease = goredis.NewScript(`local vs = redis.call('MGET', unpack(KEYS))

@@ -134,12 +134,7 @@ if (head and head ~= ARGV[3]) or redis.call('EXISTS', unpack(KEYS, 1, n)) > 0 th
   return {}
 end
 if head then redis.call('LPOP', q) end
-local t = {}
-for i = 1, n do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  t[i] = redis.call('INCR', KEYS[n + i])
-end
-return t`)
+` + fencedTake)
 
 // fifoMultiRelease is the "fifo" reference's release: KEYS[1..n] the
 // locks and KEYS[n+1] the queue; ARGV owner, the client's id and the
