@@ -45,7 +45,9 @@ func BenchmarkConformance(b *testing.B) {
 // millisecond, as its Obtain does in BenchmarkScenarios), the reference:
 // fair-x-redislock and unfair-x-redislock are the ratios of their rates.
 // "fenced" is ObtainMulti with a fencing token per key (fencedMultiAcquire):
-// fenced-x-redislock bounds what a lock with tokens can reach.
+// fenced-x-redislock bounds what a lock with tokens can reach. "fifo"
+// (newFIFOMulti) is the least a first come, first served lock with tokens
+// costs: fifo-x-redislock bounds what fair LockMulti can reach.
 func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 	lockers := func(cfg redis.Config) func(b *testing.B) locker.Locker {
 		return func(b *testing.B) locker.Locker {
@@ -104,6 +106,7 @@ func multiImpls(addr string, ttl time.Duration) []scen.Impl {
 				}
 			})
 		}},
+		{Name: "fifo", New: func(b *testing.B, key string) scen.Mutex { return newFIFOMulti(b, addr, key, ttl) }},
 	}
 	if only := os.Getenv(multiImplsEnv); only != "" {
 		names := strings.Split(only, ",")
@@ -125,12 +128,17 @@ const multiImplsEnv = "LOCKER_MULTI_IMPLS"
 // label, counters that never expire.
 var fencedMultiAcquire = goredis.NewScript(`local n = #KEYS / 2
 if redis.call('EXISTS', unpack(KEYS, 1, n)) > 0 then return {} end
-local t = {}
+` + fencedTake)
+
+// fencedTake ends the acquire scripts of the "fenced" and "fifo"
+// references: it sets the n locks KEYS[1..n] to ARGV[1] (PX ARGV[2]) and
+// returns each one's new token, the INCR of its counter KEYS[n+i].
+const fencedTake = `local t = {}
 for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   t[i] = redis.call('INCR', KEYS[n + i])
 end
-return t`)
+return t`
 
 // fencedMultiRelease deletes the locks KEYS when every one is ARGV[1]'s.
 var fencedMultiRelease = goredis.NewScript(`local vs = redis.call('MGET', unpack(KEYS))
