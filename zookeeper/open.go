@@ -87,7 +87,8 @@ const sessionBuffer = 64
 // for a Locker of its own. The returned channel receives the connection's
 // session events and nothing else: go-zookeeper also sends every watch
 // event to a connection's channel, and the Locker's goroutine that follows
-// the session would wake for each, once per contended hand-off.
+// the session would wake for each, once per contended hand-off. Its reads
+// are buffered (see bufferedConn).
 func connectOwned(hs []string, ttl time.Duration) (*zk.Conn, <-chan zk.Event, error) {
 	sessions := make(chan zk.Event, sessionBuffer)
 	forward := func(ev zk.Event) {
@@ -100,7 +101,7 @@ func connectOwned(hs []string, ttl time.Duration) (*zk.Conn, <-chan zk.Event, er
 		default:
 		}
 	}
-	conn, _, err := zk.Connect(hs, ttl, zk.WithLogger(discardLogger{}), zk.WithEventCallback(forward))
+	conn, _, err := zk.Connect(hs, ttl, zk.WithLogger(discardLogger{}), zk.WithEventCallback(forward), zk.WithDialer(dialBuffered))
 	return conn, sessions, err
 }
 

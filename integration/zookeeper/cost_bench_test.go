@@ -2,8 +2,11 @@ package zookeeper_test
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +56,7 @@ func BenchmarkHandoffCost(b *testing.B) {
 // would count against whichever implementation runs then.
 func BenchmarkHandoffCostProduction(b *testing.B) {
 	srv := testenv.ZooKeeperProduction(b)
-	impls := scenarioImpls(b, srv, urlLockers(b, srv), productionTTL)
+	impls := scenarioImpls(b, srv, urlLockers(b, srv, productionTTL), productionTTL)
 	warmUp(b, impls, productionWarmUp)
 	handoffCost(b, impls)
 }
@@ -129,4 +132,80 @@ func goroutinesCreated() uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
+}
+
+// BenchmarkHandoffProfile runs the clients of BenchmarkHandoffCost for one
+// implementation only, on the test server (a sub-benchmark each:
+// impl=locker, a Locker from New on a direct connection as in
+// BenchmarkScenarios; impl=locker-open, one opened through the zk:// URL;
+// impl=zklock), so that -cpuprofile, -memprofile and -trace show that
+// implementation's hand-offs alone:
+//
+//	go test -c -o z.test ./integration/zookeeper/ && ./z.test -test.run '^$' \
+//	    -test.bench 'HandoffProfile/impl=locker$' -test.cpuprofile locker.prof
+//
+// Each sub-benchmark runs contend.OneKey once, whatever b.N, and reports
+// per hand-off (both kinds of ctx together) this process's CPU time
+// (cpu-per-handoff-µs), heap allocations, goroutines started, goroutine
+// runs (see goroutineRuns), and read and write system calls (reads- and
+// writes-per-handoff, from /proc/self/io: counts that the load does not
+// blur).
+func BenchmarkHandoffProfile(b *testing.B) {
+	srv := testenv.ZooKeeper(b)
+	addr := srv.Servers()[0]
+	impls := scenarioImpls(b, srv, func(b *testing.B) locker.Locker { return benchLocker(b, addr) }, testTTL)
+	open := contend.Locker(urlLockers(b, srv, testTTL))
+	open.Name = "locker-open"
+	impls = []contend.Impl{impls[0], open, impls[1]}
+	for _, impl := range impls {
+		b.Run("impl="+impl.Name, func(b *testing.B) {
+			var m0, m1 runtime.MemStats
+			g0, r0 := goroutinesCreated(), goroutineRuns()
+			io0 := ioCalls(b)
+			runtime.ReadMemStats(&m0)
+			rs := contend.OneKey(b, []contend.Impl{impl}, costClients, costTurnTime)
+			runtime.ReadMemStats(&m1)
+			io1 := ioCalls(b)
+			g1, r1 := goroutinesCreated(), goroutineRuns()
+			var n float64
+			var cpu time.Duration
+			for _, r := range rs {
+				n += float64(r[0].Acquisitions)
+				cpu += r[0].ClientCPU
+			}
+			n = max(n, 1)
+			b.ReportMetric(float64(cpu)/float64(time.Microsecond)/n, "cpu-per-handoff-µs")
+			b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/n, "allocs-per-handoff")
+			b.ReportMetric(float64(g1-g0)/n, "goroutines-per-handoff")
+			b.ReportMetric(float64(r1-r0)/n, "runs-per-handoff")
+			if io0 != nil && io1 != nil {
+				b.ReportMetric(float64(io1["syscr"]-io0["syscr"])/n, "reads-per-handoff")
+				b.ReportMetric(float64(io1["syscw"]-io0["syscw"])/n, "writes-per-handoff")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// ioCalls reads this process's I/O counters from /proc/self/io (syscr:
+// read system calls, syscw: write system calls), or nil where there is
+// none.
+func ioCalls(b *testing.B) map[string]int64 {
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return nil
+	}
+	m := map[string]int64{}
+	for line := range strings.Lines(string(data)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/self/io: %q: %v", line, err)
+		}
+		m[k] = n
+	}
+	return m
 }

@@ -41,21 +41,21 @@ func BenchmarkScenarios(b *testing.B) {
 // client count.
 func BenchmarkScenariosProduction(b *testing.B) {
 	srv := testenv.ZooKeeperProduction(b)
-	impls := scenarioImpls(b, srv, urlLockers(b, srv), productionTTL)
+	impls := scenarioImpls(b, srv, urlLockers(b, srv, productionTTL), productionTTL)
 	warmUp(b, impls, productionWarmUp)
 	contend.Scenarios(b, impls, 3*time.Second)
 }
 
 // urlLockers returns a function that opens a Locker on srv as users open
-// one: through the zk:// URL, with a TTL of productionTTL.
-func urlLockers(b *testing.B, srv *testenv.ZooKeeperServer) func(*testing.B) locker.Locker {
+// one: through the zk:// URL, with a TTL of ttl.
+func urlLockers(b *testing.B, srv *testenv.ZooKeeperServer, ttl time.Duration) func(*testing.B) locker.Locker {
 	var mux locker.Mux
 	if err := mux.Register("zk", zookeeper.Open); err != nil {
 		b.Fatal(err)
 	}
 	url := "zk://" + srv.Servers()[0] + zookeeper.DefaultRoot
 	return func(b *testing.B) locker.Locker {
-		l, err := locker.Open(b.Context(), &mux, url, locker.WithTTL(productionTTL))
+		l, err := locker.Open(b.Context(), &mux, url, locker.WithTTL(ttl))
 		if err != nil {
 			b.Fatal(err)
 		}
