@@ -42,6 +42,12 @@
 // store's commands per acquisition, those run by scripts included, and the
 // scripts among them, and "<name>-script-µs" is the server's time per
 // script, when the Impl can read them (Impl.ServerCalls).
+//
+// OneKey reports "<name>-again": the share of the acquisitions that went
+// to the client that had held the key last, without a hand-off to another
+// client. A lock that lets its releaser take the key again at once (a
+// retry loop) makes most of its acquisitions so; a fair one, none while
+// others wait. It says how much of a difference in rate is hand-offs.
 package contend
 
 import (
@@ -110,6 +116,7 @@ type Result struct {
 	WaitP50      time.Duration
 	WaitP99      time.Duration
 	WaitMax      time.Duration // the longest wait
+	Again        int           // acquisitions by the client that had held the key last (OneKey)
 	Losses       int           // Unlocks that found the lock gone as the contract allows
 	FirstLoss    error         // the first of them, or nil
 	ClientCPU    time.Duration // this process's CPU time over the turns; 0: unknown
@@ -134,6 +141,10 @@ func (c Calls) sub(d Calls) Calls {
 
 // Rate is acquisitions per second.
 func (r Result) Rate() float64 { return float64(r.Acquisitions) / r.Elapsed.Seconds() }
+
+// AgainShare is the share of the acquisitions that went to the client
+// that had held the key last (Again), 0 to 1.
+func (r Result) AgainShare() float64 { return float64(r.Again) / float64(max(r.Acquisitions, 1)) }
 
 // Fairness is the fewest acquisitions of a client over the most (1 is even).
 func (r Result) Fairness() float64 { return float64(r.MinPer) / float64(max(r.MaxPer, 1)) }
@@ -160,6 +171,7 @@ type tally struct {
 	clientCPU time.Duration
 	serverCPU time.Duration
 	calls     Calls
+	again     int
 	losses    int
 	firstLoss error
 }
@@ -175,7 +187,7 @@ func (t *tally) result() Result {
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99), WaitMax: pct(t.waits, 1),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
-		Calls: t.calls, Losses: t.losses, FirstLoss: t.firstLoss,
+		Calls: t.calls, Again: t.again, Losses: t.losses, FirstLoss: t.firstLoss,
 	}
 }
 
@@ -191,6 +203,8 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 	cctx := k.ctx(ctx)
 	var (
 		counter   atomic.Int64
+		last      atomic.Int64 // the client that took the key last, with shared
+		again     atomic.Int64 // acquisitions by that client, with shared
 		wg        sync.WaitGroup
 		mu        sync.Mutex
 		firstErr  error
@@ -221,6 +235,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 	}
 	calls0 := serverCalls()
 	server0, client0 := serverCPU(), processCPU()
+	last.Store(-1)
 	start := time.Now()
 	stop := start.Add(d)
 	for i := range n {
@@ -236,6 +251,9 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 				}
 				waits[i] = append(waits[i], time.Since(t0))
 				if shared {
+					if last.Swap(int64(i)) == int64(i) {
+						again.Add(1)
+					}
 					v := counter.Load()
 					runtime.Gosched() // a read-yield-write that overlapping holders would lose
 					counter.Store(v + 1)
@@ -283,6 +301,7 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 	t.clientCPU += client
 	t.serverCPU += server
 	t.calls = t.calls.add(calls)
+	t.again += int(again.Load())
 	t.losses += losses
 	t.firstLoss = cmpOr(t.firstLoss, firstLoss)
 }
@@ -382,6 +401,9 @@ func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][
 	}, true)
 	for k, kind := range ctxKinds {
 		report(b, impls, rs[k], "handoffs/s", kind)
+		for i, r := range rs[k] {
+			b.ReportMetric(r.AgainShare(), impls[i].Name+"-again"+kind.suffix)
+		}
 	}
 	return rs
 }

@@ -96,3 +96,49 @@ func TestRunCountsAllowedLosses(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCountsAgain: on one key, an acquisition by the client that had
+// held the key last counts as again; one handed to the other client does
+// not.
+func TestRunCountsAgain(t *testing.T) {
+	// Two clients pass one token: a client's Lock takes it from its own
+	// channel, its Unlock hands it to the other client's.
+	chs := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
+	chs[0] <- struct{}{}
+	turns := make([]Mutex, 2)
+	for i := range turns {
+		turns[i] = Func(func(ctx context.Context) (func(context.Context) error, error) {
+			select {
+			case <-chs[i]:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return func(context.Context) error { chs[1-i] <- struct{}{}; return nil }, nil
+		})
+	}
+	var mu sync.Mutex
+	alone := Func(func(context.Context) (func(context.Context) error, error) {
+		mu.Lock()
+		return func(context.Context) error { mu.Unlock(); return nil }, nil
+	})
+	for _, c := range []struct {
+		name  string
+		ms    []Mutex
+		again func(acquisitions int) int
+	}{
+		{"two clients taking turns", turns, func(int) int { return 0 }},
+		{"one client", []Mutex{alone}, func(n int) int { return n - 1 }},
+	} {
+		var tl tally
+		r := testing.Benchmark(func(b *testing.B) {
+			tl = tally{}
+			run(b, Impl{Name: "test"}, c.ms, 20*time.Millisecond, true, ctxKinds[0], &tl)
+		})
+		if r.N == 0 {
+			t.Fatalf("%s: the run failed", c.name)
+		}
+		if res := tl.result(); res.Acquisitions < 2 || res.Again != c.again(res.Acquisitions) {
+			t.Errorf("%s: %d of %d acquisitions counted again, want %d", c.name, res.Again, res.Acquisitions, c.again(res.Acquisitions))
+		}
+	}
+}
