@@ -712,7 +712,16 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			if !ok {
 				return
 			}
+			// WaiterCrash crashes the waiter after a pause for its Lock
+			// to begin; on a loaded machine it may begin later, after
+			// the holder's Unlock, and find the key free. The crash
+			// comes once a wait is in progress (a TTL at most).
 			b.mu.Lock()
+			for end := time.Now().Add(e.ttl); len(b.waits) == 0 && time.Now().Before(end); {
+				b.mu.Unlock()
+				time.Sleep(e.ttl / 100)
+				b.mu.Lock()
+			}
 			b.crashed = true
 			waits := b.waits
 			b.waits = nil
