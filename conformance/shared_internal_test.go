@@ -32,6 +32,10 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		}
 		return inner.TryLockShared(ctx, key, s, opts...)
 	}
+	if dl, ok := ctx.Deadline(); b.kind == slowTries && !wait && ok && time.Until(dl) < b.env.ttl {
+		<-ctx.Done() // the answer comes too late
+		return nil, &locker.Error{Op: "trylockshared", Key: key, Err: locker.ErrNotAcquired, Cause: context.Cause(ctx)}
+	}
 	if b.kind == overLimitAgain && s.Mode == locker.Permits && b.freedJustNow(key) {
 		// The permit is taken for the one just given back: the key does
 		// not count it.
