@@ -30,8 +30,7 @@ func sharedDriver(t *testing.T) (notifyingDriver, context.Context, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st := newStatements(DefaultTable)
-	d := &pgDriver{q: newPoolQuerier(pool), cfg: Config{Table: DefaultTable}, sql: st, shared: newSharedStatements(DefaultTable, st), logger: slog.New(slog.DiscardHandler)}
+	d := newDriver(newPoolQuerier(pool), Config{Table: DefaultTable}, nil)
 	cfg := driver.Config{TTL: sharedTTL, Logger: slog.New(slog.DiscardHandler), Backoff: driver.Backoff(func(int) time.Duration { return 10 * time.Millisecond })}
 	if err := d.Configure(ctx, cfg); err != nil {
 		t.Fatal(err)
