@@ -26,9 +26,9 @@ func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 	n, last := 0, ""
 	err := d.q.query(ctx, q, []any{cursor, prefix, limit}, func(scan func(...any) error) error {
 		var (
-			name, label  string
-			version      int64
-			start, until sql.NullInt64
+			name, label   string
+			version       int64
+			start, until  sql.NullInt64
 			shared, first bool
 			data          []byte
 		)

@@ -150,7 +150,7 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 		rows: "SELECT owner_token, mode, weight, share_limit, queued, " + micros("lock_until") + " - " + micros(dbNow) +
 			" FROM " + st + " WHERE task_name = $1 ORDER BY queued, token",
 		claim: claimSQL(t, st),
-		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
+		drop:  "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
 		settle: "WITH o AS (SELECT 1 FROM " + st + " WHERE task_name = $1)," +
 			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + " RETURNING 1)," +
 			" f AS (UPDATE " + t + " SET task_status = 'FINISH', owner_token = '', finish_time = " + dbNow + ", lock_until = " + dbNow +
