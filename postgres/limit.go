@@ -22,8 +22,7 @@ func setLimitSQL(st string) string {
 // SetLimit implements driver.Limiter: one statement that sets a first
 // holder's limit in its key's row (first.go), or else one transaction that
 // locks the key's row, as attempts do, and sets the limit of every holder
-// and waiter. The
-// waiters wake on its notification, or poll.
+// and waiter. The waiters wake on its notification, or poll.
 func (d *pgDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	if err := d.checkShared(); err != nil {
 		return err
