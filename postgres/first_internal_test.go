@@ -165,3 +165,24 @@ func TestFirstHolderBesideOldVersion(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstHolderUndo: the cleanup after a shared attempt whose outcome is
+// unknown frees the key's row that the attempt took as its first holder,
+// and the hold that a later request moved.
+func TestFirstHolderUndo(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		d, ctx, key := sharedDriver(t)
+		l := firstHold(ctx, t, d, key, "first")
+		if moved {
+			if _, err := d.TryAcquireShared(ctx, driver.Request{Key: key, Owner: "second", TTL: sharedTTL}, driver.Share{Mode: driver.Permits, Weight: 1, Limit: 1}); !errors.Is(err, driver.ErrConflict) {
+				t.Fatalf("a request of another limit: %v, want a conflict (its batch moves the hold all the same)", err)
+			}
+		}
+		if err := d.undoShare(ctx, key, l.Owner); err != nil {
+			t.Fatalf("undo (moved %v): %v", moved, err)
+		}
+		if st, err := d.Inspect(ctx, key); err != nil || st.Held {
+			t.Errorf("Inspect after the undo (moved %v): %+v, %v; want the key free", moved, st, err)
+		}
+	}
+}

@@ -472,9 +472,10 @@ func shareKindOf(mode driver.Mode, limit int) string {
 
 // undoShare deletes owner's live hold or place in line of key, which an
 // attempt whose outcome is unknown may have left, and settles the key's
-// row. It locks the key's row first, so that it runs after the attempt
-// if it is still writing. It returns driver.ErrNotHeld when there was
-// nothing to delete.
+// row; a first holder's row (first.go) it frees with the plain undo. It
+// locks the key's row first, so that it runs after the attempt if it is
+// still writing. It returns driver.ErrNotHeld when there was nothing to
+// delete.
 func (d *pgDriver) undoShare(ctx context.Context, key, owner string) error {
 	// A first attempt takes the key's row: free it when it is ours.
 	n, err := d.freeing(ctx, d.sql.undo, key, firstOwner(owner), d.cfg.Table)
