@@ -15,9 +15,10 @@ import (
 // A shared attempt on a key that is not free (a waiter's claim, a second
 // permit) is one batch of statements sent at once (querier.batch), one
 // transaction at READ COMMITTED: insert the key's row unless it exists,
-// lock it, then claim. The claim decides in SQL what admit did in Go, on a
-// snapshot taken after the lock, so it sees every grant and place in line
-// committed before: each of those locks the key's row.
+// lock it, move a first holder out of it (see first.go), then claim. The
+// claim decides in SQL what admit did in Go, on a snapshot taken after the
+// lock, so it sees every grant and place in line committed before: each of
+// those locks the key's row.
 
 // claimSQL is the statement that decides a shared attempt on the key's
 // holders and waiters (table st) once the key's row (table t) is locked:
@@ -93,6 +94,7 @@ func (d *pgDriver) shareAttempt(ctx context.Context, req driver.Request, s drive
 	err := d.q.batch(ctx, []stmt{
 		{d.shared.insertKey, []any{req.Key}},
 		{d.shared.lockKey, []any{req.Key}},
+		{d.first.move, []any{req.Key}},
 		{d.shared.claim, []any{req.Key, req.Owner, label, ttlMicros(req.TTL), f.Store, int16(s.Mode), s.Weight, s.Limit, s.Queue}},
 	}, func(scan func(...any) error) error {
 		found = true

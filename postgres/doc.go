@@ -43,10 +43,17 @@
 // tokens increase across plain locks and shared holds. While shared holds
 // hold a key, its row's owner_token is "(shared)", which no plain lock
 // takes. An attempt on a free key is one statement that takes the key's
-// row for shared holds and inserts the holder. On a key shared holds hold,
-// an attempt is one READ COMMITTED transaction behind the key's row lock,
-// its statements sent at once in one round trip (a pgx batch, on a
-// *sql.DB through its pgx connection).
+// row for the hold itself, as a plain lock does: the key's first holder
+// lives in the key's row (owner_token "(first) " and its owner token, its
+// mode, weight and limit in lock_data), and is released, kept and renewed
+// there. On a key another lock or hold holds, an attempt is one READ
+// COMMITTED transaction behind the key's row lock, its statements sent at
+// once in one round trip (a pgx batch, on a *sql.DB through its pgx
+// connection); it first moves a first holder into the second table, where
+// the holder's next renewal, release or keep finds it. Lockers of the
+// version before first holders see a first holder's row as a plain lock's:
+// their shared attempts on that key fail with a conflict until it is
+// released or moved.
 // A waiter records its place in line: a waiting writer blocks later
 // readers, a waiting heavy request later light ones. The holds are renewed
 // in the statement that renews the Locker's locks. A release is one

@@ -22,10 +22,7 @@ func TestFreedSharedKey(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			l, pool, ctx := sharedLocker(t)
 			s, _ := locker.NewSemaphore(l, "k", 2)
-			p, err := s.TryAcquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := movedPermit(ctx, t, s)
 			key := storedKey(ctx, t, pool, p)
 			if how == "crashed" {
 				// The holder crashed two seconds ago.
@@ -77,11 +74,7 @@ func TestFreedSharedKey(t *testing.T) {
 func TestLockMultiFreedSharedKey(t *testing.T) {
 	l, pool, ctx := sharedLocker(t)
 	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	releaseWhileLocked(ctx, t, pool, p)
+	releaseWhileLocked(ctx, t, pool, movedPermit(ctx, t, s))
 	// Generous: a key that stays refused makes LockMulti wait it out.
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -118,7 +111,27 @@ func TestTryLockMultiLiveSharedKey(t *testing.T) {
 	}
 }
 
-// storedKey returns the key, prefix included, of permit p.
+// movedPermit takes a permit of s and moves it out of its key's row, into
+// the table of shared holds, where a key's first holder stays until a
+// second request comes: it tries a second permit, and gives it back.
+func movedPermit(ctx context.Context, t *testing.T, s *locker.Semaphore) locker.Lock {
+	t.Helper()
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := s.TryAcquire(ctx); err == nil {
+		if err := q.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// storedKey returns the key, prefix included, of permit p, which is in the
+// table of shared holds.
 func storedKey(ctx context.Context, t *testing.T, pool *pgxpool.Pool, p locker.Lock) string {
 	t.Helper()
 	var key string

@@ -19,19 +19,27 @@ func setLimitSQL(st string) string {
 		" SELECT pg_notify($3, $1)::text"
 }
 
-// SetLimit implements driver.Limiter: one transaction that locks the key's
-// row, as attempts do, and sets the limit of every holder and waiter. The
-// waiters wake on its notification, or poll.
+// SetLimit implements driver.Limiter: one statement that sets a first
+// holder's limit in its key's row (first.go), or else one transaction that
+// locks the key's row, as attempts do, and sets the limit of every holder
+// and waiter. The waiters wake on its notification, or poll.
 func (d *pgDriver) SetLimit(ctx context.Context, key string, limit int) error {
 	if err := d.checkShared(); err != nil {
 		return err
 	}
 	var err error
 	for try := 0; ; try++ {
-		err = d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error { return d.setLimit(ctx, tx, key, limit) })
-		if !retryable(err) || try >= shareAttempts {
+		var first bool
+		if first, err = d.setFirstLimit(ctx, key, limit); first || err != nil {
 			break
 		}
+		err = d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error { return d.setLimit(ctx, tx, key, limit) })
+		if !retryable(err) && !errors.Is(err, errKeyMissing) || try >= shareAttempts {
+			break
+		}
+	}
+	if errors.Is(err, errKeyMissing) {
+		err = errors.New("the key's first holder kept changing")
 	}
 	if err != nil && !errors.Is(err, driver.ErrConflict) {
 		return classify(fmt.Errorf("setlimit: %w", err))
@@ -43,10 +51,24 @@ func (d *pgDriver) SetLimit(ctx context.Context, key string, limit int) error {
 func (d *pgDriver) setLimit(ctx context.Context, tx runner, key string, limit int) error {
 	var k keyRow
 	found := false
-	err := tx.query(ctx, d.shared.lockKey, []any{key}, func(scan func(...any) error) error {
+	err := tx.query(ctx, d.shared.lockTx, []any{key}, func(scan func(...any) error) error {
 		found = true
 		return scan(&k.status, &k.version, &k.owner, &k.live)
 	})
+	if err == nil && !found {
+		// No row, or a first holder's, which took the row since
+		// setFirstLimit looked: its renewal writes the row, so the row
+		// stays unlocked, and SetLimit looks again.
+		err = tx.query(ctx, d.shared.isFirst, []any{key}, func(scan func(...any) error) error {
+			if err := scan(&found); err != nil {
+				return err
+			}
+			if found {
+				return errKeyMissing
+			}
+			return nil
+		})
+	}
 	switch {
 	case err != nil:
 		return err

@@ -12,12 +12,13 @@ import (
 // the database's clock) whose task_name starts with prefix, after the
 // cursor (the last task_name of the previous page), in task_name order, at
 // most limit of them: one range read of the primary key per page, and one
-// read of the holders of each key held by shared holds. Waiters is 0 for
+// read of the holders of each key held by shared holds but for its first
+// holder, which the row names. Waiters is 0 for
 // plain locks, as for Inspect.
 func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) ([]driver.KeyStatus, string, error) {
 	limit = max(limit, 1)
 	q := "SELECT task_name, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-		", owner_token = " + sharedOwnerSQL + ", lock_data FROM " + quoteIdent(d.cfg.Table) +
+		", owner_token = " + sharedOwnerSQL + ", lock_data, starts_with(owner_token, " + firstPrefixSQL + ") FROM " + quoteIdent(d.cfg.Table) +
 		" WHERE task_name > $1 AND starts_with(task_name, $2) AND task_status = 'RUNNING'" +
 		" AND (lock_until > " + dbNow + " OR owner_token = " + sharedOwnerSQL + ")" +
 		" ORDER BY task_name LIMIT $3"
@@ -25,16 +26,21 @@ func (d *pgDriver) List(ctx context.Context, prefix, cursor string, limit int) (
 	n, last := 0, ""
 	err := d.q.query(ctx, q, []any{cursor, prefix, limit}, func(scan func(...any) error) error {
 		var (
-			name, label  string
-			version      int64
-			start, until sql.NullInt64
-			shared       bool
-			data         []byte
+			name, label   string
+			version       int64
+			start, until  sql.NullInt64
+			shared, first bool
+			data          []byte
 		)
-		if err := scan(&name, &version, &label, &start, &until, &shared, &data); err != nil {
+		if err := scan(&name, &version, &label, &start, &until, &shared, &data, &first); err != nil {
 			return err
 		}
 		n, last = n+1, name
+		if first {
+			st, err := firstStatus(label, version, start, until, data)
+			page = append(page, driver.KeyStatus{Key: name, Status: st})
+			return err
+		}
 		page = append(page, driver.KeyStatus{Key: name, Status: driver.Status{
 			Held: !shared, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}})
 		return nil

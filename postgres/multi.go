@@ -28,11 +28,11 @@ const maxMultiKeys = 100
 // for that reason, or because it reached the database after its fence,
 // returns the key "" instead: either way nobody held a key in its
 // snapshot, and the caller's next statement, with a fresh fence, may take
-// them. It takes nothing when a
-// key's row is marked as held by shared holds in its snapshot, and
+// them. It takes nothing when a key's row is marked as held by shared
+// holds in its snapshot, or a live first holder holds it (first.go), and
 // returns those keys instead. With settle, it frees such rows whose holds all ended and takes
 // them (see settling), and it returns instead the keys it saw live shared
-// holds or waiters on. It returns one row per key: name, version (0 for a
+// holds or waiters on, first holders included. It returns one row per key: name, version (0 for a
 // key returned instead), the database clock (µs since the epoch), and
 // whether the key was returned instead. Args: keys, owners, label, ttls µs
 // (arrays but label), fence µs, the number of keys.
@@ -40,12 +40,13 @@ func multiAcquireSQL(table string, settle bool) string {
 	t := quoteIdent(table)
 	// marked lists the keys that make the statement take nothing; take is
 	// the condition on a row that exists.
-	ctes := "v AS MATERIALIZED (SELECT task_name FROM " + t + " WHERE task_name = ANY($1::text[]) AND owner_token = " + sharedOwnerSQL + "),"
+	ctes := "v AS MATERIALIZED (SELECT task_name FROM " + t + " WHERE task_name = ANY($1::text[]) AND (owner_token = " + sharedOwnerSQL + " OR " + firstLive("") + ")),"
 	marked := "v"
 	take := "(l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + ") AND l.owner_token <> " + sharedOwnerSQL
 	if settle {
 		ctes = settling(t, quoteIdent(table+sharedSuffix), "= ANY($1::text[])") + "," +
-			" m AS (SELECT DISTINCT o.task_name FROM o JOIN v USING (task_name) WHERE o.live),"
+			" m AS (SELECT o.task_name FROM o JOIN v USING (task_name) WHERE o.live" +
+			" UNION SELECT task_name FROM " + t + " WHERE task_name = ANY($1::text[]) AND " + firstLive("") + "),"
 		marked = "m"
 		take = "(" + take + " OR " + settled("l") + ")"
 	}

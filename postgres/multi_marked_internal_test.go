@@ -64,7 +64,7 @@ func TestMultiSeesKeyMarkedMeanwhile(t *testing.T) {
 				_, err := d.TryAcquireMulti(ctx, reqs)
 				res <- err
 			}()
-			awaitRowWait(ctx, t, pool, "TryAcquireMulti", returned)
+			awaitRowWait(ctx, t, pool, "TryAcquireMulti", "WITH v AS MATERIALIZED%", returned)
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}

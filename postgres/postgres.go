@@ -130,12 +130,18 @@ func newLocker(q querier, cfg Config, kept *keptConn, opts []locker.Option) (loc
 	if err := validTable(cfg.Table); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
 	}
-	st := newStatements(cfg.Table)
-	d := &pgDriver{q: q, cfg: cfg, sql: st, shared: newSharedStatements(cfg.Table, st), logger: slog.New(slog.DiscardHandler), renewConn: kept}
+	d := newDriver(q, cfg, kept)
 	if cfg.PollOnly {
 		return locker.New(d, opts...)
 	}
 	return locker.New(notifyingDriver{d}, opts...)
+}
+
+// newDriver returns the driver of a Locker on q with a valid cfg.Table.
+func newDriver(q querier, cfg Config, kept *keptConn) *pgDriver {
+	st := newStatements(cfg.Table)
+	return &pgDriver{q: q, cfg: cfg, sql: st, shared: newSharedStatements(cfg.Table, st), first: newFirstStatements(cfg.Table),
+		logger: slog.New(slog.DiscardHandler), renewConn: kept}
 }
 
 // validTable checks a table name: only [A-Za-z0-9_], at most 63 bytes.
@@ -168,6 +174,7 @@ type pgDriver struct {
 	cfg    Config
 	sql    statements
 	shared sharedStatements
+	first  firstStatements
 	logger *slog.Logger
 	label  string
 	ttl    time.Duration // the Locker's TTL
@@ -421,6 +428,9 @@ func (d *pgDriver) freeing(ctx context.Context, stmt string, args ...any) (int, 
 // same statement.
 func (d *pgDriver) Release(ctx context.Context, l driver.Lease) error {
 	if s, ok := l.State.(*shareState); ok {
+		if s.inRow() {
+			return d.releaseFirst(ctx, s)
+		}
 		return d.releaseShared(ctx, s)
 	}
 	s := leaseState(l)
@@ -459,6 +469,9 @@ func (d *pgDriver) Break(ctx context.Context, key string) error {
 // the database clock, renewed by nobody.
 func (d *pgDriver) Keep(ctx context.Context, l driver.Lease, remaining time.Duration) error {
 	if s, ok := l.State.(*shareState); ok {
+		if s.inRow() {
+			return d.keepFirst(ctx, s, remaining)
+		}
 		return d.keepShared(ctx, s, remaining)
 	}
 	s := leaseState(l)
@@ -483,13 +496,18 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.Status, erro
 			status, label string
 			version       int64
 			start, until  sql.NullInt64
-			alive         bool
+			alive, first  bool
 			data          []byte
 		)
-		if err := scan(&status, &version, &label, &start, &until, &alive, &shared, &data); err != nil {
+		if err := scan(&status, &version, &label, &start, &until, &alive, &shared, &data, &first); err != nil {
 			return err
 		}
 		found = status == "RUNNING" && alive
+		if found && first {
+			var err error
+			st, err = firstStatus(label, version, start, until, data)
+			return err
+		}
 		st = driver.Status{Held: found, Label: label, Token: uint64(version), Acquired: utc(start), Expires: utc(until), Data: dataOf(data)}
 		return nil
 	})
@@ -525,14 +543,19 @@ type rowKey struct {
 
 // RenewBatch implements driver.BatchRenewer: one UPDATE … FROM unnest(…)
 // for every lease, whose RETURNING names the rows it renewed. Shared holds
-// are renewed by a second UPDATE in the same statement.
+// are renewed by a second UPDATE in the same statement; a first holder
+// still in its key's row (first.go) by both.
 func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
 	var keys, owners []string
 	var versions, ttls []int64
 	shared := false
-	for _, l := range ls {
-		if _, ok := l.State.(*shareState); ok {
+	inRow := make([]bool, len(ls))
+	for i, l := range ls {
+		if s, ok := l.State.(*shareState); ok {
 			shared = true
+			if inRow[i] = s.inRow(); inRow[i] {
+				keys, owners, versions, ttls = append(keys, s.key), append(owners, firstOwner(s.owner)), append(versions, s.token), append(ttls, ttlMicros(l.TTL))
+			}
 			continue
 		}
 		s := leaseState(l)
@@ -540,11 +563,11 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	}
 	renewed := make(map[rowKey]bool, len(ls))
 	var (
-		renewedShared map[shareState]bool
+		renewedShared map[shareKey]bool
 		err           error
 	)
 	if shared {
-		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, renewed)
+		renewedShared, err = d.renewMixed(ctx, [4]any{keys, owners, versions, ttls}, ls, inRow, renewed)
 	} else {
 		err = d.renewQuery(ctx, d.sql.renew, []any{keys, owners, versions, ttls}, func(scan func(...any) error) error {
 			var r rowKey
@@ -563,7 +586,11 @@ func (d *pgDriver) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.Du
 	for i, l := range ls {
 		var ok bool
 		if s, isShared := l.State.(*shareState); isShared {
-			ok = renewedShared[*s]
+			ok = renewedShared[s.name()]
+			if ok && s.first {
+				s.moved.Store(true)
+			}
+			ok = ok || inRow[i] && renewed[rowKey{s.key, firstOwner(s.owner), s.token}]
 		} else {
 			s := leaseState(l)
 			ok = renewed[rowKey{s.key, s.owner, s.version}]

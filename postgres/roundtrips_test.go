@@ -175,11 +175,7 @@ func freedKeyLocker(t *testing.T) (locker.Locker, *roundTrips, context.Context) 
 	t.Helper()
 	l, pool, rt, ctx := tracedLocker(t, t.Name()+"-"+rand.Text()[:8]+"/")
 	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	releaseWhileLocked(ctx, t, pool, p)
+	releaseWhileLocked(ctx, t, pool, movedPermit(ctx, t, s))
 	return l, rt, ctx
 }
 

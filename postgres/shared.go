@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -81,6 +82,13 @@ type sharedStatements struct {
 	table string // the quoted table of shared holds
 	// lockKey reads and row-locks the key's row. Args: key.
 	lockKey string
+	// lockTx is lockKey for a transaction that waits for its client: it
+	// skips a row that a live first holder holds, whose renewal would
+	// wait for the lock. Args: key.
+	lockTx string
+	// isFirst reads whether a live first holder holds the key's row.
+	// Args: key.
+	isFirst string
 	// insertKey inserts the key's row free unless it exists, waiting for
 	// an uncommitted insert of it. Args: key.
 	insertKey string
@@ -91,12 +99,6 @@ type sharedStatements struct {
 	// statement (see claimSQL). Args: key, owner, label, ttl µs, fence µs,
 	// mode, weight, limit, whether the request queues.
 	claim string
-	// quick grants a hold on a key no lock or shared hold holds, in one
-	// statement: it takes the key's row for shared holds, as take does,
-	// and inserts the holder. It returns the version, or no row when the
-	// key was not free or the fence passed. Args: key, owner, label, ttl
-	// µs, fence µs, mode, weight, limit.
-	quick string
 	// drop deletes live rows of the key matching a condition appended to
 	// it, from $2 on, and returns how many. Args: key, ….
 	drop string
@@ -140,23 +142,15 @@ func newSharedStatements(table string, plain statements) sharedStatements {
 	return sharedStatements{
 		table:   st,
 		lockKey: "SELECT task_status, version, owner_token, lock_until > " + dbNow + " FROM " + t + " WHERE task_name = $1 FOR UPDATE",
+		lockTx: "SELECT task_status, version, owner_token, lock_until > " + dbNow + " FROM " + t +
+			" WHERE task_name = $1 AND NOT (" + firstLive("") + ") FOR UPDATE",
+		isFirst: "SELECT " + firstLive("") + " FROM " + t + " WHERE task_name = $1",
 		insertKey: "INSERT INTO " + t + " (task_name, task_status, version, owner_token, owner_label, lock_until, update_time)" +
 			" VALUES ($1, 'FINISH', " + micros(dbNow) + ", '', '', " + dbNow + ", " + dbNow + ") ON CONFLICT (task_name) DO NOTHING",
 		rows: "SELECT owner_token, mode, weight, share_limit, queued, " + micros("lock_until") + " - " + micros(dbNow) +
 			" FROM " + st + " WHERE task_name = $1 ORDER BY queued, token",
 		claim: claimSQL(t, st),
-		quick: "WITH k AS (INSERT INTO " + t + " AS l" +
-			" (task_name, task_status, version, owner_token, owner_label, lock_until, start_time, update_time)" +
-			" SELECT $1::text, 'RUNNING', " + micros(dbNow) + ", " + sharedOwnerSQL + ", '" + sharedLabel + "', " + untilAt("$4") + ", " + dbNow + ", " + dbNow +
-			" WHERE " + fenceAt("$5") +
-			" ON CONFLICT (task_name) DO UPDATE SET task_status = 'RUNNING', version = l.version + 1," +
-			" owner_token = EXCLUDED.owner_token, owner_label = EXCLUDED.owner_label, lock_until = EXCLUDED.lock_until," +
-			" start_time = EXCLUDED.start_time, finish_time = NULL, update_time = EXCLUDED.update_time" +
-			" WHERE (l.task_status <> 'RUNNING' OR l.lock_until <= " + dbNow + " AND l.owner_token <> " + sharedOwnerSQL + ")" +
-			" AND " + fenceAt("$5") + " RETURNING l.version)," +
-			" h AS (" + holderInsert(st, "k.version", "0") + ")" +
-			" SELECT version FROM k",
-		drop: "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
+		drop:  "DELETE FROM " + st + " WHERE task_name = $1 AND lock_until > " + dbNow,
 		settle: "WITH o AS (SELECT 1 FROM " + st + " WHERE task_name = $1)," +
 			" x AS (DELETE FROM " + st + " WHERE task_name = $1 AND lock_until <= " + dbNow + " RETURNING 1)," +
 			" f AS (UPDATE " + t + " SET task_status = 'FINISH', owner_token = '', finish_time = " + dbNow + ", lock_until = " + dbNow +
@@ -256,6 +250,16 @@ func leaving(t, st, cond string) string {
 type shareState struct {
 	key, owner string
 	token      int64
+	// first is true for a hold taken in its key's row (see first.go),
+	// moved once it was found in the table of shared holds.
+	first bool
+	moved atomic.Bool
+}
+
+// shareKey names a shared hold in the table of shared holds.
+type shareKey struct {
+	key, owner string
+	token      int64
 }
 
 // checkShared returns an error when the lock table's name leaves no room
@@ -291,17 +295,19 @@ func (k keyRow) plain() bool { return k.status == "RUNNING" && k.live && k.owner
 // shared reports whether shared holds hold the key.
 func (k keyRow) shared() bool { return k.status == "RUNNING" && k.owner == sharedOwner }
 
-// errKeyMissing is lockKey's error when the key has no row.
-var errKeyMissing = errors.New("no row")
+// errKeyMissing is lockKey's error when the key has no row, or a live
+// first holder holds it.
+var errKeyMissing = errors.New("no row, or a first holder's")
 
 // lockKey reads and row-locks the key's row in tx, inserting it free when
 // it is missing. It waits for any transaction writing the row, an
-// uncommitted insert included.
+// uncommitted insert included. It never locks a row that a live first
+// holder holds (lockTx), and returns errKeyMissing for it.
 func (d *pgDriver) lockKey(ctx context.Context, tx runner, key string) (keyRow, error) {
 	read := func() (keyRow, error) {
 		var k keyRow
 		found := false
-		err := tx.query(ctx, d.shared.lockKey, []any{key}, func(scan func(...any) error) error {
+		err := tx.query(ctx, d.shared.lockTx, []any{key}, func(scan func(...any) error) error {
 			found = true
 			return scan(&k.status, &k.version, &k.owner, &k.live)
 		})
@@ -408,15 +414,15 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 // errNotFree is quickShare's error when the key was not free.
 var errNotFree = errors.New("the key is not free")
 
-// quickShare grants a hold on a free key in one statement (see
-// sharedStatements.quick), setting f to its fence just before it sends it.
+// quickShare grants a hold on a free key in one statement, in the key's
+// row (see firstStatements.take), setting f to its fence just before it sends it.
 // It returns errNotFree when the key was not free, or the statement
 // arrived after its fence.
 func (d *pgDriver) quickShare(ctx context.Context, req driver.Request, s driver.Share, label string, f *driver.Fence) (driver.Grant, error) {
 	*f = d.clock.Fence(ctx, time.Now(), req.TTL)
 	var version int64
 	found := false
-	err := d.q.query(ctx, d.shared.quick, []any{req.Key, req.Owner, label, ttlMicros(req.TTL), f.Store, int16(s.Mode), s.Weight, s.Limit},
+	err := d.q.query(ctx, d.first.take, []any{req.Key, req.Owner, label, ttlMicros(req.TTL), f.Store, int16(s.Mode), s.Weight, s.Limit},
 		func(scan func(...any) error) error {
 			found = true
 			return scan(&version)
@@ -428,7 +434,7 @@ func (d *pgDriver) quickShare(ctx context.Context, req driver.Request, s driver.
 		return driver.Grant{}, errNotFree
 	}
 	return driver.Grant{Token: uint64(version), Validity: req.TTL,
-		State: &shareState{key: req.Key, owner: req.Owner, token: version}}, nil
+		State: &shareState{key: req.Key, owner: req.Owner, token: version, first: true}}, nil
 }
 
 // errFenced is the error of an attempt whose fenced statement arrived
@@ -466,10 +472,19 @@ func shareKindOf(mode driver.Mode, limit int) string {
 
 // undoShare deletes owner's live hold or place in line of key, which an
 // attempt whose outcome is unknown may have left, and settles the key's
-// row. It locks the key's row first, so that it runs after the attempt
-// if it is still writing. It returns driver.ErrNotHeld when there was
-// nothing to delete.
+// row; a first holder's row (first.go) it frees with the plain undo. It
+// locks the key's row first, so that it runs after the attempt if it is
+// still writing. It returns driver.ErrNotHeld when there was nothing to
+// delete.
 func (d *pgDriver) undoShare(ctx context.Context, key, owner string) error {
+	// A first attempt takes the key's row: free it when it is ours.
+	n, err := d.freeing(ctx, d.sql.undo, key, firstOwner(owner), d.cfg.Table)
+	if err != nil {
+		return classify(err)
+	}
+	if n > 0 {
+		return nil
+	}
 	return d.inShareTx(ctx, key, func(tx runner) (int64, error) {
 		return tx.exec(ctx, d.shared.drop+" AND owner_token = $2", key, owner)
 	})
@@ -500,6 +515,11 @@ func (d *pgDriver) inShareTx(ctx context.Context, key string, change func(runner
 	for try := 0; ; try++ {
 		err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
 			k, err := d.lockKey(ctx, tx, key)
+			if errors.Is(err, errKeyMissing) {
+				// No row, or a first holder's: none in the table of
+				// shared holds is live.
+				return driver.ErrNotHeld
+			}
 			if err != nil {
 				return err
 			}

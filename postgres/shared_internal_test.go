@@ -43,8 +43,7 @@ func sharedDriverConns(t *testing.T, maxConns int32) (notifyingDriver, context.C
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st := newStatements(DefaultTable)
-	d := &pgDriver{q: newPoolQuerier(pool), cfg: Config{Table: DefaultTable}, sql: st, shared: newSharedStatements(DefaultTable, st), logger: slog.New(slog.DiscardHandler)}
+	d := newDriver(newPoolQuerier(pool), Config{Table: DefaultTable}, nil)
 	cfg := driver.Config{TTL: sharedTTL, Logger: slog.New(slog.DiscardHandler), Backoff: driver.Backoff(func(int) time.Duration { return 10 * time.Millisecond })}
 	if err := d.Configure(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -161,7 +160,7 @@ func holdAddedMeanwhile(ctx context.Context, t *testing.T, d notifyingDriver, ke
 		r.taken, r.err = take()
 		res <- r
 	}()
-	awaitRowWait(ctx, t, pool, name, returned)
+	awaitRowWait(ctx, t, pool, name, "WITH v AS MATERIALIZED%", returned)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -174,14 +173,15 @@ func holdAddedMeanwhile(ctx context.Context, t *testing.T, d notifyingDriver, ke
 	}
 }
 
-// awaitRowWait waits until a statement of TryAcquireMulti or settleTake
-// (they start "WITH v AS MATERIALIZED") waits for a row lock. It fails the
-// test when returned, closed once name returned, closes first.
-func awaitRowWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name string, returned <-chan struct{}) {
+// awaitRowWait waits until a statement of name whose text is LIKE like
+// (TryAcquireMulti's and settleTake's start "WITH v AS MATERIALIZED")
+// waits for a row lock. It fails the test when returned, closed once name
+// returned, closes first.
+func awaitRowWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, name, like string, returned <-chan struct{}) {
 	t.Helper()
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH v AS MATERIALIZED%'").Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1", like).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

@@ -77,34 +77,54 @@ func (d *pgDriver) inspectShared(ctx context.Context, key string) (driver.Status
 }
 
 // renewMixed renews plain and shared leases in one statement; renewed
-// gets the plain ones' rowKey and the shared ones' shareState.
-func (d *pgDriver) renewMixed(ctx context.Context, plain [4]any, ls []driver.Lease, renewedPlain map[rowKey]bool) (map[shareState]bool, error) {
+// gets the plain ones' rowKey and the shared ones' shareKey. inRow marks
+// the first holders that plain includes in their key's row: one that
+// neither that row nor the table of shared holds renewed may have moved
+// while the statement ran, its row in the table of shared holds committed
+// after the statement's snapshot, so a second statement looks there once
+// more.
+func (d *pgDriver) renewMixed(ctx context.Context, plain [4]any, ls []driver.Lease, inRow []bool, renewedPlain map[rowKey]bool) (map[shareKey]bool, error) {
 	if err := d.checkShared(); err != nil {
 		return nil, err
 	}
-	var keys, owners []string
-	var tokens, ttls []int64
-	for _, l := range ls {
-		if s, ok := l.State.(*shareState); ok {
-			keys, owners, tokens, ttls = append(keys, s.key), append(owners, s.owner), append(tokens, s.token), append(ttls, ttlMicros(l.TTL))
+	renewed := make(map[shareKey]bool)
+	run := func(plain [4]any, pick func(int, *shareState) bool) error {
+		var keys, owners []string
+		var tokens, ttls []int64
+		for i, l := range ls {
+			if s, ok := l.State.(*shareState); ok && pick(i, s) {
+				keys, owners, tokens, ttls = append(keys, s.key), append(owners, s.owner), append(tokens, s.token), append(ttls, ttlMicros(l.TTL))
+			}
 		}
-	}
-	renewed := make(map[shareState]bool, len(keys))
-	err := d.renewQuery(ctx, d.shared.renew, []any{plain[0], plain[1], plain[2], plain[3], keys, owners, tokens, ttls},
-		func(scan func(...any) error) error {
-			var (
-				shared bool
-				r      rowKey
-			)
-			if err := scan(&shared, &r.key, &r.owner, &r.version); err != nil {
-				return err
-			}
-			if shared {
-				renewed[shareState{key: r.key, owner: r.owner, token: r.version}] = true
-			} else {
-				renewedPlain[r] = true
-			}
+		if len(keys) == 0 {
 			return nil
-		})
+		}
+		return d.renewQuery(ctx, d.shared.renew, []any{plain[0], plain[1], plain[2], plain[3], keys, owners, tokens, ttls},
+			func(scan func(...any) error) error {
+				var (
+					shared bool
+					r      rowKey
+				)
+				if err := scan(&shared, &r.key, &r.owner, &r.version); err != nil {
+					return err
+				}
+				if shared {
+					renewed[shareKey{key: r.key, owner: r.owner, token: r.version}] = true
+				} else {
+					renewedPlain[r] = true
+				}
+				return nil
+			})
+	}
+	if err := run(plain, func(int, *shareState) bool { return true }); err != nil {
+		return nil, err
+	}
+	none := [4]any{[]string{}, []string{}, []int64{}, []int64{}}
+	err := run(none, func(i int, s *shareState) bool {
+		return inRow[i] && !renewed[s.name()] && !renewedPlain[rowKey{s.key, firstOwner(s.owner), s.token}]
+	})
 	return renewed, err
 }
+
+// name is the hold's name in the table of shared holds.
+func (s *shareState) name() shareKey { return shareKey{key: s.key, owner: s.owner, token: s.token} }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -89,25 +90,37 @@ func TestSharedConflicts(t *testing.T) {
 // crashed is free for a plain lock once their holds expired, with a token
 // above theirs.
 func TestSharedCrashedThenPlain(t *testing.T) {
-	l, pool, ctx := sharedLocker(t)
-	s, _ := locker.NewSemaphore(l, "k", 2)
-	p, err := s.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, moved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("moved=%v", moved), func(t *testing.T) {
+			l, pool, ctx := sharedLocker(t)
+			s, _ := locker.NewSemaphore(l, "k", 2)
+			var p locker.Lock
+			if moved {
+				p = movedPermit(ctx, t, s)
+			} else {
+				var err error
+				if p, err = s.TryAcquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The holder crashed two seconds ago, in its key's row or in
+			// the table of shared holds.
+			for _, table := range []string{postgres.DefaultTable, postgres.DefaultTable + "_shared"} {
+				if _, err := pool.Exec(ctx, `UPDATE "`+table+`" SET lock_until = clock_timestamp() - interval '2 seconds'`+
+					` WHERE starts_with(task_name, $1)`, t.Name()+"-"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lk, err := l.TryLock(ctx, "k")
+			if err != nil {
+				t.Fatalf("a plain lock on a key whose shared holders crashed: %v", err)
+			}
+			if lk.Token() <= p.Token() {
+				t.Errorf("the plain lock got token %d, not above the crashed permit's %d", lk.Token(), p.Token())
+			}
+			_ = lk.Unlock(ctx)
+		})
 	}
-	// The holder crashed two seconds ago.
-	if _, err := pool.Exec(ctx, `UPDATE "`+postgres.DefaultTable+`_shared" SET lock_until = clock_timestamp() - interval '2 seconds'`+
-		` WHERE starts_with(task_name, $1)`, t.Name()+"-"); err != nil {
-		t.Fatal(err)
-	}
-	lk, err := l.TryLock(ctx, "k")
-	if err != nil {
-		t.Fatalf("a plain lock on a key whose shared holders crashed: %v", err)
-	}
-	if lk.Token() <= p.Token() {
-		t.Errorf("the plain lock got token %d, not above the crashed permit's %d", lk.Token(), p.Token())
-	}
-	_ = lk.Unlock(ctx)
 }
 
 // TestSharedKeep checks MinHold on a permit: given back early, it stays

@@ -26,7 +26,7 @@ type statements struct {
 	// holds. It returns one row: the version taken or NULL, the holder's
 	// remaining µs or NULL (none, or the holder's row is not visible yet),
 	// the database clock (µs since the epoch), and whether the key is
-	// held by shared holds. Args: key, owner, label, ttl µs, fence µs,
+	// held by shared holds, its first holder (first.go) included. Args: key, owner, label, ttl µs, fence µs,
 	// data.
 	acquire string
 	// setData replaces the holder's data. Args: data, key, owner, version.
@@ -51,8 +51,8 @@ type statements struct {
 	// renew renews many leases in one statement and returns the renewed
 	// rows. Args: keys, owners, versions, ttls µs (arrays).
 	renew string
-	// inspect reads the row, whether shared holds hold it, and its data.
-	// Args: key.
+	// inspect reads the row, whether shared holds hold it, its data, and
+	// whether a first holder holds it (first.go). Args: key.
 	inspect string
 	// guard reads and row-locks the row. Args: key.
 	guard string
@@ -79,7 +79,7 @@ func newStatements(table string) statements {
 			" SELECT (SELECT version FROM a), (SELECT CASE WHEN task_status = 'RUNNING' THEN " +
 			micros("lock_until") + " - " + micros(dbNow) + " END" +
 			" FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a)), " + micros(dbNow) +
-			", (SELECT owner_token = " + sharedOwnerSQL + " FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a))",
+			", (SELECT owner_token = " + sharedOwnerSQL + " OR " + firstLive("") + " FROM " + t + " WHERE task_name = $1::text AND NOT EXISTS (SELECT 1 FROM a))",
 		now: "SELECT " + micros(dbNow),
 		release: "WITH r AS (UPDATE " + t + " SET " + free +
 			" WHERE task_name = $1 AND owner_token = $2 AND version = $3 AND task_status = 'RUNNING' RETURNING task_name)" +
@@ -104,7 +104,8 @@ func newStatements(table string) statements {
 			" AND l.task_status = 'RUNNING' AND l.lock_until > " + dbNow +
 			" RETURNING l.task_name, l.owner_token, l.version",
 		inspect: "SELECT task_status, version, owner_label, " + micros("start_time") + ", " + micros("lock_until") +
-			", lock_until > " + dbNow + ", owner_token = " + sharedOwnerSQL + ", lock_data FROM " + t + " WHERE task_name = $1",
+			", lock_until > " + dbNow + ", owner_token = " + sharedOwnerSQL + ", lock_data, starts_with(owner_token, " + firstPrefixSQL + ")" +
+			" FROM " + t + " WHERE task_name = $1",
 		setData: "UPDATE " + t + " SET lock_data = $1, update_time = " + dbNow +
 			" WHERE task_name = $2 AND owner_token = $3 AND version = $4 AND task_status = 'RUNNING' AND lock_until > " + dbNow,
 		guard: "SELECT owner_token, version, task_status, lock_until > " + dbNow +

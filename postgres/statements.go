@@ -14,14 +14,14 @@ package postgres
 // the owner's.
 //
 // Hold takes a shared hold (a permit or a read hold) of a key no lock or
-// shared hold holds, recording it in the table of shared holds. Its args
+// shared hold holds, in the key's row, as the key's first holder. Its args
 // are key, owner, label, TTL in µs, fence in µs (as Acquire's), mode (1
 // for a permit, as driver.Permits), weight and limit. It returns the
 // hold's fencing token, or no row when the key was not free or the fence
 // passed.
 //
-// Leave ends a hold that Hold took, frees the key's row when it was the
-// last, and notifies channel. Its args are key, owner, channel, token; it
+// Leave ends a hold that Hold took, frees the key's row, and notifies
+// channel. Its args are key, owner, channel, token; it
 // returns one row when the hold was the owner's.
 type Statements struct {
 	Acquire, Release string
@@ -32,6 +32,6 @@ type Statements struct {
 // name is not checked: pass a name New accepts.
 func SQL(table string) Statements {
 	s := newStatements(table)
-	sh := newSharedStatements(table, s)
-	return Statements{Acquire: s.acquire, Release: s.release, Hold: sh.quick, Leave: sh.release}
+	f := newFirstStatements(table)
+	return Statements{Acquire: s.acquire, Release: s.release, Hold: f.take, Leave: f.release}
 }
