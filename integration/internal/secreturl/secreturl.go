@@ -128,11 +128,12 @@ func Check(t *testing.T, scheme string, port int, parallel int, open func(raw st
 // dialOutcome matches the ways a dial of the closed port can end, which
 // differ from one attempt to the next under load (the client's retries
 // against the ctx's deadline): they are not the password's doing. pgx's
-// refusal lists its attempts after the user and database; under load its
-// open outlasts the deadline instead. A mangled word ("xxxxx tcp") does not
+// refusal lists its attempts after the user and database, a line each
+// (joined with "; " by locker.Open); under load its open outlasts the
+// deadline instead. A mangled word ("xxxxx tcp") does not
 // match, so it is still caught.
 var dialOutcome = regexp.MustCompile("failed to connect to `user=[^`]* database=[^`]*`:" +
-	`(?:; \t127\.0\.0\.[12]:\d+ \(127\.0\.0\.[12]\): dial error: (?:` + dialEnd + `))+|` + dialEnd)
+	`(?:(?:; |\n)\t127\.0\.0\.[12]:\d+ \(127\.0\.0\.[12]\): dial error: (?:` + dialEnd + `))+|` + dialEnd)
 
 // dialEnd is how one dial of the closed port ends.
 const dialEnd = `dial tcp 127\.0\.0\.[12]:\d+: connect: connection refused|context deadline exceeded|i/o timeout|redis: client is closed`
