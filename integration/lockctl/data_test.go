@@ -18,7 +18,6 @@ func TestData(t *testing.T) {
 	const data = "10.0.0.7:8080 run 42"
 	for _, s := range storeurl.Backends {
 		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
 			url, dir, k := s.URL(t), t.TempDir(), key(t)
 			p := start(t, dir, url, "run", "--ttl", ttl.String(), "--owner", "leader", "--data", data, k, "--", "sh", "-c",
 				`echo "$LOCKER_TOKEN" > token; while [ ! -e go ]; do sleep 0.05; done`)

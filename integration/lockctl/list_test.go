@@ -33,7 +33,6 @@ func holdKey(t *testing.T, dir, url, k, owner string) string {
 func TestLs(t *testing.T) {
 	for _, s := range storeurl.Backends {
 		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
 			url, dir, prefix := s.URL(t), t.TempDir(), key(t)+"/"
 			tokens := map[string]string{
 				prefix + "a": holdKey(t, dir, url, prefix+"a", "holder-a"),

@@ -45,10 +45,6 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	// The tests wait on lockctl processes and the stores' TTLs, not on
-	// the cores: the four backends' subtests run side by side (each on a
-	// server, keys and directories of its own), their cases one by one.
-	testenv.Parallel(4)
 	testenv.MainWith(m, func() {
 		storeurl.Stop()
 		_ = os.RemoveAll(dir)
@@ -170,7 +166,6 @@ const waitGo = `echo "$LOCKER_TOKEN" >> ran; while [ ! -e go ]; do sleep 0.05; d
 func TestLockctl(t *testing.T) {
 	for _, s := range storeurl.Backends {
 		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
 			url := s.URL(t)
 			t.Run("TryRunsOnce", func(t *testing.T) { testTryRunsOnce(t, url) })
 			t.Run("QuietTry", func(t *testing.T) { testQuietTry(t, url) })

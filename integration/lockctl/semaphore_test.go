@@ -35,7 +35,6 @@ func holdPermits(t *testing.T, dir, url, k, owner, limit, n string) string {
 func TestSemaphore(t *testing.T) {
 	for _, s := range storeurl.Backends {
 		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
 			url := s.URL(t)
 			dir, k := t.TempDir(), key(t)
 			tokens := map[string]string{
