@@ -34,8 +34,10 @@ TESTPKGS     := $(if $(filter work,$(PKGS)),$(LONGEST) work,$(PKGS))
 .NOTPARALLEL:
 .PHONY: test vet fmt-check modules-check tidy-check bench install-servers release release-check
 
+# go test runs no vet of its own (-vet=off): the vet step before it ran
+# every analyzer of go test's set, and more, on the same packages.
 test: fmt-check modules-check tidy-check install-servers vet
-	$(WITHSTORES) $(TESTREPORT) $(GO) test -json -race -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TESTPKGS)
+	$(WITHSTORES) $(TESTREPORT) $(GO) test -json -race -vet=off -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TESTPKGS)
 
 vet:
 	$(GO) vet $(PKGS)

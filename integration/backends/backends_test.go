@@ -61,12 +61,15 @@ func TestEverySchemeOpens(t *testing.T) {
 		t.Fatalf("Register must add the built-in schemes, got %s", got)
 	}
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
 		exercise(t, m, "redis://"+testenv.Redis(t).Addr()+"/0?ttl=3s&prefix=url-test/")
 	})
 	t.Run("redis-cluster", func(t *testing.T) {
+		t.Parallel()
 		exercise(t, m, "redis://"+strings.Join(testenv.RedisCluster(t).Addrs(), ",")+"?ttl=3s")
 	})
 	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
 		cfg, err := gomysql.ParseDSN(testenv.NewDatabase(t))
 		if err != nil {
 			t.Fatal(err)
@@ -75,11 +78,13 @@ func TestEverySchemeOpens(t *testing.T) {
 		exercise(t, m, "mysql://"+cfg.User+"@"+cfg.Addr+"/"+cfg.DBName+"?table=url_poll_locks&poll_only=true&skip_migration=false&timeout=5s&ttl=3s")
 	})
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		u := testenv.Postgres(t).URL()
 		exercise(t, m, u+"&table=url_locks&ttl=3s")
 		exercise(t, m, strings.Replace(u, "postgres://", "postgresql://", 1)+"&table=url_poll_locks&poll_only=true&skip_migration=false&connect_timeout=5&ttl=3s")
 	})
 	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
 		eps, ok := testenv.EtcdEndpoints()
 		if !ok {
 			srv, err := etcdserver.Start(t.Context(), etcdserver.Config{})
@@ -95,12 +100,15 @@ func TestEverySchemeOpens(t *testing.T) {
 		exercise(t, m, "etcd://"+strings.Join(eps, ",")+"?ttl=3s&dial_timeout=10s")
 	})
 	t.Run("zk", func(t *testing.T) {
+		t.Parallel()
 		exercise(t, m, "zk://"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks?ttl=3s")
 	})
 	t.Run("zk-digest", func(t *testing.T) {
+		t.Parallel()
 		exercise(t, m, "zk://locker:s3cret@"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks-digest?ttl=3s")
 	})
 	t.Run("zk-acl", func(t *testing.T) {
+		t.Parallel()
 		exercise(t, m, "zk://locker:s3cret@"+strings.Join(testenv.ZooKeeper(t).Servers(), ",")+"/url-locks-acl?ttl=3s&acl=creator,world-read")
 	})
 }
@@ -156,31 +164,38 @@ func TestBadBackendURLs(t *testing.T) {
 // that never leaves this machine and is refused at once).
 func TestCleartextPasswordNeedsConsent(t *testing.T) {
 	m := newMux(t)
+	// Each open waits out its client's dial retries: they run at once.
 	for _, u := range []string{
 		"redis://u:pw@0.0.0.0:1/0?insecure=true&dial_timeout=100ms",
 		"mysql://u:pw@0.0.0.0:1/db?insecure=true&timeout=100ms",
 		"etcd://u:pw@0.0.0.0:1?insecure=true&dial_timeout=100ms",
 	} {
-		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-		l, err := locker.Open(ctx, m, u)
-		cancel()
-		if err == nil {
-			_ = l.Close()
-			t.Errorf("Open(%q) must fail on the unreachable address", u)
-			continue
-		}
-		if strings.Contains(err.Error(), "cleartext") {
-			t.Errorf("Open(%q) refused the password although insecure=true: %v", u, err)
-		}
+		scheme, _, _ := strings.Cut(u, ":")
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			l, err := locker.Open(ctx, m, u)
+			cancel()
+			if err == nil {
+				_ = l.Close()
+				t.Fatalf("Open(%q) must fail on the unreachable address", u)
+			}
+			if strings.Contains(err.Error(), "cleartext") {
+				t.Errorf("Open(%q) refused the password although insecure=true: %v", u, err)
+			}
+		})
 	}
 	for _, h := range []string{"127.0.0.1:1", "localhost:1", "[::1]:1"} {
-		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-		l, err := locker.Open(ctx, m, "redis://u:pw@"+h+"/0?dial_timeout=100ms")
-		cancel()
-		if err == nil {
-			_ = l.Close()
-		} else if strings.Contains(err.Error(), "cleartext") {
-			t.Errorf("a password to %s (this machine) must be allowed: %v", h, err)
-		}
+		t.Run(h, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			l, err := locker.Open(ctx, m, "redis://u:pw@"+h+"/0?dial_timeout=100ms")
+			cancel()
+			if err == nil {
+				_ = l.Close()
+			} else if strings.Contains(err.Error(), "cleartext") {
+				t.Errorf("a password to %s (this machine) must be allowed: %v", h, err)
+			}
+		})
 	}
 }

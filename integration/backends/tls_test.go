@@ -100,6 +100,7 @@ func (ca *testCA) issue(t *testing.T, name string, serial int64) (certFile, keyF
 // the client certificate it fails within the Open ctx, and the error names
 // the https endpoint.
 func TestEtcdTLSByURL(t *testing.T) {
+	t.Parallel() // a server of its own
 	ca := newTestCA(t)
 	serverCert, serverKey := ca.issue(t, "server", 2)
 	clientCert, clientKey := ca.issue(t, "client", 3)
@@ -137,6 +138,7 @@ func TestEtcdTLSByURL(t *testing.T) {
 // a redis-server over TLS with a private CA; without ca_file the server's
 // certificate is not trusted and Open fails.
 func TestRedisTLSByURL(t *testing.T) {
+	t.Parallel() // a server of its own
 	ca := newTestCA(t)
 	serverCert, serverKey := ca.issue(t, "redis-server", 2)
 	clientCert, clientKey := ca.issue(t, "redis-client", 3)
@@ -170,6 +172,7 @@ func TestRedisTLSByURL(t *testing.T) {
 // MariaDB over TLS with a private CA, as an account that may only connect
 // with a client certificate (REQUIRE X509).
 func TestMySQLTLSByURL(t *testing.T) {
+	t.Parallel() // a server of its own
 	ca := newTestCA(t)
 	serverCert, serverKey := ca.issue(t, "mariadb", 2)
 	clientCert, clientKey := ca.issue(t, "mariadb-client", 3)

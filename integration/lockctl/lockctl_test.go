@@ -470,6 +470,7 @@ func TestNoPasswordPrinted(t *testing.T) {
 	dir := t.TempDir()
 	for _, scheme := range []string{"redis", "mysql"} {
 		t.Run(scheme, func(t *testing.T) {
+			t.Parallel() // Redis's runs wait out its client's dial retries; MySQL's do not
 			secreturl.Check(t, scheme, port, 32, func(raw string) (string, bool) {
 				ctx, cancel := context.WithTimeout(t.Context(), bound)
 				defer cancel()

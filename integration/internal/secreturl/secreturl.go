@@ -71,6 +71,9 @@ var URLs = []string{
 	"{s}://127.0.0.1:{port}?master_name=m&sentinel_password={pw}",
 }
 
+// Size is the number of URLs [Check] opens.
+func Size() int { return len(URLs) * (len(others) + len(Passwords)) }
+
 // Fill returns template tmpl for scheme, password pw and port.
 func Fill(tmpl, scheme, pw string, port int) string {
 	return strings.NewReplacer("{s}", scheme, "{pw}", pw, "{port}", strconv.Itoa(port)).Replace(tmpl)
@@ -124,9 +127,16 @@ func Check(t *testing.T, scheme string, port int, parallel int, open func(raw st
 
 // dialOutcome matches the ways a dial of the closed port can end, which
 // differ from one attempt to the next under load (the client's retries
-// against the ctx's deadline): they are not the password's doing. A
-// mangled word ("xxxxx tcp") does not match, so it is still caught.
-var dialOutcome = regexp.MustCompile(`dial tcp 127\.0\.0\.[12]:\d+: connect: connection refused|context deadline exceeded|i/o timeout|redis: client is closed`)
+// against the ctx's deadline): they are not the password's doing. pgx's
+// refusal lists its attempts after the user and database, a line each
+// (joined with "; " by locker.Open); under load its open outlasts the
+// deadline instead. A mangled word ("xxxxx tcp") does not
+// match, so it is still caught.
+var dialOutcome = regexp.MustCompile("failed to connect to `user=[^`]* database=[^`]*`:" +
+	`(?:(?:; |\n)\t127\.0\.0\.[12]:\d+ \(127\.0\.0\.[12]\): dial error: (?:` + dialEnd + `))+|` + dialEnd)
+
+// dialEnd is how one dial of the closed port ends.
+const dialEnd = `dial tcp 127\.0\.0\.[12]:\d+: connect: connection refused|context deadline exceeded|i/o timeout|redis: client is closed`
 
 // settled is msg with its dial outcome replaced by one placeholder.
 func settled(msg string) string { return dialOutcome.ReplaceAllString(msg, "<dial outcome>") }

@@ -1,8 +1,10 @@
 // Package storeurl gives the locker URL (see locker.Open) of a real server
 // of every backend that works across processes, for the integration tests
 // that open Lockers by URL or run programs that do. Servers come from
-// internal/testenv; etcd is an embedded server started once per test binary,
-// which [Stop] stops (call it from TestMain, as testenv.MainWith's stop).
+// internal/testenv; etcd is the one LOCKER_ETCD_ENDPOINTS names (make test's,
+// outside the race-enabled test binary), else an embedded server started
+// once per test binary, which [Stop] stops (call it from TestMain, as
+// testenv.MainWith's stop).
 package storeurl
 
 import (
@@ -48,6 +50,9 @@ var etcd struct {
 }
 
 func etcdURL(t *testing.T) string {
+	if eps, ok := testenv.EtcdEndpoints(); ok {
+		return "etcd://" + strings.Join(hosts(eps), ",")
+	}
 	etcd.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -56,11 +61,19 @@ func etcdURL(t *testing.T) string {
 	if etcd.err != nil {
 		t.Fatalf("embedded etcd: %v", etcd.err)
 	}
-	var hosts []string
-	for _, ep := range etcd.srv.Endpoints() {
-		hosts = append(hosts, ep[strings.Index(ep, "://")+3:])
+	return "etcd://" + strings.Join(hosts(etcd.srv.Endpoints()), ",")
+}
+
+// hosts are endpoints without their scheme (http://).
+func hosts(endpoints []string) []string {
+	hs := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		if _, h, ok := strings.Cut(ep, "://"); ok {
+			ep = h
+		}
+		hs[i] = ep
 	}
-	return "etcd://" + strings.Join(hosts, ",")
+	return hs
 }
 
 // Stop stops the embedded etcd server if one was started.
