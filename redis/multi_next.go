@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,8 +50,9 @@ type nextWaits struct {
 
 // park registers a next wait for the store keys of a release (of a fair
 // Locker, or of an unfair one whose streak of deferred wake-ups ended, see
-// multi_defer.go), or returns nil when a key's channel is not subscribed (the Locker has not waited
-// for it lately, or has no pub/sub): then the release records nothing.
+// multi_defer.go), and keeps keys; or returns nil when a key's channel is
+// not subscribed (the Locker has not waited for it lately, or has no
+// pub/sub): then the release records nothing.
 func (d *redisDriver) park(keys []string) *nextWait {
 	if d.poll.Load() {
 		return nil
@@ -63,15 +63,14 @@ func (d *redisDriver) park(keys []string) *nextWait {
 		}
 	}
 	wid := d.waits.Add(1)
-	nw := &nextWait{field: watchField(d.lid, wid), w: newWaiter(""), adopted: make(chan struct{})}
-	nw.w.wid = strconv.FormatUint(wid, 36)
+	nw := &nextWait{field: watchField(d.lid, wid), w: newWaiter(""), adopted: make(chan struct{}), keys: keys, cancels: make([]func(), 0, len(keys))}
+	nw.w.wid = fieldWid(nw.field)
 	for _, k := range keys {
 		cancel, _ := d.notify.add(k, nw.w, true)
 		if cancel == nil {
 			nw.leave()
 			return nil
 		}
-		nw.keys = append(nw.keys, k)
 		nw.cancels = append(nw.cancels, cancel)
 	}
 	return nw
