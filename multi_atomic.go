@@ -84,6 +84,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 			reqs[i].TTL = max(lc.ttl, lc.minHold)
 		}
 	}
+	setOwners(reqs)
 	start := time.Now()
 	var (
 		a    multiOutcome
