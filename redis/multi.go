@@ -91,14 +91,11 @@ func fieldWid(field string) string {
 	return field[strings.LastIndexByte(field, ' ')+1:]
 }
 
-// setSeq numbers the next attempt seq (from 1).
+// setSeq numbers the next attempt seq (from 1): an integer, which the
+// runtime boxes without an allocation below 256.
 func (c *multiCall) setSeq(seq uint64) {
 	c.seq = seq
-	if seq == 1 {
-		c.args[6] = "1" // a constant: boxed without an allocation
-		return
-	}
-	c.args[6] = strconv.FormatUint(seq, 10)
+	c.args[6] = int64(seq)
 }
 
 // record notes that the attempt numbered c.seq recorded the wait with lock
@@ -126,7 +123,8 @@ func (c *multiCall) consumed(i int, seq uint64) {
 
 // unwatchChanged rebuilds the unwatch argument from c.rec.
 func (c *multiCall) unwatchChanged() {
-	var b []byte
+	var buf [32]byte
+	b := buf[:0]
 	for j, seq := range c.rec {
 		if seq != 0 {
 			b = strconv.AppendInt(b, int64(j+1), 10)
@@ -161,7 +159,7 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCal
 		field = watchField(d.lid, d.waits.Add(1))
 	}
 	args := anys[: 0 : 7+2*n]
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, field, d.staleArg(reqs[0].TTL), "", "1")
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, field, d.staleArg(reqs[0].TTL), "", int64(1))
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err

@@ -26,8 +26,8 @@ var multiGiveUpLua string
 // LockMulti of the keys. Its waiter is registered for every key of the
 // release before the release runs, so that no wake-up is missed.
 type nextWait struct {
-	field   string // the record, watchField
-	w       *waiter
+	field   string   // the record, watchField
+	w       waiter   // a LockMulti's: newMultiWaiter
 	keys    []string // the store keys w is registered for
 	cancels []func() // their registrations
 	state   atomic.Int32
@@ -63,10 +63,10 @@ func (d *redisDriver) park(keys []string) *nextWait {
 		}
 	}
 	wid := d.waits.Add(1)
-	nw := &nextWait{field: watchField(d.lid, wid), w: newWaiter(""), adopted: make(chan struct{}), keys: keys, cancels: make([]func(), 0, len(keys))}
-	nw.w.wid = fieldWid(nw.field)
+	field := watchField(d.lid, wid)
+	nw := &nextWait{field: field, w: newMultiWaiter(fieldWid(field)), adopted: make(chan struct{}), keys: keys, cancels: make([]func(), 0, len(keys))}
 	for _, k := range keys {
-		cancel, _ := d.notify.add(k, nw.w, true)
+		cancel, _ := d.notify.add(k, &nw.w, true)
 		if cancel == nil {
 			nw.leave()
 			return nil
@@ -188,12 +188,18 @@ func (d *redisDriver) adoptNext(reqs []driver.Request, call *multiCall) (*waiter
 	if adopted == nil {
 		return newWaiterFor(call), nil
 	}
-	return adopted.w, adopted
+	return &adopted.w, adopted
 }
 
 // newWaiterFor returns a waiter for the wait of call.
 func newWaiterFor(call *multiCall) *waiter {
-	w := newWaiter("")
-	w.wid = call.wid()
-	return w
+	w := newMultiWaiter(call.wid())
+	return &w
+}
+
+// newMultiWaiter returns the waiter of a LockMulti's wait named wid. It has
+// no claimed channel: only a Lock's wait reads one, and the notifier's
+// send to a nil one falls through.
+func newMultiWaiter(wid string) waiter {
+	return waiter{wake: make(chan struct{}, 1), wid: wid}
 }
