@@ -221,7 +221,9 @@ func TestLockUnlockAllocations(t *testing.T) {
 // TestLockMultiUnlockAllocations: a LockMulti+Unlock of three keys taken in
 // one driver call allocates within a budget, with a ctx that never ends:
 // the call is inline and builds nothing for a late outcome, and its call
-// context is not registered with Close.
+// context is not registered with Close. The holds are one allocation with
+// their gate tickets and handles, the owners one string, and each key's
+// gate is reused (39 before these).
 func TestLockMultiUnlockAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
@@ -239,7 +241,7 @@ func TestLockMultiUnlockAllocations(t *testing.T) {
 		}
 	})
 	t.Logf("%v allocations", n)
-	if budget := 39.0; n > budget {
+	if budget := 24.0; n > budget {
 		t.Errorf("LockMulti+Unlock of three keys makes %v allocations, want at most %v", n, budget)
 	}
 }

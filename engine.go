@@ -135,10 +135,11 @@ type engine struct {
 	closed bool
 	holds  map[*hold]struct{} // held locks, renewed by the watchdog
 	gates  map[string]*gate   // local per-key queues
-	// spareGate is the last gate dropped, for the next key that needs one.
-	spareGate *gate
-	next      time.Time      // when the watchdog wakes up next at the latest
-	calls     sync.WaitGroup // Lock, TryLock and Unlock calls in progress
+	// spareGates are the last gates dropped, at most maxSpareGates, for
+	// the next keys that need one: a LockMulti's set reuses them all.
+	spareGates []*gate
+	next       time.Time      // when the watchdog wakes up next at the latest
+	calls      sync.WaitGroup // Lock, TryLock and Unlock calls in progress
 	// inflight cancels the waits and store calls of the calls in
 	// progress, for Close.
 	inflight map[uint64]context.CancelCauseFunc
@@ -944,8 +945,11 @@ func (e *engine) enterGateWith(ctx context.Context, key string, wait bool, t *ga
 	e.mu.Lock()
 	g := e.gates[key]
 	if g == nil {
-		g, e.spareGate = e.spareGate, nil
-		if g == nil {
+		if n := len(e.spareGates); n > 0 {
+			g = e.spareGates[n-1]
+			e.spareGates[n-1] = nil
+			e.spareGates = e.spareGates[:n-1]
+		} else {
 			g = &gate{ch: make(chan struct{}, 1)}
 		}
 		e.gates[key] = g
@@ -981,12 +985,18 @@ func (t *gateTicket) leave() {
 	})
 }
 
+// maxSpareGates is the most gates an engine keeps for reuse: those of a
+// set of keys of a usual LockMulti.
+const maxSpareGates = 4
+
 func (e *engine) dropGate(key string, g *gate) {
 	e.mu.Lock()
 	g.refs--
 	if g.refs == 0 {
 		delete(e.gates, key)
-		e.spareGate = g // empty: its last ticket has left
+		if len(e.spareGates) < maxSpareGates {
+			e.spareGates = append(e.spareGates, g) // empty: its last ticket has left
+		}
 	}
 	e.mu.Unlock()
 }

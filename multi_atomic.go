@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/golocker/locker/driver"
@@ -58,26 +59,32 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
 
-	holds := make([]*hold, 0, len(keys))
+	// The holds in one allocation, each with its gate ticket and handle
+	// (hold.ticket, hold.self): a set costs few allocations per key.
+	holds := make([]hold, len(keys))
 	for i, k := range keys {
-		g, err := e.enterGate(cctx, skeys[i], false)
+		h := &holds[i]
+		g, err := e.enterGateWith(cctx, skeys[i], false, &h.ticket)
 		if err != nil {
 			// Another caller of this Locker holds or takes the key.
-			leaveGates(holds)
+			leaveGates(holds[:i])
 			if wait {
 				return nil, true, nil
 			}
 			return nil, false, e.err(op, k, ErrNotAcquired, err)
 		}
-		holds = append(holds, &hold{e: e, key: k, gate: g, done: make(chan struct{}), ttl: lc.ttl, minHold: lc.minHold, maxHold: lc.maxHold})
+		h.e, h.key, h.gate, h.done, h.ttl, h.minHold, h.maxHold = e, k, g, make(chan struct{}), lc.ttl, lc.minHold, lc.maxHold
+		h.self.h = h
 	}
 	reqs := make([]driver.Request, len(keys))
-	for i, h := range holds {
-		reqs[i] = driver.Request{Key: skeys[i], Owner: rand.Text(), Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+	for i := range holds {
+		h := &holds[i]
+		reqs[i] = driver.Request{Key: skeys[i], Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
 		if e.perLockTTL {
 			reqs[i].TTL = max(lc.ttl, lc.minHold)
 		}
 	}
+	setOwners(reqs)
 	start := time.Now()
 	var (
 		a    multiOutcome
@@ -105,8 +112,8 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 			})
 	}
 	if gone {
-		for _, h := range holds {
-			h.claim() // a loss the late attempt reports is nobody's
+		for i := range holds {
+			holds[i].claim() // a loss the late attempt reports is nobody's
 		}
 		return nil, false, e.waitErr(op, keys[0], ctx, err, nil)
 	}
@@ -140,12 +147,13 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	}
 	locks = make([]Lock, len(holds))
 	var regErr error
-	for i, h := range holds {
+	for i := range holds {
+		h := &holds[i]
 		h.lease = driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL}
 		if err := e.register(h, a.grants[i], a.sent); err != nil && regErr == nil {
 			regErr = err // closed: Close releases them all
 		}
-		locks[i] = &handle{h: h}
+		locks[i] = &h.self
 	}
 	if regErr != nil {
 		return nil, false, regErr
@@ -155,9 +163,33 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 }
 
 // leaveGates gives back the local gates of holds.
-func leaveGates(holds []*hold) {
-	for _, h := range holds {
-		h.gate.leave()
+func leaveGates(holds []hold) {
+	for i := range holds {
+		holds[i].gate.leave()
+	}
+}
+
+// ownerLen is the length of an owner from setOwners: rand.Text's, 130
+// random bits.
+const ownerLen = 26
+
+// setOwners gives each request of reqs a random owner, as rand.Text would,
+// carved from one string: one allocation for a set of keys.
+func setOwners(reqs []driver.Request) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // base32, as rand.Text's
+	var b strings.Builder
+	b.Grow(len(reqs) * ownerLen)
+	var r [ownerLen]byte
+	for range reqs {
+		_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+		for i, c := range r {
+			r[i] = alphabet[c%32]
+		}
+		b.Write(r[:])
+	}
+	s := b.String()
+	for i := range reqs {
+		reqs[i].Owner = s[i*ownerLen : (i+1)*ownerLen]
 	}
 }
 
@@ -186,9 +218,7 @@ func (e *engine) takeMulti(ctx context.Context, ma driver.MultiAcquirer, reqs []
 		if !w.pause(ctx, attempt, err, until) {
 			return a, err
 		}
-		for i := range reqs {
-			reqs[i].Owner = rand.Text()
-		}
+		setOwners(reqs)
 	}
 }
 

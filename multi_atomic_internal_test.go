@@ -2,8 +2,10 @@ package locker
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,5 +168,25 @@ func TestDoMultiNestedFallsBack(t *testing.T) {
 	}
 	if n := d.multi.Load(); n != 0 {
 		t.Errorf("%d TryAcquireMulti calls; want none (b is held up the call chain)", n)
+	}
+}
+
+// TestSetOwners: the owners setOwners gives a set's requests are as
+// rand.Text's (26 base32 letters) and distinct, in requests and across
+// calls, though carved from one string.
+func TestSetOwners(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		reqs := make([]driver.Request, 3)
+		setOwners(reqs)
+		for _, r := range reqs {
+			if len(r.Owner) != len(rand.Text()) || strings.Trim(r.Owner, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") != "" {
+				t.Fatalf("owner %q is not 26 base32 letters, as rand.Text's", r.Owner)
+			}
+			if seen[r.Owner] {
+				t.Fatalf("owner %q given twice: a request's owner must be its own", r.Owner)
+			}
+			seen[r.Owner] = true
+		}
 	}
 }

@@ -51,7 +51,18 @@ type multiCall struct {
 	// record: the next successful attempt removes the others.
 	seq uint64
 	rec []uint64
+
+	// The slices above for a set of at most multiInline keys, in the
+	// multiCall's own allocation.
+	inKeys  [5 * multiInline]string
+	inAny   [7 + 7*multiInline]any // args, then boxed
+	inNames [multiInline]*lockNames
+	inTTLs  [multiInline]int64
+	inRec   [multiInline]uint64
 }
+
+// multiInline is the most keys whose multiCall takes one allocation.
+const multiInline = 4
 
 // watchField returns the field that records wait wid of the Locker lid in
 // a key's waiters hash (see multi_acquire.lua and watch.lua), in one
@@ -68,20 +79,23 @@ func watchField(lid string, wid uint64) string {
 // the last word of its field.
 func (c *multiCall) wid() string {
 	field, _ := c.args[3].(string)
+	return fieldWid(field)
+}
+
+// fieldWid returns the id of the wait that field (watchField, or "")
+// names: its last word.
+func fieldWid(field string) string {
 	if field == "" {
 		return ""
 	}
 	return field[strings.LastIndexByte(field, ' ')+1:]
 }
 
-// setSeq numbers the next attempt seq (from 1).
+// setSeq numbers the next attempt seq (from 1): an integer, which the
+// runtime boxes without an allocation below 256.
 func (c *multiCall) setSeq(seq uint64) {
 	c.seq = seq
-	if seq == 1 {
-		c.args[6] = "1" // a constant: boxed without an allocation
-		return
-	}
-	c.args[6] = strconv.FormatUint(seq, 10)
+	c.args[6] = int64(seq)
 }
 
 // record notes that the attempt numbered c.seq recorded the wait with lock
@@ -109,7 +123,8 @@ func (c *multiCall) consumed(i int, seq uint64) {
 
 // unwatchChanged rebuilds the unwatch argument from c.rec.
 func (c *multiCall) unwatchChanged() {
-	var b []byte
+	var buf [32]byte
+	b := buf[:0]
 	for j, seq := range c.rec {
 		if seq != 0 {
 			b = strconv.AppendInt(b, int64(j+1), 10)
@@ -131,15 +146,20 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCal
 		return nil, fmt.Errorf("acquire: %w: a Ring spreads the keys over its shards", driver.ErrNotAtomic)
 	}
 	n := len(reqs)
-	keys := make([]string, 5*n) // grouped by kind, see multi_acquire.lua
+	c := &multiCall{seq: 1}
+	var anys []any // args, then boxed
+	if n <= multiInline {
+		c.keys, anys, c.names, c.ttls, c.rec = c.inKeys[:5*n:5*n], c.inAny[:7+7*n:7+7*n], c.inNames[:n:n], c.inTTLs[:n:n], c.inRec[:n:n]
+	} else {
+		c.keys, anys, c.names, c.ttls, c.rec = make([]string, 5*n), make([]any, 7+7*n), make([]*lockNames, n), make([]int64, n), make([]uint64, n)
+	}
+	keys, ttls, names := c.keys, c.ttls, c.names // keys grouped by kind, see multi_acquire.lua
 	field := ""
 	if watch {
 		field = watchField(d.lid, d.waits.Add(1))
 	}
-	args := make([]any, 0, 7+2*n)
-	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, field, d.staleArg(reqs[0].TTL), "", "1")
-	ttls := make([]int64, n)
-	names := make([]*lockNames, n)
+	args := anys[: 0 : 7+2*n]
+	args = append(args, d.labelArgOf(reqs[0].Label), d.retentionArg, d.unfairArg, field, d.staleArg(reqs[0].TTL), "", int64(1))
 	for i, req := range reqs {
 		if err := checkOwner(req.Owner); err != nil {
 			return nil, err
@@ -159,15 +179,16 @@ func (d *redisDriver) newMultiCall(reqs []driver.Request, watch bool) (*multiCal
 			}
 		}
 	}
-	var boxed []any
+	c.args = args
 	if names[0].keyArgs != nil {
-		boxed = make([]any, len(keys))
+		boxed := anys[7+2*n:]
+		c.boxed = boxed
 		for i, nm := range names {
 			k := nm.keyArgs
 			boxed[i], boxed[n+i], boxed[2*n+i], boxed[3*n+i], boxed[4*n+i] = k[0], k[1], k[2], k[4], k[3]
 		}
 	}
-	return &multiCall{keys: keys, boxed: boxed, names: names, args: args, ttls: ttls, seq: 1, rec: make([]uint64, len(reqs))}, nil
+	return c, nil
 }
 
 // runMulti makes the attempt c, which takes reqs.

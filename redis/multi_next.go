@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +26,8 @@ var multiGiveUpLua string
 // LockMulti of the keys. Its waiter is registered for every key of the
 // release before the release runs, so that no wake-up is missed.
 type nextWait struct {
-	field   string // the record, watchField
-	w       *waiter
+	field   string   // the record, watchField
+	w       waiter   // a LockMulti's: newMultiWaiter
 	keys    []string // the store keys w is registered for
 	cancels []func() // their registrations
 	state   atomic.Int32
@@ -51,8 +50,9 @@ type nextWaits struct {
 
 // park registers a next wait for the store keys of a release (of a fair
 // Locker, or of an unfair one whose streak of deferred wake-ups ended, see
-// multi_defer.go), or returns nil when a key's channel is not subscribed (the Locker has not waited
-// for it lately, or has no pub/sub): then the release records nothing.
+// multi_defer.go), and keeps keys; or returns nil when a key's channel is
+// not subscribed (the Locker has not waited for it lately, or has no
+// pub/sub): then the release records nothing.
 func (d *redisDriver) park(keys []string) *nextWait {
 	if d.poll.Load() {
 		return nil
@@ -63,15 +63,14 @@ func (d *redisDriver) park(keys []string) *nextWait {
 		}
 	}
 	wid := d.waits.Add(1)
-	nw := &nextWait{field: watchField(d.lid, wid), w: newWaiter(""), adopted: make(chan struct{})}
-	nw.w.wid = strconv.FormatUint(wid, 36)
+	field := watchField(d.lid, wid)
+	nw := &nextWait{field: field, w: newMultiWaiter(fieldWid(field)), adopted: make(chan struct{}), keys: keys, cancels: make([]func(), 0, len(keys))}
 	for _, k := range keys {
-		cancel, _ := d.notify.add(k, nw.w, true)
+		cancel, _ := d.notify.add(k, &nw.w, true)
 		if cancel == nil {
 			nw.leave()
 			return nil
 		}
-		nw.keys = append(nw.keys, k)
 		nw.cancels = append(nw.cancels, cancel)
 	}
 	return nw
@@ -189,12 +188,18 @@ func (d *redisDriver) adoptNext(reqs []driver.Request, call *multiCall) (*waiter
 	if adopted == nil {
 		return newWaiterFor(call), nil
 	}
-	return adopted.w, adopted
+	return &adopted.w, adopted
 }
 
 // newWaiterFor returns a waiter for the wait of call.
 func newWaiterFor(call *multiCall) *waiter {
-	w := newWaiter("")
-	w.wid = call.wid()
-	return w
+	w := newMultiWaiter(call.wid())
+	return &w
+}
+
+// newMultiWaiter returns the waiter of a LockMulti's wait named wid. It has
+// no claimed channel: only a Lock's wait reads one, and the notifier's
+// send to a nil one falls through.
+func newMultiWaiter(wid string) waiter {
+	return waiter{wake: make(chan struct{}, 1), wid: wid}
 }

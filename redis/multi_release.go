@@ -28,9 +28,11 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 	each := plain // released by release.lua, one call each
 	if len(plain) > 1 && d.oneScript(ls, plain) {
 		n := len(plain)
-		keys := make([]string, 3*n) // grouped by kind, see multi_release.lua
-		boxed := make([]any, 3*n)   // nil once a lease's names are not boxed
-		args := make([]any, 0, 2*n)
+		strs := make([]string, 4*n)
+		keys := strs[: 3*n : 3*n] // grouped by kind, see multi_release.lua
+		anys := make([]any, 5*n+3)
+		boxed := anys[: 3*n : 3*n] // nil once a lease's names are not boxed
+		args := anys[3*n : 3*n : 5*n+3]
 		for j, i := range plain {
 			nm := leaseNames(ls[i])
 			keys[j], keys[n+j], keys[2*n+j] = nm.keys[0], nm.keys[2], nm.keys[3]
@@ -47,7 +49,7 @@ func (d *redisDriver) ReleaseMulti(ctx context.Context, ls []driver.Lease) ([]er
 		// it wakes a LockMulti (multi_next.go): a fair Locker's, and an
 		// unfair one's whose streak of deferred wake-ups ended
 		// (multi_defer.go).
-		skeys := make([]string, n)
+		skeys := strs[3*n:]
 		for j, i := range plain {
 			skeys[j] = ls[i].Key
 		}
