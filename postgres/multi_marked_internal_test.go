@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/golocker/locker/driver"
 )
@@ -72,74 +71,5 @@ func TestMultiSeesKeyMarkedMeanwhile(t *testing.T) {
 				t.Fatalf("TryAcquireMulti on a key that shared holds took meanwhile = %v; want driver.ErrConflict (the key is a semaphore's, not a lock's)", err)
 			}
 		})
-	}
-}
-
-// TestMultiLateStatementTriesAgain: a TryAcquireMulti of free keys whose
-// statement waits for the pool's one connection past its fence takes
-// nothing; nobody holds the keys, so it must send a statement with a fresh
-// fence and take them, not answer that another owner holds them (seen in
-// CI under load as TestMultiSeesKeyMarkedMeanwhile answering held).
-func TestMultiLateStatementTriesAgain(t *testing.T) {
-	d, ctx, key := sharedDriverConns(t, 1)
-	pool := d.q.(poolQuerier).p
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqs := []driver.Request{
-		{Key: key + "/a", Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL},
-		{Key: key + "/b", Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL},
-	}
-	type result struct {
-		grants []driver.Grant
-		err    error
-	}
-	res := make(chan result, 1)
-	go func() {
-		g, err := d.TryAcquireMulti(ctx, reqs)
-		res <- result{g, err}
-	}()
-	// The statement's fence runs from before it waits for the connection.
-	time.Sleep(driver.FenceWindow(sharedTTL) + 500*time.Millisecond)
-	conn.Release()
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("TryAcquireMulti of free keys whose statement reached the database after its fence: %v", r.err)
-	}
-	for i, g := range r.grants {
-		if err := d.Release(ctx, driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// TestLateStatementTriesAgain: as TestMultiLateStatementTriesAgain, for
-// one key's TryAcquire.
-func TestLateStatementTriesAgain(t *testing.T) {
-	d, ctx, key := sharedDriverConns(t, 1)
-	pool := d.q.(poolQuerier).p
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := driver.Request{Key: key, Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL}
-	type result struct {
-		grant driver.Grant
-		err   error
-	}
-	res := make(chan result, 1)
-	go func() {
-		g, err := d.TryAcquire(ctx, req)
-		res <- result{g, err}
-	}()
-	time.Sleep(driver.FenceWindow(sharedTTL) + 500*time.Millisecond)
-	conn.Release()
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("TryAcquire of a free key whose statement reached the database after its fence: %v", r.err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: r.grant.Token, TTL: sharedTTL, State: r.grant.State}); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -36,7 +36,8 @@ const (
 	maxTableName = 63
 	// serializationRetries is how often an acquisition retries a statement
 	// rolled back by a serialization failure or a deadlock before it
-	// reports the key as held.
+	// reports the key as held, and how often a release or a break runs in
+	// all before it fails.
 	serializationRetries = 3
 	// backend names the backend in errors.
 	backend = "postgres"
@@ -413,14 +414,21 @@ func leaseState(l driver.Lease) lockState {
 }
 
 // freeing runs a statement that frees rows and notifies, and returns how
-// many rows it freed.
+// many rows it freed. A statement rolled back by a serialization failure
+// or a deadlock (sessions that default to SERIALIZABLE, beside another
+// statement on the row) freed nothing: it runs again, up to
+// serializationRetries times in all.
 func (d *pgDriver) freeing(ctx context.Context, stmt string, args ...any) (int, error) {
-	n := 0
-	err := d.q.query(ctx, stmt, args, func(scan func(...any) error) error {
-		n++
-		return nil
-	})
-	return n, err
+	for try := 1; ; try++ {
+		n := 0
+		err := d.q.query(ctx, stmt, args, func(scan func(...any) error) error {
+			n++
+			return nil
+		})
+		if !retryable(err) || try == serializationRetries || ctx.Err() != nil {
+			return n, err
+		}
+	}
 }
 
 // Release implements driver.Driver: FINISH where owner and version still

@@ -28,6 +28,16 @@ func sharedDriver(t *testing.T) (notifyingDriver, context.Context, string) {
 // sharedDriverConns is sharedDriver on a pool of at most maxConns
 // connections (0: pgxpool's default).
 func sharedDriverConns(t *testing.T, maxConns int32) (notifyingDriver, context.Context, string) {
+	return sharedDriverWith(t, func(pc *pgxpool.Config) {
+		if maxConns > 0 {
+			pc.MaxConns = maxConns
+		}
+	})
+}
+
+// sharedDriverWith is sharedDriver on a pool whose configuration set
+// changed.
+func sharedDriverWith(t *testing.T, set func(*pgxpool.Config)) (notifyingDriver, context.Context, string) {
 	srv := storeenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -35,9 +45,7 @@ func sharedDriverConns(t *testing.T, maxConns int32) (notifyingDriver, context.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	if maxConns > 0 {
-		pc.MaxConns = maxConns
-	}
+	set(pc)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
