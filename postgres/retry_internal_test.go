@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -18,32 +19,19 @@ import (
 // CI under load as TestMultiSeesKeyMarkedMeanwhile answering held).
 func TestMultiLateStatementTriesAgain(t *testing.T) {
 	d, ctx, key := sharedDriverConns(t, 1)
-	pool := d.q.(poolQuerier).p
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reqs := []driver.Request{
 		{Key: key + "/a", Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL},
 		{Key: key + "/b", Owner: fmt.Sprintf("multi.%x", rand.Uint64()), TTL: sharedTTL},
 	}
-	type result struct {
-		grants []driver.Grant
-		err    error
+	var grants []driver.Grant
+	err := late(ctx, t, d, func() (err error) {
+		grants, err = d.TryAcquireMulti(ctx, reqs)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("TryAcquireMulti of free keys whose statement reached the database after its fence: %v", err)
 	}
-	res := make(chan result, 1)
-	go func() {
-		g, err := d.TryAcquireMulti(ctx, reqs)
-		res <- result{g, err}
-	}()
-	// The statement's fence runs from before it waits for the connection.
-	time.Sleep(driver.FenceWindow(sharedTTL) + 500*time.Millisecond)
-	conn.Release()
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("TryAcquireMulti of free keys whose statement reached the database after its fence: %v", r.err)
-	}
-	for i, g := range r.grants {
+	for i, g := range grants {
 		if err := d.Release(ctx, driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,30 +42,34 @@ func TestMultiLateStatementTriesAgain(t *testing.T) {
 // one key's TryAcquire.
 func TestLateStatementTriesAgain(t *testing.T) {
 	d, ctx, key := sharedDriverConns(t, 1)
-	pool := d.q.(poolQuerier).p
-	conn, err := pool.Acquire(ctx)
+	req := driver.Request{Key: key, Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL}
+	var g driver.Grant
+	err := late(ctx, t, d, func() (err error) {
+		g, err = d.TryAcquire(ctx, req)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key whose statement reached the database after its fence: %v", err)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// late runs call while the test holds the one connection of d's pool, and
+// lets it go past the fence window of sharedTTL: call's statement reaches
+// the database after its fence, which runs from before its wait for the
+// connection. It returns call's error.
+func late(ctx context.Context, t *testing.T, d notifyingDriver, call func() error) error {
+	conn, err := d.q.(poolQuerier).p.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := driver.Request{Key: key, Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL}
-	type result struct {
-		grant driver.Grant
-		err   error
-	}
-	res := make(chan result, 1)
-	go func() {
-		g, err := d.TryAcquire(ctx, req)
-		res <- result{g, err}
-	}()
+	res := make(chan error, 1)
+	go func() { res <- call() }()
 	time.Sleep(driver.FenceWindow(sharedTTL) + 500*time.Millisecond)
 	conn.Release()
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("TryAcquire of a free key whose statement reached the database after its fence: %v", r.err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: r.grant.Token, TTL: sharedTTL, State: r.grant.State}); err != nil {
-		t.Fatal(err)
-	}
+	return <-res
 }
 
 // TestReleaseRetriesSerializationFailure: on sessions that default to
