@@ -57,7 +57,7 @@ func testTryBesideBusyCaller(c *caseT) {
 			return m, nil
 		}},
 	}
-	if s, err := locker.NewSemaphore(a, c.key(), 2); err == nil {
+	if s := c.sharedSemaphore(a, c.key(), 2, "the semaphore"); s != nil {
 		tries = append(tries, busyTryCall{"TryAcquire of a free semaphore", func() (busyHold, error) {
 			p, err := s.TryAcquire(ctx)
 			if err != nil {
@@ -65,10 +65,6 @@ func testTryBesideBusyCaller(c *caseT) {
 			}
 			return p, nil
 		}})
-	} else if unshared(err) {
-		c.Logf("the Locker has no shared holds: the case leaves out the semaphore: %v", err)
-	} else {
-		c.Fatalf("locker.NewSemaphore: %v", err)
 	}
 
 	release := sync.OnceFunc(c.h.Busy(c.t, a))

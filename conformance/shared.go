@@ -46,6 +46,23 @@ func (c *caseT) semaphore(l locker.Locker, key string, limit int) *locker.Semaph
 	return s
 }
 
+// sharedSemaphore returns the semaphore of limit permits on key through l,
+// or nil when the Locker has no shared holds: then the log says that the
+// case leaves out what needs one (leftOut).
+func (c *caseT) sharedSemaphore(l locker.Locker, key string, limit int, leftOut string) *locker.Semaphore {
+	c.Helper()
+	s, err := locker.NewSemaphore(l, key, limit)
+	switch {
+	case err == nil:
+		return s
+	case unshared(err):
+		c.Logf("the Locker has no shared holds: the case leaves out %s: %v", leftOut, err)
+		return nil
+	}
+	c.Fatalf("locker.NewSemaphore: %v", err)
+	return nil
+}
+
 // rwmutex returns the read-write lock on key through l.
 func (c *caseT) rwmutex(l locker.Locker, key string) *locker.RWMutex {
 	c.Helper()
