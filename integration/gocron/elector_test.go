@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -26,8 +25,8 @@ const electorChild = "gocron-elector"
 // Elector on LOCKER_CHILD_URL and LOCKER_CHILD_KEY, a job every interval
 // from LOCKER_GOCRON_START. It reports "ready", "run <tick>" for every run,
 // after a "watch" line on stdin "lead" and "follow" when IsLeader changes
-// (polled), and "stopped" once a "stop" line has shut the scheduler down
-// and closed the Elector.
+// (polled), and on a "stop" line "stopping", then "stopped" once it has
+// shut the scheduler down and closed the Elector.
 // It exits when stdin closes.
 func runElectorChild() int {
 	fail := func(err error) int {
@@ -61,7 +60,7 @@ func runElectorChild() int {
 	}
 	defer func() { _ = s.Shutdown() }()
 	_, err = s.NewJob(gocron.DurationJob(interval), gocron.NewTask(func() {
-		if k := math.Round(float64(time.Since(start)) / float64(interval)); k >= 0 {
+		if k := tickOf(start); k >= 0 {
 			child.Say("run", uint64(k))
 		}
 	}), gocron.WithStartAt(gocron.WithStartDateTime(start)))
@@ -99,6 +98,7 @@ func runElectorChild() int {
 		case "watch":
 			watching.Go(watch)
 		case "stop":
+			child.Say("stopping", 0)
 			if err := s.Shutdown(); err != nil {
 				return fail(err)
 			}
@@ -172,27 +172,32 @@ func TestElectorFirstTickAndHandOver(t *testing.T) {
 	if err := procs[leader].Send("stop"); err != nil {
 		t.Fatal(err)
 	}
-	var stopped time.Time
-	for stopped.IsZero() {
-		if ev := child.Next(t, events, 30*time.Second, procs...); ev.What == "stopped" && ev.Child == leader {
-			stopped = ev.At
-		}
-	}
+	// The new leader's "lead" may reach us before the old one's "stopped":
+	// the Elector hands the key on before its Close returns.
+	var stopping, stopped time.Time
 	var next child.Event
-	for next.What != "lead" || next.Child == leader {
-		next = child.Next(t, events, ttl+10*time.Second, procs...)
-	}
+	child.Until(t, events, ttl+30*time.Second, func(ev child.Event) bool {
+		switch {
+		case ev.Child == leader && ev.What == "stopping":
+			stopping = ev.At
+		case ev.Child == leader && ev.What == "stopped":
+			stopped = ev.At
+		case ev.Child != leader && ev.What == "lead" && next.What == "":
+			next = ev
+		}
+		return !stopped.IsZero() && next.What != ""
+	}, procs...)
 	t.Logf("replica %d leads %v after replica %d's Elector closed (TTL %v)", next.Child, next.At.Sub(stopped).Round(time.Millisecond), leader, ttl)
+	if next.At.Before(stopping) {
+		t.Errorf("replica %d led at %s, before replica %d began to stop at %s", next.Child, next.At.Format(stampMilli), leader, stopping.Format(stampMilli))
+	}
 	if gap := next.At.Sub(stopped); gap > ttl {
 		t.Errorf("replica %d led %v after the leader's Elector closed; want within one TTL (%v)", next.Child, gap, ttl)
 	}
-	for {
-		ev := child.Next(t, events, 3*interval+10*time.Second, procs...)
-		if ev.What == "run" && ev.Child == next.Child {
-			break
-		}
+	child.Until(t, events, 3*interval+10*time.Second, func(ev child.Event) bool {
 		if ev.What == "run" && ev.Child == leader {
 			t.Errorf("replica %d ran the job after its scheduler shut down", leader)
 		}
-	}
+		return ev.What == "run" && ev.Child == next.Child
+	}, procs...)
 }

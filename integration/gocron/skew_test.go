@@ -49,6 +49,18 @@ const (
 	stampMilli = "15:04:05.000"
 )
 
+// tickOf returns the tick whose run this is, for a job every interval from
+// start: the last tick at or before now, give or take a clock's rounding.
+// A run comes at its tick or later (a lock's round trips, a late timer),
+// never before, so a run late by half an interval still counts for its
+// own tick.
+func tickOf(start time.Time) int {
+	return int(math.Floor(float64(time.Since(start)+tickSlack) / float64(interval)))
+}
+
+// tickSlack is how early tickOf lets a run come: a clock's rounding.
+const tickSlack = 20 * time.Millisecond
+
 // lockers opens one Locker per replica on b.
 func lockers(t *testing.T, b storeurl.Backend, mem *memory.Store) []locker.Locker {
 	return lockersTTL(t, b, mem, ttl)
@@ -143,7 +155,7 @@ func runTicks(t *testing.T, ls []locker.Locker, job string, skew, minHold time.D
 		}
 		start := t0.Add(time.Duration(i) * skew / (replicas - 1))
 		_, err = s.NewJob(gocron.DurationJob(interval), gocron.NewTask(func() {
-			k := int(math.Round(float64(time.Since(start)) / float64(interval)))
+			k := tickOf(start)
 			mu.Lock()
 			if k >= 0 && k < len(runs) {
 				runs[k]++

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -45,6 +46,12 @@ type Proc struct {
 	stdin  io.WriteCloser
 	mu     sync.Mutex
 	stderr strings.Builder
+	// exited is set once the child's stdout ended: it exited, or closed
+	// it.
+	exited atomic.Bool
+	// stop closes when the test's cleanup begins: the reader stops
+	// handing events to a channel nobody reads any more.
+	stop chan struct{}
 }
 
 // Write implements io.Writer for the child's stderr.
@@ -72,7 +79,7 @@ func (p *Proc) Send(line string) error {
 // waits for it.
 func Start(t *testing.T, i int, mode string, env []string, events chan<- Event) *Proc {
 	t.Helper()
-	p := &Proc{Cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	p := &Proc{Cmd: exec.Command(os.Args[0], "-test.run=^$"), stop: make(chan struct{})}
 	p.Cmd.Env = append(append(os.Environ(), modeVar+"="+mode), env...)
 	p.Cmd.Stderr = p
 	out, err := p.Cmd.StdoutPipe()
@@ -86,8 +93,9 @@ func Start(t *testing.T, i int, mode string, env []string, events chan<- Event) 
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { read(t, i, out, events) })
+	wg.Go(func() { p.read(t, i, out, events) })
 	t.Cleanup(func() {
+		close(p.stop)
 		_ = p.stdin.Close()
 		_ = p.Cmd.Process.Kill()
 		_ = p.Cmd.Wait()
@@ -96,7 +104,10 @@ func Start(t *testing.T, i int, mode string, env []string, events chan<- Event) 
 	return p
 }
 
-func read(t *testing.T, i int, out io.Reader, events chan<- Event) {
+// read hands the child's events to events until its stdout ends or the
+// test's cleanup begins.
+func (p *Proc) read(t *testing.T, i int, out io.Reader, events chan<- Event) {
+	defer p.exited.Store(true)
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -110,7 +121,11 @@ func read(t *testing.T, i int, out io.Reader, events chan<- Event) {
 			t.Errorf("child %d: line %q: %v", i, sc.Text(), err)
 			continue
 		}
-		events <- Event{Child: i, What: f[0], N: n, At: time.Unix(0, ns)}
+		select {
+		case events <- Event{Child: i, What: f[0], N: n, At: time.Unix(0, ns)}:
+		case <-p.stop:
+			return
+		}
 	}
 }
 
@@ -118,15 +133,34 @@ func read(t *testing.T, i int, out io.Reader, events chan<- Event) {
 // stderr) after wait.
 func Next(t *testing.T, events <-chan Event, wait time.Duration, procs ...*Proc) Event {
 	t.Helper()
-	select {
-	case e := <-events:
-		return e
-	case <-time.After(wait):
-		var errs []string
-		for i, p := range procs {
-			errs = append(errs, fmt.Sprintf("child %d stderr: %q", i, p.Stderr()))
+	return Until(t, events, wait, func(Event) bool { return true }, procs...)
+}
+
+// Until returns the first event for which match returns true, passing
+// every event before it to match as well; it fails the test (with the
+// children's stderr, and which of them exited) when none came within
+// wait in all, however many other events came meanwhile.
+func Until(t *testing.T, events <-chan Event, wait time.Duration, match func(Event) bool, procs ...*Proc) Event {
+	t.Helper()
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for {
+		select {
+		case e := <-events:
+			if match(e) {
+				return e
+			}
+		case <-timeout.C:
+			var errs []string
+			for i, p := range procs {
+				state := "running"
+				if p.exited.Load() {
+					state = "exited"
+				}
+				errs = append(errs, fmt.Sprintf("child %d (%s) stderr: %q", i, state, p.Stderr()))
+			}
+			t.Fatalf("no awaited event from the children within %v; %s", wait, strings.Join(errs, "; "))
+			return Event{}
 		}
-		t.Fatalf("no event from the children within %v; %s", wait, strings.Join(errs, "; "))
-		return Event{}
 	}
 }
