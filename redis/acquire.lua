@@ -43,21 +43,7 @@
 -- it when it is that waiter or nobody waits, and otherwise hands it over to
 -- that waiter (and queues if it waits itself). Unfair (ARGV[9] = "1"), it
 -- goes to the caller, who leaves the queue if it was in it.
--- #include sharekind.lua
-
-local owner, ttl, seq = ARGV[1], ARGV[2], ARGV[5]
-local mark = string.byte(seq, 1)
-local poll = mark == 112 -- "p<n>"
-local keep = poll or mark == 107 -- "k<n>"
-if keep then
-  seq = string.sub(seq, 2)
-end
-
--- poll_us is how long (server µs) the attempt of a polling waiter ("p<n>")
--- spares it the wake-ups of releases: twice wakeGap (acquire.go), within
--- which it makes its next attempt.
-local poll_us = 2000
-local waiting = seq ~= '0'
+local owner, ttl = ARGV[1], ARGV[2]
 
 -- time returns the server clock in microseconds (now_us of token.lua,
 -- which the fast paths do not include).
@@ -79,6 +65,41 @@ local function fast_take(last)
   redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
   return token
 end
+
+-- One read of the strings: the lock, the fence, and the tombstone.
+local got
+if KEYS[6] then
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[6])
+  if got[3] then
+    return 0
+  end
+else
+  got = redis.call('MGET', KEYS[1], KEYS[2])
+end
+local v = got[1]
+
+-- The fastest path, before anything else is defined (each definition
+-- costs time in every run that includes it): the lock is free, the caller
+-- fair, and neither waiters nor shared holds exist.
+if not v and ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[3], KEYS[5]) == 0 then
+  return fast_take(got[2])
+end
+
+-- #include sharekind.lua
+
+local seq = ARGV[5]
+local mark = string.byte(seq, 1)
+local poll = mark == 112 -- "p<n>"
+local keep = poll or mark == 107 -- "k<n>"
+if keep then
+  seq = string.sub(seq, 2)
+end
+
+-- poll_us is how long (server µs) the attempt of a polling waiter ("p<n>")
+-- spares it the wake-ups of releases: twice wakeGap (acquire.go), within
+-- which it makes its next attempt.
+local poll_us = 2000
+local waiting = seq ~= '0'
 
 -- enqueue puts the caller in the queue, keeping its place if it is there
 -- (ZADD NX), and records it (see lib.lua) as of now (server µs). remaining
@@ -109,19 +130,9 @@ end
 
 -- Fast paths, before lib.lua (whose definitions cost time in every run
 -- that includes them): the lock is held and the caller does not wait, or
--- waits (it queues); the lock is the caller's; the lock is free, and
--- neither waiters nor shared holds exist, or the caller is unfair.
--- One read of the strings: the lock, the fence, and the tombstone.
-local got
-if KEYS[6] then
-  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[6])
-  if got[3] then
-    return 0
-  end
-else
-  got = redis.call('MGET', KEYS[1], KEYS[2])
-end
-local v = got[1]
+-- waits (it queues); the lock is the caller's; the lock is free and the
+-- caller is unfair. A free lock with waiters or shared holds, the caller
+-- fair, is left.
 if v then
   local n = #owner
   if string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32 then
@@ -158,13 +169,11 @@ elseif ARGV[9] == '1' then
     redis.call('HDEL', KEYS[4], owner)
   end
   return fast_take(got[2])
-elseif redis.call('EXISTS', KEYS[3], KEYS[5]) > 0 then
+else
   local kind, limit = shared_kind(KEYS[5])
   if kind then
     return { 'shared', kind, limit }
   end
-else
-  return fast_take(got[2])
 end
 
 -- #include lib.lua

@@ -35,7 +35,7 @@ func keyOnServer(t *testing.T) (string, *goredis.Client, context.Context, string
 
 // TestUncontendedCommands counts, through MONITOR, the commands of a fair
 // Locker's uncontended Lock+Unlock and TryLock+Unlock: each release of a
-// lock taken at the first attempt runs three (GET of the lock and fence,
+// lock taken at the first attempt runs three (GET of the lock,
 // EXISTS of the queue and the waiters, DEL), the least a release that
 // checks for waiters can.
 func TestUncontendedCommands(t *testing.T) {
@@ -72,13 +72,15 @@ func TestUncontendedCommands(t *testing.T) {
 
 // TestQuietReleaseHint: the quiet hint only orders the checks of a
 // release. A holder that took the key at its first attempt still hands it
-// over to a waiter that queued meanwhile, and still wakes a LockMulti
+// over to a waiter that queued meanwhile, with a greater token (the quiet
+// path reads no fence: the hand-over reads it), and still wakes a LockMulti
 // recorded on the key (the waiters hash without a queue); a release
 // without the hint on a key nobody waits for deletes it too.
 func TestQuietReleaseHint(t *testing.T) {
 	t.Parallel()
 	r := newScriptRunner(t, map[string]string{"B": "LB"}, false)
-	if r.acquire("A", "1") <= 0 {
+	tokenA := r.acquire("A", "1")
+	if tokenA <= 0 {
 		t.Fatal("A could not take the free key")
 	}
 	if r.acquire("B", "1") >= 0 {
@@ -86,6 +88,9 @@ func TestQuietReleaseHint(t *testing.T) {
 	}
 	if n := r.releaseQuiet("A"); n != 1 || r.holder() != "B" {
 		t.Fatalf("quiet release with B queued = %d, holder %q; want 1 and the key handed over to B", n, r.holder())
+	}
+	if tokenB := r.acquire("B", "2"); tokenB <= tokenA {
+		t.Fatalf("B's token after the hand-over = %d, want more than A's %d", tokenB, tokenA)
 	}
 	if n := r.releaseQuiet("B"); n != 1 || r.holder() != "" {
 		t.Fatalf("quiet release of B = %d, holder %q; want 1 and the key free", n, r.holder())

@@ -34,25 +34,36 @@
 -- owner's (gone, expired, or another owner's): the lock is left alone then.
 -- With "force", 1 when the lock was held by anyone, 0 when it was free.
 local owner = ARGV[1]
-if ARGV[4] == '1' then
-  redis.call('ZREM', KEYS[3], owner)
-  redis.call('HDEL', KEYS[4], owner)
-end
-local got = redis.call('MGET', KEYS[1], KEYS[2])
-local v = got[1]
 local n = #owner
-if not v then
-  return 0
-end
-if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
-  return 0
-end
--- Nobody waits and no LockMulti watches: the waiters hash holds every
--- record and the " watched" mark (see lib.lua), and the queue outlives no
--- member. Three calls instead of four; one more when the hint was wrong.
-if ARGV[6] == '1' and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[1])
-  return 1
+-- got: the lock and the fence, as read. A quiet release reads only the
+-- lock: nobody waits and no LockMulti watches when neither the queue nor
+-- the waiters hash exists (the hash holds every record and the " watched"
+-- mark, see lib.lua, and the queue outlives no member). GET, EXISTS, DEL;
+-- when the hint was wrong, the fence is read where a hand-over needs it.
+local got
+if ARGV[6] == '1' then
+  local v = redis.call('GET', KEYS[1])
+  if not (v and string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+    return 0
+  end
+  if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  got = { v }
+else
+  if ARGV[4] == '1' then
+    redis.call('ZREM', KEYS[3], owner)
+    redis.call('HDEL', KEYS[4], owner)
+  end
+  got = redis.call('MGET', KEYS[1], KEYS[2])
+  local v = got[1]
+  if not v then
+    return 0
+  end
+  if ARGV[4] ~= 'force' and not (string.sub(v, 1, n) == owner and string.byte(v, n + 1) == 32) then
+    return 0
+  end
 end
 -- #include watch.lua
 
