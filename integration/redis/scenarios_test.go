@@ -156,7 +156,9 @@ func serverCPU(c *goredis.Client) func(context.Context) (time.Duration, error) {
 // serverCalls returns a reader of what the server of c has run (INFO
 // commandstats, whose calls count the commands scripts call): its
 // commands, the scripts among them (EVAL, EVALSHA and their read-only
-// forms) and their time. The INFO commands of the readers are left out.
+// forms) and their time, and the messages published (PUBLISH and
+// SPUBLISH, the scripts' included). The INFO commands of the readers are
+// left out.
 func serverCalls(c *goredis.Client) func(context.Context) (scen.Calls, error) {
 	return func(ctx context.Context) (scen.Calls, error) {
 		info, err := c.Info(ctx, "commandstats").Result()
@@ -184,9 +186,12 @@ func serverCalls(c *goredis.Client) func(context.Context) (scen.Calls, error) {
 				}
 			}
 			calls.Commands += n
-			if strings.HasPrefix(cmd, "eval") {
+			switch {
+			case strings.HasPrefix(cmd, "eval"):
 				calls.Scripts += n
 				calls.ScriptTime += time.Duration(usec) * time.Microsecond
+			case cmd == "publish", cmd == "spublish":
+				calls.Messages += n
 			}
 		}
 		return calls, nil
@@ -202,3 +207,33 @@ var fencedAcquire = goredis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'N
 
 // floorUnlock is the floor's compare-and-delete.
 var floorUnlock = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// TestServerCallsCounts checks serverCalls, whose figures the Scenarios
+// benchmark reports per acquisition: a script that publishes counts as a
+// script and as a message, and so does a PUBLISH of its own.
+func TestServerCallsCounts(t *testing.T) {
+	c := newClient(t, testenv.Redis(t).Addr())
+	read := serverCalls(c)
+	before, err := read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	channel := "calls-test:" + rand.Text()
+	if err := goredis.NewScript(`return redis.call('PUBLISH', KEYS[1], 'x')`).Run(t.Context(), c, []string{channel}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(t.Context(), channel, "y").Err(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other packages' tests may share the server and publish meanwhile.
+	if got := after.Messages - before.Messages; got < 2 {
+		t.Errorf("messages: %d, want at least 2", got)
+	}
+	if got := after.Scripts - before.Scripts; got < 1 {
+		t.Errorf("scripts: %d, want at least 1", got)
+	}
+}

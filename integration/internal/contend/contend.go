@@ -42,6 +42,9 @@
 // store's commands per acquisition, those run by scripts included, and the
 // scripts among them, and "<name>-script-µs" is the server's time per
 // script, when the Impl can read them (Impl.ServerCalls).
+// "<name>-messages" counts the notifications the server sent per
+// acquisition (Redis: PUBLISH, whose every message wakes a subscriber):
+// the wake-ups a lock's waiters cost beside their attempts.
 //
 // OneKey reports "<name>-again": the share of the acquisitions that went
 // to the client that had held the key last, without a hand-off to another
@@ -129,14 +132,15 @@ type Calls struct {
 	Commands   int64         // commands, those that scripts called included
 	Scripts    int64         // the scripts among Commands
 	ScriptTime time.Duration // the time the server spent running the scripts
+	Messages   int64         // notifications sent among Commands (Redis: PUBLISH)
 }
 
 func (c Calls) add(d Calls) Calls {
-	return Calls{c.Commands + d.Commands, c.Scripts + d.Scripts, c.ScriptTime + d.ScriptTime}
+	return Calls{c.Commands + d.Commands, c.Scripts + d.Scripts, c.ScriptTime + d.ScriptTime, c.Messages + d.Messages}
 }
 
 func (c Calls) sub(d Calls) Calls {
-	return c.add(Calls{-d.Commands, -d.Scripts, -d.ScriptTime})
+	return c.add(Calls{-d.Commands, -d.Scripts, -d.ScriptTime, -d.Messages})
 }
 
 // Rate is acquisitions per second.
@@ -351,7 +355,8 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
 			per := func(n int64) float64 { return float64(n) / float64(max(r.Acquisitions, 1)) }
 			metric(per(c.Commands), n+"-server-calls")
 			metric(per(c.Scripts), n+"-scripts")
-			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts", per(c.Commands), per(c.Scripts))
+			metric(per(c.Messages), n+"-messages")
+			cpu += fmt.Sprintf(", %.1f commands (%.2f scripts, %.2f messages", per(c.Commands), per(c.Scripts), per(c.Messages))
 			if c.Scripts > 0 {
 				us := float64(c.ScriptTime) / float64(time.Microsecond) / float64(c.Scripts)
 				metric(us, n+"-script-µs")
