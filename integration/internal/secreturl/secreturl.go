@@ -91,10 +91,10 @@ func Check(t *testing.T, scheme string, port int, parallel int, open func(raw st
 	CheckSome(t, scheme, port, parallel, URLs, Passwords, open)
 }
 
-// CheckSome is [Check] on the templates urls and the passwords pws only
-// (each also with another password): for a caller whose own handling of
-// the errors is what it checks, the backends' opens being checked whole
-// elsewhere.
+// CheckSome is [Check] on the templates of urls and the passwords of
+// passwords only, each template also filled with the other passwords: for
+// a caller that checks its own handling of errors whose every template and
+// password a [Check] elsewhere covers.
 func CheckSome(t *testing.T, scheme string, port int, parallel int, urls, passwords []string, open func(raw string) (msg string, ok bool)) {
 	t.Helper()
 	type result struct {
