@@ -289,7 +289,7 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 // up when the lock is lost (here: its row deleted behind its back), so that
 // the next waiter is not held up by a holder that no longer holds the key.
 func TestLineNameFollowsTheRow(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	const key = "lost-from-line"
 	dsn, ctx, ln, lk := heldLine(t, key)
 	w := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(time.Second))

@@ -273,7 +273,7 @@ func TestSharedRoundTrips(t *testing.T) {
 // because every expiry decision uses UTC_TIMESTAMP on the server and no
 // client clock value is ever sent.
 func TestClockSkew(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	var rec recorder
 	skewed := func(tz string) (locker.Locker, *sql.DB) {
@@ -412,7 +412,7 @@ func TestNoClientClockInStatements(t *testing.T) {
 // TestRunRecord: the row keeps the latest run's record, after a success and
 // after a crash.
 func TestRunRecord(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	gdb, _ := openGorm(t, dsnConfig(t, dsn, ""))
 	const ttl = time.Second
@@ -489,7 +489,7 @@ func TestRunRecord(t *testing.T) {
 
 // TestGuard: a stale holder's guarded transaction rolls back.
 func TestGuard(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	app, appSQL := openGorm(t, dsnConfig(t, dsn, "")) // the application's own handle
 	ctx := ctxFor(t, 60*time.Second)
@@ -595,7 +595,7 @@ func TestGuard(t *testing.T) {
 // TestBatchRenewal: renewing hundreds of locks at once, the ones deleted or
 // taken behind the Locker's back are reported lost, the others stay held.
 func TestBatchRenewal(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	const ttl = time.Second
 	l := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl))
@@ -672,7 +672,7 @@ func TestWakeUp(t *testing.T) {
 // while it holds the row (from a few milliseconds after acquiring), and
 // frees it on Unlock and when the lock is lost.
 func TestNamedLockFollowsTheRow(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 30*time.Second)
