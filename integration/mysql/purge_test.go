@@ -16,6 +16,7 @@ import (
 // purged hands out higher fencing tokens than before when it is taken
 // again.
 func TestPurgeKeepsTokensIncreasing(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, sqlDB := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)
@@ -93,6 +94,7 @@ func TestPurgeKeepsTokensIncreasing(t *testing.T) {
 }
 
 func TestPurgeRefusesBadArguments(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, _ := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := t.Context()

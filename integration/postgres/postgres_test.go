@@ -103,6 +103,7 @@ func raceFirstInsert(t *testing.T, ls []locker.Locker, rounds int) {
 
 // TestConcurrentFirstInsert races 200 Lockers for fresh keys.
 func TestConcurrentFirstInsert(t *testing.T) {
+	t.Parallel()
 	pool := openPool(t, withParam(t, testenv.Postgres(t).URL(), "pool_max_conns", "40"))
 	raceFirstInsert(t, newLockers(t, pool, 200, postgres.Config{Table: "race_locks", PollOnly: true}), 5)
 }
@@ -111,6 +112,7 @@ func TestConcurrentFirstInsert(t *testing.T) {
 // serialization failures are retried inside the attempt, and never reach
 // the caller as anything but ErrNotAcquired.
 func TestSerializable(t *testing.T) {
+	t.Parallel()
 	u := withParam(t, testenv.Postgres(t).URL(), "default_transaction_isolation", "serializable")
 	pool := openPool(t, withParam(t, u, "pool_max_conns", "40"))
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -125,6 +127,7 @@ func TestSerializable(t *testing.T) {
 // TestForgedNotify: any role may NOTIFY the lock channel; a notification
 // wakes a waiter, which then finds the key held: it grants nothing.
 func TestForgedNotify(t *testing.T) {
+	t.Parallel()
 	srv := testenv.Postgres(t)
 	admin := openPool(t, srv.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -190,6 +193,7 @@ func TestForgedNotify(t *testing.T) {
 // so terminating every connection of the holder's pool (a failover, a
 // pooler recycling connections) loses nothing while renewals get through.
 func TestHolderSurvivesTerminatedBackends(t *testing.T) {
+	t.Parallel()
 	srv := testenv.Postgres(t)
 	admin := openPool(t, srv.URL())
 	pool := openPool(t, withParam(t, srv.URL(), "application_name", "terminated_holder"))
@@ -228,6 +232,7 @@ func TestHolderSurvivesTerminatedBackends(t *testing.T) {
 // TestHolderSurvivesRecycledPool holds a lock on a pool whose connections
 // live a fraction of a second (MaxConnLifetime): nothing is lost.
 func TestHolderSurvivesRecycledPool(t *testing.T) {
+	t.Parallel()
 	pc, err := pgxpool.ParseConfig(testenv.Postgres(t).URL())
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +267,7 @@ func TestHolderSurvivesRecycledPool(t *testing.T) {
 // TestGuard: a transaction guarded by a lock that another holder took over
 // (ForceUnlock, then TryLock) fails with ErrLost, on pgx and database/sql.
 func TestGuard(t *testing.T) {
+	t.Parallel()
 	srv := testenv.Postgres(t)
 	pool := openPool(t, srv.URL())
 	db := stdlib.OpenDBFromPool(pool)
@@ -317,6 +323,7 @@ func TestGuard(t *testing.T) {
 
 // TestNewRefuses bad arguments with ErrInvalidOption naming them.
 func TestNewRefuses(t *testing.T) {
+	t.Parallel()
 	if _, err := postgres.New(nil); !errors.Is(err, locker.ErrInvalidOption) {
 		t.Errorf("New(nil) = %v; want ErrInvalidOption", err)
 	}

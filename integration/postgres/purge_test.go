@@ -19,6 +19,7 @@ import (
 // purged hands out higher fencing tokens than before when it is taken
 // again.
 func TestPurgeKeepsTokensIncreasing(t *testing.T) {
+	t.Parallel()
 	srv := testenv.Postgres(t)
 	pool := openPool(t, srv.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -114,6 +115,7 @@ func TestPurgeKeepsTokensIncreasing(t *testing.T) {
 }
 
 func TestPurgeRefusesBadArguments(t *testing.T) {
+	t.Parallel()
 	srv := testenv.Postgres(t)
 	pool := openPool(t, srv.URL())
 	ctx := t.Context()

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -74,11 +75,13 @@ func holdMany(t testing.TB, n int, ttl time.Duration, rounds int) []int {
 	t.Cleanup(func() { _ = l.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute+time.Duration(rounds+2)*ttl)
 	defer cancel()
+	// The locks are taken, and released, by takers at once: one after
+	// another, 1,000 of them took most of the test's time.
 	locks := make([]locker.Lock, n)
-	for i := range locks {
-		if locks[i], err = l.TryLock(ctx, fmt.Sprint("k", i)); err != nil {
-			t.Fatal(err)
-		}
+	errs := make([]error, n)
+	byTakers(n, func(i int) { locks[i], errs[i] = l.TryLock(ctx, fmt.Sprint("k", i)) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	// Two rounds to gather the locks into one batch, then the rounds
 	// counted.
@@ -91,16 +94,32 @@ func holdMany(t testing.TB, n int, ttl time.Duration, rounds int) []int {
 			t.Fatalf("lock lost while holding: %v", lk.Err())
 		}
 	}
-	for _, lk := range locks {
-		_ = lk.Unlock(ctx)
-	}
+	byTakers(n, func(i int) { _ = locks[i].Unlock(ctx) })
 	return sizes
+}
+
+// takers is how many goroutines byTakers runs: the connections of
+// pgxpool's default pool on up to four cores.
+const takers = 4
+
+// byTakers calls do(i) for every i below n, from takers goroutines.
+func byTakers(n int, do func(i int)) {
+	var wg sync.WaitGroup
+	for w := range takers {
+		wg.Go(func() {
+			for i := w; i < n; i += takers {
+				do(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestRenewalOneStatementPerTick: a Locker holding 1,000 locks renews them
 // all in one statement per renewal round, once the first rounds gathered
 // the locks taken at different moments.
 func TestRenewalOneStatementPerTick(t *testing.T) {
+	t.Parallel()
 	const n = 1000
 	sizes := holdMany(t, n, 6*time.Second, 3)
 	t.Logf("leases per renewal statement: %v", sizes)
