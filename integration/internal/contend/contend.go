@@ -329,7 +329,13 @@ func perAcquisition(d time.Duration, r Result) float64 {
 
 // report reports each implementation's figures and the first one's ratios
 // to each other's, for the runs with ctxs of kind k.
-func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
+//
+// With windows (from alternatePaired: each implementation's rates in the
+// windows of each pair, windows[impl][pair]), a ratio of rates is the
+// median of the pairs' ratios, and its quartiles are reported beside it
+// ("<name>-x-<other>-q1", "-q3"); with nil, it is the ratio of the rates
+// over all turns.
+func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind, windows [][]float64) {
 	metric := func(v float64, name string) { b.ReportMetric(v, name+k.suffix) }
 	for i, r := range rs {
 		n := impls[i].Name
@@ -367,7 +373,11 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
 			b.Logf("%-8s%-12s %d locks lost as the contract allows; the first: %v", n, k.suffix, r.Losses, r.FirstLoss)
 		}
 	}
-	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "", k.suffix)
+	if windows == nil {
+		ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "", k.suffix)
+	} else {
+		pairedRatios(b, impls, windows, k.suffix)
+	}
 	if rs[0].ClientCPU > 0 {
 		ratios(b, impls, func(i, j int) float64 {
 			return perAcquisition(rs[i].ClientCPU, rs[i]) / perAcquisition(rs[j].ClientCPU, rs[j])
@@ -395,12 +405,18 @@ func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what, suff
 // scenario runs once whatever b.N. It returns the results per ctx kind
 // (ctxKinds).
 func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
-	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+	return oneKey(b, impls, n, d, 0)
+}
+
+// oneKey is OneKey, its turns paired windows when pairs > 0 (see
+// ScenariosPaired).
+func oneKey(b *testing.B, impls []Impl, n int, d time.Duration, pairs int) [len(ctxKinds)][]Result {
+	rs, ws := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "onekey")
 		return func(int) string { return key }
-	}, true)
+	}, true, pairs)
 	for k, kind := range ctxKinds {
-		report(b, impls, rs[k], "handoffs/s", kind)
+		report(b, impls, rs[k], "handoffs/s", kind, ws[k])
 		for i, r := range rs[k] {
 			b.ReportMetric(r.AgainShare(), impls[i].Name+"-again"+kind.suffix)
 		}
@@ -411,12 +427,17 @@ func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][
 // ManyKeys runs n clients on a key each, for d per implementation and ctx
 // kind.
 func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
-	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+	return manyKeys(b, impls, n, d, 0)
+}
+
+// manyKeys is ManyKeys, its turns paired windows when pairs > 0.
+func manyKeys(b *testing.B, impls []Impl, n int, d time.Duration, pairs int) [len(ctxKinds)][]Result {
+	rs, ws := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "manykeys")
 		return func(c int) string { return fmt.Sprintf("%s-%d", key, c) }
-	}, false)
+	}, false, pairs)
 	for k, kind := range ctxKinds {
-		report(b, impls, rs[k], "ops/s", kind)
+		report(b, impls, rs[k], "ops/s", kind, ws[k])
 	}
 	return rs
 }
@@ -431,7 +452,11 @@ const rounds = 3
 // follows a short uncounted one with the same kind of ctx: a Locker that
 // made its calls inline for the other kind has let its workers go, which a
 // caller that always passes one kind never sees.
-func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool) [len(ctxKinds)][]Result {
+//
+// With pairs > 0 the turns are pairs windows instead (alternatePaired),
+// and it also returns each implementation's rate in each window, per ctx
+// kind; with 0, those are nil.
+func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool, pairs int) ([len(ctxKinds)][]Result, [len(ctxKinds)][][]float64) {
 	cs := make([][]Mutex, len(impls))
 	for i, impl := range impls {
 		cs[i] = clients(b, impl, n, keys(impl))
@@ -441,11 +466,16 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 	for k := range ts {
 		ts[k] = make([]tally, len(impls))
 	}
-	for range rounds {
-		for i, impl := range impls {
-			for k, kind := range ctxKinds {
-				run(b, impl, cs[i], d/rounds/10, shared, kind, nil)
-				run(b, impl, cs[i], d/rounds, shared, kind, &ts[k][i])
+	var ws [len(ctxKinds)][][]float64
+	if pairs > 0 {
+		ws = alternatePaired(b, impls, cs, d, shared, pairs, &ts)
+	} else {
+		for range rounds {
+			for i, impl := range impls {
+				for k, kind := range ctxKinds {
+					run(b, impl, cs[i], d/rounds/10, shared, kind, nil)
+					run(b, impl, cs[i], d/rounds, shared, kind, &ts[k][i])
+				}
 			}
 		}
 	}
@@ -456,7 +486,7 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 			rs[k][i] = ts[k][i].result()
 		}
 	}
-	return rs
+	return rs, ws
 }
 
 // Uncontended times one client's Lock+Unlock of each implementation, the
@@ -584,10 +614,16 @@ func handoff(b *testing.B, a, w Mutex, ctx context.Context) time.Duration {
 // grow" target), ManyKeys at 16, Uncontended and Handoff. d is each
 // contended run's length, per ctx kind.
 func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
+	scenarios(b, impls, d, 0)
+}
+
+// scenarios is Scenarios, the contended turns paired windows when
+// pairs > 0 (ScenariosPaired).
+func scenarios(b *testing.B, impls []Impl, d time.Duration, pairs int) {
 	var by = map[int][len(ctxKinds)][]Result{}
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
-			by[n] = OneKey(b, impls, n, d)
+			by[n] = oneKey(b, impls, n, d, pairs)
 			if n != 64 || len(by[4][0]) != len(impls) {
 				return
 			}
@@ -598,7 +634,7 @@ func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
 			}
 		})
 	}
-	b.Run("ManyKeys/clients=16", func(b *testing.B) { ManyKeys(b, impls, 16, d) })
+	b.Run("ManyKeys/clients=16", func(b *testing.B) { manyKeys(b, impls, 16, d, pairs) })
 	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })
 	b.Run("Handoff", func(b *testing.B) { Handoff(b, impls, 50) })
 }
