@@ -177,13 +177,9 @@ type tally struct {
 }
 
 func (t *tally) result() Result {
-	total := 0
-	for _, c := range t.counts {
-		total += c
-	}
 	slices.Sort(t.waits)
 	return Result{
-		Acquisitions: total, Elapsed: t.elapsed,
+		Acquisitions: t.acquisitions(), Elapsed: t.elapsed,
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99), WaitMax: pct(t.waits, 1),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
@@ -196,6 +192,18 @@ func (t *tally) result() Result {
 // shared set, the clients read-modify-write one counter under the lock and
 // a lost update fails b.
 func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ctxKind, t *tally) {
+	b.Helper()
+	runWindow(b, impl, ms, 0, d, shared, k, t)
+}
+
+// runWindow is run with the clients looping for warm+d, and with warm > 0
+// only their window counted: the acquisitions whose Lock returned in the
+// d after warm, the CPU and calls from its start to its end, and d as its
+// elapsed time. Neither the clients' first, simultaneous attempts nor
+// their last ones, which wait out the queue after the end, are counted.
+// With warm 0 it counts the whole run, the last acquisitions and their
+// time included.
+func runWindow(b *testing.B, impl Impl, ms []Mutex, warm, d time.Duration, shared bool, k ctxKind, t *tally) {
 	b.Helper()
 	n := len(ms)
 	ctx, cancel := context.WithTimeout(b.Context(), d+time.Minute)
@@ -233,11 +241,21 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 		}
 		return c
 	}
-	calls0 := serverCalls()
-	server0, client0 := serverCPU(), processCPU()
+	var (
+		calls0           Calls
+		server0, client0 time.Duration
+	)
+	sample := func() (Calls, time.Duration, time.Duration) {
+		return serverCalls(), serverCPU(), processCPU()
+	}
+	if warm == 0 {
+		calls0, server0, client0 = sample()
+	}
 	last.Store(-1)
 	start := time.Now()
-	stop := start.Add(d)
+	from := start.Add(warm)
+	stop := from.Add(d)
+	var all atomic.Int64 // acquisitions, the uncounted ones included
 	for i := range n {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
@@ -249,16 +267,23 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 					mu.Unlock()
 					return
 				}
-				waits[i] = append(waits[i], time.Since(t0))
+				at := time.Now()
+				counted := warm == 0 || !at.Before(from) && at.Before(stop)
+				all.Add(1)
+				if counted {
+					waits[i] = append(waits[i], at.Sub(t0))
+				}
 				if shared {
-					if last.Swap(int64(i)) == int64(i) {
+					if last.Swap(int64(i)) == int64(i) && counted {
 						again.Add(1)
 					}
 					v := counter.Load()
 					runtime.Gosched() // a read-yield-write that overlapping holders would lose
 					counter.Store(v + 1)
 				}
-				counts[i]++
+				if counted {
+					counts[i]++
+				}
 				if err := unlock(cctx); errors.Is(err, ErrAllowedLoss) {
 					mu.Lock()
 					losses++
@@ -273,19 +298,30 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 			}
 		})
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	client, server := processCPU()-client0, serverCPU()-server0
-	calls := serverCalls().sub(calls0)
+	var (
+		elapsed        time.Duration
+		calls          Calls
+		server, client time.Duration
+	)
+	if warm > 0 {
+		time.Sleep(time.Until(from))
+		calls0, server0, client0 = sample()
+		time.Sleep(time.Until(stop))
+		calls, server, client = sample()
+		elapsed = d
+		wg.Wait()
+	} else {
+		wg.Wait()
+		elapsed = time.Since(start)
+		calls, server, client = sample()
+	}
+	client, server = client-client0, server-server0
+	calls = calls.sub(calls0)
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	if shared && counter.Load() != int64(total) {
-		b.Fatalf("%s: %d acquisitions left the counter at %d: %d updates were lost to overlapping holders", impl.Name, total, counter.Load(), int64(total)-counter.Load())
+	if total := all.Load(); shared && counter.Load() != total {
+		b.Fatalf("%s: %d acquisitions left the counter at %d: %d updates were lost to overlapping holders", impl.Name, total, counter.Load(), total-counter.Load())
 	}
 	if t == nil {
 		return

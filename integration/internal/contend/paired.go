@@ -11,8 +11,9 @@ import (
 // ScenariosPaired is Scenarios with the contended scenarios' turns (OneKey
 // and ManyKeys) cut into pairs windows per implementation and ctx kind,
 // each d/pairs long. In each pair the implementations run one window each,
-// one after the other (their order reversed every other pair), each after
-// an uncounted tenth of a window with the same kind of ctx; a ratio of
+// one after the other (their order reversed every other pair), each in a
+// run of its own that counts only the window, after an uncounted third of
+// one with the same kind of ctx; a ratio of
 // rates ("<name>-x-<other>") is then the median over the pairs of the two
 // windows' ratio, reported with its quartiles ("<name>-x-<other>-q1",
 // "-q3"). The other figures are those of Scenarios, over all windows.
@@ -31,9 +32,12 @@ func ScenariosPaired(b *testing.B, impls []Impl, d time.Duration, pairs int) {
 // alternatePaired runs the clients cs[i] of impls[i] in pairs windows of
 // d/pairs per implementation and ctx kind, the implementations one after
 // the other in each pair, first to last in even pairs and last to first in
-// odd ones, each window after an uncounted tenth of one with its kind of
-// ctx. It adds each window to ts and returns each implementation's rate
-// in each window: [kind][impl][pair].
+// odd ones. Each window is counted in a run of its own, after an
+// uncounted third of one with its kind of ctx (runWindow): the clients'
+// first, simultaneous attempts and their last ones, which wait out the
+// queue after the window, would weigh on a short window's rate. It adds
+// each window to ts and returns each implementation's rate in each
+// window: [kind][impl][pair].
 func alternatePaired(b *testing.B, impls []Impl, cs [][]Mutex, d time.Duration, shared bool, pairs int, ts *[len(ctxKinds)][]tally) [len(ctxKinds)][][]float64 {
 	w := d / time.Duration(pairs)
 	var ws [len(ctxKinds)][][]float64
@@ -49,8 +53,7 @@ func alternatePaired(b *testing.B, impls []Impl, cs [][]Mutex, d time.Duration, 
 			for _, i := range order {
 				t := &ts[k][i]
 				acq, el := t.acquisitions(), t.elapsed
-				run(b, impls[i], cs[i], w/10, shared, kind, nil)
-				run(b, impls[i], cs[i], w, shared, kind, t)
+				runWindow(b, impls[i], cs[i], w/pairedWarm, w, shared, kind, t)
 				ws[k][i] = append(ws[k][i], float64(t.acquisitions()-acq)/(t.elapsed-el).Seconds())
 			}
 		}
@@ -58,6 +61,9 @@ func alternatePaired(b *testing.B, impls []Impl, cs [][]Mutex, d time.Duration, 
 	}
 	return ws
 }
+
+// pairedWarm is a window over the uncounted start of its run.
+const pairedWarm = 3
 
 // acquisitions is the number of acquisitions t counted.
 func (t *tally) acquisitions() int {

@@ -60,7 +60,7 @@ func TestAlternatePairedOrder(t *testing.T) {
 		for k := range ts {
 			ts[k] = make([]tally, len(impls))
 		}
-		ws = alternatePaired(b, impls, cs, pairs*10*time.Millisecond, true, pairs, &ts)
+		ws = alternatePaired(b, impls, cs, pairs*100*time.Millisecond, true, pairs, &ts)
 	})
 	if r.N == 0 {
 		t.Fatal("the run failed")
