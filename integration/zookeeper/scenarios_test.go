@@ -20,7 +20,9 @@ import (
 const productionTTL = 10 * time.Second
 
 // BenchmarkScenarios runs the scenarios of package contend on the test
-// server (a JVM tuned to start fast, 200 ms ticks): this library beside
+// server (a JVM tuned to start fast, 200 ms ticks), in paired windows
+// (contend.ScenariosPaired; "locker-x-zklock" is the median of the pairs'
+// ratios): this library beside
 // go-zookeeper's zk.Lock (the recipe every ZooKeeper lock builds on, so also
 // the floor), each client on a session of its own:
 //
@@ -29,8 +31,16 @@ func BenchmarkScenarios(b *testing.B) {
 	srv := testenv.ZooKeeper(b)
 	addr := srv.Servers()[0]
 	newLocker := func(b *testing.B) locker.Locker { return benchLocker(b, addr) }
-	contend.Scenarios(b, scenarioImpls(b, srv, newLocker, testTTL), 3*time.Second)
+	contend.ScenariosPaired(b, scenarioImpls(b, srv, newLocker, testTTL), 3*time.Second, scenarioPairs)
 }
+
+// scenarioPairs is how many pairs of windows BenchmarkScenarios and
+// BenchmarkScenariosProduction cut a contended scenario's turns into
+// (contend.ScenariosPaired): 300 ms windows, a few hundred hand-offs each
+// at 16 clients, and a median of 10 pairs per ctx kind, over which a
+// pause on one window (a GC, a session event, the JVM's JIT, a load burst
+// from another process on the machine) moves one pair only.
+const scenarioPairs = 10
 
 // BenchmarkScenariosProduction is BenchmarkScenarios on a server run as in
 // production (the stock JVM, 2 s ticks; see testenv.ZooKeeperProduction),
@@ -43,7 +53,7 @@ func BenchmarkScenariosProduction(b *testing.B) {
 	srv := testenv.ZooKeeperProduction(b)
 	impls := scenarioImpls(b, srv, urlLockers(b, srv, productionTTL), productionTTL)
 	warmUp(b, impls, productionWarmUp)
-	contend.Scenarios(b, impls, 3*time.Second)
+	contend.ScenariosPaired(b, impls, 3*time.Second, scenarioPairs)
 }
 
 // urlLockers returns a function that opens a Locker on srv as users open

@@ -181,13 +181,9 @@ type tally struct {
 }
 
 func (t *tally) result() Result {
-	total := 0
-	for _, c := range t.counts {
-		total += c
-	}
 	slices.Sort(t.waits)
 	return Result{
-		Acquisitions: total, Elapsed: t.elapsed,
+		Acquisitions: t.acquisitions(), Elapsed: t.elapsed,
 		MinPer: slices.Min(t.counts), MaxPer: slices.Max(t.counts),
 		WaitP50: pct(t.waits, 0.50), WaitP99: pct(t.waits, 0.99), WaitMax: pct(t.waits, 1),
 		ClientCPU: t.clientCPU, ServerCPU: t.serverCPU,
@@ -200,6 +196,18 @@ func (t *tally) result() Result {
 // shared set, the clients read-modify-write one counter under the lock and
 // a lost update fails b.
 func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ctxKind, t *tally) {
+	b.Helper()
+	runWindow(b, impl, ms, 0, d, shared, k, t)
+}
+
+// runWindow is run with the clients looping for warm+d, and with warm > 0
+// only their window counted: the acquisitions whose Lock returned in the
+// d after warm, the CPU and calls from its start to its end, and d as its
+// elapsed time. Neither the clients' first, simultaneous attempts nor
+// their last ones, which wait out the queue after the end, are counted.
+// With warm 0 it counts the whole run, the last acquisitions and their
+// time included.
+func runWindow(b *testing.B, impl Impl, ms []Mutex, warm, d time.Duration, shared bool, k ctxKind, t *tally) {
 	b.Helper()
 	n := len(ms)
 	ctx, cancel := context.WithTimeout(b.Context(), d+time.Minute)
@@ -237,11 +245,21 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 		}
 		return c
 	}
-	calls0 := serverCalls()
-	server0, client0 := serverCPU(), processCPU()
+	var (
+		calls0           Calls
+		server0, client0 time.Duration
+	)
+	sample := func() (Calls, time.Duration, time.Duration) {
+		return serverCalls(), serverCPU(), processCPU()
+	}
+	if warm == 0 {
+		calls0, server0, client0 = sample()
+	}
 	last.Store(-1)
 	start := time.Now()
-	stop := start.Add(d)
+	from := start.Add(warm)
+	stop := from.Add(d)
+	var all atomic.Int64 // acquisitions, the uncounted ones included
 	for i := range n {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
@@ -253,16 +271,23 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 					mu.Unlock()
 					return
 				}
-				waits[i] = append(waits[i], time.Since(t0))
+				at := time.Now()
+				counted := warm == 0 || !at.Before(from) && at.Before(stop)
+				all.Add(1)
+				if counted {
+					waits[i] = append(waits[i], at.Sub(t0))
+				}
 				if shared {
-					if last.Swap(int64(i)) == int64(i) {
+					if last.Swap(int64(i)) == int64(i) && counted {
 						again.Add(1)
 					}
 					v := counter.Load()
 					runtime.Gosched() // a read-yield-write that overlapping holders would lose
 					counter.Store(v + 1)
 				}
-				counts[i]++
+				if counted {
+					counts[i]++
+				}
 				if err := unlock(cctx); errors.Is(err, ErrAllowedLoss) {
 					mu.Lock()
 					losses++
@@ -277,19 +302,30 @@ func run(b *testing.B, impl Impl, ms []Mutex, d time.Duration, shared bool, k ct
 			}
 		})
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	client, server := processCPU()-client0, serverCPU()-server0
-	calls := serverCalls().sub(calls0)
+	var (
+		elapsed        time.Duration
+		calls          Calls
+		server, client time.Duration
+	)
+	if warm > 0 {
+		time.Sleep(time.Until(from))
+		calls0, server0, client0 = sample()
+		time.Sleep(time.Until(stop))
+		calls, server, client = sample()
+		elapsed = d
+		wg.Wait()
+	} else {
+		wg.Wait()
+		elapsed = time.Since(start)
+		calls, server, client = sample()
+	}
+	client, server = client-client0, server-server0
+	calls = calls.sub(calls0)
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	if shared && counter.Load() != int64(total) {
-		b.Fatalf("%s: %d acquisitions left the counter at %d: %d updates were lost to overlapping holders", impl.Name, total, counter.Load(), int64(total)-counter.Load())
+	if total := all.Load(); shared && counter.Load() != total {
+		b.Fatalf("%s: %d acquisitions left the counter at %d: %d updates were lost to overlapping holders", impl.Name, total, counter.Load(), total-counter.Load())
 	}
 	if t == nil {
 		return
@@ -333,7 +369,13 @@ func perAcquisition(d time.Duration, r Result) float64 {
 
 // report reports each implementation's figures and the first one's ratios
 // to each other's, for the runs with ctxs of kind k.
-func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
+//
+// With windows (from alternatePaired: each implementation's rates in the
+// windows of each pair, windows[impl][pair]), a ratio of rates is the
+// median of the pairs' ratios, and its quartiles are reported beside it
+// ("<name>-x-<other>-q1", "-q3"); with nil, it is the ratio of the rates
+// over all turns.
+func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind, windows [][]float64) {
 	metric := func(v float64, name string) { b.ReportMetric(v, name+k.suffix) }
 	for i, r := range rs {
 		n := impls[i].Name
@@ -372,7 +414,11 @@ func report(b *testing.B, impls []Impl, rs []Result, unit string, k ctxKind) {
 			b.Logf("%-8s%-12s %d locks lost as the contract allows; the first: %v", n, k.suffix, r.Losses, r.FirstLoss)
 		}
 	}
-	ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "", k.suffix)
+	if windows == nil {
+		ratios(b, impls, func(i, j int) float64 { return rs[i].Rate() / rs[j].Rate() }, "", k.suffix)
+	} else {
+		pairedRatios(b, impls, windows, k.suffix)
+	}
 	if rs[0].ClientCPU > 0 {
 		ratios(b, impls, func(i, j int) float64 {
 			return perAcquisition(rs[i].ClientCPU, rs[i]) / perAcquisition(rs[j].ClientCPU, rs[j])
@@ -400,12 +446,18 @@ func ratios(b *testing.B, impls []Impl, ratio func(i, j int) float64, what, suff
 // scenario runs once whatever b.N. It returns the results per ctx kind
 // (ctxKinds).
 func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
-	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+	return oneKey(b, impls, n, d, 0)
+}
+
+// oneKey is OneKey, its turns paired windows when pairs > 0 (see
+// ScenariosPaired).
+func oneKey(b *testing.B, impls []Impl, n int, d time.Duration, pairs int) [len(ctxKinds)][]Result {
+	rs, ws := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "onekey")
 		return func(int) string { return key }
-	}, true)
+	}, true, pairs)
 	for k, kind := range ctxKinds {
-		report(b, impls, rs[k], "handoffs/s", kind)
+		report(b, impls, rs[k], "handoffs/s", kind, ws[k])
 		for i, r := range rs[k] {
 			b.ReportMetric(r.AgainShare(), impls[i].Name+"-again"+kind.suffix)
 		}
@@ -416,12 +468,17 @@ func OneKey(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][
 // ManyKeys runs n clients on a key each, for d per implementation and ctx
 // kind.
 func ManyKeys(b *testing.B, impls []Impl, n int, d time.Duration) [len(ctxKinds)][]Result {
-	rs := alternate(b, impls, n, d, func(impl Impl) func(int) string {
+	return manyKeys(b, impls, n, d, 0)
+}
+
+// manyKeys is ManyKeys, its turns paired windows when pairs > 0.
+func manyKeys(b *testing.B, impls []Impl, n int, d time.Duration, pairs int) [len(ctxKinds)][]Result {
+	rs, ws := alternate(b, impls, n, d, func(impl Impl) func(int) string {
 		key := Keys(b, impl.Name, "manykeys")
 		return func(c int) string { return fmt.Sprintf("%s-%d", key, c) }
-	}, false)
+	}, false, pairs)
 	for k, kind := range ctxKinds {
-		report(b, impls, rs[k], "ops/s", kind)
+		report(b, impls, rs[k], "ops/s", kind, ws[k])
 	}
 	return rs
 }
@@ -436,7 +493,11 @@ const rounds = 3
 // follows a short uncounted one with the same kind of ctx: a Locker that
 // made its calls inline for the other kind has let its workers go, which a
 // caller that always passes one kind never sees.
-func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool) [len(ctxKinds)][]Result {
+//
+// With pairs > 0 the turns are pairs windows instead (alternatePaired),
+// and it also returns each implementation's rate in each window, per ctx
+// kind; with 0, those are nil.
+func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Impl) func(int) string, shared bool, pairs int) ([len(ctxKinds)][]Result, [len(ctxKinds)][][]float64) {
 	cs := make([][]Mutex, len(impls))
 	for i, impl := range impls {
 		cs[i] = clients(b, impl, n, keys(impl))
@@ -446,11 +507,16 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 	for k := range ts {
 		ts[k] = make([]tally, len(impls))
 	}
-	for range rounds {
-		for i, impl := range impls {
-			for k, kind := range ctxKinds {
-				run(b, impl, cs[i], d/rounds/10, shared, kind, nil)
-				run(b, impl, cs[i], d/rounds, shared, kind, &ts[k][i])
+	var ws [len(ctxKinds)][][]float64
+	if pairs > 0 {
+		ws = alternatePaired(b, impls, cs, d, shared, pairs, &ts)
+	} else {
+		for range rounds {
+			for i, impl := range impls {
+				for k, kind := range ctxKinds {
+					run(b, impl, cs[i], d/rounds/10, shared, kind, nil)
+					run(b, impl, cs[i], d/rounds, shared, kind, &ts[k][i])
+				}
 			}
 		}
 	}
@@ -461,7 +527,7 @@ func alternate(b *testing.B, impls []Impl, n int, d time.Duration, keys func(Imp
 			rs[k][i] = ts[k][i].result()
 		}
 	}
-	return rs
+	return rs, ws
 }
 
 // Uncontended times one client's Lock+Unlock of each implementation, the
@@ -589,10 +655,16 @@ func handoff(b *testing.B, a, w Mutex, ctx context.Context) time.Duration {
 // grow" target), ManyKeys at 16, Uncontended and Handoff. d is each
 // contended run's length, per ctx kind.
 func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
+	scenarios(b, impls, d, 0)
+}
+
+// scenarios is Scenarios, the contended turns paired windows when
+// pairs > 0 (ScenariosPaired).
+func scenarios(b *testing.B, impls []Impl, d time.Duration, pairs int) {
 	var by = map[int][len(ctxKinds)][]Result{}
 	for _, n := range []int{4, 16, 64} {
 		b.Run(fmt.Sprintf("OneKey/clients=%d", n), func(b *testing.B) {
-			by[n] = OneKey(b, impls, n, d)
+			by[n] = oneKey(b, impls, n, d, pairs)
 			if n != 64 || len(by[4][0]) != len(impls) {
 				return
 			}
@@ -603,7 +675,7 @@ func Scenarios(b *testing.B, impls []Impl, d time.Duration) {
 			}
 		})
 	}
-	b.Run("ManyKeys/clients=16", func(b *testing.B) { ManyKeys(b, impls, 16, d) })
+	b.Run("ManyKeys/clients=16", func(b *testing.B) { manyKeys(b, impls, 16, d, pairs) })
 	b.Run("Uncontended", func(b *testing.B) { Uncontended(b, impls) })
 	b.Run("Handoff", func(b *testing.B) { Handoff(b, impls, 50) })
 }
