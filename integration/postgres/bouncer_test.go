@@ -36,7 +36,6 @@ func (s *syncBuffer) String() string {
 // Locker left without Config.PollOnly finds that its LISTEN hears nothing,
 // says so with a warning, and its waiters poll: they still get the key.
 func TestPgBouncerWithoutPollOnly(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Postgres(t)
 	url := testenv.NewPgBouncer(t, srv).URL()
 	var logs syncBuffer

@@ -18,7 +18,6 @@ import (
 // call's ctx ended (31 s in WaiterCrash through PgBouncer, under load,
 // where a waiter's statement queues for a server connection).
 func TestCrashWhileStatementRuns(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Postgres(t)
 	for _, tc := range []struct {
 		name   string

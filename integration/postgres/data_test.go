@@ -17,7 +17,6 @@ import (
 // New without it add the column, after which data round-trips. A table
 // of another shape is left alone.
 func TestDataColumnMigration(t *testing.T) {
-	t.Parallel()
 	pool := openPool(t, testenv.Postgres(t).URL())
 	ctx := t.Context()
 	old, other := "old_locks_"+strings.ToLower(rand.Text()[:8]), "other_shape_"+strings.ToLower(rand.Text()[:8])

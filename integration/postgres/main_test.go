@@ -9,11 +9,8 @@ import (
 	"github.com/golocker/locker/internal/testenv"
 )
 
-// TestMain runs the package's tests. Every test runs in parallel with the
-// others (t.Parallel), at most -parallel at once as before: each
-// conformance harness has a server of its own, so a case that restarts it
-// disturbs no other harness, and each other test has tables of its own on
-// the shared server. So no test runs alone: not a harness's last long
-// cases, nor the other tests, which ran one after another before the
-// harnesses began.
+// TestMain runs the package's tests. The conformance harnesses run in
+// parallel with each other (t.Parallel), at most -parallel cases at once as
+// before: each has a server of its own, so a case that restarts it disturbs
+// no other harness, and a harness's last long cases do not run alone.
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -19,7 +19,6 @@ import (
 // purged hands out higher fencing tokens than before when it is taken
 // again.
 func TestPurgeKeepsTokensIncreasing(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Postgres(t)
 	pool := openPool(t, srv.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -115,7 +114,6 @@ func TestPurgeKeepsTokensIncreasing(t *testing.T) {
 }
 
 func TestPurgeRefusesBadArguments(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Postgres(t)
 	pool := openPool(t, srv.URL())
 	ctx := t.Context()

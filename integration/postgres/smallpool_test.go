@@ -17,7 +17,6 @@ import (
 // LISTEN connection; the Locker polls instead of starving its statements
 // (which would fail the LISTEN self-test, and log it).
 func TestSmallSQLPool(t *testing.T) {
-	t.Parallel()
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pool := openPool(t, testenv.Postgres(t).URL())

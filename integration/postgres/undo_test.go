@@ -25,7 +25,6 @@ const slowLabel = "slow-undo"
 // no UPDATE sees before its commit) as for a free one (an UPDATE). Without
 // that the key stays held for nobody until its TTL, which here is a minute.
 func TestUndoWaitsForInFlightAcquire(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Postgres(t)
 	const table, ttl = "undo_race_locks", time.Minute
 	admin := openPool(t, srv.URL())
