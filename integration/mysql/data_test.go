@@ -16,7 +16,6 @@ import (
 // New without it add the column, after which data round-trips. A table
 // of another shape is left alone.
 func TestDataColumnMigration(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)

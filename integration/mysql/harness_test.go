@@ -212,7 +212,6 @@ func (f *fleet) table() string {
 // TestConformance runs the suite on a server of its own, which its Restart
 // hook restarts.
 func TestConformance(t *testing.T) {
-	t.Parallel()
 	srv := testenv.NewMySQL(t)
 	h := newFleet(t, srv.DSN(), mysql.Config{}).harness()
 	h.Restart = srv.Restart
@@ -225,7 +224,6 @@ func TestConformance(t *testing.T) {
 // them, where plain statements read without locks: a first holder's take
 // then races other takes for real (FirstHolder).
 func TestConformancePollOnly(t *testing.T) {
-	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short")
 	}

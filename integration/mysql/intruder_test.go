@@ -21,7 +21,6 @@ import (
 // The hand-offs are logged next to those of a polling waiter; only a
 // generous bound (half the TTL) is asserted.
 func TestNamedLockIntruder(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)

@@ -115,7 +115,6 @@ func (l line) waits() map[int64]bool {
 // holder's Unlock (a loaded machine lining the waiters up slowly) proves
 // nothing about the order, and runs again on a key of its own.
 func TestLineIsFIFO(t *testing.T) {
-	t.Parallel()
 	const n, runs = 4, 5
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
@@ -199,7 +198,6 @@ func lineUpAndServe(t *testing.T, ctx context.Context, admin *sql.DB, holder loc
 // lined up (a wait that timed out to check the table lined up again at
 // the end: held for a few seconds, waiters were served in any order).
 func TestLineKeepsItsPlace(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)
@@ -224,7 +222,6 @@ func TestLineKeepsItsPlace(t *testing.T) {
 // line, holds the name while it holds the row and frees it when Unlock
 // returns.
 func TestCancelledWaitLeavesTheLine(t *testing.T) {
-	t.Parallel()
 	const key = "cancelled"
 	dsn, ctx, ln, lk := heldLine(t, key)
 
@@ -289,7 +286,6 @@ func TestCancelledWaitLeavesTheLine(t *testing.T) {
 // up when the lock is lost (here: its row deleted behind its back), so that
 // the next waiter is not held up by a holder that no longer holds the key.
 func TestLineNameFollowsTheRow(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	const key = "lost-from-line"
 	dsn, ctx, ln, lk := heldLine(t, key)
 	w := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(time.Second))

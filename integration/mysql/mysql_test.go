@@ -45,7 +45,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 func TestNewRejectsBadArguments(t *testing.T) {
-	t.Parallel()
 	_, err := mysql.New(nil)
 	if !errors.Is(err, locker.ErrInvalidOption) || !strings.Contains(err.Error(), "nil *gorm.DB") {
 		t.Errorf("New(nil) = %v; want ErrInvalidOption naming the nil *gorm.DB", err)
@@ -69,7 +68,6 @@ func TestNewRejectsBadArguments(t *testing.T) {
 }
 
 func TestKeyLimit(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	l := newLocker(t, dsn, mysql.Config{}, locker.WithPrefix("p/"))
 	ctx := ctxFor(t, 30*time.Second)
@@ -88,7 +86,6 @@ func TestKeyLimit(t *testing.T) {
 // Keys are compared byte by byte: no collation folds case or trailing
 // spaces.
 func TestKeysAreBinary(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	a, b := newLocker(t, dsn, mysql.Config{}), newLocker(t, dsn, mysql.Config{})
 	ctx := ctxFor(t, 30*time.Second)
@@ -108,7 +105,6 @@ func TestKeysAreBinary(t *testing.T) {
 // Five replicas starting at once on an empty database all succeed and share
 // one lock table (and its table of shared holds).
 func TestConcurrentSchemaCreation(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	const n = 5
 	handles := make([]*gorm.DB, n)
@@ -153,7 +149,6 @@ func TestConcurrentSchemaCreation(t *testing.T) {
 }
 
 func TestSkipMigration(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	_, err := mysql.Config{SkipMigration: true}.New(gdb)
@@ -189,7 +184,6 @@ func TestSkipMigration(t *testing.T) {
 // holder goroutine takes takeDelay after the acquisition when the calls
 // are slower than that.
 func TestRoundTrips(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	var rec recorder
 	gdb, _ := openRecorded(t, dsnConfig(t, dsn, ""), &rec)
@@ -227,7 +221,6 @@ func TestRoundTrips(t *testing.T) {
 // takes takeDelay after the acquisition and gives back after the release,
 // falls in a call's window whenever the call is slower than that.
 func TestSharedRoundTrips(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	var rec recorder
 	gdb, _ := openRecorded(t, dsnConfig(t, dsn, ""), &rec)
@@ -273,7 +266,6 @@ func TestSharedRoundTrips(t *testing.T) {
 // because every expiry decision uses UTC_TIMESTAMP on the server and no
 // client clock value is ever sent.
 func TestClockSkew(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	var rec recorder
 	skewed := func(tz string) (locker.Locker, *sql.DB) {
@@ -366,7 +358,6 @@ func TestClockSkew(t *testing.T) {
 // local clock only in notify.go, to schedule wake-ups, never where
 // statements are built or their arguments computed.
 func TestNoClientClockInStatements(t *testing.T) {
-	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +403,6 @@ func TestNoClientClockInStatements(t *testing.T) {
 // TestRunRecord: the row keeps the latest run's record, after a success and
 // after a crash.
 func TestRunRecord(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	gdb, _ := openGorm(t, dsnConfig(t, dsn, ""))
 	const ttl = time.Second
@@ -489,7 +479,6 @@ func TestRunRecord(t *testing.T) {
 
 // TestGuard: a stale holder's guarded transaction rolls back.
 func TestGuard(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	app, appSQL := openGorm(t, dsnConfig(t, dsn, "")) // the application's own handle
 	ctx := ctxFor(t, 60*time.Second)
@@ -595,7 +584,6 @@ func TestGuard(t *testing.T) {
 // TestBatchRenewal: renewing hundreds of locks at once, the ones deleted or
 // taken behind the Locker's back are reported lost, the others stay held.
 func TestBatchRenewal(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	const ttl = time.Second
 	l := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl))
@@ -640,7 +628,6 @@ func TestBatchRenewal(t *testing.T) {
 // TestWakeUp: a waiter whose polling would not retry for an hour is woken by
 // the holder's release through the named lock.
 func TestWakeUp(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second))
 	waiter := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(30*time.Second), locker.WithBackoff(locker.ConstantBackoff(time.Hour)))
@@ -672,7 +659,6 @@ func TestWakeUp(t *testing.T) {
 // while it holds the row (from a few milliseconds after acquiring), and
 // frees it on Unlock and when the lock is lost.
 func TestNamedLockFollowsTheRow(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 30*time.Second)
@@ -723,7 +709,6 @@ func TestNamedLockFollowsTheRow(t *testing.T) {
 // TestSmallPool: with a pool of two connections there is no room for
 // blocking waits; waiters poll, and nothing deadlocks.
 func TestSmallPool(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, sqlDB := openGorm(t, dsnConfig(t, dsn, ""))
 	sqlDB.SetMaxOpenConns(2)

@@ -16,7 +16,6 @@ import (
 // purged hands out higher fencing tokens than before when it is taken
 // again.
 func TestPurgeKeepsTokensIncreasing(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, sqlDB := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := ctxFor(t, 60*time.Second)
@@ -94,7 +93,6 @@ func TestPurgeKeepsTokensIncreasing(t *testing.T) {
 }
 
 func TestPurgeRefusesBadArguments(t *testing.T) {
-	t.Parallel()
 	dsn := testenv.NewDatabase(t)
 	gdb, _ := openGorm(t, dsnConfig(t, dsn, ""))
 	ctx := t.Context()

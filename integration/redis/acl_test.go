@@ -73,7 +73,6 @@ func allowed(t *testing.T, admin *goredis.Client, user, s string) bool {
 // another form, which "~locker:{P*" alone does not cover), and no key
 // of another prefix, even one whose text contains P.
 func TestACLRulesCoverEveryKeyOfAPrefix(t *testing.T) {
-	t.Parallel()
 	srv := testenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

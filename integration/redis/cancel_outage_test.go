@@ -23,7 +23,6 @@ import (
 // renewals use its pool. Without the engine's detaching, each waits until
 // the store answers again.
 func TestCancelledReadsReturnDuringOutage(t *testing.T) {
-	t.Parallel()
 	srv := testenv.NewRedis(t)
 	lockers := map[string]func(t *testing.T, addr string) locker.Locker{
 		"New": func(t *testing.T, addr string) locker.Locker {

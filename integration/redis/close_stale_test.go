@@ -21,7 +21,6 @@ import (
 // plus a hand-over's claim), not for its release timeout: each try waits
 // for the client's read timeout, here 10 s.
 func TestCloseSkipsAStaleWaitersLeave(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	const ttl = time.Second
 	srv := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, srv.Addr())
@@ -106,7 +105,6 @@ func closeCutOff(t *testing.T, l locker.Locker, p *testenv.Proxy, bound time.Dur
 // test below's bound whenever Close came while a waiting Lock's refresh
 // was on the wire.
 func TestCloseSkipsACutAttemptsLateCleanup(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	const ttl = time.Second
 	srv := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, srv.Addr())

@@ -15,7 +15,6 @@ import (
 // timeout. It used to wait for the inbox reader's BLPOP, which go-redis
 // bounds only at the command's timeout plus 10 s.
 func TestCloseWhileInboxReads(t *testing.T) {
-	t.Parallel()
 	srv := testenv.NewRedis(t)
 	admin := newClient(t, srv.Addr())
 	p := testenv.NewProxy(t, srv.Addr())
@@ -46,7 +45,6 @@ func TestCloseWhileInboxReads(t *testing.T) {
 // the inbox reader's BLPOP instead of waiting for it: go-redis bounds a
 // BLPOP that gets no answer only at its timeout plus 10 s.
 func TestCloseCutsTheInboxRead(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	srv := testenv.NewRedis(t)
 	admin := newClient(t, srv.Addr())
 	p := testenv.NewProxy(t, srv.Addr())
@@ -77,7 +75,6 @@ func TestCloseCutsTheInboxRead(t *testing.T) {
 // not own: it bounded that BLPOP only at its timeout plus 10 s, and the
 // marker's push by the release timeout (1 min here).
 func TestCloseBoundsACallersInboxRead(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	const ttl = time.Second
 	srv := testenv.NewRedis(t)
 	admin := newClient(t, srv.Addr())

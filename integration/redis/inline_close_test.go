@@ -23,7 +23,6 @@ import (
 // On a Locker that owns its client (redis.Open), such calls run on a pool
 // that Close cuts at once: the client's read timeout is a minute.
 func TestCloseWhileInlineCallBlocks(t *testing.T) {
-	t.Parallel()
 	srv := testenv.NewRedis(t)
 	for _, owned := range []bool{false, true} {
 		for _, op := range []string{"Lock", "TryLock", "Unlock"} {

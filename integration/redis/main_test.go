@@ -17,12 +17,7 @@ import (
 // for expiries and backoffs. The conformance harnesses run in parallel with
 // each other (t.Parallel), still 4 cases at once in all: each has a server
 // of its own, so a case that restarts it disturbs no other harness, and a
-// harness's last long cases do not run alone. So do the other tests, each
-// with a server of its own or keys and an ACL user of its own on the shared
-// one: they no longer run one at a time before the harnesses begin. The
-// tests whose Lockers have a 1 s TTL are the exception, as in
-// integration/mysql: they run first, one at a time, as before, so that
-// their renewals every third of a second do not starve beside the cases.
+// harness's last long cases do not run alone.
 func TestMain(m *testing.M) {
 	testenv.Parallel(4)
 	testenv.Main(m)

@@ -58,7 +58,6 @@ func TestConformanceNoPubSubForced(t *testing.T) {
 // Locker listens, though the releasing one does not.
 // A MultiLock's Unlock (multi_release.lua) must wake it too.
 func TestReleaseWithoutPubSubWakesLockMulti(t *testing.T) {
-	t.Parallel()
 	t.Run("Fair", func(t *testing.T) { releaseWithoutPubSubWakesLockMulti(t, false, false, false) })
 	t.Run("UnfairWithAQueuedLock", func(t *testing.T) { releaseWithoutPubSubWakesLockMulti(t, true, false, false) })
 	t.Run("UnfairWithAQueuedLockOfTheSameLocker", func(t *testing.T) { releaseWithoutPubSubWakesLockMulti(t, true, true, false) })
@@ -148,7 +147,6 @@ func releaseWithoutPubSubWakesLockMulti(t *testing.T, unfair, same, multi bool) 
 // Locker with pub/sub on the same semaphore, which would otherwise wait
 // for its refresh, a third of a long TTL.
 func TestSharedReleaseWithoutPubSubWakesWaiter(t *testing.T) {
-	t.Parallel()
 	const ttl = time.Minute // the waiter's refresh: 20 s
 	srv := testenv.NewRedis(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

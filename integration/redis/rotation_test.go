@@ -20,7 +20,6 @@ import (
 // AUTH. The lock is lost, and its error and the renewal warnings name the
 // real cause (WRONGPASS), not a reply of an unexpected type.
 func TestPasswordRotationNamesTheCause(t *testing.T) {
-	// Not in parallel: its 1 s TTL (see TestMain).
 	srv := testenv.Redis(t)
 	admin := newClient(t, srv.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
