@@ -21,7 +21,8 @@
 --                     that neither the queue nor the waiters hash exists,
 --                     as then nothing is to be handed over or woken; "0":
 --                     read the queue first, as a release that is likely to
---                     hand over does
+--                     hand over does. Only with leave "0": the quiet path
+--                     neither leaves the queue nor forces
 --
 -- A release that frees the key also wakes one Locker whose LockMulti found
 -- it held (wake_watcher). Whether a waiter is told depends on its Locker,

@@ -119,7 +119,6 @@ func byTakers(n int, do func(i int)) {
 // all in one statement per renewal round, once the first rounds gathered
 // the locks taken at different moments.
 func TestRenewalOneStatementPerTick(t *testing.T) {
-	t.Parallel()
 	const n = 1000
 	sizes := holdMany(t, n, 6*time.Second, 3)
 	t.Logf("leases per renewal statement: %v", sizes)

@@ -36,10 +36,10 @@ func BenchmarkScenarios(b *testing.B) {
 
 // scenarioPairs is how many pairs of windows BenchmarkScenarios and
 // BenchmarkScenariosProduction cut a contended scenario's turns into
-// (contend.ScenariosPaired): 300 ms windows, a few hundred hand-offs each
-// at 16 clients, and a median of 10 pairs per ctx kind, over which a
-// pause on one window (a GC, a session event, the JVM's JIT, a load burst
-// from another process on the machine) moves one pair only.
+// (contend.ScenariosPaired): 300 ms windows, and a median of 10 pairs per
+// ctx kind, over which a pause on one window (a GC, a session event, the
+// JVM's JIT, a load burst from another process on the machine) moves one
+// pair only.
 const scenarioPairs = 10
 
 // BenchmarkScenariosProduction is BenchmarkScenarios on a server run as in
