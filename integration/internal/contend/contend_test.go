@@ -102,14 +102,28 @@ func TestRunCountsAllowedLosses(t *testing.T) {
 // not.
 func TestRunCountsAgain(t *testing.T) {
 	// Two clients pass one token: a client's Lock takes it from its own
-	// channel, its Unlock hands it to the other client's.
+	// channel, its Unlock hands it to the other client's. A client that
+	// finds its handed token untaken for a while takes it back: the other
+	// client may have seen the run's end and stopped after this client's
+	// last look at the clock. Each take-back is one acquisition again.
 	chs := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
 	chs[0] <- struct{}{}
+	var takenBack atomic.Int64
 	turns := make([]Mutex, 2)
 	for i := range turns {
 		turns[i] = Func(func(ctx context.Context) (func(context.Context) error, error) {
+			grace := time.NewTimer(200 * time.Millisecond)
+			defer grace.Stop()
 			select {
 			case <-chs[i]:
+			case <-grace.C:
+				select {
+				case <-chs[i]:
+				case <-chs[1-i]:
+					takenBack.Add(1)
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
@@ -126,12 +140,13 @@ func TestRunCountsAgain(t *testing.T) {
 		ms    []Mutex
 		again func(acquisitions int) int
 	}{
-		{"two clients taking turns", turns, func(int) int { return 0 }},
+		{"two clients taking turns", turns, func(int) int { return int(takenBack.Load()) }},
 		{"one client", []Mutex{alone}, func(n int) int { return n - 1 }},
 	} {
 		var tl tally
 		r := testing.Benchmark(func(b *testing.B) {
 			tl = tally{}
+			takenBack.Store(0)
 			run(b, Impl{Name: "test"}, c.ms, 20*time.Millisecond, true, ctxKinds[0], &tl)
 		})
 		if r.N == 0 {
