@@ -67,6 +67,10 @@ type nextWaits struct {
 	// once.
 	graced map[*nextWait]struct{}
 	closed bool
+	// grace is adoptGrace unless a test sets it; watched counts the
+	// goroutines watchNext started.
+	grace   time.Duration
+	watched atomic.Int64
 }
 
 // park registers a next wait for the store keys of a release (of a fair
@@ -120,7 +124,11 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 	closed := d.next.closed
 	if !closed {
 		d.next.graced[nw] = struct{}{}
-		nw.grace = time.AfterFunc(adoptGrace, func() { d.graceOver(nw) })
+		grace := d.next.grace
+		if grace == 0 {
+			grace = adoptGrace
+		}
+		nw.grace = time.AfterFunc(grace, func() { d.graceOver(nw) })
 	}
 	d.next.mu.Unlock()
 	if closed && !d.watchNext(nw) {
@@ -175,6 +183,7 @@ func (d *redisDriver) adoptedNext(nw *nextWait) {
 // adopts it within nw.bound, and reports whether it started: not after
 // the notifier's close (then the caller gives nw up).
 func (d *redisDriver) watchNext(nw *nextWait) bool {
+	d.next.watched.Add(1)
 	return d.notify.spawn(func(stop <-chan struct{}) {
 		timer := time.NewTimer(nw.bound)
 		defer timer.Stop()
