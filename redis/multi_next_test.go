@@ -20,32 +20,14 @@ func TestNextWaitAdoptedAtOnce(t *testing.T) {
 	ad.next.grace = time.Hour
 	b, bd := newTestLocker(t, newClient(t, addr), opts...)
 	wait := func(l locker.Locker, lid string) <-chan *locker.MultiLock {
-		got := make(chan *locker.MultiLock, 1)
-		go func() {
-			m, err := locker.LockMulti(ctx, l, keys)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- m
-		}()
+		got := lockMultiAsync(ctx, t, l, keys)
 		if lid != "" {
 			awaitRecorded(ctx, t, c, keys[0], lid)
 		}
 		return got
 	}
-	held := func(got <-chan *locker.MultiLock) *locker.MultiLock {
-		m := <-got
-		if m == nil {
-			t.FailNow()
-		}
-		return m
-	}
-	unlock := func(m *locker.MultiLock) {
-		t.Helper()
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	held := func(got <-chan *locker.MultiLock) *locker.MultiLock { return awaitMulti(t, got, "a Locker") }
+	unlock := func(m *locker.MultiLock) { unlockMulti(ctx, t, m) }
 	// a waits once, so that its channels stay subscribed while it holds.
 	m, err := locker.LockMulti(ctx, first, keys)
 	if err != nil {
