@@ -21,6 +21,10 @@ var multiGiveUpLua string
 // woken wait; a contended set then costs two scripts, not three. A record
 // nobody adopts is given up (multi_giveup.lua) by a goroutine of the
 // notifier's, so that the release that reaches it does not wake nobody.
+// That goroutine starts only when the record is still unadopted
+// adoptGrace after the release: a Locker that locks again at once starts
+// none (docs/design.md, "Redis: a next wait watched only when not adopted
+// at once").
 
 // nextWait is a wait that a release recorded for its Locker's next
 // LockMulti of the keys. Its waiter is registered for every key of the
@@ -32,7 +36,19 @@ type nextWait struct {
 	cancels []func() // their registrations
 	state   atomic.Int32
 	adopted chan struct{} // closed when a LockMulti adopts it
+	// key is the store key the release recorded it with, and bound how
+	// long it waits to be adopted (recorded).
+	key   string
+	bound time.Duration
+	// grace starts the goroutine that gives it up (watchNext) adoptGrace
+	// after the release; adoption stops it.
+	grace *time.Timer
 }
+
+// adoptGrace is how long a next wait stays unwatched after its release: a
+// LockMulti that adopts it within that time costs no goroutine. A wake-up
+// that reaches the record meanwhile is passed on at most that much later.
+const adoptGrace = time.Millisecond
 
 // States of a nextWait.
 const (
@@ -46,6 +62,15 @@ const (
 type nextWaits struct {
 	mu sync.Mutex
 	m  map[string]*nextWait
+	// graced are the next waits whose grace timer has not started their
+	// goroutine; closed is set by watchAll: later ones start theirs at
+	// once.
+	graced map[*nextWait]struct{}
+	closed bool
+	// grace is adoptGrace unless a test sets it; watched counts the
+	// goroutines watchNext started.
+	grace   time.Duration
+	watched atomic.Int64
 }
 
 // park registers a next wait for the store keys of a release (of a fair
@@ -83,19 +108,84 @@ func (nw *nextWait) leave() {
 	}
 }
 
-// recorded notes that the release recorded nw with store key, and starts
-// the goroutine that gives it up unless a LockMulti adopts it within
-// bound.
+// recorded notes that the release recorded nw with store key: unless a
+// LockMulti adopts it within adoptGrace, a goroutine then gives it up
+// unless one adopts it within bound.
 func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
+	nw.key, nw.bound = key, bound
 	d.next.mu.Lock()
 	if d.next.m == nil {
 		d.next.m = map[string]*nextWait{}
+		d.next.graced = map[*nextWait]struct{}{}
 	}
-	// A wait it replaces keeps its goroutine, which gives it up.
+	// A wait it replaces keeps its grace timer or goroutine, which gives
+	// it up.
 	d.next.m[key] = nw
+	closed := d.next.closed
+	if !closed {
+		d.next.graced[nw] = struct{}{}
+		grace := d.next.grace
+		if grace == 0 {
+			grace = adoptGrace
+		}
+		nw.grace = time.AfterFunc(grace, func() { d.graceOver(nw) })
+	}
 	d.next.mu.Unlock()
-	spawned := d.notify.spawn(func(stop <-chan struct{}) {
-		timer := time.NewTimer(bound)
+	if closed && !d.watchNext(nw) {
+		d.giveUp(nw.key, nw)
+	}
+}
+
+// graceOver starts the goroutine of nw, unless a LockMulti adopted it or
+// watchAll started it.
+func (d *redisDriver) graceOver(nw *nextWait) {
+	d.next.mu.Lock()
+	_, ok := d.next.graced[nw]
+	delete(d.next.graced, nw)
+	spawned := !ok || nw.state.Load() != nextParked || d.watchNext(nw)
+	d.next.mu.Unlock()
+	if !spawned {
+		d.giveUp(nw.key, nw)
+	}
+}
+
+// watchAll starts the goroutine of every next wait in its grace time, for
+// Close: the notifier's close, which follows, stops them and waits until
+// they gave their records up. Later next waits start theirs at once.
+func (d *redisDriver) watchAll() {
+	d.next.mu.Lock()
+	d.next.closed = true
+	var left []*nextWait
+	for nw := range d.next.graced {
+		delete(d.next.graced, nw)
+		nw.grace.Stop()
+		if !d.watchNext(nw) {
+			left = append(left, nw)
+		}
+	}
+	d.next.mu.Unlock()
+	for _, nw := range left {
+		d.giveUp(nw.key, nw)
+	}
+}
+
+// adoptedNext stops the grace timer of nw, which a LockMulti adopted.
+func (d *redisDriver) adoptedNext(nw *nextWait) {
+	d.next.mu.Lock()
+	if _, ok := d.next.graced[nw]; ok {
+		delete(d.next.graced, nw)
+		nw.grace.Stop()
+	}
+	d.next.mu.Unlock()
+}
+
+// watchNext starts the goroutine that gives nw up unless a LockMulti
+// adopts it within nw.bound, and reports whether it started: not after
+// the notifier's close (then the caller gives nw up).
+func (d *redisDriver) watchNext(nw *nextWait) bool {
+	d.next.watched.Add(1)
+	return d.notify.spawn(func(stop <-chan struct{}) {
+		timer := time.NewTimer(nw.bound)
 		defer timer.Stop()
 		select {
 		case <-nw.w.wake:
@@ -108,7 +198,7 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 			return
 		}
 		if nw.state.CompareAndSwap(nextParked, nextGivenUp) {
-			d.giveUp(key, nw)
+			d.giveUp(nw.key, nw)
 			return
 		}
 		// Adopted meanwhile: the wake-up is the wait's.
@@ -117,9 +207,6 @@ func (d *redisDriver) recorded(key string, nw *nextWait, bound time.Duration) {
 		default:
 		}
 	})
-	if !spawned {
-		d.giveUp(key, nw)
-	}
 }
 
 // giveUp removes nw, the record of store key, and wakes the next record
@@ -180,6 +267,7 @@ func (d *redisDriver) adoptNext(reqs []driver.Request, call *multiCall) (*waiter
 			continue // its goroutine gives it up
 		}
 		close(nw.adopted)
+		d.adoptedNext(nw)
 		call.args[3] = nw.field
 		call.rec[j] = 1
 		call.unwatchChanged()

@@ -172,34 +172,9 @@ func TestLockMultiBehindLockerGone(t *testing.T) {
 	gone, gd := newTestLocker(t, newClient(t, addr), opts...)
 	next, nd := newTestLocker(t, newClient(t, addr), opts...)
 	last, ld := newTestLocker(t, newClient(t, addr), opts...)
-	wait := func(l locker.Locker) <-chan *locker.MultiLock {
-		got := make(chan *locker.MultiLock, 1)
-		go func() {
-			m, err := locker.LockMulti(ctx, l, keys)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- m
-		}()
-		return got
-	}
-	held := func(got <-chan *locker.MultiLock, who string) *locker.MultiLock {
-		select {
-		case m := <-got:
-			if m == nil {
-				t.FailNow()
-			}
-			return m
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the waiting LockMulti of %s was not woken by the release of its keys", who)
-			return nil
-		}
-	}
-	unlock := func(m *locker.MultiLock) {
-		if err := m.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	wait := func(l locker.Locker) <-chan *locker.MultiLock { return lockMultiAsync(ctx, t, l, keys) }
+	held := func(got <-chan *locker.MultiLock, who string) *locker.MultiLock { return awaitMulti(t, got, who) }
+	unlock := func(m *locker.MultiLock) { unlockMulti(ctx, t, m) }
 	// gone waits once, so that its channels stay subscribed after it holds.
 	m, err := locker.LockMulti(ctx, first, keys)
 	if err != nil {
@@ -226,6 +201,44 @@ func TestLockMultiBehindLockerGone(t *testing.T) {
 	awaitRecorded(ctx, t, c, keys[0], ld.lid)
 	unlock(m)
 	unlock(held(got, "last, recorded behind a Locker that did not lock again"))
+}
+
+// lockMultiAsync starts a LockMulti of keys by l and returns the channel
+// its lock arrives on: nil when it failed (reported).
+func lockMultiAsync(ctx context.Context, t *testing.T, l locker.Locker, keys []string) <-chan *locker.MultiLock {
+	got := make(chan *locker.MultiLock, 1)
+	go func() {
+		m, err := locker.LockMulti(ctx, l, keys)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- m
+	}()
+	return got
+}
+
+// awaitMulti returns the lock that got delivers, and ends the test when it
+// is nil or takes over 30 s: the waiting LockMulti of who was not woken.
+func awaitMulti(t *testing.T, got <-chan *locker.MultiLock, who string) *locker.MultiLock {
+	t.Helper()
+	select {
+	case m := <-got:
+		if m == nil {
+			t.FailNow()
+		}
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the waiting LockMulti of %s was not woken by the release of its keys", who)
+		return nil
+	}
+}
+
+// unlockMulti releases m, and ends the test when that fails.
+func unlockMulti(ctx context.Context, t *testing.T, m *locker.MultiLock) {
+	t.Helper()
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // multiWaitOptions are the options of the Lockers of the LockMulti wait

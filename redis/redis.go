@@ -543,6 +543,7 @@ func (d *redisDriver) CloseContext(ctx context.Context) error {
 		<-d.checked
 	}
 	d.wakeAllOwed(ctx)
+	d.watchAll() // multi_next.go: the next waits' goroutines, which close stops
 	d.notify.close()
 	d.inbox.close(ctx)
 	if d.closeRenewer != nil {
