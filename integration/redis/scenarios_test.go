@@ -26,7 +26,11 @@ import (
 // retry with a fencing token (fencedAcquire): the least a fenced lock
 // costs, which bounds what this library can reach against the peers
 // without one. Every implementation reports its ratios to "fenced"
-// ("fair-x-fenced", "unfair-x-fenced", ...). The multi-key scenario runs
+// ("fair-x-fenced", "unfair-x-fenced", ...). "fifo" (newFIFO) is the least
+// a first come, first served lock with a token costs, the reference of the
+// fair mode: "fair-x-fifo" is what fair reaches of it, and "fifo-x-fenced"
+// what a hand-off on every acquisition costs against fenced's releaser,
+// which takes the key again at once (its "-again"). The multi-key scenario runs
 // LockMulti, fair and unfair, beside redislock's ObtainMulti and a fenced
 // ObtainMulti (multiImpls). Each client is on a connection of its own:
 //
@@ -106,6 +110,9 @@ func BenchmarkScenarios(b *testing.B) {
 					}
 				}
 			})
+		}},
+		{Name: "fifo", New: func(b *testing.B, key string) scen.Mutex {
+			return newFIFO(b, addr, []string{key}, ttl)
 		}},
 	}
 	stats := newClient(b, addr)
