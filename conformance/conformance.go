@@ -204,6 +204,19 @@ func (c *caseT) ctx(d time.Duration) context.Context {
 // contract says happens within n TTLs.
 func (c *caseT) within(n int) time.Duration { return time.Duration(n)*c.h.TTL + c.slack }
 
+// perCall is what a case's budget allows for each store call it makes in
+// sequence. Such a budget only bounds a hang. On a loaded machine (load 7
+// on 2 cores, -race) a Redlock of 5 servers took over 150 ms per call, and
+// Keys and Fencing outlasted 4 TTLs and the slack in every attempt.
+const perCall = 500 * time.Millisecond
+
+// forCalls is the budget of a case that makes calls store calls one after
+// another and waits for nothing longer than a TTL: within(1) plus perCall
+// for each call.
+func (c *caseT) forCalls(calls int) time.Duration {
+	return c.within(1) + time.Duration(calls)*perCall
+}
+
 // every is the polling interval of the cases that poll.
 func (c *caseT) every() time.Duration {
 	return clamp(c.h.TTL/20, 5*time.Millisecond, 100*time.Millisecond)

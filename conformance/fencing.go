@@ -5,11 +5,12 @@ import (
 )
 
 func testFencing(c *caseT) {
-	ctx := c.ctx(c.within(4))
+	const holders = 100
+	ctx := c.ctx(c.forCalls(2 * holders))
 	key := c.key()
 	ls := []locker.Locker{c.newLocker(), c.newLocker(), c.newLocker(), c.newLocker()}
 	var prev uint64
-	for i := range 100 {
+	for i := range holders {
 		lk, err := ls[i%len(ls)].TryLock(ctx, key)
 		if err != nil {
 			c.Fatalf("%s: TryLock of holder %d: %v", freeAfter, i, err)

@@ -9,7 +9,9 @@ import (
 )
 
 func testKeys(c *caseT) {
-	ctx := c.ctx(c.within(4))
+	// About 6 calls for each of the 17 odd keys below, and those of the
+	// empty key and of the longest key.
+	ctx := c.ctx(c.forCalls(120))
 	a, b, other := c.newLocker(), c.newLocker(), c.newLocker()
 	const noPanic = "a Locker must never panic, whatever the key"
 	// call runs f and turns a panic into a failure.
