@@ -252,7 +252,10 @@ func TestReentrancyThreeDeep(t *testing.T) {
 
 func TestCloseEndsWaitsAndLocks(t *testing.T) {
 	a, b, _ := newPair(t)
-	ctx := t.Context()
+	// A bound for the wait that Close must end: without it, a Close
+	// that missed the wait would leave the test waiting for ever.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
 	held, err := b.Lock(ctx, "w")
 	if err != nil {
 		t.Fatal(err)

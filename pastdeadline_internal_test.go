@@ -62,14 +62,22 @@ func wantDeadlineLoss(t *testing.T, what string, err error, lk interface {
 	}
 }
 
-// freedSoon returns a channel that receives when key is next released in
-// d, whatever the release's outcome.
-func freedSoon(t *testing.T, d *notifyMultiDriver, key string) <-chan struct{} {
+// freedSoon returns a function that waits until key is next released in
+// d, whatever the release's outcome; it fails the test when no release
+// came within a minute (a background release that never ran).
+func freedSoon(t *testing.T, d *notifyMultiDriver, key string) (awaitFreed func()) {
 	ch, _, err := d.Subscribe(t.Context(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ch
+	return func() {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatalf("key %q was not released within a minute", key)
+		}
+	}
 }
 
 // TestUnlockPastTheDeadline: an Unlock of a lock past its local deadline
@@ -102,13 +110,13 @@ func TestUnlockPastTheDeadline(t *testing.T) {
 			case tc.storeDrops:
 				pastDeadline(e, lk)
 				d.free("k")
-				<-freed
+				freed()
 			default:
 				pastDeadline(e, lk)
 			}
 			wantDeadlineLoss(t, "Unlock", lk.Unlock(t.Context()), lk)
 			if !tc.storeDrops && !tc.duringRelease {
-				<-freed // the background release
+				freed() // the background release
 			}
 			if d.owned("k") {
 				t.Error("the store still holds the key after the background release")
@@ -129,7 +137,7 @@ func TestUnlockPastTheDeadline(t *testing.T) {
 		freed := freedSoon(t, d.notifyMultiDriver, "s")
 		pastDeadline(e, lk)
 		wantDeadlineLoss(t, "Unlock of a permit", lk.Unlock(t.Context()), lk)
-		<-freed
+		freed()
 	})
 	t.Run("MultiLock", func(t *testing.T) {
 		d := newNotifyMultiDriver()
@@ -144,7 +152,7 @@ func TestUnlockPastTheDeadline(t *testing.T) {
 		if d.owned("b") {
 			t.Error("the key still held after the MultiLock's Unlock")
 		}
-		<-freed // the background release of the lock past its deadline
+		freed() // the background release of the lock past its deadline
 		if d.owned("a") {
 			t.Error("the store still holds the key past its deadline after the background release")
 		}
@@ -164,7 +172,7 @@ func TestExtendPastTheDeadline(t *testing.T) {
 	freed := freedSoon(t, d, "k")
 	pastDeadline(e, lk)
 	wantDeadlineLoss(t, "Extend", Extend(t.Context(), lk, MaxHold(time.Hour)), lk)
-	<-freed
+	freed()
 }
 
 // extendKey marks the ctx of an Extend whose renewal slowExtend holds up.

@@ -81,7 +81,13 @@ func TestSemaphoreWeights(t *testing.T) {
 	}()
 	// Once the heavy request waits in line, a light one must not pass it.
 	for store.Subscribers("w") == 0 {
-		time.Sleep(time.Millisecond)
+		select {
+		case err := <-heavy:
+			t.Fatalf("AcquireN(3) returned before it waited in line: %v", err)
+		case <-ctx.Done():
+			t.Fatal("AcquireN(3) never waited in line")
+		case <-time.After(time.Millisecond):
+		}
 	}
 	if p, err := sa.TryAcquire(ctx); err == nil {
 		_ = p.Unlock(ctx)

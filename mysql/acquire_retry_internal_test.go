@@ -129,14 +129,25 @@ func lateDriver(t *testing.T, what string, late int) (*lateTestDriver, context.C
 		ld.late--
 		inUse := db.Stats().InUse
 		busy.Add(1)
+		slept := make(chan struct{})
 		go func() {
 			defer busy.Done()
+			defer close(slept)
 			if _, err := db.ExecContext(ctx, "SELECT SLEEP(?)", (driver.FenceWindow(ld.ttl) + 500*time.Millisecond).Seconds()); err != nil {
 				t.Error(err)
 			}
 		}()
+		// Until the SLEEP holds the pool's one connection; a SLEEP that
+		// failed, or ended before this loop looked, ends the wait too.
 		for db.Stats().InUse <= inUse {
-			time.Sleep(time.Millisecond)
+			select {
+			case <-slept:
+				return nil
+			case <-ctx.Done():
+				t.Errorf("the SLEEP never took the pool's connection: %v", ctx.Err())
+				return nil
+			case <-time.After(time.Millisecond):
+			}
 		}
 		return nil
 	}

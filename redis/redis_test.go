@@ -992,9 +992,7 @@ func TestCrashedWaiter(t *testing.T) {
 		_, err := crashed.Lock(ctx, key)
 		crashedDone <- err
 	}()
-	for admin.ZCard(ctx, name(kindQueue, key)).Val() != 1 {
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitQueued(t, ctx, admin, key, 1)
 	_ = crashClient.Close()
 	if err := <-crashedDone; err == nil {
 		t.Fatal("Lock on a closed client succeeded")
@@ -1003,7 +1001,9 @@ func TestCrashedWaiter(t *testing.T) {
 	survivor, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	got := lockAndUnlock(ctx, survivor, key)
 	for admin.ZCard(ctx, name(kindQueue, key)).Val() < 1 {
-		time.Sleep(2 * time.Millisecond)
+		if !driver.Sleep(ctx, 2*time.Millisecond) {
+			t.Fatal("the survivor's Lock never queued")
+		}
 	}
 	released := time.Now()
 	if err := lk.Unlock(ctx); err != nil {

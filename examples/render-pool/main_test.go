@@ -30,6 +30,10 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, "-workers", "6", "-duration", "8s", "-ttl", "1s", "-kill-after", "2s")
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// The demo's child processes write to its stderr, our pipe: after
+	// the ctx's kill of the demo, Run waits that long for them, not for
+	// ever.
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("the demo must exit 0 (never more than 4 holders, the permit back): %v\n%s", err, out.String())
 	}

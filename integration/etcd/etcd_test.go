@@ -627,13 +627,28 @@ func TestCloseCutOffWaitSkipsDeletion(t *testing.T) {
 	})
 	idle := idleLocker(ctx, t, f)
 	took, base := closeBeside(t, f, a, idle)
-	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+	if err := awaitErr(t, waited, "the wait of the closed Locker to end"); !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("the wait ended with %v, want ErrClosed", err)
 	}
 	// The revocation is bounded by the TTL (2 s), for both Lockers; the
 	// deletion (5 s) came on top of it.
 	if limit := base + 2*time.Second; took > limit {
 		t.Errorf("Close of the cut-off Locker took %v, an idle one's %v: want at most %v (the lease's revocation, not the waiter key's deletion)", took, base, limit)
+	}
+}
+
+// awaitErr returns what ch receives, failing the test, named by what,
+// when nothing came within a minute: the Locks of these tests run under
+// context.Background(), which only Close ends, and a Close that missed
+// them would leave the test waiting for ever.
+func awaitErr(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for %s", what)
+		return nil
 	}
 }
 
@@ -710,7 +725,7 @@ func TestCloseCutOffMidTxnSkipsSettling(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond) // the Lock's Txn is sent, and gets no answer
 	took, base := closeBeside(t, f, a, idle)
-	if err := <-waited; !errors.Is(err, locker.ErrClosed) {
+	if err := awaitErr(t, waited, "the Lock of the closed Locker to end"); !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("the Lock ended with %v, want ErrClosed", err)
 	}
 	// The revocation takes up to the TTL (2 s), for both Lockers; the

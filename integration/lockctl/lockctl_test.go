@@ -73,6 +73,10 @@ func start(t *testing.T, dir, url string, args ...string) *proc {
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), "LOCKER_URL="+url)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// The command lockctl runs shares its stdout and stderr: a command
+	// that outlives a killed lockctl would keep Wait, and so the cleanup,
+	// waiting for the pipes to close.
+	p.cmd.WaitDelay = 10 * time.Second
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start lockctl: %v", err)
 	}
@@ -92,11 +96,43 @@ func start(t *testing.T, dir, url string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			// lockctl runs its command in a process group of its own,
+			// which a SIGKILL to lockctl leaves running.
+			for _, child := range childrenOf(p.cmd.Process.Pid) {
+				_ = syscall.Kill(-child, syscall.SIGKILL)
+			}
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			select {
+			case <-p.done:
+			case <-time.After(bound):
+				t.Errorf("lockctl %s did not end within %v of its SIGKILL", strings.Join(p.cmd.Args[1:], " "), bound)
+			}
 		}
 	})
 	return p
+}
+
+// childrenOf returns the processes whose parent is pid, read from /proc;
+// none where /proc does not list them.
+func childrenOf(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var kids []int
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		rest := b[bytes.LastIndexByte(b, ')')+1:]
+		f := strings.Fields(string(rest))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if kid, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
+			kids = append(kids, kid)
+		}
+	}
+	return kids
 }
 
 // wait waits for p to exit and returns its exit code.

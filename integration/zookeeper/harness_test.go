@@ -132,6 +132,20 @@ func (e *env) children(tb testing.TB, key string) []string {
 	return c
 }
 
+// awaitQueued waits until key's queue holds at least n nodes, failing
+// the test with what when ctx ends first: a waiter that returned at
+// once (its session expired on a loaded machine, say) never queues.
+func (e *env) awaitQueued(ctx context.Context, tb testing.TB, key string, n int, what string) {
+	tb.Helper()
+	for len(e.children(tb, key)) < n {
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("%s: key %q's queue holds %d nodes, want %d: %v", what, key, len(e.children(tb, key)), n, context.Cause(ctx))
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
 // deleteBehind deletes every node of key's queue.
 func (e *env) deleteBehind(tb testing.TB, key string) {
 	tb.Helper()

@@ -3,6 +3,7 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -76,9 +77,7 @@ func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 			}
 			gaveUp[i] <- err
 		}()
-		for len(e.children(t, key)) < i+2 {
-			time.Sleep(2 * time.Millisecond)
-		}
+		e.awaitQueued(ctx, t, key, i+2, fmt.Sprintf("waiter %d never queued", i))
 	}
 	last := e.mustLocker(t)
 	var lastLock locker.Lock
@@ -88,9 +87,7 @@ func TestWaiterBehindGoneWaitersKeepsWaiting(t *testing.T) {
 		lastLock, err = last.Lock(ctx, key)
 		lastDone <- err
 	}()
-	for len(e.children(t, key)) < 4 {
-		time.Sleep(2 * time.Millisecond)
-	}
+	e.awaitQueued(ctx, t, key, 4, "the last waiter never queued")
 	queue := sortedQueue(t, e, key)
 	notYet := func(when string) {
 		t.Helper()
@@ -162,9 +159,7 @@ func TestLongWaitGrantsFullValidity(t *testing.T) {
 			lk, err = l.Lock(ctx, key)
 			waiter <- err
 		}()
-		for len(e.children(t, key)) < 2 {
-			time.Sleep(2 * time.Millisecond)
-		}
+		e.awaitQueued(ctx, t, key, 2, "the waiter never queued")
 		time.Sleep(hold)
 		released := time.Now()
 		if err := holder.Unlock(ctx); err != nil {

@@ -351,8 +351,8 @@ func TestSessionExpiry(t *testing.T) {
 			default:
 				t.Fatalf("another Locker got the key while the cut-off holder's Done was open")
 			}
-		case !errors.Is(err, locker.ErrNotAcquired):
-			t.Fatalf("TryLock: %v", err)
+		case !errors.Is(err, locker.ErrNotAcquired) || ctx.Err() != nil:
+			t.Fatalf("TryLock while the holder is cut off: %v (ctx: %v)", err, ctx.Err())
 		default:
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -102,32 +102,47 @@ func TestRunCountsAllowedLosses(t *testing.T) {
 // not.
 func TestRunCountsAgain(t *testing.T) {
 	// Two clients pass one token: a client's Lock takes it from its own
-	// channel, its Unlock hands it to the other client's. A client that
-	// finds its handed token untaken for a while takes it back: the other
-	// client may have seen the run's end and stopped after this client's
-	// last look at the clock. Each take-back is one acquisition again.
-	chs := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
-	chs[0] <- struct{}{}
+	// channel, its Unlock hands it, marked with the client's number, to
+	// the other client's. A client that finds its handed token untaken
+	// for a while takes it back: the other client may have seen the run's
+	// end and stopped after this client's last look at the clock, or (on
+	// a loaded machine) not started before the run's end. A token taken
+	// back by the client that handed it is one acquisition again. Every
+	// run starts with the token, handed by nobody, in client 0's channel.
+	chs := [2]chan int{make(chan int, 1), make(chan int, 1)}
 	var takenBack atomic.Int64
+	resetTurns := func() {
+		for _, ch := range chs {
+			select {
+			case <-ch:
+			default:
+			}
+		}
+		chs[0] <- -1
+		takenBack.Store(0)
+	}
 	turns := make([]Mutex, 2)
 	for i := range turns {
 		turns[i] = Func(func(ctx context.Context) (func(context.Context) error, error) {
 			grace := time.NewTimer(200 * time.Millisecond)
 			defer grace.Stop()
+			var from int
 			select {
-			case <-chs[i]:
+			case from = <-chs[i]:
 			case <-grace.C:
 				select {
-				case <-chs[i]:
-				case <-chs[1-i]:
-					takenBack.Add(1)
+				case from = <-chs[i]:
+				case from = <-chs[1-i]:
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-			return func(context.Context) error { chs[1-i] <- struct{}{}; return nil }, nil
+			if from == i {
+				takenBack.Add(1)
+			}
+			return func(context.Context) error { chs[1-i] <- i; return nil }, nil
 		})
 	}
 	var mu sync.Mutex
@@ -143,17 +158,30 @@ func TestRunCountsAgain(t *testing.T) {
 		{"two clients taking turns", turns, func(int) int { return int(takenBack.Load()) }},
 		{"one client", []Mutex{alone}, func(n int) int { return n - 1 }},
 	} {
-		var tl tally
-		r := testing.Benchmark(func(b *testing.B) {
-			tl = tally{}
-			takenBack.Store(0)
-			run(b, Impl{Name: "test"}, c.ms, 20*time.Millisecond, true, ctxKinds[0], &tl)
-		})
-		if r.N == 0 {
-			t.Fatalf("%s: the run failed", c.name)
-		}
-		if res := tl.result(); res.Acquisitions < 2 || res.Again != c.again(res.Acquisitions) {
-			t.Errorf("%s: %d of %d acquisitions counted again, want %d", c.name, res.Again, res.Acquisitions, c.again(res.Acquisitions))
+		// A run of 20 ms may end before a client scheduled late has
+		// taken the key at all: such a run, with fewer than 2
+		// acquisitions, tells nothing and runs again. A miscount shows in
+		// every run.
+		const attempts = 5
+		for attempt := 1; ; attempt++ {
+			var tl tally
+			r := testing.Benchmark(func(b *testing.B) {
+				tl = tally{}
+				resetTurns()
+				run(b, Impl{Name: "test"}, c.ms, 20*time.Millisecond, true, ctxKinds[0], &tl)
+			})
+			if r.N == 0 {
+				t.Fatalf("%s: the run failed", c.name)
+			}
+			res := tl.result()
+			if res.Acquisitions < 2 && attempt < attempts {
+				t.Logf("%s: run %d made %d acquisitions, too few to tell; again", c.name, attempt, res.Acquisitions)
+				continue
+			}
+			if res.Acquisitions < 2 || res.Again != c.again(res.Acquisitions) {
+				t.Errorf("%s: %d of %d acquisitions counted again, want %d", c.name, res.Again, res.Acquisitions, c.again(res.Acquisitions))
+			}
+			break
 		}
 	}
 }

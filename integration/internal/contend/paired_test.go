@@ -50,31 +50,48 @@ func TestAlternatePairedOrder(t *testing.T) {
 	}
 	impls := []Impl{impl("a"), impl("b")}
 	const pairs = 3
-	var ws [len(ctxKinds)][][]float64
-	r := testing.Benchmark(func(b *testing.B) {
-		mu.Lock()
-		ran = nil
-		mu.Unlock()
-		cs := [][]Mutex{{impls[0].New(b, "")}, {impls[1].New(b, "")}}
-		var ts [len(ctxKinds)][]tally
-		for k := range ts {
-			ts[k] = make([]tally, len(impls))
+	// A window (100 ms) that a client scheduled late let pass without an
+	// acquisition tells nothing of the order: such a run runs again. A
+	// wrong order shows in every run.
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		var ws [len(ctxKinds)][][]float64
+		r := testing.Benchmark(func(b *testing.B) {
+			mu.Lock()
+			ran = nil
+			mu.Unlock()
+			cs := [][]Mutex{{impls[0].New(b, "")}, {impls[1].New(b, "")}}
+			var ts [len(ctxKinds)][]tally
+			for k := range ts {
+				ts[k] = make([]tally, len(impls))
+			}
+			ws = alternatePaired(b, impls, cs, pairs*100*time.Millisecond, true, pairs, &ts)
+		})
+		if r.N == 0 {
+			t.Fatal("the run failed")
 		}
-		ws = alternatePaired(b, impls, cs, pairs*100*time.Millisecond, true, pairs, &ts)
-	})
-	if r.N == 0 {
-		t.Fatal("the run failed")
-	}
-	// a b (kind 1) a b (kind 2) | b a b a | a b a b, runs of one name merged
-	want := []string{"a", "b", "a", "b", "a", "b", "a", "b", "a", "b"}
-	if !slices.Equal(ran, want) {
-		t.Errorf("the implementations ran in the order %v, want %v", ran, want)
-	}
-	for k := range ws {
-		for i := range impls {
-			if len(ws[k][i]) != pairs || slices.Min(ws[k][i]) <= 0 {
-				t.Errorf("kind %d, %s: window rates %v, want %d rates above 0", k, impls[i].Name, ws[k][i], pairs)
+		empty := false
+		for k := range ws {
+			for i := range impls {
+				empty = empty || len(ws[k][i]) == pairs && slices.Min(ws[k][i]) == 0
 			}
 		}
+		if empty && attempt < attempts {
+			t.Logf("run %d: a window without an acquisition, too short to tell; again", attempt)
+			continue
+		}
+		// a b (kind 1) a b (kind 2) | b a b a | a b a b, runs of one name merged
+		want := []string{"a", "b", "a", "b", "a", "b", "a", "b", "a", "b"}
+		if !slices.Equal(ran, want) {
+			t.Errorf("the implementations ran in the order %v, want %v", ran, want)
+		}
+		for k := range ws {
+			for i := range impls {
+				if len(ws[k][i]) != pairs || slices.Min(ws[k][i]) <= 0 {
+					t.Errorf("kind %d, %s: window rates %v, want %d rates above 0", k, impls[i].Name, ws[k][i], pairs)
+				}
+			}
+		}
+		return
 	}
 }
