@@ -172,6 +172,80 @@ func TestMultiScriptCommands(t *testing.T) {
 	m.expect(ctx, t, base, steps)
 }
 
+// TestMultiReleaseKeepsWatched counts the commands of a release that wakes
+// the only LockMulti recorded with a key and records its Locker's next
+// wait there (multi_next.go): the waiters hash keeps " watched", so the
+// release writes the new record alone and renews the hash's expiry
+// (PEXPIRE), without removing " watched" and writing it again (HDEL,
+// HSET, PTTL, PEXPIRE). The hash keeps " watched" and an expiry.
+func TestMultiReleaseKeepsWatched(t *testing.T) {
+	t.Parallel()
+	addr := storeenv.Redis(t).Addr()
+	c := newClient(t, addr)
+	ctx := ctxFor(t, 60*time.Second)
+	base := uniqueKey(t)
+	keys := []string{base + ".a", base + ".b", base + ".c"}
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	a, b := newDriver(c), newDriver(c)
+	t.Cleanup(func() { _ = a.Close() })
+	loadScripts(ctx, t, c, a.multiAcquire, a.multiRelease)
+	for _, k := range keys {
+		cancel, err := a.notify.add(k, newWaiter(""), false)
+		if cancel == nil {
+			t.Fatalf("a waiter of the releasing Locker: %v", err)
+		}
+		t.Cleanup(cancel)
+	}
+	reqs := func(owner string) []driver.Request {
+		rs := make([]driver.Request, len(keys))
+		for i, k := range keys {
+			rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
+		}
+		return rs
+	}
+
+	m := startMonitor(t, addr)
+	ra, rb := reqs("A"), reqs("B")
+	ga, err := a.TryAcquireMulti(ctx, ra)
+	if err != nil {
+		t.Fatalf("free keys: %v", err)
+	}
+	call, err := b.newMultiCall(rb, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("held keys: got %v, want ErrHeld", err)
+	}
+	ls := make([]driver.Lease, len(ra))
+	for i, r := range ra {
+		ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: ga[i].Token, State: ga[i].State}
+	}
+	errs, err := a.ReleaseMulti(ctx, ls)
+	if err = errors.Join(append(errs, err)...); err != nil {
+		t.Fatalf("ReleaseMulti: %v", err)
+	}
+	watch := name(kindWaiters, keys[0])
+	if watchRecords(ctx, t, c, keys[0], b.lid) != 0 || watchRecords(ctx, t, c, keys[0], a.lid) != 1 {
+		t.Error("the release did not replace the record of the Locker it woke with its own Locker's next wait")
+	}
+	if !c.HExists(ctx, watch, " watched").Val() {
+		t.Error("the waiters hash lost \" watched\" while it records a wait")
+	}
+	if ms := c.PTTL(ctx, watch).Val(); ms <= 0 {
+		t.Errorf("the waiters hash that records the next wait has no expiry (PTTL %v)", ms)
+	}
+	m.expect(ctx, t, base, []costStep{
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"releasing three keys, waking the only wait recorded and recording the next wait", 10},
+	})
+}
+
 // TestMultiAttemptCommands counts the commands of a multi-key attempt
 // (MONITOR) where a lean script saves them: taking free keys on a cut call
 // reads the tombstone in the MGET of the keys, and a waiter's retry that
