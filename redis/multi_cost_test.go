@@ -27,17 +27,7 @@ import (
 // Locker's next one (multi_next.go) learns from the wake-up whether it
 // woke a LockMulti: one HSET more than a release that only wakes.
 func TestMultiScriptCommands(t *testing.T) {
-	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	c := newClient(t, addr)
-	ctx := ctxFor(t, 60*time.Second)
-	base := uniqueKey(t)
-	keys := []string{base + ".a", base + ".b", base + ".c"}
-	t.Cleanup(func() {
-		for _, k := range keys {
-			c.Del(context.Background(), scriptKeys(k)...)
-		}
-	})
+	c, addr, ctx, base, keys := multiCostKeys(t)
 	a, b := newDriver(c), newDriver(c)
 	// Loaded before MONITOR starts: a NOSCRIPT round would count too.
 	for _, s := range []string{includeKind(multiAcquireLua), includeWatch(multiReleaseLua)} {
@@ -45,20 +35,8 @@ func TestMultiScriptCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reqs := func(owner string) []driver.Request {
-		rs := make([]driver.Request, len(keys))
-		for i, k := range keys {
-			rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
-		}
-		return rs
-	}
-	leases := func(rs []driver.Request, gs []driver.Grant) []driver.Lease {
-		ls := make([]driver.Lease, len(rs))
-		for i, r := range rs {
-			ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}
-		}
-		return ls
-	}
+	reqs := func(owner string) []driver.Request { return multiReqs(keys, owner) }
+	leases := multiLeases
 	released := func(d *redisDriver, ls []driver.Lease) {
 		t.Helper()
 		errs, err := d.ReleaseMulti(ctx, ls)
@@ -73,17 +51,7 @@ func TestMultiScriptCommands(t *testing.T) {
 
 	m := startMonitor(t, addr)
 	ra, rb, rc := reqs("A"), reqs("B"), reqs("C")
-	ga, err := a.TryAcquireMulti(ctx, ra)
-	if err != nil {
-		t.Fatalf("free keys: %v", err)
-	}
-	call, err := b.newMultiCall(rb, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
-		t.Fatalf("held keys: got %v, want ErrHeld", err)
-	}
+	ga, call := takeThenWait(ctx, t, a, b, ra, rb)
 	if !watched() {
 		t.Fatal("an attempt that found the keys held did not record its Locker with the first")
 	}
@@ -172,6 +140,50 @@ func TestMultiScriptCommands(t *testing.T) {
 	m.expect(ctx, t, base, steps)
 }
 
+// TestMultiReleaseKeepsWatched counts the commands of a release that wakes
+// the only LockMulti recorded with a key and records its Locker's next
+// wait there (multi_next.go): the waiters hash keeps " watched", so the
+// release writes the new record alone and renews the hash's expiry
+// (PEXPIRE), without removing " watched" and writing it again (HDEL,
+// HSET, PTTL, PEXPIRE). The hash keeps " watched" and an expiry.
+func TestMultiReleaseKeepsWatched(t *testing.T) {
+	c, addr, ctx, base, keys := multiCostKeys(t)
+	a, b := newDriver(c), newDriver(c)
+	t.Cleanup(func() { _ = a.Close() })
+	loadScripts(ctx, t, c, a.multiAcquire, a.multiRelease)
+	for _, k := range keys {
+		cancel, err := a.notify.add(k, newWaiter(""), false)
+		if cancel == nil {
+			t.Fatalf("a waiter of the releasing Locker: %v", err)
+		}
+		t.Cleanup(cancel)
+	}
+	reqs := func(owner string) []driver.Request { return multiReqs(keys, owner) }
+
+	m := startMonitor(t, addr)
+	ra := reqs("A")
+	ga, _ := takeThenWait(ctx, t, a, b, ra, reqs("B"))
+	errs, err := a.ReleaseMulti(ctx, multiLeases(ra, ga))
+	if err = errors.Join(append(errs, err)...); err != nil {
+		t.Fatalf("ReleaseMulti: %v", err)
+	}
+	watch := name(kindWaiters, keys[0])
+	if watchRecords(ctx, t, c, keys[0], b.lid) != 0 || watchRecords(ctx, t, c, keys[0], a.lid) != 1 {
+		t.Error("the release did not replace the record of the Locker it woke with its own Locker's next wait")
+	}
+	if !c.HExists(ctx, watch, " watched").Val() {
+		t.Error("the waiters hash lost \" watched\" while it records a wait")
+	}
+	if ms := c.PTTL(ctx, watch).Val(); ms <= 0 {
+		t.Errorf("the waiters hash that records the next wait has no expiry (PTTL %v)", ms)
+	}
+	m.expect(ctx, t, base, []costStep{
+		{"taking three free keys", 10},
+		{"finding the first key held, recording the Locker", 6},
+		{"releasing three keys, waking the only wait recorded and recording the next wait", 10},
+	})
+}
+
 // TestMultiAttemptCommands counts the commands of a multi-key attempt
 // (MONITOR) where a lean script saves them: taking free keys on a cut call
 // reads the tombstone in the MGET of the keys, and a waiter's retry that
@@ -181,17 +193,7 @@ func TestMultiScriptCommands(t *testing.T) {
 // again, and a waiters hash it creates expires. A cut single-key attempt
 // (acquire.lua) reads its tombstone in its MGET too.
 func TestMultiAttemptCommands(t *testing.T) {
-	t.Parallel()
-	addr := storeenv.Redis(t).Addr()
-	c := newClient(t, addr)
-	ctx := ctxFor(t, 60*time.Second) // it ends: b's calls are cut ones
-	base := uniqueKey(t)
-	keys := []string{base + ".a", base + ".b", base + ".c"}
-	t.Cleanup(func() {
-		for _, k := range keys {
-			c.Del(context.Background(), scriptKeys(k)...)
-		}
-	})
+	c, addr, ctx, base, keys := multiCostKeys(t) // ctx ends: b's calls are cut ones
 	oc := newOwnedClient(clientOptions(addr))
 	t.Cleanup(func() { _ = oc.Close() })
 	a, b := newDriver(c), newDriver(oc)
@@ -199,13 +201,7 @@ func TestMultiAttemptCommands(t *testing.T) {
 		t.Fatal("the attempts of a driver on an owned client with a ctx that ends must be cut ones")
 	}
 	loadScripts(ctx, t, c, a.multiAcquire, a.acquire)
-	reqs := func(owner string) []driver.Request {
-		rs := make([]driver.Request, len(keys))
-		for i, k := range keys {
-			rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
-		}
-		return rs
-	}
+	reqs := func(owner string) []driver.Request { return multiReqs(keys, owner) }
 	free := func(gs []driver.Grant, rs []driver.Request) {
 		for i, r := range rs {
 			c.Del(ctx, leaseKey(driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}))
@@ -271,6 +267,62 @@ func TestMultiAttemptCommands(t *testing.T) {
 		{"a cut single-key attempt on a held key", 2},
 	}
 	m.expect(ctx, t, base, steps)
+}
+
+// multiCostKeys starts a test of the multi-key scripts' costs, in
+// parallel: a client of the test server at addr, a ctx that ends, and three
+// keys under base, whose names go when the test ends.
+func multiCostKeys(t *testing.T) (c *goredis.Client, addr string, ctx context.Context, base string, keys []string) {
+	t.Helper()
+	t.Parallel()
+	addr = storeenv.Redis(t).Addr()
+	c = newClient(t, addr)
+	ctx = ctxFor(t, 60*time.Second)
+	base = uniqueKey(t)
+	keys = []string{base + ".a", base + ".b", base + ".c"}
+	t.Cleanup(func() {
+		for _, k := range keys {
+			c.Del(context.Background(), scriptKeys(k)...)
+		}
+	})
+	return c, addr, ctx, base, keys
+}
+
+// multiReqs returns a request per key, owned by owner and the key's index.
+func multiReqs(keys []string, owner string) []driver.Request {
+	rs := make([]driver.Request, len(keys))
+	for i, k := range keys {
+		rs[i] = driver.Request{Key: k, Owner: owner + string(rune('0'+i)), Label: "l", TTL: 10 * time.Second}
+	}
+	return rs
+}
+
+// multiLeases returns the leases of grants gs of requests rs.
+func multiLeases(rs []driver.Request, gs []driver.Grant) []driver.Lease {
+	ls := make([]driver.Lease, len(rs))
+	for i, r := range rs {
+		ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}
+	}
+	return ls
+}
+
+// takeThenWait has a take the free keys of ra, then b make an attempt on
+// the same keys (rb) that finds them held and records b's Locker; it
+// returns a's grants and b's call.
+func takeThenWait(ctx context.Context, t *testing.T, a, b *redisDriver, ra, rb []driver.Request) ([]driver.Grant, *multiCall) {
+	t.Helper()
+	ga, err := a.TryAcquireMulti(ctx, ra)
+	if err != nil {
+		t.Fatalf("free keys: %v", err)
+	}
+	call, err := b.newMultiCall(rb, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.runMulti(ctx, rb, call); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("held keys: got %v, want ErrHeld", err)
+	}
+	return ga, call
 }
 
 // loadScripts loads scripts on c, so that a MONITOR started after it shows

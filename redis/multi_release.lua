@@ -31,7 +31,8 @@
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
 -- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
 -- HDEL and a PUBLISH per Locker woken, and an HSET for the next wait it
--- records, come on top. The script builds no table of its own but its
+-- records (and a PEXPIRE when the hash held only the record woken), come
+-- on top. The script builds no table of its own but its
 -- reply: a Lua allocation costs the server about as much as a call.
 local n = #KEYS / 3
 local vs = redis.call('MGET', unpack(KEYS, 1, n))
@@ -103,12 +104,19 @@ if wake then
   for i = 1, n do
     if res[i] == -1 then
       local w = KEYS[2 * n + i]
-      local sent, woke = wake_watcher(w, ARGV[2 * i])
+      local sent, woke, kept, alone = wake_watcher(w, ARGV[2 * i], rec ~= '')
       res[i] = sent and 1 or 2
       if woke and rec ~= '' then
-        -- HSET adds " watched" when wake_watcher removed it with the last
-        -- record; the hash may be new then, without an expiry.
-        if redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
+        -- When " watched" stayed (kept), the record alone is new; when the
+        -- hash held nothing else, its expiry is renewed, as the hash made
+        -- anew without keep had it. Otherwise HSET adds " watched", and
+        -- the hash may be new, without an expiry.
+        if kept then
+          redis.call('HSET', w, rec, '1')
+          if alone then
+            redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
+          end
+        elseif redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
           redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
         end
         res[i] = res[i] + 3

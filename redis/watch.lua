@@ -18,22 +18,38 @@ end
 -- channel "" wakes nobody. It returns false when the server refused the
 -- message, and then whether it found a record to wake. The caller checks
 -- first that w is watched, which is rare.
-local function wake_watcher(w, channel)
+--
+-- keep (multi_release.lua: it records another wait right after) leaves
+-- " watched" in w even with the last record, when w had it; the third
+-- result then says w had it (the hash stays), the fourth whether w held
+-- nothing else but the record woken (without keep, w would be gone).
+local function wake_watcher(w, channel, keep)
   if channel == '' then
     return true, false
   end
   local all = redis.call('HGETALL', w)
-  local first, lid, msg, more
+  local first, lid, msg, more, seen
   for i = 1, #all, 2 do
-    local l, wid = string.match(all[i], '^ watch (%S+) ?(%S*)$')
-    if l then
-      if first then
-        more = true
+    local f = all[i]
+    if f == ' watched' then
+      seen = true
+      if more then
         break
       end
-      first, lid, msg = all[i], l, 'free'
-      if wid ~= '' then
-        msg = 'free ' .. wid .. ' ' .. all[i + 1]
+    else
+      local l, wid = string.match(f, '^ watch (%S+) ?(%S*)$')
+      if l then
+        if first then
+          more = true
+          if seen or not keep then
+            break
+          end
+        else
+          first, lid, msg = f, l, 'free'
+          if wid ~= '' then
+            msg = 'free ' .. wid .. ' ' .. all[i + 1]
+          end
+        end
       end
     end
   end
@@ -41,11 +57,11 @@ local function wake_watcher(w, channel)
     redis.call('HDEL', w, ' watched')
     return true, false
   end
-  if more then
+  if more or (keep and seen) then
     redis.call('HDEL', w, first)
   else
     redis.call('HDEL', w, first, ' watched')
   end
   local r = redis.pcall('PUBLISH', channel .. ':' .. lid, msg)
-  return not (type(r) == 'table' and r.err), true
+  return not (type(r) == 'table' and r.err), true, keep and seen, #all == 4
 end
