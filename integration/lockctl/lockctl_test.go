@@ -98,7 +98,7 @@ func start(t *testing.T, dir, url string, args ...string) *proc {
 		default:
 			// lockctl runs its command in a process group of its own,
 			// which a SIGKILL to lockctl leaves running.
-			for _, child := range childrenOf(p.cmd.Process.Pid) {
+			for _, child := range testenv.ChildrenOf(p.cmd.Process.Pid) {
 				_ = syscall.Kill(-child, syscall.SIGKILL)
 			}
 			_ = p.cmd.Process.Kill()
@@ -110,29 +110,6 @@ func start(t *testing.T, dir, url string, args ...string) *proc {
 		}
 	})
 	return p
-}
-
-// childrenOf returns the processes whose parent is pid, read from /proc;
-// none where /proc does not list them.
-func childrenOf(pid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var kids []int
-	for _, st := range stats {
-		b, err := os.ReadFile(st)
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		rest := b[bytes.LastIndexByte(b, ')')+1:]
-		f := strings.Fields(string(rest))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		if kid, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
-			kids = append(kids, kid)
-		}
-	}
-	return kids
 }
 
 // wait waits for p to exit and returns its exit code.

@@ -62,17 +62,10 @@ func runAs(attr *syscall.SysProcAttr, name string) error {
 // from /proc/<pid>/stat, counted in the kernel's USER_HZ of 100 ticks a
 // second.
 func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
@@ -86,4 +79,41 @@ func processCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// ChildrenOf returns the processes whose parent is pid, read from /proc:
+// a test that kills a process can then kill what it started, such as the
+// process group a command runs in. It returns none where /proc does not
+// list them.
+func ChildrenOf(pid int) []int {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var kids []int
+	for _, st := range stats {
+		kid, err := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		if err != nil {
+			continue
+		}
+		// The parent's pid is field 4 of the line, 2 here.
+		if f, err := statFields(kid); err == nil && len(f) >= 2 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, kid)
+		}
+	}
+	return kids
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command
+// name: the line's third field comes first.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces
+	// and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	return strings.Fields(s[i+1:]), nil
 }
