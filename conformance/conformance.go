@@ -205,9 +205,9 @@ func (c *caseT) ctx(d time.Duration) context.Context {
 func (c *caseT) within(n int) time.Duration { return time.Duration(n)*c.h.TTL + c.slack }
 
 // perCall is what a case's budget allows for each store call it makes in
-// sequence. Such a budget only bounds a hang. On a loaded machine (load 7
-// on 2 cores, -race) a Redlock of 5 servers took over 150 ms per call, and
-// Keys and Fencing outlasted 4 TTLs and the slack in every attempt.
+// sequence. Such a budget only bounds a hang, so it is generous: a store
+// of several servers on a loaded machine is slow per call (docs/design.md,
+// "Tests on a loaded machine").
 const perCall = 500 * time.Millisecond
 
 // forCalls is the budget of a case that makes calls store calls one after
