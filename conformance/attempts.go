@@ -50,8 +50,10 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 		var why string
 		if stall := longest(from, time.Now()); stall > 0 {
 			why = fmt.Sprintf("while the test process stalled for up to %v, so the Lockers' renewals may have starved", stall.Round(time.Millisecond))
-		} else if rec.lostUnrenewed() {
+		} else if rec.names(locker.ErrNoRenewal.Error()) {
 			why = "with a lock lost to renewals that did not succeed in time (a store too slow to answer, as on a loaded machine)"
+		} else if rec.names(freedLate) {
+			why = "with a key free only after its window (a store too slow to answer, as on a loaded machine)"
 		} else {
 			return rec
 		}
@@ -59,16 +61,16 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 	}
 }
 
-// lostUnrenewed reports whether a failure the attempt recorded names a
-// lock lost at its local deadline (locker.ErrNoRenewal): a store that
-// answers renewals too slowly, as a loaded machine's does, loses locks
-// so, as the contract allows. A Locker that fails to renew does so in
-// every attempt.
-func (r *recorder) lostUnrenewed() bool {
+// names reports whether a failure the attempt recorded contains text:
+// locker.ErrNoRenewal's, for a lock lost at its local deadline (a store
+// that answers renewals too slowly, as a loaded machine's does, loses
+// locks so, as the contract allows; a Locker that fails to renew does so
+// in every attempt), or freedLate.
+func (r *recorder) names(text string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.log {
-		if e.kind == "error" && strings.Contains(e.text, locker.ErrNoRenewal.Error()) {
+		if e.kind == "error" && strings.Contains(e.text, text) {
 			return true
 		}
 	}

@@ -26,6 +26,11 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 		r.Errorf("the holder lost its lock (Err: %v)", fmt.Errorf("lock lost: %w", locker.ErrNoRenewal))
 		return r
 	}
+	late := func() *recorder {
+		r := &recorder{}
+		r.Errorf("the key 1.2s after the heal: not acquired; %s, 1.4s after the heal", freedLate)
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		outcome []func() *recorder // the attempts' outcomes, the last repeated
@@ -39,6 +44,8 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 		{"a failure while stalled runs again", []func() *recorder{failing, passing}, 300 * time.Millisecond, false, 2, true},
 		{"a lock lost unrenewed runs again", []func() *recorder{unrenewed, passing}, 0, false, 2, true},
 		{"a lock lost unrenewed every time fails", []func() *recorder{unrenewed}, 0, false, 3, false},
+		{"a key free only after its window runs again", []func() *recorder{late, passing}, 0, false, 2, true},
+		{"a key free only after its window every time fails", []func() *recorder{late}, 0, false, 3, false},
 		{"at most three attempts", []func() *recorder{failing}, 300 * time.Millisecond, false, 3, false},
 		{"a hook's failure ends the attempts", []func() *recorder{failing}, time.Second, true, 1, false},
 	} {

@@ -65,10 +65,10 @@ func testLateDelivery(c *caseT) {
 	heal()
 	healed := time.Now()
 	for _, key := range names {
-		lb, err := soonTryLock(ctx, b, key, max(time.Until(healed.Add(c.h.TTL/2)), 0), c.every())
-		if err != nil {
-			c.Fatalf("%s: TryLock(%s) %v after the heal: %v", noLateHolder, short(key), time.Since(healed).Round(time.Millisecond), err)
+		try := func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+			return b.TryLock(ctx, key, opts...)
 		}
+		lb := c.freeAfterHeal(ctx, healed, noLateHolder, "TryLock("+short(key)+")", try, func() string { return storeSays(ctx, b, key) })
 		c.unlock(ctx, lb, heldUntil)
 	}
 	c.Logf("every key was free for another Locker %v after the heal", time.Since(healed).Round(time.Millisecond))
@@ -79,7 +79,7 @@ func testLateDelivery(c *caseT) {
 		for _, key := range names {
 			lk, err := taker.TryLock(ctx, key)
 			if err != nil {
-				c.Fatalf("%s: TryLock(%s) %v after the heal: %v", noLateHolder, short(key), time.Since(healed).Round(time.Millisecond), err)
+				c.Fatalf("%s: TryLock(%s) %v after the heal: %v (%s)", noLateHolder, short(key), time.Since(healed).Round(time.Millisecond), err, storeSays(ctx, b, key))
 			}
 			c.unlock(ctx, lk, heldUntil)
 		}
