@@ -191,13 +191,24 @@ type caseT struct {
 	name     string        // source of the case's keys
 	contract string        // the case's contract (testCase)
 	slack    time.Duration // added to TTL-based deadlines
+	budget   *budget       // the attempt's budget (watchCase); nil when nothing watches it
 }
 
 // ctx returns a context that ends after d (or when the test ends).
 func (c *caseT) ctx(d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(c.t.Context(), d)
+	ctx, cancel := c.ctxCancel(d)
 	c.t.Cleanup(cancel)
 	return ctx
+}
+
+// ctxCancel returns a context that ends after d (or when the test ends, or
+// cancel is called), and extends the attempt's budget (watchCase) to its
+// deadline.
+func (c *caseT) ctxCancel(d time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	if c.budget != nil {
+		c.budget.extend(time.Now().Add(d))
+	}
+	return context.WithTimeout(c.t.Context(), d)
 }
 
 // within is n TTLs plus the slack: the deadline for something that the
