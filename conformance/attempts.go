@@ -27,8 +27,8 @@ func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 	t.Helper()
 	attempt := func() *recorder {
 		rec := &recorder{}
-		c := &caseT{reporter: rec, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack}
-		watchCase(c, rec, tc.run, stalls.longest)
+		c := &caseT{reporter: rec, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack, stalls: stalls}
+		watchCase(c, rec, tc.run)
 		return rec
 	}
 	rec := attempts(caseAttempts, attempt, t.Failed, stalls.longest, t.Logf)

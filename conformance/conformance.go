@@ -32,6 +32,12 @@ const defaultSlack = 5 * time.Second
 // loaded machine. Any other failure fails the test at once. Only the last attempt's failures
 // fail the test; the earlier attempts' reports are logged. A case reports
 // when its attempt ends, not as it runs.
+//
+// An attempt that runs on well past its last deadline (the deadlines it
+// gives its calls, plus two TTLs and twice the slack, plus any stall of
+// the process meanwhile) fails as hung, naming the case and the call that
+// did not return: a Locker call that ignores its ctx fails its case, and
+// does not hang the test binary. Its goroutine is left to the call.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.NewLocker == nil {
@@ -192,6 +198,7 @@ type caseT struct {
 	contract string        // the case's contract (testCase)
 	slack    time.Duration // added to TTL-based deadlines
 	budget   *budget       // the attempt's budget (watchCase); nil when nothing watches it
+	stalls   *stallWatch   // the process's stalls; nil when none are measured
 }
 
 // ctx returns a context that ends after d (or when the test ends).

@@ -482,11 +482,11 @@ const selfSlack = 3 * time.Second
 // limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stallWatch) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}
+	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchCase(c, rec, tc.run, stalls.longest)
+		watchCase(c, rec, tc.run)
 	}()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()

@@ -42,11 +42,11 @@ func (c *caseT) hangMargin() time.Duration { return 2*c.h.TTL + 2*c.slack }
 
 // watchCase runs run with c as startCase does, and returns when it ends,
 // or once it has run hangMargin past its budget, plus the longest stall
-// of the process meanwhile (longest; nil when none is measured). A hung
+// of the process meanwhile (c.stalls; nil when none is measured). A hung
 // attempt is recorded as a failure that ends it, naming the case and the
 // call its goroutine is stuck in; its goroutine is left to its call.
 // finished reports whether the case's goroutine ended.
-func watchCase(c *caseT, rec *recorder, run func(*caseT), longest func(from, to time.Time) time.Duration) (finished bool) {
+func watchCase(c *caseT, rec *recorder, run func(*caseT)) (finished bool) {
 	start := time.Now()
 	c.budget = &budget{until: start.Add(c.within(2))}
 	ids := make(chan uint64, 1)
@@ -58,10 +58,7 @@ func watchCase(c *caseT, rec *recorder, run func(*caseT), longest func(from, to 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var stall time.Duration
-		if longest != nil {
-			stall = longest(start, time.Now())
-		}
+		stall := c.stalls.longest(start, time.Now())
 		end := c.budget.end()
 		wait := time.Until(end.Add(c.hangMargin() + stall))
 		if wait <= 0 {
