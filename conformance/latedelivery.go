@@ -65,7 +65,7 @@ func testLateDelivery(c *caseT) {
 	heal()
 	healed := time.Now()
 	for _, key := range names {
-		lb, err := soonTryLock(ctx, b, key, max(time.Until(healed.Add(c.h.TTL/2)), 0), c.every())
+		lb, err := c.soonTryLock(ctx, b, key, healed, c.h.TTL/2)
 		if err != nil {
 			c.Fatalf("%s: TryLock(%s) %v after the heal: %v", noLateHolder, short(key), time.Since(healed).Round(time.Millisecond), err)
 		}
