@@ -74,7 +74,7 @@ func TestCloseSkipsExpiredWaiterRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := waitShared(t, l)
-	<-d.refused // recorded in line
+	await(t, d.refused, "the semaphore wait's first attempt was not refused") // recorded in line
 	d.cut.Store(true)
 	start := time.Now()
 	closed := make(chan error, 1)
@@ -91,7 +91,7 @@ func TestCloseSkipsExpiredWaiterRecords(t *testing.T) {
 		t.Fatalf("Close of a Locker cut off while a wait slept between answered refusals still running after %v (release timeout %v): it must not try to withdraw a record past the time the store drops it", bound, releaseTimeout)
 	}
 	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
-	if err := <-res; !errors.Is(err, ErrClosed) {
+	if err := await(t, res, "the wait did not return after Close returned"); !errors.Is(err, ErrClosed) {
 		t.Errorf("the wait ended by Close = %v; want ErrClosed", err)
 	}
 }
@@ -108,12 +108,14 @@ func TestCloseWithdrawsAfterUnansweredAttempt(t *testing.T) {
 	}
 	d.hang.Store(true)
 	res := waitShared(t, l)
-	<-d.inFlight
+	await(t, d.inFlight, "the semaphore wait's first attempt did not reach the store")
 	d.cut.Store(true)
-	if err := l.Close(); err != nil {
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	if err := await(t, closed, "Close did not return"); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if err := <-res; !errors.Is(err, ErrClosed) {
+	if err := await(t, res, "the wait did not return after Close returned"); !errors.Is(err, ErrClosed) {
 		t.Errorf("the wait ended by Close = %v; want ErrClosed", err)
 	}
 	if d.withdraw.Load() == 0 {
@@ -140,11 +142,11 @@ func TestOpenLockerWithdrawsPastRecordExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() { _, err := s.Acquire(ctx); res <- err }()
-	<-d.refused
+	await(t, d.refused, "the semaphore wait's first attempt was not refused")
 	d.cut.Store(true)
 	answered := time.Now()
 	cancel()
-	if err := <-res; !errors.Is(err, ErrNotAcquired) {
+	if err := await(t, res, "the wait did not return when its ctx was cancelled"); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("the cancelled wait = %v; want ErrNotAcquired", err)
 	}
 	time.Sleep(time.Until(answered.Add(ttl + ttl/2))) // past the record's TTL

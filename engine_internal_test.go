@@ -205,7 +205,7 @@ func TestAbandonedLockIsReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.hang.Store(true)
-	<-lk.Done()
+	await(t, lk.Done(), "the lock's Done did not close while its renewals hung")
 	d.hang.Store(false)
 	// The store still has the lock (stores like etcd and ZooKeeper keep it
 	// while the Locker's lease or session lives): the engine must give it back.
@@ -389,7 +389,7 @@ func TestDoneTellsTheDeadlineWhenTheWatchdogIsLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.hang.Store(true)
-	<-stalled
+	await(t, stalled, "the watchdog did not report the loss of the lock on \"a\" while its renewals hung")
 	time.Sleep(time.Until(b.Deadline()) + time.Millisecond)
 	select {
 	case <-b.Done():
@@ -413,7 +413,7 @@ func TestDoContextTellsTheDeadlineWhenTheWatchdogIsLate(t *testing.T) {
 		}
 		deadline := nested.Deadline()
 		d.hang.Store(true)
-		<-stalled
+		await(t, stalled, "the watchdog did not report the loss of the lock on \"a\" while its renewals hung")
 		time.Sleep(time.Until(deadline) + time.Millisecond)
 		if ctx.Err() == nil {
 			t.Error("the ctx of Do's function is still live past the lock's deadline while the watchdog is late")
@@ -476,4 +476,27 @@ func (d *lostOnRelease) Release(ctx context.Context, l driver.Lease) error {
 		lost.(func(error))(errors.New("the node was deleted"))
 	}
 	return err
+}
+
+// hangBound bounds the waits of the engine's tests for what the engine
+// must do: each comes at once unless the engine is broken, and the bound
+// only keeps a broken engine from hanging the package until go test's
+// timeout.
+const hangBound = time.Minute
+
+// await returns what ch delivers (or its zero value once it is closed),
+// and fails t with what, saying what did not happen, when nothing comes
+// within hangBound.
+func await[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(hangBound)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("%s (waited %v)", what, hangBound)
+		var zero T
+		return zero
+	}
 }

@@ -21,14 +21,14 @@ import (
 const caseAttempts = 3
 
 // runCase runs tc on t: each attempt in a goroutine of its own with a
-// recorder, then what the last attempt reported goes to t. The earlier
-// attempts' reports are logged.
+// recorder, bounded by watchCase, then what the last attempt reported goes
+// to t. The earlier attempts' reports are logged.
 func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 	t.Helper()
 	attempt := func() *recorder {
 		rec := &recorder{}
-		c := &caseT{reporter: rec, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack}
-		<-startCase(c, tc.run)
+		c := &caseT{reporter: rec, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack, stalls: stalls}
+		watchCase(c, rec, tc.run)
 		return rec
 	}
 	rec := attempts(caseAttempts, attempt, t.Failed, stalls.longest, t.Logf)
@@ -283,8 +283,11 @@ func watchStalls(every, over time.Duration) *stallWatch {
 func (w *stallWatch) stop() { w.once.Do(func() { close(w.done) }) }
 
 // longest returns the longest stall that overlapped the time from from to
-// to, or 0.
+// to, or 0; a nil stallWatch measures none.
 func (w *stallWatch) longest(from, to time.Time) time.Duration {
+	if w == nil {
+		return 0
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var d time.Duration

@@ -39,17 +39,35 @@ func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResu
 	return res
 }
 
-// soonTryLock takes key through l within d: for keys that must become free
-// well within a TTL. The first attempt is made whatever the time, so that a
-// slow machine does not fail the check before trying.
-func soonTryLock(ctx context.Context, l locker.Locker, key string, d, every time.Duration) (locker.Lock, error) {
-	lk, err := l.TryLock(ctx, key)
-	if err == nil {
-		return lk, nil
+// soonTryLock takes key through l within d of from: for keys that must
+// become free well within a TTL. The first attempt is made whatever the
+// time, so that a slow machine does not fail the check before trying. A
+// stall of the test process during the window (c.stalls) widens it by the
+// stall: a process that did not run cannot have tried.
+func (c *caseT) soonTryLock(ctx context.Context, l locker.Locker, key string, from time.Time, d time.Duration) (locker.Lock, error) {
+	return c.soonTry(ctx, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+		return l.TryLock(ctx, key, opts...)
+	}, from, d)
+}
+
+// soonTry is soonTryLock for any one-shot acquisition.
+func (c *caseT) soonTry(ctx context.Context, try func(context.Context, ...locker.LockOption) (locker.Lock, error), from time.Time, d time.Duration) (locker.Lock, error) {
+	lk, err := try(ctx)
+	if err == nil || !errors.Is(err, locker.ErrNotAcquired) {
+		return lk, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return pollTryLock(pctx, l, key, every)
+	for {
+		end := from.Add(d + c.stalls.longest(from, time.Now()))
+		pctx, cancel := context.WithDeadline(ctx, end)
+		lk, err = pollTry(pctx, c.every(), try)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, locker.ErrNotAcquired) {
+			return lk, err
+		}
+		if !from.Add(d + c.stalls.longest(from, time.Now())).After(end) {
+			return nil, err
+		}
+	}
 }
 
 // pollTryLockAny is pollTryLock that also retries store errors, for a store

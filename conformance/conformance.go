@@ -32,6 +32,12 @@ const defaultSlack = 5 * time.Second
 // loaded machine. Any other failure fails the test at once. Only the last attempt's failures
 // fail the test; the earlier attempts' reports are logged. A case reports
 // when its attempt ends, not as it runs.
+//
+// An attempt that runs on well past its last deadline (the deadlines it
+// gives its calls, plus two TTLs and twice the slack, plus any stall of
+// the process meanwhile) fails as hung, naming the case and the call that
+// did not return: a Locker call that ignores its ctx fails its case, and
+// does not hang the test binary. Its goroutine is left to the call.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.NewLocker == nil {
@@ -191,13 +197,25 @@ type caseT struct {
 	name     string        // source of the case's keys
 	contract string        // the case's contract (testCase)
 	slack    time.Duration // added to TTL-based deadlines
+	budget   *budget       // the attempt's budget (watchCase); nil when nothing watches it
+	stalls   *stallWatch   // the process's stalls; nil when none are measured
 }
 
 // ctx returns a context that ends after d (or when the test ends).
 func (c *caseT) ctx(d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(c.t.Context(), d)
+	ctx, cancel := c.ctxCancel(d)
 	c.t.Cleanup(cancel)
 	return ctx
+}
+
+// ctxCancel returns a context that ends after d (or when the test ends, or
+// cancel is called), and extends the attempt's budget (watchCase) to its
+// deadline.
+func (c *caseT) ctxCancel(d time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	if c.budget != nil {
+		c.budget.extend(time.Now().Add(d))
+	}
+	return context.WithTimeout(c.t.Context(), d)
 }
 
 // within is n TTLs plus the slack: the deadline for something that the

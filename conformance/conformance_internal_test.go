@@ -349,6 +349,7 @@ const (
 	firstTwice      = "firstTwice"      // the second one-shot attempt at a key is granted too when the first was and it is refused (two first holders: a take that does not check the key moved)
 	waitHangsCut    = "waitHangsCut"    // a Lock that fails while cut off returns only once the cut heals (a blocking read its ctx does not end), and Close waits for it
 	sharedHangsCut  = "sharedHangsCut"  // waitHangsCut for waits for shared holds
+	waitIgnoresCtx  = "waitIgnoresCtx"  // a Lock that waits ignores its ctx: it returns only once it gets the key (a wait on the store that its ctx does not end)
 	closeSparesBg   = "closeSparesBg"   // a Lock or TryLock with context.Background() on a cut-off Locker waits for the store to answer again, whatever Close does (a call made with the caller's ctx instead of one Close cancels)
 	inspectHangsCut = "inspectHangsCut" // an Inspect while cut off waits out a read timeout of its own, whatever its ctx (a client that honours deadlines only)
 	asksStoreLate   = "asksStoreLate"   // an Unlock past the lock's Deadline asks the store and reports its answer (here: not held, its TTL run out), not the loss (a timer that has not ended the lock yet)
@@ -447,6 +448,7 @@ var mustCatch = map[string][]string{
 	crashedMark:     {"SharedKeyFreed"},
 	firstTwice:      {"FirstHolder"},
 	waitHangsCut:    {"CloseWhileWaiting"},
+	waitIgnoresCtx:  {"Cancellation"},
 	sharedHangsCut:  {"CloseWhileWaiting"},
 	closeSparesBg:   {"CloseEndsBackgroundCalls"},
 	inspectHangsCut: {"PromptCancelCalls"},
@@ -475,11 +477,17 @@ var mustPass = map[string][]string{
 // waits before it reports a broken Locker.
 const selfSlack = 3 * time.Second
 
-// runRecorded runs tc in its own goroutine with a recorder, and reports
-// whether it finished within limit.
-func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration) (*recorder, bool) {
+// runRecorded runs tc as Run does (watchCase, which ends a hung attempt
+// with a failure) with a recorder, and reports whether it finished within
+// limit.
+func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stallWatch) (*recorder, bool) {
 	rec := &recorder{}
-	done := startCase(&caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack}, tc.run)
+	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchCase(c, rec, tc.run)
+	}()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
@@ -618,7 +626,7 @@ func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *
 			defer wg.Done()
 			defer func() { <-slots }()
 			s := time.Now()
-			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit)
+			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit, stalls)
 			r.took = time.Since(s)
 			r.starved = env.starved.Load()
 			r.stalled = stalls.longest(s, time.Now()) > 0
@@ -1113,6 +1121,10 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 	}
 	if b.kind == waitHangsCut && wait {
 		return b.hangsCut(func() (locker.Lock, error) { return call(ctx, key) })
+	}
+	if b.kind == waitIgnoresCtx && wait {
+		// Close still ends the wait, as it ends the inner Locker's.
+		return call(context.WithoutCancel(ctx), key)
 	}
 	if b.kind == deadWaiter {
 		if wait {

@@ -220,7 +220,7 @@ func testUnlockEndedContext(c *caseT) {
 		c.doneClosed(la, "Done must be closed once Unlock returned, whatever the outcome")
 		// Well within one TTL: an Unlock that leaves the key to expire
 		// fails this.
-		lb, perr := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
+		lb, perr := c.soonTryLock(ctx, b, key, time.Now(), c.h.TTL/2)
 		if perr != nil {
 			c.Errorf("%s: after Unlock with %s, another Locker's TryLock: %v", endedUnlock, u.name, perr)
 			continue

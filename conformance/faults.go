@@ -36,7 +36,7 @@ func testUnlockWhileIsolated(c *caseT) {
 	c.doneClosed(la, "Done must be closed once Unlock returned, whatever the outcome")
 	heal()
 	start := time.Now()
-	lb, err := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
+	lb, err := c.soonTryLock(ctx, b, key, time.Now(), c.h.TTL/2)
 	if err != nil {
 		c.Fatalf("%s: TryLock %v after the store came back: %v", laterRelease, time.Since(start).Round(time.Millisecond), err)
 	}
@@ -87,7 +87,7 @@ func testCancelWhileIsolated(c *caseT) {
 	// free soon after the holder's Unlock, and stay free.
 	c.unlock(ctx, la, heldUntil)
 	start := time.Now()
-	lb, err := soonTryLock(ctx, b, key, c.h.TTL/2, c.every())
+	lb, err := c.soonTryLock(ctx, b, key, time.Now(), c.h.TTL/2)
 	if err != nil {
 		c.Fatalf("%s: TryLock %v after Unlock: %v", noResidue, time.Since(start).Round(time.Millisecond), err)
 	}

@@ -55,7 +55,7 @@ func testFirstHolder(c *caseT) {
 // TTLs and the slack on PostgreSQL at load 17, though no batch stalled.
 func (c *caseT) firstRace(ls [4]locker.Locker, round string) bool {
 	c.Helper()
-	ctx, cancel := context.WithTimeout(c.t.Context(), c.within(1))
+	ctx, cancel := c.ctxCancel(c.within(1))
 	defer cancel()
 	keys := make([]string, firstBatch)
 	tries := make([][]*attempt, firstBatch)

@@ -68,7 +68,7 @@ func (c *caseT) multiKeys(n int) []string {
 func (c *caseT) allFree(ctx context.Context, other locker.Locker, keys []string, contract string) bool {
 	c.Helper()
 	for _, k := range keys {
-		lk, err := soonTryLock(ctx, other, k, c.h.TTL/2, c.every())
+		lk, err := c.soonTryLock(ctx, other, k, time.Now(), c.h.TTL/2)
 		if err != nil {
 			c.Errorf("%s: TryLock(%s) from another Locker: %v", contract, short(k), err)
 			return false

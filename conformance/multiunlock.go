@@ -1,6 +1,9 @@
 package conformance
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // multiUnlockFrees is the contract of MultiUnlock.
 const multiUnlockFrees = "once a MultiLock's Unlock returned nil, every key must be free: a Lock waiting on a key must get it, and another Locker must take each other key, within TTL/2"
@@ -41,7 +44,7 @@ func testMultiUnlock(c *caseT) {
 			}
 			continue
 		}
-		lk, err := soonTryLock(ctx, other, k, c.h.TTL/2, c.every())
+		lk, err := c.soonTryLock(ctx, other, k, time.Now(), c.h.TTL/2)
 		if err != nil {
 			c.Fatalf("%s: TryLock(%s) from another Locker: %v", multiUnlockFrees, short(k), err)
 		}

@@ -147,11 +147,11 @@ func TestPromptCancelChecksThePromise(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		honest, honestOK = runRecorded(t, sessionHarness(false), tc, "Self/sessionDetached/PromptCancel", limit)
+		honest, honestOK = runRecorded(t, sessionHarness(false), tc, "Self/sessionDetached/PromptCancel", limit, nil)
 	}()
 	go func() {
 		defer wg.Done()
-		liar, liarOK = runRecorded(t, sessionHarness(true), tc, "Self/falsePromptCancel/PromptCancel", limit)
+		liar, liarOK = runRecorded(t, sessionHarness(true), tc, "Self/falsePromptCancel/PromptCancel", limit, nil)
 	}()
 	wg.Wait()
 	switch {

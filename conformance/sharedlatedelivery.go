@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -126,13 +125,13 @@ const freedLate = "free only later"
 // heal, with what says tells of the store when the window ended.
 func (c *caseT) freeAfterHeal(ctx context.Context, healed time.Time, contract, what string, try func(context.Context, ...locker.LockOption) (locker.Lock, error), says func() string) locker.Lock {
 	c.Helper()
-	lk, err := soonTry(ctx, try, max(time.Until(healed.Add(c.h.TTL/2)), 0), c.every())
+	lk, err := c.soonTry(ctx, try, healed, c.h.TTL/2)
 	if err == nil {
 		return lk
 	}
 	missed := time.Since(healed).Round(time.Millisecond)
 	state := says()
-	later, lerr := soonTry(ctx, try, max(time.Until(healed.Add(2*c.h.TTL)), 0), c.every())
+	later, lerr := c.soonTry(ctx, try, healed, 2*c.h.TTL)
 	if lerr != nil {
 		c.Fatalf("%s: %s %v after the heal: %v (%s); still not free two TTLs after the heal: %v", contract, what, missed, err, state, lerr)
 	}
@@ -170,15 +169,4 @@ func storeSays(ctx context.Context, l locker.Locker, key string) string {
 		}
 	}
 	return b.String()
-}
-
-// soonTry is soonTryLock for any one-shot acquisition.
-func soonTry(ctx context.Context, try func(context.Context, ...locker.LockOption) (locker.Lock, error), d, every time.Duration) (locker.Lock, error) {
-	lk, err := try(ctx)
-	if err == nil || !errors.Is(err, locker.ErrNotAcquired) {
-		return lk, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	return pollTry(pctx, every, try)
 }

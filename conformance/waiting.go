@@ -134,7 +134,7 @@ func testCancellation(c *caseT) {
 	c.unlock(ctx, la, heldUntil)
 	const residue = "a Lock that failed because its ctx ended must leave no waiter behind: once the holder unlocked, the key must be free within TTL/2 and stay free"
 	fresh := c.newLocker()
-	lk, err = soonTryLock(ctx, fresh, key, c.h.TTL/2, c.every())
+	lk, err = c.soonTryLock(ctx, fresh, key, time.Now(), c.h.TTL/2)
 	if err != nil {
 		c.Fatalf("%s: no TryLock succeeded within TTL/2 of the Unlock: %v", residue, err)
 	}

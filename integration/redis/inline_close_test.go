@@ -17,11 +17,16 @@ import (
 // store call inline, in the caller's goroutine; when the store is cut off,
 // Close still returns within its release timeout plus one read timeout, and
 // so does the call, with an error. The client retries a timed-out command
-// ten times: a store call that Close did not cancel would take more than
-// ten read timeouts.
+// a hundred times: a store call that Close did not cancel would take more
+// than a hundred read timeouts.
 //
 // On a Locker that owns its client (redis.Open), such calls run on a pool
-// that Close cuts at once: the client's read timeout is a minute.
+// that Close cuts at once: the client's read timeout is a minute, retried
+// ten times.
+//
+// The test's bound (inlineHang) only tells such a hang from a Close that
+// returns: it is no timing check (docs/design.md, "Tests on a loaded
+// machine").
 func TestCloseWhileInlineCallBlocks(t *testing.T) {
 	srv := testenv.NewRedis(t)
 	for _, owned := range []bool{false, true} {
@@ -46,7 +51,7 @@ func closeWhileInlineCallBlocks(t *testing.T, addr, op string, owned bool) {
 		l, err = redis.Open(t.Context(), u, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
 	} else {
 		opts := clientOptions(p.Addr())
-		opts.MaxRetries = 10
+		opts.MaxRetries = 100
 		c := goredis.NewClient(opts)
 		t.Cleanup(func() { _ = c.Close() })
 		l, err = redis.Config{}.New(c, locker.WithTTL(10*time.Second), locker.WithReleaseTimeout(time.Second))
@@ -84,19 +89,25 @@ func closeWhileInlineCallBlocks(t *testing.T, addr, op string, owned bool) {
 		_ = l.Close()
 		close(closed)
 	}()
-	// Release timeout 1 s, read timeout 1 s: the bound is generous.
-	const bound = 6 * time.Second
 	select {
 	case <-closed:
-	case <-time.After(bound):
-		t.Fatalf("Close of a cut-off Locker whose %s(context.Background()) waits for the store took over %v; want at most its release timeout (1 s) plus a read timeout (1 s), or a cut", op, bound)
+	case <-time.After(inlineHang):
+		t.Fatalf("Close of a cut-off Locker whose %s(context.Background()) waits for the store still running after %v; want it to end the call, within its release timeout (1 s) plus a read timeout (1 s)", op, inlineHang)
 	}
+	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
 	select {
 	case err := <-returned:
 		if err == nil {
 			t.Errorf("%s on a cut-off Locker that closed meanwhile returned no error", op)
 		}
-	case <-time.After(max(bound-time.Since(start), time.Second)):
-		t.Fatalf("%s(context.Background()) on a cut-off Locker did not return within %v of Close", op, bound)
+	case <-time.After(inlineHang):
+		t.Fatalf("%s(context.Background()) on a cut-off Locker did not return within %v after Close returned", op, inlineHang)
 	}
 }
+
+// inlineHang bounds TestCloseWhileInlineCallBlocks's waits for Close and
+// the call: a Close that does not end the call waits out its retries, over
+// 100 s (or ten minutes on its own client), and a Close that does returns
+// within its release timeout plus a read timeout, 2 s, or later on a
+// loaded machine.
+const inlineHang = 30 * time.Second

@@ -28,8 +28,12 @@ func Mode() string { return os.Getenv(modeVar) }
 
 // Say reports one event on stdout: what, a number (a token, a tick) and
 // the time.
-func Say(what string, n uint64) {
-	fmt.Printf("%s %d %d\n", what, n, time.Now().UnixNano())
+func Say(what string, n uint64) { SayAt(what, n, time.Now()) }
+
+// SayAt reports one event on stdout as Say does, at a time of the
+// caller's (a deadline it passed).
+func SayAt(what string, n uint64, at time.Time) {
+	fmt.Printf("%s %d %d\n", what, n, at.UnixNano())
 }
 
 // Event is one line of a child.
