@@ -23,16 +23,17 @@ type renewResult struct {
 // watchdog is the Locker's one renewal goroutine. It renews every held lock
 // every TTL/3 (all locks due in the same window together, in one call when the
 // driver renews in batches) and ends the locks whose local deadline passed
-// without a successful renewal. Store calls run in a second goroutine, at most
-// one round at a time, so that a slow store never delays a deadline.
+// without a successful renewal. Store calls run in other goroutines, at most
+// one round of renewals and cleanupRounds rounds of cleanups at a time, so
+// that a slow store never delays a deadline.
 func (e *engine) watchdog() {
 	defer e.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	results := make(chan renewResult, 1)
 	inflight := false
-	cleaned := make(chan []cleanup, 1)
-	cleaning := false
+	cleaned := make(chan []cleanup, cleanupRounds)
+	cleaning := 0 // rounds of cleanups in flight
 	// How far ahead of its renewal time a lock joins a round.
 	window := e.cfg.ttl / 6
 	for {
@@ -108,9 +109,9 @@ func (e *engine) watchdog() {
 			}()
 		}
 
-		if !cleaning {
+		if cleaning < cleanupRounds {
 			if cs := e.takeCleanups(now); len(cs) > 0 {
-				cleaning = true
+				cleaning++
 				e.wg.Add(1)
 				go func() {
 					defer e.wg.Done()
@@ -127,13 +128,13 @@ func (e *engine) watchdog() {
 			inflight = false
 			e.applyRenewals(r)
 		case left := <-cleaned:
-			cleaning = false
+			cleaning--
 			e.retryCleanups(left)
 		case <-e.stop:
 			if inflight {
 				<-results
 			}
-			if cleaning {
+			for ; cleaning > 0; cleaning-- {
 				e.retryCleanups(<-cleaned)
 			}
 			return
@@ -437,6 +438,13 @@ func (e *engine) nextCleanup() time.Time {
 	}
 	return e.cleanAfter
 }
+
+// cleanupRounds is how many rounds of cleanups may run at once. A round
+// ends when its slowest cleanup does, and an undo that waits out its
+// request's fence (driver.StoreClock.AwaitFence) takes up to a quarter of
+// a TTL: cleanups queued behind such a round start beside it instead of
+// after it.
+const cleanupRounds = 4
 
 // maxCleanupDelay caps the pause between two rounds of failed cleanups (and
 // so does TTL/10), so that what is left goes soon after the store answers
