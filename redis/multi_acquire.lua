@@ -43,8 +43,8 @@
 -- taking free keys, an MGET (which reads the tombstone too), an EXISTS, a
 -- TIME and two SETs per lock (and an HDEL per record of the wait that no
 -- release consumed: after a wake-up, none); finding the first key held, an
--- MGET, an HSET and a PTTL, and a PTTL (and a PEXPIRE) more when the key's
--- waiters hash had no " watched". The script builds no table of its own
+-- MGET, an HSET and a PTTL, a PTTL, and a PEXPIRE more when the key's
+-- waiters hash has less than the stale time left. The script builds no table of its own
 -- (its reply is the MGET's): a Lua allocation costs the server about as
 -- much as a call.
 
@@ -91,15 +91,14 @@ if held ~= 1 and redis.call('EXISTS', unpack(KEYS, 2 * n + 1, 4 * n)) > 0 then
 end
 
 if held > 0 then
-  -- Record the caller's Locker with the key, unless it polls; a waiters
-  -- hash it creates lasts twice the stale time (as enqueue's do). HSET
-  -- counts the fields it adds: fewer than two when " watched" was there,
-  -- and then the hash has its expiry already (only this script writes
-  -- " watched", and it sets the expiry with it; watch.lua removes it only
-  -- with the last record).
+  -- Record the caller's Locker with the key, unless it polls. The
+  -- waiters hash then lasts at least the stale time more: with less left
+  -- (or none set), it gets twice the stale time (as enqueue's do), so that
+  -- a hash kept busy by records does not expire under the newest one.
   local w = KEYS[4 * n + held]
-  if ARGV[4] ~= '' and redis.call('HSET', w, ARGV[4], ARGV[7], ' watched', '1') == 2 then
-    if redis.call('PTTL', w) == -1 then
+  if ARGV[4] ~= '' then
+    redis.call('HSET', w, ARGV[4], ARGV[7], ' watched', '1')
+    if redis.call('PTTL', w) < tonumber(ARGV[5]) then
       redis.call('PEXPIRE', w, 2 * tonumber(ARGV[5]))
     end
   end

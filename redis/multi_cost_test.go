@@ -135,7 +135,7 @@ func TestMultiScriptCommands(t *testing.T) {
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
 		{"finding the first key held, recording a second wait", 6},
-		{"releasing three keys, waking the first wait recorded and recording the next wait", 9},
+		{"releasing three keys, waking the first wait recorded and recording the next wait", 10},
 	}
 	m.expect(ctx, t, base, steps)
 }
@@ -261,8 +261,8 @@ func TestMultiAttemptCommands(t *testing.T) {
 		{"taking three free keys, the attempt a cut one", 10},
 		{"taking three free keys", 10},
 		{"finding the first key held, recording the Locker", 6},
-		{"finding the first key held again, its record there", 4},
-		{"finding the first key held again, its record consumed, others left", 4},
+		{"finding the first key held again, its record there", 5},
+		{"finding the first key held again, its record consumed, others left", 5},
 		{"finding the first key held again, its record consumed, the last", 6},
 		{"a cut single-key attempt on a held key", 2},
 	}

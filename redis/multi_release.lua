@@ -30,8 +30,9 @@
 --
 -- Releasing locks nobody waits for costs an MGET, an EXISTS and a DEL;
 -- an EXISTS per lock looked at for its queue and waiters, an HGETALL, an
--- HDEL and a PUBLISH per Locker woken, and an HSET for the next wait it
--- records (and a PEXPIRE when the hash held only the record woken), come
+-- HDEL and a PUBLISH per Locker woken, and an HSET and a PTTL for the next
+-- wait it records (and a PEXPIRE when the hash has less than the stale time
+-- left), come
 -- on top. The script builds no table of its own but its
 -- reply: a Lua allocation costs the server about as much as a call.
 local n = #KEYS / 3
@@ -104,20 +105,21 @@ if wake then
   for i = 1, n do
     if res[i] == -1 then
       local w = KEYS[2 * n + i]
-      local sent, woke, kept, alone = wake_watcher(w, ARGV[2 * i], rec ~= '')
+      local sent, woke, kept = wake_watcher(w, ARGV[2 * i], rec ~= '')
       res[i] = sent and 1 or 2
       if woke and rec ~= '' then
-        -- When " watched" stayed (kept), the record alone is new; when the
-        -- hash held nothing else, its expiry is renewed, as the hash made
-        -- anew without keep had it. Otherwise HSET adds " watched", and
-        -- the hash may be new, without an expiry.
+        -- When " watched" stayed (kept), the record alone is new;
+        -- otherwise HSET adds " watched" too, and the hash may be new.
+        -- Either way the hash then lasts at least the stale time more, as
+        -- in multi_acquire.lua.
         if kept then
           redis.call('HSET', w, rec, '1')
-          if alone then
-            redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
-          end
-        elseif redis.call('HSET', w, rec, '1', ' watched', '1') == 2 and redis.call('PTTL', w) == -1 then
-          redis.call('PEXPIRE', w, 2 * tonumber(ARGV[2 * n + 2]))
+        else
+          redis.call('HSET', w, rec, '1', ' watched', '1')
+        end
+        local stale = tonumber(ARGV[2 * n + 2])
+        if redis.call('PTTL', w) < stale then
+          redis.call('PEXPIRE', w, 2 * stale)
         end
         res[i] = res[i] + 3
         rec = ''

@@ -263,3 +263,40 @@ func multiWaitSetup(t *testing.T) (ctx context.Context, addr string, c *goredis.
 	})
 	return ctx, addr, c, base, keys
 }
+
+// TestLockMultiWaitOutlivesBusyHash checks that a record makes its waiters
+// hash last: a hash kept busy by records, near the end of its expiry when
+// a LockMulti records its wait there, must not expire under that wait and
+// lose its wake-up (multi_acquire.lua renews the expiry below the stale
+// time). Without the renewal both waits sleep until they try again by
+// themselves (TTL/3).
+func TestLockMultiWaitOutlivesBusyHash(t *testing.T) {
+	ctx, addr, c, _, keys := multiWaitSetup(t)
+	opts := multiWaitOptions
+	holder, _ := newTestLocker(t, newClient(t, addr), opts...)
+	first, fd := newTestLocker(t, newClient(t, addr), opts...)
+	second, sd := newTestLocker(t, newClient(t, addr), opts...)
+	m, err := locker.LockMulti(ctx, holder, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotFirst := lockMultiAsync(ctx, t, first, keys)
+	awaitRecorded(ctx, t, c, keys[0], fd.lid)
+	// The hash has lived most of its time, as one kept busy does.
+	w := name(kindWaiters, keys[0])
+	const left = 2 * time.Second
+	if err := c.PExpire(ctx, w, left).Err(); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(left)
+	gotSecond := lockMultiAsync(ctx, t, second, keys)
+	awaitRecorded(ctx, t, c, keys[0], sd.lid)
+	// The old expiry passes: a hash left with it is gone, with both records.
+	driver.Sleep(ctx, time.Until(end)+200*time.Millisecond)
+	if n, err := c.Exists(ctx, w).Result(); err != nil || n != 1 {
+		t.Errorf("the waiters hash expired under the waits recorded in it (exists %d, %v)", n, err)
+	}
+	unlockMulti(ctx, t, m)
+	unlockMulti(ctx, t, awaitMulti(t, gotFirst, "first, recorded in a busy hash"))
+	unlockMulti(ctx, t, awaitMulti(t, gotSecond, "second, recorded near the hash's expiry"))
+}

@@ -21,8 +21,7 @@ end
 --
 -- keep (multi_release.lua: it records another wait right after) leaves
 -- " watched" in w even with the last record, when w had it; the third
--- result then says w had it (the hash stays), the fourth whether w held
--- nothing else but the record woken (without keep, w would be gone).
+-- result then says w had it (the hash stays).
 local function wake_watcher(w, channel, keep)
   if channel == '' then
     return true, false
@@ -63,5 +62,5 @@ local function wake_watcher(w, channel, keep)
     redis.call('HDEL', w, first, ' watched')
   end
   local r = redis.pcall('PUBLISH', channel .. ':' .. lid, msg)
-  return not (type(r) == 'table' and r.err), true, keep and seen, #all == 4
+  return not (type(r) == 'table' and r.err), true, keep and seen
 end
