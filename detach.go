@@ -38,8 +38,8 @@ const (
 // ends (gone is then true). A call still running then goes on in its
 // worker, counted in e.calls so that Close waits for it, and hands its
 // outcome to the function late returns instead (nothing when late is nil).
-// late is called only then, so that a call made inline builds no such
-// function. The caller must hold e.calls (see enter).
+// late is called only then, in the caller's goroutine before detached
+// returns, so that a call that ends in time builds no such function. The caller must hold e.calls (see enter).
 // ctx is the call's own ctx (see callContext), caller the ctx its caller
 // passed. When e.inlineFor(caller), call runs inline and gone is always
 // false.
@@ -54,15 +54,17 @@ func detachedIf[T any](e *engine, detach bool, ctx context.Context, call func() 
 		return v, err, false
 	}
 	c := &detachedCall[T]{e: e, call: call, done: make(chan struct{})}
-	if late != nil {
-		c.late = late()
-	}
 	e.calls.Add(1)
 	e.run(c)
 	select {
 	case <-c.done:
 		return c.v, c.err, false
 	case <-ctx.Done():
+		// late is built only now, before the swap that hands it to the
+		// worker: the worker reads c.late only after the swap fails.
+		if late != nil {
+			c.late = late()
+		}
 		if c.state.CompareAndSwap(callRunning, callAbandoned) {
 			return v, ctx.Err(), true
 		}
