@@ -44,11 +44,15 @@ const (
 // passed. When e.inlineFor(caller), call runs inline and gone is always
 // false.
 func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
-	return detachedIf(e, !e.inlineFor(caller), ctx, call, late)
+	return detachedIf(e, !e.inlineFor(caller), caller, ctx, call, late)
 }
 
 // detachedIf is detached, with call run inline unless detach is set.
-func detachedIf[T any](e *engine, detach bool, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+// It waits on caller and on the Locker's ctx rather than on ctx, which ends
+// when one of them does (see callContext): a ctx whose Done is never asked
+// for makes no channel. Once one has ended it waits for ctx too, which ends
+// at once after it, so that the caller sees ctx ended.
+func detachedIf[T any](e *engine, detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
 	if !detach {
 		v, err = call()
 		return v, err, false
@@ -56,6 +60,12 @@ func detachedIf[T any](e *engine, detach bool, ctx context.Context, call func() 
 	c := &detachedCall[T]{e: e, call: call, done: make(chan struct{})}
 	e.calls.Add(1)
 	e.run(c)
+	select {
+	case <-c.done:
+		return c.v, c.err, false
+	case <-caller.Done():
+	case <-e.ctx.Done():
+	}
 	select {
 	case <-c.done:
 		return c.v, c.err, false
