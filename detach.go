@@ -38,31 +38,43 @@ const (
 // ends (gone is then true). A call still running then goes on in its
 // worker, counted in e.calls so that Close waits for it, and hands its
 // outcome to the function late returns instead (nothing when late is nil).
-// late is called only then, so that a call made inline builds no such
-// function. The caller must hold e.calls (see enter).
+// late is called only then, in the caller's goroutine before detached
+// returns, so that a call that ends in time builds no such function. The caller must hold e.calls (see enter).
 // ctx is the call's own ctx (see callContext), caller the ctx its caller
 // passed. When e.inlineFor(caller), call runs inline and gone is always
 // false.
 func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
-	return detachedIf(e, !e.inlineFor(caller), ctx, call, late)
+	return detachedIf(e, !e.inlineFor(caller), caller, ctx, call, late)
 }
 
 // detachedIf is detached, with call run inline unless detach is set.
-func detachedIf[T any](e *engine, detach bool, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+// It waits on caller and on the Locker's ctx rather than on ctx, which ends
+// when one of them does (see callContext): a ctx whose Done is never asked
+// for makes no channel. Once one has ended it waits for ctx too, which ends
+// at once after it, so that the caller sees ctx ended.
+func detachedIf[T any](e *engine, detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
 	if !detach {
 		v, err = call()
 		return v, err, false
 	}
 	c := &detachedCall[T]{e: e, call: call, done: make(chan struct{})}
-	if late != nil {
-		c.late = late()
-	}
 	e.calls.Add(1)
 	e.run(c)
 	select {
 	case <-c.done:
 		return c.v, c.err, false
+	case <-caller.Done():
+	case <-e.ctx.Done():
+	}
+	select {
+	case <-c.done:
+		return c.v, c.err, false
 	case <-ctx.Done():
+		// late is built only now, before the swap that hands it to the
+		// worker: the worker reads c.late only after the swap fails.
+		if late != nil {
+			c.late = late()
+		}
 		if c.state.CompareAndSwap(callRunning, callAbandoned) {
 			return v, ctx.Err(), true
 		}
