@@ -204,6 +204,9 @@ type sqlDriver struct {
 	// execErr, when set (by tests), answers an acquiring statement named
 	// what in its place, unless it returns nil.
 	execErr func(what string) error
+	// shareStall, when set (by tests), runs inside a shared attempt's
+	// transaction, once it locked the key's row.
+	shareStall func()
 
 	mu     sync.Mutex
 	multi  map[int]*sql.Stmt    // by number of keys

@@ -165,7 +165,7 @@ func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s 
 			g.Since = sent
 			return g, nil
 		}
-		if contended(err) || errors.Is(err, errRenewed) || errors.Is(err, errFenced) && ctx.Err() == nil {
+		if contended(err) || errors.Is(err, errRenewed) || (errors.Is(err, errFenced) || errors.Is(err, errRolledBack)) && ctx.Err() == nil {
 			continue // rolled back: certainly nothing done
 		}
 		if errors.Is(err, errSole) {
@@ -216,6 +216,9 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		last, status, err := d.lockKey(ctx, tx, req.Key)
 		if err != nil {
 			return err
+		}
+		if d.shareStall != nil {
+			d.shareStall()
 		}
 		if status == string(Running) {
 			return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -52,17 +53,33 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 		opts = nil
 	}
 	if _, err := conn.ExecContext(ctx, set); err != nil {
-		return err
+		return rolledBack(err)
 	}
 	tx, err := conn.BeginTx(ctx, opts)
 	if err != nil {
-		return err
+		return rolledBack(err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return rolledBack(err)
 	}
 	return tx.Commit()
+}
+
+// errRolledBack marks the error of a transaction on shared holds whose
+// connection broke before its commit was sent: the server rolls back the
+// transaction of a session that ends, so nothing of it was done. A
+// session idle for longer than inTx's short wait_timeout ends so, as on
+// a loaded machine.
+var errRolledBack = errors.New("the connection broke before the commit, which rolled the transaction back")
+
+// rolledBack wraps err in errRolledBack when it says the connection
+// broke.
+func rolledBack(err error) error {
+	if broken(err) {
+		return fmt.Errorf("%w: %w", errRolledBack, err)
+	}
+	return err
 }
 
 // restoreSession gives conn the session variables inTx changed back and

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -97,4 +98,38 @@ func openTestDB(t *testing.T) (*sql.DB, context.Context) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	return db, ctx
+}
+
+// TestSharedAttemptOutlivesEndedSession checks that a shared attempt
+// whose session the server ended in the middle of its transaction (the
+// client silent for longer than the transaction's wait_timeout, as on a
+// loaded machine) tries again on another connection: the transaction was
+// rolled back, so nothing of it was done, and a one-shot attempt on a key
+// with room must not fail with the broken connection's error.
+func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
+	db, ctx := openTestDB(t)
+	d := soleDriver(t, db)
+	_, req, _ := freeKey(t, d)
+	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	if _, err := d.TryAcquireShared(ctx, req(), permit); err != nil {
+		t.Fatal(err)
+	}
+	stalls := 0
+	d.shareStall = func() {
+		if stalls++; stalls == 1 {
+			time.Sleep(3 * time.Second) // silent for three times txIdle
+		}
+	}
+	r := req()
+	r.TTL = 3 * time.Second // txIdle: one second
+	g, err := d.TryAcquireShared(ctx, r, permit)
+	if err != nil {
+		t.Fatalf("a shared attempt whose session the server ended before its commit must try again, not fail: %v", err)
+	}
+	if stalls < 2 {
+		t.Fatalf("the attempt was granted after its session ended without a second transaction (%d)", stalls)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: r.Key, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
 }

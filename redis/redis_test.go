@@ -822,11 +822,29 @@ func TestMaybeExecuted(t *testing.T) {
 }
 
 // TestRenewalRoundTrips holds many locks and checks that each renewal tick
-// is one pipeline, not one round trip per lock.
+// is one pipeline, not one round trip per lock. A round in which a lock
+// was lost at its local deadline (renewals starved on a loaded machine,
+// as the contract allows) runs again, up to three rounds (docs/design.md,
+// "Tests on a loaded machine").
 func TestRenewalRoundTrips(t *testing.T) {
 	t.Parallel()
 	srv := storeenv.Redis(t)
-	c := newClient(t, srv.Addr())
+	for round := 1; ; round++ {
+		lost := renewalRoundTrips(t, srv.Addr())
+		if lost == nil {
+			return
+		}
+		if round == 3 {
+			t.Fatalf("lock lost in each of %d rounds: %v", round, lost)
+		}
+		t.Logf("round %d: lock lost, the round runs again: %v", round, lost)
+	}
+}
+
+// renewalRoundTrips is one round of TestRenewalRoundTrips. It returns the
+// error of a lock lost at its local deadline, and fails t otherwise.
+func renewalRoundTrips(t *testing.T, addr string) error {
+	c := newClient(t, addr)
 	hook := &countingHook{}
 	c.AddHook(hook)
 	ttl := 900 * time.Millisecond
@@ -835,6 +853,11 @@ func TestRenewalRoundTrips(t *testing.T) {
 	base := uniqueKey(t)
 	const n = 500
 	var locks []locker.Lock
+	defer func() {
+		for _, lk := range locks {
+			_ = lk.Unlock(ctx)
+		}
+	}()
 	for i := range n {
 		lk, err := l.TryLock(ctx, fmt.Sprintf("%s-%d", base, i))
 		if err != nil {
@@ -845,6 +868,9 @@ func TestRenewalRoundTrips(t *testing.T) {
 	time.Sleep(3 * ttl)
 	for _, lk := range locks {
 		if err := lk.Err(); err != nil {
+			if errors.Is(err, locker.ErrNoRenewal) {
+				return err
+			}
 			t.Fatalf("lock lost: %v", err)
 		}
 	}
@@ -856,9 +882,7 @@ func TestRenewalRoundTrips(t *testing.T) {
 	if p*20 > cmds {
 		t.Errorf("%d renewals took %d pipelines; want them batched (one pipeline per tick)", cmds, p)
 	}
-	for _, lk := range locks {
-		_ = lk.Unlock(ctx)
-	}
+	return nil
 }
 
 // TestClusterKeys locks keys with braces on the real Cluster (a name on
