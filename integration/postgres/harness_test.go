@@ -307,7 +307,7 @@ func TestConformancePgBouncer(t *testing.T) {
 	srv := testenv.NewPostgres(t)
 	b := testenv.NewPgBouncer(t, srv)
 	f := newFleet(t, b.URL(), viaPool, postgres.Config{Table: "bouncer_locks", PollOnly: true})
-	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity, "PgBouncer SHOW POOLS": b.Pools}
+	f.states = map[string]func(context.Context) (string, error){"pg_stat_activity": srv.Activity, "PgBouncer SHOW POOLS": b.Pools, "PgBouncer's process": b.Log}
 	h := f.harness()
 	h.Restart = srv.Restart
 	conformance.Run(t, h)

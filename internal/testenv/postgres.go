@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -370,6 +371,9 @@ func containerListen(loopback bool) string {
 type PgBouncer struct {
 	url  string
 	addr string
+	// state tells whether the pooler still runs, with its log's last
+	// lines; nil in a container.
+	state func() string
 }
 
 // URL returns a connection URL of the locker_test database through the
@@ -379,6 +383,16 @@ func (b *PgBouncer) URL() string { return b.url }
 
 // Addr returns the pooler's host:port.
 func (b *PgBouncer) Addr() string { return b.addr }
+
+// Log tells, for a failed test's log, whether the pooler's process still
+// runs (or how it ended) and its log's last lines. Under LOCKER_TESTENV=docker
+// it says that the log is the container's.
+func (b *PgBouncer) Log(context.Context) (string, error) {
+	if b.state == nil {
+		return "", errors.New("the pooler runs in a container: see its logs there")
+	}
+	return b.state(), nil
+}
 
 // Pools returns the pooler's SHOW POOLS, one line per pool, for a failed
 // test's log: clients waiting for a server connection, servers in use.
@@ -458,7 +472,16 @@ func pgbouncerBinary(path string, srv *PostgresServer) (*PgBouncer, func(), erro
 	if err != nil {
 		return fail(err)
 	}
-	return &PgBouncer{url: bu, addr: adr}, func() {
+	state := func() string {
+		run := "pgbouncer runs"
+		select {
+		case <-p.done():
+			run = p.exitErr().Error()
+		default:
+		}
+		return run + "; its log's last lines:\n" + p.logTail()
+	}
+	return &PgBouncer{url: bu, addr: adr, state: state}, func() {
 		p.stop()
 		_ = os.RemoveAll(dir)
 	}, nil
