@@ -92,6 +92,13 @@
 // database restart PgBouncer refuses logins for that long: renewals fail,
 // and a longer refusal loses every lock.
 //
+// PgBouncer 1.18 (Debian 12's) can crash when many cancel requests reach
+// it at once ("bad client state" in disconnect_client). pgx sends one
+// whenever it closes a connection whose statement's ctx ended; the
+// Locker's calls that a ctx or Close cuts short send them too. Use
+// PgBouncer 1.19 or later in front of a lock store; the Locker itself
+// never needs a cancel request to reach the server.
+//
 // Waiters for plain locks are not served in order: there is no queue. A
 // release wakes every waiting Locker (with PollOnly, their next polls find
 // the row free), and their statements race for the row. A Lock that
