@@ -228,8 +228,9 @@ func contended(err error) bool {
 
 // definite reports whether a failed statement certainly did not run to
 // completion: the server answered with an error (an autocommit statement
-// that fails is rolled back), or the driver says nothing was sent.
+// that fails is rolled back), the driver says nothing was sent, or a
+// transaction's connection broke before its commit (errRolledBack).
 func definite(err error) bool {
 	var me *gomysql.MySQLError
-	return errors.As(err, &me) || errors.Is(err, sql.ErrConnDone)
+	return errors.As(err, &me) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, errRolledBack)
 }

@@ -205,8 +205,9 @@ type sqlDriver struct {
 	// what in its place, unless it returns nil.
 	execErr func(what string) error
 	// shareStall, when set (by tests), runs inside a shared attempt's
-	// transaction, once it locked the key's row.
-	shareStall func()
+	// transaction, once it locked the key's row; its error fails the
+	// transaction.
+	shareStall func() error
 
 	mu     sync.Mutex
 	multi  map[int]*sql.Stmt    // by number of keys

@@ -3,9 +3,12 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"testing"
 	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
@@ -115,10 +118,11 @@ func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalls := 0
-	d.shareStall = func() {
+	d.shareStall = func() error {
 		if stalls++; stalls == 1 {
 			time.Sleep(3 * time.Second) // silent for three times txIdle
 		}
+		return nil
 	}
 	r := req()
 	r.TTL = 3 * time.Second // txIdle: one second
@@ -131,5 +135,36 @@ func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
 	}
 	if err := d.Release(ctx, driver.Lease{Key: r.Key, State: g.State}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSharedAttemptBrokenEveryTime checks that a shared attempt whose
+// connection breaks before the commit in every try reports a store error
+// without a residue to undo (nothing was done), not a key found held.
+func TestSharedAttemptBrokenEveryTime(t *testing.T) {
+	db, ctx := openTestDB(t)
+	d := soleDriver(t, db)
+	_, req, _ := freeKey(t, d)
+	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	if _, err := d.TryAcquireShared(ctx, req(), permit); err != nil {
+		t.Fatal(err)
+	}
+	tries := 0
+	d.shareStall = func() error { tries++; return gomysql.ErrInvalidConn }
+	_, err := d.TryAcquireShared(ctx, req(), permit)
+	switch {
+	case err == nil:
+		t.Fatal("an attempt whose connection broke in every try was granted")
+	case errors.Is(err, driver.ErrHeld):
+		t.Fatalf("an attempt whose connection broke in every try reports the key held: %v", err)
+	case !errors.Is(err, gomysql.ErrInvalidConn):
+		t.Fatalf("the error does not name the broken connection: %v", err)
+	}
+	var r *driver.Residue
+	if errors.As(err, &r) {
+		t.Errorf("a transaction rolled back before its commit left a residue to undo: %v", err)
+	}
+	if tries < 2 {
+		t.Errorf("%d tries: a transaction rolled back before its commit was not tried again", tries)
 	}
 }
