@@ -45,8 +45,7 @@ func (c *caseT) hangMargin() time.Duration { return 2*c.h.TTL + 2*c.slack }
 // of the process meanwhile (c.stalls; nil when none is measured). A hung
 // attempt is recorded as a failure that ends it, naming the case and the
 // call its goroutine is stuck in; its goroutine is left to its call.
-// finished reports whether the case's goroutine ended.
-func watchCase(c *caseT, rec *recorder, run func(*caseT)) (finished bool) {
+func watchCase(c *caseT, rec *recorder, run func(*caseT)) {
 	start := time.Now()
 	c.budget = &budget{until: start.Add(c.within(2))}
 	ids := make(chan uint64, 1)
@@ -67,12 +66,12 @@ func watchCase(c *caseT, rec *recorder, run func(*caseT)) (finished bool) {
 			rec.mu.Lock()
 			rec.fatal = true
 			rec.mu.Unlock()
-			return false
+			return
 		}
 		timer.Reset(wait)
 		select {
 		case <-done:
-			return true
+			return
 		case <-timer.C:
 		}
 	}
