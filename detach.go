@@ -2,6 +2,7 @@ package locker
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,9 +43,10 @@ const (
 // returns, so that a call that ends in time builds no such function. The caller must hold e.calls (see enter).
 // ctx is the call's own ctx (see callContext), caller the ctx its caller
 // passed. When e.inlineFor(caller), call runs inline and gone is always
-// false.
-func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
-	return detachedIf(e, !e.inlineFor(caller), caller, ctx, call, late)
+// false. The call's bookkeeping comes from pool, and goes back to it unless
+// the call is left running; a nil pool allocates it.
+func detached[T any](e *engine, pool *callPool[T], caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+	return detachedIf(e, pool, !e.inlineFor(caller), caller, ctx, call, late)
 }
 
 // detachedIf is detached, with call run inline unless detach is set.
@@ -52,23 +54,24 @@ func detached[T any](e *engine, caller, ctx context.Context, call func() (T, err
 // when one of them does (see callContext): a ctx whose Done is never asked
 // for makes no channel. Once one has ended it waits for ctx too, which ends
 // at once after it, so that the caller sees ctx ended.
-func detachedIf[T any](e *engine, detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+func detachedIf[T any](e *engine, pool *callPool[T], detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
 	if !detach {
 		v, err = call()
 		return v, err, false
 	}
-	c := &detachedCall[T]{e: e, call: call, done: make(chan struct{})}
+	c := pool.get(e)
+	c.call = call
 	e.calls.Add(1)
 	e.run(c)
 	select {
 	case <-c.done:
-		return c.v, c.err, false
+		return pool.put(c)
 	case <-caller.Done():
 	case <-e.ctx.Done():
 	}
 	select {
 	case <-c.done:
-		return c.v, c.err, false
+		return pool.put(c)
 	case <-ctx.Done():
 		// late is built only now, before the swap that hands it to the
 		// worker: the worker reads c.late only after the swap fails.
@@ -76,10 +79,11 @@ func detachedIf[T any](e *engine, detach bool, caller, ctx context.Context, call
 			c.late = late()
 		}
 		if c.state.CompareAndSwap(callRunning, callAbandoned) {
+			// The worker keeps c: it never goes back to the pool.
 			return v, ctx.Err(), true
 		}
 		<-c.done // delivered just now
-		return c.v, c.err, false
+		return pool.put(c)
 	}
 }
 
@@ -100,7 +104,7 @@ func read[T any](e *engine, op, key string, ctx context.Context, call func(ctx c
 	defer e.calls.Done()
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	v, err, gone := detached(e, ctx, cctx, func() (T, error) { return call(cctx) }, nil)
+	v, err, gone := detached(e, nil, ctx, cctx, func() (T, error) { return call(cctx) }, nil)
 	switch {
 	case (gone || err != nil) && e.isClosed():
 		return zero, e.err(op, key, ErrClosed, nil)
@@ -118,22 +122,54 @@ type detachedCall[T any] struct {
 	call  func() (T, error)
 	late  func(T, error) // nil: nothing to do with a late outcome
 	state atomic.Int32   // callRunning, then one of the others
-	done  chan struct{}  // closed once v and err are delivered
-	v     T
-	err   error
+	// done gets one value once v and err are delivered: a buffered
+	// channel that the caller empties, so that c can be used again.
+	done chan struct{}
+	v    T
+	err  error
 }
 
 func (c *detachedCall[T]) run() {
-	defer c.e.calls.Done()
+	// Once delivered, c belongs to its caller again, which may reuse it
+	// at once: the worker reads nothing of it after the send.
+	e := c.e
+	defer e.calls.Done()
 	v, err := c.call()
 	if c.state.CompareAndSwap(callRunning, callDelivered) {
 		c.v, c.err = v, err
-		close(c.done)
+		c.done <- struct{}{}
 		return
 	}
 	if c.late != nil {
 		c.late(v, err)
 	}
+}
+
+// callPool keeps the detachedCalls of one result type whose outcome was
+// delivered, for the next calls: a Locker in use then allocates neither a
+// call nor its channel per store call. A nil *callPool allocates each.
+type callPool[T any] struct{ p sync.Pool }
+
+// get returns an unused call of e.
+func (p *callPool[T]) get(e *engine) *detachedCall[T] {
+	if p != nil {
+		if c, ok := p.p.Get().(*detachedCall[T]); ok {
+			return c
+		}
+	}
+	return &detachedCall[T]{e: e, done: make(chan struct{}, 1)}
+}
+
+// put returns c's delivered outcome, and c, emptied, to p.
+func (p *callPool[T]) put(c *detachedCall[T]) (v T, err error, gone bool) {
+	v, err = c.v, c.err
+	if p != nil {
+		var zero T
+		c.call, c.late, c.v, c.err = nil, nil, zero, nil
+		c.state.Store(callRunning)
+		p.p.Put(c)
+	}
+	return v, err, false
 }
 
 // job is a call a worker runs.

@@ -151,8 +151,12 @@ type engine struct {
 
 	wake chan struct{} // pokes the watchdog
 	work chan job      // hands a detached call to an idle worker (detach.go)
-	stop chan struct{} // closed by Close to stop the watchdog and the workers
-	wg   sync.WaitGroup
+	// tryCalls and releaseCalls keep the detached calls of Lock's
+	// attempts and of Unlock's releases for reuse.
+	tryCalls     callPool[tryOutcome]
+	releaseCalls callPool[struct{}]
+	stop         chan struct{} // closed by Close to stop the watchdog and the workers
+	wg           sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
 
@@ -297,7 +301,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 		} else {
 			// Copied into the closures: req and *share stay on the stack.
 			r, s := req, copyShare(share)
-			a, err, gone = detached(e, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, s, wait) },
+			a, err, gone = detached(e, &e.tryCalls, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, s, wait) },
 				func() func(tryOutcome, error) { return e.lateAttempt(r, h.gate) })
 		}
 		if gone {
@@ -850,7 +854,7 @@ func (l *handle) unlock(ctx context.Context) error {
 		// No closures to allocate: detached would run it inline too.
 		return h.released(cctx, h.release(cctx), false)
 	}
-	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func() func(struct{}, error) {
+	_, err, gone := detached(e, &e.releaseCalls, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func() func(struct{}, error) {
 		return func(_ struct{}, err error) { h.lateRelease(err) }
 	})
 	return h.released(cctx, err, gone)
