@@ -113,7 +113,7 @@ func (l *handle) SetData(ctx context.Context, data []byte) error {
 	defer scope.end()
 	h.extending.Lock() // one SetData or Extend of a lock at a time
 	defer h.extending.Unlock()
-	_, err, gone := detached(e, nil, ctx, cctx, func() (struct{}, error) {
+	_, err, gone := detached(e, ctx, cctx, func() (struct{}, error) {
 		return struct{}{}, e.dataSetter.SetData(cctx, h.lease, data)
 	}, nil)
 	switch {

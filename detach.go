@@ -43,24 +43,34 @@ const (
 // returns, so that a call that ends in time builds no such function. The caller must hold e.calls (see enter).
 // ctx is the call's own ctx (see callContext), caller the ctx its caller
 // passed. When e.inlineFor(caller), call runs inline and gone is always
-// false. The call's bookkeeping comes from pool, and goes back to it unless
-// the call is left running; a nil pool allocates it.
-func detached[T any](e *engine, pool *callPool[T], caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
-	return detachedIf(e, pool, !e.inlineFor(caller), caller, ctx, call, late)
+// false.
+func detached[T any](e *engine, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+	return detachedWith(e, nil, !e.inlineFor(caller), caller, ctx, callFunc[T], call, late)
 }
 
 // detachedIf is detached, with call run inline unless detach is set.
+func detachedIf[T any](e *engine, detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+	return detachedWith(e, nil, detach, caller, ctx, callFunc[T], call, late)
+}
+
+// callFunc calls f: the fn of detachedWith for a closure.
+func callFunc[T any](f func() (T, error)) (T, error) { return f() }
+
+// detachedWith is detachedIf for the call fn(arg), whose bookkeeping comes
+// from pool and goes back to it unless the call is left running (a nil
+// pool allocates it): with a fn that is no closure, a Locker in use
+// allocates nothing per detached call.
 // It waits on caller and on the Locker's ctx rather than on ctx, which ends
 // when one of them does (see callContext): a ctx whose Done is never asked
 // for makes no channel. Once one has ended it waits for ctx too, which ends
 // at once after it, so that the caller sees ctx ended.
-func detachedIf[T any](e *engine, pool *callPool[T], detach bool, caller, ctx context.Context, call func() (T, error), late func() func(T, error)) (v T, err error, gone bool) {
+func detachedWith[A, T any](e *engine, pool *callPool[A, T], detach bool, caller, ctx context.Context, fn func(A) (T, error), arg A, late func() func(T, error)) (v T, err error, gone bool) {
 	if !detach {
-		v, err = call()
+		v, err = fn(arg)
 		return v, err, false
 	}
 	c := pool.get(e)
-	c.call = call
+	c.fn, c.arg = fn, arg
 	e.calls.Add(1)
 	e.run(c)
 	select {
@@ -104,7 +114,7 @@ func read[T any](e *engine, op, key string, ctx context.Context, call func(ctx c
 	defer e.calls.Done()
 	cctx, scope := e.callContext(ctx)
 	defer scope.end()
-	v, err, gone := detached(e, nil, ctx, cctx, func() (T, error) { return call(cctx) }, nil)
+	v, err, gone := detached(e, ctx, cctx, func() (T, error) { return call(cctx) }, nil)
 	switch {
 	case (gone || err != nil) && e.isClosed():
 		return zero, e.err(op, key, ErrClosed, nil)
@@ -116,10 +126,11 @@ func read[T any](e *engine, op, key string, ctx context.Context, call func(ctx c
 	return v, nil
 }
 
-// detachedCall is one call of detached, run by a worker.
-type detachedCall[T any] struct {
+// detachedCall is one call of detachedWith, run by a worker.
+type detachedCall[A, T any] struct {
 	e     *engine
-	call  func() (T, error)
+	fn    func(A) (T, error)
+	arg   A
 	late  func(T, error) // nil: nothing to do with a late outcome
 	state atomic.Int32   // callRunning, then one of the others
 	// done gets one value once v and err are delivered: a buffered
@@ -129,12 +140,12 @@ type detachedCall[T any] struct {
 	err  error
 }
 
-func (c *detachedCall[T]) run() {
+func (c *detachedCall[A, T]) run() {
 	// Once delivered, c belongs to its caller again, which may reuse it
 	// at once: the worker reads nothing of it after the send.
 	e := c.e
 	defer e.calls.Done()
-	v, err := c.call()
+	v, err := c.fn(c.arg)
 	if c.state.CompareAndSwap(callRunning, callDelivered) {
 		c.v, c.err = v, err
 		c.done <- struct{}{}
@@ -145,27 +156,30 @@ func (c *detachedCall[T]) run() {
 	}
 }
 
-// callPool keeps the detachedCalls of one result type whose outcome was
+// callPool keeps the detachedCalls of one kind whose outcome was
 // delivered, for the next calls: a Locker in use then allocates neither a
 // call nor its channel per store call. A nil *callPool allocates each.
-type callPool[T any] struct{ p sync.Pool }
+type callPool[A, T any] struct{ p sync.Pool }
 
 // get returns an unused call of e.
-func (p *callPool[T]) get(e *engine) *detachedCall[T] {
+func (p *callPool[A, T]) get(e *engine) *detachedCall[A, T] {
 	if p != nil {
-		if c, ok := p.p.Get().(*detachedCall[T]); ok {
+		if c, ok := p.p.Get().(*detachedCall[A, T]); ok {
 			return c
 		}
 	}
-	return &detachedCall[T]{e: e, done: make(chan struct{}, 1)}
+	return &detachedCall[A, T]{e: e, done: make(chan struct{}, 1)}
 }
 
 // put returns c's delivered outcome, and c, emptied, to p.
-func (p *callPool[T]) put(c *detachedCall[T]) (v T, err error, gone bool) {
+func (p *callPool[A, T]) put(c *detachedCall[A, T]) (v T, err error, gone bool) {
 	v, err = c.v, c.err
 	if p != nil {
-		var zero T
-		c.call, c.late, c.v, c.err = nil, nil, zero, nil
+		var (
+			noArg A
+			noV   T
+		)
+		c.fn, c.arg, c.late, c.v, c.err = nil, noArg, nil, noV, nil
 		c.state.Store(callRunning)
 		p.p.Put(c)
 	}

@@ -184,11 +184,12 @@ func TestBackgroundCallsRunInline(t *testing.T) {
 
 // TestLockUnlockAllocations: a TryLock+Unlock allocates within a budget,
 // with the store calls inline (PromptCancel, or a ctx that never ends) and
-// detached; the detached call's state is one allocation, a key's gate is
-// reused, an inline call builds no closures, a detached one builds nothing
-// for a late outcome unless its caller gives up (18 before that, and before
-// waiting on the caller's ctx instead of the call's), and the call context
-// of a ctx that never ends is not registered with Close.
+// detached; a detached call's state and its channel come from a pool of
+// the engine and its arguments are no closure (14 before that), a key's
+// gate is reused, an inline call builds no closures, a detached one builds
+// nothing for a late outcome unless its caller gives up (18 before that,
+// and before waiting on the caller's ctx instead of the call's), and the
+// call context of a ctx that never ends is not registered with Close.
 func TestLockUnlockAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
@@ -196,7 +197,7 @@ func TestLockUnlockAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		prompt, cancellable bool
 		budget              float64
-	}{{true, false, 7}, {false, false, 7}, {false, true, 14}} {
+	}{{true, false, 4}, {false, false, 4}, {false, true, 8}} {
 		d := newTableDriver()
 		d.prompt = tc.prompt
 		e := newTestEngine(t, d)
@@ -245,5 +246,85 @@ func TestLockMultiUnlockAllocations(t *testing.T) {
 	t.Logf("%v allocations", n)
 	if budget := 24.0; n > budget {
 		t.Errorf("LockMulti+Unlock of three keys makes %v allocations, want at most %v", n, budget)
+	}
+}
+
+// holdingDriver is a tableDriver whose TryAcquire of the keys in let waits
+// until that key's channel is closed, whatever its ctx says.
+type holdingDriver struct {
+	*tableDriver
+	let      map[string]chan struct{}
+	entered  chan string // receives the key of every held call
+	answered chan string // receives it again once the table has answered
+}
+
+func (d *holdingDriver) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
+	ch, ok := d.let[r.Key]
+	if !ok {
+		return d.tableDriver.TryAcquire(ctx, r)
+	}
+	d.entered <- r.Key
+	<-ch
+	defer func() { d.answered <- r.Key }()
+	return d.tableDriver.TryAcquire(ctx, r)
+}
+
+// TestAbandonedCallIsNotReused: the bookkeeping of a detached attempt
+// whose caller has returned stays with its worker. The next attempt,
+// still running when the abandoned one ends, gets its own outcome, and
+// the abandoned one's late grant is released. Were the abandoned call
+// handed to the next one (its pool reusing it), the late grant would go
+// to that caller instead, and nobody would release it.
+func TestAbandonedCallIsNotReused(t *testing.T) {
+	d := &holdingDriver{tableDriver: newTableDriver(),
+		let: map[string]chan struct{}{"a": make(chan struct{}), "c": make(chan struct{})},
+		entered: make(chan string, 2), answered: make(chan string, 2)}
+	e := newTestEngine(t, d)
+	var letA, letC sync.Once
+	t.Cleanup(func() { // before Close, which waits for the held calls
+		letA.Do(func() { close(d.let["a"]) })
+		letC.Do(func() { close(d.let["c"]) })
+	})
+
+	// One goroutine makes both calls, so that a pool that took the
+	// abandoned call back would most likely hand it to the second.
+	actx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	type result struct {
+		lk  Lock
+		err error
+	}
+	resc := make(chan result, 1)
+	go func() {
+		_, err := e.TryLock(actx, "a")
+		errc <- err
+		lk, err := e.TryLock(t.Context(), "c")
+		resc <- result{lk, err}
+	}()
+	<-d.entered
+	cancel()
+	if err := returns(t, "TryLock", errc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryLock whose ctx ended: got %v, want an error matching context.Canceled", err)
+	}
+	<-d.entered
+	letA.Do(func() { close(d.let["a"]) })
+	<-d.answered // "a" is granted: its late outcome is on its way
+	deadline := time.Now().Add(10 * time.Second)
+	for d.owned("a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant of an abandoned attempt is still held: it went to another call")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	letC.Do(func() { close(d.let["c"]) })
+	r := <-resc
+	if r.err != nil {
+		t.Fatalf("TryLock of c: %v", r.err)
+	}
+	if err := r.lk.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock of c: %v: the lock did not come from its own attempt", err)
+	}
+	if d.owned("c") {
+		t.Error("c is still held after its Unlock: its attempt's grant went to nobody")
 	}
 }

@@ -153,8 +153,8 @@ type engine struct {
 	work chan job      // hands a detached call to an idle worker (detach.go)
 	// tryCalls and releaseCalls keep the detached calls of Lock's
 	// attempts and of Unlock's releases for reuse.
-	tryCalls     callPool[tryOutcome]
-	releaseCalls callPool[struct{}]
+	tryCalls     callPool[tryArgs, tryOutcome]
+	releaseCalls callPool[releaseArgs, struct{}]
 	stop         chan struct{} // closed by Close to stop the watchdog and the workers
 	wg           sync.WaitGroup
 
@@ -299,10 +299,11 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			// No closures to allocate: detached would run it inline too.
 			a, err = e.try(cctx, req, share, wait)
 		} else {
-			// Copied into the closures: req and *share stay on the stack.
-			r, s := req, copyShare(share)
-			a, err, gone = detached(e, &e.tryCalls, ctx, cctx, func() (tryOutcome, error) { return e.try(cctx, r, s, wait) },
-				func() func(tryOutcome, error) { return e.lateAttempt(r, h.gate) })
+			// The attempt's arguments are copied into the pooled call:
+			// req and *share stay on the stack.
+			at := tryArgs{e: e, ctx: cctx, req: req, share: copyShare(share), wait: wait}
+			a, err, gone = detachedWith(e, &e.tryCalls, true, ctx, cctx, tryArgs.run, at,
+				func() func(tryOutcome, error) { return e.lateAttempt(at.req, h.gate) })
 		}
 		if gone {
 			// The attempt goes on without its caller: a loss it reports
@@ -343,6 +344,25 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 	h.self.h = h
 	return &h.self, nil
 }
+
+// tryArgs is the arguments of one detached acquisition attempt of lock.
+type tryArgs struct {
+	e     *engine
+	ctx   context.Context
+	req   driver.Request
+	share *driver.Share
+	wait  bool
+}
+
+func (a tryArgs) run() (tryOutcome, error) { return a.e.try(a.ctx, a.req, a.share, a.wait) }
+
+// releaseArgs is the arguments of one detached store release of Unlock.
+type releaseArgs struct {
+	h   *hold
+	ctx context.Context
+}
+
+func (r releaseArgs) run() (struct{}, error) { return struct{}{}, r.h.release(r.ctx) }
 
 // copyShare returns a copy of *s, or nil for a nil s.
 func copyShare(s *driver.Share) *driver.Share {
@@ -854,7 +874,7 @@ func (l *handle) unlock(ctx context.Context) error {
 		// No closures to allocate: detached would run it inline too.
 		return h.released(cctx, h.release(cctx), false)
 	}
-	_, err, gone := detached(e, &e.releaseCalls, ctx, cctx, func() (struct{}, error) { return struct{}{}, h.release(cctx) }, func() func(struct{}, error) {
+	_, err, gone := detachedWith(e, &e.releaseCalls, true, ctx, cctx, releaseArgs.run, releaseArgs{h: h, ctx: cctx}, func() func(struct{}, error) {
 		return func(_ struct{}, err error) { h.lateRelease(err) }
 	})
 	return h.released(cctx, err, gone)

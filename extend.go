@@ -132,7 +132,7 @@ func (l *handle) Extend(ctx context.Context, opts ...LockOption) error {
 		// Detached unless ctx can never end: PromptCancel does not cover
 		// a renewal (see detach.go). A renewal left running extends
 		// nothing.
-		v, err, gone = detachedIf(e, nil, ctx.Done() != nil, rctx, rctx, func() (time.Duration, error) { return e.renewOne(rctx, lease) }, nil)
+		v, err, gone = detachedIf(e, ctx.Done() != nil, rctx, rctx, func() (time.Duration, error) { return e.renewOne(rctx, lease) }, nil)
 		bounded := (gone || err != nil) && rctx.Err() != nil && cctx.Err() == nil
 		cancel()
 		if !bounded {

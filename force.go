@@ -80,7 +80,7 @@ func (e *engine) keyCall(ctx context.Context, op, key string, supported bool, ca
 	defer e.calls.Done()
 	// Detached, as Lock's store calls are: it returns when ctx ends, and
 	// the call finishes in the background (Close waits for it).
-	_, err, gone := detached(e, nil, ctx, ctx, func() (struct{}, error) { return struct{}{}, call(ctx, skey) }, nil)
+	_, err, gone := detached(e, ctx, ctx, func() (struct{}, error) { return struct{}{}, call(ctx, skey) }, nil)
 	if gone {
 		return e.err(op, key, nil, ctxCause(ctx))
 	}

@@ -95,7 +95,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 		a, err = e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl)
 	} else {
 		hs := holds // not captured by reference: holds stays on the stack
-		a, err, gone = detached(e, nil, ctx, cctx, func() (multiOutcome, error) { return e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl) },
+		a, err, gone = detached(e, ctx, cctx, func() (multiOutcome, error) { return e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl) },
 			func() func(multiOutcome, error) {
 				return func(a multiOutcome, err error) {
 					// The caller has returned: give back what the attempt took.

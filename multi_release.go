@@ -89,7 +89,7 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 		// No closures to allocate: detached would run it inline too.
 		res, err = e.releaseAll(cctx, hs, claimed, keep, batch)
 	} else {
-		res, err, gone = detached(e, nil, ctx, cctx, func() ([]error, error) { return e.releaseAll(cctx, hs, claimed, keep, batch) },
+		res, err, gone = detached(e, ctx, cctx, func() ([]error, error) { return e.releaseAll(cctx, hs, claimed, keep, batch) },
 			func() func([]error, error) {
 				return func(res []error, err error) {
 					for j, i := range claimed {
