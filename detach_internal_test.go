@@ -277,7 +277,7 @@ func (d *holdingDriver) TryAcquire(ctx context.Context, r driver.Request) (drive
 // to that caller instead, and nobody would release it.
 func TestAbandonedCallIsNotReused(t *testing.T) {
 	d := &holdingDriver{tableDriver: newTableDriver(),
-		let: map[string]chan struct{}{"a": make(chan struct{}), "c": make(chan struct{})},
+		let:     map[string]chan struct{}{"a": make(chan struct{}), "c": make(chan struct{})},
 		entered: make(chan string, 2), answered: make(chan string, 2)}
 	e := newTestEngine(t, d)
 	var letA, letC sync.Once
