@@ -182,14 +182,15 @@ func TestBackgroundCallsRunInline(t *testing.T) {
 	}
 }
 
-// TestLockUnlockAllocations: a TryLock+Unlock allocates within a budget,
-// with the store calls inline (PromptCancel, or a ctx that never ends) and
-// detached; a detached call's state and its channel come from a pool of
-// the engine and its arguments are no closure (14 before that), a key's
-// gate is reused, an inline call builds no closures, a detached one builds
-// nothing for a late outcome unless its caller gives up (18 before that,
-// and before waiting on the caller's ctx instead of the call's), and the
-// call context of a ctx that never ends is not registered with Close.
+// TestLockUnlockAllocations: a TryLock+Unlock, and an uncontended
+// Lock+Unlock, allocate within a budget, with the store calls inline
+// (PromptCancel, or a ctx that never ends) and detached; a detached call's
+// state and its channel come from a pool of the engine and its arguments
+// are no closure (14 before that), a key's gate is reused, an inline call
+// builds no closures, a detached one builds nothing for a late outcome
+// unless its caller gives up (18 before that, and before waiting on the
+// caller's ctx instead of the call's), and the call context of a ctx that
+// never ends is not registered with Close.
 func TestLockUnlockAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes what allocates")
@@ -205,18 +206,23 @@ func TestLockUnlockAllocations(t *testing.T) {
 		if tc.cancellable {
 			ctx = t.Context()
 		}
-		n := testing.AllocsPerRun(200, func() {
-			lk, err := e.TryLock(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
+		for _, op := range []struct {
+			name string
+			lock func(context.Context, string, ...LockOption) (Lock, error)
+		}{{"TryLock", e.TryLock}, {"Lock", e.Lock}} {
+			n := testing.AllocsPerRun(200, func() {
+				lk, err := op.lock(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Logf("%s, PromptCancel %v, cancellable ctx %v: %v allocations", op.name, tc.prompt, tc.cancellable, n)
+			if n > tc.budget {
+				t.Errorf("PromptCancel %v, cancellable ctx %v: %s+Unlock makes %v allocations, want at most %v", tc.prompt, tc.cancellable, op.name, n, tc.budget)
 			}
-			if err := lk.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-		})
-		t.Logf("PromptCancel %v, cancellable ctx %v: %v allocations", tc.prompt, tc.cancellable, n)
-		if n > tc.budget {
-			t.Errorf("PromptCancel %v, cancellable ctx %v: TryLock+Unlock makes %v allocations, want at most %v", tc.prompt, tc.cancellable, n, tc.budget)
 		}
 	}
 }
