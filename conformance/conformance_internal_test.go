@@ -491,7 +491,7 @@ const selfSlack = 3 * time.Second
 // limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stallWatch) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
+	c := &caseT{reporter: rec, t: newCaseTB(t), h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
