@@ -210,7 +210,7 @@ func (c *caseT) firstFits(key, round string, tries []*attempt) bool {
 		}
 		states[i] = fmt.Sprintf("%s (token %d, returned %v after the race began; now %s)", a.what, a.lk.Token(), a.at.Round(time.Millisecond), state)
 	}
-	c.Errorf("%s: %d first attempts at the free key %s (round %s) held it at once, none lost before a later one was granted: %s",
+	c.Errorf("%s: %d first attempts at the free key %s (round %s) held it at once, an earlier grant's Done open when a later one returned: %s",
 		firstHolders, len(granted), short(key), round, strings.Join(states, ", "))
 	return false
 }
