@@ -203,42 +203,40 @@ func (c *caseTB) Errorf(format string, args ...any) {
 func (c *caseTB) Fail() { c.live(c.T.Fail) }
 
 // FailNow implements testing.TB.
-func (c *caseTB) FailNow() {
-	c.live(c.T.FailNow)
-	runtime.Goexit()
-}
+func (c *caseTB) FailNow() { c.stop(c.T.FailNow) }
 
 // Fatal implements testing.TB.
 func (c *caseTB) Fatal(args ...any) {
 	c.T.Helper()
-	c.live(func() { c.T.Helper(); c.T.Fatal(args...) })
-	runtime.Goexit()
+	c.stop(func() { c.T.Helper(); c.T.Fatal(args...) })
 }
 
 // Fatalf implements testing.TB.
 func (c *caseTB) Fatalf(format string, args ...any) {
 	c.T.Helper()
-	c.live(func() { c.T.Helper(); c.T.Fatalf(format, args...) })
-	runtime.Goexit()
+	c.stop(func() { c.T.Helper(); c.T.Fatalf(format, args...) })
 }
 
 // Skip implements testing.TB.
 func (c *caseTB) Skip(args ...any) {
 	c.T.Helper()
-	c.live(func() { c.T.Helper(); c.T.Skip(args...) })
-	runtime.Goexit()
+	c.stop(func() { c.T.Helper(); c.T.Skip(args...) })
 }
 
 // Skipf implements testing.TB.
 func (c *caseTB) Skipf(format string, args ...any) {
 	c.T.Helper()
-	c.live(func() { c.T.Helper(); c.T.Skipf(format, args...) })
-	runtime.Goexit()
+	c.stop(func() { c.T.Helper(); c.T.Skipf(format, args...) })
 }
 
 // SkipNow implements testing.TB.
-func (c *caseTB) SkipNow() {
-	c.live(c.T.SkipNow)
+func (c *caseTB) SkipNow() { c.stop(c.T.SkipNow) }
+
+// stop calls f, which ends the calling goroutine, while the test has not
+// completed, and ends the calling goroutine itself otherwise.
+func (c *caseTB) stop(f func()) {
+	c.T.Helper()
+	c.live(f)
 	runtime.Goexit()
 }
 
