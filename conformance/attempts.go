@@ -25,9 +25,10 @@ const caseAttempts = 3
 // to t. The earlier attempts' reports are logged.
 func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 	t.Helper()
+	ct := newCaseTB(t)
 	attempt := func() *recorder {
 		rec := &recorder{}
-		c := &caseT{reporter: rec, t: t, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack, stalls: stalls}
+		c := &caseT{reporter: rec, t: ct, h: h, name: t.Name(), contract: tc.contract, slack: defaultSlack, stalls: stalls}
 		watchCase(c, rec, tc.run)
 		return rec
 	}

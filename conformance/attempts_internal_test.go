@@ -82,7 +82,7 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 // does; a Fatalf ends the attempt's goroutine and is replayed as fatal.
 func TestRecorderNamesTheReportingLine(t *testing.T) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t}
+	c := &caseT{reporter: rec, t: newCaseTB(t)}
 	var line int
 	done := startCase(c, func(c *caseT) {
 		_, _, line, _ = runtime.Caller(0)

@@ -192,7 +192,7 @@ type reporter interface {
 // only; t provides the context, cleanups and the testing.TB given to hooks.
 type caseT struct {
 	reporter
-	t        *testing.T
+	t        *caseTB // the case's test, safe to call after it completed
 	h        Harness
 	name     string        // source of the case's keys
 	contract string        // the case's contract (testCase)

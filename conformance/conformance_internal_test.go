@@ -49,6 +49,7 @@ type memEnv struct {
 	residue map[string][]*residue  // leavesResidue: key → its orphaned waiters
 	limits  map[string]int         // limitOutlives: key → the limit SetLimit last set
 	firsts  map[string]int         // firstTwice: key → one-shot attempts so far, plus one if the first was granted
+	losing  map[string]*losing     // firstLost: key → its one-shot attempts' turn and last grant
 	marked  map[string]bool        // sharedMarks: the keys shared holds ever held; crashedMark: the keys a permit holds or held until it crashed
 
 	// starved counts the locks of the env's Lockers lost at their local
@@ -75,6 +76,7 @@ func newMemEnv(ttl time.Duration) *memEnv {
 		residue:  make(map[string][]*residue),
 		limits:   make(map[string]int),
 		firsts:   make(map[string]int),
+		losing:   make(map[string]*losing),
 		marked:   make(map[string]bool),
 		slowed:   make(map[locker.Locker]int),
 	}
@@ -377,6 +379,12 @@ const (
 	// deadline less than a TTL away get no answer before it, as from a
 	// store on a loaded machine or through a busy connection pool.
 	slowTries = "slowTries"
+	// firstLost is not broken: the one-shot attempts at a key run one at
+	// a time, and the first that finds the key's last one-shot grant
+	// still held ends that grant as lost and frees the key before it
+	// tries, once per key, as a store on a loaded machine frees the key
+	// of a holder whose grant came back past its local deadline.
+	firstLost = "firstLost"
 	// testKeyLimit is the MaxKeyBytes of keyLimit and ignoresKeyLimit.
 	testKeyLimit = 100
 )
@@ -471,6 +479,7 @@ var mustPass = map[string][]string{
 	keyLimit:  {"Keys"},
 	losesHeld: {"List"},
 	slowTries: {"SharedCancellation"},
+	firstLost: {"FirstHolder"},
 }
 
 // selfSlack is the slack of recorded runs: it only shortens how long a case
@@ -482,7 +491,7 @@ const selfSlack = 3 * time.Second
 // limit.
 func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stallWatch) (*recorder, bool) {
 	rec := &recorder{}
-	c := &caseT{reporter: rec, t: t, h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
+	c := &caseT{reporter: rec, t: newCaseTB(t), h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -1190,6 +1199,9 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 		return lk, err
 	}
+	if b.kind == firstLost && !wait {
+		return b.firstLost(key, func() (locker.Lock, error) { return call(ctx, key) })
+	}
 	lk, err := call(ctx, key)
 	if b.kind == firstTwice && !wait {
 		lk, err = b.firstTwice(key, lk, err, func() (locker.Lock, error) { return call(ctx, key+firstTwin) })
@@ -1594,16 +1606,26 @@ type starvedLock struct {
 }
 
 func newStarvedLock(lk locker.Lock, after time.Duration) *starvedLock {
-	l := &starvedLock{Lock: lk, done: make(chan struct{}), freed: make(chan struct{})}
-	time.AfterFunc(after, func() {
-		l.unlock.Do(func() {
-			l.lost.Store(true)
-			close(l.done)
-			_ = lk.Unlock(context.Background())
-			close(l.freed)
-		})
-	})
+	l := losable(lk)
+	time.AfterFunc(after, l.lose)
 	return l
+}
+
+// losable returns lk as a starvedLock that is lost when its lose is
+// called.
+func losable(lk locker.Lock) *starvedLock {
+	return &starvedLock{Lock: lk, done: make(chan struct{}), freed: make(chan struct{})}
+}
+
+// lose ends l as lost, then frees its key in the store, unless it was
+// released or lost before.
+func (l *starvedLock) lose() {
+	l.unlock.Do(func() {
+		l.lost.Store(true)
+		close(l.done)
+		_ = l.Lock.Unlock(context.Background())
+		close(l.freed)
+	})
 }
 
 func (l *starvedLock) Done() <-chan struct{} { return l.done }

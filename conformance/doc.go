@@ -250,8 +250,10 @@
 //   - FirstHolder: on each of 40 free keys, four Lockers released at once
 //     try once each: for the one permit of a semaphore of 1, then on 40
 //     more keys one TryLock, one TryAcquire and two TryRLock. The grants
-//     held at once must fit the key's kind and limit. Every other key was
-//     held and released once before its race.
+//     held at once must fit the key's kind and limit: a grant that returned
+//     after an earlier one was lost (its Done closed when asked then) does
+//     not count with it. Every other key was held and released once before
+//     its race.
 //   - CloseWhileWaiting (Isolate): Close of a Locker cut off from the
 //     store while its Lock waits (and, with shared holds, a permit's
 //     Acquire and a write hold's Lock) returns within two TTLs plus

@@ -1,11 +1,14 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/golocker/locker"
 )
@@ -24,6 +27,12 @@ type attempt struct {
 	try  func(context.Context, ...locker.LockOption) (locker.Lock, error)
 	lk   locker.Lock
 	err  error
+	// at is when the attempt returned, since the race began.
+	at time.Duration
+	// after are the grants of the race that returned before this
+	// attempt and had lost their hold when it returned (their Done
+	// closed, as asked then), with their Err.
+	after map[*attempt]error
 }
 
 // testFirstHolder races the first acquisition of many free keys. On each
@@ -120,10 +129,15 @@ func (c *caseT) firstTries(ls [4]locker.Locker, key, round string) []*attempt {
 }
 
 // race starts every attempt at once, on a closed channel, and returns when
-// they all returned.
+// they all returned. As each attempt returns, it asks the grants that
+// returned before it whether they still hold (their Done), so that a
+// grant made after an earlier one was lost tells itself apart.
 func race(ctx context.Context, tries []*attempt) {
 	start := make(chan struct{})
 	var ready, done sync.WaitGroup
+	var mu sync.Mutex
+	var granted []*attempt
+	began := time.Now()
 	for _, a := range tries {
 		ready.Add(1)
 		done.Add(1)
@@ -131,7 +145,22 @@ func race(ctx context.Context, tries []*attempt) {
 			defer done.Done()
 			ready.Done()
 			<-start
-			a.lk, a.err = a.try(ctx)
+			lk, err := a.try(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			a.lk, a.err, a.at = lk, err, time.Since(began)
+			if err != nil {
+				return
+			}
+			a.after = map[*attempt]error{}
+			for _, o := range granted {
+				select {
+				case <-o.lk.Done():
+					a.after[o] = o.lk.Err()
+				default:
+				}
+			}
+			granted = append(granted, a)
 		}()
 	}
 	ready.Wait()
@@ -139,27 +168,50 @@ func race(ctx context.Context, tries []*attempt) {
 	done.Wait()
 }
 
-// firstFits checks the grants of one key against its kind and limit.
+// firstFits checks the grants of one key against its kind and limit. Two
+// grants conflict unless both are read holds: the limit is one permit, a
+// plain lock is alone, and kinds do not mix. A grant that returned after
+// the other had lost its hold (its Done closed, asked when the later one
+// returned) is no breach: the contract lets a lock be lost, and the key
+// be taken then. Every other conflicting pair held the key at once.
 func (c *caseT) firstFits(key, round string, tries []*attempt) bool {
 	c.Helper()
-	n := map[string]int{}
-	var granted []string
+	var granted []*attempt
 	for _, a := range tries {
 		if a.err == nil {
-			n[a.what]++
-			granted = append(granted, fmt.Sprintf("%s (token %d)", a.what, a.lk.Token()))
+			granted = append(granted, a)
 		}
 	}
-	kinds := 0
-	for _, k := range n {
-		if k > 0 {
-			kinds++
+	slices.SortStableFunc(granted, func(x, y *attempt) int { return cmp.Compare(x.at, y.at) })
+	breach := false
+	for i, later := range granted {
+		for _, earlier := range granted[:i] {
+			if earlier.what == "TryRLock" && later.what == "TryRLock" {
+				continue
+			}
+			if lost, ok := later.after[earlier]; ok {
+				c.Logf("%s (token %d) at %s was granted %v after the race began, when %s (token %d) had lost its hold: %v",
+					later.what, later.lk.Token(), short(key), later.at.Round(time.Millisecond), earlier.what, earlier.lk.Token(), lost)
+				continue
+			}
+			breach = true
 		}
 	}
-	if n["TryAcquire"] <= 1 && n["TryLock"] <= 1 && kinds <= 1 {
+	if !breach {
 		return true
 	}
-	c.Errorf("%s: %d first attempts at the free key %s (round %s) held it at once: %s", firstHolders, len(granted), short(key), round, strings.Join(granted, ", "))
+	states := make([]string, len(granted))
+	for i, a := range granted {
+		state := "Done open"
+		select {
+		case <-a.lk.Done():
+			state = fmt.Sprintf("Done closed, Err %v", a.lk.Err())
+		default:
+		}
+		states[i] = fmt.Sprintf("%s (token %d, returned %v after the race began; now %s)", a.what, a.lk.Token(), a.at.Round(time.Millisecond), state)
+	}
+	c.Errorf("%s: %d first attempts at the free key %s (round %s) held it at once, an earlier grant's Done open when a later one returned: %s",
+		firstHolders, len(granted), short(key), round, strings.Join(states, ", "))
 	return false
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -133,4 +134,116 @@ func stuckIn(id uint64) string {
 		}
 	}
 	return "its stack:\n" + stack
+}
+
+// caseTB is the testing.TB of a case's attempts, which the harness's hooks
+// get: it passes every call on to the case's test until the test's
+// cleanups have run. From then on the test has completed, and testing
+// panics on a failure or, once its parents completed too, a log: a hung
+// attempt (watchCase) goes on in its goroutine, and a hook it calls late,
+// or a goroutine such a hook started, would end the test binary. So its
+// logs and failures are dropped then, its Fatal and Skip end the calling
+// goroutine, and its Cleanup runs the function at once.
+type caseTB struct {
+	*testing.T
+	mu    sync.RWMutex
+	ended bool // the test's cleanups have run
+}
+
+// newCaseTB returns the caseTB of t. It marks the end of t in a cleanup
+// registered first, which runs after every other cleanup of t.
+func newCaseTB(t *testing.T) *caseTB {
+	c := &caseTB{T: t}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		c.ended = true
+		c.mu.Unlock()
+	})
+	return c
+}
+
+// live calls f while the test has not completed, and reports whether it
+// did; f runs under the read lock, so the test cannot complete meanwhile.
+func (c *caseTB) live(f func()) bool {
+	c.T.Helper()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.ended {
+		return false
+	}
+	f()
+	return true
+}
+
+// Log implements testing.TB.
+func (c *caseTB) Log(args ...any) {
+	c.T.Helper()
+	c.live(func() { c.T.Helper(); c.T.Log(args...) })
+}
+
+// Logf implements testing.TB.
+func (c *caseTB) Logf(format string, args ...any) {
+	c.T.Helper()
+	c.live(func() { c.T.Helper(); c.T.Logf(format, args...) })
+}
+
+// Error implements testing.TB.
+func (c *caseTB) Error(args ...any) {
+	c.T.Helper()
+	c.live(func() { c.T.Helper(); c.T.Error(args...) })
+}
+
+// Errorf implements testing.TB.
+func (c *caseTB) Errorf(format string, args ...any) {
+	c.T.Helper()
+	c.live(func() { c.T.Helper(); c.T.Errorf(format, args...) })
+}
+
+// Fail implements testing.TB.
+func (c *caseTB) Fail() { c.live(c.T.Fail) }
+
+// FailNow implements testing.TB.
+func (c *caseTB) FailNow() { c.stop(c.T.FailNow) }
+
+// Fatal implements testing.TB.
+func (c *caseTB) Fatal(args ...any) {
+	c.T.Helper()
+	c.stop(func() { c.T.Helper(); c.T.Fatal(args...) })
+}
+
+// Fatalf implements testing.TB.
+func (c *caseTB) Fatalf(format string, args ...any) {
+	c.T.Helper()
+	c.stop(func() { c.T.Helper(); c.T.Fatalf(format, args...) })
+}
+
+// Skip implements testing.TB.
+func (c *caseTB) Skip(args ...any) {
+	c.T.Helper()
+	c.stop(func() { c.T.Helper(); c.T.Skip(args...) })
+}
+
+// Skipf implements testing.TB.
+func (c *caseTB) Skipf(format string, args ...any) {
+	c.T.Helper()
+	c.stop(func() { c.T.Helper(); c.T.Skipf(format, args...) })
+}
+
+// SkipNow implements testing.TB.
+func (c *caseTB) SkipNow() { c.stop(c.T.SkipNow) }
+
+// stop calls f, which ends the calling goroutine, while the test has not
+// completed, and ends the calling goroutine itself otherwise.
+func (c *caseTB) stop(f func()) {
+	c.T.Helper()
+	c.live(f)
+	runtime.Goexit()
+}
+
+// Cleanup implements testing.TB: once the test's cleanups have run, f
+// runs at once.
+func (c *caseTB) Cleanup(f func()) {
+	if !c.live(func() { c.T.Cleanup(f) }) {
+		f()
+	}
 }

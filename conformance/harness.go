@@ -15,7 +15,10 @@ import (
 //
 // Every hook receives the testing.TB of the case (or benchmark) that calls
 // it, on that case's goroutine: it may use t.Helper, t.Cleanup, t.Context and
-// t.Fatal.
+// t.Fatal. A case's attempt that hung goes on in its goroutine after its
+// test completed: the hooks it calls then, and the goroutines they started,
+// may still use t, which drops their logs and failures, ends the caller at
+// t.Fatal and t.Skip, and runs a t.Cleanup function at once.
 //
 // Cases run in parallel (except those that use Restart), each on its own keys,
 // so every hook must be safe for concurrent use.

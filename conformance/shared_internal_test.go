@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/golocker/locker"
@@ -62,6 +63,9 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 	}
 	if b.kind == sharedHangsCut && wait {
 		return b.hangsCut(func() (locker.Lock, error) { return call(ctx, s) })
+	}
+	if b.kind == firstLost && !wait {
+		return b.firstLost(key, func() (locker.Lock, error) { return call(ctx, s) })
 	}
 	lk, err := call(ctx, s)
 	if b.kind == firstTwice && !wait {
@@ -268,4 +272,42 @@ func (b *brokenLocker) firstTwice(key string, lk locker.Lock, err error, twin fu
 		return got, nil
 	}
 	return lk, err
+}
+
+// losing is the state of firstLost's key: its one-shot attempts take turns
+// on mu; last is the key's last one-shot grant, and lost is set once a
+// grant of the key was lost.
+type losing struct {
+	mu   sync.Mutex
+	last *starvedLock
+	lost bool
+}
+
+// firstLost makes the one-shot attempt try at key for firstLost: in the
+// key's turn, once the key's last grant, if still held and none was lost
+// before, is lost and its key freed.
+func (b *brokenLocker) firstLost(key string, try func() (locker.Lock, error)) (locker.Lock, error) {
+	b.env.mu.Lock()
+	st := b.env.losing[key]
+	if st == nil {
+		st = &losing{}
+		b.env.losing[key] = st
+	}
+	b.env.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.last != nil && !st.lost {
+		select {
+		case <-st.last.done:
+		default:
+			st.last.lose()
+			st.lost = true
+		}
+	}
+	lk, err := try()
+	if err != nil {
+		return nil, err
+	}
+	st.last = losable(lk)
+	return st.last, nil
 }

@@ -35,7 +35,7 @@ func TestSoonTryLockWidensByStall(t *testing.T) {
 			// As if the process had not run for a minute from the start.
 			w.stalls = []stall{{from, from.Add(time.Minute)}}
 		}
-		c := &caseT{reporter: &recorder{}, t: t, h: Harness{TTL: testTTL}, stalls: w}
+		c := &caseT{reporter: &recorder{}, t: newCaseTB(t), h: Harness{TTL: testTTL}, stalls: w}
 		freed := make(chan error, 1)
 		time.AfterFunc(6*d, func() { freed <- lk.Unlock(t.Context()) })
 		got, err := c.soonTryLock(t.Context(), other, "k", from, d)
