@@ -261,3 +261,27 @@ func killSession(ctx context.Context, db *sql.DB, tx *sql.Tx) error {
 		}
 	}
 }
+
+// TestInTxBrokenCommitNotRetried checks that a transaction on shared holds
+// whose connection broke when its commit was due is neither run again nor
+// reported as rolled back: the commit may have reached the server, so its
+// outcome is unknown.
+func TestInTxBrokenCommitNotRetried(t *testing.T) {
+	db, ctx := openTestDB(t)
+	d := newDriver(db, Config{}, 0)
+	t.Cleanup(func() { _ = d.Close() })
+	runs := 0
+	err := d.inTx(ctx, 5, func(tx *sql.Tx) error {
+		runs++
+		return killSession(ctx, db, tx)
+	})
+	switch {
+	case err == nil:
+		t.Fatal("a commit on a connection that broke succeeded")
+	case errors.Is(err, errRolledBack) || definite(err):
+		t.Errorf("a commit whose connection broke counts as rolled back: %v", err)
+	}
+	if runs != 1 {
+		t.Errorf("a transaction whose commit met a broken connection ran %d times; want 1", runs)
+	}
+}
