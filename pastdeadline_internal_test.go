@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/rerun"
 )
 
 // pastDeadline moves the local deadline of lk, a lock of e, into the past
@@ -204,21 +205,18 @@ func (d *slowExtend) RenewBatch(ctx context.Context, ls []driver.Lease) ([]time.
 // machine) says nothing, and runs again; only a failure while the lock
 // stays held fails the test.
 func TestExtendOutlivesTheDeadlineItRead(t *testing.T) {
-	const attempts = 5
 	d := &slowExtend{tableDriver: newTableDriver()}
 	e := newTestEngine(t, d, WithTTL(500*time.Millisecond))
 	ctx := context.WithValue(t.Context(), extendKey{}, true)
-	for i := range attempts {
-		key := fmt.Sprintf("k%d", i)
-		lk, err := e.TryLock(t.Context(), key)
+	rerun.Starved(t, 5, func(i int) error {
+		lk, err := e.TryLock(t.Context(), fmt.Sprintf("k%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.armed.Store(true)
 		err = Extend(ctx, lk, MaxHold(time.Hour))
 		if errors.Is(lk.Err(), ErrNoRenewal) {
-			t.Logf("attempt %d of %d: the lock was lost at its deadline (a starved watchdog): %v", i+1, attempts, err)
-			continue
+			return fmt.Errorf("the lock was lost at its deadline (a starved watchdog): %v", err)
 		}
 		if err != nil {
 			t.Fatalf("Extend of a lock the watchdog kept held = %v; want nil: a renewal cut short by the deadline Extend read is no failure", err)
@@ -232,7 +230,6 @@ func TestExtendOutlivesTheDeadlineItRead(t *testing.T) {
 		if err := lk.Unlock(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		return
-	}
-	t.Fatalf("the lock was lost at its deadline in all %d attempts", attempts)
+		return nil
+	})
 }

@@ -458,24 +458,11 @@ func (c *caseT) keepsHeld(ctx context.Context, d time.Duration, other locker.Loc
 	}
 }
 
-// pollTryLock calls TryLock every interval until it succeeds, fails with an
-// error other than ErrNotAcquired, or ctx ends.
+// pollTryLock is pollTry for l.TryLock of key.
 func pollTryLock(ctx context.Context, l locker.Locker, key string, every time.Duration) (locker.Lock, error) {
-	for {
-		lk, err := l.TryLock(ctx, key)
-		if err == nil {
-			return lk, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("still not acquired when the case's deadline passed: %w", err)
-		}
-		if !errors.Is(err, locker.ErrNotAcquired) {
-			return nil, err
-		}
-		if !sleep(ctx, every) {
-			return nil, fmt.Errorf("still not acquired when the case's deadline passed: %w", err)
-		}
-	}
+	return pollTry(ctx, every, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+		return l.TryLock(ctx, key, opts...)
+	})
 }
 
 // sleep waits for d or until ctx ends, and reports whether d passed.

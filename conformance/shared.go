@@ -73,15 +73,19 @@ func (c *caseT) rwmutex(l locker.Locker, key string) *locker.RWMutex {
 	return m
 }
 
-// pollTry calls try until it succeeds, fails with an error other than
-// ErrNotAcquired, or ctx ends.
+// pollTry calls try every interval until it succeeds, fails with an
+// error other than ErrNotAcquired, or ctx ends. An error once ctx ended
+// says that the deadline passed, and wraps try's last error.
 func pollTry(ctx context.Context, every time.Duration, try func(context.Context, ...locker.LockOption) (locker.Lock, error)) (locker.Lock, error) {
 	for {
 		lk, err := try(ctx)
 		if err == nil {
 			return lk, nil
 		}
-		if !errors.Is(err, locker.ErrNotAcquired) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("still not acquired when the deadline passed: %w", err)
+		}
+		if !errors.Is(err, locker.ErrNotAcquired) {
 			return nil, err
 		}
 		if !sleep(ctx, every) {

@@ -204,10 +204,10 @@ type sqlDriver struct {
 	// execErr, when set (by tests), answers an acquiring statement named
 	// what in its place, unless it returns nil.
 	execErr func(what string) error
-	// shareStall, when set (by tests), runs inside a shared attempt's
-	// transaction, once it locked the key's row; its error fails the
+	// txStall, when set (by tests), runs inside each transaction on
+	// shared holds (inTx), once it began; its error fails the
 	// transaction.
-	shareStall func() error
+	txStall func(*sql.Tx) error
 
 	mu     sync.Mutex
 	multi  map[int]*sql.Stmt    // by number of keys

@@ -157,7 +157,7 @@ func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s 
 			return g, err
 		}
 	}
-	for try := range maxAttempts {
+	for range maxAttempts {
 		sent := time.Now()
 		f := d.clock.Fence(ctx, sent, req.TTL) // moved up to the fenced statement
 		g, err := d.shareAttempt(ctx, st, req, s, label, &f)
@@ -167,11 +167,6 @@ func (d *sqlDriver) tryAcquireShared(ctx context.Context, req driver.Request, s 
 		}
 		if contended(err) || errors.Is(err, errRenewed) || errors.Is(err, errFenced) && ctx.Err() == nil {
 			continue // rolled back: certainly nothing done
-		}
-		if errors.Is(err, errRolledBack) && ctx.Err() == nil && try < maxAttempts-1 {
-			// Rolled back too, but the last attempt's broken connection
-			// is a store error, not a key found held.
-			continue
 		}
 		if errors.Is(err, errSole) {
 			if err := d.moveSole(ctx, st, req.Key); err != nil && !contended(err) {
@@ -221,11 +216,6 @@ func (d *sqlDriver) shareAttempt(ctx context.Context, st string, req driver.Requ
 		last, status, err := d.lockKey(ctx, tx, req.Key)
 		if err != nil {
 			return err
-		}
-		if d.shareStall != nil {
-			if err := d.shareStall(); err != nil {
-				return err
-			}
 		}
 		if status == string(Running) {
 			return fmt.Errorf("%w: the key is a plain lock, not %s", driver.ErrConflict, shareKindOf(s.Mode, s.Limit))

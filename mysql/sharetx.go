@@ -22,18 +22,41 @@ func txIdle(ttl time.Duration) int64 {
 // wait_timeout back.
 const restoreTimeout = 5 * time.Second
 
+// txTries bounds the transactions inTx runs for one call: a first one,
+// and one more when the first one's connection broke before its commit.
+const txTries = 2
+
 // inTx runs fn in a READ COMMITTED transaction on a connection of its
 // own, committing when fn returns nil. The session's isolation level is
-// READ COMMITTED while it runs, and gets its own back afterwards. While the transaction runs, the
-// session's wait_timeout is idle seconds: the server ends the session when
-// the client stays silent that long, so that a client cut off in the
-// middle does not keep its row locks. Its innodb_lock_wait_timeout is
-// idle seconds too: waiting longer for a row lock only waits for a
-// transaction that is not one of ours (a statement that gives up fails
-// with error 1205, see contended). The session gets both values back
-// afterwards, after inTx returned, before it goes back to the pool; a
-// connection that cannot be given them back is discarded.
+// READ COMMITTED while it runs, and gets its own back afterwards. While
+// the transaction runs, the session's wait_timeout is idle seconds: the
+// server ends the session when the client stays silent that long, so that
+// a client cut off in the middle does not keep its row locks. Its
+// innodb_lock_wait_timeout is idle seconds too: waiting longer for a row
+// lock only waits for a transaction that is not one of ours (a statement
+// that gives up fails with error 1205, see contended). The session gets
+// both values back afterwards, after inTx returned, before it goes back
+// to the pool; a connection that cannot be given them back is discarded.
+//
+// A transaction whose connection broke before its commit was sent (a
+// session that wait_timeout ended, on a loaded machine) was rolled back:
+// inTx runs fn once more, on another connection, unless ctx ended. Its
+// error then wraps errRolledBack, and so is definite. A connection that
+// broke during the commit leaves the outcome unknown: inTx returns that
+// error as it is, and does not run fn again. fn must set what it reports
+// to its caller only on its way to returning nil.
 func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error) (err error) {
+	for range txTries {
+		err = d.txOnce(ctx, idle, fn)
+		if !errors.Is(err, errRolledBack) || ctx.Err() != nil {
+			break
+		}
+	}
+	return err
+}
+
+// txOnce is one transaction of inTx.
+func (d *sqlDriver) txOnce(ctx context.Context, idle int64, fn func(*sql.Tx) error) error {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
@@ -59,6 +82,12 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 	if err != nil {
 		return rolledBack(err)
 	}
+	if d.txStall != nil {
+		if err := d.txStall(tx); err != nil {
+			_ = tx.Rollback()
+			return rolledBack(err)
+		}
+	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()
 		return rolledBack(err)
@@ -67,10 +96,10 @@ func (d *sqlDriver) inTx(ctx context.Context, idle int64, fn func(*sql.Tx) error
 }
 
 // errRolledBack marks the error of a transaction on shared holds whose
-// connection broke before its commit was sent: the server rolls back the
-// transaction of a session that ends, so nothing of it was done. A
-// session idle for longer than inTx's short wait_timeout ends so, as on
-// a loaded machine.
+// connection broke before its commit was sent, in its last try (inTx):
+// the server rolls back the transaction of a session that ends, so
+// nothing of it was done. A session idle for longer than inTx's short
+// wait_timeout ends so, as on a loaded machine.
 var errRolledBack = errors.New("the connection broke before the commit, which rolled the transaction back")
 
 // rolledBack wraps err in errRolledBack when it says the connection

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -118,7 +119,7 @@ func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalls := 0
-	d.shareStall = func() error {
+	d.txStall = func(*sql.Tx) error {
 		if stalls++; stalls == 1 {
 			time.Sleep(3 * time.Second) // silent for three times txIdle
 		}
@@ -150,7 +151,7 @@ func TestSharedAttemptBrokenEveryTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	tries := 0
-	d.shareStall = func() error { tries++; return gomysql.ErrInvalidConn }
+	d.txStall = func(*sql.Tx) error { tries++; return gomysql.ErrInvalidConn }
 	_, err := d.TryAcquireShared(ctx, req(), permit)
 	switch {
 	case err == nil:
@@ -166,5 +167,121 @@ func TestSharedAttemptBrokenEveryTime(t *testing.T) {
 	}
 	if tries < 2 {
 		t.Errorf("%d tries: a transaction rolled back before its commit was not tried again", tries)
+	}
+}
+
+// TestTxOutlivesEndedSession checks, for each kind of transaction on
+// shared holds besides an attempt (an undo, a break, a settling as a plain
+// acquisition runs it, a new limit), that one whose session ended before
+// its commit (here: killed by another session, as the server ends one
+// silent for longer than its wait_timeout) runs again on another
+// connection: it was rolled back, so nothing of it was done, and the call
+// must not fail with the broken connection's error.
+func TestTxOutlivesEndedSession(t *testing.T) {
+	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	for _, c := range []struct {
+		name string
+		// run is the call, on key held by two permits of owners.
+		run func(ctx context.Context, d *sqlDriver, key string, owners []string) error
+	}{
+		{"Undo", func(ctx context.Context, d *sqlDriver, key string, owners []string) error {
+			return d.undoShare(ctx, key, owners[1])
+		}},
+		{"Break", func(ctx context.Context, d *sqlDriver, key string, _ []string) error {
+			return d.breakShared(ctx, key)
+		}},
+		{"Settle", func(ctx context.Context, d *sqlDriver, key string, owners []string) error {
+			for _, o := range owners {
+				if err := d.leave(ctx, key, o, 0); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+					return err
+				}
+			}
+			if _, err := d.db.ExecContext(ctx, "DELETE FROM "+DefaultTable+sharedSuffix+" WHERE task_name = ?", key); err != nil {
+				return err
+			}
+			free, err := d.settleShared(ctx, key, 1)
+			if err == nil && !free {
+				err = errors.New("a key with no shared hold left was not settled free")
+			}
+			return err
+		}},
+		{"SetLimit", func(ctx context.Context, d *sqlDriver, key string, _ []string) error {
+			return d.SetLimit(ctx, key, 3)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, ctx := openTestDB(t)
+			d := soleDriver(t, db)
+			key, req, _ := freeKey(t, d)
+			var owners []string
+			for range 2 {
+				r := req()
+				if _, err := d.TryAcquireShared(ctx, r, permit); err != nil {
+					t.Fatal(err)
+				}
+				owners = append(owners, r.Owner)
+			}
+			stalls := 0
+			d.txStall = func(tx *sql.Tx) error {
+				if stalls++; stalls == 1 {
+					return killSession(ctx, db, tx)
+				}
+				return nil
+			}
+			if err := c.run(ctx, d, key, owners); err != nil {
+				t.Fatalf("a transaction whose session ended before its commit must run again, not fail: %v", err)
+			}
+			if stalls < 2 {
+				t.Fatalf("the transaction succeeded after its session ended without a second one (%d)", stalls)
+			}
+		})
+	}
+}
+
+// killSession ends the session of tx from another session, as the server
+// ends one silent for longer than its wait_timeout, and waits until it is
+// gone.
+func killSession(ctx context.Context, db *sql.DB, tx *sql.Tx) error {
+	var id int64
+	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
+		return err
+	}
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&n); err != nil || n == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// TestInTxBrokenCommitNotRetried checks that a transaction on shared holds
+// whose connection broke when its commit was due is neither run again nor
+// reported as rolled back: the commit may have reached the server, so its
+// outcome is unknown.
+func TestInTxBrokenCommitNotRetried(t *testing.T) {
+	db, ctx := openTestDB(t)
+	d := newDriver(db, Config{}, 0)
+	t.Cleanup(func() { _ = d.Close() })
+	runs := 0
+	err := d.inTx(ctx, 5, func(tx *sql.Tx) error {
+		runs++
+		return killSession(ctx, db, tx)
+	})
+	switch {
+	case err == nil:
+		t.Fatal("a commit on a connection that broke succeeded")
+	case errors.Is(err, errRolledBack) || definite(err):
+		t.Errorf("a commit whose connection broke counts as rolled back: %v", err)
+	}
+	if runs != 1 {
+		t.Errorf("a transaction whose commit met a broken connection ran %d times; want 1", runs)
 	}
 }

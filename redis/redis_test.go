@@ -18,6 +18,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -829,16 +830,7 @@ func TestMaybeExecuted(t *testing.T) {
 func TestRenewalRoundTrips(t *testing.T) {
 	t.Parallel()
 	srv := storeenv.Redis(t)
-	for round := 1; ; round++ {
-		lost := renewalRoundTrips(t, srv.Addr())
-		if lost == nil {
-			return
-		}
-		if round == 3 {
-			t.Fatalf("lock lost in each of %d rounds: %v", round, lost)
-		}
-		t.Logf("round %d: lock lost, the round runs again: %v", round, lost)
-	}
+	rerun.Starved(t, 3, func(int) error { return renewalRoundTrips(t, srv.Addr()) })
 }
 
 // renewalRoundTrips is one round of TestRenewalRoundTrips. It returns the

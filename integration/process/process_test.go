@@ -18,6 +18,7 @@ import (
 	"github.com/golocker/locker/backends"
 	"github.com/golocker/locker/integration/internal/child"
 	"github.com/golocker/locker/integration/internal/storeurl"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/testenv"
 )
 
@@ -182,16 +183,7 @@ func TestElectionSurvivesSIGKILL(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			url := b.URL(t)
-			for i := 1; ; i++ {
-				starved := electOnce(t, b.Name, url)
-				if starved == "" {
-					return
-				}
-				if i == electAttempts {
-					t.Fatalf("attempt %d of %d: %s", i, electAttempts, starved)
-				}
-				t.Logf("attempt %d of %d: %s: the scenario runs again", i, electAttempts, starved)
-			}
+			rerun.Starved(t, electAttempts, func(int) error { return electOnce(t, b.Name, url) })
 		})
 	}
 }
@@ -203,8 +195,8 @@ const electAttempts = 3
 // electOnce runs the scenario of TestElectionSurvivesSIGKILL once, on a
 // fresh key with three fresh children, which it kills when it returns. It
 // fails t on a fault of the election, and returns why the scenario says
-// nothing (a leader whose renewals starved), or "" when it passed.
-func electOnce(t *testing.T, name, url string) (starved string) {
+// nothing (a leader whose renewals starved), or nil when it passed.
+func electOnce(t *testing.T, name, url string) (starved error) {
 	t.Helper()
 	key := fmt.Sprintf("elect-%d", time.Now().UnixNano())
 	events := make(chan child.Event, 64)
@@ -222,7 +214,7 @@ func electOnce(t *testing.T, name, url string) (starved string) {
 		t.Fatalf("first event %+v, want a lead", first)
 	}
 	// Nobody else leads while the first leader lives.
-	if starved := soleLeader(t, events, first, procs); starved != "" {
+	if starved := soleLeader(t, events, first, procs); starved != nil {
 		return starved
 	}
 	if err := procs[first.Child].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -246,7 +238,7 @@ func electOnce(t *testing.T, name, url string) (starved string) {
 // ("starved"), which it returns described. Another child's lead before
 // the leader's report comes waits for that report: a lead that began
 // before the leader's term ended is two leaders at once.
-func soleLeader(t *testing.T, events <-chan child.Event, leader child.Event, procs []*child.Proc) (starved string) {
+func soleLeader(t *testing.T, events <-chan child.Event, leader child.Event, procs []*child.Proc) (starved error) {
 	t.Helper()
 	window := time.NewTimer(ttl)
 	defer window.Stop()
@@ -259,7 +251,7 @@ func soleLeader(t *testing.T, events <-chan child.Event, leader child.Event, pro
 				if next != nil && next.At.Before(e.At) {
 					t.Fatalf("child %d leads with token %d from %v, before child %d's term (token %d) ended at its deadline %v: two leaders at once", next.Child, next.N, next.At.Format(time.StampMicro), leader.Child, leader.N, e.At.Format(time.StampMicro))
 				}
-				return fmt.Sprintf("child %d's term (token %d) ended at its local deadline, its renewals starved (the process's load)", leader.Child, leader.N)
+				return fmt.Errorf("child %d's term (token %d) ended at its local deadline, its renewals starved (the process's load)", leader.Child, leader.N)
 			case e.Child != leader.Child && e.What == "lead" && next == nil:
 				// Either two leaders, or the leader's loss not reported
 				// yet: wait for its report.
@@ -272,7 +264,7 @@ func soleLeader(t *testing.T, events <-chan child.Event, leader child.Event, pro
 			if next != nil {
 				t.Fatalf("child %d leads with token %d while child %d, which leads with token %d, did not report its term's end within %v: two leaders at once", next.Child, next.N, leader.Child, leader.N, ttl+10*time.Second)
 			}
-			return ""
+			return nil
 		}
 	}
 }
