@@ -324,6 +324,15 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			h.gate.leave()
 			return nil, e.err(op, key, ErrInvalidOption, err)
 		}
+		if errors.Is(err, errGrantedLate) {
+			if !wait {
+				h.gate.leave()
+				return nil, e.err(op, key, ErrNotAcquired, err)
+			}
+			if cctx.Err() == nil {
+				continue // a new attempt, at once: the store answered
+			}
+		}
 		if !wait || cctx.Err() != nil || permanent(err) {
 			h.gate.leave()
 			return nil, e.waitErr(op, key, ctx, err, lastErr)
@@ -391,7 +400,47 @@ func (e *engine) try(ctx context.Context, req driver.Request, share *driver.Shar
 	default:
 		a.grant, err = e.poll(ctx, req)
 	}
-	return a, err
+	if err != nil {
+		return a, err
+	}
+	return e.confirmLate(ctx, req, a)
+}
+
+// errGrantedLate is the cause of an attempt whose grant came back past its
+// validity and was no longer the caller's when confirmed.
+var errGrantedLate = errors.New("the store granted the key past its validity, and no longer held it for this caller when asked again")
+
+// confirmLate returns a, whose grant is still valid, unchanged. A grant
+// that came back past its validity (a request that waited for a
+// connection, a stalled process) would be a lock lost before its caller
+// sees it, whose key the store may already have handed on: it is renewed
+// first, and returned with the renewal's validity. When the store no
+// longer holds it, the error wraps errGrantedLate; on another error of
+// the renewal, it wraps that. Either way the grant is cleaned up in the
+// background.
+func (e *engine) confirmLate(ctx context.Context, req driver.Request, a tryOutcome) (tryOutcome, error) {
+	since, validity := a.sent, a.grant.Validity
+	if !a.grant.Since.IsZero() {
+		since = a.grant.Since
+	}
+	if validity <= 0 {
+		validity = req.TTL
+	}
+	if time.Now().Before(since.Add(safeValidity(validity))) {
+		return a, nil
+	}
+	lease := driver.Lease{Key: req.Key, Owner: req.Owner, TTL: req.TTL, Token: a.grant.Token, State: a.grant.State}
+	sent := time.Now()
+	v, err := e.renewOne(ctx, lease)
+	if err == nil {
+		a.sent, a.grant.Since, a.grant.Validity = sent, sent, v
+		return a, nil
+	}
+	e.addCleanup(cleanup{key: req.Key, lease: &lease})
+	if errors.Is(err, driver.ErrNotHeld) {
+		return a, fmt.Errorf("%w: %w", errGrantedLate, err)
+	}
+	return a, fmt.Errorf("confirming a grant that came back past its validity: %w", err)
 }
 
 // callContext returns ctx, also cancelled (with cause ErrClosed) when the

@@ -186,14 +186,32 @@ func (e *engine) renewOne(ctx context.Context, l driver.Lease) (time.Duration, e
 	if e.batcher == nil {
 		return e.renewer.Renew(ctx, l)
 	}
-	v, errs, err := e.batcher.RenewBatch(ctx, []driver.Lease{l})
-	switch {
-	case err != nil:
+	v, errs, err := e.renewLeases(ctx, []driver.Lease{l})
+	if err != nil {
 		return 0, err
-	case len(v) != 1 || len(errs) != 1:
-		return 0, errors.New("driver returned a batch result of the wrong length")
 	}
 	return v[0], errs[0]
+}
+
+// renewLeases renews ls in one RenewBatch where the driver batches, else
+// one Renew after the other: each lease's validity and error, or an error
+// for the whole.
+func (e *engine) renewLeases(ctx context.Context, ls []driver.Lease) ([]time.Duration, []error, error) {
+	if e.batcher == nil {
+		v, errs := make([]time.Duration, len(ls)), make([]error, len(ls))
+		for i, l := range ls {
+			v[i], errs[i] = e.renewer.Renew(ctx, l)
+		}
+		return v, errs, nil
+	}
+	v, errs, err := e.batcher.RenewBatch(ctx, ls)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case len(v) != len(ls) || len(errs) != len(ls):
+		return nil, nil, errors.New("driver returned a batch result of the wrong length")
+	}
+	return v, errs, nil
 }
 
 // publicDeadline is the Lock's Deadline: the local deadline, or the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -204,7 +205,7 @@ func (e *engine) takeMulti(ctx context.Context, ma driver.MultiAcquirer, reqs []
 		defer cancel()
 		a.sent = time.Now()
 		a.grants, err = mw.AcquireMulti(uctx, reqs)
-		return a, err
+		return e.confirmLateMulti(ctx, reqs, a, err)
 	}
 	w := multiWait{e: e, keys: skeys}
 	defer w.close()
@@ -212,7 +213,7 @@ func (e *engine) takeMulti(ctx context.Context, ma driver.MultiAcquirer, reqs []
 		a.sent = time.Now()
 		a.grants, err = ma.TryAcquireMulti(ctx, reqs)
 		if !wait || !errors.Is(err, driver.ErrHeld) {
-			return a, err
+			return e.confirmLateMulti(ctx, reqs, a, err)
 		}
 		e.keepResidue(reqs[0].Key, err)
 		if !w.pause(ctx, attempt, err, until) {
@@ -220,6 +221,57 @@ func (e *engine) takeMulti(ctx context.Context, ma driver.MultiAcquirer, reqs []
 		}
 		setOwners(reqs)
 	}
+}
+
+// confirmLateMulti is confirmLate for the grants of one multi-key
+// operation: when any came back past its validity, all are renewed, in one
+// batch where the driver batches, and return with the renewals' validity.
+// When a renewal fails, every grant is cleaned up in the background, and
+// the error matches driver.ErrHeld (a key the store no longer held for
+// the caller: the operation took nothing) or wraps the renewal's error.
+func (e *engine) confirmLateMulti(ctx context.Context, reqs []driver.Request, a multiOutcome, err error) (multiOutcome, error) {
+	if err != nil || len(a.grants) != len(reqs) {
+		return a, err
+	}
+	now := time.Now()
+	late := false
+	for i, g := range a.grants {
+		since, validity := a.sent, g.Validity
+		if !g.Since.IsZero() {
+			since = g.Since
+		}
+		if validity <= 0 {
+			validity = reqs[i].TTL
+		}
+		late = late || !now.Before(since.Add(safeValidity(validity)))
+	}
+	if !late {
+		return a, nil
+	}
+	leases := make([]driver.Lease, len(reqs))
+	for i, g := range a.grants {
+		leases[i] = driver.Lease{Key: reqs[i].Key, Owner: reqs[i].Owner, TTL: reqs[i].TTL, Token: g.Token, State: g.State}
+	}
+	sent := time.Now()
+	v, errs, err := e.renewLeases(ctx, leases)
+	if err == nil {
+		err = errors.Join(errs...)
+	}
+	if err == nil {
+		a.sent = sent
+		for i := range a.grants {
+			a.grants[i].Since, a.grants[i].Validity = sent, v[i]
+		}
+		return a, nil
+	}
+	for i := range leases {
+		e.addCleanup(cleanup{key: leases[i].Key, lease: &leases[i]})
+	}
+	a.grants = nil
+	if errors.Is(err, driver.ErrNotHeld) {
+		return a, fmt.Errorf("%w: %w: %w", errGrantedLate, driver.ErrHeld, err)
+	}
+	return a, fmt.Errorf("confirming grants that came back past their validity: %w", err)
 }
 
 // errMultiGrants is the error of a driver whose TryAcquireMulti returned

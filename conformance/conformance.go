@@ -173,6 +173,7 @@ var cases = []testCase{
 	{name: "RefusedStraggler", contract: noStraggler, run: testRefusedStraggler},
 	{name: "RenewalBesideBusyCaller", contract: busyCaller, run: testRenewalBesideBusyCaller},
 	{name: "TryBesideBusyCaller", contract: busyTry, run: testTryBesideBusyCaller},
+	{name: "LateGrant", contract: lateGrant, run: testLateGrant},
 }
 
 // reporter is the part of *testing.T a case reports through: a recorder

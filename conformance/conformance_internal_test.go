@@ -359,6 +359,7 @@ const (
 	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
 	callersPool     = "callersPool"     // renews on a connection of the caller's pool, which the caller's busy work fills: every store call waits out the pool's timeout and fails (PostgreSQL's renewals before their own connection)
 	lateRefuses     = "lateRefuses"     // a TryLock that waited for the caller's busy pool reaches the store past its fence, takes nothing, and answers that the key is held (PostgreSQL's multi-key statement, MySQL's statements, before they tried again)
+	grantsLost      = "grantsLost"      // a Lock or TryLock whose request waited for the caller's busy pool past its validity returns the late grant as it is, already lost (the engine before it confirmed late grants)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
 	multiUnordered = "multiUnordered" // LockMulti takes the keys in the caller's order
@@ -465,6 +466,7 @@ var mustCatch = map[string][]string{
 	straggles:       {"RefusedStraggler"},
 	callersPool:     {"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
 	lateRefuses:     {"TryBesideBusyCaller"},
+	grantsLost:      {"LateGrant"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -705,7 +707,7 @@ func brokenHarness(e *memEnv, kind string) Harness {
 			return markedLockMulti(ctx, e, kind, l, keys, wait)
 		}
 	}
-	if kind == lateRefuses {
+	if kind == lateRefuses || kind == grantsLost {
 		// The Locker's one-attempt calls wait for the pool Busy fills,
 		// until its work ends (see acquire).
 		h.Busy = func(t testing.TB, l locker.Locker) func() {
@@ -1030,6 +1032,20 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 			// store past its fence and takes nothing.
 			<-busy
 			return nil, fmt.Errorf("%w: the request reached the store after its fence", locker.ErrNotAcquired)
+		}
+	case grantsLost:
+		b.mu.Lock()
+		busy := b.busy
+		b.mu.Unlock()
+		if busy != nil {
+			// The request waited for the busy pool past its validity;
+			// its grant comes back lost, and is returned as it is.
+			<-busy
+			lk, err := call(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			return lostAtReturn{lk}, nil
 		}
 	case maxHoldLate:
 		// As a watchdog that sleeps until the next renewal it planned:
@@ -1857,4 +1873,23 @@ func (m *brokenMulti) Unlock(ctx context.Context) error {
 		errs = append(errs, lk.Unlock(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// lostAtReturn is grantsLost's lock: lost when it is returned, as a grant
+// whose validity ended before it came back.
+type lostAtReturn struct{ locker.Lock }
+
+func (l lostAtReturn) Done() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+func (l lostAtReturn) Err() error {
+	return &locker.Error{Op: "hold", Backend: "memory", Key: l.Key(), Err: locker.ErrLost, Cause: locker.ErrNoRenewal}
+}
+
+func (l lostAtReturn) Unlock(ctx context.Context) error {
+	_ = l.Lock.Unlock(ctx)
+	return &locker.Error{Op: "unlock", Backend: "memory", Key: l.Key(), Err: locker.ErrNotHeld, Cause: l.Err()}
 }

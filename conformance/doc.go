@@ -310,6 +310,12 @@
 //     (a request that reached the store after its fence must not end as
 //     "held"). What they took may be lost soon after: a grant's validity
 //     counts from the request's sending.
+//   - LateGrant (Busy): a TryLock, a Lock, a TryLockMulti of two keys
+//     and a semaphore's TryAcquire of free keys start while the caller's
+//     own slow work holds every connection of the client or pool it gave
+//     the Locker, for a TTL; once the work ends, each returns a hold whose
+//     Done is still open, or an error. A grant that came back past its validity must be
+//     confirmed with the store (or refused), never handed over lost.
 //
 // The shared-hold cases (SemaphoreLimit to ForceUnlockShared,
 // SetLimitWaiters, SetLimitForgotten, SharedKeyFreed, FirstHolder and

@@ -152,7 +152,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/etcd TestConformance/embedded", "integration/etcd TestConformance/env"},
-			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller", "LateGrant"},
 			message:   "Harness.Busy is nil",
 			reason: "an etcd client sends every request, the caller's and the lease keep-alives, as streams of one gRPC " +
 				"connection (HTTP/2 multiplexing): the caller's slow requests or watches take no connection a renewal " +
@@ -160,7 +160,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/zookeeper TestConformance"},
-			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller", "LateGrant"},
 			message:   "Harness.Busy is nil",
 			reason: "a ZooKeeper session is one connection whose requests are pipelined, and ZooKeeper has no blocking " +
 				"request (a watch waits without holding the connection): the caller's work on the Locker's *zk.Conn " +
@@ -168,7 +168,7 @@ func allowances() []allowance {
 		},
 		{
 			harnesses: []string{"integration/redis TestConformanceOpen"},
-			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
+			cases:     []string{"RenewalBesideBusyCaller", "TryBesideBusyCaller", "LateGrant"},
 			message:   "Harness.Busy is nil",
 			reason:    "redis.Open makes a client the Locker owns: its caller shares no client or pool with it to fill",
 		},
