@@ -72,6 +72,7 @@ func New(d driver.Driver, opts ...Option) (Locker, error) {
 		wake:       make(chan struct{}, 1),
 		work:       make(chan job),
 		stop:       make(chan struct{}),
+		closedDone: closedChan(),
 		next:       farFuture(),
 		born:       time.Now(),
 	}
@@ -156,7 +157,10 @@ type engine struct {
 	tryCalls     callPool[tryArgs, tryOutcome]
 	releaseCalls callPool[releaseArgs, struct{}]
 	stop         chan struct{} // closed by Close to stop the watchdog and the workers
-	wg           sync.WaitGroup
+	// closedDone is closed from the start: the Done of every hold that ended
+	// before anyone asked for its own channel (see hold.doneChan).
+	closedDone chan struct{}
+	wg         sync.WaitGroup
 
 	born time.Time // when New made it: the origin of hold.due
 
@@ -275,7 +279,6 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			return nil, e.waitErr(op, key, ctx, err, nil)
 		}
 	}
-	h.done = make(chan struct{})
 	req := driver.Request{Key: skey, Label: e.cfg.label, Data: lc.data, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
 	if e.perLockTTL {
 		// The key outlives a crash of its holder until its MinHold ends.
@@ -757,7 +760,9 @@ type hold struct {
 	// self the handle Lock returns: allocated with the hold.
 	ticket gateTicket
 	self   handle
-	done   chan struct{}
+	// done holds the chan struct{} Done returns, made when first asked
+	// for, or e.closedDone when the hold ended before that (see doneChan).
+	done atomic.Value
 	// shared: a semaphore permit or a read or write hold, never reentrant
 	shared bool
 
@@ -774,7 +779,7 @@ type hold struct {
 	group   atomic.Pointer[MultiLock] // the MultiLock the hold is part of, ended with it
 	token   atomic.Uint64             // the fencing token, for the loss report
 	claimed atomic.Bool               // set by the one Unlock or Close that releases it
-	ended   atomic.Bool               // set once, just before done is closed
+	ended   atomic.Bool               // set once, just before done is closed or set
 	err     atomic.Pointer[error]
 
 	// due is when the hold must end, the earlier of deadline and
@@ -835,7 +840,7 @@ func (h *hold) end(err error) bool {
 	delete(h.e.holds, h)
 	h.e.mu.Unlock()
 	h.gate.leave()
-	close(h.done)
+	h.closeDone()
 	if m := h.group.Load(); m != nil {
 		m.end()
 	}
@@ -873,7 +878,37 @@ func (l *handle) Token() uint64 { return l.h.lease.Token }
 // returns, even when the watchdog is late (see hold.overdue).
 func (l *handle) Done() <-chan struct{} {
 	l.h.overdue()
-	return l.h.done
+	return l.h.doneChan()
+}
+
+// doneChan returns the hold's done channel, made on the first call: most
+// holds end unasked, and then cost no channel. Concurrent calls return the
+// same channel: the first store wins, as in closeDone.
+func (h *hold) doneChan() chan struct{} {
+	if d := h.done.Load(); d != nil {
+		return d.(chan struct{})
+	}
+	d := make(chan struct{})
+	if h.done.CompareAndSwap(nil, d) {
+		return d
+	}
+	return h.done.Load().(chan struct{})
+}
+
+// closeDone closes the channel doneChan made, or, when none was asked for
+// yet, stores the engine's closed channel in its place, so that every
+// later doneChan returns a closed channel. end calls it once.
+func (h *hold) closeDone() {
+	if !h.done.CompareAndSwap(nil, h.e.closedDone) {
+		close(h.done.Load().(chan struct{}))
+	}
+}
+
+// closedChan returns a channel that is closed already.
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // Deadline implements Lock.

@@ -74,7 +74,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 			}
 			return nil, false, e.err(op, k, ErrNotAcquired, err)
 		}
-		h.e, h.key, h.gate, h.done, h.ttl, h.minHold, h.maxHold = e, k, g, make(chan struct{}), lc.ttl, lc.minHold, lc.maxHold
+		h.e, h.key, h.gate, h.ttl, h.minHold, h.maxHold = e, k, g, lc.ttl, lc.minHold, lc.maxHold
 		h.self.h = h
 	}
 	reqs := make([]driver.Request, len(keys))

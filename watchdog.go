@@ -294,8 +294,9 @@ func (h *hold) overdue() {
 	}
 	if h.ended.Load() {
 		// Ended here, or by the watchdog at this very moment: end closes
-		// done right after (it blocks on nothing the caller holds).
-		<-h.done
+		// done right after (it blocks on nothing the caller holds). A
+		// channel is made for this wait only if end has not got that far.
+		<-h.doneChan()
 	}
 }
 
