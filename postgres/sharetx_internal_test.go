@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -36,13 +35,7 @@ func txDriver(t *testing.T, via string) (*pgDriver, context.Context, string) {
 	}
 	db := stdlib.OpenDB(*cc)
 	t.Cleanup(func() { _ = db.Close() })
-	d := newDriver(newDBQuerier(db), Config{Table: DefaultTable}, nil)
-	cfg := driver.Config{TTL: sharedTTL, Logger: slog.New(slog.DiscardHandler), Backoff: driver.Backoff(func(int) time.Duration { return 10 * time.Millisecond })}
-	if err := d.Configure(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d, ctx, fmt.Sprintf("sharetx-internal/%x", rand.Uint64())
+	return testDriver(ctx, t, newDBQuerier(db)), ctx, fmt.Sprintf("sharetx-internal/%x", rand.Uint64())
 }
 
 // endSession ends the session of tx from another connection of d, as the
