@@ -68,7 +68,8 @@
 // attempt whose outcome is unknown) when they wait for their client for
 // more than a third of the TTL (within 1 s and 10 s), so that a client
 // cut off in the middle holds its key's other attempts up that long at
-// most.
+// most. Such a transaction, rolled back because its session ended before
+// the commit was sent, runs once more on another connection.
 //
 // A semaphore's limit is on every row of its holders and waiters.
 // locker.SetLimit changes it on all of them in one transaction behind the

@@ -33,7 +33,7 @@ func (d *pgDriver) SetLimit(ctx context.Context, key string, limit int) error {
 		if first, err = d.setFirstLimit(ctx, key, limit); first || err != nil {
 			break
 		}
-		err = d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error { return d.setLimit(ctx, tx, key, limit) })
+		err = d.inTx(ctx, func(tx runner) error { return d.setLimit(ctx, tx, key, limit) })
 		if !retryable(err) && !errors.Is(err, errKeyMissing) || try >= shareAttempts {
 			break
 		}

@@ -188,6 +188,11 @@ type pgDriver struct {
 	clock driver.StoreClock // for the fences of acquiring statements
 
 	inLine sync.Map // lineKey of each request this Locker's last attempt recorded in line
+
+	// txStall, when set (by tests), runs inside each transaction on
+	// shared holds (inTx), once it began; its error fails the
+	// transaction.
+	txStall func(runner) error
 }
 
 // notifyingDriver adds driver.Notifier; without Config.PollOnly New hands

@@ -27,12 +27,14 @@ type runner interface {
 // hides whether the caller gave a *pgxpool.Pool or a *sql.DB.
 type querier interface {
 	runner
-	// inTx runs fn in a READ COMMITTED transaction, whatever the
-	// session's default isolation. It commits when fn returns nil and
-	// rolls back otherwise. The server ends the session when the
-	// transaction waits for the client for longer than idle, so that a
-	// client cut off in the middle does not keep its row locks.
-	inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error
+	// txOnce runs fn in a READ COMMITTED transaction on a connection of
+	// its own, whatever the session's default isolation (see txOn). It
+	// commits when fn returns nil and rolls back otherwise. The server
+	// ends the session when the transaction waits for the client for
+	// longer than idle, so that a client cut off in the middle does not
+	// keep its row locks. The error of a transaction whose connection
+	// closed before its commit was sent wraps errRolledBack.
+	txOnce(ctx context.Context, idle time.Duration, fn func(runner) error) error
 	// batch sends stmts at once, in one round trip, and runs them as one
 	// READ COMMITTED transaction, whatever the session's default
 	// isolation: it commits when they all succeed and rolls back when one
@@ -119,20 +121,50 @@ type poolQuerier struct {
 
 func newPoolQuerier(p *pgxpool.Pool) poolQuerier { return poolQuerier{pgxRunner{p}, p} }
 
-func (q poolQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
-	// One round trip: both statements go in one simple-protocol message.
-	tx, err := q.p.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; " + idleTimeout(idle)})
+func (q poolQuerier) txOnce(ctx context.Context, idle time.Duration, fn func(runner) error) error {
+	c, err := q.p.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	// After a commit, Rollback does nothing; after a failure whose
-	// outcome is unknown, pgx closes the connection.
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := fn(pgxRunner{tx}); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	// The pool discards a connection that closed or is still in a
+	// transaction.
+	defer c.Release()
+	return txOn(ctx, c.Conn(), idle, fn)
 }
+
+// txOn runs one transaction of querier.txOnce on c, for both queriers. A
+// connection that closed before the commit was sent (the server ended
+// the session: pg_terminate_backend, idle_in_transaction_session_timeout,
+// a shutdown; or the socket broke) leaves nothing of the transaction:
+// the server rolls back the transaction of a session that ends, and one
+// whose socket broke never gets its COMMIT. txOn asks the connection
+// itself, which pgx closes on every such fault, rather than reading the
+// error. A connection that closed during the commit leaves the outcome
+// unknown: that error stays as it is.
+func txOn(ctx context.Context, c *pgx.Conn, idle time.Duration, fn func(runner) error) error {
+	// One round trip: both statements go in one simple-protocol message.
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN ISOLATION LEVEL READ COMMITTED; " + idleTimeout(idle)})
+	if err == nil {
+		if err = fn(pgxRunner{tx}); err == nil {
+			return tx.Commit(ctx)
+		}
+	}
+	// Asked before the rollback: a rollback that breaks the connection
+	// does not make fn's own error a rolled-back one.
+	closed := c.IsClosed()
+	if tx != nil {
+		_ = tx.Rollback(ctx)
+	}
+	if closed {
+		return fmt.Errorf("%w: %w", errRolledBack, err)
+	}
+	return err
+}
+
+// errRolledBack marks the error of a transaction on shared holds whose
+// connection closed before its commit was sent (txOn): nothing of it was
+// done, and it may run again on another connection.
+var errRolledBack = errors.New("the connection closed before the commit, and the transaction was rolled back")
 
 // idleTimeout is the statement that sets the transaction's
 // idle_in_transaction_session_timeout.
@@ -198,19 +230,11 @@ func checkStdlib(db *sql.DB) error {
 	return nil
 }
 
-func (q dbQuerier) inTx(ctx context.Context, idle time.Duration, fn func(runner) error) error {
-	tx, err := q.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, idleTimeout(idle)); err != nil {
-		return err
-	}
-	if err := fn(sqlRunner{tx}); err != nil {
-		return err
-	}
-	return tx.Commit()
+// txOnce runs the transaction on the pgx connection under one of db's,
+// as batch does: one round trip fewer than database/sql's BEGIN, and the
+// same test of a closed connection as on a pool.
+func (q dbQuerier) txOnce(ctx context.Context, idle time.Duration, fn func(runner) error) error {
+	return q.onConn(ctx, func(c *pgx.Conn) error { return txOn(ctx, c, idle, fn) })
 }
 
 func (q dbQuerier) batch(ctx context.Context, stmts []stmt, row func(scan func(dest ...any) error) error) error {

@@ -223,6 +223,39 @@ func holderInsert(st, token, queued string) string {
 // up the key's other attempts that long, not for as long as the cut.
 func txIdle(ttl time.Duration) time.Duration { return min(max(ttl/3, time.Second), 10*time.Second) }
 
+// txTries bounds the transactions inTx runs for one call: a first one,
+// and one more when the first one's connection closed before its commit.
+const txTries = 2
+
+// inTx runs fn in a transaction on shared holds (querier.txOnce) that the
+// server ends after txIdle of the Locker's TTL without the client. A
+// transaction whose connection closed before its commit was sent (a
+// session that idle_in_transaction_session_timeout ended, on a loaded
+// machine) was rolled back: inTx runs fn once more, on another
+// connection, unless ctx ended. Its error then wraps errRolledBack, and so
+// is definite. A connection that closed during the commit leaves the
+// outcome unknown: inTx returns that error as it is, and does not run fn
+// again. fn must set what it reports to its caller only on its way to
+// returning nil.
+func (d *pgDriver) inTx(ctx context.Context, fn func(runner) error) (err error) {
+	if stall := d.txStall; stall != nil {
+		inner := fn
+		fn = func(tx runner) error {
+			if err := stall(tx); err != nil {
+				return err
+			}
+			return inner(tx)
+		}
+	}
+	for range txTries {
+		err = d.q.txOnce(ctx, txIdle(d.ttl), fn)
+		if !errors.Is(err, errRolledBack) || ctx.Err() != nil {
+			break
+		}
+	}
+	return err
+}
+
 // leaving is the SQL of a holder or waiter of the table of shared holds st
 // that leaves, chosen by cond, in one statement. It deletes its row and
 // the expired rows of the key, and frees the key's row in lock table t
@@ -513,7 +546,7 @@ func (d *pgDriver) inShareTx(ctx context.Context, key string, change func(runner
 		return err
 	}
 	for try := 0; ; try++ {
-		err := d.q.inTx(ctx, txIdle(d.ttl), func(tx runner) error {
+		err := d.inTx(ctx, func(tx runner) error {
 			k, err := d.lockKey(ctx, tx, key)
 			if errors.Is(err, errKeyMissing) {
 				// No row, or a first holder's: none in the table of

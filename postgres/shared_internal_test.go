@@ -51,13 +51,19 @@ func sharedDriverWith(t *testing.T, set func(*pgxpool.Config)) (notifyingDriver,
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	d := newDriver(newPoolQuerier(pool), Config{Table: DefaultTable}, nil)
+	return notifyingDriver{testDriver(ctx, t, newPoolQuerier(pool))}, ctx, fmt.Sprintf("shared-internal/%x", rand.Uint64())
+}
+
+// testDriver returns a driver on q with a TTL of sharedTTL, configured,
+// closed when the test ends.
+func testDriver(ctx context.Context, t *testing.T, q querier) *pgDriver {
+	d := newDriver(q, Config{Table: DefaultTable}, nil)
 	cfg := driver.Config{TTL: sharedTTL, Logger: slog.New(slog.DiscardHandler), Backoff: driver.Backoff(func(int) time.Duration { return 10 * time.Millisecond })}
 	if err := d.Configure(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Close() })
-	return notifyingDriver{d}, ctx, fmt.Sprintf("shared-internal/%x", rand.Uint64())
+	return d
 }
 
 // TestSharedWaiterTokenAfterLaterArrival: a waiter's token is the version
