@@ -206,7 +206,7 @@ func tracedLocker(t *testing.T, prefix string) (locker.Locker, *pgxpool.Pool, *r
 
 // TestSharedWakeRoundTrips: a permit waiter woken by the holder's release
 // claims the permit in one round trip, on a pgx pool and on a *sql.DB,
-// not in a transaction of five statements (six through database/sql).
+// not in a transaction of five statements.
 func TestSharedWakeRoundTrips(t *testing.T) {
 	for _, viaDB := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Pool", true: "SQLDB"}[viaDB], func(t *testing.T) {
