@@ -49,8 +49,8 @@ func TestCloseSkipsAStaleWaitersLeave(t *testing.T) {
 
 // waitingLock takes key with holder, starts a Lock of it on waiter, and
 // returns the Lock's result once it waits: once the waiter's inbox reader
-// runs BLPOP, as admin sees, or after a pause when admin is nil. holder
-// unlocks when the test ends.
+// runs BLPOP, as admin sees, or, when admin is nil, once Inspect through
+// holder counts a waiter on key. holder unlocks when the test ends.
 func waitingLock(t *testing.T, holder, waiter locker.Locker, key string, admin *goredis.Client) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -66,8 +66,18 @@ func waitingLock(t *testing.T, holder, waiter locker.Locker, key string, admin *
 		waited <- err
 	}()
 	if admin == nil {
-		time.Sleep(300 * time.Millisecond) // the Lock is queued and waits
-		return waited
+		// The Lock's first attempt was answered once the store counts
+		// it as a waiter: a fixed pause was too short once under load.
+		for {
+			st, err := locker.Inspect(ctx, holder, key)
+			if err == nil && st.Waiters > 0 {
+				return waited
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the waiting Lock never queued: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	for !strings.Contains(admin.ClientList(ctx).Val(), "cmd=blpop") {
 		if ctx.Err() != nil {
