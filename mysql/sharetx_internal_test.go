@@ -111,13 +111,7 @@ func openTestDB(t *testing.T) (*sql.DB, context.Context) {
 // rolled back, so nothing of it was done, and a one-shot attempt on a key
 // with room must not fail with the broken connection's error.
 func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
-	db, ctx := openTestDB(t)
-	d := soleDriver(t, db)
-	_, req, _ := freeKey(t, d)
-	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
-	if _, err := d.TryAcquireShared(ctx, req(), permit); err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, req, permit := keyWithPermit(t)
 	stalls := 0
 	d.txStall = func(*sql.Tx) error {
 		if stalls++; stalls == 1 {
@@ -143,13 +137,7 @@ func TestSharedAttemptOutlivesEndedSession(t *testing.T) {
 // connection breaks before the commit in every try reports a store error
 // without a residue to undo (nothing was done), not a key found held.
 func TestSharedAttemptBrokenEveryTime(t *testing.T) {
-	db, ctx := openTestDB(t)
-	d := soleDriver(t, db)
-	_, req, _ := freeKey(t, d)
-	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
-	if _, err := d.TryAcquireShared(ctx, req(), permit); err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, req, permit := keyWithPermit(t)
 	tries := 0
 	d.txStall = func(*sql.Tx) error { tries++; return gomysql.ErrInvalidConn }
 	_, err := d.TryAcquireShared(ctx, req(), permit)
@@ -284,4 +272,19 @@ func TestInTxBrokenCommitNotRetried(t *testing.T) {
 	if runs != 1 {
 		t.Errorf("a transaction whose commit met a broken connection ran %d times; want 1", runs)
 	}
+}
+
+// keyWithPermit returns a driver, a key's requests and a permit of a
+// semaphore of 2 on it, of which one permit is held: the next attempt
+// runs a transaction on the key's existing rows.
+func keyWithPermit(t *testing.T) (*sqlDriver, context.Context, func() driver.Request, driver.Share) {
+	t.Helper()
+	db, ctx := openTestDB(t)
+	d := soleDriver(t, db)
+	_, req, _ := freeKey(t, d)
+	permit := driver.Share{Mode: driver.Permits, Limit: 2, Weight: 1}
+	if _, err := d.TryAcquireShared(ctx, req(), permit); err != nil {
+		t.Fatal(err)
+	}
+	return d, ctx, req, permit
 }
