@@ -792,11 +792,12 @@ type brokenLocker struct {
 	// fails (it did not, once in a loaded run).
 	restarts chan struct{}
 
-	mu   sync.Mutex
-	last map[string]locker.Lock // staleGrants: the last lock of each key
-	busy chan struct{}          // lateRefuses: closed when the caller's work (Busy) ends; nil when there is none
-	late []*lateLock            // closeLate: the locks whose Done Close closes late
-	shut bool                   // closeLate, closeCancels, readsAfterClose: Close has begun
+	mu    sync.Mutex
+	last  map[string]locker.Lock // staleGrants: the last lock of each key
+	busy  chan struct{}          // lateRefuses: closed when the caller's work (Busy) ends; nil when there is none
+	late  []*lateLock            // closeLate: the locks whose Done Close closes late
+	shut  bool                   // closeLate, closeCancels, readsAfterClose: Close has begun
+	tries int                    // closeCancels: the TryLocks in flight
 	// deadWaiter: the waits in progress, and whether the Locker crashed
 	waits   map[string]context.CancelFunc
 	waiting sync.WaitGroup
@@ -956,6 +957,19 @@ func (b *brokenLocker) Close() error {
 	if b.inner == nil || b.kind == closeNoop {
 		return nil // closeNoop's inner Locker is closed by the test's cleanup
 	}
+	if b.kind == closeCancels {
+		// Its fault shows only when Close races a TryLock: wait (a
+		// while at most) for one to be in flight, so that a case that
+		// races them catches it every time.
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+			b.mu.Lock()
+			tries := b.tries
+			b.mu.Unlock()
+			if tries > 0 {
+				break
+			}
+		}
+	}
 	if b.kind == closeCancels || b.kind == readsAfterClose {
 		b.mu.Lock()
 		b.shut = true
@@ -1102,17 +1116,23 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}
 	case closeCancels:
 		if !wait {
-			// A slow store call, whose end Close's cancellation reports
-			// as the caller's ctx's.
+			// A slow store call, whose end by Close's cancellation it
+			// reports as the caller's ctx's.
 			b.mu.Lock()
 			shut := b.shut
+			b.tries++
 			b.mu.Unlock()
 			time.Sleep(5 * time.Millisecond)
 			lk, err := call(ctx, key)
-			if err != nil && !shut && errors.Is(err, locker.ErrClosed) {
-				return nil, fmt.Errorf("trylock %q: %w", key, context.Canceled)
+			b.mu.Lock()
+			b.tries--
+			cut := !shut && b.shut // Close began during the call
+			b.mu.Unlock()
+			if !cut {
+				return lk, err
 			}
-			return lk, err
+			releaseIf(context.WithoutCancel(ctx), lk, err)
+			return nil, fmt.Errorf("trylock %q: %w", key, context.Canceled)
 		}
 	case extendsNothing:
 		lk, err := call(ctx, key)
