@@ -23,12 +23,14 @@ func TestCloseWhileInboxReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	waiter, err := redis.Config{}.New(newClient(t, p.Addr()), locker.WithTTL(3*time.Second), locker.WithReleaseTimeout(time.Second))
+	c := newClient(t, p.Addr())
+	scripts := watchScripts(c)
+	waiter, err := redis.Config{}.New(c, locker.WithTTL(3*time.Second), locker.WithReleaseTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waited := waitingLock(t, holder, waiter, "inbox-close", admin)
-	p.Cut()
+	scripts.cut(t, p)
 	start := time.Now()
 	_ = waiter.Close()
 	// The bound is generous: release timeout 1 s, read timeout 1 s.
@@ -61,7 +63,7 @@ func TestCloseCutsTheInboxRead(t *testing.T) {
 	waited := waitingLock(t, holder, waiter, "inbox-cut", admin)
 	// A bound, not a measurement: the waiter's leave is skipped 1.5 s
 	// after its last answered attempt; the BLPOP would block 12 s.
-	closeCutOff(t, waiter, p, 8*time.Second, "it must cut the inbox's BLPOP")
+	closeCutOff(t, waiter, p, nil, 8*time.Second, "it must cut the inbox's BLPOP")
 	if err := <-waited; err == nil {
 		t.Errorf("the waiting Lock returned the lock from a closed, cut-off Locker")
 	}
@@ -84,7 +86,9 @@ func TestCloseBoundsACallersInboxRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	waiter, err := redis.New(newClient(t, p.Addr()), locker.WithTTL(ttl), locker.WithReleaseTimeout(time.Minute))
+	c := newClient(t, p.Addr())
+	scripts := watchScripts(c)
+	waiter, err := redis.New(c, locker.WithTTL(ttl), locker.WithReleaseTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +97,7 @@ func TestCloseBoundsACallersInboxRead(t *testing.T) {
 	// after its last answered attempt, the BLPOP ends 3 s after it was
 	// sent, the marker's push after 1 s; Close took 9-12 s without those
 	// deadlines.
-	closeCutOff(t, waiter, p, 6*time.Second, "it must wait for the inbox's BLPOP only until the BLPOP's deadline")
+	closeCutOff(t, waiter, p, scripts, 6*time.Second, "it must wait for the inbox's BLPOP only until the BLPOP's deadline")
 	if err := <-waited; err == nil {
 		t.Errorf("the waiting Lock returned the lock from a closed, cut-off Locker")
 	}
