@@ -327,20 +327,17 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			h.gate.leave()
 			return nil, e.err(op, key, ErrInvalidOption, err)
 		}
-		if errors.Is(err, errGrantedLate) {
-			if !wait {
-				h.gate.leave()
-				return nil, e.err(op, key, ErrNotAcquired, err)
-			}
-			if cctx.Err() == nil {
-				continue // a new attempt, at once: the store answered
-			}
+		if errors.Is(err, errGrantedLate) && !wait {
+			h.gate.leave()
+			return nil, e.err(op, key, ErrNotAcquired, err)
 		}
 		if !wait || cctx.Err() != nil || permanent(err) {
 			h.gate.leave()
 			return nil, e.waitErr(op, key, ctx, err, lastErr)
 		}
-		// A waiting Lock rides out store errors until its ctx ends.
+		// A waiting Lock rides out store errors, and grants that came
+		// back late, until its ctx ends: each after the same pause, so a
+		// store slower than the validity is not asked back to back.
 		lastErr = err
 		e.cfg.logger.Warn("locker: store error while waiting, retrying", "backend", e.name, "key", key, "attempt", attempt+1, "err", err)
 		if !driver.Sleep(cctx, e.retryDelay(attempt)) {
@@ -559,8 +556,9 @@ func permanent(err error) bool {
 }
 
 // retryDelay is the pause of a waiting Lock after its attempt number
-// attempt failed with a store error: the Locker's backoff, kept between
-// 10 ms and 2 s, with jitter.
+// attempt failed with a store error, or with a grant that came back late
+// and was gone: the Locker's backoff, kept between 10 ms and 2 s, with
+// jitter.
 func (e *engine) retryDelay(attempt int) time.Duration {
 	return driver.Jitter(min(max(e.cfg.backoff(attempt), 10*time.Millisecond), 2*time.Second))
 }

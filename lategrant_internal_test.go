@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,12 +15,14 @@ import (
 // TTLs ago, as when the request waited that long for a connection: the
 // grant's validity ended before it came back. steal hands each of those
 // keys to another owner right after the grant, as a store whose lock
-// expired meanwhile may have.
+// expired meanwhile may have; expire drops them, as a store whose lock
+// expired and that no one took since.
 type lateGrants struct {
 	*tableDriver
-	late  atomic.Int32 // grants still to report late
-	steal bool
-	tries atomic.Int32
+	late   atomic.Int32 // grants still to report late
+	steal  bool
+	expire bool
+	tries  atomic.Int32
 }
 
 func (d *lateGrants) TryAcquire(ctx context.Context, r driver.Request) (driver.Grant, error) {
@@ -29,9 +32,13 @@ func (d *lateGrants) TryAcquire(ctx context.Context, r driver.Request) (driver.G
 		return g, err
 	}
 	g.Since = time.Now().Add(-2 * r.TTL)
-	if d.steal {
+	if d.steal || d.expire {
 		d.mu.Lock()
-		d.owners[r.Key] = "someone else"
+		if d.steal {
+			d.owners[r.Key] = "someone else"
+		} else {
+			delete(d.owners, r.Key)
+		}
 		d.mu.Unlock()
 	}
 	return g, err
@@ -121,5 +128,45 @@ func TestLateGrantConfirmed(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestLateGrantsPaceALock: a waiting Lock whose grants all come back late
+// and gone pauses between attempts, with the pause it takes after a store
+// error. Before, it asked again at once: a store slower than the validity
+// got attempts back to back. The key is free at every attempt, so no wait
+// for a holder paces them; the test counts the pauses the engine asked its
+// Backoff for, not time.
+func TestLateGrantsPaceALock(t *testing.T) {
+	d := &lateGrants{tableDriver: newTableDriver(), expire: true}
+	d.late.Store(math.MaxInt32)
+	var pauses atomic.Int32
+	backoff := func(int) time.Duration {
+		pauses.Add(1)
+		return 20 * time.Millisecond
+	}
+	e := newTestEngine(t, d, WithTTL(5*time.Second), WithBackoff(backoff))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		lk, err := e.Lock(ctx, "k")
+		if err == nil {
+			lk.Unlock(context.Background())
+		}
+		done <- err
+	}()
+	// Let it make a few attempts: each is a pause more on the new code,
+	// and hundreds on the old one.
+	for d.tries.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	err := <-done
+	// The last attempt may fail after the ctx ended, without a pause.
+	if n, p := d.tries.Load(), pauses.Load(); n > p+1 {
+		t.Errorf("Lock made %d attempts with %d pauses between them; want a pause after each failed attempt", n, p)
+	}
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, errGrantedLate) {
+		t.Errorf("Lock = %v; want ErrNotAcquired, naming the late grants it rode out", err)
 	}
 }
