@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,23 +65,6 @@ func (c *caseT) soonTry(ctx context.Context, try func(context.Context, ...locker
 		}
 		if !from.Add(d + c.stalls.longest(from, time.Now())).After(end) {
 			return nil, err
-		}
-	}
-}
-
-// pollTryLockAny is pollTryLock that also retries store errors, for a store
-// that is coming back.
-func pollTryLockAny(ctx context.Context, l locker.Locker, key string, every time.Duration) (locker.Lock, error) {
-	for {
-		lk, err := l.TryLock(ctx, key)
-		if err == nil {
-			return lk, nil
-		}
-		if errors.Is(err, locker.ErrClosed) || errors.Is(err, locker.ErrInvalidKey) {
-			return nil, err
-		}
-		if !sleep(ctx, every) {
-			return nil, fmt.Errorf("still not acquired when the case's deadline passed: %w", err)
 		}
 	}
 }

@@ -104,7 +104,11 @@ func testData(c *caseT) {
 		c.Fatalf("%s: TryLock(WithData) of a free key: %v", contract, err)
 	}
 	c.unlock(ctx, again, contract)
-	ml, err := pollTryMulti(ctx, c.every(), a, []string{key, key + "-multi"})
+	// The keys just unlocked may still show held to a store that releases
+	// in the background.
+	ml, err := pollWhile(ctx, c.every(), refused, func(ctx context.Context) (*locker.MultiLock, error) {
+		return locker.TryLockMulti(ctx, a, []string{key, key + "-multi"})
+	})
 	if err != nil {
 		c.Fatalf("%s: TryLockMulti of free keys: %v", contract, err)
 	}
@@ -227,19 +231,4 @@ func showData(d []byte) string {
 		return fmt.Sprintf("%q", d)
 	}
 	return fmt.Sprintf("%d bytes beginning %q", len(d), d[:16])
-}
-
-// pollTryMulti calls locker.TryLockMulti until it succeeds, fails with an
-// error other than ErrNotAcquired, or ctx ends: the keys just unlocked may
-// still show held to a store that releases in the background.
-func pollTryMulti(ctx context.Context, every time.Duration, l locker.Locker, keys []string) (*locker.MultiLock, error) {
-	for {
-		ml, err := locker.TryLockMulti(ctx, l, keys)
-		if err == nil || !errors.Is(err, locker.ErrNotAcquired) {
-			return ml, err
-		}
-		if !sleep(ctx, every) {
-			return nil, err
-		}
-	}
 }

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"context"
+
 	"github.com/golocker/locker"
 )
 
@@ -56,7 +58,9 @@ func testFencingAfterRestart(c *caseT) {
 	// tokens. A fresh Locker stands for a replica started after the restart;
 	// the old one must work again too.
 	for i, l := range []locker.Locker{c.newLocker(), a} {
-		lk, err := pollTryLockAny(ctx, l, key, c.every())
+		lk, err := pollWhile(ctx, c.every(), notFinal, func(ctx context.Context) (locker.Lock, error) {
+			return l.TryLock(ctx, key)
+		})
 		if err != nil {
 			c.Fatalf("after a store restart, the key must be acquirable again (Locker %d): %v", i, err)
 		}

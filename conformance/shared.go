@@ -73,25 +73,42 @@ func (c *caseT) rwmutex(l locker.Locker, key string) *locker.RWMutex {
 	return m
 }
 
-// pollTry calls try every interval until it succeeds, fails with an
-// error other than ErrNotAcquired, or ctx ends. An error once ctx ended
-// says that the deadline passed, and wraps try's last error.
+// pollTry is pollWhile riding out refusals: it calls try until it
+// succeeds, fails with an error other than ErrNotAcquired, or ctx ends.
 func pollTry(ctx context.Context, every time.Duration, try func(context.Context, ...locker.LockOption) (locker.Lock, error)) (locker.Lock, error) {
+	return pollWhile(ctx, every, refused, func(ctx context.Context) (locker.Lock, error) { return try(ctx) })
+}
+
+// pollWhile calls try every interval until it succeeds, fails with an
+// error that rides does not ride out, or ctx ends. An error once ctx
+// ended says that the deadline passed, and wraps try's last error.
+func pollWhile[T any](ctx context.Context, every time.Duration, rides func(error) bool, try func(context.Context) (T, error)) (T, error) {
+	var zero T
 	for {
-		lk, err := try(ctx)
+		got, err := try(ctx)
 		if err == nil {
-			return lk, nil
+			return got, nil
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("still not acquired when the deadline passed: %w", err)
+			return zero, fmt.Errorf("still not acquired when the deadline passed: %w", err)
 		}
-		if !errors.Is(err, locker.ErrNotAcquired) {
-			return nil, err
+		if !rides(err) {
+			return zero, err
 		}
 		if !sleep(ctx, every) {
-			return nil, fmt.Errorf("still not acquired when the deadline passed: %w", err)
+			return zero, fmt.Errorf("still not acquired when the deadline passed: %w", err)
 		}
 	}
+}
+
+// refused reports whether err is a refusal, one matching ErrNotAcquired:
+// the key was held.
+func refused(err error) bool { return errors.Is(err, locker.ErrNotAcquired) }
+
+// notFinal reports whether err may pass as a store comes back: any error
+// but ErrClosed and ErrInvalidKey.
+func notFinal(err error) bool {
+	return !errors.Is(err, locker.ErrClosed) && !errors.Is(err, locker.ErrInvalidKey)
 }
 
 // pollSoon is pollTry for soon: the store must grant within soon, having
