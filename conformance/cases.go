@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,23 +43,24 @@ func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResu
 // stall of the test process during the window (c.stalls) widens it by the
 // stall: a process that did not run cannot have tried.
 func (c *caseT) soonTryLock(ctx context.Context, l locker.Locker, key string, from time.Time, d time.Duration) (locker.Lock, error) {
-	return c.soonTry(ctx, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+	return c.soonTry(ctx, refused, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
 		return l.TryLock(ctx, key, opts...)
 	}, from, d)
 }
 
-// soonTry is soonTryLock for any one-shot acquisition.
-func (c *caseT) soonTry(ctx context.Context, try func(context.Context, ...locker.LockOption) (locker.Lock, error), from time.Time, d time.Duration) (locker.Lock, error) {
+// soonTry is soonTryLock for any one-shot acquisition, riding out the
+// errors rides reports.
+func (c *caseT) soonTry(ctx context.Context, rides func(error) bool, try func(context.Context, ...locker.LockOption) (locker.Lock, error), from time.Time, d time.Duration) (locker.Lock, error) {
 	lk, err := try(ctx)
-	if err == nil || !errors.Is(err, locker.ErrNotAcquired) {
+	if err == nil || !rides(err) {
 		return lk, err
 	}
 	for {
 		end := from.Add(d + c.stalls.longest(from, time.Now()))
 		pctx, cancel := context.WithDeadline(ctx, end)
-		lk, err = pollTry(pctx, c.every(), try)
+		lk, err = pollWhile(pctx, c.every(), rides, func(ctx context.Context) (locker.Lock, error) { return try(ctx) })
 		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil || ctx.Err() != nil || !rides(err) {
 			return lk, err
 		}
 		if !from.Add(d + c.stalls.longest(from, time.Now())).After(end) {

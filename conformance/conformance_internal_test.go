@@ -359,6 +359,7 @@ const (
 	straggles       = "straggles"       // a TryLock refused while a node is slow for its Locker leaves its request to that node running, which takes the key there once it is free (Redlock's straggler before its fix)
 	callersPool     = "callersPool"     // renews on a connection of the caller's pool, which the caller's busy work fills: every store call waits out the pool's timeout and fails (PostgreSQL's renewals before their own connection)
 	lateRefuses     = "lateRefuses"     // a TryLock that waited for the caller's busy pool reaches the store past its fence, takes nothing, and answers that the key is held (PostgreSQL's multi-key statement, MySQL's statements, before they tried again)
+	errKeeps        = "errKeeps"        // a one-shot attempt the store refused answers a store error, and leaves its request behind, which takes the key once it is free and keeps it (a create of unknown outcome that no cleanup deletes)
 	grantsLost      = "grantsLost"      // a Lock or TryLock whose request waited for the caller's busy pool past its validity returns the late grant as it is, already lost (the engine before it confirmed late grants)
 
 	// Broken LockMulti implementations, over unbroken Lockers.
@@ -386,6 +387,10 @@ const (
 	// tries, once per key, as a store on a loaded machine frees the key
 	// of a holder whose grant came back past its local deadline.
 	firstLost = "firstLost"
+	// errFrees is not broken: its one-shot attempts that the store
+	// refused answer a store error instead, and leave nothing, as when a
+	// connection drops after the store answered.
+	errFrees = "errFrees"
 	// testKeyLimit is the MaxKeyBytes of keyLimit and ignoresKeyLimit.
 	testKeyLimit = 100
 )
@@ -467,6 +472,7 @@ var mustCatch = map[string][]string{
 	callersPool:     {"RenewalBesideBusyCaller", "TryBesideBusyCaller"},
 	lateRefuses:     {"TryBesideBusyCaller"},
 	grantsLost:      {"LateGrant"},
+	errKeeps:        {"FirstHolder"},
 	multiUnordered:  {"MultiNoDeadlock"},
 	multiKeepsSome:  {"MultiAllOrNothing", "MultiCancel"},
 	multiDoneFirst:  {"MultiLoss"},
@@ -482,6 +488,7 @@ var mustPass = map[string][]string{
 	losesHeld: {"List"},
 	slowTries: {"SharedCancellation"},
 	firstLost: {"FirstHolder"},
+	errFrees:  {"FirstHolder"},
 }
 
 // selfSlack is the slack of recorded runs: it only shortens how long a case
@@ -1243,6 +1250,11 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		lk, err = b.firstTwice(key, lk, err, func() (locker.Lock, error) { return call(ctx, key+firstTwin) })
 	}
 	if err != nil {
+		if !wait && errors.Is(err, locker.ErrNotAcquired) && (b.kind == errKeeps || b.kind == errFrees) {
+			return nil, b.errInstead(key, err,
+				func(ctx context.Context) error { _, err := b.inner.Lock(ctx, key); return err },
+				func() error { _, err := b.inner.TryLock(context.Background(), key); return err })
+		}
 		if b.kind == residueWhenCut && wait && ctx.Err() != nil {
 			b.env.mu.Lock()
 			cut := b.env.isolated[b.env.faults[b.inner]]

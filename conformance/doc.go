@@ -253,7 +253,8 @@
 //     held at once must fit the key's kind and limit: a grant that returned
 //     after an earlier one was lost (its Done closed when asked then) does
 //     not count with it. Every other key was held and released once before
-//     its race.
+//     its race. An attempt may fail with a store error: once the grants
+//     are released, another Locker must then take the key within TTL/2.
 //   - CloseWhileWaiting (Isolate): Close of a Locker cut off from the
 //     store while its Lock waits (and, with shared holds, a permit's
 //     Acquire and a write hold's Lock) returns within two TTLs plus

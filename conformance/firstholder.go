@@ -16,6 +16,10 @@ import (
 // firstHolders is the contract of FirstHolder.
 const firstHolders = "the first holders of a free key are held to its kind and limit: never more permits than the limit at once, never a plain lock or another kind beside a shared hold"
 
+// firstErrFree is the contract of FirstHolder for an attempt that failed
+// with a store error.
+const firstErrFree = "a one-shot attempt that fails with a store error takes nothing: once the grants beside it are released, another Locker takes the key within TTL/2"
+
 // firstKeys is how many free keys each round of FirstHolder races on,
 // firstBatch at a time.
 const firstKeys, firstBatch = 40, 4
@@ -42,7 +46,9 @@ type attempt struct {
 // attempt returned, so every grant counts as held at once. Every other key
 // was held and released once before the race: a store may keep a freed
 // key's record, and its first holder then takes another path. The keys
-// race firstBatch at a time, on one signal.
+// race firstBatch at a time, on one signal. An attempt that fails with a
+// store error counts as refused only when it took nothing
+// (firstErrFreed).
 func testFirstHolder(c *caseT) {
 	var ls [4]locker.Locker
 	for i := range ls {
@@ -83,6 +89,10 @@ func (c *caseT) firstRace(ls [4]locker.Locker, round string) bool {
 		ok = ok && c.firstFits(key, round, tries[j]) && c.firstErrs(key, tries[j])
 	}
 	releaseAll(ctx, all)
+	released := time.Now()
+	for j, key := range keys {
+		ok = ok && c.firstErrFreed(ctx, ls, key, tries[j], released)
+	}
 	return ok
 }
 
@@ -216,8 +226,9 @@ func (c *caseT) firstFits(key, round string, tries []*attempt) bool {
 }
 
 // firstErrs checks the refusals of one key: each matches ErrNotAcquired,
-// or ErrInvalidOption for a hold of another kind than the key's, and at
-// least one attempt was granted.
+// or ErrInvalidOption for a hold of another kind than the key's, or is a
+// store error, which firstErrFreed checks later. At least one attempt was
+// granted, or the case says so.
 func (c *caseT) firstErrs(key string, tries []*attempt) bool {
 	c.Helper()
 	got := false
@@ -225,8 +236,10 @@ func (c *caseT) firstErrs(key string, tries []*attempt) bool {
 		switch {
 		case a.err == nil:
 			got = true
+		case storeError(a.err):
+			c.Logf("%s on %s failed with a store error: %v", a.what, short(key), a.err)
 		case !errors.Is(a.err, locker.ErrNotAcquired) && !errors.Is(a.err, locker.ErrInvalidOption):
-			c.Errorf("%s: %s on %s, raced by other first attempts: got %v, want a grant or an error matching ErrNotAcquired (ErrInvalidOption for another kind)", firstHolders, a.what, short(key), a.err)
+			c.Errorf("%s: %s on %s, raced by other first attempts: got %v, want a grant, an error matching ErrNotAcquired (ErrInvalidOption for another kind), or a store error", firstHolders, a.what, short(key), a.err)
 			return false
 		}
 	}
@@ -234,6 +247,56 @@ func (c *caseT) firstErrs(key string, tries []*attempt) bool {
 		// A store may refuse every contender that lost a conflict;
 		// that is no breach, but say so.
 		c.Logf("no first attempt at %s was granted: %v", short(key), tries[0].err)
+	}
+	return true
+}
+
+// firstErrFreed checks that the attempts at key that failed with a store
+// error took nothing. A store error says nothing of what the store did:
+// a create whose reply was lost may have queued or taken the key. So once
+// the grants were released (at released), another Locker must take the
+// key within TTL/2, riding out refusals and store errors meanwhile, as
+// the driver cleans up. That Locker is one whose attempt did not fail so.
+func (c *caseT) firstErrFreed(ctx context.Context, ls [4]locker.Locker, key string, tries []*attempt, released time.Time) bool {
+	c.Helper()
+	var erred *attempt
+	other := -1
+	for i, a := range tries {
+		switch {
+		case storeError(a.err):
+			if erred == nil {
+				erred = a
+			}
+		case other < 0:
+			other = i
+		}
+	}
+	if erred == nil {
+		return true
+	}
+	l := ls[max(other, 0)]
+	lk, err := c.soonTry(ctx, notFinal, func(ctx context.Context, opts ...locker.LockOption) (locker.Lock, error) {
+		return l.TryLock(ctx, key, opts...)
+	}, released, c.h.TTL/2)
+	if err != nil {
+		c.Errorf("%s: %s on %s failed with %v; another Locker's TryLock %v after the grants beside it were released: %v",
+			firstErrFree, erred.what, short(key), erred.err, time.Since(released).Round(time.Millisecond), err)
+		return false
+	}
+	c.unlock(ctx, lk, firstErrFree)
+	return true
+}
+
+// storeError reports whether err is a store's error: an error that
+// matches none of the locker sentinels.
+func storeError(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, s := range []error{locker.ErrNotAcquired, locker.ErrInvalidOption, locker.ErrNotHeld, locker.ErrLost, locker.ErrClosed, locker.ErrInvalidKey} {
+		if errors.Is(err, s) {
+			return false
+		}
 	}
 	return true
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -82,6 +83,11 @@ func (b *brokenLocker) acquireShared(ctx context.Context, key string, s locker.S
 		return &unmarkingLock{Lock: lk, env: b.env, key: key}, nil
 	}
 	if err != nil {
+		if !wait && errors.Is(err, locker.ErrNotAcquired) && (b.kind == errKeeps || b.kind == errFrees) {
+			return nil, b.errInstead(key, err,
+				func(ctx context.Context) error { _, err := inner.LockShared(ctx, key, s, opts...); return err },
+				func() error { _, err := inner.TryLockShared(context.Background(), key, s, opts...); return err })
+		}
 		if b.kind == lateShared && wait && ctx.Err() != nil {
 			b.onHeal(func() { _, _ = inner.TryLockShared(context.Background(), key, s, opts...) })
 		}
@@ -272,6 +278,21 @@ func (b *brokenLocker) firstTwice(key string, lk locker.Lock, err error, twin fu
 		return got, nil
 	}
 	return lk, err
+}
+
+// errDropped is the store error of errKeeps and errFrees.
+var errDropped = errors.New("conformance: the connection dropped before the reply")
+
+// errInstead returns the store error that errKeeps and errFrees answer
+// for answer, the refusal of a one-shot attempt at key. For
+// errKeeps it leaves the attempt's request behind first: wait takes the
+// key once it is free and keeps it until the Locker is closed, and try
+// stands in for it (leaveResidue).
+func (b *brokenLocker) errInstead(key string, answer error, wait func(context.Context) error, try func() error) error {
+	if b.kind == errKeeps {
+		b.env.leaveResidue(key, wait, try)
+	}
+	return &locker.Error{Op: "trylock", Key: key, Cause: fmt.Errorf("%w (the store had answered: %v)", errDropped, answer)}
 }
 
 // losing is the state of firstLost's key: its one-shot attempts take turns

@@ -125,13 +125,13 @@ const freedLate = "free only later"
 // heal, with what says tells of the store when the window ended.
 func (c *caseT) freeAfterHeal(ctx context.Context, healed time.Time, contract, what string, try func(context.Context, ...locker.LockOption) (locker.Lock, error), says func() string) locker.Lock {
 	c.Helper()
-	lk, err := c.soonTry(ctx, try, healed, c.h.TTL/2)
+	lk, err := c.soonTry(ctx, refused, try, healed, c.h.TTL/2)
 	if err == nil {
 		return lk
 	}
 	missed := time.Since(healed).Round(time.Millisecond)
 	state := says()
-	later, lerr := c.soonTry(ctx, try, healed, 2*c.h.TTL)
+	later, lerr := c.soonTry(ctx, refused, try, healed, 2*c.h.TTL)
 	if lerr != nil {
 		c.Fatalf("%s: %s %v after the heal: %v (%s); still not free two TTLs after the heal: %v", contract, what, missed, err, state, lerr)
 	}
