@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +21,7 @@ import (
 // that deadlocks every time still ends, as contention.
 func TestDeadlockVictimTriesAgain(t *testing.T) {
 	db, ctx := openTestDB(t)
-	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
-	if err := d.Configure(ctx, driver.Config{TTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := pollDriver(t, ctx, db, DefaultTable, 10*time.Second)
 	deadlocks := 0
 	limit := 1
 	d.execErr = func(what string) error {
@@ -115,11 +110,7 @@ type lateTestDriver struct {
 func lateDriver(t *testing.T, what string, late int) (*lateTestDriver, context.Context) {
 	db, ctx := openTestDB(t)
 	db.SetMaxOpenConns(1)
-	ld := &lateTestDriver{sqlDriver: newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0), ttl: time.Second, late: late}
-	if err := ld.Configure(ctx, driver.Config{TTL: ld.ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ld.Close() })
+	ld := &lateTestDriver{sqlDriver: pollDriver(t, ctx, db, DefaultTable, time.Second), ttl: time.Second, late: late}
 	var busy sync.WaitGroup
 	t.Cleanup(busy.Wait)
 	ld.execErr = func(name string) error {

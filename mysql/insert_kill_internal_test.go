@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -28,12 +27,8 @@ func TestInsertOfEndedSessionLeavesResidue(t *testing.T) {
 	db, ctx := openTestDB(t)
 	db.SetMaxOpenConns(1) // the insert runs on the connection whose id the hook reads
 	admin, _ := openTestDB(t)
-	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
 	const ttl = 2 * time.Second
-	if err := d.Configure(ctx, driver.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := pollDriver(t, ctx, db, DefaultTable, ttl)
 	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: ttl}
 
 	var gap *sql.Tx

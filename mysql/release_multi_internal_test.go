@@ -3,7 +3,6 @@ package mysql
 import (
 	"crypto/rand"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,11 +14,7 @@ import (
 // its holder's back, and a lease whose row was deleted.
 func TestReleaseMulti(t *testing.T) {
 	db, ctx := openTestDB(t)
-	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
-	if err := d.Configure(ctx, driver.Config{TTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	d := pollDriver(t, ctx, db, DefaultTable, 10*time.Second)
 	prefix := t.Name() + "-" + rand.Text()[:8] + "/"
 	keys := []string{prefix + "a", prefix + "b", prefix + "c"}
 	take := func() []driver.Lease {

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"errors"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -54,12 +53,7 @@ func takeMarkedRace(t *testing.T, plain bool) {
 		_, _ = plainDB.ExecContext(context.Background(), "DROP TABLE IF EXISTS `"+table+sharedSuffix+"`, `"+table+"`")
 	})
 	newDrv := func(db *sql.DB) *sqlDriver {
-		d := newDriver(db, Config{PollOnly: true, Table: table}, 0)
-		if err := d.Configure(ctx, driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Close() })
-		return d
+		return pollDriver(t, ctx, db, table, 30*time.Second)
 	}
 	share := driver.Share{Mode: driver.Permits, Limit: 1, Weight: 1}
 	req := func() driver.Request { return driver.Request{Key: k, Owner: rand.Text(), TTL: 30 * time.Second} }

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -144,12 +143,7 @@ func TestSoleHoldRenewsBesideAttempt(t *testing.T) {
 
 func soleDriver(t *testing.T, db *sql.DB) *sqlDriver {
 	t.Helper()
-	d := newDriver(db, Config{PollOnly: true, Table: DefaultTable}, 0)
-	if err := d.Configure(t.Context(), driver.Config{TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
-	return d
+	return pollDriver(t, t.Context(), db, DefaultTable, 30*time.Second)
 }
 
 // freeKey returns a key of the test's own whose row exists and is free,

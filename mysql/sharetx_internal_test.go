@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -102,6 +103,18 @@ func openTestDB(t *testing.T) (*sql.DB, context.Context) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
 	return db, ctx
+}
+
+// pollDriver returns a poll-only driver on table of db, configured with
+// ttl, closed when the test ends.
+func pollDriver(t *testing.T, ctx context.Context, db *sql.DB, table string, ttl time.Duration) *sqlDriver {
+	t.Helper()
+	d := newDriver(db, Config{PollOnly: true, Table: table}, 0)
+	if err := d.Configure(ctx, driver.Config{TTL: ttl, Logger: slog.New(slog.DiscardHandler), Backoff: func(int) time.Duration { return 10 * time.Millisecond }}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
 }
 
 // TestSharedAttemptOutlivesEndedSession checks that a shared attempt
