@@ -84,7 +84,7 @@ type Client interface {
 // server, so that they never wait behind the caller's commands for a
 // connection of its pools. That client does not run the hooks added to
 // client (AddHook), and closing client does not end it: Close the Locker.
-// [Config.OwnClient] runs every call on such a client.
+// [Config.OwnClient] runs every call on a client of the Locker's own.
 //
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.
