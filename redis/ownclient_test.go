@@ -84,15 +84,10 @@ func TestOwnClientHidesItsCommandsFromTheCallersHooks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan error, 1)
-			go func() {
-				lk, err := l.Lock(ctx, key)
-				if err == nil {
-					err = lk.Unlock(ctx)
-				}
-				got <- err
-			}()
-			waitForWaiters(ctx, t, other, key, 1)
+			got := lockAndUnlock(ctx, l, key)
+			for !waiting(t, ctx, other, key) {
+				time.Sleep(time.Millisecond)
+			}
 			if err := held.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -111,25 +106,6 @@ func TestOwnClientHidesItsCommandsFromTheCallersHooks(t *testing.T) {
 				t.Errorf("on the caller's client its hooks must see the Locker's dials and commands: saw %d dials, %d commands", dials, cmds)
 			}
 		})
-	}
-}
-
-// waitForWaiters waits until Inspect on l counts n waiters of key.
-func waitForWaiters(ctx context.Context, t *testing.T, l locker.Locker, key string, n int) {
-	t.Helper()
-	for {
-		st, err := locker.Inspect(ctx, l, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Waiters >= n {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Inspect never counted %d waiters of %s: %+v", n, key, st)
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }
 
