@@ -167,8 +167,10 @@ type Config struct {
 	// Locker's. The Locker's client does not run the hooks added to
 	// client (AddHook), nor its push handlers, maintenance notifications
 	// or client-side cache. Closing client does not end the Locker's
-	// connections: Close the Locker. New refuses OwnClient with any other
-	// client, which keeps its calls on client.
+	// connections: Close the Locker. On Sentinel's failover client, the
+	// Locker's client asks client's sentinels for the primary at each
+	// dial: close client only after the Locker. New refuses OwnClient
+	// with any other client, which keeps its calls on client.
 	OwnClient bool
 }
 
