@@ -125,7 +125,22 @@ func benchServer(b *testing.B) *storeenv.Server { return storeenv.Redis(b) }
 // cancellable one. Target: x-floor <= 1.2.
 func BenchmarkLockUnlock(b *testing.B) {
 	srv := benchServer(b)
-	benchLockUnlock(b, srv.Addr(), newClient(b, srv.Addr()))
+	l, _ := newTestLocker(b, newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	benchLockUnlock(b, srv.Addr(), l)
+}
+
+// BenchmarkLockUnlockOwnClient is BenchmarkLockUnlock with Config.OwnClient
+// on the caller's client: the Locker runs its calls on a client of its own,
+// as one from Open does. Target: x-floor-p50-cancellable not above
+// x-floor-p50.
+func BenchmarkLockUnlockOwnClient(b *testing.B) {
+	srv := benchServer(b)
+	l, err := Config{OwnClient: true}.New(newClient(b, srv.Addr()), locker.WithTTL(benchTTL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	benchLockUnlock(b, srv.Addr(), l)
 }
 
 // BenchmarkLockUnlockOpen is BenchmarkLockUnlock on a Locker that owns its
@@ -136,14 +151,14 @@ func BenchmarkLockUnlockOpen(b *testing.B) {
 	srv := benchServer(b)
 	c := newOwnedClient(clientOptions(srv.Addr()))
 	b.Cleanup(func() { _ = c.Close() })
-	benchLockUnlock(b, srv.Addr(), c)
+	l, _ := newTestLocker(b, c, locker.WithTTL(benchTTL))
+	benchLockUnlock(b, srv.Addr(), l)
 }
 
-// benchLockUnlock is BenchmarkLockUnlock on a Locker on client, the floor
-// on a client of addr.
-func benchLockUnlock(b *testing.B, addr string, client Client) {
+// benchLockUnlock is BenchmarkLockUnlock on l, the floor on a client of
+// addr.
+func benchLockUnlock(b *testing.B, addr string, l locker.Locker) {
 	f := newFloor(b, addr)
-	l, _ := newTestLocker(b, client, locker.WithTTL(benchTTL))
 	key, fkey := uniqueKey(b), uniqueKey(b)+"-floor"
 	kinds := ctxKinds(b)
 	ps := make([]pair, len(kinds))

@@ -117,7 +117,9 @@ func (c *lateConn) deliver(t *testing.T) string {
 // only after the engine cleaned up for it. The request must then take
 // nothing and queue nothing: the cleanup's tombstone stops it. The same
 // holds for an attempt with context.Background() that Close cuts (the
-// "Close/" cases): its ctx ends only then.
+// "Close/" cases): its ctx ends only then. The "OwnClient/" cases make
+// the Locker with Config.OwnClient on a caller's client whose dialer holds
+// the request back: the Locker's own client must dial with it, and cut.
 func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 	srv := storeenv.Redis(t)
 	plain := newClient(t, srv.Addr())
@@ -149,10 +151,14 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 			return err
 		}},
 	} {
-		for _, byClose := range []bool{false, true} {
+		for _, kind := range []struct{ byClose, own bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			byClose := kind.byClose
 			name := tc.name
 			if byClose {
 				name = "Close/" + name
+			}
+			if kind.own {
+				name = "OwnClient/" + name
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := ctxFor(t, 30*time.Second)
@@ -160,16 +166,24 @@ func TestCutAttemptRunsAfterItsCleanup(t *testing.T) {
 				ln := &lateNet{marker: []byte("{" + key + "}"), held: make(chan *lateConn, 1)}
 				o := clientOptions(srv.Addr())
 				o.Dialer = ln.dial
-				oc := newOwnedClient(o)
-				t.Cleanup(func() { _ = oc.Close() })
-				l, err := Config{}.New(oc, locker.WithTTL(10*time.Second))
+				var l locker.Locker
+				var err error
+				if kind.own {
+					c := goredis.NewClient(o)
+					t.Cleanup(func() { _ = c.Close() })
+					l, err = Config{OwnClient: true}.New(c, locker.WithTTL(10*time.Second))
+				} else {
+					oc := newOwnedClient(o)
+					t.Cleanup(func() { _ = oc.Close() })
+					l, err = Config{}.New(oc, locker.WithTTL(10*time.Second))
+					if !newDriver(oc).Info().PromptCancel {
+						t.Fatal("a Locker on an owned client must promise PromptCancel")
+					}
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = l.Close() })
-				if !newDriver(oc).Info().PromptCancel {
-					t.Fatal("a Locker on an owned client must promise PromptCancel")
-				}
 				// Load the scripts, on another key.
 				warm := "warm-" + key
 				if err := tc.attempt(ctx, l, warm); err != nil {

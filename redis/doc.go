@@ -2,8 +2,10 @@
 // (single node, Sentinel-managed primary or Cluster) through the caller's own
 // go-redis v9 client. [NewRedlock] runs Redlock over independent masters.
 //
-// The Locker never closes the client and never dials on its own. The client's
-// options (timeouts, retries, TLS, pool) stay the caller's. The reasons
+// The Locker never closes the client. It dials connections of its own only
+// with the client's options: for renewals, and for every call with
+// [Config.OwnClient]. The client's options (timeouts, retries, TLS, pool)
+// stay the caller's. The reasons
 // behind this design are in the repository's docs/design.md.
 //
 // # Guarantees
@@ -202,7 +204,10 @@
 // (context.Background()) runs its commands in the caller's goroutine, and
 // returns after Close only when its command does. On a client of yours, a
 // call whose ctx can end runs in another goroutine, which it leaves when
-// the ctx ends.
+// the ctx ends. With [Config.OwnClient], the Locker makes a client of its
+// own from your *goredis.Client's options, and runs every call as a
+// Locker from [Open] does (see URLs). Your hooks then see none of its
+// commands.
 //
 // # URLs
 //

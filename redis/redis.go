@@ -84,6 +84,7 @@ type Client interface {
 // server, so that they never wait behind the caller's commands for a
 // connection of its pools. That client does not run the hooks added to
 // client (AddHook), and closing client does not end it: Close the Locker.
+// [Config.OwnClient] runs every call on a client of the Locker's own.
 //
 // New does not contact Redis. It returns an error matching
 // locker.ErrInvalidOption when client is nil or an option is invalid.
@@ -154,10 +155,27 @@ type Config struct {
 	// client's ReadTimeout, which WAIT's reply must also meet: New refuses
 	// a *redis.Client whose ReadTimeout it does not beat.
 	ReplicaTimeout time.Duration
+
+	// OwnClient makes the Locker run every call on a client of its own,
+	// made from the Options of client, a *goredis.Client (one node, or
+	// Sentinel's failover client): the same address or dialling,
+	// credentials, TLS, OnConnect, timeouts, pool sizes and protocol. The
+	// Locker's calls then run as on a Locker from [Open]: a call whose ctx
+	// can end runs in its caller's goroutine on a connection of its own,
+	// which the Locker closes when the ctx ends, and the call returns at
+	// once. The caller's commands no longer share a pool with the
+	// Locker's. The Locker's client does not run the hooks added to
+	// client (AddHook), nor its push handlers, maintenance notifications
+	// or client-side cache. Closing client does not end the Locker's
+	// connections: Close the Locker. On Sentinel's failover client, the
+	// Locker's client asks client's sentinels for the primary at each
+	// dial: close client only after the Locker. New refuses OwnClient
+	// with any other client, which keeps its calls on client.
+	OwnClient bool
 }
 
 // New returns a Locker as the package-level [New] does, with c.
-func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error) {
+func (c Config) New(client Client, opts ...locker.Option) (_ locker.Locker, err error) {
 	retention := c.FenceRetention
 	if retention == 0 {
 		retention = FenceRetention
@@ -180,6 +198,9 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 			bad = fmt.Errorf("Config.Replicas needs a client of one primary (redis.NewClient, redis.NewFailoverClient), not %T", client)
 		}
 	}
+	if _, single := client.(*goredis.Client); c.OwnClient && !single {
+		bad = fmt.Errorf("Config.OwnClient needs a *redis.Client (redis.NewClient, redis.NewFailoverClient), not %T", client)
+	}
 	switch {
 	case c.Replicas < 0:
 		bad = fmt.Errorf("Config.Replicas %d is negative", c.Replicas)
@@ -192,6 +213,17 @@ func (c Config) New(client Client, opts ...locker.Option) (locker.Locker, error)
 	if what, zero := zeroClient(client); zero {
 		return nil, &locker.Error{Op: "new", Backend: "redis", Err: locker.ErrInvalidOption,
 			Cause: fmt.Errorf("zero %s: make it with its go-redis constructor (redis.NewClient, …)", what)}
+	}
+	if c.OwnClient {
+		o := ownOptions(client.(*goredis.Client))
+		own := newOwnedClient(&o)
+		client = own
+		opts = append(opts[:len(opts):len(opts)], locker.WithOnClose(own.Close))
+		defer func() {
+			if err != nil {
+				_ = own.Close()
+			}
+		}()
 	}
 	// WAIT answers only when its timeout ends: a client that stops reading
 	// first drops the connection, and the write's outcome is then a network

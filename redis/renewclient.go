@@ -15,23 +15,15 @@ import (
 // lost while the server answered at once. The copy keeps what the options
 // carry for a connection (address or Sentinel dialling, credentials, TLS,
 // OnConnect, timeouts, lifetimes, the protocol), but not the hooks added
-// to client with AddHook, nor its push processor, maintenance
-// notifications or client-side cache. A broken connection, or one to a primary that became a
-// replica (READONLY), is replaced by go-redis's retry within the call.
+// to client with AddHook (see ownOptions). A broken connection, or one to
+// a primary that became a replica (READONLY), is replaced by go-redis's
+// retry within the call.
 func renewalClient(client Master) (Master, func() error) {
 	switch c := client.(type) {
 	case *goredis.Client:
-		o := *c.Options()
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		o := ownOptions(c)
+		o.PoolSize, o.MaxIdleConns, o.MaxActiveConns = 1, 1, 1
 		o.PipelinePoolSize = -1 // pipelines on the one connection
-		// State of the caller's client that NewClient keeps in its
-		// Options: a push processor whose handlers are registered
-		// (a second registration fails, and panics with maintenance
-		// notifications enabled) and a client-side cache. Renewals need
-		// neither.
-		o.PushNotificationProcessor = nil
-		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
 		rc := goredis.NewClient(&o)
 		return rc, rc.Close
 	case *goredis.ClusterClient:
@@ -44,4 +36,21 @@ func renewalClient(client Master) (Master, func() error) {
 		return rc, rc.Close
 	}
 	return nil, nil
+}
+
+// ownOptions returns the options of a client of the Locker's own made
+// from c, the caller's client: for its renewals (renewalClient), or for
+// all its calls (Config.OwnClient). They keep what c's options carry for
+// a connection, but not the state that NewClient keeps in them: a push
+// processor whose handlers are registered (a second registration fails,
+// and panics with maintenance notifications enabled) and a client-side
+// cache. The Locker needs neither. Idle connections are dialled when a
+// call needs one, not ahead: New does not contact Redis.
+func ownOptions(c *goredis.Client) goredis.Options {
+	o := *c.Options()
+	o.PushNotificationProcessor = nil
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
+	o.MinIdleConns = 0
+	return o
 }

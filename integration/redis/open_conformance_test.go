@@ -24,3 +24,15 @@ func TestConformanceOpen(t *testing.T) {
 	h.Busy = nil // the Locker owns its client: its caller has none to fill
 	conformance.Run(t, h)
 }
+
+// TestConformanceOwnClient runs the suite on Lockers made with
+// redis.Config.OwnClient on a client of their caller: their calls run on a
+// client of their own, made from the caller's options, as on a Locker from
+// Open. Every caller's client dials through a proxy of its own, and so does
+// the Locker's copy: Crash cuts it for good (closing the caller's client
+// alone would not end the Locker's connections). Busy fills the caller's
+// pools: the Locker must work beside them, since it no longer shares them.
+func TestConformanceOwnClient(t *testing.T) {
+	t.Parallel() // a server of its own: see TestMain
+	conformance.Run(t, singleHarnessWith(t, testenv.NewRedis(t), redis.Config{OwnClient: true}, nil))
+}
