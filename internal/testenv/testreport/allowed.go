@@ -33,6 +33,7 @@ func allowances() []allowance {
 		"integration/redis TestConformanceNoPubSubForced",
 		"integration/redis TestConformanceCluster",
 		"integration/redis TestConformanceOpen",
+		"integration/redis TestConformanceOwnClient",
 	}
 	// The harnesses of the other backends: one server, or a cluster the
 	// client reaches as one.
