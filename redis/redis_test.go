@@ -410,6 +410,7 @@ func testScripts(t *testing.T, r scriptRunner) {
 
 // countingHook counts commands and pipelines.
 type countingHook struct {
+	dials     atomic.Int64 // connections dialled
 	commands  atomic.Int64 // commands sent alone
 	evals     atomic.Int64 // EVAL (not EVALSHA) calls, single or pipelined
 	pipelines atomic.Int64 // pipeline round trips
@@ -417,7 +418,12 @@ type countingHook struct {
 	pipeTime  atomic.Int64 // nanoseconds spent in pipelines
 }
 
-func (h *countingHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *countingHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
 
 func (h *countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
