@@ -10,7 +10,7 @@ import (
 	"github.com/golocker/locker/internal/rerun"
 )
 
-// TestLossesForRerun: of the losses the engine records, rerun.Unanswered
+// TestLossesForRerun: of the losses the engine records, rerun.StarvedLoss
 // takes for starved renewals only those at the local deadline whose last
 // renewal timed out or never came back; a refused renewal, or one that
 // failed with any other error, is a loss a test must see. The renewals'
@@ -46,8 +46,8 @@ func TestLossesForRerun(t *testing.T) {
 			if err == nil {
 				t.Fatal("the lock was not lost")
 			}
-			if got := rerun.Unanswered(err, ErrLost, ErrNoRenewal); got != c.want {
-				t.Errorf("rerun.Unanswered(%v) = %v; want %v", err, got, c.want)
+			if got := rerun.StarvedLoss(err, ErrLost, ErrNoRenewal) != nil; got != c.want {
+				t.Errorf("rerun.StarvedLoss(%v) != nil is %v; want %v", err, got, c.want)
 			}
 		})
 	}

@@ -2,16 +2,20 @@ package rerun
 
 import "errors"
 
-// Unanswered reports whether err, a lost lock's Err, says only that no
-// renewal came back in time: it matches noRenewal (locker.ErrNoRenewal),
-// and everything it wraps besides lost (locker.ErrLost) and noRenewal is
-// a timeout (the last renewal's, when one failed). A round whose lock was
-// so lost says nothing, and may run again. Any other failure it wraps (the
-// store's answer, a broken connection) makes it false, and so does a loss
-// not at the local deadline (a refused renewal, a session gone): a fault a
-// test checks may look just like that, so such a round fails at once.
-func Unanswered(err, lost, noRenewal error) bool {
-	return errors.Is(err, noRenewal) && saysNothing(err, lost, noRenewal)
+// StarvedLoss returns err, a lock's Err, when it says only that no renewal
+// came back in time, and nil otherwise. Such an err matches noRenewal
+// (locker.ErrNoRenewal), and everything it wraps besides lost
+// (locker.ErrLost) and noRenewal is a timeout (the last renewal's, when
+// one failed). A round whose lock was so lost says nothing, and may run
+// again. Any other failure it wraps (the store's answer, a broken
+// connection) makes it nil, and so does a loss not at the local deadline
+// (a refused renewal, a session gone): a fault a test checks may look just
+// like that, so such a round fails at once.
+func StarvedLoss(err, lost, noRenewal error) error {
+	if errors.Is(err, noRenewal) && saysNothing(err, lost, noRenewal) {
+		return err
+	}
+	return nil
 }
 
 // saysNothing reports whether every branch of err's tree ends in one of

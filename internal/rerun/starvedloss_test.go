@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// TestUnanswered checks which losses say only that no renewal came back
+// TestStarvedLoss checks which losses say only that no renewal came back
 // in time, on errors of the engine's shape: a loss wrapping the sentinel
 // "lost" and its cause, which at the local deadline wraps noRenewal and
 // the last renewal's failure (root TestLossesForRerun checks the engine's
 // own errors).
-func TestUnanswered(t *testing.T) {
+func TestStarvedLoss(t *testing.T) {
 	noRenewal := errors.New("no successful renewal before the local deadline")
 	lost := errors.New("lock lost")
 	refused := errors.New("not held")
@@ -36,8 +36,8 @@ func TestUnanswered(t *testing.T) {
 		{"RefusedAfterTimeout", loss(fmt.Errorf("%w after %w", refused, context.DeadlineExceeded)), false},
 		{"Nil", nil, false},
 	} {
-		if got := Unanswered(c.err, lost, noRenewal); got != c.want {
-			t.Errorf("%s: Unanswered(%v) = %v; want %v", c.name, c.err, got, c.want)
+		if got := StarvedLoss(c.err, lost, noRenewal); (got != nil) != c.want || got != nil && got != c.err {
+			t.Errorf("%s: StarvedLoss(%v) = %v; want a starved loss: %v", c.name, c.err, got, c.want)
 		}
 	}
 }
