@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -94,50 +96,82 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	}
 }
 
+// findings are a round's failures, kept until the round is known to say
+// something (its holder's lock not lost to renewals that never came back),
+// and then reported.
+type findings []string
+
+func (f *findings) errorf(format string, args ...any) {
+	*f = append(*f, fmt.Sprintf(format, args...))
+}
+
+func (f findings) report(t *testing.T) {
+	t.Helper()
+	for _, m := range f {
+		t.Error(m)
+	}
+}
+
 // TestDigestMakesNodesTheCreators: with Config.Digest, an unauthenticated
 // client can neither delete a holder's node, nor re-ACL or fill the key's
 // node; Lockers with the same credentials contend as usual, and a Locker
-// without them fails at once with an error naming the node.
+// without them fails at once with an error naming the node. A round in
+// which the holder lost its lock only because no renewal came back in time
+// (rerun.StarvedLoss) says nothing, and runs again, up to three rounds; any
+// other loss (its node deleted) fails at once.
 func TestDigestMakesNodesTheCreators(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	root := "/locker-digest-" + rand.Text()[:10]
 	cfg := zookeeper.Config{Root: root, Digest: "locker:s3cret"}
 	a, b := configLocker(t, srv, cfg), configLocker(t, srv, cfg)
 	ctx := t.Context()
-	lk, err := a.TryLock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin, _ := connectWith(t, srv, testTTL)
 	if err := admin.AddAuth("digest", []byte(cfg.Digest)); err != nil {
 		t.Fatal(err)
 	}
-	parent, node := lockNode(t, admin, root, "k")
 	intruder, _ := connectWith(t, srv, testTTL)
-	if _, _, err := intruder.Children(parent); !errors.Is(err, zk.ErrNoAuth) {
-		t.Errorf("Children(%s) without credentials = %v; want zk.ErrNoAuth", parent, err)
-	}
-	if err := intruder.Delete(node, -1); !errors.Is(err, zk.ErrNoAuth) {
-		t.Errorf("Delete(%s) without credentials = %v; want zk.ErrNoAuth", node, err)
-	}
-	if _, err := intruder.SetACL(parent, zk.WorldACL(zk.PermRead), -1); !errors.Is(err, zk.ErrNoAuth) {
-		t.Errorf("SetACL(%s) without credentials = %v; want zk.ErrNoAuth", parent, err)
-	}
-	if _, err := intruder.Create(parent+"/junk", nil, 0, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
-		t.Errorf("Create under %s without credentials = %v; want zk.ErrNoAuth", parent, err)
-	}
-	if _, err := b.TryLock(ctx, "k"); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Errorf("TryLock by a Locker with the same credentials while held = %v; want ErrNotAcquired", err)
-	}
-	select {
-	case <-lk.Done():
-		t.Fatalf("the holder lost its lock: %v", lk.Err())
-	default:
-	}
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.TryLock(ctx, "k")
+	var key, parent string
+	rerun.Starved(t, 3, func(i int) error {
+		key = fmt.Sprintf("k%d", i)
+		lk, err := a.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var node string
+		parent, node = lockNode(t, admin, root, key)
+		var f findings
+		if _, _, err := intruder.Children(parent); !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("Children(%s) without credentials = %v; want zk.ErrNoAuth", parent, err)
+		}
+		if err := intruder.Delete(node, -1); !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("Delete(%s) without credentials = %v; want zk.ErrNoAuth", node, err)
+		}
+		if _, err := intruder.SetACL(parent, zk.WorldACL(zk.PermRead), -1); !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("SetACL(%s) without credentials = %v; want zk.ErrNoAuth", parent, err)
+		}
+		if _, err := intruder.Create(parent+"/junk", nil, 0, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("Create under %s without credentials = %v; want zk.ErrNoAuth", parent, err)
+		}
+		if _, err := b.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
+			f.errorf("TryLock by a Locker with the same credentials while held = %v; want ErrNotAcquired", err)
+		}
+		lost := lk.Err()
+		if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+			return starved
+		}
+		f.report(t)
+		if lost != nil {
+			t.Fatalf("the holder lost its lock: %v", lost)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+				return starved
+			}
+			t.Fatal(err)
+		}
+		return nil
+	})
+	lb, err := b.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("TryLock by a Locker with the same credentials after Unlock: %v", err)
 	}
@@ -147,7 +181,7 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 	plain := configLocker(t, srv, zookeeper.Config{Root: root})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = plain.Lock(wctx, "k")
+	_, err = plain.Lock(wctx, key)
 	if !errors.Is(err, zk.ErrNoAuth) || wctx.Err() != nil || !strings.Contains(err.Error(), parent) {
 		t.Errorf("Lock without the credentials = %v; want zk.ErrNoAuth naming %s, at once", err, parent)
 	}
@@ -158,7 +192,10 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 // of a held lock is its creator's: an anonymous client can neither delete
 // nor re-ACL the root's ancestor, the root, the key's node, the holder's
 // node or a waiter's node, and the holder keeps its lock. Where the ACL
-// asks for world-read, the anonymous client can still read them.
+// asks for world-read, the anonymous client can still read them. A round
+// in which the holder lost its lock only because no renewal came back in
+// time (rerun.StarvedLoss) says nothing, and runs again, up to three
+// rounds; any other loss (its node deleted) fails at once.
 func TestAuthenticatedConnGetsCreatorACL(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	const creds = "app:s3cret"
@@ -193,74 +230,94 @@ func TestAuthenticatedConnGetsCreatorACL(t *testing.T) {
 				return l
 			}
 			holder, waiter := authed(), authed()
-			ctx := testCtx(t, 30*time.Second)
-			lk, err := holder.TryLock(ctx, "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A waiter's node joins the queue.
-			wctx, cancel := context.WithCancel(ctx)
-			waited := make(chan error, 1)
-			go func() {
-				lw, err := waiter.Lock(wctx, "k")
-				if err == nil {
-					err = lw.Unlock(ctx)
-				}
-				waited <- err
-			}()
-			defer func() {
-				cancel()
-				<-waited
-			}()
 			admin, _ := connectWith(t, srv, testTTL)
 			if err := admin.AddAuth("digest", []byte(creds)); err != nil {
 				t.Fatal(err)
 			}
-			parent := zookeeper.QueuePath(cfg.Root, "k")
-			var queue []string
-			for deadline := time.Now().Add(20 * time.Second); len(queue) < 2; time.Sleep(10 * time.Millisecond) {
-				if queue, _, err = admin.Children(parent); err != nil || time.Now().After(deadline) {
-					t.Fatalf("the queue %s: %v, %v; want the holder's and the waiter's nodes", parent, queue, err)
-				}
-			}
-			nodes := []string{top, cfg.Root, parent}
-			for _, q := range queue {
-				nodes = append(nodes, parent+"/"+q)
-			}
-
 			anon, _ := connectWith(t, srv, testTTL)
-			for _, p := range nodes {
-				// The top node's parent is "/", which is the world's: it
-				// cannot go only because it is not empty.
-				if err := anon.Delete(p, -1); p != top && !errors.Is(err, zk.ErrNoAuth) || err == nil {
-					t.Errorf("Delete(%s) by an anonymous client = %v; want zk.ErrNoAuth (the node's parent is its creator's)", p, err)
-				}
-				if _, err := anon.SetACL(p, zk.WorldACL(zk.PermAll), -1); !errors.Is(err, zk.ErrNoAuth) {
-					t.Errorf("SetACL(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
-				}
-				_, _, err := anon.Get(p)
-				if c.worldRead && err != nil {
-					t.Errorf("Get(%s) by an anonymous client with world-read = %v; want the node", p, err)
-				}
-				if !c.worldRead && !errors.Is(err, zk.ErrNoAuth) {
-					t.Errorf("Get(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
-				}
-			}
-			if _, _, err := anon.Children(parent); c.worldRead && err != nil {
-				t.Errorf("Children(%s) by an anonymous client with world-read = %v; want the queue", parent, err)
-			}
-			select {
-			case <-lk.Done():
-				t.Fatalf("the holder lost its lock: %v", lk.Err())
-			default:
-			}
-			if err := lk.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock: %v", err)
-			}
-			if err := <-waited; err != nil {
-				t.Errorf("the waiter, after the holder's Unlock: %v", err)
-			}
-			waited <- nil // for the deferred receive
+			rerun.Starved(t, 3, func(i int) error {
+				return authenticatedACLRound(t, holder, waiter, admin, anon, cfg.Root, top, fmt.Sprintf("k%d", i), c.worldRead)
+			})
 		})
 	}
+}
+
+// authenticatedACLRound is one round of TestAuthenticatedConnGetsCreatorACL
+// on key. It returns the holder's loss to renewals that never came back,
+// and fails t on any other fault.
+func authenticatedACLRound(t *testing.T, holder, waiter locker.Locker, admin, anon *zk.Conn, root, top, key string, worldRead bool) error {
+	ctx := testCtx(t, 30*time.Second)
+	lk, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter's node joins the queue.
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		lw, err := waiter.Lock(wctx, key)
+		if err == nil {
+			err = lw.Unlock(ctx)
+		}
+		waited <- err
+	}()
+	defer func() {
+		cancel()
+		<-waited
+	}()
+	parent := zookeeper.QueuePath(root, key)
+	var queue []string
+	for deadline := time.Now().Add(20 * time.Second); len(queue) < 2; time.Sleep(10 * time.Millisecond) {
+		if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+			return starved
+		}
+		if queue, _, err = admin.Children(parent); err != nil || time.Now().After(deadline) {
+			t.Fatalf("the queue %s: %v, %v; want the holder's and the waiter's nodes", parent, queue, err)
+		}
+	}
+	nodes := []string{top, root, parent}
+	for _, q := range queue {
+		nodes = append(nodes, parent+"/"+q)
+	}
+
+	var f findings
+	for _, p := range nodes {
+		// The top node's parent is "/", which is the world's: it
+		// cannot go only because it is not empty.
+		if err := anon.Delete(p, -1); p != top && !errors.Is(err, zk.ErrNoAuth) || err == nil {
+			f.errorf("Delete(%s) by an anonymous client = %v; want zk.ErrNoAuth (the node's parent is its creator's)", p, err)
+		}
+		if _, err := anon.SetACL(p, zk.WorldACL(zk.PermAll), -1); !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("SetACL(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
+		}
+		_, _, err := anon.Get(p)
+		if worldRead && err != nil {
+			f.errorf("Get(%s) by an anonymous client with world-read = %v; want the node", p, err)
+		}
+		if !worldRead && !errors.Is(err, zk.ErrNoAuth) {
+			f.errorf("Get(%s) by an anonymous client = %v; want zk.ErrNoAuth", p, err)
+		}
+	}
+	if _, _, err := anon.Children(parent); worldRead && err != nil {
+		f.errorf("Children(%s) by an anonymous client with world-read = %v; want the queue", parent, err)
+	}
+	lost := lk.Err()
+	if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+		return starved
+	}
+	f.report(t)
+	if lost != nil {
+		t.Fatalf("the holder lost its lock: %v", lost)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+			return starved
+		}
+		t.Fatalf("Unlock: %v", err)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("the waiter, after the holder's Unlock: %v", err)
+	}
+	waited <- nil // for the deferred receive
+	return nil
 }

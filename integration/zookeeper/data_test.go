@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -18,7 +20,10 @@ import (
 // without credentials, whose lock nodes are READ-only, it fails matching
 // errors.ErrUnsupported and naming the way out, and the lock and its data
 // stay as they were. (The conformance harness has no credentials: its
-// Data case skips its SetData part.)
+// Data case skips its SetData part.) A round in which the holder lost its
+// lock only because no renewal came back in time (rerun.StarvedLoss) says
+// nothing of SetData, and runs again, up to three rounds; any other loss
+// fails at once.
 func TestSetDataNeedsWrite(t *testing.T) {
 	srv := testenv.ZooKeeper(t)
 	ctx := t.Context()
@@ -32,30 +37,36 @@ func TestSetDataNeedsWrite(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := configLocker(t, srv, tc.cfg), configLocker(t, srv, tc.cfg)
-			lk, err := a.TryLock(ctx, "k", locker.WithData([]byte("one")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lk.Unlock(ctx)
-			want := []byte("one")
-			err = locker.SetData(ctx, lk, []byte("two\x00three"))
-			switch {
-			case tc.ok && err != nil:
-				t.Fatalf("SetData with WRITE on the lock node: %v", err)
-			case tc.ok:
-				want = []byte("two\x00three")
-			case !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Config.Digest"):
-				t.Errorf("SetData on a READ-only lock node = %v; want errors.ErrUnsupported naming Config.Digest", err)
-			}
-			st, err := locker.Inspect(ctx, b, "k")
-			if err != nil || !st.Held || st.Token != lk.Token() || !bytes.Equal(st.Data, want) {
-				t.Errorf("Inspect = held %v, token %d, data %q, %v; want held, token %d, data %q", st.Held, st.Token, st.Data, err, lk.Token(), want)
-			}
-			select {
-			case <-lk.Done():
-				t.Fatalf("the holder lost its lock: %v", lk.Err())
-			default:
-			}
+			rerun.Starved(t, 3, func(i int) error {
+				key := fmt.Sprintf("k%d", i)
+				lk, err := a.TryLock(ctx, key, locker.WithData([]byte("one")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer lk.Unlock(ctx)
+				setErr := locker.SetData(ctx, lk, []byte("two\x00three"))
+				st, err := locker.Inspect(ctx, b, key)
+				lost := lk.Err()
+				if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+					return starved
+				}
+				want := []byte("one")
+				switch {
+				case tc.ok && setErr != nil:
+					t.Fatalf("SetData with WRITE on the lock node: %v", setErr)
+				case tc.ok:
+					want = []byte("two\x00three")
+				case !errors.Is(setErr, errors.ErrUnsupported) || !strings.Contains(setErr.Error(), "Config.Digest"):
+					t.Errorf("SetData on a READ-only lock node = %v; want errors.ErrUnsupported naming Config.Digest", setErr)
+				}
+				if err != nil || !st.Held || st.Token != lk.Token() || !bytes.Equal(st.Data, want) {
+					t.Errorf("Inspect = held %v, token %d, data %q, %v; want held, token %d, data %q", st.Held, st.Token, st.Data, err, lk.Token(), want)
+				}
+				if lost != nil {
+					t.Fatalf("the holder lost its lock: %v", lost)
+				}
+				return nil
+			})
 		})
 	}
 }
