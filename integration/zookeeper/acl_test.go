@@ -96,22 +96,6 @@ func TestDefaultACLGivesTheWorldNoAdmin(t *testing.T) {
 	}
 }
 
-// findings are a round's failures, kept until the round is known to say
-// something (its holder's lock not lost to renewals that never came back),
-// and then reported.
-type findings []string
-
-func (f *findings) errorf(format string, args ...any) {
-	*f = append(*f, fmt.Sprintf(format, args...))
-}
-
-func (f findings) report(t *testing.T) {
-	t.Helper()
-	for _, m := range f {
-		t.Error(m)
-	}
-}
-
 // TestDigestMakesNodesTheCreators: with Config.Digest, an unauthenticated
 // client can neither delete a holder's node, nor re-ACL or fill the key's
 // node; Lockers with the same credentials contend as usual, and a Locker
@@ -155,21 +139,7 @@ func TestDigestMakesNodesTheCreators(t *testing.T) {
 		if _, err := b.TryLock(ctx, key); !errors.Is(err, locker.ErrNotAcquired) {
 			f.errorf("TryLock by a Locker with the same credentials while held = %v; want ErrNotAcquired", err)
 		}
-		lost := lk.Err()
-		if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-			return starved
-		}
-		f.report(t)
-		if lost != nil {
-			t.Fatalf("the holder lost its lock: %v", lost)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-				return starved
-			}
-			t.Fatal(err)
-		}
-		return nil
+		return f.settle(ctx, t, lk)
 	})
 	lb, err := b.TryLock(ctx, key)
 	if err != nil {
@@ -301,19 +271,8 @@ func authenticatedACLRound(t *testing.T, holder, waiter locker.Locker, admin, an
 	if _, _, err := anon.Children(parent); worldRead && err != nil {
 		f.errorf("Children(%s) by an anonymous client with world-read = %v; want the queue", parent, err)
 	}
-	lost := lk.Err()
-	if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-		return starved
-	}
-	f.report(t)
-	if lost != nil {
-		t.Fatalf("the holder lost its lock: %v", lost)
-	}
-	if err := lk.Unlock(ctx); err != nil {
-		if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-			return starved
-		}
-		t.Fatalf("Unlock: %v", err)
+	if err := f.settle(ctx, t, lk); err != nil {
+		return err
 	}
 	if err := <-waited; err != nil {
 		t.Errorf("the waiter, after the holder's Unlock: %v", err)

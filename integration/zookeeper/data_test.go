@@ -43,29 +43,21 @@ func TestSetDataNeedsWrite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer lk.Unlock(ctx)
-				setErr := locker.SetData(ctx, lk, []byte("two\x00three"))
-				st, err := locker.Inspect(ctx, b, key)
-				lost := lk.Err()
-				if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-					return starved
-				}
+				var f findings
 				want := []byte("one")
+				err = locker.SetData(ctx, lk, []byte("two\x00three"))
 				switch {
-				case tc.ok && setErr != nil:
-					t.Fatalf("SetData with WRITE on the lock node: %v", setErr)
+				case tc.ok && err != nil:
+					f.errorf("SetData with WRITE on the lock node: %v", err)
 				case tc.ok:
 					want = []byte("two\x00three")
-				case !errors.Is(setErr, errors.ErrUnsupported) || !strings.Contains(setErr.Error(), "Config.Digest"):
-					t.Errorf("SetData on a READ-only lock node = %v; want errors.ErrUnsupported naming Config.Digest", setErr)
+				case !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "Config.Digest"):
+					f.errorf("SetData on a READ-only lock node = %v; want errors.ErrUnsupported naming Config.Digest", err)
 				}
-				if err != nil || !st.Held || st.Token != lk.Token() || !bytes.Equal(st.Data, want) {
-					t.Errorf("Inspect = held %v, token %d, data %q, %v; want held, token %d, data %q", st.Held, st.Token, st.Data, err, lk.Token(), want)
+				if st, err := locker.Inspect(ctx, b, key); err != nil || !st.Held || st.Token != lk.Token() || !bytes.Equal(st.Data, want) {
+					f.errorf("Inspect = held %v, token %d, data %q, %v; want held, token %d, data %q", st.Held, st.Token, st.Data, err, lk.Token(), want)
 				}
-				if lost != nil {
-					t.Fatalf("the holder lost its lock: %v", lost)
-				}
-				return nil
+				return f.settle(ctx, t, lk)
 			})
 		})
 	}

@@ -68,18 +68,6 @@ func TestSessionLongerThanTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second) // several TTLs: renewals keep it
-		if lost := lk.Err(); lost != nil {
-			if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-				return starved
-			}
-			t.Fatalf("the lock was lost: %v", lost)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-				return starved
-			}
-			t.Fatalf("Unlock: %v", err)
-		}
-		return nil
+		return findings(nil).settle(ctx, t, lk)
 	})
 }

@@ -169,24 +169,13 @@ func TestLeastPrivilege(t *testing.T) {
 			got <- err
 		}()
 		time.Sleep(testTTL) // a few renewal rounds (version checks)
-		st, err := locker.Inspect(ctx, a, key)
-		lost := lk.Err()
-		if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+		var f findings
+		if st, err := locker.Inspect(ctx, a, key); err != nil || !st.Held {
+			f.errorf("Inspect = %+v, %v; want held", st, err)
+		}
+		if err := f.settle(ctx, t, lk); err != nil {
 			<-got // the waiter takes the key the holder lost, and gives it back
-			return starved
-		}
-		if lost != nil {
-			t.Fatalf("the holder lost its lock: %v", lost)
-		}
-		if err != nil || !st.Held {
-			t.Errorf("Inspect = %+v, %v; want held", st, err)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-				<-got
-				return starved
-			}
-			t.Fatal(err)
+			return err
 		}
 		if err := <-got; err != nil {
 			t.Fatalf("the waiter: %v", err)
