@@ -1,9 +1,10 @@
 // Package rerun runs a test's round again when its lock was lost at its
 // local deadline: renewals starved on a loaded machine, as the contract
 // allows, and the round then says nothing of what it tests
-// (docs/design.md, "Tests on a loaded machine"). It imports only the
-// standard library, so that the repository's other modules and the root
-// package's own tests can use it.
+// (docs/design.md, "Tests on a loaded machine"). StarvedLoss tells such
+// a loss from one the store answered, which fails at once. It imports
+// only the standard library, so that the repository's other modules and
+// the root package's own tests can use it.
 package rerun
 
 import "testing"
