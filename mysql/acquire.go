@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -230,7 +231,14 @@ func contended(err error) bool {
 // completion: the server answered with an error (an autocommit statement
 // that fails is rolled back), the driver says nothing was sent, or a
 // transaction's connection broke before its commit (errRolledBack).
+//
+// The driver says nothing was sent with driver.ErrBadConn, which
+// database/sql returns once its tries on other connections failed alike.
+// go-sql-driver returns it only before it wrote the command, or when the
+// server refused the statement as read-only (rejectReadOnly). A prepared
+// statement of a *sql.Conn whose connection went bad so ends with
+// sql.ErrConnDone.
 func definite(err error) bool {
 	var me *gomysql.MySQLError
-	return errors.As(err, &me) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, errRolledBack)
+	return errors.As(err, &me) || errors.Is(err, sqldriver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, errRolledBack)
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -296,9 +297,13 @@ func deadConn(err error) bool {
 // definite reports whether a failed statement certainly did not take
 // effect: the server answered with an error (the statement's transaction
 // was rolled back), or nothing was sent.
+//
+// pgx says nothing was sent with pgconn.SafeToRetry. On a *sql.DB,
+// pgx/stdlib replaces such an error with driver.ErrBadConn, which
+// database/sql returns once its tries on other connections failed alike.
 func definite(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) || pgconn.SafeToRetry(err)
+	return errors.As(err, &pe) || pgconn.SafeToRetry(err) || errors.Is(err, sqldriver.ErrBadConn)
 }
 
 // TryAcquire implements driver.Driver with one statement: an INSERT … ON

@@ -3,6 +3,7 @@ package redis
 import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
 )
 
 // renewalClient returns a client of the Locker's own for its renewals, made
@@ -28,10 +29,9 @@ func renewalClient(client Master) (Master, func() error) {
 		return rc, rc.Close
 	case *goredis.ClusterClient:
 		o := *c.Options()
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+		dropState(&o.PushNotificationProcessor, &o.MaintNotificationsConfig, &o.MinIdleConns)
+		o.PoolSize, o.MaxIdleConns, o.MaxActiveConns = 1, 1, 1
 		o.PipelinePoolSize = -1
-		o.PushNotificationProcessor = nil
-		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		rc := goredis.NewClusterClient(&o)
 		return rc, rc.Close
 	}
@@ -41,16 +41,24 @@ func renewalClient(client Master) (Master, func() error) {
 // ownOptions returns the options of a client of the Locker's own made
 // from c, the caller's client: for its renewals (renewalClient), or for
 // all its calls (Config.OwnClient). They keep what c's options carry for
-// a connection, but not the state that NewClient keeps in them: a push
-// processor whose handlers are registered (a second registration fails,
-// and panics with maintenance notifications enabled) and a client-side
-// cache. The Locker needs neither. Idle connections are dialled when a
-// call needs one, not ahead: New does not contact Redis.
+// a connection, but not the state that NewClient keeps in them (see
+// dropState) nor a client-side cache, which the Locker does not need.
 func ownOptions(c *goredis.Client) goredis.Options {
 	o := *c.Options()
-	o.PushNotificationProcessor = nil
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	dropState(&o.PushNotificationProcessor, &o.MaintNotificationsConfig, &o.MinIdleConns)
 	o.ClientSideCacheConfig, o.ClientSideCache = nil, nil
-	o.MinIdleConns = 0
 	return o
+}
+
+// dropState clears the fields of a copy of the caller's client options
+// (goredis.Options, goredis.ClusterOptions) that a client of the Locker's
+// own must not share. NewClient and NewClusterClient register handlers in
+// the push processor: a second registration fails, and panics with
+// maintenance notifications enabled. The Locker needs neither. Idle
+// connections are dialled when a call needs one, not ahead: New does not
+// contact Redis.
+func dropState(processor *push.NotificationProcessor, maint **maintnotifications.Config, minIdleConns *int) {
+	*processor = nil
+	*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	*minIdleConns = 0
 }

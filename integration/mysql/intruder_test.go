@@ -18,12 +18,20 @@ import (
 // checks of the table by the waiter in line (at the Locker's backoff step,
 // at least 500 ms, at most 1 s, and taking a row free for 500 ms) plus a
 // round trip, where it used to take the holder's whole remaining TTL.
-// The hand-offs are logged next to those of a polling waiter; only a
-// generous bound (half the TTL) is asserted.
+// The hand-offs are logged next to those of a polling waiter.
+//
+// What is asserted is the contract, not a latency: the waiter, in line
+// since the grant, holds the key before the grant would have expired (the
+// holder's Deadline as granted). A waiter that sleeps through the TTL
+// misses that; so does one whose checks stopped, which waits out its
+// GET_LOCK (10 s). A round that misses it runs again, up to three attempts,
+// as the conformance suite reruns a late delivery: a loaded machine may
+// stretch one hand-off, a broken waiter is late in every attempt. The
+// test's ctx bounds a hang.
 func TestNamedLockIntruder(t *testing.T) {
 	dsn := testenv.NewDatabase(t)
 	_, admin := openGorm(t, dsnConfig(t, dsn, ""))
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := ctxFor(t, 2*time.Minute)
 	var database string
 	if err := admin.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
 		t.Fatal(err)
@@ -60,11 +68,13 @@ func TestNamedLockIntruder(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			holder := newLocker(t, dsn, mysql.Config{}, locker.WithTTL(ttl))
 			waiter := newLocker(t, dsn, c.cfg, append([]locker.Option{locker.WithTTL(ttl)}, c.opts...)...)
-			for round := range 3 {
+			const attempts = 3
+			for round, attempt := 0, 1; round < 3; {
 				lk, err := holder.Lock(ctx, key)
 				if err != nil {
 					t.Fatal(err)
 				}
+				expiry := lk.Deadline() // the grant's, before any renewal
 				res := make(chan time.Time, 1)
 				go func() {
 					wl, err := waiter.Lock(ctx, key)
@@ -82,11 +92,19 @@ func TestNamedLockIntruder(t *testing.T) {
 				if err := lk.Unlock(ctx); err != nil {
 					t.Fatal(err)
 				}
-				took := (<-res).Sub(released)
-				t.Logf("round %d: hand-off took %v with the named lock held by another account", round, took.Round(time.Millisecond))
-				if took > ttl/2 {
-					t.Errorf("round %d: hand-off took %v: the waiter slept through the holder's TTL (%v)", round, took, ttl)
+				got := <-res
+				t.Logf("round %d: hand-off took %v with the named lock held by another account", round, got.Sub(released).Round(time.Millisecond))
+				if got.Before(expiry) {
+					round, attempt = round+1, 1
+					continue
 				}
+				late := fmt.Sprintf("round %d, attempt %d of %d: the waiter held the key %v after the holder's grant would have expired",
+					round, attempt, attempts, got.Sub(expiry).Round(time.Millisecond))
+				if attempt == attempts {
+					t.Fatalf("%s: it slept through the holder's TTL (%v) in every attempt", late, ttl)
+				}
+				t.Logf("%s: the round runs again", late)
+				attempt++
 			}
 		})
 	}

@@ -335,13 +335,36 @@ func failover(t testing.TB, ctx context.Context, srv *testenv.RedisSentinelServe
 // Isolate hook cutting the proxies through which a Locker's client reaches
 // the sentinels and the data nodes.
 func TestConformanceSentinel(t *testing.T) {
+	conformance.Run(t, sentinelHarness(t, redis.Config{Replicas: 1}))
+}
+
+// TestConformanceSentinelOwnClient runs the suite of TestConformanceSentinel
+// on Lockers made with Config.OwnClient: each Locker's client of its own
+// dials through its caller's failover client, which asks the sentinels for
+// the primary, through the caller's proxies. Crash closes the caller's
+// client before it cuts the proxies: the Locker's client can then dial no
+// more, as after a crash. Busy fills the caller's pools, beside which the
+// Locker must work. It runs after TestConformanceSentinel, on a deployment
+// of its own, not beside it: side by side, TestConformanceSentinel's
+// Cancellation found a cancelled Lock's late grant still held TTL/2 after
+// the Unlock, once in three runs at load 3 to 5.
+func TestConformanceSentinelOwnClient(t *testing.T) {
+	conformance.Run(t, sentinelHarness(t, redis.Config{Replicas: 1, OwnClient: true}))
+}
+
+// sentinelHarness is the conformance harness of Lockers made with cfg on
+// a Sentinel deployment of its own, through go-redis's failover client:
+// its Failover hook runs SENTINEL FAILOVER, and its Isolate hook cuts the
+// proxies through which a Locker's client reaches the sentinels and the
+// data nodes.
+func sentinelHarness(t *testing.T, cfg redis.Config) conformance.Harness {
 	srv := testenv.NewRedisSentinel(t)
 	admin := failoverClient(t, srv)
 	mk := func(t testing.TB, c *goredis.Client, opts ...locker.Option) (locker.Locker, error) {
-		return redis.Config{Replicas: 1}.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
+		return cfg.New(c, append([]locker.Option{locker.WithTTL(testTTL)}, opts...)...)
 	}
 	var reps redistest.Replicas
-	conformance.Run(t, conformance.Harness{
+	return conformance.Harness{
 		TTL:         testTTL,
 		MultiAtomic: true, // one script on the primary
 		NewLocker: func(t testing.TB) locker.Locker {
@@ -372,7 +395,7 @@ func TestConformanceSentinel(t *testing.T) {
 		},
 		Busy:        reps.Busy(admin),
 		MaxKeyBytes: redis.MaxKeyBytes,
-	})
+	}
 }
 
 // mustParse parses a URL the test wrote.

@@ -35,6 +35,11 @@ func allowances() []allowance {
 		"integration/redis TestConformanceOpen",
 		"integration/redis TestConformanceOwnClient",
 	}
+	// The Redis harnesses of a Sentinel deployment (with Config.Replicas).
+	redisSentinel := []string{
+		"integration/redis/sentinel TestConformanceSentinel",
+		"integration/redis/sentinel TestConformanceSentinelOwnClient",
+	}
 	// The harnesses of the other backends: one server, or a cluster the
 	// client reaches as one.
 	oneServer := []string{
@@ -89,7 +94,7 @@ func allowances() []allowance {
 				"(mysql package doc, Limits)",
 		},
 		{
-			harnesses: []string{"integration/redis/sentinel TestConformanceSentinel"},
+			harnesses: redisSentinel,
 			cases:     []string{"FencingAfterRestart", "LockRidesOutRestart"},
 			message:   "Harness.Restart is nil",
 			reason: "a Sentinel deployment's data nodes down for longer than the sentinels' down-after " +
@@ -110,11 +115,10 @@ func allowances() []allowance {
 			reason:    "without LOCKER_ETCD_ENDPOINTS there is no external cluster; TestConformance/embedded runs the suite",
 		},
 		{
-			harnesses: []string{
+			harnesses: slices.Concat([]string{
 				"integration/redis/redlock TestConformanceRedlock3",
 				"integration/redis/redlock TestConformanceRedlock5",
-				"integration/redis/sentinel TestConformanceSentinel",
-			},
+			}, redisSentinel),
 			cases:   []string{""},
 			message: "needs a server binary, which LOCKER_TESTENV=docker excludes",
 			reason: "Redlock masters and a Sentinel deployment come from redis-server binaries only; " +
@@ -130,7 +134,7 @@ func allowances() []allowance {
 			reason:  "Redlock has no forced unlock: ForceUnlock answers errors.ErrUnsupported",
 		},
 		{
-			harnesses: slices.Concat(redisSingle, oneServer, []string{"integration/redis/sentinel TestConformanceSentinel"}),
+			harnesses: slices.Concat(redisSingle, oneServer, redisSentinel),
 			cases:     []string{"RefusedStraggler"},
 			message:   "Harness.Slow is nil",
 			reason: "one server (or one primary, or one Cluster node per key, or a consensus leader the client follows) " +
