@@ -14,9 +14,9 @@ func TestEarlyRegisterAllocatesNothing(t *testing.T) {
 	_, d := newTestLocker(t, newClient(t, storeenv.Redis(t).Addr()))
 	key := lockKey(uniqueKey(t))
 	n := testing.AllocsPerRun(100, func() {
-		w, cancel, err := d.notify.register(key, "owner", true)
-		if w != nil || cancel != nil || err != nil {
-			t.Fatalf("an early registration on a key nobody subscribed returned waiter %v, cancel %v, error %v; want none", w, cancel != nil, err)
+		w, reg, err := d.notify.register(key, "owner", true)
+		if w != nil || reg != nil || err != nil {
+			t.Fatalf("an early registration on a key nobody subscribed returned waiter %v, registration %v, error %v; want none", w, reg != nil, err)
 		}
 	})
 	if n != 0 {
