@@ -54,8 +54,9 @@ type deferrals struct {
 	// order of their releases, which is the order of their due times:
 	// one timer of the Locker's, armed while any is pending, runs them
 	// (fire). A deferral retaken in full stays there, with no keys, until
-	// it is due. A timer per release was most of a release's own CPU
-	// outside its script call (docs/benchmarks.md).
+	// it is due, unless nothing is owed at all: then the timer stops. A
+	// new timer per release was most of a release's own CPU outside its
+	// script call (docs/benchmarks.md).
 	pending []*deferral
 	timer   *time.Timer
 	armed   bool
@@ -220,6 +221,14 @@ func (d *redisDriver) retaken(reqs []driver.Request) {
 			delete(df.owed, r.Key)
 			f.drop(r.Key)
 		}
+	}
+	if len(df.owed) == 0 && df.armed {
+		// Nothing is owed: the timer would fire for nothing, and wake
+		// the process to do so.
+		df.timer.Stop()
+		df.armed = false
+		clear(df.pending)
+		df.pending = df.pending[:0]
 	}
 }
 

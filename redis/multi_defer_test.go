@@ -60,8 +60,9 @@ func TestUnfairDeferredWakeUpNotRetaken(t *testing.T) {
 
 // TestUnfairDeferredWakeUpAfterARetakenOne checks that a deferred wake-up
 // still comes when the one deferred before it was retaken: the Locker's one
-// timer (multi_defer.go), firing for the retaken deferral, arms itself again
-// for the next one. The wait would try again by itself only after TTL/3.
+// timer (multi_defer.go), stopped when the retake left nothing owed, is
+// armed again for the next one. The wait would try again by itself only
+// after TTL/3.
 func TestUnfairDeferredWakeUpAfterARetakenOne(t *testing.T) {
 	const grace = 200 * time.Millisecond
 	s := startDeferred(t, grace)
