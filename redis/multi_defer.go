@@ -55,8 +55,9 @@ type deferrals struct {
 	// one timer of the Locker's, armed while any is pending, runs them
 	// (fire). A deferral retaken in full stays there, with no keys, until
 	// it is due, unless nothing is owed at all: then the timer stops. A
-	// new timer per release was most of a release's own CPU outside its
-	// script call (docs/benchmarks.md).
+	// new timer per release (two allocations, with its start and stop) was
+	// most of a release's own CPU outside its script call
+	// (docs/benchmarks.md).
 	pending []*deferral
 	timer   *time.Timer
 	armed   bool
