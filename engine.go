@@ -156,7 +156,11 @@ type engine struct {
 	// attempts and of Unlock's releases for reuse.
 	tryCalls     callPool[tryArgs, tryOutcome]
 	releaseCalls callPool[releaseArgs, struct{}]
-	stop         chan struct{} // closed by Close to stop the watchdog and the workers
+	// multiCalls and releaseAllCalls do the same for LockMulti's
+	// attempts and MultiLock.Unlock's releases.
+	multiCalls      callPool[takeMultiArgs, multiOutcome]
+	releaseAllCalls callPool[releaseAllArgs, []error]
+	stop            chan struct{} // closed by Close to stop the watchdog and the workers
 	// closedDone is closed from the start: the Done of every hold that ended
 	// before anyone asked for its own channel (see hold.doneChan).
 	closedDone chan struct{}

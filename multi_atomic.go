@@ -96,7 +96,8 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 		a, err = e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl)
 	} else {
 		hs := holds // not captured by reference: holds stays on the stack
-		a, err, gone = detached(e, ctx, cctx, func() (multiOutcome, error) { return e.takeMulti(cctx, ma, reqs, skeys, wait, lc.ttl) },
+		at := takeMultiArgs{e: e, ctx: cctx, ma: ma, reqs: reqs, skeys: skeys, wait: wait, ttl: lc.ttl}
+		a, err, gone = detachedWith(e, &e.multiCalls, true, ctx, cctx, takeMultiArgs.run, at,
 			func() func(multiOutcome, error) {
 				return func(a multiOutcome, err error) {
 					// The caller has returned: give back what the attempt took.
@@ -161,6 +162,21 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	}
 	e.observeMulti(ctx, keys, start, wait, locks, nil)
 	return locks, false, nil
+}
+
+// takeMultiArgs is the arguments of one detached takeMulti of tryMulti.
+type takeMultiArgs struct {
+	e     *engine
+	ctx   context.Context
+	ma    driver.MultiAcquirer
+	reqs  []driver.Request
+	skeys []string
+	wait  bool
+	ttl   time.Duration
+}
+
+func (a takeMultiArgs) run() (multiOutcome, error) {
+	return a.e.takeMulti(a.ctx, a.ma, a.reqs, a.skeys, a.wait, a.ttl)
 }
 
 // leaveGates gives back the local gates of holds.

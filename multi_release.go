@@ -89,7 +89,8 @@ func (e *engine) unlockAll(ctx context.Context, hs []*hold) []error {
 		// No closures to allocate: detached would run it inline too.
 		res, err = e.releaseAll(cctx, hs, claimed, keep, batch)
 	} else {
-		res, err, gone = detached(e, ctx, cctx, func() ([]error, error) { return e.releaseAll(cctx, hs, claimed, keep, batch) },
+		ra := releaseAllArgs{e: e, ctx: cctx, hs: hs, claimed: claimed, keep: keep, batch: batch}
+		res, err, gone = detachedWith(e, &e.releaseAllCalls, true, ctx, cctx, releaseAllArgs.run, ra,
 			func() func([]error, error) {
 				return func(res []error, err error) {
 					for j, i := range claimed {
@@ -135,6 +136,20 @@ func (e *engine) releaseAll(ctx context.Context, hs []*hold, claimed []int, keep
 		}
 	}
 	return res, nil
+}
+
+// releaseAllArgs is the arguments of one detached releaseAll of unlockAll.
+type releaseAllArgs struct {
+	e       *engine
+	ctx     context.Context
+	hs      []*hold
+	claimed []int
+	keep    []time.Time
+	batch   []driver.Lease
+}
+
+func (a releaseAllArgs) run() ([]error, error) {
+	return a.e.releaseAll(a.ctx, a.hs, a.claimed, a.keep, a.batch)
 }
 
 // errMultiReleases is the error of a driver whose ReleaseMulti returned a

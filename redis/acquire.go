@@ -83,18 +83,14 @@ const pollWindow = 2 * wakeGap
 // its claim window. The queue keeps the order.
 func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	var w *waiter
-	var unregister func()
-	defer func() {
-		if unregister != nil {
-			unregister()
-		}
-	}()
+	var reg *registration
+	defer func() { reg.leave() }()
 	if !d.poll.Load() {
 		// The first attempt may queue, and a hand-over published on a
 		// subscription already active (lingering from an earlier wait)
 		// must find the waiter: register before it in that case only.
 		var err error
-		w, unregister, err = d.notify.register(req.Key, req.Owner, true)
+		w, reg, err = d.notify.register(req.Key, req.Owner, true)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -192,7 +188,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			wait = d.pollDelay(int(seq-1), remaining, min(pollCeiling, refresh))
 		} else {
 			if w == nil {
-				w, unregister, err = d.notify.register(req.Key, req.Owner, false)
+				w, reg, err = d.notify.register(req.Key, req.Owner, false)
 				if err != nil {
 					return driver.Grant{}, d.leave(ctx, req, err)
 				}

@@ -96,11 +96,11 @@ func TestMultiScriptCommands(t *testing.T) {
 	// wait) wakes the first of two waits and records the Locker's next
 	// wait (multi_next.go).
 	for _, k := range keys {
-		cancel, err := a.notify.add(k, newWaiter(""), false)
-		if cancel == nil {
+		var reg registration
+		if ok, err := a.notify.add(k, newWaiter(""), false, &reg); !ok {
 			t.Fatalf("a waiter of the releasing Locker: %v", err)
 		}
-		t.Cleanup(cancel)
+		t.Cleanup(reg.leave)
 	}
 	t.Cleanup(func() { _ = a.Close() })
 	released(b, leases(rb, gb))
@@ -152,11 +152,11 @@ func TestMultiReleaseKeepsWatched(t *testing.T) {
 	t.Cleanup(func() { _ = a.Close() })
 	loadScripts(ctx, t, c, a.multiAcquire, a.multiRelease)
 	for _, k := range keys {
-		cancel, err := a.notify.add(k, newWaiter(""), false)
-		if cancel == nil {
+		var reg registration
+		if ok, err := a.notify.add(k, newWaiter(""), false, &reg); !ok {
 			t.Fatalf("a waiter of the releasing Locker: %v", err)
 		}
-		t.Cleanup(cancel)
+		t.Cleanup(reg.leave)
 	}
 	reqs := func(owner string) []driver.Request { return multiReqs(keys, owner) }
 

@@ -36,10 +36,10 @@ const (
 )
 
 // deferral is the wake-up a release deferred: the store keys (their lock
-// names' owner keys) still owed one.
+// names' owner keys) still owed one, and when it is due.
 type deferral struct {
-	keys  []string
-	timer *time.Timer
+	keys []string
+	due  time.Time
 }
 
 // deferrals are a Locker's deferred wake-ups and streaks, by store key.
@@ -49,6 +49,18 @@ type deferrals struct {
 	streak map[string]time.Time // when the key's streak began
 	grace  time.Duration        // deferGrace when 0 (tests set it)
 	bound  time.Duration        // deferBound when 0 (tests set it)
+
+	// pending are the deferrals not yet due when timer last ran, in the
+	// order of their releases, which is the order of their due times:
+	// one timer of the Locker's, armed while any is pending, runs them
+	// (fire). A deferral retaken in full stays there, with no keys, until
+	// it is due, unless nothing is owed at all: then the timer stops. A
+	// new timer per release (two allocations, with its start and stop) was
+	// most of a release's own CPU outside its script call
+	// (docs/benchmarks.md).
+	pending []*deferral
+	timer   *time.Timer
+	armed   bool
 
 	// The timers' wake-ups run with ctx, which Close cancels, and on wg,
 	// which Close waits for (running of them run now); a wake-up that
@@ -126,28 +138,63 @@ func (d *redisDriver) deferred(keys []string) {
 	if grace == 0 {
 		grace = deferGrace
 	}
-	ctx := df.ctx
-	f.timer = time.AfterFunc(grace, func() {
-		df.mu.Lock()
-		if df.closed {
-			// Close took f's keys, or wakes them.
-			df.mu.Unlock()
-			return
+	f.due = now.Add(grace)
+	df.pending = append(df.pending, f)
+	if !df.armed {
+		df.armed = true
+		if df.timer == nil {
+			df.timer = time.AfterFunc(grace, d.fire)
+		} else {
+			df.timer.Reset(grace)
 		}
-		df.wg.Add(1)
-		df.running++
-		df.mu.Unlock()
-		d.wakeOwed(ctx, f)
-		df.mu.Lock()
-		df.running--
-		df.mu.Unlock()
-		df.wg.Done()
-	})
+	}
 	df.mu.Unlock()
 }
 
-// drop removes key from f's keys, and stops f's timer when none is left.
-// The caller holds the deferrals' lock.
+// fire runs the wake-ups of the deferrals now due that still owe keys,
+// and arms the timer for the next one pending.
+func (d *redisDriver) fire() {
+	df := &d.defers
+	df.mu.Lock()
+	if df.closed {
+		// Close took the keys, or wakes them.
+		df.armed = false
+		df.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	var due []*deferral
+	n := 0
+	for ; n < len(df.pending) && !df.pending[n].due.After(now); n++ {
+		if f := df.pending[n]; len(f.keys) > 0 {
+			due = append(due, f)
+		}
+		df.pending[n] = nil
+	}
+	df.pending = df.pending[n:]
+	if len(df.pending) > 0 {
+		df.timer.Reset(df.pending[0].due.Sub(now))
+	} else {
+		df.armed = false
+	}
+	if len(due) == 0 {
+		df.mu.Unlock()
+		return
+	}
+	ctx := df.ctx
+	df.wg.Add(1)
+	df.running++
+	df.mu.Unlock()
+	for _, f := range due {
+		d.wakeOwed(ctx, f)
+	}
+	df.mu.Lock()
+	df.running--
+	df.mu.Unlock()
+	df.wg.Done()
+}
+
+// drop removes key from f's keys. The caller holds the deferrals' lock.
 func (f *deferral) drop(key string) {
 	for i, k := range f.keys {
 		if k == key {
@@ -155,9 +202,6 @@ func (f *deferral) drop(key string) {
 			f.keys = f.keys[:len(f.keys)-1]
 			break
 		}
-	}
-	if len(f.keys) == 0 && f.timer != nil {
-		f.timer.Stop()
 	}
 }
 
@@ -178,6 +222,14 @@ func (d *redisDriver) retaken(reqs []driver.Request) {
 			delete(df.owed, r.Key)
 			f.drop(r.Key)
 		}
+	}
+	if len(df.owed) == 0 && df.armed {
+		// Nothing is owed: the timer would fire for nothing, and wake
+		// the process to do so.
+		df.timer.Stop()
+		df.armed = false
+		clear(df.pending)
+		df.pending = df.pending[:0]
 	}
 }
 
@@ -220,11 +272,14 @@ func (d *redisDriver) wakeAllOwed(ctx context.Context) {
 	if df.cancel != nil {
 		df.cancel()
 	}
+	if df.timer != nil {
+		df.timer.Stop()
+	}
+	df.armed, df.pending = false, nil
 	var keys []string
 	for _, f := range df.owed {
 		// A deferral owing several keys is here once per key: the first
 		// takes them all.
-		f.timer.Stop()
 		keys = append(keys, f.keys...)
 		f.keys = nil
 	}

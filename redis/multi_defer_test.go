@@ -58,6 +58,32 @@ func TestUnfairDeferredWakeUpNotRetaken(t *testing.T) {
 	s.awaitWait(t, "the deferred wake-up did not come")
 }
 
+// TestUnfairDeferredWakeUpAfterARetakenOne checks that a deferred wake-up
+// still comes when the one deferred before it was retaken: the Locker's one
+// timer (multi_defer.go), stopped when the retake left nothing owed, is
+// armed again for the next one. The wait would try again by itself only
+// after TTL/3.
+func TestUnfairDeferredWakeUpAfterARetakenOne(t *testing.T) {
+	const grace = 200 * time.Millisecond
+	s := startDeferred(t, grace)
+	s.hd.defers.bound = time.Hour // the streak does not end
+	if err := s.hm.Unlock(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	hm, err := locker.TryLockMulti(s.ctx, s.holder, s.keys)
+	if err != nil {
+		// The first wake-up came before the retake (a stalled test
+		// process): the wait took the keys.
+		s.awaitWait(t, "the wait woken by the first deferred release did not return")
+		return
+	}
+	time.Sleep(grace / 2) // the second deferral falls due after the first
+	if err := hm.Unlock(s.ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.awaitWait(t, "the wake-up deferred after a retaken one did not come")
+}
+
 // TestUnfairDeferredStreakEnds checks that an unfair Locker that keeps
 // releasing and taking keys a LockMulti waits for wakes the wait once its
 // streak of deferred releases is deferBound old: the wait gets the keys,

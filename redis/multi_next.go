@@ -30,10 +30,10 @@ var multiGiveUpLua string
 // LockMulti of the keys. Its waiter is registered for every key of the
 // release before the release runs, so that no wake-up is missed.
 type nextWait struct {
-	field   string   // the record, watchField
-	w       waiter   // a LockMulti's: newMultiWaiter
-	keys    []string // the store keys w is registered for
-	cancels []func() // their registrations
+	field   string         // the record, watchField
+	w       waiter         // a LockMulti's: newMultiWaiter
+	keys    []string       // the store keys w is registered for
+	regs    []registration // their registrations, in the order of keys
 	state   atomic.Int32
 	adopted chan struct{} // closed when a LockMulti adopts it
 	// key is the store key the release recorded it with, and bound how
@@ -89,22 +89,20 @@ func (d *redisDriver) park(keys []string) *nextWait {
 	}
 	wid := d.waits.Add(1)
 	field := watchField(d.lid, wid)
-	nw := &nextWait{field: field, w: newMultiWaiter(fieldWid(field)), adopted: make(chan struct{}), keys: keys, cancels: make([]func(), 0, len(keys))}
-	for _, k := range keys {
-		cancel, _ := d.notify.add(k, &nw.w, true)
-		if cancel == nil {
+	nw := &nextWait{field: field, w: newMultiWaiter(fieldWid(field)), adopted: make(chan struct{}), keys: keys, regs: make([]registration, len(keys))}
+	for i, k := range keys {
+		if ok, _ := d.notify.add(k, &nw.w, true, &nw.regs[i]); !ok {
 			nw.leave()
 			return nil
 		}
-		nw.cancels = append(nw.cancels, cancel)
 	}
 	return nw
 }
 
 // leave unregisters nw's waiter.
 func (nw *nextWait) leave() {
-	for _, cancel := range nw.cancels {
-		cancel()
+	for i := range nw.regs {
+		nw.regs[i].leave()
 	}
 }
 

@@ -33,35 +33,38 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 	// The last release of one of the keys may have recorded this wait
 	// already (multi_next.go): then it waits before its first attempt.
 	w, adopted := d.adoptNext(reqs, call)
-	cancels := make([]func(), len(reqs))
+	// regs[i] is the registration of w for reqs[i]'s key: the adopted
+	// wait's, or one of own once join made it.
+	regs := make([]*registration, len(reqs))
+	own := make([]registration, len(reqs))
 	if adopted != nil {
 		for k, key := range adopted.keys {
 			if i := slices.IndexFunc(reqs, func(r driver.Request) bool { return r.Key == key }); i >= 0 {
-				cancels[i] = adopted.cancels[k]
+				regs[i] = &adopted.regs[k]
 			} else {
-				adopted.cancels[k]()
+				adopted.regs[k].leave()
 			}
 		}
 	}
 	defer func() {
-		for _, cancel := range cancels {
-			if cancel != nil {
-				cancel()
-			}
+		for _, r := range regs {
+			r.leave()
 		}
 	}()
 	join := func(early bool) error {
 		for i, r := range reqs {
-			if cancels[i] != nil || d.poll.Load() {
+			if regs[i] != nil || d.poll.Load() {
 				continue
 			}
-			cancel, err := d.notify.add(r.Key, w, early)
+			ok, err := d.notify.add(r.Key, w, early, &own[i])
 			if err != nil {
 				return err
 			}
-			cancels[i] = cancel
-			if !early && cancel != nil {
-				d.notify.held(r.Key)
+			if ok {
+				regs[i] = &own[i]
+				if !early {
+					d.notify.held(r.Key)
+				}
 			}
 		}
 		return nil

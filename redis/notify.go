@@ -98,6 +98,9 @@ type waiter struct {
 	// (takeFreed).
 	wid   string
 	freed []freedRecord
+	// reg is a Lock's registration (register): a LockMulti's waiter has
+	// one per key in its caller's hands instead.
+	reg registration
 }
 
 // freedRecord is a LockMulti's record that a release consumed: the store
@@ -188,7 +191,8 @@ func newNotifier(client Client, logger *slog.Logger, refused func(error), lid st
 // register registers a waiter of owner for store key. Its wake channel
 // receives a value whenever the key may have become free or was handed over
 // to owner, its claimed channel the claim window of a hand-over to another
-// waiter; cancel unregisters it. Neither blocks on the network.
+// waiter; its registration's leave unregisters it. Neither blocks on the
+// network.
 //
 // With early set, it registers only when the key's channel is subscribed
 // already (a hand-over could then arrive before the caller's next step) and
@@ -196,16 +200,16 @@ func newNotifier(client Client, logger *slog.Logger, refused func(error), lid st
 // subscribed already, the caller may have missed a hand-over before
 // registering, and the waiter starts woken. After disable it returns a nil
 // waiter: the caller polls.
-func (n *notifier) register(key, owner string, early bool) (*waiter, func(), error) {
+func (n *notifier) register(key, owner string, early bool) (*waiter, *registration, error) {
 	if early && !n.subscribedOrClosed(key) {
 		return nil, nil, nil // the common case of an uncontended Lock: no allocation
 	}
 	w := newWaiter(owner)
-	cancel, err := n.add(key, w, early)
-	if cancel == nil {
+	ok, err := n.add(key, w, early, &w.reg)
+	if !ok {
 		return nil, nil, err
 	}
-	return w, cancel, nil
+	return w, &w.reg, nil
 }
 
 // subscribedOrClosed reports whether add may register an early waiter for
@@ -220,21 +224,22 @@ func newWaiter(owner string) *waiter {
 	return &waiter{owner: owner, wake: make(chan struct{}, 1), claimed: make(chan time.Duration, 1)}
 }
 
-// add registers w for store key, as register does for a new waiter; one
-// waiter may wait for several keys. It returns a nil cancel when it did not
-// register w (early and no subscription, or after disable).
-func (n *notifier) add(key string, w *waiter, early bool) (func(), error) {
+// add registers w for store key in r, as register does for a new waiter;
+// one waiter may wait for several keys, with a registration for each. It
+// reports whether it registered w (not when early and no subscription, nor
+// after disable); r.leave unregisters it then. r must be unused or left.
+func (n *notifier) add(key string, w *waiter, early bool, r *registration) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return nil, errNotifierClosed
+		return false, errNotifierClosed
 	}
 	if n.disabled {
-		return nil, nil
+		return false, nil
 	}
 	s := n.subs[key]
 	if s == nil && early {
-		return nil, nil
+		return false, nil
 	}
 	if s == nil {
 		s = &subscription{key: key, waiters: make(map[*waiter]struct{}, 1)}
@@ -251,18 +256,41 @@ func (n *notifier) add(key string, w *waiter, early bool) (func(), error) {
 		}
 	}
 	s.waiters[w] = struct{}{}
-	var once sync.Once
-	cancel := func() {
-		once.Do(func() { n.leave(key, s, w) })
-	}
-	return cancel, nil
+	*r = registration{n: n, key: key, s: s, w: w, on: true}
+	return true, nil
 }
 
-// leave unregisters a waiter; the channel is unsubscribed (by the writer)
-// once it has had no waiters for the linger time.
-func (n *notifier) leave(key string, s *subscription, w *waiter) {
+// registration is one registration of a waiter for one key (add). It lives
+// in its waiter or its caller's slice: a wait allocates nothing for it.
+type registration struct {
+	n   *notifier
+	key string
+	s   *subscription
+	w   *waiter
+	on  bool // registered and not left, guarded by n.mu
+}
+
+// leave unregisters r's waiter for r's key, once: a later call, or one on
+// a registration add did not make, does nothing. It may be called from any
+// goroutine that add's return reached.
+func (r *registration) leave() {
+	if r == nil || r.n == nil {
+		return
+	}
+	n := r.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !r.on {
+		return
+	}
+	r.on = false
+	n.leaveLocked(r.key, r.s, r.w)
+}
+
+// leaveLocked unregisters a waiter; the channel is unsubscribed (by the
+// writer) once it has had no waiters for the linger time. n.mu must be
+// held.
+func (n *notifier) leaveLocked(key string, s *subscription, w *waiter) {
 	delete(s.waiters, w)
 	if len(s.waiters) > 0 {
 		return

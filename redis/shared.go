@@ -547,7 +547,7 @@ func (d *redisDriver) Subscribe(ctx context.Context, key string) (<-chan struct{
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	w, unregister, err := d.notify.register(key, "", false)
+	w, reg, err := d.notify.register(key, "", false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -555,5 +555,5 @@ func (d *redisDriver) Subscribe(ctx context.Context, key string) (<-chan struct{
 		return nil, func() {}, nil
 	}
 	d.notify.held(key)
-	return w.wake, unregister, nil
+	return w.wake, reg.leave, nil
 }
