@@ -14,7 +14,6 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/conformance"
-	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/testenv"
 	"github.com/golocker/locker/zookeeper"
 )
@@ -133,28 +132,20 @@ func (e *env) children(tb testing.TB, key string) []string {
 	return c
 }
 
-// awaitQueued waits until key's queue holds at least n nodes, failing
-// the test with what when ctx ends first: a waiter that returned at
-// once (its session expired on a loaded machine, say) never queues.
-func (e *env) awaitQueued(ctx context.Context, tb testing.TB, key string, n int, what string) {
-	tb.Helper()
-	_ = e.awaitQueuedHeld(ctx, tb, key, n, what, nil)
-}
-
-// awaitQueuedHeld is awaitQueued while holder (nil: none) holds key. It
-// returns holder's loss when no renewal came back in time
-// (rerun.StarvedLoss: the holder's node goes, and the queue may never
-// grow), and fails tb when holder was lost otherwise.
-func (e *env) awaitQueuedHeld(ctx context.Context, tb testing.TB, key string, n int, what string, holder locker.Lock) error {
+// awaitQueued waits until key's queue holds at least n nodes while
+// holder holds key, failing the test with what when ctx ends first: a
+// waiter that returned at once (its session expired on a loaded machine,
+// say) never queues. It returns holder's loss when no renewal came back
+// in time (rerun.StarvedLoss: the holder's node goes, and the queue may
+// never grow), and fails tb when holder was lost otherwise.
+func (e *env) awaitQueued(ctx context.Context, tb testing.TB, key string, n int, what string, holder locker.Lock) error {
 	tb.Helper()
 	for len(e.children(tb, key)) < n {
-		if holder != nil {
-			if lost := holder.Err(); lost != nil {
-				if starved := rerun.StarvedLoss(lost, locker.ErrLost, locker.ErrNoRenewal); starved != nil {
-					return starved
-				}
-				tb.Fatalf("%s: the holder lost its lock: %v", what, lost)
+		if lost := holder.Err(); lost != nil {
+			if starved := starvedLoss(holder); starved != nil {
+				return starved
 			}
+			tb.Fatalf("%s: the holder lost its lock: %v", what, lost)
 		}
 		select {
 		case <-ctx.Done():

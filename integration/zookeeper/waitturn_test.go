@@ -74,9 +74,8 @@ func goneWaitersRound(ctx context.Context, t *testing.T, e *env, key string) err
 		t.Fatal(err)
 	}
 	defer func() { _ = holder.Unlock(ctx) }()
-	// starved is the holder's loss to renewals that never came back: a
-	// grant to a waiter then says nothing.
-	starved := func() error { return rerun.StarvedLoss(holder.Err(), locker.ErrLost, locker.ErrNoRenewal) }
+	// A grant to a waiter says nothing once the holder starved.
+	starved := func() error { return starvedLoss(holder) }
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Two waiters queue, and a third behind them.
@@ -95,7 +94,7 @@ func goneWaitersRound(ctx context.Context, t *testing.T, e *env, key string) err
 			}
 			gaveUp[i] <- err
 		}()
-		if err := e.awaitQueuedHeld(ctx, t, key, i+2, fmt.Sprintf("waiter %d never queued", i), holder); err != nil {
+		if err := e.awaitQueued(ctx, t, key, i+2, fmt.Sprintf("waiter %d never queued", i), holder); err != nil {
 			return err
 		}
 	}
@@ -118,7 +117,7 @@ func goneWaitersRound(ctx context.Context, t *testing.T, e *env, key string) err
 			_ = lastLock.Unlock(ctx)
 		}
 	}()
-	if err := e.awaitQueuedHeld(ctx, t, key, 4, "the last waiter never queued", holder); err != nil {
+	if err := e.awaitQueued(ctx, t, key, 4, "the last waiter never queued", holder); err != nil {
 		return err
 	}
 	queue := sortedQueue(t, e, key)
@@ -228,7 +227,7 @@ func longWaitRound(ctx context.Context, t *testing.T, e *env, key string) error 
 			lk, err = l.Lock(ctx, key)
 			waiter <- err
 		}()
-		starved := e.awaitQueuedHeld(ctx, t, key, 2, "the waiter never queued", holder)
+		starved := e.awaitQueued(ctx, t, key, 2, "the waiter never queued", holder)
 		if starved == nil {
 			time.Sleep(hold)
 		}
@@ -243,7 +242,7 @@ func longWaitRound(ctx context.Context, t *testing.T, e *env, key string) error 
 			return starved
 		}
 		if unlocked != nil {
-			if starved := rerun.StarvedLoss(prev.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+			if starved := starvedLoss(prev); starved != nil {
 				return starved
 			}
 			t.Fatalf("the holder's Unlock after %v: %v", hold, unlocked)
@@ -258,7 +257,7 @@ func longWaitRound(ctx context.Context, t *testing.T, e *env, key string) error 
 		}
 		select {
 		case <-lk.Done():
-			if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+			if starved := starvedLoss(lk); starved != nil {
 				return starved
 			}
 			t.Fatalf("after a wait of %v the lock was lost at once: %v", hold, lk.Err())
