@@ -24,10 +24,6 @@ func TestHandedOverLockIsRenewed(t *testing.T) {
 	holder, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	waiter, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
 	other, _ := newTestLocker(t, newClient(t, srv.Addr()), locker.WithTTL(ttl))
-	// starved is lk's loss to renewals that never came back.
-	starved := func(lk locker.Lock) error {
-		return rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal)
-	}
 	rerun.Starved(t, 3, func(int) error {
 		key := uniqueKey(t)
 		for round := range 3 {
@@ -51,7 +47,7 @@ func TestHandedOverLockIsRenewed(t *testing.T) {
 			}
 			if unlocked != nil {
 				_ = wl.Unlock(ctx)
-				if s := starved(lk); s != nil {
+				if s := starvedLoss(lk); s != nil {
 					return s
 				}
 				t.Fatal(unlocked)
@@ -60,7 +56,7 @@ func TestHandedOverLockIsRenewed(t *testing.T) {
 				time.Sleep(250 * time.Millisecond)
 				select {
 				case <-wl.Done():
-					if s := starved(wl); s != nil {
+					if s := starvedLoss(wl); s != nil {
 						return s
 					}
 					t.Fatalf("round %d: the handed-over lock was lost: %v", round, wl.Err())
@@ -68,14 +64,14 @@ func TestHandedOverLockIsRenewed(t *testing.T) {
 				}
 				if ol, err := other.TryLock(ctx, key); err == nil {
 					_ = ol.Unlock(ctx)
-					if s := starved(wl); s != nil {
+					if s := starvedLoss(wl); s != nil {
 						return s
 					}
 					t.Fatalf("round %d: another Locker got the key while the handed-over lock was held", round)
 				}
 			}
 			if err := wl.Unlock(ctx); err != nil {
-				if s := starved(wl); s != nil {
+				if s := starvedLoss(wl); s != nil {
 					return s
 				}
 				t.Fatalf("round %d: %v", round, err)

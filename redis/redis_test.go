@@ -450,6 +450,13 @@ func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 	}
 }
 
+// starvedLoss returns lk's loss when no renewal came back in time
+// (rerun.StarvedLoss: a round says nothing, and runs again), and nil
+// otherwise.
+func starvedLoss(lk locker.Lock) error {
+	return rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal)
+}
+
 // TestNoScriptFallback flushes the server's script cache under a Locker:
 // acquire, renew (pipelined) and release fall back to EVAL and keep working.
 // A round in which the lock was lost only because no renewal came back in
@@ -484,10 +491,6 @@ func TestNoScriptFallback(t *testing.T) {
 	// back in time says nothing, and runs again on a key of its own.
 	rerun.Starved(t, 3, func(int) error {
 		key := uniqueKey(t)
-		// starved is lk's loss to renewals that never came back.
-		starved := func(lk locker.Lock) error {
-			return rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal)
-		}
 		// The server is shared with other packages' tests, whose own EVAL
 		// may load a script again between the flush and our call: flush
 		// until one of our calls had to fall back.
@@ -505,7 +508,7 @@ func TestNoScriptFallback(t *testing.T) {
 				t.Fatalf("no EVAL was sent after SCRIPT FLUSH in %d attempts; the fallback was not exercised", attempt+1)
 			}
 			if err := lk.Unlock(ctx); err != nil {
-				if s := starved(lk); s != nil {
+				if s := starvedLoss(lk); s != nil {
 					return s
 				}
 				t.Fatal(err)
@@ -517,7 +520,7 @@ func TestNoScriptFallback(t *testing.T) {
 			before := hook.evals.Load()
 			time.Sleep(ttl) // renewals every TTL/3
 			if err := lk.Err(); err != nil {
-				if s := starved(lk); s != nil {
+				if s := starvedLoss(lk); s != nil {
 					return s
 				}
 				t.Fatalf("lock lost across renewals after SCRIPT FLUSH: %v", err)
@@ -532,7 +535,7 @@ func TestNoScriptFallback(t *testing.T) {
 
 		flush()
 		if err := lk.Unlock(ctx); err != nil {
-			if s := starved(lk); s != nil {
+			if s := starvedLoss(lk); s != nil {
 				return s
 			}
 			t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
@@ -890,15 +893,14 @@ func renewalRoundTrips(t *testing.T, addr string) error {
 	time.Sleep(3 * ttl)
 	var starved error
 	for _, lk := range locks {
-		err := lk.Err()
-		if err == nil {
+		if lk.Err() == nil {
 			continue
 		}
-		if s := rerun.StarvedLoss(err, locker.ErrLost, locker.ErrNoRenewal); s != nil {
+		if s := starvedLoss(lk); s != nil {
 			starved = s
 			continue
 		}
-		t.Fatalf("lock lost: %v", err)
+		t.Fatalf("lock lost: %v", lk.Err())
 	}
 	if starved != nil {
 		return starved
