@@ -435,7 +435,7 @@ func failedReleaseIsCleaned(t *testing.T, f *fleet, eps []string) error {
 	// shared lease shows only at a's next keep-alive, within a TTL/3.
 	select {
 	case <-kl.Done():
-		if starved := rerun.StarvedLoss(kl.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+		if starved := starvedLoss(kl); starved != nil {
 			return starved
 		}
 		t.Errorf("the other lock of the Locker was lost: %v", kl.Err())

@@ -238,7 +238,7 @@ func authenticatedACLRound(t *testing.T, holder, waiter locker.Locker, admin, an
 	parent := zookeeper.QueuePath(root, key)
 	var queue []string
 	for deadline := time.Now().Add(20 * time.Second); len(queue) < 2; time.Sleep(10 * time.Millisecond) {
-		if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+		if starved := starvedLoss(lk); starved != nil {
 			return starved
 		}
 		if queue, _, err = admin.Children(parent); err != nil || time.Now().After(deadline) {

@@ -132,18 +132,28 @@ func (e *env) children(tb testing.TB, key string) []string {
 	return c
 }
 
-// awaitQueued waits until key's queue holds at least n nodes, failing
-// the test with what when ctx ends first: a waiter that returned at
-// once (its session expired on a loaded machine, say) never queues.
-func (e *env) awaitQueued(ctx context.Context, tb testing.TB, key string, n int, what string) {
+// awaitQueued waits until key's queue holds at least n nodes while
+// holder holds key, failing the test with what when ctx ends first: a
+// waiter that returned at once (its session expired on a loaded machine,
+// say) never queues. It returns holder's loss when no renewal came back
+// in time (rerun.StarvedLoss: the holder's node goes, and the queue may
+// never grow), and fails tb when holder was lost otherwise.
+func (e *env) awaitQueued(ctx context.Context, tb testing.TB, key string, n int, what string, holder locker.Lock) error {
 	tb.Helper()
 	for len(e.children(tb, key)) < n {
+		if lost := holder.Err(); lost != nil {
+			if starved := starvedLoss(holder); starved != nil {
+				return starved
+			}
+			tb.Fatalf("%s: the holder lost its lock: %v", what, lost)
+		}
 		select {
 		case <-ctx.Done():
 			tb.Fatalf("%s: key %q's queue holds %d nodes, want %d: %v", what, key, len(e.children(tb, key)), n, context.Cause(ctx))
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	return nil
 }
 
 // deleteBehind deletes every node of key's queue.

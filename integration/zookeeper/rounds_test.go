@@ -35,10 +35,16 @@ func (f findings) settle(ctx context.Context, t *testing.T, lk locker.Lock) erro
 		t.Fatalf("the holder lost its lock: %v", lost)
 	}
 	if err := lk.Unlock(ctx); err != nil {
-		if starved := rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal); starved != nil {
+		if starved := starvedLoss(lk); starved != nil {
 			return starved
 		}
 		t.Fatalf("Unlock: %v", err)
 	}
 	return nil
+}
+
+// starvedLoss returns lk's loss when no renewal came back in time
+// (rerun.StarvedLoss), and nil otherwise.
+func starvedLoss(lk locker.Lock) error {
+	return rerun.StarvedLoss(lk.Err(), locker.ErrLost, locker.ErrNoRenewal)
 }
