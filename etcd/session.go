@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/golocker/locker"
 )
 
 // session is one etcd lease of the Locker. Fields are guarded by
@@ -180,7 +182,7 @@ func (d *etcdDriver) flushOrphans(ctx context.Context, s *session) error {
 	todo := s.orphans
 	d.mu.Unlock()
 	for _, st := range lost {
-		st.lost(errors.New("etcd: no successful renewal before the lock's deadline"))
+		st.lost(fmt.Errorf("etcd: %w", locker.ErrNoRenewal))
 	}
 	for len(todo) > 0 {
 		n := min(len(todo), batchOps)
