@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	sqldriver "database/sql/driver"
 	"errors"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/residuetest"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -54,26 +54,7 @@ func TestUnsentStatementLeavesNoResidue(t *testing.T) {
 	d := pollDriver(t, ctx, db, DefaultTable, ttl)
 	req := driver.Request{Key: t.Name() + "-" + rand.Text(), Owner: rand.Text(), TTL: ttl}
 
-	refuse.Store(true)
-	_, err = d.TryAcquire(ctx, req)
-	refuse.Store(false)
-	if refused.Load() == 0 {
-		t.Fatalf("TryAcquire = %v without executing a statement: the test did not run as it means", err)
-	}
-	if !errors.Is(err, sqldriver.ErrBadConn) {
-		t.Fatalf("TryAcquire = %v; want database/sql's driver.ErrBadConn after its tries", err)
-	}
-	var r *driver.Residue
-	if errors.As(err, &r) {
-		t.Fatalf("TryAcquire = %v carries a Residue; a statement never sent needs no undo", err)
-	}
-	g, err := d.TryAcquire(ctx, req)
-	if err != nil {
-		t.Fatalf("TryAcquire of the free key once statements reach the server: %v", err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: ttl, State: g.State}); err != nil {
-		t.Fatal(err)
-	}
+	residuetest.Unsent(ctx, t, d, req, &refuse, &refused)
 }
 
 // comStmtExecute is the command byte of a prepared statement's execution

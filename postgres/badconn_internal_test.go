@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/residuetest"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -49,26 +49,7 @@ func TestUnsentStatementLeavesNoResidue(t *testing.T) {
 	d := testDriver(ctx, t, newDBQuerier(db))
 	req := driver.Request{Key: fmt.Sprintf("unsent/%x", rand.Uint64()), Owner: fmt.Sprintf("unsent.%x", rand.Uint64()), TTL: sharedTTL}
 
-	refuse.Store(true)
-	_, err = d.TryAcquire(ctx, req)
-	refuse.Store(false)
-	if refused.Load() == 0 {
-		t.Fatalf("TryAcquire = %v without preparing a statement: the test did not run as it means", err)
-	}
-	if !errors.Is(err, sqldriver.ErrBadConn) {
-		t.Fatalf("TryAcquire = %v; want database/sql's driver.ErrBadConn after its tries", err)
-	}
-	var r *driver.Residue
-	if errors.As(err, &r) {
-		t.Fatalf("TryAcquire = %v carries a Residue; a statement never sent needs no undo", err)
-	}
-	g, err := d.TryAcquire(ctx, req)
-	if err != nil {
-		t.Fatalf("TryAcquire of the free key once statements reach the server: %v", err)
-	}
-	if err := d.Release(ctx, driver.Lease{Key: req.Key, Owner: req.Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
-		t.Fatal(err)
-	}
+	residuetest.Unsent(ctx, t, d, req, &refuse, &refused)
 }
 
 // unsentConn is a connection to the server whose writes that begin with
