@@ -283,7 +283,7 @@ func (e *engine) lock(ctx context.Context, op, key string, wait bool, share *dri
 			return nil, e.waitErr(op, key, ctx, err, nil)
 		}
 	}
-	req := driver.Request{Key: skey, Label: e.cfg.label, Data: lc.data, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+	req := driver.Request{Key: skey, Label: e.cfg.label, Data: lc.data, TTL: lc.ttl, Lost: h.driverLost}
 	if e.perLockTTL {
 		// The key outlives a crash of its holder until its MinHold ends.
 		req.TTL = max(lc.ttl, lc.minHold)
@@ -868,6 +868,15 @@ func (h *hold) lost(cause error) bool {
 	// lease: the token is read from its own atomic.
 	h.e.cfg.logger.Warn("locker: lock lost", "backend", h.e.name, "key", h.key, "token", h.token.Load(), "err", cause)
 	return true
+}
+
+// driverLost is the driver.Request.Lost callback: lost, unless the lock
+// is past its local deadline or its MaxHold end. Then it was lost there,
+// whatever the driver learnt since (a stalled process whose driver ran
+// before the watchdog), and ends as the watchdog would have ended it.
+func (h *hold) driverLost(cause error) {
+	h.overdue()
+	h.lost(cause)
 }
 
 // handle is the Lock the engine hands out.

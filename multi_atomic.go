@@ -80,7 +80,7 @@ func (e *engine) tryMulti(ctx context.Context, op string, keys []string, wait bo
 	reqs := make([]driver.Request, len(keys))
 	for i := range holds {
 		h := &holds[i]
-		reqs[i] = driver.Request{Key: skeys[i], Label: e.cfg.label, TTL: lc.ttl, Lost: func(cause error) { h.lost(cause) }}
+		reqs[i] = driver.Request{Key: skeys[i], Label: e.cfg.label, TTL: lc.ttl, Lost: h.driverLost}
 		if e.perLockTTL {
 			reqs[i].TTL = max(lc.ttl, lc.minHold)
 		}
