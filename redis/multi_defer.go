@@ -54,10 +54,8 @@ type deferrals struct {
 	// order of their releases, which is the order of their due times:
 	// one timer of the Locker's, armed while any is pending, runs them
 	// (fire). A deferral retaken in full stays there, with no keys, until
-	// it is due, unless nothing is owed at all: then the timer stops. A
-	// new timer per release (two allocations, with its start and stop) was
-	// most of a release's own CPU outside its script call
-	// (docs/benchmarks.md).
+	// it is due, unless nothing is owed at all: then the timer stops
+	// (docs/design.md says why one timer, not one per release).
 	pending []*deferral
 	timer   *time.Timer
 	armed   bool
