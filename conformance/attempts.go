@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/stall"
 )
 
 // caseAttempts is how many times Run runs a case at most. A failed attempt
-// runs again only when the test process stalled while it ran (stallWatch):
+// runs again only when the test process stalled while it ran (stall.Watch):
 // a machine too busy to run a Locker's renewals in time loses its locks,
 // as the contract allows, and such an attempt says nothing of the Locker.
 // A case that fails without a stall fails at once.
@@ -23,7 +24,7 @@ const caseAttempts = 3
 // runCase runs tc on t: each attempt in a goroutine of its own with a
 // recorder, bounded by watchCase, then what the last attempt reported goes
 // to t. The earlier attempts' reports are logged.
-func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
+func runCase(t *testing.T, h Harness, tc testCase, stalls *stall.Watch) {
 	t.Helper()
 	ct := newCaseTB(t)
 	attempt := func() *recorder {
@@ -32,7 +33,7 @@ func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 		watchCase(c, rec, tc.run)
 		return rec
 	}
-	rec := attempts(caseAttempts, attempt, t.Failed, stalls.longest, t.Logf)
+	rec := attempts(caseAttempts, attempt, t.Failed, stalls.Longest, t.Logf)
 	rec.replay(t)
 }
 
@@ -237,65 +238,4 @@ func (r *recorder) firstError() string {
 		}
 	}
 	return ""
-}
-
-// stallWatch records when the test process stalled: a timer of its own
-// that fired later than its schedule by more than a margin, as a Locker's
-// renewal would have.
-type stallWatch struct {
-	mu     sync.Mutex
-	stalls []stall
-	done   chan struct{}
-	once   sync.Once
-}
-
-// stall is one late firing of a stallWatch's timer: from when it was
-// scheduled to when it fired.
-type stall struct{ from, to time.Time }
-
-// watchStalls starts a stallWatch with a timer every every, which records
-// a stall when it fires more than over late. Stop it with stop.
-func watchStalls(every, over time.Duration) *stallWatch {
-	w := &stallWatch{done: make(chan struct{})}
-	go func() {
-		timer := time.NewTimer(every)
-		defer timer.Stop()
-		prev := time.Now()
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-timer.C:
-			}
-			now := time.Now()
-			if now.Sub(prev)-every > over {
-				w.mu.Lock()
-				w.stalls = append(w.stalls, stall{prev.Add(every), now})
-				w.mu.Unlock()
-			}
-			prev = now
-			timer.Reset(every)
-		}
-	}()
-	return w
-}
-
-// stop ends the watch's timer; it may be called more than once.
-func (w *stallWatch) stop() { w.once.Do(func() { close(w.done) }) }
-
-// longest returns the longest stall that overlapped the time from from to
-// to, or 0; a nil stallWatch measures none.
-func (w *stallWatch) longest(from, to time.Time) time.Duration {
-	if w == nil {
-		return 0
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var d time.Duration
-	for _, s := range w.stalls {
-		if s.from.Before(to) && s.to.After(from) {
-			d = max(d, s.to.Sub(s.from))
-		}
-	}
-	return d
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/stall"
 )
 
 // defaultSlack is added to every TTL-based deadline of Run: time for a busy
@@ -48,8 +49,8 @@ func Run(t *testing.T, h Harness) {
 	}
 	// The parallel cases run after Run returns: the watch stops when the
 	// last one has ended.
-	stalls := watchStalls(stallEvery(h.TTL), stallOver(h.TTL))
-	t.Cleanup(stalls.stop)
+	stalls := stall.ForTTL(h.TTL)
+	t.Cleanup(stalls.Stop)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.serial {
@@ -58,17 +59,6 @@ func Run(t *testing.T, h Harness) {
 			runCase(t, h, tc, stalls)
 		})
 	}
-}
-
-// stallEvery is how often Run's stallWatch checks the process, and
-// stallOver how late its timer may fire before it counts a stall: a
-// twentieth of the TTL, half of the margin a Locker keeps before its
-// local deadline.
-func stallEvery(ttl time.Duration) time.Duration {
-	return clamp(ttl/20, 5*time.Millisecond, 100*time.Millisecond)
-}
-func stallOver(ttl time.Duration) time.Duration {
-	return clamp(ttl/20, 20*time.Millisecond, 250*time.Millisecond)
 }
 
 // Cases returns the names of the cases, in the order Run runs them: each is
@@ -199,7 +189,7 @@ type caseT struct {
 	contract string        // the case's contract (testCase)
 	slack    time.Duration // added to TTL-based deadlines
 	budget   *budget       // the attempt's budget (watchCase); nil when nothing watches it
-	stalls   *stallWatch   // the process's stalls; nil when none are measured
+	stalls   *stall.Watch  // the process's stalls; nil when none are measured
 }
 
 // ctx returns a context that ends after d (or when the test ends).

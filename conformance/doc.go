@@ -18,8 +18,9 @@
 //		})
 //	}
 //
-// The package imports only the standard library and package locker, so that
-// third-party backends can use it without pulling in anyone's test servers.
+// The package imports only the standard library and the packages of
+// locker's own module, so that third-party backends can use it without
+// pulling in anyone's test servers.
 //
 // # Cases
 //
