@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/internal/stall"
 )
 
@@ -39,8 +40,10 @@ func runCase(t *testing.T, h Harness, tc testCase, stalls *stall.Watch) {
 
 // attempts calls attempt until an attempt passes or skips, or fails while
 // the process did not stall (longest reports the longest stall between two
-// times) and with no lock lost to renewals that came too late, or failed reports that the test failed outside the attempt (a
-// hook's t.Fatal), or n attempts ran. It returns the last attempt's
+// times), with no failure that reported a lock lost only for want of a
+// timely renewal (recorder.starved) and no key free only after its window
+// (freedLate), or failed reports that the test failed outside the attempt
+// (a hook's t.Fatal), or n attempts ran. It returns the last attempt's
 // recorder, and logs each earlier one's.
 func attempts(n int, attempt func() *recorder, failed func() bool, longest func(from, to time.Time) time.Duration, logf func(format string, args ...any)) *recorder {
 	for i := 1; ; i++ {
@@ -52,7 +55,7 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 		var why string
 		if stall := longest(from, time.Now()); stall > 0 {
 			why = fmt.Sprintf("while the test process stalled for up to %v, so the Lockers' renewals may have starved", stall.Round(time.Millisecond))
-		} else if rec.names(locker.ErrNoRenewal.Error()) {
+		} else if rec.starvedLoss() {
 			why = "with a lock lost to renewals that did not succeed in time (a store too slow to answer, as on a loaded machine)"
 		} else if rec.names(freedLate) {
 			why = "with a key free only after its window (a store too slow to answer, as on a loaded machine)"
@@ -63,11 +66,16 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 	}
 }
 
-// names reports whether a failure the attempt recorded contains text:
-// locker.ErrNoRenewal's, for a lock lost at its local deadline (a store
-// that answers renewals too slowly, as a loaded machine's does, loses
-// locks so, as the contract allows; a Locker that fails to renew does so
-// in every attempt), or freedLate.
+// starvedLoss reports whether a failure the attempt recorded reported a
+// lock lost only for want of a timely renewal (recorder.starved).
+func (r *recorder) starvedLoss() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starved
+}
+
+// names reports whether a failure the attempt recorded contains text
+// (freedLate).
 func (r *recorder) names(text string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -109,6 +117,13 @@ type recorder struct {
 	failed  bool
 	skipped bool
 	fatal   bool // Fatalf ended the attempt
+	// starved: a failure's arguments held a lock's loss at its local
+	// deadline that wraps nothing but timeouts (rerun.StarvedLoss): a
+	// store that answers renewals too slowly, as a loaded machine's does,
+	// loses locks so, as the contract allows. A loss whose last renewal
+	// the store answered with an error (refused, not authenticated) is
+	// no such loss: a Locker or store fault shows so in every attempt.
+	starved bool
 	log     []entry
 	helpers map[string]bool // functions that called Helper
 }
@@ -165,15 +180,45 @@ func (r *recorder) add(kind string, skip int, format string, args ...any) {
 			text = at + ": " + text
 		}
 	}
+	starved := kind == "error" && starvedArg(args)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch kind {
 	case "error":
 		r.failed = true
+		r.starved = r.starved || starved
 	case "skip":
 		r.skipped = true
 	}
 	r.log = append(r.log, entry{kind, text})
+}
+
+// starvedArg reports whether one of args is an error, or a list of
+// errors, that says only that a lock was lost at its local deadline for
+// want of a timely renewal (rerun.StarvedLoss).
+func starvedArg(args []any) bool {
+	for _, a := range args {
+		switch v := a.(type) {
+		case error:
+			if rerun.StarvedLoss(v, locker.ErrLost, locker.ErrNoRenewal) != nil {
+				return true
+			}
+		case []error:
+			if starvedArg(anys(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// anys returns errs as a list of any.
+func anys(errs []error) []any {
+	out := make([]any, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return out
 }
 
 // caller returns "file.go:line" of the first frame, skip frames above

@@ -28,9 +28,11 @@ const defaultSlack = 5 * time.Second
 // attempts in all. A stall is a timer of Run's firing more than a
 // twentieth of h.TTL late. Such a machine may starve the Lockers'
 // renewals, and a lock lost so says nothing of the Locker. So does a
-// failure that names a lock lost at its local deadline
-// (locker.ErrNoRenewal): a store too slow to answer renewals, as on a
-// loaded machine. Any other failure fails the test at once. Only the last attempt's failures
+// failure that reports a lock lost at its local deadline whose error
+// wraps nothing but locker.ErrLost, locker.ErrNoRenewal and timeouts: a
+// store too slow to answer renewals, as on a loaded machine. A loss whose
+// last renewal the store answered with an error is no such loss. Any
+// other failure fails the test at once. Only the last attempt's failures
 // fail the test; the earlier attempts' reports are logged. A case reports
 // when its attempt ends, not as it runs.
 //

@@ -300,6 +300,7 @@ const (
 	leavesResidue   = "leavesResidue"   // a Lock whose ctx ended leaves a waiter that takes the key later
 	neverExpires    = "neverExpires"    // a crashed holder keeps renewing
 	noRenewal       = "noRenewal"       // the lock silently expires after one TTL
+	renewRefused    = "renewRefused"    // after a grant, the store refuses every call of the Locker, its renewals included, with an error (credentials revoked): the lock is lost at its local deadline
 	noReentrancy    = "noReentrancy"    // Lock and TryLock drop the ctx's values
 	collidingKeys   = "collidingKeys"   // keys are cut at their first "/"
 	closeNoop       = "closeNoop"       // Close does nothing
@@ -412,6 +413,7 @@ var mustCatch = map[string][]string{
 	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation", "MultiCancel"},
 	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
+	renewRefused:    {"Renewal"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
 	closeNoop:       {"Close"},
@@ -1339,6 +1341,8 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}()
 	case noRenewal:
 		return newExpiringLock(lk, b.env.ttl), nil
+	case renewRefused:
+		b.env.fault(b.inner).Cut()
 	case lateTimer:
 		return newTimerLock(lk, b.env.ttl/2), nil
 	case asksStoreLate:
