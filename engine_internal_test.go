@@ -3,6 +3,7 @@ package locker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/rerun"
 )
 
 // tableDriver is a minimal in-process driver for testing the engine's own
@@ -86,34 +88,41 @@ func newTestEngine(t *testing.T, d driver.Driver, opts ...Option) *engine {
 }
 
 func TestRenewalIsBatched(t *testing.T) {
-	d := newTableDriver()
-	e := newTestEngine(t, d, WithTTL(time.Second))
-	const n = 500
-	locks := make([]Lock, n)
-	for i := range locks {
-		lk, err := e.TryLock(t.Context(), string(rune('a'+i%26))+time.Duration(i).String())
-		if err != nil {
-			t.Fatal(err)
+	const ttl = time.Second
+	// A round whose locks were lost while the process stalled runs again
+	// (rerun.Stalled). Renewals one by one fail at once.
+	rerun.Stalled(t, 3, ttl, func(int) error {
+		d := newTableDriver()
+		e := newTestEngine(t, d, WithTTL(ttl))
+		const n = 500
+		locks := make([]Lock, n)
+		for i := range locks {
+			lk, err := e.TryLock(t.Context(), string(rune('a'+i%26))+time.Duration(i).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks[i] = lk
 		}
-		locks[i] = lk
-	}
-	// Every lock renewed 5 times (about 2 TTLs on a quiet machine; no
-	// timing is asserted, only a bound that a stuck watchdog cannot meet).
-	for deadline := time.Now().Add(30 * time.Second); d.renewed.Load() < 5*n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("locks were not renewed: %d renewals for %d locks in 30 s", d.renewed.Load(), n)
+		// Every lock renewed 5 times (about 2 TTLs on a quiet machine; no
+		// timing is asserted, only a bound that a stuck watchdog cannot meet).
+		for deadline := time.Now().Add(30 * time.Second); d.renewed.Load() < 5*n; time.Sleep(10 * time.Millisecond) {
+			if err := firstErr(locks); err != nil {
+				return fmt.Errorf("lock lost after %d renewals: %w", d.renewed.Load(), err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("locks were not renewed: %d renewals for %d locks in 30 s", d.renewed.Load(), n)
+			}
 		}
-	}
-	batches, renewed := d.batches.Load(), d.renewed.Load()
-	t.Logf("%d locks: %d renewals in %d RenewBatch calls", n, renewed, batches)
-	if perBatch := renewed / batches; perBatch < n/4 {
-		t.Fatalf("renewals must be batched: %d calls for %d renewals", batches, renewed)
-	}
-	for _, lk := range locks {
-		if lk.Err() != nil {
-			t.Fatalf("lock lost: %v", lk.Err())
+		batches, renewed := d.batches.Load(), d.renewed.Load()
+		if err := firstErr(locks); err != nil {
+			return fmt.Errorf("lock lost: %w", err)
 		}
-	}
+		t.Logf("%d locks: %d renewals in %d RenewBatch calls", n, renewed, batches)
+		if perBatch := renewed / batches; perBatch < n/4 {
+			t.Fatalf("renewals must be batched: %d calls for %d renewals", batches, renewed)
+		}
+		return nil
+	})
 }
 
 func TestDoneClosesAtLocalDeadlineWhenRenewalHangs(t *testing.T) {

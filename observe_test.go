@@ -3,11 +3,13 @@ package locker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/memory"
 )
 
@@ -40,97 +42,104 @@ func (r *recorder) of(kind locker.EventKind) []locker.Event {
 // holder) reports exactly those events, with their backend, keys, tokens
 // and outcomes, and renewal rounds.
 func TestObserver(t *testing.T) {
-	store := memory.NewStore()
-	rec := &recorder{}
-	l, err := memory.New(store, locker.WithTTL(300*time.Millisecond), locker.WithObserver(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	other, err := memory.New(store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-
-	a, err := l.TryLock(ctx, "a") // 1: first try
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(250 * time.Millisecond) // a renewal round or two
-	if err := a.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.TryLock(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.TryLock(ctx, "b"); !errors.Is(err, locker.ErrNotAcquired) { // refused
-		t.Fatalf("TryLock on a held key: %v", err)
-	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		_ = held.Unlock(context.Background())
-	}()
-	b, err := l.Lock(ctx, "b") // 2: after waiting
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.TryLock(ctx, "c") // 3, lost below
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.DeleteKey("c")
-	<-c.Done()
-	_ = b.Unlock(ctx)
-	// The loss is observed just after Done closes; once Close returns,
-	// every event of the Locker's goroutines has been (see Observer).
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	acq := rec.of(locker.EventAcquire)
-	if len(acq) != 4 {
-		t.Fatalf("%d acquire events, want 4 (3 acquired, 1 refused): %+v", len(acq), acq)
-	}
-	for i, want := range []struct {
-		key      string
-		ok, try  bool
-		queued   bool
-		minWait  time.Duration
-		notAcqrd bool
-	}{
-		{key: "a", ok: true, try: true},
-		{key: "b", try: true, queued: true, notAcqrd: true},
-		{key: "b", ok: true, queued: true, minWait: 40 * time.Millisecond},
-		{key: "c", ok: true, try: true},
-	} {
-		e := acq[i]
-		switch {
-		case e.Key != want.key || e.Backend != "memory" || e.Try != want.try:
-			t.Errorf("acquire %d: %+v, want key %q on memory, try %v", i, e, want.key, want.try)
-		case want.ok && (e.Err != nil || e.Token == 0):
-			t.Errorf("acquire %d: %+v, want a success with a token", i, e)
-		case want.notAcqrd && !errors.Is(e.Err, locker.ErrNotAcquired):
-			t.Errorf("acquire %d: %+v, want ErrNotAcquired", i, e)
-		case want.ok && e.Queued != want.queued:
-			t.Errorf("acquire %d: queued %v, want %v", i, e.Queued, want.queued)
-		case e.Wait < want.minWait:
-			t.Errorf("acquire %d: waited %v, want at least %v", i, e.Wait, want.minWait)
+	const ttl = 300 * time.Millisecond
+	// A round in which a lock was lost while the process stalled runs
+	// again (rerun.Stalled): a stall longer than the TTL loses "a" before
+	// its Unlock. Events that differ without a stall fail at once.
+	rerun.Stalled(t, 3, ttl, func(int) error {
+		store := memory.NewStore()
+		rec := &recorder{}
+		l, err := memory.New(store, locker.WithTTL(ttl), locker.WithObserver(rec))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if lost := rec.of(locker.EventLost); len(lost) != 1 || lost[0].Key != "c" || !errors.Is(lost[0].Err, locker.ErrLost) || lost[0].Token != c.Token() || lost[0].Cause != locker.LossRenewalRefused {
-		t.Errorf("lost events %+v, want one for c matching ErrLost with its token and cause renewal_refused", lost)
-	}
-	rel := rec.of(locker.EventRelease)
-	if len(rel) != 2 || rel[0].Key != "a" || rel[0].Err != nil || rel[0].Wait < 200*time.Millisecond || rel[1].Key != "b" {
-		t.Errorf("release events %+v, want a (held 250 ms) then b", rel)
-	}
-	if rounds := rec.of(locker.EventRenewal); len(rounds) == 0 || rounds[0].Count < 1 {
-		t.Errorf("renewal events %+v, want at least one round renewing a", rounds)
-	}
+		defer l.Close()
+		other, err := memory.New(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+
+		a, err := l.TryLock(ctx, "a") // 1: first try
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond) // a renewal round or two
+		if err := a.Unlock(ctx); err != nil {
+			return fmt.Errorf("unlock of a renewed lock: %w", err)
+		}
+		held, err := other.TryLock(ctx, "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.TryLock(ctx, "b"); !errors.Is(err, locker.ErrNotAcquired) { // refused
+			t.Fatalf("TryLock on a held key: %v", err)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			_ = held.Unlock(context.Background())
+		}()
+		b, err := l.Lock(ctx, "b") // 2: after waiting
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := l.TryLock(ctx, "c") // 3, lost below
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.DeleteKey("c")
+		<-c.Done()
+		_ = b.Unlock(ctx)
+		// The loss is observed just after Done closes; once Close returns,
+		// every event of the Locker's goroutines has been (see Observer).
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		acq := rec.of(locker.EventAcquire)
+		if len(acq) != 4 {
+			t.Fatalf("%d acquire events, want 4 (3 acquired, 1 refused): %+v", len(acq), acq)
+		}
+		for i, want := range []struct {
+			key      string
+			ok, try  bool
+			queued   bool
+			minWait  time.Duration
+			notAcqrd bool
+		}{
+			{key: "a", ok: true, try: true},
+			{key: "b", try: true, queued: true, notAcqrd: true},
+			{key: "b", ok: true, queued: true, minWait: 40 * time.Millisecond},
+			{key: "c", ok: true, try: true},
+		} {
+			e := acq[i]
+			switch {
+			case e.Key != want.key || e.Backend != "memory" || e.Try != want.try:
+				t.Errorf("acquire %d: %+v, want key %q on memory, try %v", i, e, want.key, want.try)
+			case want.ok && (e.Err != nil || e.Token == 0):
+				t.Errorf("acquire %d: %+v, want a success with a token", i, e)
+			case want.notAcqrd && !errors.Is(e.Err, locker.ErrNotAcquired):
+				t.Errorf("acquire %d: %+v, want ErrNotAcquired", i, e)
+			case want.ok && e.Queued != want.queued:
+				t.Errorf("acquire %d: queued %v, want %v", i, e.Queued, want.queued)
+			case e.Wait < want.minWait:
+				t.Errorf("acquire %d: waited %v, want at least %v", i, e.Wait, want.minWait)
+			}
+		}
+		if lost := rec.of(locker.EventLost); len(lost) != 1 || lost[0].Key != "c" || !errors.Is(lost[0].Err, locker.ErrLost) || lost[0].Token != c.Token() || lost[0].Cause != locker.LossRenewalRefused {
+			return fmt.Errorf("lost events %+v, want one for c matching ErrLost with its token and cause renewal_refused", lost)
+		}
+		rel := rec.of(locker.EventRelease)
+		if len(rel) != 2 || rel[0].Key != "a" || rel[0].Err != nil || rel[0].Wait < 200*time.Millisecond || rel[1].Key != "b" {
+			t.Errorf("release events %+v, want a (held 250 ms) then b", rel)
+		}
+		if rounds := rec.of(locker.EventRenewal); len(rounds) == 0 || rounds[0].Count < 1 {
+			t.Errorf("renewal events %+v, want at least one round renewing a", rounds)
+		}
+		return nil
+	})
 }
 
 func TestWithObserverRefusesNil(t *testing.T) {

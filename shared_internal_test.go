@@ -3,12 +3,14 @@ package locker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/rerun"
 )
 
 // TestSharedNeedsSharer checks that a semaphore or read-write lock on a
@@ -102,47 +104,66 @@ func (d *sharedTable) Release(ctx context.Context, l driver.Lease) error {
 // renewed in the same RenewBatch calls as the Locker's locks, each by its
 // own owner token, and released one by one.
 func TestSharedRenewedWithLocks(t *testing.T) {
-	d := &sharedTable{tableDriver: newTableDriver(), held: make(map[string]bool)}
-	e := newTestEngine(t, d, WithTTL(300*time.Millisecond))
-	ctx := t.Context()
-	lk, err := e.TryLock(ctx, "lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sem, err := NewSemaphore(e, "sem", 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, err := sem.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2, err := sem.TryAcquireN(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); d.mixed.Load() < 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("permits were not renewed with the locks: %d mixed batches in 30 s", d.mixed.Load())
-		}
-	}
-	for _, l := range []Lock{lk, p1, p2} {
-		if l.Err() != nil {
-			t.Fatalf("a renewed hold was lost: %v", l.Err())
-		}
-	}
-	if p1.Token() == p2.Token() {
-		t.Fatalf("two permits share token %d", p1.Token())
-	}
-	for _, l := range []Lock{p1, p2, lk} {
-		if err := l.Unlock(ctx); err != nil {
+	const ttl = 300 * time.Millisecond
+	// A round whose holds were lost while the process stalled runs again
+	// (rerun.Stalled): a stall longer than the TTL loses them as the
+	// contract allows. A renewal batch without the permits fails at once.
+	rerun.Stalled(t, 3, ttl, func(int) error {
+		d := &sharedTable{tableDriver: newTableDriver(), held: make(map[string]bool)}
+		e := newTestEngine(t, d, WithTTL(ttl))
+		ctx := t.Context()
+		lk, err := e.TryLock(ctx, "lock")
+		if err != nil {
 			t.Fatal(err)
 		}
+		sem, err := NewSemaphore(e, "sem", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1, err := sem.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p2, err := sem.TryAcquireN(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds := []Lock{lk, p1, p2}
+		for deadline := time.Now().Add(30 * time.Second); d.mixed.Load() < 3; time.Sleep(10 * time.Millisecond) {
+			if err := firstErr(holds); err != nil {
+				return fmt.Errorf("a renewed hold was lost after %d mixed batches: %w", d.mixed.Load(), err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("permits were not renewed with the locks: %d mixed batches in 30 s", d.mixed.Load())
+			}
+		}
+		if err := firstErr(holds); err != nil {
+			return fmt.Errorf("a renewed hold was lost: %w", err)
+		}
+		if p1.Token() == p2.Token() {
+			t.Fatalf("two permits share token %d", p1.Token())
+		}
+		for _, l := range []Lock{p1, p2, lk} {
+			if err := l.Unlock(ctx); err != nil {
+				return fmt.Errorf("unlock of a renewed hold: %w", err)
+			}
+		}
+		d.mu.Lock()
+		left := len(d.held)
+		d.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("Unlock left %d permits in the store", left)
+		}
+		return nil
+	})
+}
+
+// firstErr returns the Err of the first of holds that ended, or nil.
+func firstErr(holds []Lock) error {
+	for _, l := range holds {
+		if err := l.Err(); err != nil {
+			return err
+		}
 	}
-	d.mu.Lock()
-	left := len(d.held)
-	d.mu.Unlock()
-	if left != 0 {
-		t.Fatalf("Unlock left %d permits in the store", left)
-	}
+	return nil
 }

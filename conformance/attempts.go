@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
+	"github.com/golocker/locker/internal/stall"
 )
 
 // caseAttempts is how many times Run runs a case at most. A failed attempt
-// runs again only when the test process stalled while it ran (stallWatch):
+// runs again only when the test process stalled while it ran (stall.Watch):
 // a machine too busy to run a Locker's renewals in time loses its locks,
 // as the contract allows, and such an attempt says nothing of the Locker.
 // A case that fails without a stall fails at once.
@@ -23,7 +25,7 @@ const caseAttempts = 3
 // runCase runs tc on t: each attempt in a goroutine of its own with a
 // recorder, bounded by watchCase, then what the last attempt reported goes
 // to t. The earlier attempts' reports are logged.
-func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
+func runCase(t *testing.T, h Harness, tc testCase, stalls *stall.Watch) {
 	t.Helper()
 	ct := newCaseTB(t)
 	attempt := func() *recorder {
@@ -32,14 +34,16 @@ func runCase(t *testing.T, h Harness, tc testCase, stalls *stallWatch) {
 		watchCase(c, rec, tc.run)
 		return rec
 	}
-	rec := attempts(caseAttempts, attempt, t.Failed, stalls.longest, t.Logf)
+	rec := attempts(caseAttempts, attempt, t.Failed, stalls.Longest, t.Logf)
 	rec.replay(t)
 }
 
 // attempts calls attempt until an attempt passes or skips, or fails while
 // the process did not stall (longest reports the longest stall between two
-// times) and with no lock lost to renewals that came too late, or failed reports that the test failed outside the attempt (a
-// hook's t.Fatal), or n attempts ran. It returns the last attempt's
+// times), with no failure that reported a lock lost only for want of a
+// timely renewal (recorder.starved) and no key free only after its window
+// (freedLate), or failed reports that the test failed outside the attempt
+// (a hook's t.Fatal), or n attempts ran. It returns the last attempt's
 // recorder, and logs each earlier one's.
 func attempts(n int, attempt func() *recorder, failed func() bool, longest func(from, to time.Time) time.Duration, logf func(format string, args ...any)) *recorder {
 	for i := 1; ; i++ {
@@ -51,7 +55,7 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 		var why string
 		if stall := longest(from, time.Now()); stall > 0 {
 			why = fmt.Sprintf("while the test process stalled for up to %v, so the Lockers' renewals may have starved", stall.Round(time.Millisecond))
-		} else if rec.names(locker.ErrNoRenewal.Error()) {
+		} else if rec.starvedLoss() {
 			why = "with a lock lost to renewals that did not succeed in time (a store too slow to answer, as on a loaded machine)"
 		} else if rec.names(freedLate) {
 			why = "with a key free only after its window (a store too slow to answer, as on a loaded machine)"
@@ -62,11 +66,16 @@ func attempts(n int, attempt func() *recorder, failed func() bool, longest func(
 	}
 }
 
-// names reports whether a failure the attempt recorded contains text:
-// locker.ErrNoRenewal's, for a lock lost at its local deadline (a store
-// that answers renewals too slowly, as a loaded machine's does, loses
-// locks so, as the contract allows; a Locker that fails to renew does so
-// in every attempt), or freedLate.
+// starvedLoss reports whether a failure the attempt recorded reported a
+// lock lost only for want of a timely renewal (recorder.starved).
+func (r *recorder) starvedLoss() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starved
+}
+
+// names reports whether a failure the attempt recorded contains text
+// (freedLate).
 func (r *recorder) names(text string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -108,6 +117,13 @@ type recorder struct {
 	failed  bool
 	skipped bool
 	fatal   bool // Fatalf ended the attempt
+	// starved: a failure's arguments held a lock's loss at its local
+	// deadline that wraps nothing but timeouts (rerun.StarvedLoss): a
+	// store that answers renewals too slowly, as a loaded machine's does,
+	// loses locks so, as the contract allows. A loss whose last renewal
+	// the store answered with an error (refused, not authenticated) is
+	// no such loss: a Locker or store fault shows so in every attempt.
+	starved bool
 	log     []entry
 	helpers map[string]bool // functions that called Helper
 }
@@ -164,15 +180,45 @@ func (r *recorder) add(kind string, skip int, format string, args ...any) {
 			text = at + ": " + text
 		}
 	}
+	starved := kind == "error" && starvedArg(args)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch kind {
 	case "error":
 		r.failed = true
+		r.starved = r.starved || starved
 	case "skip":
 		r.skipped = true
 	}
 	r.log = append(r.log, entry{kind, text})
+}
+
+// starvedArg reports whether one of args is an error, or a list of
+// errors, that says only that a lock was lost at its local deadline for
+// want of a timely renewal (rerun.StarvedLoss).
+func starvedArg(args []any) bool {
+	for _, a := range args {
+		switch v := a.(type) {
+		case error:
+			if rerun.StarvedLoss(v, locker.ErrLost, locker.ErrNoRenewal) != nil {
+				return true
+			}
+		case []error:
+			if starvedArg(anys(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// anys returns errs as a list of any.
+func anys(errs []error) []any {
+	out := make([]any, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return out
 }
 
 // caller returns "file.go:line" of the first frame, skip frames above
@@ -237,65 +283,4 @@ func (r *recorder) firstError() string {
 		}
 	}
 	return ""
-}
-
-// stallWatch records when the test process stalled: a timer of its own
-// that fired later than its schedule by more than a margin, as a Locker's
-// renewal would have.
-type stallWatch struct {
-	mu     sync.Mutex
-	stalls []stall
-	done   chan struct{}
-	once   sync.Once
-}
-
-// stall is one late firing of a stallWatch's timer: from when it was
-// scheduled to when it fired.
-type stall struct{ from, to time.Time }
-
-// watchStalls starts a stallWatch with a timer every every, which records
-// a stall when it fires more than over late. Stop it with stop.
-func watchStalls(every, over time.Duration) *stallWatch {
-	w := &stallWatch{done: make(chan struct{})}
-	go func() {
-		timer := time.NewTimer(every)
-		defer timer.Stop()
-		prev := time.Now()
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-timer.C:
-			}
-			now := time.Now()
-			if now.Sub(prev)-every > over {
-				w.mu.Lock()
-				w.stalls = append(w.stalls, stall{prev.Add(every), now})
-				w.mu.Unlock()
-			}
-			prev = now
-			timer.Reset(every)
-		}
-	}()
-	return w
-}
-
-// stop ends the watch's timer; it may be called more than once.
-func (w *stallWatch) stop() { w.once.Do(func() { close(w.done) }) }
-
-// longest returns the longest stall that overlapped the time from from to
-// to, or 0; a nil stallWatch measures none.
-func (w *stallWatch) longest(from, to time.Time) time.Duration {
-	if w == nil {
-		return 0
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var d time.Duration
-	for _, s := range w.stalls {
-		if s.from.Before(to) && s.to.After(from) {
-			d = max(d, s.to.Sub(s.from))
-		}
-	}
-	return d
 }

@@ -1,6 +1,8 @@
 package conformance
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/memory"
 )
 
 // TestAttemptsRunAgainOnlyAfterAStall: a failed attempt runs again only
@@ -24,6 +27,27 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 	unrenewed := func() *recorder {
 		r := &recorder{}
 		r.Errorf("the holder lost its lock (Err: %v)", fmt.Errorf("lock lost: %w", locker.ErrNoRenewal))
+		return r
+	}
+	// refused: the lock was lost at its local deadline, its last renewal
+	// refused by the store: a fault that shows in every attempt.
+	refused := func() *recorder {
+		r := &recorder{}
+		r.Errorf("the holder lost its lock (Err: %v)", fmt.Errorf("hold k: %w: %w; last renewal error: %w", locker.ErrLost, locker.ErrNoRenewal, errors.New("not authenticated")))
+		return r
+	}
+	// unrenewedText names the loss only in its text: no error says why.
+	unrenewedText := func() *recorder {
+		r := &recorder{}
+		r.Errorf("the holder lost its lock (Err: %s)", fmt.Errorf("lock lost: %w", locker.ErrNoRenewal).Error())
+		return r
+	}
+	// unrenewedJoined: the losses a case's goroutines collected, all
+	// starved.
+	unrenewedJoined := func() *recorder {
+		r := &recorder{}
+		loss := fmt.Errorf("hold k: %w: %w; last renewal error: %w", locker.ErrLost, locker.ErrNoRenewal, context.DeadlineExceeded)
+		r.Errorf("2 failures, the first ones: %v", errors.Join(fmt.Errorf("Lock 1: %w", loss), fmt.Errorf("Lock 2: %w", loss)))
 		return r
 	}
 	late := func() *recorder {
@@ -44,6 +68,9 @@ func TestAttemptsRunAgainOnlyAfterAStall(t *testing.T) {
 		{"a failure while stalled runs again", []func() *recorder{failing, passing}, 300 * time.Millisecond, false, 2, true},
 		{"a lock lost unrenewed runs again", []func() *recorder{unrenewed, passing}, 0, false, 2, true},
 		{"a lock lost unrenewed every time fails", []func() *recorder{unrenewed}, 0, false, 3, false},
+		{"a lock lost unrenewed in a case's goroutines runs again", []func() *recorder{unrenewedJoined, passing}, 0, false, 2, true},
+		{"a lock whose renewal was refused fails at once", []func() *recorder{refused, passing}, 0, false, 1, false},
+		{"a lock lost unrenewed, said only in text, fails at once", []func() *recorder{unrenewedText, passing}, 0, false, 1, false},
 		{"a key free only after its window runs again", []func() *recorder{late, passing}, 0, false, 2, true},
 		{"a key free only after its window every time fails", []func() *recorder{late}, 0, false, 3, false},
 		{"at most three attempts", []func() *recorder{failing}, 300 * time.Millisecond, false, 3, false},
@@ -105,43 +132,32 @@ func reportingHelper(c *caseT) {
 	c.Fatalf("a failure")
 }
 
-// TestStallWatchLongest: longest returns the longest stall that overlaps
-// the time asked about, and 0 when none does.
-func TestStallWatchLongest(t *testing.T) {
-	base := time.Now()
-	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-	w := &stallWatch{stalls: []stall{{at(100), at(150)}, {at(200), at(500)}, {at(600), at(620)}}}
-	for _, tc := range []struct {
-		from, to int
-		want     time.Duration
-	}{
-		{0, 90, 0},
-		{0, 120, 50 * time.Millisecond},
-		{140, 610, 300 * time.Millisecond},
-		{550, 700, 20 * time.Millisecond},
-		{630, 900, 0},
-	} {
-		if got := w.longest(at(tc.from), at(tc.to)); got != tc.want {
-			t.Errorf("longest from %d ms to %d ms = %v, want %v", tc.from, tc.to, got, tc.want)
+// TestRefusedRenewalFailsInTheFirstAttempt runs Renewal as Run does (one
+// attempt after another) against the renewRefused Locker, with no stall:
+// its lock is lost at the local deadline, its last renewal refused by the
+// store. That loss names locker.ErrNoRenewal, yet it is no starved loss:
+// the case must fail in its first attempt, not run again.
+func TestRefusedRenewalFailsInTheFirstAttempt(t *testing.T) {
+	h := brokenHarness(newMemEnv(testTTL), renewRefused)
+	tc := caseNamed(t, "Renewal")
+	runs := 0
+	attempt := func() *recorder {
+		runs++
+		rec, finished := runRecorded(t, h, tc, "Self/"+renewRefused+"/Renewal", time.Minute, nil)
+		if !finished {
+			t.Fatalf("attempt %d of Renewal did not finish within a minute", runs)
 		}
+		return rec
 	}
-}
-
-// TestStallWatchSeesALateTimer: a watch whose margin is below the timer's
-// own lateness records stalls; a watch whose margin is an hour records
-// none.
-func TestStallWatchSeesALateTimer(t *testing.T) {
-	eager := watchStalls(time.Millisecond, -time.Millisecond) // every firing counts
-	calm := watchStalls(time.Millisecond, time.Hour)
-	from := time.Now()
-	time.Sleep(50 * time.Millisecond)
-	eager.stop()
-	calm.stop()
-	calm.stop() // stop may be called again
-	if eager.longest(from, time.Now()) == 0 {
-		t.Error("a watch that counts every firing recorded no stall in 50 ms")
+	noStall := func(from, to time.Time) time.Duration { return 0 }
+	rec := attempts(caseAttempts, attempt, t.Failed, noStall, t.Logf)
+	if !rec.failed {
+		t.Fatalf("Renewal passed against a Locker whose renewals the store refuses:\n%s", rec)
 	}
-	if d := calm.longest(from, time.Now()); d != 0 {
-		t.Errorf("a watch with an hour's margin recorded a stall of %v", d)
+	if !strings.Contains(rec.String(), locker.ErrNoRenewal.Error()) || !strings.Contains(rec.String(), memory.ErrUnreachable.Error()) {
+		t.Fatalf("the failure does not report a lock lost at its local deadline after a refused renewal:\n%s", rec)
+	}
+	if runs != 1 {
+		t.Errorf("Renewal ran %d attempts against a Locker whose renewals the store refuses, want 1: a refused renewal shows in every attempt", runs)
 	}
 }

@@ -56,14 +56,14 @@ func (c *caseT) soonTry(ctx context.Context, rides func(error) bool, try func(co
 		return lk, err
 	}
 	for {
-		end := from.Add(d + c.stalls.longest(from, time.Now()))
+		end := from.Add(d + c.stalls.Longest(from, time.Now()))
 		pctx, cancel := context.WithDeadline(ctx, end)
 		lk, err = pollWhile(pctx, c.every(), rides, func(ctx context.Context) (locker.Lock, error) { return try(ctx) })
 		cancel()
 		if err == nil || ctx.Err() != nil || !rides(err) {
 			return lk, err
 		}
-		if !from.Add(d + c.stalls.longest(from, time.Now())).After(end) {
+		if !from.Add(d + c.stalls.Longest(from, time.Now())).After(end) {
 			return nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/stall"
 )
 
 // defaultSlack is added to every TTL-based deadline of Run: time for a busy
@@ -27,9 +28,11 @@ const defaultSlack = 5 * time.Second
 // attempts in all. A stall is a timer of Run's firing more than a
 // twentieth of h.TTL late. Such a machine may starve the Lockers'
 // renewals, and a lock lost so says nothing of the Locker. So does a
-// failure that names a lock lost at its local deadline
-// (locker.ErrNoRenewal): a store too slow to answer renewals, as on a
-// loaded machine. Any other failure fails the test at once. Only the last attempt's failures
+// failure that reports a lock lost at its local deadline whose error
+// wraps nothing but locker.ErrLost, locker.ErrNoRenewal and timeouts: a
+// store too slow to answer renewals, as on a loaded machine. A loss whose
+// last renewal the store answered with an error is no such loss. Any
+// other failure fails the test at once. Only the last attempt's failures
 // fail the test; the earlier attempts' reports are logged. A case reports
 // when its attempt ends, not as it runs.
 //
@@ -48,8 +51,8 @@ func Run(t *testing.T, h Harness) {
 	}
 	// The parallel cases run after Run returns: the watch stops when the
 	// last one has ended.
-	stalls := watchStalls(stallEvery(h.TTL), stallOver(h.TTL))
-	t.Cleanup(stalls.stop)
+	stalls := stall.ForTTL(h.TTL)
+	t.Cleanup(stalls.Stop)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.serial {
@@ -58,17 +61,6 @@ func Run(t *testing.T, h Harness) {
 			runCase(t, h, tc, stalls)
 		})
 	}
-}
-
-// stallEvery is how often Run's stallWatch checks the process, and
-// stallOver how late its timer may fire before it counts a stall: a
-// twentieth of the TTL, half of the margin a Locker keeps before its
-// local deadline.
-func stallEvery(ttl time.Duration) time.Duration {
-	return clamp(ttl/20, 5*time.Millisecond, 100*time.Millisecond)
-}
-func stallOver(ttl time.Duration) time.Duration {
-	return clamp(ttl/20, 20*time.Millisecond, 250*time.Millisecond)
 }
 
 // Cases returns the names of the cases, in the order Run runs them: each is
@@ -199,7 +191,7 @@ type caseT struct {
 	contract string        // the case's contract (testCase)
 	slack    time.Duration // added to TTL-based deadlines
 	budget   *budget       // the attempt's budget (watchCase); nil when nothing watches it
-	stalls   *stallWatch   // the process's stalls; nil when none are measured
+	stalls   *stall.Watch  // the process's stalls; nil when none are measured
 }
 
 // ctx returns a context that ends after d (or when the test ends).

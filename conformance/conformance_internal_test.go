@@ -16,6 +16,7 @@ import (
 
 	"github.com/golocker/locker"
 	"github.com/golocker/locker/driver"
+	"github.com/golocker/locker/internal/stall"
 	"github.com/golocker/locker/memory"
 )
 
@@ -299,6 +300,7 @@ const (
 	leavesResidue   = "leavesResidue"   // a Lock whose ctx ended leaves a waiter that takes the key later
 	neverExpires    = "neverExpires"    // a crashed holder keeps renewing
 	noRenewal       = "noRenewal"       // the lock silently expires after one TTL
+	renewRefused    = "renewRefused"    // after a grant, the store refuses every call of the Locker, its renewals included, with an error (credentials revoked): the lock is lost at its local deadline
 	noReentrancy    = "noReentrancy"    // Lock and TryLock drop the ctx's values
 	collidingKeys   = "collidingKeys"   // keys are cut at their first "/"
 	closeNoop       = "closeNoop"       // Close does nothing
@@ -411,6 +413,7 @@ var mustCatch = map[string][]string{
 	leavesResidue:   {"Cancellation", "Do", "CancelWhileIsolated", "SharedCancellation", "MultiCancel"},
 	neverExpires:    {"Expiry", "OwnershipAfterCrash", "FencingAfterCrash", "SemaphoreCrash", "MultiCrash"},
 	noRenewal:       {"Renewal", "Scale", "LockWaits", "LossDeleteBehind", "LossIsolate"},
+	renewRefused:    {"Renewal"},
 	noReentrancy:    {"Reentrancy", "Cancellation"},
 	collidingKeys:   {"Keys"},
 	closeNoop:       {"Close"},
@@ -498,7 +501,7 @@ const selfSlack = 3 * time.Second
 // runRecorded runs tc as Run does (watchCase, which ends a hung attempt
 // with a failure) with a recorder, and reports whether it finished within
 // limit.
-func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stallWatch) (*recorder, bool) {
+func runRecorded(t *testing.T, h Harness, tc testCase, name string, limit time.Duration, stalls *stall.Watch) (*recorder, bool) {
 	rec := &recorder{}
 	c := &caseT{reporter: rec, t: newCaseTB(t), h: h, name: name, contract: tc.contract, slack: selfSlack, stalls: stalls}
 	done := make(chan struct{})
@@ -555,13 +558,13 @@ func TestSuiteCatchesBrokenLockers(t *testing.T) {
 	}
 	slices.SortFunc(runs, func(a, b *run) int { return strings.Compare(a.broken+"/"+a.name, b.broken+"/"+b.name) })
 
-	stalls := watchStalls(testTTL/20, testTTL/10)
-	defer stalls.stop()
+	stalls := stall.Start(testTTL/20, testTTL/10)
+	defer stalls.Stop()
 	start := time.Now()
 	runAll(t, runs, atOnce, limit, stalls)
 	t.Logf("the self-test's %d recorded runs took %v", len(runs), time.Since(start).Round(time.Millisecond))
 	// A run whose outcome is wrong while its Lockers were starved (see
-	// memEnv.starved, stallWatch) says nothing of the case: it runs
+	// memEnv.starved, stall.Watch) says nothing of the case: it runs
 	// again, up to starvedRounds rounds in all. A case that cannot catch
 	// its Locker, or fails an unbroken one, does so in every round.
 	for round := 2; round <= starvedRounds; round++ {
@@ -612,7 +615,7 @@ type run struct {
 	took         time.Duration
 	// starved counts the locks of the run lost to renewals that starved
 	// (memEnv.starved); stalled: the process stalled while it ran
-	// (stallWatch).
+	// (stall.Watch).
 	starved int64
 	stalled bool
 }
@@ -629,7 +632,7 @@ func (r *run) wrong(passes bool) bool {
 // runAll runs every run of runs, atOnce at a time, each on a store of its
 // own, and records its outcome, and whether stalls saw the process stall
 // meanwhile.
-func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *stallWatch) {
+func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *stall.Watch) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, atOnce)
 	for _, r := range runs {
@@ -647,7 +650,7 @@ func runAll(t *testing.T, runs []*run, atOnce int, limit time.Duration, stalls *
 			r.rec, r.finished = runRecorded(t, h, tc, "Self/"+r.broken+"/"+r.name, limit, stalls)
 			r.took = time.Since(s)
 			r.starved = env.starved.Load()
-			r.stalled = stalls.longest(s, time.Now()) > 0
+			r.stalled = stalls.Longest(s, time.Now()) > 0
 		}()
 	}
 	wg.Wait()
@@ -1338,6 +1341,8 @@ func (b *brokenLocker) acquire(ctx context.Context, key string, wait bool, opts 
 		}()
 	case noRenewal:
 		return newExpiringLock(lk, b.env.ttl), nil
+	case renewRefused:
+		b.env.fault(b.inner).Cut()
 	case lateTimer:
 		return newTimerLock(lk, b.env.ttl/2), nil
 	case asksStoreLate:

@@ -18,8 +18,9 @@
 //		})
 //	}
 //
-// The package imports only the standard library and package locker, so that
-// third-party backends can use it without pulling in anyone's test servers.
+// The package imports only the standard library and the packages of
+// locker's own module, so that third-party backends can use it without
+// pulling in anyone's test servers.
 //
 // # Cases
 //
@@ -27,8 +28,9 @@
 // subtest's name plus a random suffix), under its own deadline sized from
 // Harness.TTL, and states the contract it checks in its failure messages.
 // A case that fails while the test process stalls, or with a lock lost at
-// its local deadline, runs again, up to three attempts (see Run): a machine
-// too busy to renew locks in time loses them, as the contract allows. A
+// its local deadline for want of a timely answer to its renewals, runs
+// again, up to three attempts (see Run): a machine too busy to renew locks
+// in time loses them, as the contract allows. A
 // case whose call does not return well after its deadline fails as hung.
 //
 //   - TryLock: a free key is granted, refused to another Locker with

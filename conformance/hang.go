@@ -58,7 +58,7 @@ func watchCase(c *caseT, rec *recorder, run func(*caseT)) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		stall := c.stalls.longest(start, time.Now())
+		stall := c.stalls.Longest(start, time.Now())
 		end := c.budget.end()
 		wait := time.Until(end.Add(c.hangMargin() + stall))
 		if wait <= 0 {

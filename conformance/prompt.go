@@ -131,7 +131,7 @@ func testPromptCancel(c *caseT) {
 
 	// A stall of the test process while the calls ran delays their
 	// returns as it delays everything: it widens the bound.
-	stalled := c.stalls.longest(start, time.Now())
+	stalled := c.stalls.Longest(start, time.Now())
 	bound := c.promptLate() + stalled
 	var lates []time.Duration
 	for _, tc := range calls {

@@ -80,7 +80,7 @@ func (c *caseT) scaleOnce(ctx context.Context, a, b locker.Locker) error {
 			select {
 			case <-lk.Done():
 				_ = got.Unlock(ctx)
-				return fmt.Errorf("the holder lost its lock on %s (Err: %v), then another Locker's TryLock got the key", short(lk.Key()), lk.Err())
+				return fmt.Errorf("the holder lost its lock on %s (Err: %w), then another Locker's TryLock got the key", short(lk.Key()), lk.Err())
 			default:
 				c.grantedWhileHeld(ctx, lk, got, "TryLock", contract+when)
 				c.stop()
@@ -101,7 +101,7 @@ func (c *caseT) scaleOnce(ctx context.Context, a, b locker.Locker) error {
 			select {
 			case <-lk.Done():
 				unlockAll()
-				return fmt.Errorf("Done of the lock on %s closed after %v (Err: %v)", short(lk.Key()), time.Since(since).Round(time.Millisecond), lk.Err())
+				return fmt.Errorf("Done of the lock on %s closed after %v (Err: %w)", short(lk.Key()), time.Since(since).Round(time.Millisecond), lk.Err())
 			default:
 			}
 			if !c.held(lk, contract) {

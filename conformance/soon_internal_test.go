@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/stall"
 	"github.com/golocker/locker/memory"
 )
 
@@ -30,10 +31,10 @@ func TestSoonTryLockWidensByStall(t *testing.T) {
 			t.Fatal(err)
 		}
 		from := time.Now()
-		w := &stallWatch{}
+		w := &stall.Watch{}
 		if stalled {
 			// As if the process had not run for a minute from the start.
-			w.stalls = []stall{{from, from.Add(time.Minute)}}
+			w.Add(from, from.Add(time.Minute))
 		}
 		c := &caseT{reporter: &recorder{}, t: newCaseTB(t), h: Harness{TTL: testTTL}, stalls: w}
 		freed := make(chan error, 1)

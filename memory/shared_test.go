@@ -3,11 +3,13 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/internal/rerun"
 	"github.com/golocker/locker/memory"
 )
 
@@ -110,53 +112,60 @@ func TestSemaphoreWeights(t *testing.T) {
 // TestSharedRenewAndClose checks that permits and read holds are renewed
 // past their TTL, and that Close ends and releases them.
 func TestSharedRenewAndClose(t *testing.T) {
-	store := memory.NewStore()
 	const ttl = 300 * time.Millisecond
-	a, _ := memory.New(store, locker.WithTTL(ttl))
-	b, _ := memory.New(store, locker.WithTTL(ttl))
-	defer b.Close()
-	ctx := t.Context()
-	sa, _ := locker.NewSemaphore(a, "s", 1)
-	ra, _ := locker.NewRWMutex(a, "r")
-	p, err := sa.TryAcquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := ra.TryRLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(4 * ttl)
-	for _, lk := range []locker.Lock{p, r} {
-		if lk.Err() != nil {
-			t.Fatalf("a shared hold must be renewed while held: %v", lk.Err())
+	// A round whose holds were lost while the process stalled runs again
+	// (rerun.Stalled): the store expires a hold whose renewals starved.
+	// Holds that are not renewed are lost in every round, and fail at once.
+	rerun.Stalled(t, 3, ttl, func(int) error {
+		store := memory.NewStore()
+		a, _ := memory.New(store, locker.WithTTL(ttl))
+		defer a.Close()
+		b, _ := memory.New(store, locker.WithTTL(ttl))
+		defer b.Close()
+		ctx := t.Context()
+		sa, _ := locker.NewSemaphore(a, "s", 1)
+		ra, _ := locker.NewRWMutex(a, "r")
+		p, err := sa.TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	sb, _ := locker.NewSemaphore(b, "s", 1)
-	rb, _ := locker.NewRWMutex(b, "r")
-	if _, err := sb.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("the only permit, renewed, must stay taken: got %v", err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, lk := range []locker.Lock{p, r} {
-		select {
-		case <-lk.Done():
-		default:
-			t.Fatal("Close must close the Done of every shared hold")
+		r, err := ra.TryRLock(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if q, err := sb.TryAcquire(ctx); err != nil {
-		t.Fatalf("Close must give the permit back: %v", err)
-	} else {
-		_ = q.Unlock(ctx)
-	}
-	if w, err := rb.TryLock(ctx); err != nil {
-		t.Fatalf("Close must release the read hold: %v", err)
-	} else {
-		_ = w.Unlock(ctx)
-	}
+		time.Sleep(4 * ttl)
+		for _, lk := range []locker.Lock{p, r} {
+			if lk.Err() != nil {
+				return fmt.Errorf("a shared hold must be renewed while held: %w", lk.Err())
+			}
+		}
+		sb, _ := locker.NewSemaphore(b, "s", 1)
+		rb, _ := locker.NewRWMutex(b, "r")
+		if _, err := sb.TryAcquire(ctx); !errors.Is(err, locker.ErrNotAcquired) {
+			return fmt.Errorf("the only permit, renewed, must stay taken: got %v (the holder's Err: %v)", err, p.Err())
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, lk := range []locker.Lock{p, r} {
+			select {
+			case <-lk.Done():
+			default:
+				t.Fatal("Close must close the Done of every shared hold")
+			}
+		}
+		if q, err := sb.TryAcquire(ctx); err != nil {
+			t.Fatalf("Close must give the permit back: %v", err)
+		} else {
+			_ = q.Unlock(ctx)
+		}
+		if w, err := rb.TryLock(ctx); err != nil {
+			t.Fatalf("Close must release the read hold: %v", err)
+		} else {
+			_ = w.Unlock(ctx)
+		}
+		return nil
+	})
 }
 
 // TestSharedInspect checks that Inspect of a semaphore's key lists its

@@ -286,6 +286,15 @@ func retryable(err error) bool {
 // connection before the statement ran (an administrator's or a crash's
 // shutdown, pg_terminate_backend) or that the statement was never sent:
 // the pool's next connection may well work.
+//
+// It leaves out driver.ErrBadConn, which is what a *sql.DB returns for a
+// statement never sent. database/sql answers it only after its own tries:
+// two on pooled or new connections, the last on a new one. So the next
+// connection was already tried, and running the statement once more would
+// repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). A *sql.DB
+// whose pooled connections the server ended reaches this check only with
+// the server's 57P01, which database/sql does not retry; deadConn takes
+// that (TestReleaseAfterPooledConnsTerminated).
 func deadConn(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

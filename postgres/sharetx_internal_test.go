@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -26,6 +27,15 @@ func txDriver(t *testing.T, via string) (*pgDriver, context.Context, string) {
 		d, ctx, key := sharedDriver(t)
 		return d.pgDriver, ctx, key
 	}
+	d, ctx := sqlDBDriver(t, nil)
+	return d, ctx, fmt.Sprintf("sharetx-internal/%x", rand.Uint64())
+}
+
+// sqlDBDriver returns a driver on a *sql.DB opened with pgx/stdlib on the
+// test's server, with a TTL of sharedTTL, and a ctx for the test. wrap,
+// unless nil, wraps each connection the *sql.DB dials.
+func sqlDBDriver(t *testing.T, wrap func(net.Conn) net.Conn) (*pgDriver, context.Context) {
+	t.Helper()
 	srv := storeenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -33,9 +43,19 @@ func txDriver(t *testing.T, via string) (*pgDriver, context.Context, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if wrap != nil {
+		dial := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(c), nil
+		}
+	}
 	db := stdlib.OpenDB(*cc)
 	t.Cleanup(func() { _ = db.Close() })
-	return testDriver(ctx, t, newDBQuerier(db)), ctx, fmt.Sprintf("sharetx-internal/%x", rand.Uint64())
+	return testDriver(ctx, t, newDBQuerier(db)), ctx
 }
 
 // endSession ends the session of tx from another connection of d, as the

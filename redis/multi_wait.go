@@ -33,38 +33,39 @@ func (d *redisDriver) AcquireMulti(ctx context.Context, reqs []driver.Request) (
 	// The last release of one of the keys may have recorded this wait
 	// already (multi_next.go): then it waits before its first attempt.
 	w, adopted := d.adoptNext(reqs, call)
-	// regs[i] is the registration of w for reqs[i]'s key: the adopted
-	// wait's, or one of own once join made it.
-	regs := make([]*registration, len(reqs))
-	own := make([]registration, len(reqs))
+	// regs[i] holds the registration of w for reqs[i]'s key: the adopted
+	// wait's, or one of its own once join made it. A set of at most
+	// multiInline keys keeps them on the stack.
+	var inline [multiInline]joined
+	regs := inline[:min(len(reqs), multiInline)]
+	if len(reqs) > multiInline {
+		regs = make([]joined, len(reqs))
+	}
 	if adopted != nil {
 		for k, key := range adopted.keys {
 			if i := slices.IndexFunc(reqs, func(r driver.Request) bool { return r.Key == key }); i >= 0 {
-				regs[i] = &adopted.regs[k]
+				regs[i].adopted = &adopted.regs[k]
 			} else {
 				adopted.regs[k].leave()
 			}
 		}
 	}
 	defer func() {
-		for _, r := range regs {
-			r.leave()
+		for i := range regs {
+			regs[i].leave()
 		}
 	}()
 	join := func(early bool) error {
 		for i, r := range reqs {
-			if regs[i] != nil || d.poll.Load() {
+			if regs[i].registered() || d.poll.Load() {
 				continue
 			}
-			ok, err := d.notify.add(r.Key, w, early, &own[i])
+			ok, err := d.notify.add(r.Key, w, early, &regs[i].own)
 			if err != nil {
 				return err
 			}
-			if ok {
-				regs[i] = &own[i]
-				if !early {
-					d.notify.held(r.Key)
-				}
+			if ok && !early {
+				d.notify.held(r.Key)
 			}
 		}
 		return nil
@@ -165,4 +166,21 @@ func (d *redisDriver) unwatch(ctx context.Context, reqs []driver.Request, call *
 	if _, err := pipe.Exec(ctx); err != nil {
 		d.logger.Debug("locker: redis: could not remove a LockMulti's wake-up records", "keys", len(reqs), "err", err)
 	}
+}
+
+// joined is a LockMulti wait's registration for one key: the adopted next
+// wait's (adopted), or its own once the wait registered itself. It holds
+// no pointer to itself, so that an array of them may stay on the stack.
+type joined struct {
+	adopted *registration
+	own     registration
+}
+
+// registered reports whether j holds a registration.
+func (j *joined) registered() bool { return j.adopted != nil || j.own.n != nil }
+
+// leave unregisters j's registration, once.
+func (j *joined) leave() {
+	j.adopted.leave()
+	j.own.leave()
 }

@@ -2,9 +2,11 @@
 // local deadline: renewals starved on a loaded machine, as the contract
 // allows, and the round then says nothing of what it tests
 // (docs/design.md, "Tests on a loaded machine"). StarvedLoss tells such
-// a loss from one the store answered, which fails at once. It imports
-// only the standard library, so that the repository's other modules and
-// the root package's own tests can use it.
+// a loss from one the store answered, which fails at once. Stalled runs
+// a round again when the process stalled while it ran: an in-memory store
+// expires a starved lock itself, so its loss need not read as starved. It
+// imports only the standard library and internal/stall, so that the
+// repository's other modules and the root package's own tests can use it.
 package rerun
 
 import "testing"
