@@ -289,9 +289,10 @@ func retryable(err error) bool {
 //
 // It leaves out driver.ErrBadConn, which is what a *sql.DB returns for a
 // statement never sent. database/sql answers it only after its own tries:
-// two on pooled or new connections, the last on a new one. So the next
-// connection was already tried, and running the statement once more would
-// repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). A *sql.DB
+// two on pooled or new connections, the last on a new one (or, with the
+// pool at its MaxOpenConns, on the next connection returned to it). So the
+// next connection was already tried, and running the statement once more
+// would repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). A *sql.DB
 // whose pooled connections the server ended reaches this check only with
 // the server's 57P01, which database/sql does not retry; deadConn takes
 // that (TestReleaseAfterPooledConnsTerminated).
