@@ -155,11 +155,14 @@ func ExampleMinHold() {
 }
 
 // An operator frees a key whose holder hung; the holder learns at its next
-// renewal that its lock is lost, and another Locker takes the key.
+// renewal that its lock is lost, and another Locker takes the key. With
+// the holder's TTL of 2 s, that renewal comes within a second. A busy
+// machine may stall the example for over a second before the lock could
+// expire on its own.
 func ExampleForceUnlock() {
 	store := memory.NewStore()
 	ctx := context.Background()
-	holder, _ := memory.New(store, locker.WithTTL(300*time.Millisecond))
+	holder, _ := memory.New(store, locker.WithTTL(2*time.Second))
 	defer holder.Close()
 	operator, _ := memory.New(store)
 	defer operator.Close()
