@@ -28,11 +28,14 @@ func (d *lossDriver) TryAcquire(ctx context.Context, r driver.Request) (driver.G
 	return g, err
 }
 
-func (d *lossDriver) lose(key string) {
+func (d *lossDriver) lose(key string) { d.loseWith(key, driver.ErrNotHeld) }
+
+// loseWith reports key's loss with cause, as the driver's watch would.
+func (d *lossDriver) loseWith(key string, cause error) {
 	d.mu.Lock()
 	f := d.lost[key]
 	d.mu.Unlock()
-	f(driver.ErrNotHeld)
+	f(cause)
 }
 
 // isClosed reports whether ch is closed, without waiting.
