@@ -108,7 +108,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	sent := sentBuf[:0] // sent[i]: when attempt i+1 was sent
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	names := d.lockNames(req.Key)
-	args := d.acquireArgs(req, ttlArg)
+	argList := d.acquireArgs(req, ttlArg)
+	args := &argList
 	validity := time.Duration(ttl) * time.Millisecond
 	refresh := refreshInterval(req.TTL)
 	var seq uint64

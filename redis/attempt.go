@@ -19,7 +19,8 @@ import (
 func (d *redisDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	ttlArg, ttl := d.ttlArgs(req.TTL)
 	names := d.lockNames(req.Key)
-	r, err := d.attempt(ctx, req, names, d.acquireArgs(req, ttlArg), "0")
+	args := d.acquireArgs(req, ttlArg)
+	r, err := d.attempt(ctx, req, names, &args, "0")
 	if err != nil {
 		return driver.Grant{}, err
 	}
@@ -44,9 +45,10 @@ func (d *redisDriver) firstState(names *lockNames) any {
 type acquireArgs [9]any
 
 // acquireArgs returns the arguments of req's attempts, with ttlArg its TTL
-// argument (ttlArgs).
-func (d *redisDriver) acquireArgs(req driver.Request, ttlArg any) *acquireArgs {
-	return &acquireArgs{req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, nil, d.staleArg(req.TTL), nil, d.lidArg, d.unfairArg}
+// argument (ttlArgs). The list is a value: its callers keep it on their
+// stacks, as runScript only copies it.
+func (d *redisDriver) acquireArgs(req driver.Request, ttlArg any) acquireArgs {
+	return acquireArgs{req.Owner, ttlArg, d.labelArgFor(req), d.retentionArg, nil, d.staleArg(req.TTL), nil, d.lidArg, d.unfairArg}
 }
 
 // attempt runs acquire.lua once with args for the lock names: r > 0 is the
@@ -55,11 +57,11 @@ func (d *redisDriver) acquireArgs(req driver.Request, ttlArg any) *acquireArgs {
 // attempt's number in a waiting Lock, which queues. On an error after
 // which the lock may be ours, or the owner may be queued, it cleans up
 // (see leave) before returning.
-func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lockNames, args *acquireArgs, seq any) (int64, error) {
+func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lockNames, args *acquireArgs, seq string) (int64, error) {
 	if err := checkOwner(req.Owner); err != nil {
 		return 0, err
 	}
-	args[4], args[6] = seq, d.channelArgOf(names)
+	args[4], args[6] = seqArg(seq), d.channelArgOf(names)
 	keys, boxed, tomb := d.withTombOf(ctx, req, &names.keyNames)
 	reply, err := d.runAcquire(ctx, keys, boxed, args[:]...)
 	if tomb != "" { // else no cut, and no method value to allocate
@@ -94,6 +96,29 @@ func (d *redisDriver) attempt(ctx context.Context, req driver.Request, names *lo
 		}
 	}
 	return 0, fmt.Errorf("acquire: unexpected reply %v", reply)
+}
+
+// seqArg returns seq boxed for acquire.lua's arguments: the seq of
+// TryLock and of the first three attempts of a waiting Lock, where nearly
+// every Lock stops, without an allocation.
+func seqArg(seq string) any {
+	switch seq {
+	case "0":
+		return "0"
+	case "1":
+		return "1"
+	case "i1":
+		return "i1"
+	case "2":
+		return "2"
+	case "i2":
+		return "i2"
+	case "3":
+		return "3"
+	case "i3":
+		return "i3"
+	}
+	return seq
 }
 
 // checkOwner refuses an owner token the scripts cannot store.

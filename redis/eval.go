@@ -51,27 +51,48 @@ func (d *redisDriver) runScript(ctx context.Context, script *goredis.Script, key
 		// stacks.
 		return script.Run(ctx, d.client, keys, slices.Clone(args)...).Result()
 	}
-	argv := make([]any, 3+len(boxed)+len(args))
+	c := &scriptCmd{}
+	argv := c.args(3 + len(boxed) + len(args))
 	argv[0], argv[1], argv[2] = "evalsha", sa.sha, len(boxed)
 	copy(argv[3+copy(argv[3:], boxed):], args)
-	cmd := d.process(ctx, argv, len(boxed) > 0)
+	cmd := d.process(ctx, c, argv, len(boxed) > 0)
 	if isNoScript(cmd.Err()) {
-		// The server's cache lost the script: EVAL, with a list of its
-		// own (a hook may keep the first command).
+		// The server's cache lost the script: EVAL, with a command and
+		// a list of its own (a hook may keep the first command).
 		argv = slices.Clone(argv)
 		argv[0], argv[1] = "eval", sa.src
-		cmd = d.process(ctx, argv, len(boxed) > 0)
+		cmd = d.process(ctx, &scriptCmd{}, argv, len(boxed) > 0)
 	}
 	return cmd.Result()
 }
 
-// process sends the command argv through d.proc; keyed says that its keys
-// start at argv[3], as EVAL's do.
-func (d *redisDriver) process(ctx context.Context, argv []any, keyed bool) *goredis.Cmd {
-	cmd := goredis.NewCmd(ctx, argv...)
-	if keyed {
-		cmd.SetFirstKeyPos(3)
+// scriptCmdArgs is how long an argument list scriptCmd holds: those of
+// acquire.lua and release.lua fit, with a tombstone.
+const scriptCmdArgs = 20
+
+// scriptCmd is the command of one script call, and its argument list when
+// it fits: one allocation instead of two.
+type scriptCmd struct {
+	cmd  goredis.Cmd
+	argv [scriptCmdArgs]any
+}
+
+// args returns an argument list of n entries: c's own when it fits.
+func (c *scriptCmd) args(n int) []any {
+	if n <= len(c.argv) {
+		return c.argv[:n]
 	}
-	_ = d.proc.Process(ctx, cmd)
-	return cmd
+	return make([]any, n)
+}
+
+// process sends the command argv through d.proc, as c's command; keyed
+// says that its keys start at argv[3], as EVAL's do.
+func (d *redisDriver) process(ctx context.Context, c *scriptCmd, argv []any, keyed bool) *goredis.Cmd {
+	// NewCmd's own command stays on the stack: c holds the copy.
+	c.cmd = *goredis.NewCmd(ctx, argv...)
+	if keyed {
+		c.cmd.SetFirstKeyPos(3)
+	}
+	_ = d.proc.Process(ctx, &c.cmd)
+	return &c.cmd
 }

@@ -78,6 +78,9 @@ type inbox struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan inboxGrant // by owner
+	// spare are channels of waiters that unregistered, emptied, for the
+	// next ones: a Lock that takes a free key at once allocates none.
+	spare   []chan inboxGrant
 	running bool
 	failed  bool // the last BLPOP failed: waiters do not ask for grants here
 	// disabled is set for good when the server refused BLPOP.
@@ -119,7 +122,14 @@ func (ib *inbox) register(owner string) (grants <-chan inboxGrant) {
 	if ib.closed || ib.disabled {
 		return nil
 	}
-	ch := make(chan inboxGrant, 1)
+	var ch chan inboxGrant
+	if n := len(ib.spare); n > 0 {
+		ch = ib.spare[n-1]
+		ib.spare[n-1] = nil
+		ib.spare = ib.spare[:n-1]
+	} else {
+		ch = make(chan inboxGrant, 1)
+	}
 	ib.waiters[owner] = ch
 	if !ib.running {
 		ib.running = true
@@ -129,11 +139,27 @@ func (ib *inbox) register(owner string) (grants <-chan inboxGrant) {
 	return ch
 }
 
-// unregister ends the registration of owner's waiting Lock.
+// maxSpareGrants is how many channels of waiters that unregistered an
+// inbox keeps for the next ones.
+const maxSpareGrants = 8
+
+// unregister ends the registration of owner's waiting Lock, which reads its
+// channel no more.
 func (ib *inbox) unregister(owner string) {
 	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ch := ib.waiters[owner]
 	delete(ib.waiters, owner)
-	ib.mu.Unlock()
+	if ch == nil || len(ib.spare) >= maxSpareGrants {
+		return
+	}
+	// Only the reader and wakeLocked send, under ib.mu, and only to
+	// registered waiters: a grant left in ch is owner's, and nobody's now.
+	select {
+	case <-ch:
+	default:
+	}
+	ib.spare = append(ib.spare, ch)
 }
 
 // setLogger sets the logger before first use; a nil inbox ignores it.

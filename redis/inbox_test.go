@@ -358,3 +358,27 @@ func TestCloseWakesTheInboxRead(t *testing.T) {
 		t.Errorf("the waiting Lock of a closed Locker returned %v, want an error", err)
 	}
 }
+
+// TestInboxChannelReusedEmpty checks that the channel a waiter's
+// registration reuses carries nothing for it: a grant the reader handed to
+// a Lock that then returned without it names that Lock's owner, not the
+// next one's.
+func TestInboxChannelReusedEmpty(t *testing.T) {
+	// A reader counted as running: register starts none.
+	ib := &inbox{waiters: make(map[string]chan inboxGrant), running: true}
+	first := ib.register("first")
+	ib.mu.Lock()
+	ib.waiters["first"] <- inboxGrant{seq: 1, token: 7, claim: time.Second}
+	ib.mu.Unlock()
+	ib.unregister("first")
+	next := ib.register("next")
+	defer ib.unregister("next")
+	if next != first {
+		t.Errorf("the next registration made a channel of its own; want the first one's, emptied")
+	}
+	select {
+	case g := <-next:
+		t.Fatalf("the next waiter got %+v, a grant for the first one", g)
+	default:
+	}
+}

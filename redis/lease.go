@@ -91,7 +91,8 @@ func (d *redisDriver) Release(ctx context.Context, l driver.Lease) error {
 	if names == nil {
 		names = newLockNames(l.Key)
 	}
-	quietArg := "0"
+	// Boxed constants: no allocation.
+	var quietArg any = "0"
 	if quiet {
 		quietArg = "1"
 	}
