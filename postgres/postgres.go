@@ -292,7 +292,10 @@ func retryable(err error) bool {
 // two on pooled or new connections, the last on a new one (or, with the
 // pool at its MaxOpenConns, on the next connection returned to it). So the
 // next connection was already tried, and running the statement once more
-// would repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). A *sql.DB
+// would repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). On a
+// pool at its MaxOpenConns, dbQuerier itself runs it again (dbQuerier.again):
+// the tries may all have met connections that closed under their last
+// user (TestTryAcquireBesideDeadPooledConns). A *sql.DB
 // whose pooled connections the server ended reaches this check only with
 // the server's 57P01, which database/sql does not retry; deadConn takes
 // that (TestReleaseAfterPooledConnsTerminated).
