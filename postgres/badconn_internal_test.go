@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/residuetest"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // TestUnsentStatementLeavesNoResidue: on a *sql.DB, every statement's
@@ -138,4 +140,101 @@ func (c *unsentConn) Write(p []byte) (int, error) {
 		return 0, errors.New("test: statement refused before any byte was written")
 	}
 	return c.Conn.Write(p)
+}
+
+// TestTryAcquireBesideDeadPooledConns: on a *sql.DB at its MaxOpenConns,
+// connections that closed under their user come back to the pool, as pgx
+// leaves one whose statement's ctx ended (the caller's own work, which it
+// cancelled): pgx/stdlib has no driver.Validator, so database/sql hands
+// each to a waiting request, whose session reset then fails with
+// driver.ErrBadConn. Every try of database/sql's, the last included, waits
+// for a returned connection while the pool is full, and may meet another
+// such one. Here two TryAcquire calls wait while five dead connections
+// come back one at a time, each while both calls wait, and no new
+// connection opens meanwhile: one of them meets three in a row. A TryAcquire
+// must still take its free key, never fail with "bad connection" while the
+// server answers.
+func TestTryAcquireBesideDeadPooledConns(t *testing.T) {
+	const dead, waiters = 5, 2
+	var gated atomic.Bool
+	open := make(chan struct{})
+	d, ctx := sqlDBDriver(t, func(c net.Conn) net.Conn {
+		if gated.Load() {
+			<-open // a new connection opens only once the dead ones are back
+		}
+		return c
+	})
+	db := d.q.(dbQuerier).db
+	db.SetMaxOpenConns(dead)
+	var held []*sql.Conn
+	for range dead {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	gated.Store(true)
+	reopen := sync.OnceFunc(func() { close(open) })
+	defer reopen()
+	w0 := db.Stats().WaitCount
+	type result struct {
+		req driver.Request
+		g   driver.Grant
+		err error
+	}
+	results := make(chan result, waiters)
+	for range waiters {
+		go func() {
+			req := driver.Request{Key: fmt.Sprintf("deadpooled/%x", rand.Uint64()), Owner: fmt.Sprintf("deadpooled.%x", rand.Uint64()), TTL: sharedTTL}
+			g, err := d.TryAcquire(ctx, req)
+			results <- result{req, g, err}
+		}()
+	}
+	var got []result
+	// waiting reports whether every call that has not returned waits
+	// for a connection: each returned connection it met made it wait
+	// again or return.
+	waiting := func(returned int) bool {
+		for {
+			select {
+			case r := <-results:
+				got = append(got, r)
+				continue
+			default:
+			}
+			return db.Stats().WaitCount-w0+int64(len(got)) >= int64(waiters+returned)
+		}
+	}
+	for i, c := range held {
+		for deadline := time.Now().Add(10 * time.Second); len(got) == 0 && !waiting(i); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the calls did not wait for connection %d: WaitCount %d, %d returned", i+1, db.Stats().WaitCount-w0, len(got))
+			}
+		}
+		if len(got) > 0 {
+			// A call returned: the other may open a connection of its
+			// own now, and the rest are discarded, not handed back.
+			_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+			_ = c.Close()
+			continue
+		}
+		if err := c.Raw(func(dc any) error { return dc.(*stdlib.Conn).Conn().Close(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close() // back to the pool, closed
+	}
+	reopen()
+	for len(got) < waiters {
+		got = append(got, <-results)
+	}
+	for _, r := range got {
+		if r.err != nil {
+			t.Errorf("TryAcquire of a free key beside dead pooled connections = %v; want the key taken", r.err)
+			continue
+		}
+		if err := d.Release(ctx, driver.Lease{Key: r.req.Key, Owner: r.req.Owner, Token: r.g.Token, TTL: r.req.TTL, State: r.g.State}); err != nil {
+			t.Error(err)
+		}
+	}
 }

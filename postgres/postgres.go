@@ -110,8 +110,12 @@ func NewDB(db *sql.DB, opts ...locker.Option) (locker.Locker, error) {
 // runs again at once on another of db's, which may have to wait for one
 // when the caller's queries hold them all. database/sql does not tell
 // its SetConnMaxLifetime or SetConnMaxIdleTime, so the kept connection
-// is replaced only when a statement on it fails. It returns an error
-// matching locker.ErrInvalidOption for a db on another driver.
+// is replaced only when a statement on it fails. When db has a
+// MaxOpenConns, a statement that database/sql answers with
+// driver.ErrBadConn (never sent) runs again, up to MaxOpenConns/3 more
+// times: pgx closes a connection whose statement's ctx ended, and
+// database/sql hands it to the next caller that waits for one. It returns
+// an error matching locker.ErrInvalidOption for a db on another driver.
 func NewDBWithConfig(db *sql.DB, cfg Config, opts ...locker.Option) (locker.Locker, error) {
 	if err := checkStdlib(db); err != nil {
 		return nil, &locker.Error{Op: "new", Backend: backend, Err: locker.ErrInvalidOption, Cause: err}
@@ -292,7 +296,10 @@ func retryable(err error) bool {
 // two on pooled or new connections, the last on a new one (or, with the
 // pool at its MaxOpenConns, on the next connection returned to it). So the
 // next connection was already tried, and running the statement once more
-// would repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). A *sql.DB
+// would repeat those three tries (TestReleaseUnsentOnSQLDBRunsOnce). On a
+// pool at its MaxOpenConns, dbQuerier itself runs it again (dbQuerier.again):
+// the tries may all have met connections that closed under their last
+// user (TestTryAcquireBesideDeadPooledConns). A *sql.DB
 // whose pooled connections the server ended reaches this check only with
 // the server's 57P01, which database/sql does not retry; deadConn takes
 // that (TestReleaseAfterPooledConnsTerminated).

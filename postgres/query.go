@@ -218,6 +218,50 @@ type dbQuerier struct {
 
 func newDBQuerier(db *sql.DB) dbQuerier { return dbQuerier{sqlRunner{db}, db} }
 
+// exec runs a statement on a connection of db's (see again).
+func (q dbQuerier) exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := q.db.ExecContext(ctx, sql, args...)
+	for n := 0; err != nil && q.again(ctx, err, n); n++ {
+		res, err = q.db.ExecContext(ctx, sql, args...)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// query runs a statement on a connection of db's (see again).
+func (q dbQuerier) query(ctx context.Context, sql string, args []any, row func(scan func(dest ...any) error) error) error {
+	rows, err := q.db.QueryContext(ctx, sql, args...)
+	for n := 0; err != nil && q.again(ctx, err, n); n++ {
+		rows, err = q.db.QueryContext(ctx, sql, args...)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return eachRow(rows, row)
+}
+
+// again reports whether a statement that failed with err, after n runs
+// again, runs once more. database/sql answers driver.ErrBadConn for a
+// statement it never sent, after its own tries. On a pool at its
+// MaxOpenConns each of those tries, the last included, may wait for a
+// connection given back, and take one that closed under its last user:
+// pgx closes a connection whose statement's ctx ended, and pgx/stdlib has
+// no driver.Validator, so the pool hands it on. Each such try closes the
+// one it met, and the pool holds at most MaxOpenConns: after MaxOpenConns/3
+// runs more, none that was closed when the statement began is left. A pool
+// without a MaxOpenConns opens a new connection for the last try, and its
+// failure is the answer. It stops when ctx ends.
+func (q dbQuerier) again(ctx context.Context, err error, n int) bool {
+	if !errors.Is(err, sqldriver.ErrBadConn) || ctx.Err() != nil {
+		return false
+	}
+	maxOpen := q.db.Stats().MaxOpenConnections
+	return maxOpen > 0 && n <= maxOpen/3
+}
+
 // checkStdlib reports an error unless db's driver is pgx's: the driver
 // sends Go slices as PostgreSQL arrays, and LISTEN needs a pgx connection.
 func checkStdlib(db *sql.DB) error {
@@ -256,6 +300,9 @@ func (q dbQuerier) listen(ctx context.Context, use func(*pgx.Conn) error) error 
 // driver.ErrBadConn.
 func (q dbQuerier) onConn(ctx context.Context, use func(*pgx.Conn) error) error {
 	c, err := q.db.Conn(ctx)
+	for n := 0; err != nil && q.again(ctx, err, n); n++ {
+		c, err = q.db.Conn(ctx)
+	}
 	if err != nil {
 		return err
 	}

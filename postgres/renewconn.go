@@ -83,7 +83,7 @@ func dbKeptConn(db *sql.DB) *keptConn {
 			return nil, err
 		}
 		return sqlSession{sqlRunner{c}, c}, nil
-	}, sqlRunner{db}, 0, 0, true)
+	}, newDBQuerier(db), 0, 0, true)
 }
 
 // connectLike opens one connection outside pool with pool's configuration

@@ -248,10 +248,24 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 				woken = true
 			case <-timer.C:
 			case <-ctx.Done():
-				return driver.Grant{}, d.leaveBy(ctx, req, ctx.Err(), answered, staleAfter(req.TTL))
+				return driver.Grant{}, d.leaveWait(ctx, req, grants != nil, answered)
 			}
 		}
 	}
+}
+
+// leaveWait is leaveBy for a wait of req whose ctx ended, whose attempt's
+// reply at answered last wrote its record. A cleanup left to the engine
+// (a driver.Residue: a Locker whose calls are cut runs none in the
+// caller's goroutine) of a wait whose Locker reads its inbox (inboxed)
+// goes to the inbox too, which runs it once it reads a grant for the
+// waiter (see passOn): such a grant claims the key until the cleanup.
+func (d *redisDriver) leaveWait(ctx context.Context, req driver.Request, inboxed bool, answered time.Time) error {
+	err := d.leaveBy(ctx, req, ctx.Err(), answered, staleAfter(req.TTL))
+	if r, ok := err.(*driver.Residue); ok && inboxed && r.Cleanup != nil {
+		r.Cleanup = d.inbox.leave(req.Owner, r.Cleanup)
+	}
+	return err
 }
 
 // inboxSeq is the seq argument of attempt seq of a waiter whose Locker

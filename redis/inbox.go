@@ -64,7 +64,9 @@ func parseInboxGrant(entry string) (string, inboxGrant, bool) {
 // list is data of the store, written by scripts: a grant read from it is as
 // trustworthy as the lock key itself, unlike a pub/sub message. An entry
 // that names no waiting Lock (it gave up, or the Locker is another's) is
-// dropped: the waiter's owner is unique to its acquisition.
+// dropped: the waiter's owner is unique to its acquisition. One for a wait
+// that gave up and whose cleanup the engine has yet to run (see passOn)
+// runs that cleanup, which passes the key on.
 //
 // One goroutine, started by the first registration, blocks in BLPOP on one
 // connection of the client's pool; it stops when no waiter is left after
@@ -80,7 +82,11 @@ type inbox struct {
 	waiters map[string]chan inboxGrant // by owner
 	// spare are channels of waiters that unregistered, emptied, for the
 	// next ones: a Lock that takes a free key at once allocates none.
-	spare   []chan inboxGrant
+	spare []chan inboxGrant
+	// left holds, by owner, the cleanups of waits that gave up while
+	// their Locker's calls are cut: the engine runs them in the
+	// background, and a grant read for such an owner runs it at once.
+	left    map[string]*passOn
 	running bool
 	failed  bool // the last BLPOP failed: waiters do not ask for grants here
 	// disabled is set for good when the server refused BLPOP.
@@ -107,7 +113,7 @@ func newInbox(client Client, lid string, logger *slog.Logger) *inbox {
 	}
 	_, cuts := client.(*ownedClient)
 	ib := &inbox{client: b, pipe: client.Pipeline, key: inboxName(lid), logger: logger,
-		waiters: make(map[string]chan inboxGrant), stop: make(chan struct{}), cuts: cuts, idle: inboxIdle}
+		waiters: make(map[string]chan inboxGrant), left: make(map[string]*passOn), stop: make(chan struct{}), cuts: cuts, idle: inboxIdle}
 	ib.readCtx, ib.cancelRead = context.WithCancel(context.Background())
 	return ib
 }
@@ -162,6 +168,80 @@ func (ib *inbox) unregister(owner string) {
 	ib.spare = append(ib.spare, ch)
 }
 
+// passOn is the cleanup of a wait that gave up while its Locker's calls
+// are cut (see leave): out of the queue, and the key passed on if it was
+// handed over meanwhile. The engine runs it in the background, and may be
+// slow to (its cleanups back off after a failed round). A hand-over to the
+// waiter that comes before that claims the key until then: the inbox
+// reader runs the cleanup as soon as it reads that grant. It runs once:
+// whoever comes second finds it done, and never sends a second release
+// beside the first.
+type passOn struct {
+	mu   sync.Mutex
+	done bool
+	out  func(ctx context.Context) error
+	ib   *inbox
+	who  string // the owner
+}
+
+// run runs the cleanup unless it is done; the engine calls it (a
+// driver.Residue's Cleanup).
+func (p *passOn) run(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runLocked(ctx)
+}
+
+// runLocked is run with p.mu held.
+func (p *passOn) runLocked(ctx context.Context) error {
+	if p.done {
+		return nil
+	}
+	if err := p.out(ctx); err != nil {
+		return err
+	}
+	p.done = true
+	p.ib.forget(p.who, p)
+	return nil
+}
+
+// leave registers the cleanup out of owner's wait, which gave up, in place
+// of its registration, and returns its run for the engine.
+func (ib *inbox) leave(owner string, out func(ctx context.Context) error) func(ctx context.Context) error {
+	p := &passOn{out: out, ib: ib, who: owner}
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	delete(ib.waiters, owner)
+	if !ib.closed {
+		ib.left[owner] = p
+	}
+	return p.run
+}
+
+// forget drops p, the cleanup of owner's wait, once done.
+func (ib *inbox) forget(owner string, p *passOn) {
+	ib.mu.Lock()
+	if ib.left[owner] == p {
+		delete(ib.left, owner)
+	}
+	ib.mu.Unlock()
+}
+
+// passOn runs p after the reader read a grant for its owner, unless the
+// engine runs it now: its release then passes the grant on. A failure is
+// the engine's to retry.
+func (ib *inbox) passOn(p *passOn) {
+	if !p.mu.TryLock() {
+		return // the engine's run is under way
+	}
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(uncut(ib.readCtx), cleanupTimeout)
+	defer cancel()
+	if err := p.runLocked(ctx); err != nil {
+		ib.logger.Debug("locker: redis: passing on a grant for a wait that gave up failed; the background cleanup retries", "err", err)
+	}
+}
+
 // setLogger sets the logger before first use; a nil inbox ignores it.
 func (ib *inbox) setLogger(l *slog.Logger) {
 	if ib != nil {
@@ -190,6 +270,7 @@ func (ib *inbox) isDisabled() bool {
 func (ib *inbox) read(done chan struct{}) {
 	defer close(done)
 	failures := 0
+	var gaveUp *passOn // the cleanup of a wait that gave up, whose grant came
 	for {
 		select {
 		case <-ib.stop:
@@ -245,11 +326,17 @@ func (ib *inbox) read(done chan struct{}) {
 						case ch <- g:
 						default:
 						}
+					} else if p := ib.left[owner]; p != nil {
+						gaveUp = p
 					}
 				}
 			}
 		}
 		ib.mu.Unlock()
+		if gaveUp != nil {
+			ib.passOn(gaveUp)
+			gaveUp = nil
+		}
 		if err != nil && !errors.Is(err, goredis.Nil) {
 			if failures == 1 {
 				ib.logger.Debug("locker: redis: inbox read failed", "err", err)
@@ -294,6 +381,7 @@ func (ib *inbox) close(ctx context.Context) {
 		return
 	}
 	ib.closed = true
+	clear(ib.left) // the engine still runs them
 	close(ib.stop)
 	ib.cancelRead()
 	running, done := ib.running, ib.done

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/golocker/locker"
+	"github.com/golocker/locker/driver"
 	"github.com/golocker/locker/internal/storeenv"
 )
 
@@ -356,6 +357,89 @@ func TestCloseWakesTheInboxRead(t *testing.T) {
 	}
 	if err := <-res; err == nil || errors.As(err, new(errGranted)) {
 		t.Errorf("the waiting Lock of a closed Locker returned %v, want an error", err)
+	}
+}
+
+// TestInboxPassesOnAGrantOfAWaitThatGaveUp: a wait of a Locker whose calls
+// are cut (Open's, Config.OwnClient) leaves its cleanup to the engine when
+// its ctx ends, which runs it in the background. A hand-over to the waiter
+// before then claims the key, and its grant reaches the Locker's inbox:
+// the inbox reader must pass the key on at once, without the engine's
+// cleanup, which then finds it done. Here the engine's cleanup never runs
+// (the driver is called directly), and the claim is made to last (PERSIST):
+// only the reader can free the key.
+func TestInboxPassesOnAGrantOfAWaitThatGaveUp(t *testing.T) {
+	srv := storeenv.Redis(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	admin := newClient(t, srv.Addr())
+	oc := newOwnedClient(clientOptions(srv.Addr()))
+	t.Cleanup(func() { _ = oc.Close() })
+	_, d := newTestLocker(t, oc, locker.WithTTL(10*time.Second))
+	key := uniqueKey(t)
+	req := func(who string) driver.Request {
+		return driver.Request{Key: key, Owner: who + "." + rand.Text(), TTL: 10 * time.Second}
+	}
+	holder := req("holder")
+	g, err := d.TryAcquire(ctx, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := req("waiter")
+	wctx, stop := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(wctx, waiter)
+		res <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	stop()
+	err = <-res
+	var r *driver.Residue
+	if !errors.As(err, &r) || r.Cleanup == nil {
+		t.Fatalf("the wait whose ctx ended returned %v; want a driver.Residue, the engine's cleanup", err)
+	}
+	// The holder's release hands the key to the waiter, still in line.
+	if err := d.Release(ctx, driver.Lease{Key: key, Owner: holder.Owner, Token: g.Token, TTL: holder.TTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	lock := name(kindLock, key)
+	t.Cleanup(func() { admin.Del(context.Background(), lock) })
+	const persistIfWaiters = `local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then return redis.call('PERSIST', KEYS[1]) end
+return -1`
+	if err := admin.Eval(ctx, persistIfWaiters, []string{lock}, waiter.Owner).Err(); err != nil {
+		t.Fatal(err)
+	}
+	passCtx, done := context.WithTimeout(ctx, 10*time.Second) // bounds a hang, measures nothing
+	defer done()
+	for {
+		v, err := admin.Get(ctx, lock).Result()
+		if errors.Is(err, goredis.Nil) || err == nil && !strings.HasPrefix(v, waiter.Owner+" ") {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-passCtx.Done():
+			t.Fatalf("the key stayed claimed by the wait that gave up (%q): a grant the inbox reads for it must pass the key on before the engine's cleanup runs", v)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	other := req("other")
+	g, err = d.TryAcquire(ctx, other)
+	if err != nil {
+		t.Fatalf("TryAcquire after the wait's grant was passed on: %v; want the key free", err)
+	}
+	if err := d.Release(ctx, driver.Lease{Key: key, Owner: other.Owner, Token: g.Token, TTL: other.TTL, State: g.State}); err != nil {
+		t.Fatal(err)
+	}
+	// The engine's cleanup finds the pass-on done, and sends nothing: the
+	// Locker's client is closed by now.
+	_ = oc.Close()
+	if err := r.Cleanup(ctx); err != nil {
+		t.Errorf("the engine's cleanup after the key was passed on = %v; want nil, and no second release", err)
 	}
 }
 
