@@ -32,6 +32,14 @@ const wakeGap = time.Millisecond
 // the wake-ups of releases (poll_us in acquire.lua).
 const pollWindow = 2 * wakeGap
 
+// starveAfter is how long an unfair waiter may stay first in the queue
+// before a release hands the key over to it instead of freeing it
+// (starve_us in release.lua), unless it is awake: a release woke it within
+// wakeGap, or it polls. It is wakeGap: a waiter queued that long on a hot
+// key has been passed over already, and on a key held longer the
+// hand-over saves the woken waiter's attempt.
+const starveAfter = wakeGap
+
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
@@ -95,11 +103,15 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, err
 		}
 	}
+	unfair := d.unfairArg == "1"
 	var grants <-chan inboxGrant
-	if d.inbox != nil && d.replicas == 0 && d.unfairArg == "0" {
+	if d.inbox != nil && d.replicas == 0 && (!unfair || w != nil) {
 		// With Config.Replicas a grant counts only once WAIT confirmed
-		// it, which the confirming attempt does; an unfair release hands
-		// nothing over.
+		// it, which the confirming attempt does. An unfair release hands
+		// the key over only to a waiter that starves (starveAfter): an
+		// unfair Lock reads its inbox when the key's channel is
+		// subscribed already, that is, when the key was contended at
+		// this Locker lately, so that an uncontended Lock pays nothing.
 		if grants = d.inbox.register(req.Owner); grants != nil {
 			defer d.inbox.unregister(req.Owner)
 		}
@@ -116,6 +128,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	// (unfair mode) was sent: its deadline is at least three refresh
 	// intervals later.
 	var recorded time.Time
+	// recordedInbox: that attempt told the store that this waiter reads
+	// its inbox ("i<n>"). An unfair attempt that writes nothing keeps
+	// that record, so it is made only while the inbox is read.
+	recordedInbox := false
 	// answered is when the reply of the attempt that last wrote this
 	// waiter's record came: the store stops counting the waiter its
 	// stale time later.
@@ -142,10 +158,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		now := time.Now()
 		seq++
 		seqArg := strconv.FormatUint(seq, 10)
+		inbox := grants != nil && d.inbox.usable()
 		switch {
-		case grants != nil && d.inbox.usable():
-			seqArg = inboxSeq(seq)
-		case d.unfairArg == "1" && now.Sub(recorded) < refresh:
+		case unfair && now.Sub(recorded) < refresh && (inbox || !recordedInbox):
 			// The record is recent: still queued, the attempt
 			// writes nothing, unless it promises to poll.
 			if hot && !d.poll.Load() {
@@ -153,6 +168,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			} else {
 				seqArg = "k" + seqArg
 			}
+		case inbox:
+			seqArg = inboxSeq(seq)
 		}
 		sent = append(sent, now)
 		r, err := d.attempt(ctx, req, names, args, seqArg)
@@ -161,6 +178,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		}
 		if r <= 0 && seqArg[0] != 'k' && seqArg[0] != 'p' {
 			recorded, answered = now, time.Now()
+			recordedInbox = seqArg[0] == 'i'
 		}
 		if r > 0 {
 			var state any = names
