@@ -72,7 +72,9 @@ const starveAfter = wakeGap
 // ("free"), but not again within wakeGap of its last wake-up: a waiter woken
 // in vain (a Locker barged in first) tries again after wakeGap by itself,
 // which bounds its attempts on a hot key to about two per wakeGap instead
-// of one per hand-off.
+// of one per hand-off. A first waiter queued for starveAfter or longer that
+// is not awake (woken within wakeGap, or polling) is handed the key as in
+// fair mode: through the inbox when its record says so, else by "grant".
 // Such an attempt, less than a refresh interval after one that wrote the
 // waiter's record, finds the waiter still queued and writes nothing (seq
 // "k<n>"): its record lives three refresh intervals.
