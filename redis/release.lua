@@ -117,21 +117,28 @@ end
 local starve_us = 1000
 
 -- starving is set when the first waiter is alive, has waited starve_us,
--- and is not awake: the release below hands the key over to it.
+-- and is not awake, and no such hand-over came within starve_gap_us (the
+-- " starved" field of the waiters: until when, server µs): the release
+-- below hands the key over to it, and sets " starved". The releases
+-- meanwhile barge as before. Without the gap, each waiter behind the
+-- first, queued as long and asleep, would be handed the key in turn at
+-- every release: a hot key would change hands as in fair mode.
 local starving = false
+local starve_gap_us = 2000
 
 -- Unfair, and the first waiter is alive: free the key and wake it (head
 -- and publish of lib.lua, without their definitions), unless it starves.
 -- A dead first waiter takes the path below, which drops it.
 if ARGV[5] == '1' then
-  local recs = redis.call('HMGET', KEYS[4], q[1], ' woke', ' watched')
+  local recs = redis.call('HMGET', KEYS[4], q[1], ' woke', ' watched', ' starved')
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local deadline, lid
   if recs[1] then
     deadline, lid = string.match(recs[1], '^(%d+) i?%d+ %d+ (%S+) ')
   end
-  if deadline and tonumber(deadline) > math.floor(now / 1000) and now - tonumber(since) >= starve_us then
+  if deadline and tonumber(deadline) > math.floor(now / 1000) and now - tonumber(since) >= starve_us and
+      not (recs[4] and tonumber(recs[4]) > now) then
     local untl, who
     if recs[2] then
       untl, who = string.match(recs[2], '^(%d+) (%S+)$')
@@ -171,6 +178,9 @@ do
     end
   elseif h then
     hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
+    if starving then
+      redis.call('HSET', KEYS[4], ' starved', string.format('%d', now + starve_gap_us))
+    end
   else
     -- Nobody alive waits. A waiter that counts as gone (it made no
     -- attempt for too long) may still be there, paused: wake it.
