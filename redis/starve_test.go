@@ -85,6 +85,53 @@ func TestUnfairStarvingWaiterScripts(t *testing.T) {
 	}
 }
 
+// TestUnfairStarvingGap: after an unfair release handed the key over to a
+// starving first waiter, the releases within starve_gap_us (release.lua)
+// barge and wake the next waiter as before, though it has waited as long;
+// the first release after the gap hands the key over to it. Without the
+// gap a hot key with many waiters, all queued long, changes hands at every
+// release, as in fair mode.
+func TestUnfairStarvingGap(t *testing.T) {
+	t.Parallel()
+	lc := "L" + uniqueKey(t)
+	r := newScriptRunner(t, map[string]string{"B": "LB", "C": lc}, true)
+	ctx, rc, key := r.ctx, r.c, r.key
+	subs := lockerChannels(t, ctx, rc, key, lc)
+	wk := name(kindWaiters, key)
+	if r.acquire("A", "0") <= 0 {
+		t.Fatal("A could not take the free key")
+	}
+	if r.acquire("B", "1") >= 0 || r.acquire("C", "1") >= 0 {
+		t.Fatal("B and C were not queued behind A")
+	}
+	r.arrive(-time.Hour)
+	if r.release("A", "0") != 1 || r.holder() != "B" {
+		t.Fatalf("A's release left the key to %q; want it handed over to B, the first waiter, starving", r.holder())
+	}
+	expectMessages(t, ctx, subs, map[string]string{lc: "claim "}) // C is next in line
+	if r.acquire("B", "k2") <= 0 {
+		t.Fatal("B could not confirm the key handed over to it")
+	}
+	now, err := rc.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Within the gap, whatever the time the calls took.
+	rc.HSet(ctx, wk, " starved", now.Add(time.Hour).UnixMicro())
+	if r.release("B", "0") != 1 || r.holder() != "" {
+		t.Fatalf("B's release within the gap left the key to %q; want it free", r.holder())
+	}
+	expectMessages(t, ctx, subs, map[string]string{lc: "free"})
+	if r.acquire("B", "1") <= 0 {
+		t.Fatal("B could not take the free key again")
+	}
+	rc.HSet(ctx, wk, " starved", "1") // the gap is over
+	rc.HSet(ctx, wk, " woke", "1 C")  // and C's wake-up long ago
+	if r.release("B", "0") != 1 || r.holder() != "C" {
+		t.Fatalf("B's release after the gap left the key to %q; want it handed over to C, starving", r.holder())
+	}
+}
+
 // TestUnfairWaiterNotOvertakenOnceStarving: a Lock of an unfair Locker that
 // has waited longer than starveAfter, not polling, gets the key from the
 // holder's Unlock: another Locker asking right after the Unlock finds it
