@@ -75,7 +75,7 @@ const starveAfter = wakeGap
 // of one per hand-off. A first waiter queued for starveAfter or longer that
 // is not awake (woken within wakeGap, or polling) is handed the key as in
 // fair mode: through the inbox when its record says so, else by "grant";
-// at most once per 2 ms per key (starve_gap_us in release.lua).
+// at most once per 10 ms per key (starve_gap_us in release.lua).
 // Such an attempt, less than a refresh interval after one that wrote the
 // waiter's record, finds the waiter still queued and writes nothing (seq
 // "k<n>"): its record lives three refresh intervals.

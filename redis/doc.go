@@ -48,7 +48,7 @@
 // or longer, and is not trying by itself at the time (woken within the last
 // millisecond, or polling a key that keeps changing hands), is handed the
 // key by the next release instead, as in fair mode. Such hand-overs come at
-// most once per 2 ms per key, so that a hot key keeps barging.
+// most once per 10 ms per key, so that a hot key keeps barging.
 //
 // # Waiting without pub/sub
 //

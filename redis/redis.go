@@ -147,7 +147,7 @@ type Config struct {
 	// as with Redisson's RLock beside its RFairLock. A first waiter that
 	// has waited a millisecond or longer and is not trying by itself (woken
 	// within the last millisecond, or polling) is handed the key by the
-	// next release instead, as a fair release does, at most once per 2 ms
+	// next release instead, as a fair release does, at most once per 10 ms
 	// per key: like sync.Mutex's starvation mode, this bounds how long a
 	// sleeping waiter is passed over. The default is fair (see the package
 	// doc, Fair and unfair).
