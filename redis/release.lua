@@ -122,8 +122,8 @@ local starve_us = 1000
 -- below hands the key over to it, and sets " starved". The releases
 -- meanwhile barge as before. Without the gap, each waiter behind the
 -- first, queued as long and asleep, would be handed the key in turn at
--- every release: a hot key would change hands as in fair mode (at 64
--- clients, 2 ms still cost a fifth of the barging acquisitions).
+-- every release: a hot key would change hands as in fair mode (a
+-- shorter gap cost a hot key with many clients, docs/benchmarks.md).
 local starving = false
 local starve_gap_us = 10000
 
