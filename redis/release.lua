@@ -179,7 +179,9 @@ do
     end
   elseif h then
     hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
-    if starving then
+    -- Only into a hash that still exists: one HSET creates has no expiry,
+    -- and the hand-over may have removed the last record.
+    if starving and redis.call('EXISTS', KEYS[4]) == 1 then
       redis.call('HSET', KEYS[4], ' starved', string.format('%d', now + starve_gap_us))
     end
   else

@@ -60,6 +60,9 @@ func TestUnfairStarvingWaiterScripts(t *testing.T) {
 			if r.holder() != "B" || len(r.queued()) != 0 {
 				t.Fatalf("after the release: holder %q, queue %v; want the key handed over to B, who waited longest", r.holder(), r.queued())
 			}
+			if pttl := rc.PTTL(ctx, name(kindWaiters, key)).Val(); pttl == -1 {
+				t.Errorf("after the hand-over to the last waiter, its waiters hash has no expiry (%v): a residue", rc.HGetAll(ctx, name(kindWaiters, key)).Val())
+			}
 			if tok := r.acquire("C", "1"); tok > 0 {
 				t.Fatalf("C's attempt took the key handed over to B (token %d)", tok)
 			}
