@@ -40,6 +40,12 @@ const pollWindow = 2 * wakeGap
 // hand-over saves the woken waiter's attempt.
 const starveAfter = wakeGap
 
+// starveGap is how long after such a hand-over the key's releases barge
+// again, whoever starves (starve_gap_us in release.lua): on a hot key, the
+// waiters behind the first, queued as long and asleep, would otherwise be
+// handed the key in turn at every release.
+const starveGap = 10 * time.Millisecond
+
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //

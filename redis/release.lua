@@ -125,7 +125,7 @@ local starve_us = 1000
 -- every release: a hot key would change hands as in fair mode (a
 -- shorter gap cost a hot key with many clients, docs/benchmarks.md).
 local starving = false
-local starve_gap_us = 10000
+local starve_gap_us = 10000 -- starveGap in acquire.go
 
 -- Unfair, and the first waiter is alive: free the key and wake it (head
 -- and publish of lib.lua, without their definitions), unless it starves.

@@ -189,7 +189,10 @@ func TestUnfairWaiterNotOvertakenOnceStarving(t *testing.T) {
 				if !noPubSub && round > 0 && !d.notify.subscribedOrClosed(key) {
 					t.Logf("round %d: B's channel was not subscribed any more when its Lock began", round)
 				}
-				time.Sleep(2 * starveAfter) // B waits longer than the bound
+				// B waits longer than the bound, and the last hand-over
+				// to a starving waiter (the round before) is older than
+				// the gap.
+				time.Sleep(starveGap + 2*starveAfter)
 				if err := la.Unlock(ctx); err != nil {
 					t.Fatal(err)
 				}
