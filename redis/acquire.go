@@ -32,6 +32,20 @@ const wakeGap = time.Millisecond
 // the wake-ups of releases (poll_us in acquire.lua).
 const pollWindow = 2 * wakeGap
 
+// starveAfter is how long an unfair waiter may stay first in the queue
+// before a release hands the key over to it instead of freeing it
+// (starve_us in release.lua), unless it is awake: a release woke it within
+// wakeGap, or it polls. It is wakeGap: a waiter queued that long on a hot
+// key has been passed over already, and on a key held longer the
+// hand-over saves the woken waiter's attempt.
+const starveAfter = wakeGap
+
+// starveGap is how long after such a hand-over the key's releases barge
+// again, whoever starves (starve_gap_us in release.lua): on a hot key, the
+// waiters behind the first, queued as long and asleep, would otherwise be
+// handed the key in turn at every release.
+const starveGap = 10 * time.Millisecond
+
 // Acquire implements driver.Acquirer: a waiting Lock queues in Redis and is
 // handed the key by the release before it, without another attempt.
 //
@@ -64,7 +78,10 @@ const pollWindow = 2 * wakeGap
 // ("free"), but not again within wakeGap of its last wake-up: a waiter woken
 // in vain (a Locker barged in first) tries again after wakeGap by itself,
 // which bounds its attempts on a hot key to about two per wakeGap instead
-// of one per hand-off.
+// of one per hand-off. A first waiter queued for starveAfter or longer that
+// is not awake (woken within wakeGap, or polling) is handed the key as in
+// fair mode: through the inbox when its record says so, else by "grant";
+// at most once per 10 ms per key (starve_gap_us in release.lua).
 // Such an attempt, less than a refresh interval after one that wrote the
 // waiter's record, finds the waiter still queued and writes nothing (seq
 // "k<n>"): its record lives three refresh intervals.
@@ -95,11 +112,15 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			return driver.Grant{}, err
 		}
 	}
+	unfair := d.unfairArg == "1"
 	var grants <-chan inboxGrant
-	if d.inbox != nil && d.replicas == 0 && d.unfairArg == "0" {
+	if d.inbox != nil && d.replicas == 0 && (!unfair || w != nil) {
 		// With Config.Replicas a grant counts only once WAIT confirmed
-		// it, which the confirming attempt does; an unfair release hands
-		// nothing over.
+		// it, which the confirming attempt does. An unfair release hands
+		// the key over only to a waiter that starves (starveAfter): an
+		// unfair Lock reads its inbox when the key's channel is
+		// subscribed already, that is, when the key was contended at
+		// this Locker lately, so that an uncontended Lock pays nothing.
 		if grants = d.inbox.register(req.Owner); grants != nil {
 			defer d.inbox.unregister(req.Owner)
 		}
@@ -117,6 +138,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	// (unfair mode) was sent: its deadline is at least three refresh
 	// intervals later.
 	var recorded time.Time
+	// recordedInbox: that attempt told the store that this waiter reads
+	// its inbox ("i<n>"). An unfair attempt that writes nothing keeps
+	// that record, so it is made only while the inbox is read.
+	recordedInbox := false
 	// answered is when the reply of the attempt that last wrote this
 	// waiter's record came: the store stops counting the waiter its
 	// stale time later.
@@ -143,10 +168,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		now := time.Now()
 		seq++
 		seqArg := strconv.FormatUint(seq, 10)
+		inbox := grants != nil && d.inbox.usable()
 		switch {
-		case grants != nil && d.inbox.usable():
-			seqArg = inboxSeq(seq)
-		case d.unfairArg == "1" && now.Sub(recorded) < refresh:
+		case unfair && now.Sub(recorded) < refresh && (inbox || !recordedInbox):
 			// The record is recent: still queued, the attempt
 			// writes nothing, unless it promises to poll.
 			if hot && !d.poll.Load() {
@@ -154,6 +178,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 			} else {
 				seqArg = "k" + seqArg
 			}
+		case inbox:
+			seqArg = inboxSeq(seq)
 		}
 		sent = append(sent, now)
 		r, err := d.attempt(ctx, req, names, args, seqArg)
@@ -162,6 +188,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 		}
 		if r <= 0 && seqArg[0] != 'k' && seqArg[0] != 'p' {
 			recorded, answered = now, time.Now()
+			recordedInbox = seqArg[0] == 'i'
 		}
 		if r > 0 {
 			var state any = names

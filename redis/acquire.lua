@@ -158,14 +158,15 @@ if v then
 elseif ARGV[9] == '1' then
   -- Unfair: the free key is the caller's whoever waits, unless shared
   -- holds have it. Only an attempt after the first of a waiting Lock
-  -- (seq > 1) may have queued: it leaves the queue (dequeue of lib.lua).
+  -- (seq > 1; "i1" is a first one too) may have queued: it leaves the
+  -- queue (dequeue of lib.lua).
   if redis.call('EXISTS', KEYS[5]) == 1 then
     local kind, limit = shared_kind(KEYS[5])
     if kind then
       return { 'shared', kind, limit }
     end
   end
-  if waiting and seq ~= '1' and redis.call('ZREM', KEYS[3], owner) == 1 then
+  if waiting and seq ~= '1' and seq ~= 'i1' and redis.call('ZREM', KEYS[3], owner) == 1 then
     redis.call('HDEL', KEYS[4], owner)
   end
   return fast_take(got[2])

@@ -44,7 +44,11 @@
 //
 // Locks are fair by default. [Config.Unfair] makes them barging: a release
 // frees the key and wakes the first waiter. Whoever asks first gets the key,
-// so a waiter may be overtaken again and again.
+// so a waiter may be overtaken. A first waiter that has waited a millisecond
+// or longer, and is not trying by itself at the time (woken within the last
+// millisecond, or polling a key that keeps changing hands), is handed the
+// key by the next release instead, as in fair mode. Such hand-overs come at
+// most once per 10 ms per key, so that a hot key keeps barging.
 //
 // # Waiting without pub/sub
 //

@@ -20,6 +20,10 @@
 --                   "<until> <owner>": an unfair release woke owner, or
 --                   owner polls (the "p<n>" attempt of acquire.lua), and
 --                   releases wake it no more before until (server µs)
+--                   Also " starved" -> "<until>": an unfair release
+--                   handed the key over to a first waiter that starved,
+--                   and the next does so no sooner than until (server
+--                   µs, release.lua)
 --                   And fields " watch <lid> <wid>" -> "<seq>": the wait wid
 --                   of a LockMulti of that Locker found the key held in
 --                   its attempt seq (multi_acquire.lua); the release that

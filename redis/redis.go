@@ -143,10 +143,15 @@ type Config struct {
 	// unless the releasing Locker takes the keys again before; a run of
 	// such releases ends after 5 ms, and the Locker then waits behind the
 	// others. A hot key then changes hands without a wake-up on the
-	// critical path, at the price of order: a waiter may be overtaken
-	// again and again, as with Redisson's RLock beside its RFairLock. The
-	// default is fair (see the package doc, Fair and unfair). Lockers of
-	// both kinds may share a key.
+	// critical path, at the price of order: a waiter may be overtaken,
+	// as with Redisson's RLock beside its RFairLock. A first waiter that
+	// has waited a millisecond or longer and is not trying by itself (woken
+	// within the last millisecond, or polling) is handed the key by the
+	// next release instead, as a fair release does, at most once per 10 ms
+	// per key: like sync.Mutex's starvation mode, this bounds how long a
+	// sleeping waiter is passed over. The default is fair (see the package
+	// doc, Fair and unfair).
+	// Lockers of both kinds may share a key.
 	Unfair bool
 
 	// ReplicaTimeout bounds the WAIT of Replicas (default

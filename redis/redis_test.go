@@ -168,6 +168,31 @@ func (r scriptRunner) queued() []string {
 	return r.c.ZRange(r.ctx, name(kindQueue, r.key), 0, -1).Val()
 }
 
+// fresh makes every queued owner a waiter that arrived just now, whatever
+// the time the calls took, keeping their order: an unfair release frees
+// the key then instead of handing it over to a first waiter that starves
+// (starveAfter). It moves their arrivals an hour ahead.
+func (r scriptRunner) fresh() {
+	r.t.Helper()
+	r.arrive(time.Hour)
+}
+
+// arrive moves the arrival of every queued owner by d, keeping their order.
+func (r scriptRunner) arrive(d time.Duration) {
+	r.t.Helper()
+	q := name(kindQueue, r.key)
+	zs, err := r.c.ZRangeWithScores(r.ctx, q, 0, -1).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, z := range zs {
+		z.Score += float64(d / time.Microsecond)
+		if err := r.c.ZAddXX(r.ctx, q, z).Err(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
 // TestScripts runs every branch of the scripts against a real server.
 func TestScripts(t *testing.T) {
 	t.Parallel()
@@ -1166,6 +1191,7 @@ func TestUnfairScripts(t *testing.T) {
 	}
 	r.acquire("B", "1")
 	r.acquire("C", "1")
+	r.fresh()
 	if n := r.release("A", "0"); n != 1 || r.holder() != "" {
 		t.Fatalf("unfair release = %d, holder %q; want 1 and the key free", n, r.holder())
 	}
@@ -1252,6 +1278,7 @@ func TestFastAndSlowPaths(t *testing.T) {
 			if r.acquire("B", "1") >= 0 {
 				t.Fatal("B was not queued behind A")
 			}
+			r.fresh()
 			r.release("A", "0") // slow: B waits
 			if unfair {
 				if r.holder() != "" {
@@ -1324,6 +1351,7 @@ func TestUnfairWakeGap(t *testing.T) {
 	r.acquire("A", "0")
 	r.acquire("B", "1")
 	r.acquire("C", "1")
+	r.fresh()
 	r.release("A", "0")
 	expectMessages(t, ctx, subs, map[string]string{"LB": "free", "LC": ""})
 	rec := strings.Fields(c.HGet(ctx, wk, " woke").Val())

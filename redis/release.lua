@@ -14,7 +14,9 @@
 --                      "force": release whoever owns it (owner is ignored)
 -- ARGV[5]  unfair     "1": free the key and wake the first live waiter's
 --                     Locker ("free"), whoever takes it, unless that
---                     waiter was woken less than wake_gap_us ago;
+--                     waiter was woken less than wake_gap_us ago; but hand
+--                     it over, as "0" does, to a first waiter queued for
+--                     starve_us or longer that is not awake (see below);
 --                     "0": hand it over
 -- ARGV[6]  quiet      "1": the caller took the key when it had no queue
 --                     (a fair first attempt): check first, in one call,
@@ -68,7 +70,15 @@ else
 end
 -- #include watch.lua
 
-local q = redis.call('ZRANGE', KEYS[3], 0, 1)
+-- q: the first two waiters; since: the first one's arrival (server µs),
+-- read by an unfair release only.
+local q, since
+if ARGV[5] == '1' then
+  local qs = redis.call('ZRANGE', KEYS[3], 0, 1, 'WITHSCORES')
+  q, since = { qs[1], qs[3] }, qs[2]
+else
+  q = redis.call('ZRANGE', KEYS[3], 0, 1)
+end
 if not q[1] then
   redis.call('DEL', KEYS[1])
   if watched(KEYS[4]) and not wake_watcher(KEYS[4], ARGV[2]) then
@@ -99,18 +109,44 @@ local function wake_due(now, h, woke)
   return true
 end
 
+-- starve_us is how long a first waiter may have been queued (server µs)
+-- before an unfair release hands the key over to it instead of freeing
+-- it, unless it is awake: a release woke it, or it polls (the " woke"
+-- field names it until later than now), and it tries again within
+-- wakeGap anyway (starveAfter in acquire.go, docs/design.md).
+local starve_us = 1000
+
+-- starving is set when the first waiter is alive, has waited starve_us,
+-- and is not awake, and no such hand-over came within starve_gap_us (the
+-- " starved" field of the waiters: until when, server µs): the release
+-- below hands the key over to it, and sets " starved". The releases
+-- meanwhile barge as before. Without the gap, each waiter behind the
+-- first, queued as long and asleep, would be handed the key in turn at
+-- every release: a hot key would change hands as in fair mode (a
+-- shorter gap cost a hot key with many clients, docs/benchmarks.md).
+local starving = false
+local starve_gap_us = 10000 -- starveGap in acquire.go
+
 -- Unfair, and the first waiter is alive: free the key and wake it (head
--- and publish of lib.lua, without their definitions). A dead first waiter
--- takes the path below, which drops it.
+-- and publish of lib.lua, without their definitions), unless it starves.
+-- A dead first waiter takes the path below, which drops it.
 if ARGV[5] == '1' then
-  local recs = redis.call('HMGET', KEYS[4], q[1], ' woke', ' watched')
+  local recs = redis.call('HMGET', KEYS[4], q[1], ' woke', ' watched', ' starved')
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local deadline, lid
   if recs[1] then
     deadline, lid = string.match(recs[1], '^(%d+) i?%d+ %d+ (%S+) ')
   end
-  if deadline and tonumber(deadline) > math.floor(now / 1000) then
+  if deadline and tonumber(deadline) > math.floor(now / 1000) and now - tonumber(since) >= starve_us and
+      not (recs[4] and tonumber(recs[4]) > now) then
+    local untl, who
+    if recs[2] then
+      untl, who = string.match(recs[2], '^(%d+) (%S+)$')
+    end
+    starving = not (who == q[1] and tonumber(untl) > now)
+  end
+  if deadline and tonumber(deadline) > math.floor(now / 1000) and not starving then
     redis.call('DEL', KEYS[1])
     local ok = true
     if ARGV[2] ~= '' and wake_due(now, q[1], recs[2]) then
@@ -133,7 +169,7 @@ fence = got[2]
 do
   local now = now_us()
   local h, seq, ttl, lid, label = head(now, q)
-  if ARGV[5] == '1' then
+  if ARGV[5] == '1' and not starving then
     redis.call('DEL', KEYS[1])
     if h and ARGV[2] ~= '' and wake_due(now, h, woke) then
       publish(ARGV[2] .. ':' .. lid, 'free')
@@ -143,6 +179,11 @@ do
     end
   elseif h then
     hand_over(now, h, seq, ttl, lid, label, ARGV[2], ARGV[3])
+    -- Only into a hash that still exists: one HSET creates has no expiry,
+    -- and the hand-over may have removed the last record.
+    if starving and redis.call('EXISTS', KEYS[4]) == 1 then
+      redis.call('HSET', KEYS[4], ' starved', string.format('%d', now + starve_gap_us))
+    end
   else
     -- Nobody alive waits. A waiter that counts as gone (it made no
     -- attempt for too long) may still be there, paused: wake it.

@@ -27,6 +27,7 @@ func TestReleaseWatchersCheck(t *testing.T) {
 	}
 	r.acquire("B", "1")
 	r.acquire("C", "1")
+	r.fresh()
 
 	m := startMonitor(t, storeenv.Redis(t).Addr())
 	r.release("A", "0")
