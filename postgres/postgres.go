@@ -421,6 +421,15 @@ func (d *pgDriver) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 			}
 			fenced, settling = true, wasSettling
 			continue
+		case now >= f.Store:
+			// Fenced out again: the statement took nothing, and nobody
+			// was seen holding the key. The database or the way to it
+			// answers later than the fence window: an error, not a
+			// holder that does not exist.
+			if err := ctx.Err(); err != nil {
+				return driver.Grant{}, err
+			}
+			return driver.Grant{}, lateError("acquire", req.TTL)
 		case wasSettling && !marked:
 			// The row changed since the acquire statement read it.
 			continue

@@ -416,7 +416,13 @@ func (d *pgDriver) TryAcquireShared(ctx context.Context, req driver.Request, s d
 			return driver.Grant{}, err
 		case (errors.Is(err, errFenced) || errors.Is(err, errRenewed)) && try < shareAttempts && ctx.Err() == nil:
 			continue // rolled back: it took nothing
-		case errors.Is(err, errFenced) || errors.Is(err, errRenewed):
+		case errors.Is(err, errFenced):
+			// Every attempt arrived after its fence and took nothing.
+			if err := ctx.Err(); err != nil {
+				return driver.Grant{}, err
+			}
+			return driver.Grant{}, lateError("acquire", req.TTL)
+		case errors.Is(err, errRenewed):
 			return driver.Grant{}, driver.Held(0)
 		case retryable(err) && try < shareAttempts:
 			if !driver.Sleep(ctx, driver.Jitter(time.Duration(try+1)*time.Millisecond)) {
@@ -473,6 +479,15 @@ func (d *pgDriver) quickShare(ctx context.Context, req driver.Request, s driver.
 // errFenced is the error of an attempt whose fenced statement arrived
 // after its fence, and changed nothing.
 var errFenced = errors.New("the statement arrived after its fence")
+
+// lateError is the error of an acquisition (op) whose statements all
+// arrived after their fences and took nothing, for a lock with this ttl:
+// the database, or the way to it (a dial, a pool, a proxy), answers later
+// than the fence window. It is no refusal: nobody was seen holding the
+// key, and a later try may take it.
+func lateError(op string, ttl time.Duration) error {
+	return fmt.Errorf("%s: %w every time: the database answered later than the fence window (%v) of a lock with a TTL of %v", op, errFenced, driver.FenceWindow(ttl), ttl)
+}
 
 // errRenewed is the error of an attempt rolled back because a hold it
 // counted as expired was renewed meanwhile.
