@@ -94,7 +94,11 @@ func TestMultiScriptCommands(t *testing.T) {
 
 	// A release of a Locker whose channels are subscribed (from an earlier
 	// wait) wakes the first of two waits and records the Locker's next
-	// wait (multi_next.go).
+	// wait (multi_next.go). No LockMulti adopts that record here, so its
+	// Locker gives it up, after the grace time and then a wake-up or the
+	// bound; the grace time is an hour, so that the check below depends on
+	// no timing.
+	a.next.grace = time.Hour
 	for _, k := range keys {
 		var reg registration
 		if ok, err := a.notify.add(k, newWaiter(""), false, &reg); !ok {
@@ -150,6 +154,9 @@ func TestMultiReleaseKeepsWatched(t *testing.T) {
 	c, addr, ctx, base, keys := multiCostKeys(t)
 	a, b := newDriver(c), newDriver(c)
 	t.Cleanup(func() { _ = a.Close() })
+	// The next wait stays until Close: nothing adopts it, and the checks
+	// below depend on no timing (TestMultiScriptCommands).
+	a.next.grace = time.Hour
 	loadScripts(ctx, t, c, a.multiAcquire, a.multiRelease)
 	for _, k := range keys {
 		var reg registration
@@ -297,11 +304,14 @@ func multiReqs(keys []string, owner string) []driver.Request {
 	return rs
 }
 
-// multiLeases returns the leases of grants gs of requests rs.
+// multiLeases returns the leases of grants gs of requests rs, with their
+// TTLs, as the engine makes them: a release that records its Locker's next
+// wait bounds it by the leases' refresh interval, which a lease without a
+// TTL makes 10 ms.
 func multiLeases(rs []driver.Request, gs []driver.Grant) []driver.Lease {
 	ls := make([]driver.Lease, len(rs))
 	for i, r := range rs {
-		ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, State: gs[i].State}
+		ls[i] = driver.Lease{Key: r.Key, Owner: r.Owner, Token: gs[i].Token, TTL: r.TTL, State: gs[i].State}
 	}
 	return ls
 }
