@@ -34,27 +34,29 @@ func (c slowWrites) Write(p []byte) (int, error) {
 // database answers too late, never that the key is held ("key held by
 // another owner", which both answered).
 func TestLateStatementsAreNoHolder(t *testing.T) {
+	// The shortest fence window, so that the late statements cost little.
+	const ttl = time.Second
 	var slow atomic.Bool
-	delay := driver.FenceWindow(sharedTTL) + 300*time.Millisecond
+	delay := driver.FenceWindow(ttl) + 100*time.Millisecond
 	d, ctx := sqlDBDriver(t, func(c net.Conn) net.Conn { return slowWrites{c, &slow, delay} })
 	key := fmt.Sprintf("late/%x", rand.Uint64())
 	// A first statement, so that the driver's clock mapping is set.
-	warm := driver.Request{Key: key + "/warm", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL}
+	warm := driver.Request{Key: key + "/warm", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: ttl}
 	g, err := d.TryAcquire(ctx, warm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Release(ctx, driver.Lease{Key: warm.Key, Owner: warm.Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
+	if err := d.Release(ctx, driver.Lease{Key: warm.Key, Owner: warm.Owner, Token: g.Token, TTL: ttl, State: g.State}); err != nil {
 		t.Fatal(err)
 	}
 	slow.Store(true)
 	calls := map[string]func() error{
 		"TryAcquire": func() error {
-			_, err := d.TryAcquire(ctx, driver.Request{Key: key + "/plain", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL})
+			_, err := d.TryAcquire(ctx, driver.Request{Key: key + "/plain", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: ttl})
 			return err
 		},
 		"TryAcquireShared": func() error {
-			_, err := d.TryAcquireShared(ctx, driver.Request{Key: key + "/shared", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL},
+			_, err := d.TryAcquireShared(ctx, driver.Request{Key: key + "/shared", Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: ttl},
 				driver.Share{Mode: driver.Permits, Weight: 1, Limit: 2})
 			return err
 		},
@@ -73,13 +75,13 @@ func TestLateStatementsAreNoHolder(t *testing.T) {
 	slow.Store(false)
 	// Nothing was taken: both keys are free.
 	for _, k := range []string{key + "/plain", key + "/shared"} {
-		req := driver.Request{Key: k, Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: sharedTTL}
+		req := driver.Request{Key: k, Owner: fmt.Sprintf("late.%x", rand.Uint64()), TTL: ttl}
 		g, err := d.TryAcquire(ctx, req)
 		if err != nil {
 			t.Errorf("TryAcquire of %s after the late statements: %v; want it free", k, err)
 			continue
 		}
-		if err := d.Release(ctx, driver.Lease{Key: k, Owner: req.Owner, Token: g.Token, TTL: sharedTTL, State: g.State}); err != nil {
+		if err := d.Release(ctx, driver.Lease{Key: k, Owner: req.Owner, Token: g.Token, TTL: ttl, State: g.State}); err != nil {
 			t.Error(err)
 		}
 	}
