@@ -40,15 +40,7 @@ func TestForgedGrantIsNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		lk  locker.Lock
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx, key)
-		res <- result{wl, err}
-	}()
+	res := lockAsync(ctx, waiter, key)
 	waitQueued(t, ctx, admin, key, 1)
 	if err := forger.Del(ctx, name(kindLock, key)).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("the forger's DEL must be refused by its ACL: %v", err)

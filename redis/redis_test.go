@@ -1431,3 +1431,20 @@ func waiting(t *testing.T, ctx context.Context, l locker.Locker, key string) boo
 	}
 	return st.Waiters > 0
 }
+
+// lockResult is what a Lock started by lockAsync returned.
+type lockResult struct {
+	lk  locker.Lock
+	err error
+}
+
+// lockAsync calls l.Lock(ctx, key) in a goroutine; the channel, buffered,
+// receives its result.
+func lockAsync(ctx context.Context, l locker.Locker, key string) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		lk, err := l.Lock(ctx, key)
+		ch <- lockResult{lk, err}
+	}()
+	return ch
+}

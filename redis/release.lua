@@ -95,15 +95,23 @@ end
 -- failed attempt per hand-off, the most of an unfair hand-off's work.
 local wake_gap_us = 1000
 
+-- awake reports whether waiter h tries again by itself soon: woke, the
+-- " woke" field of the waiters (false or nil: none), names it until later
+-- than now (server µs), as a release that woke it or its polling set it.
+local function awake(now, h, woke)
+  if not woke then
+    return false
+  end
+  local untl, who = string.match(woke, '^(%d+) (%S+)$')
+  return who == h and tonumber(untl) > now
+end
+
 -- wake_due reports whether an unfair release may wake waiter h now (server
--- µs), woke being the " woke" field of the waiters (false or nil: none),
--- and if so records the wake-up: h was not woken within wake_gap_us.
+-- µs), woke being the " woke" field of the waiters, and if so records the
+-- wake-up: h was not woken within wake_gap_us.
 local function wake_due(now, h, woke)
-  if woke then
-    local untl, who = string.match(woke, '^(%d+) (%S+)$')
-    if who == h and tonumber(untl) > now then
-      return false
-    end
+  if awake(now, h, woke) then
+    return false
   end
   redis.call('HSET', KEYS[4], ' woke', string.format('%d', now + wake_gap_us) .. ' ' .. h)
   return true
@@ -138,15 +146,10 @@ if ARGV[5] == '1' then
   if recs[1] then
     deadline, lid = string.match(recs[1], '^(%d+) i?%d+ %d+ (%S+) ')
   end
-  if deadline and tonumber(deadline) > math.floor(now / 1000) and now - tonumber(since) >= starve_us and
-      not (recs[4] and tonumber(recs[4]) > now) then
-    local untl, who
-    if recs[2] then
-      untl, who = string.match(recs[2], '^(%d+) (%S+)$')
-    end
-    starving = not (who == q[1] and tonumber(untl) > now)
-  end
-  if deadline and tonumber(deadline) > math.floor(now / 1000) and not starving then
+  local alive = deadline and tonumber(deadline) > math.floor(now / 1000)
+  starving = alive and now - tonumber(since) >= starve_us and
+      not (recs[4] and tonumber(recs[4]) > now) and not awake(now, q[1], recs[2])
+  if alive and not starving then
     redis.call('DEL', KEYS[1])
     local ok = true
     if ARGV[2] ~= '' and wake_due(now, q[1], recs[2]) then

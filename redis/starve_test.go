@@ -165,15 +165,7 @@ func TestUnfairWaiterNotOvertakenOnceStarving(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				type result struct {
-					lk  locker.Lock
-					err error
-				}
-				got := make(chan result, 1)
-				go func() {
-					lb, err := b.Lock(ctx, key)
-					got <- result{lb, err}
-				}()
+				got := lockAsync(ctx, b, key)
 				// B unlocks once C has asked.
 				unlockB := func() {
 					t.Helper()
