@@ -259,7 +259,7 @@ func (q dbQuerier) again(ctx context.Context, err error, n int) bool {
 		return false
 	}
 	maxOpen := q.db.Stats().MaxOpenConnections
-	return maxOpen > 0 && n <= maxOpen/3
+	return maxOpen > 0 && n < maxOpen/3
 }
 
 // checkStdlib reports an error unless db's driver is pgx's: the driver
